@@ -1,0 +1,84 @@
+"""The contract every backend implements.
+
+A backend streams neutral events for a chat request; a non-streaming reply is the
+gateway's accumulation of that stream. Errors before the first event are raised
+(the gateway can still answer with an HTTP error status); errors after it are
+raised too, and the gateway turns them into the caller's in-stream error. In-band
+errors the backend itself reports mid-stream are yielded as ``StreamError``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from llmbridge.core.errors import UnsupportedFeatureError
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.models import ModelInfo
+from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.response import EmbedResponse
+
+__all__ = ["Backend", "BackendHealth"]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendHealth:
+    """Whether a backend answered its cheapest probe, and how fast."""
+
+    ok: bool
+    detail: str = ""
+    latency_ms: float | None = None
+
+
+class Backend(ABC):
+    """One configured backend.
+
+    ``request.model`` is already the backend's own model name when ``chat`` or
+    ``embed`` is called: the gateway's router resolved the public name.
+    """
+
+    kind: ClassVar[str]
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Acquire resources (connections, a loaded model). Called once at startup."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release resources. Called once at shutdown."""
+
+    @abstractmethod
+    def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """Stream the reply to ``request`` as neutral events."""
+
+    async def embed(self, request: EmbedRequest) -> EmbedResponse:
+        """Embed ``request.inputs``. Backends that cannot embed keep this default."""
+        raise UnsupportedFeatureError(
+            f"backend '{self.name}' ({self.kind}) cannot compute embeddings", param="model"
+        )
+
+    @property
+    def can_embed(self) -> bool:
+        return type(self).embed is not Backend.embed
+
+    @abstractmethod
+    async def list_models(self) -> list[ModelInfo]:
+        """The models this backend serves, under the backend's own names."""
+
+    async def show_model(self, model: str) -> ModelInfo:
+        """Details of one model; the default looks it up in ``list_models``."""
+        for info in await self.list_models():
+            if info.backend_model == model or info.name == model:
+                return info
+        return ModelInfo(name=model, backend=self.name, backend_model=model)
+
+    async def running_models(self) -> list[ModelInfo]:
+        """Models currently loaded in memory (Ollama ``/api/ps``)."""
+        return []
+
+    @abstractmethod
+    async def health(self) -> BackendHealth:
+        """Probe reachability cheaply."""

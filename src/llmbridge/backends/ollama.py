@@ -1,0 +1,126 @@
+"""A real Ollama server as a backend, over its native API (``/api/chat``).
+
+Model list and capabilities come from ``/api/tags`` and ``/api/show``, so what the
+gateway reports (tools, thinking, vision, context length) is what Ollama reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import httpx
+import orjson
+
+from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.http import (
+    HTTPSettings,
+    make_client,
+    map_transport_errors,
+    raise_for_backend_status,
+    response_json,
+)
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.models import ModelInfo
+from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.response import EmbedResponse
+from llmbridge.dialects import ollama as dialect
+
+__all__ = ["OllamaBackend"]
+
+_JSON = {"content-type": "application/json"}
+
+
+class OllamaBackend(Backend):
+    """Speaks Ollama's native API to ``base_url`` (e.g. ``http://127.0.0.1:11434``)."""
+
+    kind = "ollama"
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        http: HTTPSettings | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.base_url = base_url.rstrip("/")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        self._client = make_client(self.base_url, http or HTTPSettings(), headers)
+        self._show_cache: dict[str, ModelInfo] = {}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        # Always stream from the backend: a non-streaming reply is the gateway's
+        # accumulation of the same events, so both paths behave identically.
+        body = orjson.dumps(dialect.encode_chat_request(replace(request, stream=True)))
+        async with map_transport_errors(self.name):
+            async with self._client.stream(
+                "POST", "/api/chat", content=body, headers=_JSON
+            ) as response:
+                await raise_for_backend_status(response, self.name)
+                async for event in dialect.decode_chat_stream(response.aiter_lines()):
+                    yield event
+
+    async def embed(self, request: EmbedRequest) -> EmbedResponse:
+        body = orjson.dumps(dialect.encode_embed_request(request))
+        async with map_transport_errors(self.name):
+            response = await self._client.post("/api/embed", content=body, headers=_JSON)
+            await raise_for_backend_status(response, self.name)
+        return dialect.decode_embed_response(response_json(response, self.name))
+
+    async def list_models(self) -> list[ModelInfo]:
+        async with map_transport_errors(self.name):
+            response = await self._client.get("/api/tags")
+            await raise_for_backend_status(response, self.name)
+        models = dialect.decode_tags(response_json(response, self.name))
+        # /api/tags has no capabilities on older servers; /api/show always does.
+        detailed = await asyncio.gather(
+            *(self._show_or_none(m.backend_model) for m in models), return_exceptions=False
+        )
+        out = []
+        for basic, full in zip(models, detailed, strict=True):
+            info = full or basic
+            out.append(replace(info, name=basic.name, backend=self.name))
+        return out
+
+    async def _show_or_none(self, model: str) -> ModelInfo | None:
+        try:
+            return await self.show_model(model)
+        except Exception:  # a model that fails to describe itself is still listed
+            return None
+
+    async def show_model(self, model: str) -> ModelInfo:
+        if model in self._show_cache:
+            return self._show_cache[model]
+        body = orjson.dumps({"model": model})
+        async with map_transport_errors(self.name):
+            response = await self._client.post("/api/show", content=body, headers=_JSON)
+            await raise_for_backend_status(response, self.name)
+        info = replace(dialect.decode_show(model, response_json(response, self.name)), backend=self.name)
+        self._show_cache[model] = info
+        return info
+
+    async def running_models(self) -> list[ModelInfo]:
+        async with map_transport_errors(self.name):
+            response = await self._client.get("/api/ps")
+            await raise_for_backend_status(response, self.name)
+        return [replace(m, backend=self.name) for m in dialect.decode_tags(response_json(response, self.name))]
+
+    async def health(self) -> BackendHealth:
+        started = time.perf_counter()
+        try:
+            response = await self._client.get("/api/version", timeout=5.0)
+        except httpx.HTTPError as exc:
+            return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        latency = (time.perf_counter() - started) * 1000
+        if response.status_code != 200:
+            return BackendHealth(ok=False, detail=f"HTTP {response.status_code}", latency_ms=latency)
+        version = response.json().get("version", "?") if response.content else "?"
+        return BackendHealth(ok=True, detail=f"ollama {version}", latency_ms=latency)
+

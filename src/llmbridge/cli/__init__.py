@@ -1,0 +1,25 @@
+"""The ``llmbridge`` command: one module per command group, joined here."""
+
+from __future__ import annotations
+
+import click
+
+from llmbridge import __version__
+from llmbridge.cli.models import models
+from llmbridge.cli.serve import serve
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="llmbridge")
+def cli() -> None:
+    """llmbridge: any LLM client (Ollama, OpenAI, Anthropic APIs), any LLM backend."""
+
+
+cli.add_command(serve)
+cli.add_command(models)
+
+
+def main() -> None:
+    cli(prog_name="llmbridge")

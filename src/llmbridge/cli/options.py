@@ -1,0 +1,60 @@
+"""Options shared by the commands that read the gateway configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
+
+__all__ = ["config_options", "load_from_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_options(func: F) -> F:
+    """``--config``, the backend URL shortcuts and ``--api-key``, each with its env var."""
+    options = [
+        click.option(
+            "--config",
+            "config_path",
+            type=click.Path(dir_okay=False),
+            envvar="LLMBRIDGE_CONFIG",
+            help="YAML configuration file [env LLMBRIDGE_CONFIG].",
+        ),
+        click.option(
+            "--ollama-url",
+            envvar="LLMBRIDGE_OLLAMA_URL",
+            help="Make this Ollama server the default backend [env LLMBRIDGE_OLLAMA_URL].",
+        ),
+        click.option(
+            "--openai-url",
+            envvar="LLMBRIDGE_OPENAI_URL",
+            help="Make this OpenAI-compatible server the default backend "
+            "[env LLMBRIDGE_OPENAI_URL].",
+        ),
+        click.option(
+            "--openai-key",
+            envvar="LLMBRIDGE_OPENAI_KEY",
+            help="API key for --openai-url [env LLMBRIDGE_OPENAI_KEY].",
+        ),
+        click.option(
+            "--api-key",
+            "api_keys",
+            multiple=True,
+            envvar="LLMBRIDGE_API_KEY",
+            help="Require this key from clients (repeatable) [env LLMBRIDGE_API_KEY].",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def load_from_options(config_path: str | None, **overrides: Any) -> GatewayConfig:
+    try:
+        return load_config(config_path, overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc

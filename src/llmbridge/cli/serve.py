@@ -1,0 +1,110 @@
+"""``llmbridge serve``: run the gateway."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+from typing import Any
+
+import click
+
+from llmbridge import __version__
+from llmbridge.cli.options import config_options, load_from_options
+from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
+
+__all__ = ["serve"]
+
+log = logging.getLogger("llmbridge")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _banner(config: GatewayConfig, host: str, port: int) -> str:
+    base = f"http://{host}:{port}"
+    lines = [
+        f"llmbridge {__version__} listening on {base}",
+        f"  Ollama API     {base}          (ollama.Client(host='{base}'))",
+        f"  OpenAI API     {base}/v1       (openai.OpenAI(base_url='{base}/v1'))",
+        f"  Anthropic API  {base}          (anthropic.Anthropic(base_url='{base}'))",
+        "  backends:",
+    ]
+    for name, backend in config.backends.items():
+        where = getattr(backend, "url", None) or getattr(backend, "model_path", None) or ""
+        default = "  (default)" if name == config.resolved_default_backend() else ""
+        lines.append(f"    {name:<12} {backend.type:<9} {where}{default}")
+    for route in config.models:
+        lines.append(f"  model {route.name} -> {route.backend}:{route.model or route.name}")
+    auth = "on" if config.server.api_keys else "off"
+    lines.append(f"  auth: {auth}; health: {base}/health; metrics: {base}/metrics")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--host", envvar="LLMBRIDGE_HOST", help="Bind address [default 127.0.0.1].")
+@click.option(
+    "--port", type=int, envvar="LLMBRIDGE_PORT", help=f"Port [default {DEFAULT_PORT}]."
+)
+@click.option(
+    "--max-body-bytes", type=int, envvar="LLMBRIDGE_MAX_BODY_BYTES",
+    help="Largest request body accepted [default 32 MB].",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    envvar="LLMBRIDGE_LOG_LEVEL",
+)
+@click.option("--access-log/--no-access-log", default=False, help="Log every request.")
+@config_options
+def serve(
+    host: str | None,
+    port: int | None,
+    max_body_bytes: int | None,
+    log_level: str | None,
+    access_log: bool,
+    config_path: str | None,
+    **shortcuts: Any,
+) -> None:
+    """Run the gateway (default 127.0.0.1:11435, embedded model, no auth)."""
+    import uvicorn
+
+    from llmbridge.gateway.app import create_app
+
+    config = load_from_options(
+        config_path,
+        host=host,
+        port=port,
+        max_body_bytes=max_body_bytes,
+        log_level=log_level,
+        **shortcuts,
+    )
+    server = config.server
+    logging.basicConfig(
+        level=server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not _is_loopback(server.host) and not server.api_keys:
+        log.warning(
+            "binding %s without --api-key: anyone who can reach this address can use "
+            "the backends", server.host
+        )
+    app = create_app(config)
+    click.echo(_banner(config, server.host, server.port), err=True)
+    uvicorn.run(
+        app,
+        host=server.host,
+        port=server.port,
+        log_level=server.log_level,
+        access_log=access_log,
+        loop="uvloop" if sys.platform != "win32" else "asyncio",
+        http="httptools",
+        timeout_graceful_shutdown=5,
+    )

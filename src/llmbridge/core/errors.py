@@ -1,0 +1,212 @@
+"""The one error hierarchy of llmbridge.
+
+Every failure that can reach a client is one of these. Lower-level exceptions
+(httpx, llama.cpp, JSON decoding) are mapped once, at the boundary where they occur,
+with ``raise ... from exc``; the gateway renders these in the caller's dialect.
+
+    LLMBridgeError                      500  (base; never raised directly)
+    ├── InvalidRequestError             400  malformed JSON, wrong types, missing fields
+    │   ├── ContextLengthError          400  prompt longer than the model's context
+    │   └── UnsupportedFeatureError     400  the backend cannot do what was asked
+    ├── AuthenticationError             401  missing or wrong API key
+    ├── PermissionDeniedError           403
+    ├── NotFoundError                   404  unknown route or resource
+    │   └── ModelNotFoundError          404  no backend serves this model name
+    ├── RequestTooLargeError            413  body over the configured limit
+    ├── RateLimitError                  429
+    ├── InternalError                   500  a bug in llmbridge
+    └── BackendError                    502  the backend failed
+        ├── BackendUnavailableError     503  unreachable (connection refused, DNS, ...)
+        ├── BackendTimeoutError         504  no answer within the deadline
+        ├── BackendProtocolError        502  the backend sent something we cannot parse
+        └── BackendHTTPError            (mapped from the backend's own status)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AuthenticationError",
+    "BackendError",
+    "BackendHTTPError",
+    "BackendProtocolError",
+    "BackendTimeoutError",
+    "BackendUnavailableError",
+    "ContextLengthError",
+    "InternalError",
+    "InvalidRequestError",
+    "LLMBridgeError",
+    "ModelNotFoundError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "RequestTooLargeError",
+    "UnsupportedFeatureError",
+]
+
+
+class LLMBridgeError(Exception):
+    """Base of every error llmbridge reports to a client.
+
+    Attributes:
+        message: human-readable text, safe to show to the client.
+        status_code: the HTTP status the gateway answers with.
+        param: the request field at fault, when one is (OpenAI's ``param``).
+        code: a short machine-readable code (OpenAI's ``code``), when one applies.
+    """
+
+    default_status: ClassVar[int] = 500
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code if status_code is not None else self.default_status
+        self.param = param
+        self.code = code
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, status_code={self.status_code})"
+
+
+class InvalidRequestError(LLMBridgeError):
+    """The request is malformed: bad JSON, wrong types, missing or unknown values."""
+
+    default_status = 400
+
+
+class ContextLengthError(InvalidRequestError):
+    """The prompt (plus the requested output) does not fit the model's context window."""
+
+    def __init__(self, message: str, *, param: str | None = "messages") -> None:
+        super().__init__(message, param=param, code="context_length_exceeded")
+
+
+class UnsupportedFeatureError(InvalidRequestError):
+    """The request asks for something the chosen backend cannot do (e.g. embeddings)."""
+
+
+class AuthenticationError(LLMBridgeError):
+    """No API key, or a wrong one."""
+
+    default_status = 401
+
+
+class PermissionDeniedError(LLMBridgeError):
+    """The key is valid but not allowed to do this."""
+
+    default_status = 403
+
+
+class NotFoundError(LLMBridgeError):
+    """The route or resource does not exist."""
+
+    default_status = 404
+
+
+class ModelNotFoundError(NotFoundError):
+    """No configured backend serves the requested model name."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"model '{model}' not found", param="model", code="model_not_found")
+        self.model = model
+
+
+class RequestTooLargeError(LLMBridgeError):
+    """The request body exceeds the configured size limit."""
+
+    default_status = 413
+
+
+class RateLimitError(LLMBridgeError):
+    """Too many requests; the client should retry later."""
+
+    default_status = 429
+
+
+class InternalError(LLMBridgeError):
+    """An unexpected failure inside llmbridge (a bug). The message never holds a traceback."""
+
+    default_status = 500
+
+
+class BackendError(LLMBridgeError):
+    """The backend serving the request failed.
+
+    Attributes:
+        backend: the configured name of the backend, when known.
+    """
+
+    default_status = 502
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str | None = None,
+        status_code: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, code=code)
+        self.backend = backend
+
+
+class BackendUnavailableError(BackendError):
+    """The backend could not be reached (connection refused, reset, DNS failure)."""
+
+    default_status = 503
+
+
+class BackendTimeoutError(BackendError):
+    """The backend did not answer within the deadline."""
+
+    default_status = 504
+
+
+class BackendProtocolError(BackendError):
+    """The backend answered with something that is not valid in its dialect."""
+
+    default_status = 502
+
+
+class BackendHTTPError(BackendError):
+    """The backend answered with an HTTP error status.
+
+    The status is mapped so that the client sees what it would have seen from the
+    backend directly: 4xx caller mistakes keep their status (400, 401, 403, 404, 413,
+    429), 5xx become 502 (the gateway is fine; its upstream is not), and 503/529
+    overload stays 503.
+
+    Attributes:
+        backend_status: the status the backend sent.
+        body: the backend's error body (decoded text, at most a few KB).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend_status: int,
+        backend: str | None = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(message, backend=backend, status_code=_map_backend_status(backend_status))
+        self.backend_status = backend_status
+        self.body = body
+
+
+def _map_backend_status(status: int) -> int:
+    if status in (400, 401, 403, 404, 408, 409, 413, 422, 429):
+        return status
+    if status in (503, 529):
+        return 503
+    if 400 <= status < 500:
+        return 400
+    return 502

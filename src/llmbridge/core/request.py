@@ -1,0 +1,94 @@
+"""What a client asks for: the neutral chat and embedding requests.
+
+Generation parameters use one canonical spelling each; dialects map their own
+names (``num_predict``, ``max_completion_tokens``, ...) onto these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llmbridge.core.messages import Message, ToolChoice, ToolDefinition
+
+__all__ = [
+    "ChatRequest",
+    "EmbedRequest",
+    "GenerationParams",
+    "ResponseFormat",
+    "ThinkingConfig",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    """Sampling and length controls. ``None`` means "the backend's default"."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    frequency_penalty: float | None = None
+    """Additive penalty, OpenAI scale: -2.0 .. 2.0, neutral 0."""
+    presence_penalty: float | None = None
+    """Additive penalty, OpenAI scale: -2.0 .. 2.0, neutral 0."""
+    repeat_penalty: float | None = None
+    """Multiplicative penalty, llama.cpp/Ollama scale: neutral 1.0."""
+    num_ctx: int | None = None
+    """Context window to allocate (Ollama ``num_ctx``)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Backend-specific options passed through untouched (e.g. Ollama ``mirostat``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingConfig:
+    """Whether the model should reason before answering, and how much."""
+
+    enabled: bool = True
+    budget_tokens: int | None = None
+    effort: Literal["low", "medium", "high", "max"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """Constrain the output: ``json`` (any JSON object) or ``json_schema`` (a schema)."""
+
+    type: Literal["text", "json", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat request in neutral form.
+
+    System prompts are ``Message(role="system")`` entries at the front of
+    ``messages``; dialects that carry the system prompt separately lift it out.
+    """
+
+    model: str
+    messages: tuple[Message, ...]
+    stream: bool = False
+    params: GenerationParams = field(default_factory=GenerationParams)
+    tools: tuple[ToolDefinition, ...] = ()
+    tool_choice: ToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    response_format: ResponseFormat | None = None
+    include_usage: bool = False
+    """OpenAI ``stream_options.include_usage``: send a final usage chunk."""
+    keep_alive: str | int | None = None
+    provider_details: dict[str, Any] | None = None
+    """Dialect fields the core does not model, keyed by dialect name."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRequest:
+    """Embed one or more strings."""
+
+    model: str
+    inputs: tuple[str, ...]
+    dimensions: int | None = None
+    truncate: bool = True

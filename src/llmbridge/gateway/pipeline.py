@@ -1,0 +1,198 @@
+"""Serve one chat request: resolve, call the backend, stream or accumulate, account.
+
+This is the only place that joins a route's codec to a backend's event stream, so
+every dialect gets the same behaviour: errors before the first event are an HTTP
+error in the caller's dialect; errors after it are the dialect's in-stream error,
+after which the stream ends cleanly; a client disconnect cancels the backend call;
+non-streaming replies are the accumulated stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from llmbridge.core.accumulate import Accumulator
+from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
+from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
+from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import ChatResponse
+from llmbridge.dialects.framing import dumps
+from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.gateway.render import Dialect, error_response, to_bridge_error
+from llmbridge.gateway.router import ModelRouter
+from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
+
+__all__ = ["ChatCodec", "serve_chat"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCodec:
+    """How one route renders a chat reply in its dialect."""
+
+    dialect: Dialect
+    endpoint: str
+    """Metrics label, e.g. ``/api/chat``."""
+    encode_stream: Callable[[AsyncIterator[StreamEvent], ChatRequest], AsyncIterator[bytes]]
+    encode_response: Callable[[ChatResponse, ChatRequest], dict[str, Any]]
+    stream_media_type: str
+    announces_input_tokens: bool = False
+    """The dialect states the prompt size before generating (Anthropic ``message_start``)."""
+
+
+class _Tracker:
+    """Metrics and logging for one request."""
+
+    __slots__ = ("backend", "done", "endpoint", "metrics", "model", "started", "status")
+
+    def __init__(self, metrics: GatewayMetrics, endpoint: str, backend: str, model: str) -> None:
+        self.metrics, self.endpoint, self.backend, self.model = metrics, endpoint, backend, model
+        self.started = time.perf_counter()
+        self.status = 200
+        self.done = False
+        metrics.in_flight.labels(endpoint).inc()
+
+    def first_event(self) -> None:
+        elapsed = time.perf_counter() - self.started
+        self.metrics.first_token.labels(self.endpoint, self.backend, self.model).observe(elapsed)
+
+    def error(self, error: LLMBridgeError) -> None:
+        self.status = error.status_code
+        self.metrics.errors.labels(
+            self.endpoint, self.backend, self.model, type(error).__name__
+        ).inc()
+
+    def finish(self, status: int | None = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        labels = (self.endpoint, self.backend, self.model)
+        self.metrics.in_flight.labels(self.endpoint).dec()
+        self.metrics.latency.labels(*labels).observe(time.perf_counter() - self.started)
+        final = status if status is not None else self.status
+        self.metrics.requests.labels(*labels, str(final)).inc()
+
+
+async def _guarded(
+    first: StreamEvent,
+    events: AsyncIterator[StreamEvent],
+    tracker: _Tracker,
+) -> AsyncIterator[StreamEvent]:
+    """The backend's stream with failures after the first event turned into a
+    ``StreamError`` (so the encoder renders the dialect's in-stream error) and usage
+    recorded."""
+    try:
+        yield first
+        async for event in events:
+            if isinstance(event, ResponseEnd):
+                tracker.metrics.record_usage(tracker.backend, tracker.model, event.usage)
+            elif isinstance(event, StreamError):
+                tracker.error(event.error)
+            yield event
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
+        error = to_bridge_error(exc)
+        tracker.error(error)
+        log.warning("stream from backend %s failed: %s", tracker.backend, error.message)
+        yield StreamError(error)
+    finally:
+        await events.aclose()
+
+
+async def serve_chat(
+    request: Request,
+    chat: ChatRequest,
+    codec: ChatCodec,
+    *,
+    router: ModelRouter,
+    metrics: GatewayMetrics,
+    request_id: str,
+) -> Response:
+    """Answer ``chat`` from the backend its model name resolves to."""
+    headers = {"request-id": request_id, "x-request-id": request_id}
+    try:
+        resolved = router.resolve(chat.model)
+    except LLMBridgeError as exc:
+        return error_response(codec.dialect, exc, request_id)
+    tracker = _Tracker(metrics, codec.endpoint, resolved.backend.name, resolved.backend_model)
+    events = resolved.backend.chat(replace(chat, model=resolved.backend_model))
+    try:
+        first = await run_until_disconnect(request.receive, _first_event(events))
+        if isinstance(first, StreamError):
+            raise first.error
+    except ClientDisconnected:
+        await events.aclose()
+        tracker.finish(499)
+        return Response(status_code=499)
+    except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
+        await events.aclose()
+        error = to_bridge_error(exc)
+        tracker.error(error)
+        tracker.finish()
+        return error_response(codec.dialect, error, request_id)
+    tracker.first_event()
+    if isinstance(first, ResponseStart):
+        input_tokens = first.input_tokens
+        if input_tokens is None and codec.announces_input_tokens:
+            input_tokens = count_request_tokens(chat)
+        first = replace(first, model=chat.model, input_tokens=input_tokens)
+    stream = _guarded(first, events, tracker)
+
+    if chat.stream:
+
+        async def on_close(disconnected: bool) -> None:
+            tracker.finish(499 if disconnected else None)
+
+        return StreamingBody(
+            codec.encode_stream(stream, chat),
+            media_type=codec.stream_media_type,
+            headers=headers,
+            on_close=on_close,
+        )
+
+    try:
+        response = await run_until_disconnect(request.receive, _accumulate(stream))
+    except ClientDisconnected:
+        tracker.finish(499)
+        return Response(status_code=499)
+    except LLMBridgeError as exc:
+        tracker.finish()
+        return error_response(codec.dialect, exc, request_id)
+    tracker.finish()
+    return Response(
+        dumps(codec.encode_response(response, chat)),
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+async def _first_event(events: AsyncIterator[StreamEvent]) -> StreamEvent:
+    try:
+        return await anext(events)
+    except StopAsyncIteration:
+        raise BackendProtocolError("the backend ended its reply without sending anything") from None
+
+
+async def _accumulate(stream: AsyncIterator[StreamEvent]) -> ChatResponse:
+    acc = Accumulator()
+    try:
+        async for event in stream:
+            acc.add(event)
+    finally:
+        await asyncio.shield(_close(stream))
+    return acc.response()
+
+
+async def _close(stream: AsyncIterator[StreamEvent]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

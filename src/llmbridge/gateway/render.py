@@ -1,0 +1,79 @@
+"""Errors rendered in the caller's dialect, with the right status code.
+
+Which dialect a request speaks is decided by its path: ``/api/*`` is Ollama,
+``/v1/messages*`` is Anthropic, any other ``/v1/*`` is OpenAI. Everything else
+(``/health``, ``/metrics``) answers in OpenAI's shape, the most widely parsed one.
+Unexpected exceptions are logged with their traceback here and reach the client
+only as a generic ``InternalError`` message: never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+from typing import Any
+
+from starlette.responses import Response
+
+from llmbridge.core.errors import InternalError, LLMBridgeError
+from llmbridge.core.ids import new_id
+from llmbridge.dialects import anthropic, ollama, openai
+from llmbridge.dialects.framing import dumps
+
+__all__ = ["Dialect", "dialect_for_path", "error_response", "new_request_id", "to_bridge_error"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+class Dialect(StrEnum):
+    OLLAMA = "ollama"
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+def dialect_for_path(path: str) -> Dialect:
+    if path.startswith("/api/") or path == "/api":
+        return Dialect.OLLAMA
+    if path.startswith("/v1/messages"):
+        return Dialect.ANTHROPIC
+    return Dialect.OPENAI
+
+
+def new_request_id() -> str:
+    return new_id("req_")
+
+
+def to_bridge_error(exc: BaseException) -> LLMBridgeError:
+    """Any exception as an ``LLMBridgeError``; unexpected ones are logged as bugs."""
+    if isinstance(exc, LLMBridgeError):
+        return exc
+    log.error("unexpected error", exc_info=exc)
+    return InternalError(f"internal error ({type(exc).__name__}); see the gateway log")
+
+
+def error_body(dialect: Dialect, error: LLMBridgeError, request_id: str) -> dict[str, Any]:
+    if dialect is Dialect.OLLAMA:
+        return ollama.error_body(error, request_id)
+    if dialect is Dialect.ANTHROPIC:
+        return anthropic.error_body(error, request_id)
+    return openai.error_body(error, request_id)
+
+
+def error_response(
+    dialect: Dialect,
+    exc: BaseException,
+    request_id: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    error = to_bridge_error(exc)
+    all_headers = {"request-id": request_id, "x-request-id": request_id}
+    if headers:
+        all_headers.update(headers)
+    if error.status_code == 401:
+        all_headers.setdefault("www-authenticate", "Bearer")
+    return Response(
+        dumps(error_body(dialect, error, request_id)),
+        status_code=error.status_code,
+        media_type="application/json",
+        headers=all_headers,
+    )

@@ -1,0 +1,103 @@
+"""Public model name -> (backend, backend model name).
+
+Resolution order: an exact route name or alias; then glob routes in file order;
+then the default backend (with ``default_model``, or the requested name passed on);
+with ``restrict_models`` an unmatched name is a ``ModelNotFoundError`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+from dataclasses import dataclass, replace
+
+from llmbridge.backends.base import Backend
+from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
+from llmbridge.core.models import ModelInfo
+from llmbridge.gateway.config import GatewayConfig, ModelRoute
+
+__all__ = ["ModelRouter", "Resolved"]
+
+log = logging.getLogger("llmbridge.router")
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Where a request for ``public_name`` goes."""
+
+    public_name: str
+    backend: Backend
+    backend_model: str
+
+
+class ModelRouter:
+    def __init__(self, config: GatewayConfig, backends: dict[str, Backend]) -> None:
+        self.backends = backends
+        self.restrict = config.restrict_models
+        self._exact: dict[str, ModelRoute] = {}
+        self._globs: list[ModelRoute] = []
+        for route in config.models:
+            if _GLOB_CHARS & set(route.name):
+                self._globs.append(route)
+            else:
+                self._exact.setdefault(route.name, route)
+            for alias in route.aliases:
+                self._exact.setdefault(alias, route)
+        default_name = config.resolved_default_backend()
+        self.default_backend = backends.get(default_name) if default_name else None
+        self.default_model = config.default_model
+        if self.default_backend is not None and self.default_model is None:
+            # The embedded backend serves one model: every unmatched name maps onto it.
+            public = getattr(self.default_backend, "public_name", None)
+            if isinstance(public, str):
+                self.default_model = public
+
+    def resolve(self, name: str) -> Resolved:
+        route = self._exact.get(name)
+        if route is None:
+            route = next((r for r in self._globs if fnmatch.fnmatchcase(name, r.name)), None)
+        if route is not None:
+            return Resolved(name, self.backends[route.backend], route.model or name)
+        if self.default_backend is None or self.restrict:
+            raise ModelNotFoundError(name)
+        return Resolved(name, self.default_backend, self.default_model or name)
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Every model served: explicit routes first, then the default backend's own list.
+
+        A backend that cannot be listed right now is skipped (and logged) rather than
+        failing the whole listing.
+        """
+        listed: dict[str, list[ModelInfo]] = {}
+
+        async def fetch(name: str, backend: Backend) -> None:
+            try:
+                listed[name] = await backend.list_models()
+            except LLMBridgeError as exc:
+                log.warning("cannot list models of backend %s: %s", name, exc.message)
+                listed[name] = []
+
+        await asyncio.gather(*(fetch(n, b) for n, b in self.backends.items()))
+        out: dict[str, ModelInfo] = {}
+        for route_name, route in self._exact.items():
+            backend_model = route.model or route_name
+            found = next(
+                (m for m in listed.get(route.backend, []) if m.backend_model == backend_model),
+                None,
+            )
+            base = found or ModelInfo(name=route_name, backend=route.backend)
+            out[route_name] = replace(
+                base, name=route_name, backend=route.backend, backend_model=backend_model
+            )
+        if self.default_backend is not None:
+            for info in listed.get(self.default_backend.name, []):
+                out.setdefault(info.name, info)
+        return list(out.values())
+
+    async def show(self, name: str) -> ModelInfo:
+        resolved = self.resolve(name)
+        info = await resolved.backend.show_model(resolved.backend_model)
+        return replace(info, name=name, backend=resolved.backend.name)

@@ -1,0 +1,61 @@
+"""Anthropic's Messages API: /v1/messages (also ``?beta=true``) and /v1/messages/count_tokens."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from llmbridge.core.errors import LLMBridgeError
+from llmbridge.dialects import anthropic
+from llmbridge.dialects.framing import dumps
+from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.limits import read_json
+from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.render import Dialect, error_response, new_request_id
+from llmbridge.gateway.state import state_of
+
+__all__ = ["routes"]
+
+MESSAGES = ChatCodec(
+    dialect=Dialect.ANTHROPIC,
+    endpoint="/v1/messages",
+    encode_stream=anthropic.encode_chat_stream,
+    encode_response=anthropic.encode_chat_response,
+    stream_media_type="text/event-stream",
+    announces_input_tokens=True,
+)
+
+
+async def messages(request: Request) -> Response:
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        chat = anthropic.decode_chat_request(await read_json(request, state.max_body))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.ANTHROPIC, exc, request_id)
+    return await serve_chat(
+        request, chat, MESSAGES, router=state.router, metrics=state.metrics, request_id=request_id
+    )
+
+
+async def count_tokens(request: Request) -> Response:
+    """A local estimate (seed 001's word / four-character rule); no backend call."""
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        chat = anthropic.decode_count_tokens_request(await read_json(request, state.max_body))
+        state.router.resolve(chat.model)
+    except LLMBridgeError as exc:
+        return error_response(Dialect.ANTHROPIC, exc, request_id)
+    return Response(
+        dumps({"input_tokens": count_request_tokens(chat)}),
+        media_type="application/json",
+        headers={"request-id": request_id},
+    )
+
+
+routes = [
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+]

@@ -1,0 +1,157 @@
+"""Ollama's native API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps,
+/api/version and /api/embed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from llmbridge import __version__
+from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.request import ChatRequest
+from llmbridge.dialects import ollama
+from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.limits import read_json
+from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.render import Dialect, error_response, new_request_id
+from llmbridge.gateway.state import state_of
+
+__all__ = ["OLLAMA_VERSION", "routes"]
+
+OLLAMA_VERSION = "0.12.0"
+"""The Ollama API version we report: clients gate features on it (tools, thinking)."""
+
+_NDJSON = "application/x-ndjson"
+
+CHAT = ChatCodec(
+    dialect=Dialect.OLLAMA,
+    endpoint="/api/chat",
+    encode_stream=ollama.encode_chat_stream,
+    encode_response=ollama.encode_chat_response,
+    stream_media_type=_NDJSON,
+)
+
+
+def _encode_generate_stream(
+    events: AsyncIterator[StreamEvent], request: ChatRequest
+) -> AsyncIterator[bytes]:
+    return ollama.encode_chat_stream(events, request, generate=True)
+
+
+GENERATE = ChatCodec(
+    dialect=Dialect.OLLAMA,
+    endpoint="/api/generate",
+    encode_stream=_encode_generate_stream,
+    encode_response=ollama.encode_generate_response,
+    stream_media_type=_NDJSON,
+)
+
+
+def _json(body: object, status: int = 200) -> Response:
+    return Response(dumps(body), status_code=status, media_type="application/json")
+
+
+def _loaded(chat: ChatRequest, generate: bool) -> Response:
+    """Ollama answers a request with nothing to generate by loading the model."""
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    body: dict[str, object] = {"model": chat.model, "created_at": now}
+    if generate:
+        body["response"] = ""
+    else:
+        body["message"] = {"role": "assistant", "content": ""}
+    body.update({"done_reason": "load", "done": True})
+    return _json(body)
+
+
+async def _generation(request: Request, generate: bool) -> Response:
+    state = state_of(request)
+    request_id = new_request_id()
+    codec = GENERATE if generate else CHAT
+    try:
+        body = await read_json(request, state.max_body)
+        decode = ollama.decode_generate_request if generate else ollama.decode_chat_request
+        chat = decode(body)
+        if not chat.messages:
+            state.router.resolve(chat.model)  # an unknown model is still an error
+            return _loaded(chat, generate)
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OLLAMA, exc, request_id)
+    return await serve_chat(
+        request, chat, codec, router=state.router, metrics=state.metrics, request_id=request_id
+    )
+
+
+async def chat(request: Request) -> Response:
+    return await _generation(request, generate=False)
+
+
+async def generate(request: Request) -> Response:
+    return await _generation(request, generate=True)
+
+
+async def tags(request: Request) -> Response:
+    state = state_of(request)
+    return _json(ollama.encode_tags(await state.router.list_models()))
+
+
+async def show(request: Request) -> Response:
+    state = state_of(request)
+    try:
+        body = await read_json(request, state.max_body)
+        if not isinstance(body, dict):
+            raise InvalidRequestError("request body must be a JSON object", param="model")
+        name = body.get("model") or body.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError("'model' is required", param="model")
+        info = await state.router.show(name)
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OLLAMA, exc, new_request_id())
+    return _json(ollama.encode_show(info))
+
+
+async def ps(request: Request) -> Response:
+    state = state_of(request)
+    running = []
+    for backend in state.backends.values():
+        try:
+            running.extend(await backend.running_models())
+        except LLMBridgeError:
+            continue
+    return _json(ollama.encode_ps(running))
+
+
+async def version(request: Request) -> Response:
+    return _json({"version": OLLAMA_VERSION, "llmbridge": __version__})
+
+
+async def embed(request: Request) -> Response:
+    state = state_of(request)
+    request_id = new_request_id()
+    started = time.perf_counter_ns()
+    try:
+        embed_request = ollama.decode_embed_request(await read_json(request, state.max_body))
+        resolved = state.router.resolve(embed_request.model)
+        result = await resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OLLAMA, exc, request_id)
+    body = ollama.encode_embed_response(result, embed_request)
+    body.setdefault("total_duration", time.perf_counter_ns() - started)
+    return _json(body)
+
+
+routes = [
+    Route("/api/chat", chat, methods=["POST"]),
+    Route("/api/generate", generate, methods=["POST"]),
+    Route("/api/tags", tags, methods=["GET", "HEAD"]),
+    Route("/api/show", show, methods=["POST"]),
+    Route("/api/ps", ps, methods=["GET"]),
+    Route("/api/version", version, methods=["GET", "HEAD"]),
+    Route("/api/embed", embed, methods=["POST"]),
+]

@@ -1,0 +1,83 @@
+"""OpenAI's API: /v1/chat/completions, /v1/models, /v1/models/{id}, /v1/embeddings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from llmbridge.core.errors import LLMBridgeError
+from llmbridge.dialects import openai
+from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.limits import read_json
+from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.render import Dialect, error_response, new_request_id
+from llmbridge.gateway.state import state_of
+
+__all__ = ["routes"]
+
+CHAT = ChatCodec(
+    dialect=Dialect.OPENAI,
+    endpoint="/v1/chat/completions",
+    encode_stream=openai.encode_chat_stream,
+    encode_response=openai.encode_chat_response,
+    stream_media_type="text/event-stream",
+)
+
+
+def _json(body: object) -> Response:
+    return Response(dumps(body), media_type="application/json")
+
+
+async def chat_completions(request: Request) -> Response:
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        chat = openai.decode_chat_request(await read_json(request, state.max_body))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OPENAI, exc, request_id)
+    return await serve_chat(
+        request, chat, CHAT, router=state.router, metrics=state.metrics, request_id=request_id
+    )
+
+
+async def list_models(request: Request) -> Response:
+    state = state_of(request)
+    return _json(openai.encode_models(await state.router.list_models()))
+
+
+async def get_model(request: Request) -> Response:
+    state = state_of(request)
+    model_id = request.path_params["model_id"]
+    try:
+        for info in await state.router.list_models():
+            if info.name == model_id:
+                return _json(openai.encode_model(info))
+        # Not listed, but servable (a glob route or the default backend): say so.
+        resolved = state.router.resolve(model_id)
+        info = await state.router.show(model_id)
+        return _json(openai.encode_model(replace(info, backend=resolved.backend.name)))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OPENAI, exc, new_request_id())
+
+
+async def embeddings(request: Request) -> Response:
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        embed_request = openai.decode_embed_request(await read_json(request, state.max_body))
+        resolved = state.router.resolve(embed_request.model)
+        result = await resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OPENAI, exc, request_id)
+    return _json(openai.encode_embed_response(result, embed_request))
+
+
+routes = [
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+    Route("/v1/embeddings", embeddings, methods=["POST"]),
+]

@@ -1,0 +1,69 @@
+"""The root (Ollama's liveness probe), /health and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from llmbridge import __version__
+from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
+from llmbridge.gateway.state import state_of
+
+__all__ = ["routes"]
+
+_HEALTH_TIMEOUT = 5.0
+
+
+async def root(request: Request) -> Response:
+    # Ollama clients and Home Assistant probe "GET /" for this exact text.
+    return PlainTextResponse("Ollama is running")
+
+
+async def _probe(backend: Backend) -> BackendHealth:
+    try:
+        return await asyncio.wait_for(backend.health(), _HEALTH_TIMEOUT)
+    except TimeoutError:
+        return BackendHealth(ok=False, detail=f"no answer within {_HEALTH_TIMEOUT:g}s")
+    except Exception as exc:  # noqa: BLE001 - a failing probe is a result, not an error
+        return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
+
+
+async def health(request: Request) -> Response:
+    """The gateway is up; each backend's reachability. 503 when no backend is reachable."""
+    state = state_of(request)
+    names = list(state.backends)
+    results = await asyncio.gather(*(_probe(state.backends[n]) for n in names))
+    backends = {
+        name: {
+            "kind": state.backends[name].kind,
+            "ok": result.ok,
+            "detail": result.detail,
+            "latency_ms": None if result.latency_ms is None else round(result.latency_ms, 2),
+        }
+        for name, result in zip(names, results, strict=True)
+    }
+    any_ok = any(r.ok for r in results)
+    body = {
+        "status": "ok" if all(r.ok for r in results) else ("degraded" if any_ok else "down"),
+        "version": __version__,
+        "uptime_s": round(time.time() - state.started_at, 1),
+        "backends": backends,
+    }
+    return Response(dumps(body), status_code=200 if any_ok else 503, media_type="application/json")
+
+
+async def metrics(request: Request) -> Response:
+    return Response(state_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+routes = [
+    Route("/", root, methods=["GET", "HEAD"]),
+    Route("/health", health, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]

@@ -1,0 +1,97 @@
+"""Responses that stop the backend when the client goes away.
+
+``StreamingBody`` streams bytes and, beside it, listens for ``http.disconnect``: the
+moment the client leaves, the body iterator is cancelled and closed, which cancels
+the backend call all the way down (an HTTP stream to Ollama is closed, the embedded
+model's worker stops at the next token). ``run_until_disconnect`` does the same for
+non-streaming requests while the reply is being accumulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["ClientDisconnected", "StreamingBody", "run_until_disconnect"]
+
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the response was complete."""
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_until_disconnect(receive: Receive, work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work``; if the client disconnects first, cancel it and raise."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientDisconnected()
+    finally:
+        if not watcher.done():
+            watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+class StreamingBody(Response):
+    """A streaming response that cancels its body iterator on client disconnect.
+
+    ``on_close`` runs once when the stream ends for any reason, with ``True`` when
+    the client disconnected.
+    """
+
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        *,
+        media_type: str,
+        headers: dict[str, str] | None = None,
+        on_close: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> None:
+        self.body_iterator = body
+        self.status_code = 200
+        self.media_type = media_type
+        self.background = None
+        self.on_close = on_close
+        self.init_headers(headers)
+
+    async def _send_body(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected = False
+        try:
+            await run_until_disconnect(receive, self._send_body(send))
+        except (ClientDisconnected, OSError):
+            disconnected = True
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+            if self.on_close is not None:
+                await self.on_close(disconnected)
