@@ -22,6 +22,7 @@ from llmbridge.backends.http import (
     raise_for_backend_status,
     response_json,
 )
+from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
@@ -59,13 +60,13 @@ class OllamaBackend(Backend):
         # Always stream from the backend: a non-streaming reply is the gateway's
         # accumulation of the same events, so both paths behave identically.
         body = orjson.dumps(dialect.encode_chat_request(replace(request, stream=True)))
-        async with map_transport_errors(self.name):
-            async with self._client.stream(
-                "POST", "/api/chat", content=body, headers=_JSON
-            ) as response:
-                await raise_for_backend_status(response, self.name)
-                async for event in dialect.decode_chat_stream(response.aiter_lines()):
-                    yield event
+        async with (
+            map_transport_errors(self.name),
+            self._client.stream("POST", "/api/chat", content=body, headers=_JSON) as response,
+        ):
+            await raise_for_backend_status(response, self.name)
+            async for event in dialect.decode_chat_stream(response.aiter_lines()):
+                yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = orjson.dumps(dialect.encode_embed_request(request))
@@ -92,7 +93,7 @@ class OllamaBackend(Backend):
     async def _show_or_none(self, model: str) -> ModelInfo | None:
         try:
             return await self.show_model(model)
-        except Exception:  # a model that fails to describe itself is still listed
+        except LLMBridgeError:  # a model that fails to describe itself is still listed
             return None
 
     async def show_model(self, model: str) -> ModelInfo:
@@ -102,7 +103,9 @@ class OllamaBackend(Backend):
         async with map_transport_errors(self.name):
             response = await self._client.post("/api/show", content=body, headers=_JSON)
             await raise_for_backend_status(response, self.name)
-        info = replace(dialect.decode_show(model, response_json(response, self.name)), backend=self.name)
+        info = replace(
+            dialect.decode_show(model, response_json(response, self.name)), backend=self.name
+        )
         self._show_cache[model] = info
         return info
 
@@ -110,7 +113,10 @@ class OllamaBackend(Backend):
         async with map_transport_errors(self.name):
             response = await self._client.get("/api/ps")
             await raise_for_backend_status(response, self.name)
-        return [replace(m, backend=self.name) for m in dialect.decode_tags(response_json(response, self.name))]
+        return [
+            replace(m, backend=self.name)
+            for m in dialect.decode_tags(response_json(response, self.name))
+        ]
 
     async def health(self) -> BackendHealth:
         started = time.perf_counter()
@@ -120,7 +126,8 @@ class OllamaBackend(Backend):
             return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
         latency = (time.perf_counter() - started) * 1000
         if response.status_code != 200:
-            return BackendHealth(ok=False, detail=f"HTTP {response.status_code}", latency_ms=latency)
+            return BackendHealth(
+                ok=False, detail=f"HTTP {response.status_code}", latency_ms=latency
+            )
         version = response.json().get("version", "?") if response.content else "?"
         return BackendHealth(ok=True, detail=f"ollama {version}", latency_ms=latency)
-

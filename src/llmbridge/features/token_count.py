@@ -40,9 +40,7 @@ def count_text_tokens(text: str) -> int:
 def count_message_tokens(message: Message) -> int:
     total = 0
     for part in message.parts:
-        if isinstance(part, TextPart):
-            total += count_text_tokens(part.text)
-        elif isinstance(part, ThinkingPart):
+        if isinstance(part, TextPart | ThinkingPart):
             total += count_text_tokens(part.text)
         elif isinstance(part, ToolCallPart):
             total += count_text_tokens(part.name)
@@ -56,8 +54,10 @@ def count_message_tokens(message: Message) -> int:
 
 def _tool_tokens(tool: ToolDefinition) -> int:
     schema = orjson.dumps(tool.input_schema).decode()
-    return count_text_tokens(tool.name) + count_text_tokens(tool.description) + (
-        count_text_tokens(schema)
+    return (
+        count_text_tokens(tool.name)
+        + count_text_tokens(tool.description)
+        + (count_text_tokens(schema))
     )
 
 

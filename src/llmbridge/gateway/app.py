@@ -123,7 +123,7 @@ def create_app(config: GatewayConfig, backends: dict[str, Backend] | None = None
             for backend in backends.values():
                 try:
                     await backend.aclose()
-                except Exception:  # noqa: BLE001 - shutdown must finish
+                except Exception:
                     log.exception("backend %s failed to close", backend.name)
 
     app = Starlette(

@@ -101,11 +101,13 @@ class ModelRoute(_Strict):
     aliases: tuple[str, ...] = ()
 
 
+def _default_backends() -> dict[str, BackendConfig]:
+    return {"embedded": EmbeddedBackendConfig(type="embedded")}
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
-    backends: dict[str, BackendConfig] = Field(
-        default_factory=lambda: {"embedded": EmbeddedBackendConfig(type="embedded")}
-    )
+    backends: dict[str, BackendConfig] = Field(default_factory=_default_backends)
     models: tuple[ModelRoute, ...] = ()
     default_backend: str | None = None
     """Serves names no route matches. Defaults to the only backend, or ``embedded``."""
@@ -170,25 +172,25 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
 
 def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     server = dict(raw.get("server") or {})
-    for key in ("host", "port", "max_body_bytes", "log_level"):
-        if overrides.get(key) is not None:
-            server[key] = overrides[key]
+    for field_name in ("host", "port", "max_body_bytes", "log_level"):
+        if overrides.get(field_name) is not None:
+            server[field_name] = overrides[field_name]
     if overrides.get("api_keys"):
         server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
     if server:
         raw["server"] = server
-    shortcuts = (
+    shortcuts: tuple[tuple[str, str | None, str | None], ...] = (
         ("ollama", overrides.get("ollama_url"), None),
         ("openai", overrides.get("openai_url"), overrides.get("openai_key")),
     )
-    for kind, url, key in shortcuts:
+    for kind, url, api_key in shortcuts:
         if not url:
             continue
         backends = raw.setdefault("backends", {})
         if not isinstance(backends, dict):
             raise ConfigError("'backends' must be a mapping of names to backend settings")
         entry: dict[str, Any] = {"type": kind, "url": url}
-        if key:
-            entry["api_key"] = key
+        if api_key:
+            entry["api_key"] = api_key
         backends[kind] = entry
         raw["default_backend"] = kind

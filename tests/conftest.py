@@ -1,0 +1,154 @@
+"""Shared fixtures: a real gateway on a loopback port, and a clean environment.
+
+Every protocol test talks to a real uvicorn server over 127.0.0.1 with the official
+client of its dialect; nothing here patches a client or a transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.types import ASGIApp
+
+from llmbridge.backends.base import Backend
+from llmbridge.backends.scripted import ScriptedBackend
+from llmbridge.gateway.app import create_app
+from llmbridge.gateway.config import GatewayConfig
+
+_CLIENT_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OLLAMA_HOST",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients must reach the loopback gateway directly, whatever the shell exported."""
+    for name in _CLIENT_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith("LLMBRIDGE_"):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+class RunningServer:
+    """A uvicorn server running ``app`` in a background thread on 127.0.0.1."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port: int = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, loop="asyncio", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self._sock]))
+
+    def __enter__(self) -> RunningServer:
+        self._thread.start()
+        for _ in range(1000):
+            if self.server.started:
+                return self
+            if not self._thread.is_alive():
+                raise RuntimeError("the test server failed to start")
+            threading.Event().wait(0.01)
+        raise RuntimeError("the test server did not start within 10 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+
+@contextmanager
+def running_gateway(backends: dict[str, Backend], **config: Any) -> Iterator[RunningServer]:
+    """The gateway over ``backends`` (the first is the default), served on loopback."""
+    names = list(backends)
+    settings: dict[str, Any] = {
+        "backends": {name: {"type": "scripted"} for name in names},
+        "default_backend": names[0],
+    }
+    settings.update(config)
+    app = create_app(GatewayConfig.model_validate(settings), backends=backends)
+    with RunningServer(app) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def scripted() -> ScriptedBackend:
+    return ScriptedBackend("scripted", models=("scripted", "other"))
+
+
+@pytest.fixture(scope="module")
+def gateway(scripted: ScriptedBackend) -> Iterator[RunningServer]:
+    """A gateway whose default backend is the module's scripted backend."""
+    with running_gateway({"scripted": scripted}) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset_scripted(request: pytest.FixtureRequest) -> None:
+    if "scripted" in request.fixturenames:
+        backend: ScriptedBackend = request.getfixturevalue("scripted")
+        backend.queue.clear()
+
+
+# -- official clients, closed after each test ---------------------------------------
+
+_open_clients: list[Any] = []
+
+
+def ollama_client(url: str, **kwargs: Any) -> Any:
+    import ollama
+
+    client = ollama.Client(host=url, **kwargs)
+    _open_clients.append(client)
+    return client
+
+
+def openai_client(url: str, api_key: str = "x") -> Any:
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0)
+    _open_clients.append(client)
+    return client
+
+
+def anthropic_client(url: str, api_key: str = "x") -> Any:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=url, api_key=api_key, max_retries=0)
+    _open_clients.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _open_clients:
+        _open_clients.pop().close()

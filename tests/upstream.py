@@ -1,0 +1,63 @@
+"""A fake HTTP upstream (Ollama or OpenAI-compatible) that answers with canned bytes.
+
+Used where a real backend cannot misbehave on demand: error statuses, garbage
+output, streams cut off mid-way, a server that never answers. Each request takes
+the next ``Canned`` reply from the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Canned:
+    status: int = 200
+    chunks: list[bytes] = field(default_factory=list)
+    media_type: str = "application/x-ndjson"
+    delay: float = 0.0
+    """Seconds to wait before each chunk (a hang when large)."""
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.queue: deque[Canned] = deque()
+        self.bodies: list[bytes] = []
+        self.app = Starlette(
+            routes=[
+                Route("/api/chat", self._reply, methods=["POST"]),
+                Route("/v1/chat/completions", self._reply, methods=["POST"]),
+                Route("/api/version", self._version, methods=["GET"]),
+                Route("/api/tags", self._tags, methods=["GET"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+
+    async def _reply(self, request: Request) -> Response:
+        self.bodies.append(await request.body())
+        canned = self.queue.popleft() if self.queue else Canned(status=500, chunks=[b"{}"])
+
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in canned.chunks:
+                if canned.delay:
+                    await asyncio.sleep(canned.delay)
+                yield chunk
+
+        return StreamingResponse(body(), status_code=canned.status, media_type=canned.media_type)
+
+    async def _version(self, request: Request) -> Response:
+        return Response(b'{"version":"0.12.0"}', media_type="application/json")
+
+    async def _tags(self, request: Request) -> Response:
+        return Response(b'{"models":[]}', media_type="application/json")
+
+    async def _models(self, request: Request) -> Response:
+        return Response(b'{"object":"list","data":[]}', media_type="application/json")
