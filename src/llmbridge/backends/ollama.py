@@ -65,7 +65,8 @@ class OllamaBackend(Backend):
             self._client.stream("POST", "/api/chat", content=body, headers=_JSON) as response,
         ):
             await raise_for_backend_status(response, self.name)
-            async for event in dialect.decode_chat_stream(response.aiter_lines()):
+            lines = dialect.split_ndjson_lines(response.aiter_bytes())
+            async for event in dialect.decode_chat_stream(lines):
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:

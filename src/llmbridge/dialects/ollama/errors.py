@@ -1,0 +1,21 @@
+"""Errors in Ollama's shape: ``{"error": "<message>"}``, for HTTP bodies and in-stream lines.
+
+Ollama has no error types or codes; the HTTP status (chosen by the gateway from the
+error's class) carries the kind.
+"""
+
+from __future__ import annotations
+
+from llmbridge.core.errors import LLMBridgeError
+
+__all__ = ["error_body"]
+
+
+def error_body(err: LLMBridgeError, request_id: str) -> dict[str, str]:
+    """The JSON body Ollama clients expect for ``err``.
+
+    ``request_id`` is not part of Ollama's shape (clients read only ``error``); the
+    gateway sends it in a header instead.
+    """
+    del request_id  # part of the dialect contract; Ollama's body has no place for it
+    return {"error": err.message}

@@ -1,0 +1,492 @@
+"""Ollama request bodies <-> neutral requests: ``/api/chat``, ``/api/generate``, ``/api/embed``.
+
+Decoding validates a client's body against ``types`` and translates it to a
+``ChatRequest`` / ``EmbedRequest``; encoding builds the body llmbridge sends to a real
+Ollama server. Fields the core does not model (``truncate``, ``shift``, ``logprobs``,
+``suffix``, unknown fields, ...) ride along in ``provider_details["ollama"]``.
+Ollama has no ``tool_choice``, so it is not sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
+from llmbridge.core.ids import new_id
+from llmbridge.core.messages import (
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolDefinition,
+    ToolResultPart,
+)
+from llmbridge.core.request import (
+    ChatRequest,
+    EmbedRequest,
+    GenerationParams,
+    ResponseFormat,
+    ThinkingConfig,
+)
+from llmbridge.core.tool_arguments import parse_tool_arguments
+from llmbridge.dialects.ollama.types import (
+    ChatMessage,
+    ChatRequestBody,
+    EmbedRequestBody,
+    GenerateRequestBody,
+    Options,
+    Tool,
+    ToolCall,
+)
+
+__all__ = [
+    "decode_chat_request",
+    "decode_embed_request",
+    "decode_generate_request",
+    "encode_chat_request",
+    "encode_embed_request",
+]
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+# Options with a canonical field in GenerationParams; every other option goes to ``extra``.
+_CORE_OPTIONS = frozenset(
+    {
+        "num_predict",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "stop",
+        "seed",
+        "repeat_penalty",
+        "frequency_penalty",
+        "presence_penalty",
+        "num_ctx",
+    }
+)
+# Top-level fields of a generation body that the core models itself.
+_MODELLED = frozenset(
+    {"model", "messages", "stream", "format", "keep_alive", "options", "think", "tools"}
+)
+# Generate-only fields kept in provider_details that /api/chat has no use for.
+_GENERATE_ONLY = frozenset({"prompt", "suffix", "system", "template", "context", "raw", "images"})
+_EFFORTS: dict[str, Literal["low", "medium", "high", "max"]] = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "max": "max",
+}
+# The first bytes of base64-encoded images, to name a media type Ollama never sends.
+_IMAGE_SIGNATURES = (
+    ("iVBORw0KGgo", "image/png"),
+    ("/9j/", "image/jpeg"),
+    ("R0lGOD", "image/gif"),
+    ("UklGR", "image/webp"),
+)
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+def decode_chat_request(body: object) -> ChatRequest:
+    """Validate and translate an ``/api/chat`` body.
+
+    Raises:
+        InvalidRequestError: the body is not an object, or a field is missing or has
+            the wrong type; ``param`` is the field's dotted path (``messages.0.role``).
+    """
+    parsed = _validate(ChatRequestBody, body)
+    return ChatRequest(
+        model=parsed.model,
+        messages=_decode_messages(parsed.messages or []),
+        stream=parsed.stream is not False,
+        params=_decode_options(parsed.options),
+        tools=tuple(_decode_tool(tool) for tool in parsed.tools or []),
+        thinking=_decode_think(parsed.think),
+        response_format=_decode_format(parsed.format),
+        keep_alive=_decode_keep_alive(parsed.keep_alive),
+        provider_details=_provider_details(parsed),
+    )
+
+
+def decode_generate_request(body: object) -> ChatRequest:
+    """Validate and translate an ``/api/generate`` body into a chat request.
+
+    ``system`` becomes a system message and ``prompt`` (with ``images``) a user
+    message. An empty prompt is valid (Ollama just loads the model) and decodes to a
+    request with no messages; the caller decides what to do with it.
+    """
+    parsed = _validate(GenerateRequestBody, body)
+    messages: list[Message] = []
+    if parsed.system:
+        messages.append(Message(role="system", parts=(TextPart(parsed.system),)))
+    user_parts: list[Part] = [TextPart(parsed.prompt)] if parsed.prompt else []
+    user_parts.extend(_image_part(image) for image in parsed.images or [])
+    if user_parts:
+        messages.append(Message(role="user", parts=tuple(user_parts)))
+    return ChatRequest(
+        model=parsed.model,
+        messages=tuple(messages),
+        stream=parsed.stream is not False,
+        params=_decode_options(parsed.options),
+        thinking=_decode_think(parsed.think),
+        response_format=_decode_format(parsed.format),
+        keep_alive=_decode_keep_alive(parsed.keep_alive),
+        provider_details=_provider_details(
+            parsed, exclude=frozenset({"prompt", "system", "images"})
+        ),
+    )
+
+
+def decode_embed_request(body: object) -> EmbedRequest:
+    """Validate and translate an ``/api/embed`` body."""
+    parsed = _validate(EmbedRequestBody, body)
+    inputs = (parsed.input,) if isinstance(parsed.input, str) else tuple(parsed.input)
+    return EmbedRequest(
+        model=parsed.model,
+        inputs=inputs,
+        dimensions=parsed.dimensions,
+        truncate=parsed.truncate is not False,
+    )
+
+
+def _validate(model: type[_Body], body: object) -> _Body:
+    if not isinstance(body, dict):
+        raise InvalidRequestError("the request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(exc, body) from exc
+
+
+def _invalid(exc: ValidationError, body: dict[str, Any]) -> InvalidRequestError:
+    """The first validation error, as a message naming the field's dotted path."""
+    error = exc.errors(include_url=False)[0]
+    path = ".".join(str(item) for item in _field_path(error["loc"], body, error["type"]))
+    message = error["msg"]
+    if error["type"] == "value_error":
+        message = str(error.get("ctx", {}).get("error", message))
+    return InvalidRequestError(f"{path}: {message}" if path else message, param=path or None)
+
+
+def _field_path(loc: tuple[int | str, ...], body: Any, error_type: str) -> list[int | str]:
+    # pydantic adds union-member tags (``str``, ``dict[str,any]``) to ``loc``; keep only
+    # the steps that exist in the input, plus the name of a missing field.
+    path: list[int | str] = []
+    current: Any = body
+    last = len(loc) - 1
+    for position, item in enumerate(loc):
+        in_list = isinstance(item, int) and isinstance(current, list) and 0 <= item < len(current)
+        in_dict = isinstance(current, dict) and item in current
+        if in_list or in_dict:
+            current = current[item]
+            path.append(item)
+        elif error_type == "missing" and position == last and isinstance(current, dict):
+            path.append(item)
+    return path
+
+
+def _decode_messages(raw: list[ChatMessage]) -> tuple[Message, ...]:
+    messages: list[Message] = []
+    # Calls of the latest assistant turn, in order, and which of them have a result.
+    calls: list[ToolCallPart] = []
+    answered: set[str] = set()
+    for message in raw:
+        if message.role == "tool":
+            call_id = message.tool_call_id or _match_call(message.tool_name, calls, answered)
+            answered.add(call_id)
+            part = ToolResultPart(
+                tool_call_id=call_id, content=message.content or "", name=message.tool_name
+            )
+            messages.append(_message("tool", [part], message, extra_images=True))
+            continue
+        parts: list[Part] = []
+        if message.thinking:
+            parts.append(ThinkingPart(message.thinking))
+        if message.content:
+            parts.append(TextPart(message.content))
+        parts.extend(_image_part(image) for image in message.images or [])
+        if message.tool_calls:
+            calls = [_decode_tool_call(call) for call in message.tool_calls]
+            answered = set()
+            parts.extend(calls)
+        messages.append(_message(message.role, parts, message))
+    return tuple(messages)
+
+
+def _match_call(name: str | None, calls: list[ToolCallPart], answered: set[str]) -> str:
+    """The id of the call a tool result without ``tool_call_id`` answers.
+
+    Ollama clients often name only the tool: pair the result with the first
+    unanswered call of that name in the latest assistant turn, else the first
+    unanswered call, else the latest call of that name; with no call, make up an id.
+    """
+    unanswered = [call for call in calls if call.id not in answered]
+    for call in unanswered:
+        if call.name == name:
+            return call.id
+    if unanswered:
+        return unanswered[0].id
+    for call in reversed(calls):
+        if call.name == name:
+            return call.id
+    return new_id("call_")
+
+
+def _message(
+    role: Literal["system", "user", "assistant", "tool"],
+    parts: list[Part],
+    message: ChatMessage,
+    *,
+    extra_images: bool = False,
+) -> Message:
+    details = dict(message.model_extra or {})
+    if extra_images and message.images:
+        # ToolResultPart holds text only; keep a tool message's images beside it.
+        details["images"] = message.images
+    return Message(
+        role=role, parts=tuple(parts), provider_details={"ollama": details} if details else None
+    )
+
+
+def _decode_tool_call(call: ToolCall) -> ToolCallPart:
+    arguments, raw = parse_tool_arguments(call.function.arguments)
+    return ToolCallPart(
+        id=call.id or new_id("call_"),
+        name=call.function.name,
+        arguments=arguments,
+        raw_arguments=raw,
+    )
+
+
+def _image_part(image: str) -> ImagePart:
+    media_type: str | None = None
+    if image.startswith("data:") and ";base64," in image:
+        # Ollama itself wants bare base64; accept a data URL from lenient clients.
+        header, image = image[5:].split(";base64,", 1)
+        media_type = header or None
+    if media_type is None:
+        media_type = next((mt for sig, mt in _IMAGE_SIGNATURES if image.startswith(sig)), None)
+    return ImagePart(data=image, media_type=media_type)
+
+
+def _decode_tool(tool: Tool) -> ToolDefinition:
+    function = tool.function
+    details = dict(tool.model_extra or {})
+    if function.model_extra:
+        details["function"] = dict(function.model_extra)
+    if tool.type != "function":
+        details["type"] = tool.type
+    return ToolDefinition(
+        name=function.name,
+        description=function.description or "",
+        input_schema=function.parameters if function.parameters is not None else {"type": "object"},
+        provider_details={"ollama": details} if details else None,
+    )
+
+
+def _decode_options(options: Options | None) -> GenerationParams:
+    if options is None:
+        return GenerationParams()
+    values = options.model_dump(exclude_none=True)
+    extra = {key: value for key, value in values.items() if key not in _CORE_OPTIONS}
+    num_predict = options.num_predict
+    if num_predict is not None and num_predict < 0:
+        # -1 (unlimited) and -2 (fill the context) have no neutral spelling.
+        extra["num_predict"] = num_predict
+        num_predict = None
+    return GenerationParams(
+        max_tokens=num_predict,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        top_k=options.top_k,
+        min_p=options.min_p,
+        stop=tuple(options.stop or ()),
+        seed=options.seed,
+        frequency_penalty=options.frequency_penalty,
+        presence_penalty=options.presence_penalty,
+        repeat_penalty=options.repeat_penalty,
+        num_ctx=options.num_ctx,
+        extra=extra,
+    )
+
+
+def _decode_think(think: bool | str | None) -> ThinkingConfig | None:
+    if think is None or think is False:
+        return None
+    if isinstance(think, str):
+        return ThinkingConfig(enabled=True, effort=_EFFORTS.get(think))
+    return ThinkingConfig(enabled=True)
+
+
+def _decode_format(value: str | dict[str, Any] | None) -> ResponseFormat | None:
+    if isinstance(value, dict):
+        return ResponseFormat(type="json_schema", schema=value)
+    if value == "json":
+        return ResponseFormat(type="json")
+    return None
+
+
+def _decode_keep_alive(value: str | int | float | None) -> str | int | None:
+    if isinstance(value, float):
+        # Whole seconds stay a number; a fraction becomes a Go duration string.
+        return int(value) if value.is_integer() else f"{value}s"
+    return value
+
+
+def _provider_details(
+    parsed: ChatRequestBody | GenerateRequestBody, exclude: frozenset[str] = frozenset()
+) -> dict[str, Any] | None:
+    details: dict[str, Any] = {}
+    for key in type(parsed).model_fields:
+        if key in _MODELLED or key in exclude or key not in parsed.model_fields_set:
+            continue
+        value = getattr(parsed, key)
+        if value is not None:
+            details[key] = value
+    details.update(parsed.model_extra or {})
+    if parsed.think is False:
+        # ``think: false`` switches thinking off on models that think by default;
+        # ThinkingConfig None means "the default", so remember the explicit false.
+        details["think"] = False
+    return {"ollama": details} if details else None
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
+    """The ``/api/chat`` body llmbridge sends to a real Ollama server.
+
+    Raises:
+        UnsupportedFeatureError: an image is given by remote URL (Ollama takes base64 only).
+    """
+    body: dict[str, Any] = {
+        "model": req.model,
+        "messages": _encode_messages(req.messages),
+        "stream": req.stream,
+    }
+    if req.tools:
+        body["tools"] = [_encode_tool(tool) for tool in req.tools]
+    options = _encode_options(req.params)
+    if options:
+        body["options"] = options
+    details: dict[str, Any] = dict((req.provider_details or {}).get("ollama") or {})
+    if req.thinking is not None:
+        body["think"] = (req.thinking.effort or True) if req.thinking.enabled else False
+    elif details.get("think") is False:
+        body["think"] = False
+    fmt = req.response_format
+    if fmt is not None and fmt.type == "json_schema" and fmt.schema is not None:
+        body["format"] = fmt.schema
+    elif fmt is not None and fmt.type != "text":
+        body["format"] = "json"
+    if req.keep_alive is not None:
+        body["keep_alive"] = req.keep_alive
+    for key, value in details.items():
+        if key not in body and key not in _GENERATE_ONLY and key != "think":
+            body[key] = value
+    return body
+
+
+def encode_embed_request(req: EmbedRequest) -> dict[str, Any]:
+    """The ``/api/embed`` body llmbridge sends to a real Ollama server."""
+    body: dict[str, Any] = {"model": req.model, "input": list(req.inputs)}
+    if not req.truncate:
+        body["truncate"] = False
+    if req.dimensions is not None:
+        body["dimensions"] = req.dimensions
+    return body
+
+
+def _encode_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool call id -> tool name, for results that lack it
+    for position, message in enumerate(messages):
+        details = (message.provider_details or {}).get("ollama") or {}
+        wire: dict[str, Any] = {"role": message.role, "content": message.text}
+        thinking = message.thinking
+        if thinking:
+            wire["thinking"] = thinking
+        images = [
+            _encode_image(part, position) for part in message.parts if isinstance(part, ImagePart)
+        ]
+        calls = message.tool_calls
+        if calls:
+            names.update((call.id, call.name) for call in calls)
+            wire["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "function": {"index": i, "name": call.name, "arguments": call.arguments},
+                }
+                for i, call in enumerate(calls)
+            ]
+        results = [part for part in message.parts if isinstance(part, ToolResultPart)]
+        for result in results:
+            # Ollama carries one result per ``tool`` message, whatever role held it.
+            tool: dict[str, Any] = {"role": "tool", "content": result.content}
+            name = result.name or names.get(result.tool_call_id)
+            if name:
+                tool["tool_name"] = name
+            tool["tool_call_id"] = result.tool_call_id
+            out.append(tool)
+        if results and message.role == "tool":
+            if details.get("images"):
+                out[-1]["images"] = details["images"]
+            continue
+        if results and not (wire["content"] or images or thinking or calls):
+            continue
+        if images:
+            wire["images"] = images
+        for key, value in details.items():
+            wire.setdefault(key, value)
+        out.append(wire)
+    return out
+
+
+def _encode_image(part: ImagePart, position: int) -> str:
+    if part.data is not None:
+        return part.data
+    if part.url and part.url.startswith("data:") and ";base64," in part.url:
+        return part.url.split(";base64,", 1)[1]
+    raise UnsupportedFeatureError(
+        "Ollama accepts only base64 images, not image URLs", param=f"messages.{position}"
+    )
+
+
+def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
+    details = dict((tool.provider_details or {}).get("ollama") or {})
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = tool.input_schema
+    extra_function = details.pop("function", None)
+    if isinstance(extra_function, dict):
+        for key, value in extra_function.items():
+            function.setdefault(key, value)
+    return {"type": details.pop("type", "function"), "function": function, **details}
+
+
+def _encode_options(params: GenerationParams) -> dict[str, Any]:
+    fields = (
+        ("num_predict", params.max_tokens),
+        ("temperature", params.temperature),
+        ("top_p", params.top_p),
+        ("top_k", params.top_k),
+        ("min_p", params.min_p),
+        ("stop", list(params.stop) if params.stop else None),
+        ("seed", params.seed),
+        ("repeat_penalty", params.repeat_penalty),
+        ("frequency_penalty", params.frequency_penalty),
+        ("presence_penalty", params.presence_penalty),
+        ("num_ctx", params.num_ctx),
+    )
+    options = {key: value for key, value in fields if value is not None}
+    for key, value in params.extra.items():
+        options.setdefault(key, value)
+    return options

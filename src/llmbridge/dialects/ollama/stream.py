@@ -1,0 +1,327 @@
+"""Ollama NDJSON streams <-> neutral stream events.
+
+``encode_chat_stream`` writes what an Ollama client reads from ``/api/chat`` (or
+``/api/generate``); ``decode_chat_stream`` reads a real Ollama server's ``/api/chat``
+stream. ``ChatFrameDecoder`` is the frame-by-frame state machine behind the decoder,
+shared with ``response.decode_chat_response`` (a non-streamed reply is one frame).
+
+Quirks handled here, each seen in the wild:
+
+- Tool calls arrive whole, in any frame, including the final ``done: true`` one
+  (QuantumNous/new-api#7252).
+- Every call of a parallel batch may carry ``function.index`` 0 (ollama/ollama#16212),
+  so each whole call becomes its own part with its own id.
+- ``done_reason`` is ``stop`` even when the model called a tool, so the stop reason
+  is ``tool_use`` whenever any frame carried a tool call.
+- An in-band ``{"error": "..."}`` line ends a stream that already started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from llmbridge.core.errors import BackendError, BackendProtocolError
+from llmbridge.core.events import (
+    PartDelta,
+    PartEnd,
+    ResponseEnd,
+    ResponseStart,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    UsageUpdate,
+)
+from llmbridge.core.ids import new_id
+from llmbridge.core.messages import ToolCallPart
+from llmbridge.core.parts_manager import PartsManager
+from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import StopReason, Timings, Usage
+from llmbridge.dialects.framing import dumps, ndjson_line
+from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339, rfc3339
+
+__all__ = [
+    "ChatFrameDecoder",
+    "decode_chat_stream",
+    "encode_chat_stream",
+    "split_ndjson_lines",
+]
+
+# httpx's ``aiter_lines`` (which ollama-python reads streams with) splits lines like
+# ``str.splitlines``: at U+0085, U+2028 and U+2029 too. orjson writes those raw inside
+# strings, which would cut a JSON record in two, so they are escaped.
+_LINE_BREAKS = (
+    (b"\xc2\x85", b"\\u0085"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
+def _escape_breaks(data: bytes) -> bytes:
+    # isascii() is a fast scan; substring tests cost ~10x more, so only non-ASCII pays.
+    if not data.isascii() and (b"\xe2\x80" in data or b"\xc2\x85" in data):
+        for raw, escaped in _LINE_BREAKS:
+            data = data.replace(raw, escaped)
+    return data
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+async def encode_chat_stream(
+    events: AsyncIterator[StreamEvent], request: ChatRequest, *, generate: bool = False
+) -> AsyncIterator[bytes]:
+    """Neutral events as the NDJSON lines of ``/api/chat`` (or ``/api/generate``).
+
+    Text and thinking deltas become one line each; a tool call is sent whole when its
+    part ends (``/api/generate`` has no tool calls, so there they are skipped); the
+    last line has ``done: true``, ``done_reason`` and the metrics. A ``StreamError``
+    becomes Ollama's ``{"error": "..."}`` line, after which the stream ends.
+    """
+    model = request.model
+    created_at = rfc3339(time.time())
+    # Text and thinking lines differ only in the delta: build everything around it once.
+    text_head, thinking_head, tail = _delta_frame_parts(model, created_at, generate)
+    usage = Usage()
+    tool_index = 0
+    async for event in events:
+        if isinstance(event, PartDelta):
+            delta = event.delta
+            if isinstance(delta, TextDelta):
+                if delta.text:
+                    yield text_head + _escape_breaks(dumps(delta.text)) + tail
+            elif isinstance(delta, ThinkingDelta) and delta.text:
+                yield thinking_head + _escape_breaks(dumps(delta.text)) + tail
+        elif isinstance(event, PartEnd):
+            if isinstance(event.part, ToolCallPart) and not generate:
+                yield _escape_breaks(_tool_call_line(model, created_at, event.part, tool_index))
+                tool_index += 1
+        elif isinstance(event, ResponseStart):
+            if event.created:
+                created_at = rfc3339(event.created)
+                text_head, thinking_head, tail = _delta_frame_parts(model, created_at, generate)
+            if event.input_tokens is not None:
+                usage = Usage(input_tokens=event.input_tokens)
+        elif isinstance(event, UsageUpdate):
+            usage = usage.merged(event.usage)
+        elif isinstance(event, ResponseEnd):
+            final: dict[str, Any] = {"model": model, "created_at": created_at}
+            if generate:
+                final["response"] = ""
+            else:
+                final["message"] = {"role": "assistant", "content": ""}
+            final["done_reason"] = done_reason(event.stop_reason)
+            final["done"] = True
+            final.update(metrics(usage.merged(event.usage), event.timings))
+            yield _escape_breaks(ndjson_line(final))
+            return
+        elif isinstance(event, StreamError):
+            yield _escape_breaks(ndjson_line({"error": event.error.message}))
+            return
+    # The events ended without an end: say so rather than leave the client guessing.
+    yield ndjson_line({"error": "the backend's stream ended before it was complete"})
+
+
+def _delta_frame_parts(model: str, created_at: str, generate: bool) -> tuple[bytes, bytes, bytes]:
+    head = _escape_breaks(b'{"model":' + dumps(model) + b',"created_at":' + dumps(created_at))
+    if generate:
+        return head + b',"response":', head + b',"response":"","thinking":', b',"done":false}\n'
+    message = b',"message":{"role":"assistant","content":'
+    return (
+        head + message,
+        head + message + b'"","thinking":',
+        b'},"done":false}\n',
+    )
+
+
+def _tool_call_line(model: str, created_at: str, call: ToolCallPart, index: int) -> bytes:
+    function = {"index": index, "name": call.name, "arguments": call.arguments}
+    return ndjson_line(
+        {
+            "model": model,
+            "created_at": created_at,
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": call.id, "function": function}],
+            },
+            "done": False,
+        }
+    )
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+async def decode_chat_stream(lines: AsyncIterator[str]) -> AsyncIterator[StreamEvent]:
+    """A real Ollama ``/api/chat`` NDJSON stream as neutral events.
+
+    Blank lines are skipped. An ``{"error": ...}`` line is yielded as a
+    ``StreamError`` and ends the stream.
+
+    Raises:
+        BackendProtocolError: a line is not a JSON object of the expected shape, or
+            the stream ended before a ``done: true`` frame.
+    """
+    decoder = ChatFrameDecoder()
+    async for line in lines:
+        if not line or line.isspace():
+            continue
+        try:
+            frame = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise BackendProtocolError(
+                f"Ollama sent a line that is not JSON: {line[:200]!r}"
+            ) from exc
+        for event in decoder.feed(frame):
+            yield event
+        if decoder.finished:
+            return
+    raise BackendProtocolError("Ollama's stream ended before its done frame")
+
+
+async def split_ndjson_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """Split a byte stream into NDJSON lines at ``\\n`` only.
+
+    Prefer this to httpx's ``aiter_lines``, which also splits at U+0085, U+2028 and
+    U+2029; Go's JSON encoder writes U+0085 raw, so such a character in a reply would
+    cut a record in two. Each line is decoded whole, so multi-byte characters split
+    across chunks come out intact.
+
+    Raises:
+        BackendProtocolError: a line is not valid UTF-8.
+    """
+    pending = bytearray()
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            pending += chunk[start:end]
+            yield _utf8(bytes(pending))
+            pending.clear()
+            start = end + 1
+        pending += chunk[start:]
+    if pending:
+        yield _utf8(bytes(pending))
+
+
+def _utf8(line: bytes) -> str:
+    try:
+        return line.decode().removesuffix("\r")
+    except UnicodeDecodeError as exc:
+        raise BackendProtocolError("Ollama sent a line that is not valid UTF-8") from exc
+
+
+class ChatFrameDecoder:
+    """Turns Ollama reply frames (decoded JSON), one at a time, into neutral events.
+
+    Reads ``/api/chat`` frames (``message``) and ``/api/generate`` frames
+    (``response``, ``thinking``). ``finished`` is true once a ``done: true`` or an
+    error frame was fed.
+    """
+
+    __slots__ = ("_parts", "_started", "finished")
+
+    def __init__(self) -> None:
+        self._parts = PartsManager()
+        self._started = False
+        self.finished = False
+
+    def feed(self, frame: object, *, final: bool = False) -> list[StreamEvent]:
+        """The events for one frame; ``final`` treats it as the last even without ``done``.
+
+        Raises:
+            BackendProtocolError: the frame is not shaped like an Ollama reply.
+        """
+        if not isinstance(frame, dict):
+            raise BackendProtocolError(f"Ollama sent a frame that is not an object: {frame!r:.200}")
+        error = frame.get("error")
+        if error:
+            self.finished = True
+            text = error if isinstance(error, str) else orjson.dumps(error).decode()
+            return [StreamError(BackendError(text))]
+        events: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            created = parse_rfc3339(frame.get("created_at"))
+            model = frame.get("model")
+            events.append(
+                ResponseStart(
+                    id=new_id("chatcmpl-"),
+                    model=model if isinstance(model, str) else "",
+                    created=created if created is not None else time.time(),
+                )
+            )
+        message = frame.get("message")
+        if message is not None:
+            events.extend(self._message(message))
+        else:
+            events.extend(self._parts.thinking(_text(frame, "thinking")))
+            events.extend(self._parts.text(_text(frame, "response")))
+        if frame.get("done") is True or final:
+            events.extend(self._parts.finish())
+            events.append(self._end(frame))
+            self.finished = True
+        return events
+
+    def _message(self, message: object) -> list[StreamEvent]:
+        if not isinstance(message, dict):
+            raise BackendProtocolError("Ollama sent a 'message' that is not an object")
+        events = self._parts.thinking(_text(message, "thinking"))
+        events.extend(self._parts.text(_text(message, "content")))
+        calls = message.get("tool_calls")
+        if calls is None:
+            return events
+        if not isinstance(calls, list):
+            raise BackendProtocolError("Ollama sent 'tool_calls' that is not a list")
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise BackendProtocolError(f"Ollama sent a malformed tool call: {call!r:.200}")
+            call_id = call.get("id")
+            events.extend(
+                self._parts.tool_call(
+                    function["name"],
+                    function.get("arguments") or {},
+                    call_id if isinstance(call_id, str) and call_id else None,
+                )
+            )
+        return events
+
+    def _end(self, frame: dict[str, Any]) -> ResponseEnd:
+        if self._parts.saw_tool_call:
+            stop = StopReason.TOOL_USE
+        elif frame.get("done_reason") == "length":
+            stop = StopReason.MAX_TOKENS
+        else:
+            stop = StopReason.END_TURN
+        return ResponseEnd(
+            stop_reason=stop,
+            usage=Usage(
+                input_tokens=_count(frame, "prompt_eval_count"),
+                output_tokens=_count(frame, "eval_count"),
+            ),
+            timings=Timings(
+                total_ns=_count(frame, "total_duration"),
+                load_ns=_count(frame, "load_duration"),
+                prompt_eval_ns=_count(frame, "prompt_eval_duration"),
+                eval_ns=_count(frame, "eval_duration"),
+            ),
+        )
+
+
+def _text(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value or ""
+    raise BackendProtocolError(f"Ollama sent a non-string '{key}'")
+
+
+def _count(frame: dict[str, Any], key: str) -> int | None:
+    value = frame.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)

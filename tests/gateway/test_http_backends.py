@@ -1,0 +1,199 @@
+"""The Ollama and OpenAI-compatible backends end to end: a client's dialect in front,
+a fake upstream replaying a backend's quirky stream behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from llmbridge.backends.ollama import OllamaBackend
+from llmbridge.backends.openai_compat import OpenAICompatBackend
+from tests.conftest import (
+    RunningServer,
+    anthropic_client,
+    ollama_client,
+    openai_client,
+    running_gateway,
+)
+from tests.upstream import Canned, FakeUpstream
+
+
+def ndjson(*frames: dict[str, object]) -> list[bytes]:
+    return [orjson.dumps(f) + b"\n" for f in frames]
+
+
+def sse(*payloads: dict[str, object] | str) -> list[bytes]:
+    out = []
+    for p in payloads:
+        data = p if isinstance(p, str) else orjson.dumps(p).decode()
+        out.append(f"data: {data}\n\n".encode())
+    return out
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
+    fake = FakeUpstream()
+    with RunningServer(fake.app) as server:
+        yield fake, server
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: tuple[FakeUpstream, RunningServer]) -> Iterator[RunningServer]:  # type: ignore[override]
+    _, up = upstream
+    backends = {
+        "ollama": OllamaBackend("ollama", up.url),
+        "vllm": OpenAICompatBackend("vllm", up.url),
+    }
+    with running_gateway(backends, models=[{"name": "oai-*", "backend": "vllm"}]) as server:
+        yield server
+
+
+OLLAMA_TOOLS_IN_DONE_FRAME = ndjson(
+    {
+        "model": "qwen3",
+        "created_at": "2026-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": ""},
+        "done": False,
+    },
+    {
+        "model": "qwen3",
+        "created_at": "2026-01-01T00:00:00Z",
+        "message": {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}},
+                {"function": {"index": 0, "name": "get_weather", "arguments": {"city": "Rome"}}},
+            ],
+        },
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": 12,
+        "eval_count": 7,
+    },
+)
+
+
+def test_anthropic_client_over_ollama_tool_calls_in_final_frame(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    fake.queue.append(Canned(chunks=OLLAMA_TOOLS_IN_DONE_FRAME))
+    client = anthropic_client(gateway.url)
+    with client.messages.stream(
+        model="qwen3",
+        max_tokens=64,
+        messages=[{"role": "user", "content": "weather in Paris and Rome?"}],
+        tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
+    ) as stream:
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == ["tool_use", "tool_use"]
+    inputs = [b.input for b in final.content if b.type == "tool_use"]
+    assert inputs == [{"city": "Paris"}, {"city": "Rome"}]
+    ids = {b.id for b in final.content if b.type == "tool_use"}
+    assert len(ids) == 2
+    assert final.stop_reason == "tool_use"
+    assert final.usage.output_tokens == 7
+    sent = orjson.loads(fake.bodies[-1])
+    assert sent["model"] == "qwen3" and sent["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_ollama_client_over_ollama_streams_text(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    fake.queue.append(
+        Canned(
+            chunks=ndjson(
+                {
+                    "model": "m",
+                    "created_at": "2026-01-01T00:00:00Z",
+                    "message": {"role": "assistant", "content": "Bon"},
+                    "done": False,
+                },
+                {
+                    "model": "m",
+                    "created_at": "2026-01-01T00:00:00Z",
+                    "message": {"role": "assistant", "content": "jour"},
+                    "done": False,
+                },
+                {
+                    "model": "m",
+                    "created_at": "2026-01-01T00:00:00Z",
+                    "message": {"role": "assistant", "content": ""},
+                    "done": True,
+                    "done_reason": "length",
+                    "eval_count": 2,
+                },
+            )
+        )
+    )
+    chunks = list(
+        ollama_client(gateway.url).chat(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
+    assert "".join(c.message.content for c in chunks) == "Bonjour"
+    assert chunks[-1].done_reason == "length"
+
+
+def test_openai_client_over_openai_compat_with_reasoning_and_combined_chunk(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    fake.queue.append(
+        Canned(
+            media_type="text/event-stream",
+            chunks=sse(
+                base
+                | {"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning": "hmm"}}]},
+                base | {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+                # content and finish_reason in the same chunk: the content must survive
+                base
+                | {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+                base
+                | {
+                    "choices": [],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+                },
+                "[DONE]",
+            ),
+        )
+    )
+    client = openai_client(gateway.url)
+    reply = client.chat.completions.create(
+        model="oai-model", messages=[{"role": "user", "content": "hi"}]
+    )
+    message = reply.choices[0].message
+    assert message.content == "Hello"
+    assert reply.usage is not None and reply.usage.completion_tokens == 2
+    sent = orjson.loads(fake.bodies[-1])
+    assert sent["model"] == "oai-model" and sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+
+
+def test_anthropic_thinking_over_openai_compat(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    fake.queue.append(
+        Canned(
+            media_type="text/event-stream",
+            chunks=sse(
+                base | {"choices": [{"index": 0, "delta": {"reasoning_content": "step 1"}}]},
+                base | {"choices": [{"index": 0, "delta": {"content": "42"}}]},
+                base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                "[DONE]",
+            ),
+        )
+    )
+    reply = anthropic_client(gateway.url).messages.create(
+        model="oai-r1", max_tokens=32, messages=[{"role": "user", "content": "?"}]
+    )
+    assert [b.type for b in reply.content] == ["thinking", "text"]
+    assert reply.content[0].type == "thinking" and reply.content[0].thinking == "step 1"
+    assert reply.content[1].type == "text" and reply.content[1].text == "42"
