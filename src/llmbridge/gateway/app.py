@@ -93,7 +93,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         )
     else:
         error = LLMBridgeError(str(exc.detail), status_code=exc.status_code)
-    return error_response(dialect, error, new_request_id(), headers=exc.headers)
+    return error_response(
+        dialect, error, new_request_id(), headers=dict(exc.headers) if exc.headers else None
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

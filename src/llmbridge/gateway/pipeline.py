@@ -105,7 +105,7 @@ async def _guarded(
         log.warning("stream from backend %s failed: %s", tracker.backend, error.message)
         yield StreamError(error)
     finally:
-        await events.aclose()
+        await _close(events)
 
 
 async def serve_chat(
@@ -130,11 +130,11 @@ async def serve_chat(
         if isinstance(first, StreamError):
             raise first.error
     except ClientDisconnected:
-        await events.aclose()
+        await _close(events)
         tracker.finish(499)
         return Response(status_code=499)
     except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
-        await events.aclose()
+        await _close(events)
         error = to_bridge_error(exc)
         tracker.error(error)
         tracker.finish()
