@@ -1,0 +1,44 @@
+"""Anthropic's error JSON: the body of an HTTP error and of an in-stream ``error`` event.
+
+``{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}``, with
+``error.type`` chosen by HTTP status as docs.claude.com/en/api/errors lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmbridge.core.errors import LLMBridgeError
+
+__all__ = ["error_body", "error_type_for_status"]
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+
+
+def error_type_for_status(status: int) -> str:
+    """Anthropic's ``error.type`` for an HTTP status (other 4xx: invalid_request_error)."""
+    known = _ERROR_TYPES.get(status)
+    if known is not None:
+        return known
+    return "invalid_request_error" if 400 <= status < 500 else "api_error"
+
+
+def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:
+    """The JSON body of an error response in Anthropic's shape."""
+    return {
+        "type": "error",
+        "error": {"type": error_type_for_status(err.status_code), "message": err.message},
+        "request_id": request_id,
+    }

@@ -1,0 +1,529 @@
+"""Anthropic Messages requests: ``/v1/messages`` bodies to ``ChatRequest`` and back.
+
+``decode_chat_request`` is the gateway's front door for Anthropic clients (Claude Code,
+the official SDKs); ``encode_chat_request`` builds the body llmbridge sends when its
+backend is a real Anthropic API. Responses and streams live in ``response`` and
+``stream``.
+
+The two directions differ where Anthropic's rules do:
+
+- ``tool_result`` blocks arrive inside user turns; the core wants one
+  ``Message(role="tool")`` per result, directly after the assistant turn that made the
+  calls and before the user's own text of that turn (OpenAI-style backends reject
+  anything else; y-router gets this wrong). Encoding folds them back into a user turn,
+  tool results first, as Anthropic requires.
+- Anthropic requires alternating user/assistant turns, so encoding merges neighbours.
+- Thinking blocks are sent back only when Anthropic signed them (see ``_encode_part``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
+from llmbridge.core.messages import (
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolChoice,
+    ToolDefinition,
+    ToolResultPart,
+)
+from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat, ThinkingConfig
+from llmbridge.dialects.anthropic.types import (
+    PROVIDER,
+    ContentBlockSource,
+    ConversationBody,
+    CountTokensRequestBody,
+    DocumentBlock,
+    ImageBlock,
+    MessageParam,
+    MessagesRequestBody,
+    PlainTextSource,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ThinkingConfigDisabled,
+    ThinkingConfigEnabled,
+    Tool,
+    ToolChoiceNone,
+    ToolChoiceTool,
+    ToolResultBlock,
+    ToolUseBlock,
+    validate_body,
+)
+
+__all__ = ["decode_chat_request", "decode_count_tokens_request", "encode_chat_request"]
+
+DEFAULT_MAX_TOKENS = 4096
+"""Anthropic requires ``max_tokens``; sent when the request did not say."""
+
+MIN_THINKING_BUDGET = 1024
+"""The smallest ``budget_tokens`` Anthropic accepts."""
+
+_EFFORT_BUDGETS = {"low": 1024, "medium": 4096, "high": 16384, "max": 32000}
+"""``budget_tokens`` for a request that only gave an effort (an OpenAI client's
+``reasoning_effort``)."""
+
+_EFFORTS: dict[str, Literal["low", "medium", "high", "max"]] = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",  # the core has no level between high and max
+    "max": "max",
+}
+
+# Top-level fields mapped onto ChatRequest; every other field goes to provider_details.
+_MODELED = frozenset(
+    {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature"}
+    | {"top_p", "top_k", "stream", "tools", "tool_choice", "thinking"}
+)
+_TOOL_FIELDS = frozenset({"name", "description", "input_schema"})
+_UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+# -- decoding -----------------------------------------------------------------------
+
+
+def decode_chat_request(body: object) -> ChatRequest:
+    """Translate a ``/v1/messages`` body into a ``ChatRequest``.
+
+    Raises:
+        InvalidRequestError: the body is not an object, or a field is missing or
+            wrong; the message and ``param`` name the field (``messages.2.content.0``).
+        UnsupportedFeatureError: a block the core cannot carry (a PDF document).
+    """
+    parsed = validate_body(MessagesRequestBody, body)
+    params = GenerationParams(
+        max_tokens=parsed.max_tokens,
+        temperature=parsed.temperature,
+        top_p=parsed.top_p,
+        top_k=parsed.top_k,
+        stop=tuple(parsed.stop_sequences or ()),
+    )
+    return _chat_request(parsed, params, stream=bool(parsed.stream))
+
+
+def decode_count_tokens_request(body: object) -> ChatRequest:
+    """Translate a ``/v1/messages/count_tokens`` body (no ``max_tokens``)."""
+    parsed = validate_body(CountTokensRequestBody, body)
+    return _chat_request(parsed, GenerationParams(), stream=False)
+
+
+def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: bool) -> ChatRequest:
+    details = body.model_dump(
+        exclude=set(_MODELED), exclude_unset=True, exclude_none=True, by_alias=True
+    )
+    thinking = _decode_thinking(body, details)
+    response_format = None
+    if body.output_config is not None and body.output_config.format is not None:
+        response_format = ResponseFormat(
+            type="json_schema", schema=body.output_config.format.schema_
+        )
+    return ChatRequest(
+        model=body.model,
+        messages=_decode_messages(body),
+        stream=stream,
+        params=params,
+        tools=tuple(_decode_tool(tool) for tool in body.tools or ()),
+        tool_choice=_decode_tool_choice(body),
+        thinking=thinking,
+        response_format=response_format,
+        provider_details={PROVIDER: details} if details else None,
+    )
+
+
+def _decode_thinking(body: ConversationBody, details: dict[str, Any]) -> ThinkingConfig | None:
+    config = body.thinking
+    if config is None or isinstance(config, ThinkingConfigDisabled):
+        return None
+    if isinstance(config, ThinkingConfigEnabled) and config.display is None:
+        return ThinkingConfig(enabled=True, budget_tokens=config.budget_tokens)
+    # adaptive, between_tools or a display setting: the core cannot say it, so the
+    # original rides along for an Anthropic backend (see ``_encode_thinking``).
+    details["thinking"] = config.model_dump(exclude_none=True)
+    effort = body.output_config.effort if body.output_config else None
+    return ThinkingConfig(
+        enabled=True,
+        budget_tokens=getattr(config, "budget_tokens", None),
+        effort=_EFFORTS.get(effort or ""),
+    )
+
+
+def _decode_messages(body: ConversationBody) -> tuple[Message, ...]:
+    messages: list[Message] = []
+    if body.system is not None:
+        messages.append(_system_message(body.system))
+    for index, message in enumerate(body.messages):
+        if message.role == "system":
+            messages.append(_system_message(message.content, f"messages.{index}.content"))
+        elif message.role == "assistant":
+            messages.append(_assistant_message(message, index))
+        else:
+            messages.extend(_user_messages(message, index))
+    return tuple(messages)
+
+
+def _system_message(content: object, path: str = "system") -> Message:
+    if isinstance(content, str):
+        return Message(role="system", parts=(TextPart(content),))
+    blocks = content if isinstance(content, list) else []
+    texts: list[str] = []
+    cache_control = None
+    for position, block in enumerate(blocks):
+        if not isinstance(block, TextBlock):
+            raise InvalidRequestError(
+                f"{path}.{position}: system content must be text blocks",
+                param=f"{path}.{position}",
+            )
+        texts.append(block.text)
+        cache_control = block.cache_control or cache_control
+    # Joined into one part: every other dialect renders a system prompt as one string.
+    return Message(
+        role="system",
+        parts=(TextPart("\n\n".join(texts)),),
+        provider_details=_cache_details(cache_control),
+    )
+
+
+def _assistant_message(message: MessageParam, index: int) -> Message:
+    if isinstance(message.content, str):
+        return Message(role="assistant", parts=(TextPart(message.content),))
+    parts: list[Part] = []
+    cache_control = None
+    for position, block in enumerate(message.content):
+        path = f"messages.{index}.content.{position}"
+        if isinstance(block, ToolResultBlock):
+            raise InvalidRequestError(
+                f"{path}: tool_result blocks belong in user messages", param=path
+            )
+        if isinstance(block, ToolUseBlock):
+            parts.append(ToolCallPart(id=block.id, name=block.name, arguments=block.input))
+        else:
+            parts.extend(_content_parts(block, path))
+        cache_control = getattr(block, "cache_control", None) or cache_control
+    return Message(
+        role="assistant", parts=tuple(parts), provider_details=_cache_details(cache_control)
+    )
+
+
+def _user_messages(message: MessageParam, index: int) -> list[Message]:
+    """A user turn: one tool message per ``tool_result``, then the user's own parts."""
+    if isinstance(message.content, str):
+        return [Message(role="user", parts=(TextPart(message.content),))]
+    results: list[Message] = []
+    parts: list[Part] = []
+    cache_control = None
+    for position, block in enumerate(message.content):
+        path = f"messages.{index}.content.{position}"
+        if isinstance(block, ToolResultBlock):
+            text, images = _tool_result_content(block)
+            part = ToolResultPart(
+                tool_call_id=block.tool_use_id, content=text, is_error=bool(block.is_error)
+            )
+            results.append(
+                Message(
+                    role="tool", parts=(part,), provider_details=_cache_details(block.cache_control)
+                )
+            )
+            # The core's tool results are text; images a tool returned (Claude Code's
+            # Read on a picture) go to the user turn that follows, which every vision
+            # backend can see.
+            parts.extend(images)
+        elif isinstance(block, ToolUseBlock):
+            parts.append(ToolCallPart(id=block.id, name=block.name, arguments=block.input))
+        else:
+            parts.extend(_content_parts(block, path))
+            cache_control = getattr(block, "cache_control", None) or cache_control
+    if parts:
+        results.append(
+            Message(role="user", parts=tuple(parts), provider_details=_cache_details(cache_control))
+        )
+    return results
+
+
+def _content_parts(block: BaseModel, path: str) -> list[Part]:
+    if isinstance(block, TextBlock):
+        return [TextPart(block.text)]
+    if isinstance(block, ImageBlock):
+        return [_image_part(block)]
+    if isinstance(block, ThinkingBlock):
+        signature = block.signature or None
+        # Only a signed block can have come from Anthropic; an unsigned one (a local
+        # model's reasoning the gateway relayed) must not claim to.
+        provider = PROVIDER if signature else None
+        return [ThinkingPart(block.thinking, signature=signature, provider=provider)]
+    if isinstance(block, RedactedThinkingBlock):
+        return [ThinkingPart("", redacted=block.data, provider=PROVIDER)]
+    if isinstance(block, DocumentBlock):
+        return _document_parts(block, path)
+    raise InvalidRequestError(f"{path}: unsupported content block", param=path)
+
+
+def _image_part(block: ImageBlock) -> ImagePart:
+    source = block.source
+    if source.type == "base64":
+        return ImagePart(data=source.data, media_type=source.media_type)
+    return ImagePart(url=source.url)
+
+
+def _document_parts(block: DocumentBlock, path: str) -> list[Part]:
+    source = block.source
+    if isinstance(source, PlainTextSource):
+        text = source.data
+    elif isinstance(source, ContentBlockSource):
+        if not isinstance(source.content, str):
+            return [
+                TextPart(item.text) if isinstance(item, TextBlock) else _image_part(item)
+                for item in source.content
+            ]
+        text = source.content
+    else:
+        raise UnsupportedFeatureError(
+            f"{path}.source: PDF documents are not supported", param=f"{path}.source"
+        )
+    return [TextPart(f"{block.title}\n\n{text}" if block.title else text)]
+
+
+def _tool_result_content(block: ToolResultBlock) -> tuple[str, list[Part]]:
+    if block.content is None:
+        return "", []
+    if isinstance(block.content, str):
+        return block.content, []
+    texts = [item.text for item in block.content if isinstance(item, TextBlock)]
+    images: list[Part] = [
+        _image_part(item) for item in block.content if isinstance(item, ImageBlock)
+    ]
+    return "\n".join(texts), images
+
+
+def _cache_details(cache_control: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {PROVIDER: {"cache_control": cache_control}} if cache_control else None
+
+
+def _decode_tool(tool: Tool) -> ToolDefinition:
+    extra = {
+        key: value
+        for key, value in tool.model_dump(exclude_unset=True, exclude_none=True).items()
+        if key not in _TOOL_FIELDS
+    }
+    return ToolDefinition(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=tool.input_schema if tool.input_schema is not None else {"type": "object"},
+        provider_details={PROVIDER: extra} if extra else None,
+    )
+
+
+def _decode_tool_choice(body: ConversationBody) -> ToolChoice | None:
+    choice = body.tool_choice
+    if choice is None:
+        return None
+    if isinstance(choice, ToolChoiceNone):
+        return ToolChoice(mode="none")
+    return ToolChoice(
+        mode=choice.type,
+        name=choice.name if isinstance(choice, ToolChoiceTool) else None,
+        disable_parallel=bool(choice.disable_parallel_tool_use),
+    )
+
+
+# -- encoding -----------------------------------------------------------------------
+
+
+def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
+    """The ``/v1/messages`` body that asks a real Anthropic API for ``req``."""
+    extras = dict((req.provider_details or {}).get(PROVIDER) or {})
+    raw_thinking = extras.pop("thinking", None)
+    system, messages = _encode_messages(req.messages)
+    body: dict[str, Any] = {"model": req.model, "messages": messages}
+    if system:
+        body["system"] = system
+    max_tokens = req.params.max_tokens
+    body["max_tokens"] = max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS
+    _encode_params(req.params, body)
+    if req.stream:
+        body["stream"] = True
+    if req.tools:
+        body["tools"] = [_encode_tool(tool) for tool in req.tools]
+    if req.tool_choice is not None:
+        body["tool_choice"] = _encode_tool_choice(req.tool_choice)
+    if req.thinking is not None:
+        _encode_thinking(req.thinking, raw_thinking, body, max_tokens is None)
+    output_config = dict(extras.pop("output_config", None) or {})
+    output_config.pop("format", None)  # response_format is authoritative
+    if req.response_format is not None and req.response_format.type == "json_schema":
+        schema = req.response_format.schema or {"type": "object"}
+        output_config["format"] = {"type": "json_schema", "schema": schema}
+    if output_config:
+        body["output_config"] = output_config
+    for key, value in extras.items():
+        body.setdefault(key, value)
+    return body
+
+
+def _encode_params(params: GenerationParams, body: dict[str, Any]) -> None:
+    if params.temperature is not None:
+        body["temperature"] = params.temperature
+    if params.top_p is not None:
+        body["top_p"] = params.top_p
+    if params.top_k is not None:
+        body["top_k"] = params.top_k
+    if params.stop:
+        body["stop_sequences"] = list(params.stop)
+
+
+def _encode_thinking(
+    thinking: ThinkingConfig, raw: dict[str, Any] | None, body: dict[str, Any], default_max: bool
+) -> None:
+    if not thinking.enabled:
+        body["thinking"] = {"type": "disabled"}
+        return
+    if _last_tool_turn_lacks_thinking(body["messages"]):
+        # "a final assistant message must start with a thinking block" once tool_use
+        # is in play; the turn's thinking came from another backend (dropped, see
+        # ``_encode_part``), so this request goes without thinking rather than fail.
+        return
+    if raw is not None and thinking.budget_tokens is None:
+        body["thinking"] = raw
+        return
+    budget = thinking.budget_tokens or _EFFORT_BUDGETS.get(thinking.effort or "", 0)
+    budget = max(budget, MIN_THINKING_BUDGET)
+    if default_max:
+        # Thinking counts toward max_tokens: leave the default room for the answer.
+        body["max_tokens"] = budget + DEFAULT_MAX_TOKENS
+    # The API wants budget_tokens < max_tokens.
+    if budget >= body["max_tokens"]:
+        budget = max(MIN_THINKING_BUDGET, body["max_tokens"] - 1)
+        body["max_tokens"] = max(body["max_tokens"], budget + 1)
+    body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+
+
+def _last_tool_turn_lacks_thinking(messages: list[dict[str, Any]]) -> bool:
+    for message in reversed(messages):
+        if message["role"] == "assistant":
+            blocks = message["content"]
+            has_tool_use = any(block["type"] == "tool_use" for block in blocks)
+            starts_thinking = blocks[0]["type"] in ("thinking", "redacted_thinking")
+            return has_tool_use and not starts_thinking
+    return False
+
+
+def _encode_messages(messages: tuple[Message, ...]) -> tuple[Any, list[dict[str, Any]]]:
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system" and not turns:
+            system.extend(_blocks(message))
+            continue
+        blocks = _blocks(message)
+        if not blocks:
+            continue  # Anthropic rejects empty turns (e.g. only foreign thinking)
+        if message.role == "system":
+            turns.append({"role": "system", "content": blocks})
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        if turn["role"] == "user":
+            # Anthropic wants a turn's tool_result blocks before anything else in it.
+            content = turn["content"]
+            content.sort(key=lambda block: block["type"] != "tool_result")
+    if len(system) == 1 and "cache_control" not in system[0]:
+        return system[0]["text"], turns
+    return system, turns
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    blocks = [
+        block
+        for block in (_encode_part(part, message.role) for part in message.parts)
+        if block is not None
+    ]
+    details = (message.provider_details or {}).get(PROVIDER) or {}
+    if blocks and details.get("cache_control"):
+        blocks[-1]["cache_control"] = details["cache_control"]
+    return blocks
+
+
+def _encode_part(part: Part, role: str) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        # Anthropic rejects empty text blocks.
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ImagePart):
+        return _encode_image(part)
+    if isinstance(part, ThinkingPart):
+        # Anthropic verifies thinking signatures and answers 400 "Invalid signature in
+        # thinking block" for anything it did not sign itself: unsigned reasoning from
+        # a local model, or a signature from another provider. Such blocks are
+        # dropped; only Anthropic's own are passed back, byte for byte.
+        if part.provider != PROVIDER or role != "assistant":
+            return None
+        if part.redacted:
+            return {"type": "redacted_thinking", "data": part.redacted}
+        if part.signature:
+            return {"type": "thinking", "thinking": part.text, "signature": part.signature}
+        return None
+    if isinstance(part, ToolCallPart):
+        # ``input`` must be an object; arguments that never parsed (raw_arguments) go
+        # as the empty object the core already holds for them.
+        return {
+            "type": "tool_use",
+            "id": _wire_tool_id(part.id),
+            "name": part.name,
+            "input": part.arguments,
+        }
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _wire_tool_id(part.tool_call_id)}
+    if part.content:
+        block["content"] = part.content
+    if part.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _encode_image(part: ImagePart) -> dict[str, Any]:
+    data, media_type = part.data, part.media_type
+    if data is None and part.url and part.url.startswith("data:"):
+        # Anthropic's url source takes http(s) only; a data URL goes inline.
+        header, _, data = part.url.partition(",")
+        media_type = media_type or header[5:].split(";")[0] or None
+    if data is not None:
+        source = {"type": "base64", "media_type": media_type or "image/png", "data": data}
+    else:
+        source = {"type": "url", "url": part.url or ""}
+    return {"type": "image", "source": source}
+
+
+def _wire_tool_id(call_id: str) -> str:
+    # Anthropic checks tool ids against ^[a-zA-Z0-9_-]+$; ids from other backends
+    # may not match. The mapping is deterministic, so calls and results still pair.
+    return _UNSAFE_ID_CHARS.sub("_", call_id) or "toolu_"
+
+
+def _encode_tool(tool: ToolDefinition) -> dict[str, Any]:
+    extra = dict((tool.provider_details or {}).get(PROVIDER) or {})
+    encoded: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        encoded["description"] = tool.description
+    # Server tools (``type: "web_search_20250305"``...) take no input_schema.
+    if extra.get("type") in (None, "custom"):
+        encoded["input_schema"] = tool.input_schema
+    encoded.update(extra)
+    return encoded
+
+
+def _encode_tool_choice(choice: ToolChoice) -> dict[str, Any]:
+    encoded: dict[str, Any] = {"type": choice.mode}
+    if choice.mode == "tool":
+        encoded["name"] = choice.name or ""
+    if choice.disable_parallel and choice.mode != "none":
+        encoded["disable_parallel_tool_use"] = True
+    return encoded

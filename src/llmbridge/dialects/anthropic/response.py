@@ -1,0 +1,245 @@
+"""Anthropic Messages responses: ``ChatResponse`` to a ``message`` object and back.
+
+``encode_chat_response`` answers a non-streaming ``/v1/messages`` call;
+``decode_chat_response`` reads a real Anthropic API's reply. The spellings both
+directions and the stream codecs share (message and tool ids, stop reasons, usage)
+live here too, so ``stream`` imports them rather than repeating them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from llmbridge.core.errors import BackendProtocolError
+from llmbridge.core.ids import new_id
+from llmbridge.core.messages import Message, Part, TextPart, ThinkingPart, ToolCallPart
+from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.dialects.anthropic.types import PROVIDER
+
+__all__ = [
+    "anthropic_tool_id",
+    "decode_block",
+    "decode_chat_response",
+    "decode_stop_reason",
+    "decode_usage",
+    "encode_chat_response",
+    "encode_stop_reason",
+    "encode_usage",
+    "message_id",
+]
+
+_UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+_STOP_REASONS = {
+    StopReason.END_TURN: "end_turn",
+    StopReason.MAX_TOKENS: "max_tokens",
+    StopReason.STOP_SEQUENCE: "stop_sequence",
+    StopReason.TOOL_USE: "tool_use",
+    StopReason.CONTENT_FILTER: "refusal",
+    StopReason.ERROR: "end_turn",
+}
+
+_DECODED_STOP_REASONS = {
+    "end_turn": StopReason.END_TURN,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "stop_sequence": StopReason.STOP_SEQUENCE,
+    "tool_use": StopReason.TOOL_USE,
+    "refusal": StopReason.CONTENT_FILTER,
+    "pause_turn": StopReason.END_TURN,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+}
+"""Anthropic's stop reasons in neutral terms; the inexact ones are also kept raw."""
+
+_EXACT_STOP_REASONS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use"})
+
+
+# -- shared spellings -----------------------------------------------------------------
+
+
+def message_id(response_id: str) -> str:
+    """A ``msg_`` id: the response's own when it has that shape, else a new one."""
+    return response_id if response_id.startswith("msg_") else new_id("msg_")
+
+
+def anthropic_tool_id(call_id: str) -> str:
+    """A ``toolu_`` id for a tool call, derived deterministically from ``call_id``.
+
+    Anthropic clients expect ``toolu_`` ids matching ``^[a-zA-Z0-9_-]+$``; OpenAI's
+    ``call_...`` and Ollama's ids are prefixed and sanitised, so encoding the same
+    call twice (stream, then history) gives the same id.
+    """
+    safe = _UNSAFE_ID_CHARS.sub("_", call_id)
+    if not safe:
+        return new_id("toolu_")
+    return safe if safe.startswith("toolu_") else "toolu_" + safe
+
+
+def encode_stop_reason(reason: StopReason, saw_tool_call: bool = False) -> str:
+    """Anthropic's ``stop_reason`` (``tool_use`` whenever the reply called a tool)."""
+    if saw_tool_call and reason is StopReason.END_TURN:
+        return "tool_use"
+    return _STOP_REASONS.get(reason, "end_turn")
+
+
+def decode_stop_reason(raw: object) -> StopReason:
+    """The neutral stop reason for Anthropic's (``None`` or unknown: end_turn)."""
+    if isinstance(raw, str):
+        return _DECODED_STOP_REASONS.get(raw, StopReason.END_TURN)
+    return StopReason.END_TURN
+
+
+def decode_usage(raw: object) -> Usage:
+    """``usage`` of a message or a ``message_delta``; absent counts stay ``None``."""
+    if not isinstance(raw, dict):
+        return Usage()
+    return Usage(
+        input_tokens=_count(raw, "input_tokens"),
+        output_tokens=_count(raw, "output_tokens"),
+        cache_read_input_tokens=_count(raw, "cache_read_input_tokens"),
+        cache_creation_input_tokens=_count(raw, "cache_creation_input_tokens"),
+    )
+
+
+def _count(raw: dict[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def encode_usage(usage: Usage) -> dict[str, int]:
+    """``usage`` with every count an integer, as the API always sends them."""
+    return {
+        "input_tokens": usage.input_tokens or 0,
+        "output_tokens": usage.output_tokens or 0,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+    }
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, Any]:
+    """The ``message`` object answering a non-streaming ``/v1/messages`` call.
+
+    Blocks keep the order the parts came in (thinking, text and tool calls may
+    interleave with interleaved thinking, and a client passes them back in order).
+    """
+    content: list[dict[str, Any]] = []
+    saw_tool_call = False
+    for part in resp.message.parts:
+        block = _encode_block(part)
+        if block is not None:
+            content.append(block)
+            saw_tool_call = saw_tool_call or block["type"] == "tool_use"
+    return {
+        "id": message_id(resp.id),
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": content,
+        "stop_reason": encode_stop_reason(resp.stop_reason, saw_tool_call),
+        "stop_sequence": resp.stop_sequence,
+        "usage": encode_usage(resp.usage),
+    }
+
+
+def _encode_block(part: Part) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ThinkingPart):
+        if part.redacted:
+            return {"type": "redacted_thinking", "data": part.redacted}
+        if not part.text and not part.signature:
+            return None
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+    if isinstance(part, ToolCallPart):
+        return {
+            "type": "tool_use",
+            "id": anthropic_tool_id(part.id),
+            "name": part.name,
+            "input": part.arguments,
+        }
+    return None  # images and tool results are not assistant output
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+def decode_chat_response(body: object) -> ChatResponse:
+    """Read a real Anthropic API's ``message``.
+
+    Raises:
+        BackendProtocolError: the body is not a message object.
+    """
+    if not isinstance(body, dict):
+        raise _malformed("the body is not a JSON object")
+    message_id_ = body.get("id")
+    content = body.get("content")
+    if not isinstance(message_id_, str) or not isinstance(content, list):
+        raise _malformed("'id' or 'content' is missing")
+    parts = [
+        part
+        for position, block in enumerate(content)
+        if (part := decode_block(block, f"content.{position}")) is not None
+    ]
+    raw_stop = body.get("stop_reason")
+    stop_sequence = body.get("stop_sequence")
+    return ChatResponse(
+        id=message_id_,
+        model=str(body.get("model") or ""),
+        message=Message(role="assistant", parts=tuple(parts)),
+        stop_reason=decode_stop_reason(raw_stop),
+        stop_sequence=stop_sequence if isinstance(stop_sequence, str) else None,
+        usage=decode_usage(body.get("usage")),
+        created=time.time(),
+        provider_details=(
+            {PROVIDER: {"stop_reason": raw_stop}}
+            if isinstance(raw_stop, str) and raw_stop not in _EXACT_STOP_REASONS
+            else None
+        ),
+    )
+
+
+def decode_block(block: object, where: str) -> Part | None:
+    """One content block of Anthropic's output (``None`` for server-tool blocks).
+
+    Raises:
+        BackendProtocolError: a known block type misses a field.
+    """
+    if not isinstance(block, dict):
+        raise _malformed(f"{where} is not an object")
+    kind = block.get("type")
+    if kind == "text":
+        return TextPart(_string(block, "text", where))
+    if kind == "thinking":
+        return ThinkingPart(
+            _string(block, "thinking", where),
+            signature=_string(block, "signature", where) or None,
+            provider=PROVIDER,
+        )
+    if kind == "redacted_thinking":
+        return ThinkingPart("", redacted=_string(block, "data", where), provider=PROVIDER)
+    if kind == "tool_use":
+        arguments = block.get("input", {})
+        if not isinstance(arguments, dict):
+            raise _malformed(f"{where}.input is not an object")
+        return ToolCallPart(
+            id=_string(block, "id", where), name=_string(block, "name", where), arguments=arguments
+        )
+    # server_tool_use, web_search_tool_result...: the API ran those tools itself;
+    # the core has nothing to carry them in and no client of ours asked for them.
+    return None
+
+
+def _string(block: dict[str, Any], key: str, where: str) -> str:
+    value = block.get(key)
+    if not isinstance(value, str):
+        raise _malformed(f"{where}.{key} is not a string")
+    return value
+
+
+def _malformed(detail: str) -> BackendProtocolError:
+    return BackendProtocolError(f"the Anthropic backend sent a malformed message: {detail}")

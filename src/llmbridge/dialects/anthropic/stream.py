@@ -1,0 +1,520 @@
+"""Anthropic Messages streaming: neutral events to SSE and a real API's SSE to events.
+
+Anthropic's stream (docs.claude.com/en/api/messages-streaming) is ``message_start``,
+then per content block ``content_block_start``, ``content_block_delta``\\*,
+``content_block_stop``, then ``message_delta`` and ``message_stop``; every event is
+``event: <type>`` plus ``data: {"type": <type>, ...}``, with ``ping`` anywhere.
+The core's grammar was modelled on it, so both directions map one event to one.
+
+``encode_chat_stream`` is the gateway's hot path: byte fragments are precomputed and
+the JSON of each delta is built with orjson only, no pydantic and no dict per delta.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import orjson
+from httpx_sse import ServerSentEvent
+
+from llmbridge.core.errors import BackendError, BackendProtocolError, LLMBridgeError
+from llmbridge.core.events import (
+    PartDelta,
+    PartEnd,
+    PartStart,
+    ResponseEnd,
+    ResponseStart,
+    SignatureDelta,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    UsageUpdate,
+)
+from llmbridge.core.ids import new_id
+from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
+from llmbridge.core.parts_manager import PartsManager
+from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import StopReason, Usage
+from llmbridge.dialects.anthropic.errors import error_type_for_status
+from llmbridge.dialects.anthropic.response import (
+    anthropic_tool_id,
+    decode_stop_reason,
+    decode_usage,
+    encode_stop_reason,
+    message_id,
+)
+from llmbridge.dialects.anthropic.types import PROVIDER
+from llmbridge.dialects.framing import sse_event
+
+__all__ = ["decode_chat_stream", "encode_chat_stream", "error_event"]
+
+# -- encoding -------------------------------------------------------------------------
+
+_DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_TEXT_DELTA = b',"delta":{"type":"text_delta","text":'
+_THINKING_DELTA = b',"delta":{"type":"thinking_delta","thinking":'
+_SIGNATURE_DELTA = b',"delta":{"type":"signature_delta","signature":'
+_JSON_DELTA = b',"delta":{"type":"input_json_delta","partial_json":'
+_DELTA_TAIL = b"}}\n\n"
+_STOP_HEAD = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
+_STOP_TAIL = b"}\n\n"
+_MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+# What the open block is, on the wire.
+_TEXT, _THINKING, _REDACTED, _TOOL, _SKIP = range(5)
+
+
+async def encode_chat_stream(
+    events: AsyncIterator[StreamEvent], request: ChatRequest
+) -> AsyncIterator[bytes]:
+    """Anthropic SSE for a stream of neutral events.
+
+    A ``StreamError`` becomes ``event: error`` and ends the stream; so does a stream
+    that stops without ``ResponseEnd``.
+    """
+    encoder = _Encoder(request.model)
+    async for event in events:
+        chunk = encoder.feed(event)
+        if chunk:
+            yield chunk
+        if encoder.done:
+            return
+    yield error_event(BackendProtocolError("the stream ended before it was complete"))
+
+
+def error_event(err: LLMBridgeError) -> bytes:
+    """Anthropic's in-stream error: ``event: error`` with the error JSON (no request id).
+
+    For the gateway too, when a stream fails after its first byte.
+    """
+    body = {
+        "type": "error",
+        "error": {"type": error_type_for_status(err.status_code), "message": err.message},
+    }
+    return sse_event(body, event="error")
+
+
+class _Encoder:
+    """The state of one encoded stream: which block is open, usage so far."""
+
+    __slots__ = (
+        "done",
+        "index",
+        "input_tokens",
+        "model",
+        "open",
+        "pending_text",
+        "saw_tool_call",
+        "signature",
+        "started",
+        "usage",
+        "wire_index",
+    )
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.started = False
+        self.done = False
+        self.input_tokens: int | None = None
+        self.usage = Usage()
+        self.index = -1
+        self.wire_index = b""
+        self.open: int | None = None
+        self.pending_text = False
+        self.signature: list[str] = []
+        self.saw_tool_call = False
+
+    def feed(self, event: StreamEvent) -> bytes:
+        if isinstance(event, PartDelta):
+            return self._delta(event)
+        if isinstance(event, PartStart):
+            return self._start() + self._open(event)
+        if isinstance(event, PartEnd):
+            return self._close(event)
+        if isinstance(event, UsageUpdate):
+            self.usage = self.usage.merged(event.usage)
+            return b""
+        if isinstance(event, ResponseStart):
+            return b"" if self.started else self._start(event)
+        if isinstance(event, ResponseEnd):
+            return self._start() + self._close(None) + self._end(event)
+        self.done = True
+        return error_event(event.error)
+
+    # -- message ----------------------------------------------------------------------
+
+    def _start(self, event: ResponseStart | None = None) -> bytes:
+        if self.started:
+            return b""
+        self.started = True
+        if event is not None:
+            self.input_tokens = event.input_tokens
+        message: dict[str, Any] = {
+            "id": message_id(event.id) if event is not None else new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": self.input_tokens or 0,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+        return sse_event({"type": "message_start", "message": message}, event="message_start")
+
+    def _end(self, event: ResponseEnd) -> bytes:
+        self.done = True
+        usage = self.usage.merged(event.usage)
+        # Claude Code keeps message_start's input_tokens unless message_delta carries
+        # one (claudish PR #152), and message_start often only had an estimate.
+        input_tokens = usage.input_tokens if usage.input_tokens is not None else self.input_tokens
+        wire_usage: dict[str, int] = {
+            "input_tokens": input_tokens or 0,
+            "output_tokens": usage.output_tokens or 0,
+        }
+        if usage.cache_creation_input_tokens is not None:
+            wire_usage["cache_creation_input_tokens"] = usage.cache_creation_input_tokens
+        if usage.cache_read_input_tokens is not None:
+            wire_usage["cache_read_input_tokens"] = usage.cache_read_input_tokens
+        delta = {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": encode_stop_reason(event.stop_reason, self.saw_tool_call),
+                "stop_sequence": event.stop_sequence,
+            },
+            "usage": wire_usage,
+        }
+        return sse_event(delta, event="message_delta") + _MESSAGE_STOP
+
+    # -- blocks -----------------------------------------------------------------------
+
+    def _open(self, event: PartStart) -> bytes:
+        out = self._close(None)
+        part = event.part
+        if isinstance(part, TextPart):
+            # Opened lazily, at the first non-empty delta: an empty text block before
+            # a tool call confuses clients (claude-code-proxy always sent one).
+            self.open, self.pending_text = _TEXT, True
+            if part.text:
+                out += self._delta(PartDelta(event.index, TextDelta(part.text)))
+            return out
+        block: dict[str, Any]
+        if isinstance(part, ThinkingPart) and part.redacted:
+            self.open = _REDACTED
+            block = {"type": "redacted_thinking", "data": part.redacted}
+        elif isinstance(part, ThinkingPart):
+            self.open, self.signature = _THINKING, []
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+        elif isinstance(part, ToolCallPart):
+            self.open, self.saw_tool_call = _TOOL, True
+            block = {
+                "type": "tool_use",
+                "id": anthropic_tool_id(part.id),
+                "name": part.name,
+                "input": {},
+            }
+        else:
+            self.open = _SKIP  # images and tool results are not assistant output
+            return out
+        out += self._block_start(block)
+        if isinstance(part, ThinkingPart) and part.text and not part.redacted:
+            out += self._delta(PartDelta(event.index, ThinkingDelta(part.text)))
+        return out
+
+    def _block_start(self, block: dict[str, Any]) -> bytes:
+        self.index += 1
+        self.wire_index = str(self.index).encode()
+        start = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return sse_event(start, event="content_block_start")
+
+    def _delta(self, event: PartDelta) -> bytes:
+        delta = event.delta
+        if isinstance(delta, TextDelta):
+            if self.open != _TEXT or not delta.text:
+                return b""
+            head = b""
+            if self.pending_text:
+                self.pending_text = False
+                head = self._block_start({"type": "text", "text": ""})
+            return (
+                head
+                + _DELTA_HEAD
+                + self.wire_index
+                + _TEXT_DELTA
+                + orjson.dumps(delta.text)
+                + _DELTA_TAIL
+            )
+        if isinstance(delta, ThinkingDelta):
+            if self.open != _THINKING or not delta.text:
+                return b""
+            return (
+                _DELTA_HEAD
+                + self.wire_index
+                + _THINKING_DELTA
+                + orjson.dumps(delta.text)
+                + _DELTA_TAIL
+            )
+        if isinstance(delta, SignatureDelta):
+            if self.open == _THINKING:
+                self.signature.append(delta.signature)
+            return b""
+        # Tool arguments are sent whole at the block's end, parsed (see ``_close``).
+        return b""
+
+    def _close(self, event: PartEnd | None) -> bytes:
+        open_, self.open = self.open, None
+        if open_ is None or open_ == _SKIP or (open_ == _TEXT and self.pending_text):
+            self.pending_text = False
+            return b""
+        out = b""
+        part = event.part if event is not None else None
+        if open_ == _THINKING:
+            # Anthropic sends the signature once, just before content_block_stop; the
+            # SDK keeps only the last signature_delta, so it must not be split.
+            signature = part.signature if isinstance(part, ThinkingPart) else None
+            signature = signature or "".join(self.signature)
+            if signature:
+                out += (
+                    _DELTA_HEAD
+                    + self.wire_index
+                    + _SIGNATURE_DELTA
+                    + orjson.dumps(signature)
+                    + _DELTA_TAIL
+                )
+        elif open_ == _TOOL and isinstance(part, ToolCallPart) and part.arguments:
+            # One input_json_delta with the parsed arguments rather than the backend's
+            # fragments: the SDK (and Claude Code) parse partial JSON as it arrives
+            # and fail the whole stream on a small model's broken or double-encoded
+            # arguments, which the core has already repaired by PartEnd.
+            out += (
+                _DELTA_HEAD
+                + self.wire_index
+                + _JSON_DELTA
+                + orjson.dumps(orjson.dumps(part.arguments).decode())
+                + _DELTA_TAIL
+            )
+        return out + _STOP_HEAD + self.wire_index + _STOP_TAIL
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+async def decode_chat_stream(
+    events: AsyncIterator[ServerSentEvent],
+) -> AsyncIterator[StreamEvent]:
+    """Neutral events from a real Anthropic API's SSE stream.
+
+    Raises:
+        BackendProtocolError: an event is not JSON, misses a field, or the stream
+            ends before ``message_stop``. An ``error`` event is yielded as
+            ``StreamError`` instead, and ends the stream.
+    """
+    decoder = _Decoder()
+    async for sse in events:
+        for event in decoder.feed(sse):
+            yield event
+        if decoder.finished:
+            return
+    raise BackendProtocolError("the Anthropic stream ended before message_stop")
+
+
+_ERROR_STATUS = {"overloaded_error": 503, "rate_limit_error": 429, "timeout_error": 504}
+
+
+class _Decoder:
+    """The state of one decoded stream."""
+
+    def __init__(self) -> None:
+        self.parts = PartsManager()
+        self.started = False
+        self.finished = False
+        self.usage = Usage()
+        self.stop_reason: object = None
+        self.stop_sequence: str | None = None
+        self.blocks: dict[int, tuple[str, str]] = {}
+        """Open blocks by Anthropic index: their type and (for tool_use) id."""
+        self.next_index = 0
+        self.open_index = -1
+        """The index given here to PartsManager's open part."""
+
+    def feed(self, sse: ServerSentEvent) -> list[StreamEvent]:
+        if sse.event == "ping" or not sse.data:
+            return []
+        try:
+            data = orjson.loads(sse.data)
+        except orjson.JSONDecodeError as exc:
+            raise BackendProtocolError(
+                f"the Anthropic stream sent an event that is not JSON: {sse.data[:200]!r}"
+            ) from exc
+        if not isinstance(data, dict):
+            raise _malformed(sse.event, "its data is not an object")
+        kind = data.get("type") or sse.event
+        if kind == "error":
+            return [self._error(data)]
+        if kind == "message_start":
+            return self._message_start(data)
+        if not self.started and kind != "ping":
+            raise _malformed(kind, "it came before message_start")
+        if kind == "content_block_start":
+            return self._block_start(data)
+        if kind == "content_block_delta":
+            return self._block_delta(data)
+        if kind == "content_block_stop":
+            self.blocks.pop(_int(data, "index", kind), None)
+            return self._renumber(self.parts.finish())
+        if kind == "message_delta":
+            return self._message_delta(data)
+        if kind == "message_stop":
+            return self._message_stop()
+        return []  # ping, and event types newer than this module
+
+    def _message_start(self, data: dict[str, Any]) -> list[StreamEvent]:
+        message = data.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+            raise _malformed("message_start", "'message.id' is missing")
+        if self.started:
+            return []
+        self.started = True
+        self.usage = decode_usage(message.get("usage"))
+        return [
+            ResponseStart(
+                id=message["id"],
+                model=str(message.get("model") or ""),
+                created=time.time(),
+                input_tokens=self.usage.input_tokens,
+            )
+        ]
+
+    def _block_start(self, data: dict[str, Any]) -> list[StreamEvent]:
+        index = _int(data, "index", "content_block_start")
+        block = data.get("content_block")
+        if not isinstance(block, dict):
+            raise _malformed("content_block_start", "'content_block' is missing")
+        events = self._renumber(self.parts.finish())
+        kind = block.get("type")
+        if kind == "text":
+            self.blocks[index] = ("text", "")
+            events += self._renumber(self.parts.text(_str(block, "text", kind)))
+        elif kind == "thinking":
+            self.blocks[index] = ("thinking", "")
+            events += self._renumber(self.parts.thinking(_str(block, "thinking", kind)))
+            events += self._renumber(self.parts.signature(_str(block, "signature", kind)))
+        elif kind == "redacted_thinking":
+            self.blocks[index] = ("redacted_thinking", "")
+            data_ = _str(block, "data", kind, None)
+            part = ThinkingPart("", redacted=data_, provider=PROVIDER)
+            events += [PartStart(self.next_index, part), PartEnd(self.next_index, part)]
+            self.next_index += 1
+        elif kind == "tool_use":
+            call_id, name = _str(block, "id", kind, None), _str(block, "name", kind, None)
+            self.blocks[index] = ("tool_use", call_id)
+            events += self._renumber(self.parts.tool_call_fragment(index, call_id, name, None))
+            if isinstance(block.get("input"), dict) and block["input"]:
+                arguments = orjson.dumps(block["input"]).decode()
+                events += self._renumber(
+                    self.parts.tool_call_fragment(index, call_id, None, arguments)
+                )
+        else:
+            # server_tool_use, web_search_tool_result...: run by the API itself.
+            self.blocks[index] = ("ignored", "")
+        return events
+
+    def _block_delta(self, data: dict[str, Any]) -> list[StreamEvent]:
+        index = _int(data, "index", "content_block_delta")
+        delta = data.get("delta")
+        if not isinstance(delta, dict):
+            raise _malformed("content_block_delta", "'delta' is missing")
+        block = self.blocks.get(index)
+        if block is None:
+            raise _malformed("content_block_delta", f"block {index} was never started")
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return self._renumber(self.parts.text(_str(delta, "text", kind)))
+        if kind == "thinking_delta":
+            return self._renumber(self.parts.thinking(_str(delta, "thinking", kind)))
+        if kind == "signature_delta":
+            return self._renumber(self.parts.signature(_str(delta, "signature", kind)))
+        if kind == "input_json_delta" and block[0] == "tool_use":
+            fragment = _str(delta, "partial_json", kind)
+            return self._renumber(self.parts.tool_call_fragment(index, block[1], None, fragment))
+        return []  # citations_delta and newer kinds
+
+    def _message_delta(self, data: dict[str, Any]) -> list[StreamEvent]:
+        delta = data.get("delta")
+        if isinstance(delta, dict):
+            self.stop_reason = delta.get("stop_reason")
+            sequence = delta.get("stop_sequence")
+            self.stop_sequence = sequence if isinstance(sequence, str) else None
+        events = self._renumber(self.parts.finish())
+        # message_delta usage is cumulative: it replaces, it does not add.
+        self.usage = self.usage.merged(decode_usage(data.get("usage")))
+        events.append(UsageUpdate(self.usage))
+        return events
+
+    def _message_stop(self) -> list[StreamEvent]:
+        self.finished = True
+        events = self._renumber(self.parts.finish())
+        stop_reason = decode_stop_reason(self.stop_reason)
+        if self.stop_reason is None and self.parts.saw_tool_call:
+            stop_reason = StopReason.TOOL_USE
+        events.append(
+            ResponseEnd(stop_reason=stop_reason, usage=self.usage, stop_sequence=self.stop_sequence)
+        )
+        return events
+
+    def _error(self, data: dict[str, Any]) -> StreamError:
+        self.finished = True
+        error = data.get("error")
+        error = error if isinstance(error, dict) else {}
+        error_type = str(error.get("type") or "api_error")
+        message = str(error.get("message") or "the Anthropic backend reported an error")
+        return StreamError(
+            BackendError(message, status_code=_ERROR_STATUS.get(error_type, 502), code=error_type)
+        )
+
+    def _renumber(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        """Give PartsManager's parts their place among the redacted blocks made here.
+
+        Thinking parts are Anthropic's own: they get ``provider="anthropic"``, which is
+        what lets their signatures go back to Anthropic later.
+        """
+        out: list[StreamEvent] = []
+        for event in events:
+            if isinstance(event, PartStart):
+                self.open_index = self.next_index
+                self.next_index += 1
+            if isinstance(event, PartStart | PartDelta | PartEnd):
+                index = self.open_index
+                if isinstance(event, PartEnd) and isinstance(event.part, ThinkingPart):
+                    event = PartEnd(index, replace(event.part, provider=PROVIDER))
+                elif event.index != index:
+                    event = replace(event, index=index)
+            out.append(event)
+        return out
+
+
+def _int(data: dict[str, Any], key: str, kind: object) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _malformed(kind, f"{key!r} is not an integer")
+    return value
+
+
+def _str(data: dict[str, Any], key: str, kind: object, default: str | None = "") -> str:
+    """``data[key]``, a string; ``default`` when absent (``None``: it is required)."""
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise _malformed(kind, f"{key!r} is not a string")
+    return value
+
+
+def _malformed(kind: object, detail: str) -> BackendProtocolError:
+    return BackendProtocolError(f"the Anthropic stream sent a malformed {kind} event: {detail}")

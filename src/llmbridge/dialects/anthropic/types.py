@@ -1,0 +1,487 @@
+"""Anthropic Messages wire shapes for the inbound ``/v1/messages`` and ``count_tokens`` bodies.
+
+The models mirror the API (and the official SDK's ``anthropic.types`` names) field for
+field, so a validation error names the field the client got wrong. Every model keeps
+unknown fields (``extra="allow"``): Claude Code sends ``cache_control``,
+``defer_loading``, ``context_management`` and newer fields this module does not
+model, and those ride along in ``provider_details`` instead of being dropped.
+
+Validation is strict (no ``"1"`` for a number, no ``"yes"`` for a boolean), as the API
+is. Outbound bodies (responses, stream events, requests to a real Anthropic API) are
+built as plain dicts by the codecs: pydantic stays off the streaming hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmbridge.core.errors import InvalidRequestError
+
+__all__ = [
+    "PROVIDER",
+    "Base64ImageSource",
+    "Base64PDFSource",
+    "ContentBlock",
+    "ContentBlockSource",
+    "ConversationBody",
+    "CountTokensRequestBody",
+    "DocumentBlock",
+    "ImageBlock",
+    "JSONOutputFormat",
+    "MessageParam",
+    "MessagesRequestBody",
+    "Metadata",
+    "OutputConfig",
+    "PlainTextSource",
+    "RedactedThinkingBlock",
+    "TextBlock",
+    "ThinkingBlock",
+    "ThinkingConfig",
+    "ThinkingConfigAdaptive",
+    "ThinkingConfigBetweenTools",
+    "ThinkingConfigDisabled",
+    "ThinkingConfigEnabled",
+    "Tool",
+    "ToolChoice",
+    "ToolChoiceAny",
+    "ToolChoiceAuto",
+    "ToolChoiceNone",
+    "ToolChoiceTool",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "URLImageSource",
+    "URLPDFSource",
+    "validate_body",
+]
+
+
+PROVIDER = "anthropic"
+"""This dialect's key in ``provider_details`` and its ``ThinkingPart.provider``."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
+
+
+# -- content blocks -----------------------------------------------------------------
+
+
+class TextBlock(_Wire):
+    """``{"type": "text", "text": ...}``."""
+
+    type: Literal["text"]
+    """Always ``text``."""
+    text: str
+    """The text."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint (``{"type": "ephemeral", "ttl": "5m"}``)."""
+    citations: list[dict[str, Any]] | None = None
+    """Citations supporting the text (kept, not interpreted)."""
+
+
+class Base64ImageSource(_Wire):
+    """An inline image."""
+
+    type: Literal["base64"]
+    """Always ``base64``."""
+    media_type: str
+    """``image/jpeg``, ``image/png``, ``image/gif`` or ``image/webp``."""
+    data: str
+    """The base64-encoded bytes."""
+
+
+class URLImageSource(_Wire):
+    """An image by reference."""
+
+    type: Literal["url"]
+    """Always ``url``."""
+    url: str
+    """Where the image is."""
+
+
+class ImageBlock(_Wire):
+    """``{"type": "image", "source": ...}``."""
+
+    type: Literal["image"]
+    """Always ``image``."""
+    source: Annotated[Base64ImageSource | URLImageSource, Field(discriminator="type")]
+    """The image data or its URL."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint."""
+
+
+class ToolUseBlock(_Wire):
+    """A tool call the model made (in an assistant turn)."""
+
+    type: Literal["tool_use"]
+    """Always ``tool_use``."""
+    id: str
+    """The call's id (``toolu_...``), echoed by the matching ``tool_result``."""
+    name: str
+    """The tool's name."""
+    input: dict[str, Any]
+    """The arguments, a JSON object."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint."""
+
+
+ToolResultContentBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+
+
+class ToolResultBlock(_Wire):
+    """The result of a tool call (in a user turn)."""
+
+    type: Literal["tool_result"]
+    """Always ``tool_result``."""
+    tool_use_id: str
+    """The ``id`` of the ``tool_use`` block this answers."""
+    content: str | list[ToolResultContentBlock] | None = None
+    """The result: a string, or text and image blocks."""
+    is_error: bool | None = None
+    """Whether the tool failed."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint."""
+
+
+class ThinkingBlock(_Wire):
+    """The model's reasoning, with the signature that proves Anthropic produced it."""
+
+    type: Literal["thinking"]
+    """Always ``thinking``."""
+    thinking: str
+    """The reasoning text."""
+    signature: str | None = None
+    """Opaque; must be passed back byte for byte (the API requires it; we are lenient)."""
+
+
+class RedactedThinkingBlock(_Wire):
+    """Reasoning hidden by Anthropic: encrypted, passed back unchanged."""
+
+    type: Literal["redacted_thinking"]
+    """Always ``redacted_thinking``."""
+    data: str
+    """The encrypted reasoning."""
+
+
+class PlainTextSource(_Wire):
+    """A document given as plain text."""
+
+    type: Literal["text"]
+    """Always ``text``."""
+    media_type: str = "text/plain"
+    """Always ``text/plain``."""
+    data: str
+    """The document's text."""
+
+
+class ContentBlockSource(_Wire):
+    """A document given as content blocks."""
+
+    type: Literal["content"]
+    """Always ``content``."""
+    content: str | list[ToolResultContentBlock]
+    """The document: a string, or text and image blocks."""
+
+
+class Base64PDFSource(_Wire):
+    """An inline PDF."""
+
+    type: Literal["base64"]
+    """Always ``base64``."""
+    media_type: str = "application/pdf"
+    """Always ``application/pdf``."""
+    data: str
+    """The base64-encoded PDF."""
+
+
+class URLPDFSource(_Wire):
+    """A PDF by reference."""
+
+    type: Literal["url"]
+    """Always ``url``."""
+    url: str
+    """Where the PDF is."""
+
+
+class DocumentBlock(_Wire):
+    """A document the model should read."""
+
+    type: Literal["document"]
+    """Always ``document``."""
+    source: Annotated[
+        PlainTextSource | ContentBlockSource | Base64PDFSource | URLPDFSource,
+        Field(discriminator="type"),
+    ]
+    """The document's content."""
+    title: str | None = None
+    """The document's title."""
+    context: str | None = None
+    """Context about the document, not cited from."""
+    citations: dict[str, Any] | None = None
+    """Citation settings (kept, not interpreted)."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint."""
+
+
+ContentBlock = Annotated[
+    TextBlock
+    | ImageBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | DocumentBlock,
+    Field(discriminator="type"),
+]
+
+
+class MessageParam(_Wire):
+    """One turn of the conversation."""
+
+    role: Literal["user", "assistant", "system"]
+    """Who speaks. ``system`` turns inside ``messages`` are accepted too."""
+    content: str | list[ContentBlock]
+    """A string (shorthand for one text block) or a list of content blocks."""
+
+
+# -- tools --------------------------------------------------------------------------
+
+
+class Tool(_Wire):
+    """A tool the model may call. Server tools (``type: "web_search_20250305"``...) too."""
+
+    name: str
+    """How the model names the tool in ``tool_use`` blocks."""
+    description: str | None = None
+    """What the tool does."""
+    input_schema: dict[str, Any] | None = None
+    """JSON Schema of the tool's input (absent on server tools)."""
+    type: str | None = None
+    """``custom`` (or absent) for client tools; a versioned name for server tools."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint."""
+
+
+class ToolChoiceAuto(_Wire):
+    """The model decides whether to call tools."""
+
+    type: Literal["auto"]
+    """Always ``auto``."""
+    disable_parallel_tool_use: bool | None = None
+    """At most one tool call."""
+
+
+class ToolChoiceAny(_Wire):
+    """The model must call some tool."""
+
+    type: Literal["any"]
+    """Always ``any``."""
+    disable_parallel_tool_use: bool | None = None
+    """Exactly one tool call."""
+
+
+class ToolChoiceTool(_Wire):
+    """The model must call the named tool."""
+
+    type: Literal["tool"]
+    """Always ``tool``."""
+    name: str
+    """The tool to call."""
+    disable_parallel_tool_use: bool | None = None
+    """Exactly one tool call."""
+
+
+class ToolChoiceNone(_Wire):
+    """The model must not call tools."""
+
+    type: Literal["none"]
+    """Always ``none``."""
+
+
+ToolChoice = Annotated[
+    ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone,
+    Field(discriminator="type"),
+]
+
+# -- thinking and output ------------------------------------------------------------
+
+
+class ThinkingConfigEnabled(_Wire):
+    """Manual extended thinking with a token budget."""
+
+    type: Literal["enabled"]
+    """Always ``enabled``."""
+    budget_tokens: int | None = None
+    """Tokens the model may spend thinking (the API wants >= 1024 and < ``max_tokens``)."""
+    display: str | None = None
+    """``summarized`` or ``omitted``."""
+
+
+class ThinkingConfigAdaptive(_Wire):
+    """The model decides when and how much to think."""
+
+    type: Literal["adaptive"]
+    """Always ``adaptive``."""
+    display: str | None = None
+    """``summarized`` or ``omitted``."""
+
+
+class ThinkingConfigBetweenTools(_Wire):
+    """Thinking only between tool calls."""
+
+    type: Literal["between_tools"]
+    """Always ``between_tools``."""
+
+
+class ThinkingConfigDisabled(_Wire):
+    """No thinking."""
+
+    type: Literal["disabled"]
+    """Always ``disabled``."""
+
+
+ThinkingConfig = Annotated[
+    ThinkingConfigEnabled
+    | ThinkingConfigAdaptive
+    | ThinkingConfigBetweenTools
+    | ThinkingConfigDisabled,
+    Field(discriminator="type"),
+]
+
+
+class JSONOutputFormat(_Wire):
+    """Structured output: the reply is JSON matching ``schema``."""
+
+    type: Literal["json_schema"]
+    """Always ``json_schema``."""
+    schema_: dict[str, Any] = Field(alias="schema")
+    """The JSON Schema of the reply."""
+
+
+class OutputConfig(_Wire):
+    """Output settings: effort and format."""
+
+    effort: str | None = None
+    """``low``, ``medium``, ``high``, ``xhigh`` or ``max``."""
+    format: JSONOutputFormat | None = None
+    """A JSON Schema the reply must match."""
+
+
+class Metadata(_Wire):
+    """Request metadata."""
+
+    user_id: str | None = None
+    """An opaque id of the end user (uuid or hash)."""
+
+
+# -- request bodies -----------------------------------------------------------------
+
+
+class ConversationBody(_Wire):
+    """The fields ``/v1/messages`` and ``count_tokens`` share."""
+
+    model: str
+    """The model to use."""
+    messages: list[MessageParam]
+    """The conversation, oldest first."""
+    system: str | list[TextBlock] | None = None
+    """The system prompt: a string or a list of text blocks."""
+    tools: list[Tool] | None = None
+    """Tools the model may call."""
+    tool_choice: ToolChoice | None = None
+    """How the model may use the tools."""
+    thinking: ThinkingConfig | None = None
+    """Whether and how much the model thinks before answering."""
+    output_config: OutputConfig | None = None
+    """Effort and structured-output settings."""
+
+
+class MessagesRequestBody(ConversationBody):
+    """The body of ``POST /v1/messages``."""
+
+    max_tokens: int = Field(ge=0)
+    """The most tokens to generate (required)."""
+    stop_sequences: list[str] | None = None
+    """Strings that end generation when produced."""
+    temperature: float | None = None
+    """Sampling temperature, 0.0 to 1.0."""
+    top_p: float | None = None
+    """Nucleus sampling."""
+    top_k: int | None = None
+    """Sample only from the top K tokens."""
+    stream: bool | None = None
+    """Stream the reply as server-sent events."""
+    metadata: Metadata | None = None
+    """Request metadata (``user_id``)."""
+    service_tier: str | None = None
+    """``auto`` or ``standard_only``."""
+    cache_control: dict[str, Any] | None = None
+    """A top-level prompt-cache breakpoint (applies to the last cacheable block)."""
+
+
+class CountTokensRequestBody(ConversationBody):
+    """The body of ``POST /v1/messages/count_tokens`` (no ``max_tokens``)."""
+
+
+# -- validation ---------------------------------------------------------------------
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+def validate_body(model: type[_Body], body: object) -> _Body:
+    """Validate a decoded JSON body.
+
+    Raises:
+        InvalidRequestError: the body is not an object, or a field is wrong; the
+            message and ``param`` name the field as a dotted path
+            (``messages.2.content.0.id``).
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequestError("the request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(exc, body) from exc
+
+
+def _invalid(exc: ValidationError, body: dict[str, Any]) -> InvalidRequestError:
+    errors = exc.errors(include_url=False)
+    # A union (``str | list[block]``) reports one error per member; the deepest one
+    # is where the client actually went wrong.
+    best = max(errors, key=lambda e: len(e["loc"]))
+    path = _field_path(best["loc"], body)
+    if best["type"] == "union_tag_invalid":
+        message = f"unknown type {best.get('ctx', {}).get('tag')!r}"
+    else:
+        same = list(dict.fromkeys(e["msg"] for e in errors if _field_path(e["loc"], body) == path))
+        prefix = "Input should be "
+        if len(same) > 1 and all(msg.startswith(prefix) for msg in same):
+            same = [same[0], *(msg.removeprefix(prefix) for msg in same[1:])]
+        message = " or ".join(same)
+    return InvalidRequestError(f"{path}: {message}" if path else message, param=path or None)
+
+
+def _field_path(loc: tuple[int | str, ...], body: Any) -> str:
+    """``messages.0.content.2.id`` from a pydantic location.
+
+    Pydantic puts union member tags (``str``, ``list[...]``, ``tool_use``) into the
+    location; walking the input alongside keeps only the real keys and indexes.
+    """
+    parts: list[str] = []
+    current = body
+    for position, item in enumerate(loc):
+        found, current = _step(current, item)
+        if not found and not (isinstance(current, dict) and position == len(loc) - 1):
+            continue  # a union member tag (a missing field's name is the last item)
+        parts.append(str(item))
+    return ".".join(parts)
+
+
+def _step(current: Any, item: int | str) -> tuple[bool, Any]:
+    if isinstance(current, dict) and isinstance(item, str) and item in current:
+        return True, current[item]
+    if isinstance(current, list) and isinstance(item, int) and 0 <= item < len(current):
+        return True, current[item]
+    return False, current
