@@ -68,13 +68,15 @@ class OpenAICompatBackend(Backend):
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         body = orjson.dumps(dialect.encode_chat_request(replace(request, stream=True)))
-        async with map_transport_errors(self.name):
-            async with self._client.stream(
+        async with (
+            map_transport_errors(self.name),
+            self._client.stream(
                 "POST", "chat/completions", content=body, headers=_JSON
-            ) as response:
-                await raise_for_backend_status(response, self.name)
-                async for event in dialect.decode_chat_stream(EventSource(response).aiter_sse()):
-                    yield event
+            ) as response,
+        ):
+            await raise_for_backend_status(response, self.name)
+            async for event in dialect.decode_chat_stream(EventSource(response).aiter_sse()):
+                yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = orjson.dumps(dialect.encode_embed_request(request))
@@ -87,7 +89,10 @@ class OpenAICompatBackend(Backend):
         async with map_transport_errors(self.name):
             response = await self._client.get("models")
             await raise_for_backend_status(response, self.name)
-        return [replace(m, backend=self.name) for m in dialect.decode_models(response_json(response, self.name))]
+        return [
+            replace(m, backend=self.name)
+            for m in dialect.decode_models(response_json(response, self.name))
+        ]
 
     async def health(self) -> BackendHealth:
         started = time.perf_counter()

@@ -27,7 +27,7 @@ from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Usage
 from llmbridge.features.token_count import count_request_tokens, count_text_tokens
 
-__all__ = ["ScriptedBackend", "Script"]
+__all__ = ["Script", "ScriptedBackend"]
 
 
 @dataclass(slots=True)

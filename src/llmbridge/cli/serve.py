@@ -49,11 +49,11 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
 
 @click.command()
 @click.option("--host", envvar="LLMBRIDGE_HOST", help="Bind address [default 127.0.0.1].")
+@click.option("--port", type=int, envvar="LLMBRIDGE_PORT", help=f"Port [default {DEFAULT_PORT}].")
 @click.option(
-    "--port", type=int, envvar="LLMBRIDGE_PORT", help=f"Port [default {DEFAULT_PORT}]."
-)
-@click.option(
-    "--max-body-bytes", type=int, envvar="LLMBRIDGE_MAX_BODY_BYTES",
+    "--max-body-bytes",
+    type=int,
+    envvar="LLMBRIDGE_MAX_BODY_BYTES",
     help="Largest request body accepted [default 32 MB].",
 )
 @click.option(
@@ -93,8 +93,8 @@ def serve(
     )
     if not _is_loopback(server.host) and not server.api_keys:
         log.warning(
-            "binding %s without --api-key: anyone who can reach this address can use "
-            "the backends", server.host
+            "binding %s without --api-key: anyone who can reach this address can use the backends",
+            server.host,
         )
     app = create_app(config)
     click.echo(_banner(config, server.host, server.port), err=True)

@@ -78,5 +78,3 @@ def accumulate_sync(events: Iterable[StreamEvent]) -> ChatResponse:
     for event in events:
         acc.add(event)
     return acc.response()
-
-
