@@ -1,0 +1,43 @@
+"""The OpenAI chat-completions dialect: wire types and codecs, both directions, no I/O.
+
+Server side (the gateway's ``/v1`` front): ``decode_chat_request``,
+``encode_chat_response``, ``encode_chat_stream``, ``error_body``, plus embeddings and
+the model list. Client side (backends that talk to OpenAI-compatible servers):
+``encode_chat_request``, ``decode_chat_response``, ``decode_chat_stream``, and the
+embedding and model-list decoders. See docs/ARCHITECTURE.md for the contract.
+"""
+
+from __future__ import annotations
+
+from llmbridge.dialects.openai.errors import error_body
+from llmbridge.dialects.openai.models import decode_models, encode_model, encode_models
+from llmbridge.dialects.openai.request import (
+    decode_chat_request,
+    decode_embed_request,
+    encode_chat_request,
+    encode_embed_request,
+)
+from llmbridge.dialects.openai.response import (
+    decode_chat_response,
+    decode_embed_response,
+    encode_chat_response,
+    encode_embed_response,
+)
+from llmbridge.dialects.openai.stream import decode_chat_stream, encode_chat_stream
+
+__all__ = [
+    "decode_chat_request",
+    "decode_chat_response",
+    "decode_chat_stream",
+    "decode_embed_request",
+    "decode_embed_response",
+    "decode_models",
+    "encode_chat_request",
+    "encode_chat_response",
+    "encode_chat_stream",
+    "encode_embed_request",
+    "encode_embed_response",
+    "encode_model",
+    "encode_models",
+    "error_body",
+]

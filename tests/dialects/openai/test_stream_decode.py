@@ -1,0 +1,209 @@
+"""decode_chat_stream over golden SSE captures, one per quirk of real servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmbridge.core.errors import BackendError, BackendProtocolError
+from llmbridge.core.events import (
+    PartDelta,
+    PartEnd,
+    PartStart,
+    ResponseEnd,
+    ResponseStart,
+    StreamError,
+    TextDelta,
+)
+from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
+from llmbridge.core.response import StopReason, Usage
+from tests.dialects.openai.helpers import (
+    decode_events,
+    decode_response,
+    fixture_bytes,
+    split_every,
+)
+
+
+async def test_plain_text() -> None:
+    events = await decode_events([fixture_bytes("text.sse")])
+    assert events[0] == ResponseStart(
+        id="chatcmpl-A1b2C3", model="gpt-4o-mini-2024-07-18", created=1732240000.0
+    )
+    assert events[1] == PartStart(0, TextPart(""))
+    assert [e.delta for e in events if isinstance(e, PartDelta)] == [
+        TextDelta("Bonjour, "),
+        TextDelta("café 🌍"),
+        TextDelta("!"),
+    ]
+    assert events[-2] == PartEnd(0, TextPart("Bonjour, café 🌍!"))
+    assert events[-1] == ResponseEnd(stop_reason=StopReason.END_TURN)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64])
+async def test_any_chunking_gives_the_same_response(size: int) -> None:
+    data = fixture_bytes("text.sse")
+    whole = await decode_response([data])
+    assert await decode_response(split_every(data, size)) == whole
+
+
+async def test_multibyte_character_split_across_chunks() -> None:
+    data = fixture_bytes("text.sse")
+    emoji = "🌍".encode()
+    start = data.index(emoji)
+    for cut in range(start + 1, start + len(emoji)):  # every cut inside the 4 bytes
+        response = await decode_response([data[:cut], data[cut:]])
+        assert response.message.text == "Bonjour, café 🌍!"
+    accent = data.index("é".encode())
+    response = await decode_response([data[: accent + 1], data[accent + 1 :]])
+    assert response.message.text == "Bonjour, café 🌍!"
+
+
+async def test_reasoning_under_reasoning_field() -> None:
+    response = await decode_response([fixture_bytes("reasoning_field.sse")])
+    assert response.message.parts == (
+        ThinkingPart("The user says hi."),
+        TextPart("Hello!"),
+    )
+    assert response.stop_reason is StopReason.END_TURN
+    assert response.model == "qwen3:0.6b"
+
+
+async def test_reasoning_under_reasoning_content_with_usage_on_finish_chunk() -> None:
+    response = await decode_response([fixture_bytes("reasoning_content.sse")])
+    assert response.message.parts == (
+        ThinkingPart("9.11 < 9.9 because .90 > .11"),
+        TextPart("9.9 is larger."),
+    )
+    assert response.usage == Usage(input_tokens=15, output_tokens=42, cache_read_input_tokens=0)
+    assert response.id == "5f3a9c1e-0b7d-4c52-9d0e-2f8a7b6c1d00"
+
+
+async def test_content_in_the_finishing_chunk_is_kept() -> None:
+    response = await decode_response([fixture_bytes("content_with_finish.sse")])
+    assert response.message.parts == (TextPart("The answer is 42."),)
+    assert response.stop_reason is StopReason.MAX_TOKENS
+
+
+async def test_tool_call_fragments_across_chunks() -> None:
+    events = await decode_events([fixture_bytes("tool_call_fragments.sse")])
+    starts = [e for e in events if isinstance(e, PartStart)]
+    assert starts == [
+        PartStart(0, ToolCallPart(id="call_aaa111", name="get_weather")),
+        PartStart(1, ToolCallPart(id="call_bbb222", name="get_time")),
+    ]
+    response = await decode_response([fixture_bytes("tool_call_fragments.sse")])
+    assert response.message.parts == (
+        ToolCallPart("call_aaa111", "get_weather", {"city": "Paris"}),
+        ToolCallPart("call_bbb222", "get_time", {"tz": "CET"}),
+    )
+    assert response.stop_reason is StopReason.TOOL_USE
+
+
+async def test_parallel_calls_all_at_index_zero_stay_separate() -> None:
+    response = await decode_response([fixture_bytes("parallel_index_zero.sse")])
+    assert response.message.parts == (
+        ToolCallPart("call_p1", "get_weather", {"city": "Paris"}),
+        ToolCallPart("call_p2", "get_weather", {"city": "Tokyo"}),
+        ToolCallPart("call_p3", "get_time", {"tz": "JST"}),
+    )
+    assert response.stop_reason is StopReason.TOOL_USE
+
+
+async def test_finish_reason_stop_after_tool_calls_is_tool_use() -> None:
+    response = await decode_response([fixture_bytes("stop_after_tool_calls.sse")])
+    assert response.message.parts == (
+        ToolCallPart("chatcmpl-tool-9c1", "search", {"query": "llmbridge"}),
+    )
+    assert response.stop_reason is StopReason.TOOL_USE
+
+
+async def test_usage_from_the_include_usage_chunk() -> None:
+    events = await decode_events([fixture_bytes("include_usage.sse")])
+    end = events[-1]
+    assert isinstance(end, ResponseEnd)
+    assert end.usage == Usage(input_tokens=21, output_tokens=3, cache_read_input_tokens=16)
+    assert end.stop_reason is StopReason.END_TURN
+
+
+async def test_mid_stream_error_payload_becomes_stream_error() -> None:
+    events = await decode_events([fixture_bytes("mid_stream_error.sse")])
+    assert isinstance(events[0], ResponseStart)
+    assert PartDelta(0, TextDelta("Partial")) in events
+    last = events[-1]
+    assert isinstance(last, StreamError)
+    assert isinstance(last.error, BackendError)
+    assert last.error.message == "The server had an error while processing your request."
+    assert last.error.code == "internal_error"
+    assert not any(isinstance(e, ResponseEnd) for e in events)
+    with pytest.raises(BackendError, match="while processing"):
+        await decode_response([fixture_bytes("mid_stream_error.sse")])
+
+
+async def test_error_event_becomes_stream_error() -> None:
+    events = await decode_events([fixture_bytes("event_error.sse")])
+    last = events[-1]
+    assert isinstance(last, StreamError)
+    assert last.error.message == "upstream overloaded"
+
+
+async def test_truncated_stream_raises_protocol_error() -> None:
+    data = fixture_bytes("truncated.sse")
+    with pytest.raises(BackendProtocolError, match="ended before it finished"):
+        await decode_events([data])
+
+
+async def test_stream_with_done_but_no_finish_reason_is_complete() -> None:
+    data = fixture_bytes("truncated.sse") + b"data: [DONE]\n\n"
+    response = await decode_response([data])
+    assert response.message.text == "Once upon a time"
+    assert response.stop_reason is StopReason.END_TURN
+
+
+async def test_finish_reason_without_done_is_complete() -> None:
+    data = fixture_bytes("content_with_finish.sse").replace(b"data: [DONE]\n\n", b"")
+    response = await decode_response([data])
+    assert response.message.text == "The answer is 42."
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"data: {not json\n\n", "not JSON"),
+        (b"data: [1, 2]\n\n", "not a JSON object"),
+        (b'data: {"id":"x","choices":{"index":0}}\n\n', "not a list"),
+        (b'data: {"id":"x","choices":[{"index":0,"delta":"hi"}]}\n\n', "delta"),
+        (b'data: {"id":"x","choices":[{"index":0,"delta":{"content":5}}]}\n\n', "'content'"),
+        (b"data: [DONE]\n\n", "before its first chunk"),
+        (b"", "before its first chunk"),
+    ],
+)
+async def test_malformed_streams_raise_protocol_error(data: bytes, match: str) -> None:
+    with pytest.raises(BackendProtocolError, match=match):
+        await decode_events([data])
+
+
+async def test_string_error_payload() -> None:
+    events = await decode_events([b'data: {"error": "model not loaded"}\n\n'])
+    assert len(events) == 1
+    only = events[0]
+    assert isinstance(only, StreamError)
+    assert only.error.message == "model not loaded"
+
+
+async def test_both_reasoning_names_in_one_delta_count_once() -> None:
+    chunk = (
+        b'data: {"id":"c","model":"m","created":1,"choices":[{"index":0,'
+        b'"delta":{"reasoning":"think","reasoning_content":"think"},"finish_reason":"stop"}]}\n\n'
+    )
+    response = await decode_response([chunk])
+    assert response.message.parts == (ThinkingPart("think"),)
+
+
+async def test_other_choices_are_ignored() -> None:
+    chunk = (
+        b'data: {"id":"c","model":"m","created":1,"choices":['
+        b'{"index":1,"delta":{"content":"other"},"finish_reason":"stop"},'
+        b'{"index":0,"delta":{"content":"mine"},"finish_reason":"stop"}]}\n\n'
+    )
+    response = await decode_response([chunk])
+    assert response.message.text == "mine"
