@@ -329,3 +329,44 @@ def test_unknown_model_through_official_clients(gateway: RunningServer) -> None:
         anthropic_client(gateway.url, "x").messages.create(
             model="nope", max_tokens=8, messages=[{"role": "user", "content": "x"}]
         )
+
+
+# Every other route that takes a body: (dialect, path, a valid body for model M).
+OTHER_ROUTES: list[tuple[str, str, Callable[[str], dict[str, Any]]]] = [
+    ("ollama", "/api/generate", lambda m: {"model": m, "prompt": "hi"}),
+    ("ollama", "/api/embed", lambda m: {"model": m, "input": "hi"}),
+    ("ollama", "/api/show", lambda m: {"model": m}),
+    ("openai", "/v1/embeddings", lambda m: {"model": m, "input": "hi"}),
+    (
+        "anthropic",
+        "/v1/messages/count_tokens",
+        lambda m: {"model": m, "messages": [{"role": "user", "content": "hi"}]},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "path", "body"), OTHER_ROUTES, ids=[r[1] for r in OTHER_ROUTES]
+)
+def test_every_route_rejects_bad_input_in_its_dialect(
+    gateway: RunningServer, dialect: str, path: str, body: Callable[[str], dict[str, Any]]
+) -> None:
+    assert_dialect_error(dialect, post(gateway, path, b"{nope"), 400)
+    assert_dialect_error(dialect, post(gateway, path, b'"a string"'), 400)
+    assert_dialect_error(dialect, post(gateway, path, orjson.dumps(body("no-such-model"))), 404)
+    big = body("scripted") | {"padding": "x" * (LIMIT + 1)}
+    assert_dialect_error(dialect, post(gateway, path, orjson.dumps(big)), 413)
+    assert post(gateway, path, orjson.dumps(body("scripted"))).status_code == 200
+
+
+def test_unknown_model_id_on_the_models_route(gateway: RunningServer) -> None:
+    response = httpx.get(gateway.url + "/v1/models/no-such-model")
+    assert_dialect_error("openai", response, 404)
+
+
+def test_embeddings_on_a_backend_that_cannot_embed(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    # The upstream answers /api/embed with 404 (route unknown): a clear backend error.
+    response = post(gateway, "/api/embed", orjson.dumps({"model": "up-x", "input": "hi"}))
+    assert_dialect_error("ollama", response, 404)
