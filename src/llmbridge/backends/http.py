@@ -8,6 +8,7 @@ backend's own message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from llmbridge.backends.base import BackendHealth
 from llmbridge.core.errors import (
     BackendError,
     BackendHTTPError,
@@ -28,7 +30,9 @@ __all__ = [
     "HTTPSettings",
     "make_client",
     "map_transport_errors",
+    "probe",
     "raise_for_backend_status",
+    "request_json",
     "response_json",
 ]
 
@@ -140,3 +144,33 @@ def response_json(response: httpx.Response, backend: str) -> object:
             f"backend '{backend}' sent invalid JSON for {response.request.url.path}",
             backend=backend,
         ) from exc
+
+
+async def request_json(
+    client: httpx.AsyncClient, method: str, path: str, backend: str, body: Any = None
+) -> object:
+    """One complete JSON request/response exchange with errors mapped."""
+    content = None if body is None else orjson.dumps(body)
+    headers = None if body is None else {"content-type": "application/json"}
+    async with map_transport_errors(backend):
+        response = await client.request(method, path, content=content, headers=headers)
+        await raise_for_backend_status(response, backend)
+    return response_json(response, backend)
+
+
+async def probe(client: httpx.AsyncClient, path: str) -> tuple[BackendHealth, object]:
+    """GET ``path`` as a health probe; returns the verdict and the decoded body (or None)."""
+    started = time.perf_counter()
+    try:
+        response = await client.get(path, timeout=5.0)
+    except httpx.HTTPError as exc:
+        return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}"), None
+    latency = (time.perf_counter() - started) * 1000
+    ok = response.status_code == 200
+    body: object = None
+    if ok:
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            body = None
+    return BackendHealth(ok=ok, detail=f"HTTP {response.status_code}", latency_ms=latency), body

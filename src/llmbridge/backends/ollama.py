@@ -7,11 +7,9 @@ gateway reports (tools, thinking, vision, context length) is what Ollama reports
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import httpx
 import orjson
 
 from llmbridge.backends.base import Backend, BackendHealth
@@ -19,8 +17,9 @@ from llmbridge.backends.http import (
     HTTPSettings,
     make_client,
     map_transport_errors,
+    probe,
     raise_for_backend_status,
-    response_json,
+    request_json,
 )
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
@@ -70,26 +69,20 @@ class OllamaBackend(Backend):
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
-        body = orjson.dumps(dialect.encode_embed_request(request))
-        async with map_transport_errors(self.name):
-            response = await self._client.post("/api/embed", content=body, headers=_JSON)
-            await raise_for_backend_status(response, self.name)
-        return dialect.decode_embed_response(response_json(response, self.name))
+        body = dialect.encode_embed_request(request)
+        reply = await request_json(self._client, "POST", "/api/embed", self.name, body)
+        return dialect.decode_embed_response(reply)
 
     async def list_models(self) -> list[ModelInfo]:
-        async with map_transport_errors(self.name):
-            response = await self._client.get("/api/tags")
-            await raise_for_backend_status(response, self.name)
-        models = dialect.decode_tags(response_json(response, self.name))
-        # /api/tags has no capabilities on older servers; /api/show always does.
-        detailed = await asyncio.gather(
-            *(self._show_or_none(m.backend_model) for m in models), return_exceptions=False
+        models = dialect.decode_tags(
+            await request_json(self._client, "GET", "/api/tags", self.name)
         )
-        out = []
-        for basic, full in zip(models, detailed, strict=True):
-            info = full or basic
-            out.append(replace(info, name=basic.name, backend=self.name))
-        return out
+        # /api/tags has no capabilities on older servers; /api/show always does.
+        detailed = await asyncio.gather(*(self._show_or_none(m.backend_model) for m in models))
+        return [
+            replace(full or basic, name=basic.name, backend=self.name)
+            for basic, full in zip(models, detailed, strict=True)
+        ]
 
     async def _show_or_none(self, model: str) -> ModelInfo | None:
         try:
@@ -98,37 +91,19 @@ class OllamaBackend(Backend):
             return None
 
     async def show_model(self, model: str) -> ModelInfo:
-        if model in self._show_cache:
-            return self._show_cache[model]
-        body = orjson.dumps({"model": model})
-        async with map_transport_errors(self.name):
-            response = await self._client.post("/api/show", content=body, headers=_JSON)
-            await raise_for_backend_status(response, self.name)
-        info = replace(
-            dialect.decode_show(model, response_json(response, self.name)), backend=self.name
-        )
-        self._show_cache[model] = info
-        return info
+        if model not in self._show_cache:
+            reply = await request_json(
+                self._client, "POST", "/api/show", self.name, {"model": model}
+            )
+            self._show_cache[model] = replace(dialect.decode_show(model, reply), backend=self.name)
+        return self._show_cache[model]
 
     async def running_models(self) -> list[ModelInfo]:
-        async with map_transport_errors(self.name):
-            response = await self._client.get("/api/ps")
-            await raise_for_backend_status(response, self.name)
-        return [
-            replace(m, backend=self.name)
-            for m in dialect.decode_tags(response_json(response, self.name))
-        ]
+        reply = await request_json(self._client, "GET", "/api/ps", self.name)
+        return [replace(m, backend=self.name) for m in dialect.decode_tags(reply)]
 
     async def health(self) -> BackendHealth:
-        started = time.perf_counter()
-        try:
-            response = await self._client.get("/api/version", timeout=5.0)
-        except httpx.HTTPError as exc:
-            return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
-        latency = (time.perf_counter() - started) * 1000
-        if response.status_code != 200:
-            return BackendHealth(
-                ok=False, detail=f"HTTP {response.status_code}", latency_ms=latency
-            )
-        version = response.json().get("version", "?") if response.content else "?"
-        return BackendHealth(ok=True, detail=f"ollama {version}", latency_ms=latency)
+        verdict, body = await probe(self._client, "/api/version")
+        if verdict.ok and isinstance(body, dict):
+            return replace(verdict, detail=f"ollama {body.get('version', '?')}")
+        return verdict

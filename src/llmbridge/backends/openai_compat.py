@@ -5,12 +5,10 @@ Adding another such server is configuration (a base URL and a key), not code.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-import httpx
 import orjson
 from httpx_sse import EventSource
 
@@ -19,8 +17,9 @@ from llmbridge.backends.http import (
     HTTPSettings,
     make_client,
     map_transport_errors,
+    probe,
     raise_for_backend_status,
-    response_json,
+    request_json,
 )
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
@@ -79,27 +78,14 @@ class OpenAICompatBackend(Backend):
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
-        body = orjson.dumps(dialect.encode_embed_request(request))
-        async with map_transport_errors(self.name):
-            response = await self._client.post("embeddings", content=body, headers=_JSON)
-            await raise_for_backend_status(response, self.name)
-        return dialect.decode_embed_response(response_json(response, self.name))
+        body = dialect.encode_embed_request(request)
+        reply = await request_json(self._client, "POST", "embeddings", self.name, body)
+        return dialect.decode_embed_response(reply)
 
     async def list_models(self) -> list[ModelInfo]:
-        async with map_transport_errors(self.name):
-            response = await self._client.get("models")
-            await raise_for_backend_status(response, self.name)
-        return [
-            replace(m, backend=self.name)
-            for m in dialect.decode_models(response_json(response, self.name))
-        ]
+        reply = await request_json(self._client, "GET", "models", self.name)
+        return [replace(m, backend=self.name) for m in dialect.decode_models(reply)]
 
     async def health(self) -> BackendHealth:
-        started = time.perf_counter()
-        try:
-            response = await self._client.get("models", timeout=5.0)
-        except httpx.HTTPError as exc:
-            return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
-        latency = (time.perf_counter() - started) * 1000
-        ok = response.status_code == 200
-        return BackendHealth(ok=ok, detail=f"HTTP {response.status_code}", latency_ms=latency)
+        verdict, _ = await probe(self._client, "models")
+        return verdict

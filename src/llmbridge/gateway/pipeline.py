@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,12 +26,14 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.gateway.render import Dialect, error_response, to_bridge_error
+from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
 from llmbridge.gateway.router import ModelRouter
+from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
-__all__ = ["ChatCodec", "serve_chat"]
+__all__ = ["ChatCodec", "chat_endpoint", "serve_chat"]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -196,3 +198,39 @@ async def _close(stream: AsyncIterator[StreamEvent]) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+Shortcut = Callable[[GatewayState, ChatRequest], Response | None]
+
+
+def chat_endpoint(
+    codec: ChatCodec,
+    decode: Callable[[object], ChatRequest],
+    shortcut: Shortcut | None = None,
+) -> Endpoint:
+    """A route handler: read the body, ``decode`` it, then ``serve_chat``.
+
+    ``shortcut`` may answer a decoded request without a backend (Ollama's "load the
+    model" reply to an empty conversation); it returns ``None`` to go on.
+    """
+
+    async def endpoint(request: Request) -> Response:
+        state = state_of(request)
+        request_id = new_request_id()
+        try:
+            chat = decode(await read_json(request, state.max_body))
+            if shortcut is not None and (early := shortcut(state, chat)) is not None:
+                return early
+        except LLMBridgeError as exc:
+            return error_response(codec.dialect, exc, request_id)
+        return await serve_chat(
+            request,
+            chat,
+            codec,
+            router=state.router,
+            metrics=state.metrics,
+            request_id=request_id,
+        )
+
+    return endpoint

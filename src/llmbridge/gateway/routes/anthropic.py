@@ -11,7 +11,7 @@ from llmbridge.dialects import anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.token_count import count_request_tokens
 from llmbridge.gateway.limits import read_json
-from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
 from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import state_of
 
@@ -25,18 +25,6 @@ MESSAGES = ChatCodec(
     stream_media_type="text/event-stream",
     announces_input_tokens=True,
 )
-
-
-async def messages(request: Request) -> Response:
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        chat = anthropic.decode_chat_request(await read_json(request, state.max_body))
-    except LLMBridgeError as exc:
-        return error_response(Dialect.ANTHROPIC, exc, request_id)
-    return await serve_chat(
-        request, chat, MESSAGES, router=state.router, metrics=state.metrics, request_id=request_id
-    )
 
 
 async def count_tokens(request: Request) -> Response:
@@ -56,6 +44,6 @@ async def count_tokens(request: Request) -> Response:
 
 
 routes = [
-    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages", chat_endpoint(MESSAGES, anthropic.decode_chat_request), methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
 ]

@@ -19,9 +19,9 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.limits import read_json
-from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint
 from llmbridge.gateway.render import Dialect, error_response, new_request_id
-from llmbridge.gateway.state import state_of
+from llmbridge.gateway.state import GatewayState, state_of
 
 __all__ = ["OLLAMA_VERSION", "routes"]
 
@@ -58,42 +58,23 @@ def _json(body: object, status: int = 200) -> Response:
     return Response(dumps(body), status_code=status, media_type="application/json")
 
 
-def _loaded(chat: ChatRequest, generate: bool) -> Response:
-    """Ollama answers a request with nothing to generate by loading the model."""
-    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    body: dict[str, object] = {"model": chat.model, "created_at": now}
-    if generate:
-        body["response"] = ""
-    else:
-        body["message"] = {"role": "assistant", "content": ""}
-    body.update({"done_reason": "load", "done": True})
-    return _json(body)
+def _load_reply(generate: bool) -> Shortcut:
+    """Ollama answers a conversation with nothing to generate by loading the model."""
 
+    def shortcut(state: GatewayState, chat: ChatRequest) -> Response | None:
+        if chat.messages:
+            return None
+        state.router.resolve(chat.model)  # an unknown model is still an error
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        body: dict[str, object] = {"model": chat.model, "created_at": now}
+        if generate:
+            body["response"] = ""
+        else:
+            body["message"] = {"role": "assistant", "content": ""}
+        body.update({"done_reason": "load", "done": True})
+        return _json(body)
 
-async def _generation(request: Request, generate: bool) -> Response:
-    state = state_of(request)
-    request_id = new_request_id()
-    codec = GENERATE if generate else CHAT
-    try:
-        body = await read_json(request, state.max_body)
-        decode = ollama.decode_generate_request if generate else ollama.decode_chat_request
-        chat = decode(body)
-        if not chat.messages:
-            state.router.resolve(chat.model)  # an unknown model is still an error
-            return _loaded(chat, generate)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OLLAMA, exc, request_id)
-    return await serve_chat(
-        request, chat, codec, router=state.router, metrics=state.metrics, request_id=request_id
-    )
-
-
-async def chat(request: Request) -> Response:
-    return await _generation(request, generate=False)
-
-
-async def generate(request: Request) -> Response:
-    return await _generation(request, generate=True)
+    return shortcut
 
 
 async def tags(request: Request) -> Response:
@@ -147,8 +128,16 @@ async def embed(request: Request) -> Response:
 
 
 routes = [
-    Route("/api/chat", chat, methods=["POST"]),
-    Route("/api/generate", generate, methods=["POST"]),
+    Route(
+        "/api/chat",
+        chat_endpoint(CHAT, ollama.decode_chat_request, _load_reply(generate=False)),
+        methods=["POST"],
+    ),
+    Route(
+        "/api/generate",
+        chat_endpoint(GENERATE, ollama.decode_generate_request, _load_reply(generate=True)),
+        methods=["POST"],
+    ),
     Route("/api/tags", tags, methods=["GET", "HEAD"]),
     Route("/api/show", show, methods=["POST"]),
     Route("/api/ps", ps, methods=["GET"]),

@@ -12,7 +12,7 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import openai
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.limits import read_json
-from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
 from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import state_of
 
@@ -29,18 +29,6 @@ CHAT = ChatCodec(
 
 def _json(body: object) -> Response:
     return Response(dumps(body), media_type="application/json")
-
-
-async def chat_completions(request: Request) -> Response:
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        chat = openai.decode_chat_request(await read_json(request, state.max_body))
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, request_id)
-    return await serve_chat(
-        request, chat, CHAT, router=state.router, metrics=state.metrics, request_id=request_id
-    )
 
 
 async def list_models(request: Request) -> Response:
@@ -76,7 +64,11 @@ async def embeddings(request: Request) -> Response:
 
 
 routes = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route(
+        "/v1/chat/completions",
+        chat_endpoint(CHAT, openai.decode_chat_request),
+        methods=["POST"],
+    ),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
     Route("/v1/embeddings", embeddings, methods=["POST"]),
