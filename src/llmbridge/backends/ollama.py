@@ -10,17 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import orjson
-
 from llmbridge.backends.base import Backend, BackendHealth
-from llmbridge.backends.http import (
-    HTTPSettings,
-    make_client,
-    map_transport_errors,
-    probe,
-    raise_for_backend_status,
-    request_json,
-)
+from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
@@ -29,8 +20,6 @@ from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import ollama as dialect
 
 __all__ = ["OllamaBackend"]
-
-_JSON = {"content-type": "application/json"}
 
 
 class OllamaBackend(Backend):
@@ -49,34 +38,27 @@ class OllamaBackend(Backend):
         super().__init__(name)
         self.base_url = base_url.rstrip("/")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        self._client = make_client(self.base_url, http or HTTPSettings(), headers)
+        self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
         self._show_cache: dict[str, ModelInfo] = {}
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         # Always stream from the backend: a non-streaming reply is the gateway's
         # accumulation of the same events, so both paths behave identically.
-        body = orjson.dumps(dialect.encode_chat_request(replace(request, stream=True)))
-        async with (
-            map_transport_errors(self.name),
-            self._client.stream("POST", "/api/chat", content=body, headers=_JSON) as response,
-        ):
-            await raise_for_backend_status(response, self.name)
-            lines = dialect.split_ndjson_lines(response.aiter_bytes())
-            async for event in dialect.decode_chat_stream(lines):
+        body = dialect.encode_chat_request(replace(request, stream=True))
+        async with self._http.stream("/api/chat", body) as chunks:
+            async for event in dialect.decode_chat_stream(dialect.split_ndjson_lines(chunks)):
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = dialect.encode_embed_request(request)
-        reply = await request_json(self._client, "POST", "/api/embed", self.name, body)
+        reply = await self._http.request_json("POST", "/api/embed", body)
         return dialect.decode_embed_response(reply)
 
     async def list_models(self) -> list[ModelInfo]:
-        models = dialect.decode_tags(
-            await request_json(self._client, "GET", "/api/tags", self.name)
-        )
+        models = dialect.decode_tags(await self._http.request_json("GET", "/api/tags"))
         # /api/tags has no capabilities on older servers; /api/show always does.
         detailed = await asyncio.gather(*(self._show_or_none(m.backend_model) for m in models))
         return [
@@ -92,18 +74,16 @@ class OllamaBackend(Backend):
 
     async def show_model(self, model: str) -> ModelInfo:
         if model not in self._show_cache:
-            reply = await request_json(
-                self._client, "POST", "/api/show", self.name, {"model": model}
-            )
+            reply = await self._http.request_json("POST", "/api/show", {"model": model})
             self._show_cache[model] = replace(dialect.decode_show(model, reply), backend=self.name)
         return self._show_cache[model]
 
     async def running_models(self) -> list[ModelInfo]:
-        reply = await request_json(self._client, "GET", "/api/ps", self.name)
+        reply = await self._http.request_json("GET", "/api/ps")
         return [replace(m, backend=self.name) for m in dialect.decode_tags(reply)]
 
     async def health(self) -> BackendHealth:
-        verdict, body = await probe(self._client, "/api/version")
+        verdict, body = await self._http.probe("/api/version")
         if verdict.ok and isinstance(body, dict):
             return replace(verdict, detail=f"ollama {body.get('version', '?')}")
         return verdict

@@ -9,27 +9,16 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-import orjson
-from httpx_sse import EventSource
-
 from llmbridge.backends.base import Backend, BackendHealth
-from llmbridge.backends.http import (
-    HTTPSettings,
-    make_client,
-    map_transport_errors,
-    probe,
-    raise_for_backend_status,
-    request_json,
-)
+from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import openai as dialect
+from llmbridge.dialects.framing import aiter_sse
 
 __all__ = ["OpenAICompatBackend", "normalise_base_url"]
-
-_JSON = {"content-type": "application/json"}
 
 
 def normalise_base_url(url: str) -> str:
@@ -60,32 +49,26 @@ class OpenAICompatBackend(Backend):
         super().__init__(name)
         self.base_url = normalise_base_url(base_url)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        self._client = make_client(self.base_url, http or HTTPSettings(), headers)
+        self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        body = orjson.dumps(dialect.encode_chat_request(replace(request, stream=True)))
-        async with (
-            map_transport_errors(self.name),
-            self._client.stream(
-                "POST", "chat/completions", content=body, headers=_JSON
-            ) as response,
-        ):
-            await raise_for_backend_status(response, self.name)
-            async for event in dialect.decode_chat_stream(EventSource(response).aiter_sse()):
+        body = dialect.encode_chat_request(replace(request, stream=True))
+        async with self._http.stream("chat/completions", body) as chunks:
+            async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = dialect.encode_embed_request(request)
-        reply = await request_json(self._client, "POST", "embeddings", self.name, body)
+        reply = await self._http.request_json("POST", "embeddings", body)
         return dialect.decode_embed_response(reply)
 
     async def list_models(self) -> list[ModelInfo]:
-        reply = await request_json(self._client, "GET", "models", self.name)
+        reply = await self._http.request_json("GET", "models")
         return [replace(m, backend=self.name) for m in dialect.decode_models(reply)]
 
     async def health(self) -> BackendHealth:
-        verdict, _ = await probe(self._client, "models")
+        verdict, _ = await self._http.probe("models")
         return verdict

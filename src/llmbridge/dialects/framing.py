@@ -1,4 +1,4 @@
-"""Byte framing shared by the stream encoders: NDJSON lines and SSE events.
+"""Byte framing: NDJSON lines and SSE events out (encoders), SSE events in (backends).
 
 Encoders build bytes directly with orjson: this is the hot path of every streamed
 chunk, so it avoids intermediate ``str`` objects.
@@ -6,11 +6,13 @@ chunk, so it avoids intermediate ``str`` objects.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from httpx_sse import ServerSentEvent
 
-__all__ = ["SSE_DONE", "dumps", "ndjson_line", "sse_event"]
+__all__ = ["SSE_DONE", "aiter_sse", "dumps", "ndjson_line", "sse_event"]
 
 SSE_DONE = b"data: [DONE]\n\n"
 """OpenAI's end-of-stream sentinel."""
@@ -32,3 +34,67 @@ def sse_event(obj: Any, event: str | None = None) -> bytes:
     if event is None:
         return b"data: " + data + b"\n\n"
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+class _SSEFields:
+    """The fields of the event being read (WHATWG event-stream interpretation)."""
+
+    __slots__ = ("data", "event", "last_id", "retry")
+
+    def __init__(self) -> None:
+        self.event = ""
+        self.data: list[str] = []
+        self.last_id = ""
+        self.retry: int | None = None
+
+    def line(self, raw: bytes) -> ServerSentEvent | None:
+        """Take one line (terminator stripped); a blank line dispatches the event."""
+        if not raw:
+            event = None
+            if self.data:
+                event = ServerSentEvent(
+                    event=self.event, data="\n".join(self.data), id=self.last_id, retry=self.retry
+                )
+            self.event, self.data, self.retry = "", [], None
+            return event
+        if raw.startswith(b":"):
+            return None
+        name, _, value = raw.decode("utf-8", errors="replace").partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self.data.append(value)
+        elif name == "event":
+            self.event = value
+        elif name == "id" and "\0" not in value:
+            self.last_id = value
+        elif name == "retry" and value.isdigit():
+            self.retry = int(value)
+        return None
+
+
+async def aiter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEvent]:
+    """Parse a Server-Sent Events byte stream into events.
+
+    Lines end with ``\\r\\n``, ``\\n`` or ``\\r``; ``:`` starts a comment; ``data``
+    lines join with ``\\n``; a blank line dispatches; an event cut off by the end of
+    the stream is discarded, as the specification says. Lines are split on bytes
+    before decoding, so a UTF-8 character split across network reads stays whole.
+
+    This framer exists because the backends read with aiohttp (for speed) and the
+    maintained SSE parser, httpx-sse, only reads httpx responses; its public
+    ``ServerSentEvent`` type is what the dialect decoders consume either way.
+    """
+    fields = _SSEFields()
+    pending = b""
+    async for chunk in chunks:
+        lines = (pending + chunk).splitlines(keepends=True)
+        pending = b""
+        # Hold back an unterminated last line, and a line ending in a lone \r whose
+        # \n may be the first byte of the next chunk.
+        if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
+            pending = lines.pop()
+        for line in lines:
+            if (event := fields.line(line.rstrip(b"\r\n"))) is not None:
+                yield event
+    if pending.endswith(b"\r") and (event := fields.line(pending.rstrip(b"\r"))) is not None:
+        yield event
