@@ -10,6 +10,11 @@ what Anthropic's content blocks need and what every other dialect can flatten.
 calls, OpenAI non-streamed messages) never re-accumulate deltas themselves.
 Streams are produced by ``parts_manager.PartsManager`` and consumed by the dialect
 stream encoders and by ``accumulate.accumulate``.
+
+Events are plain (not frozen) slotted dataclasses: one or two are created per
+streamed token, and a frozen dataclass's ``__init__`` goes through
+``object.__setattr__`` per field, which showed up in the gateway's profile. Treat
+them as immutable all the same.
 """
 
 from __future__ import annotations
@@ -38,25 +43,25 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TextDelta:
     text: str
     kind: Literal["text"] = "text"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ThinkingDelta:
     text: str
     kind: Literal["thinking"] = "thinking"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SignatureDelta:
     signature: str
     kind: Literal["signature"] = "signature"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolArgsDelta:
     """A fragment of a tool call's JSON arguments; fragments concatenate."""
 
@@ -67,7 +72,7 @@ class ToolArgsDelta:
 Delta = TextDelta | ThinkingDelta | SignatureDelta | ToolArgsDelta
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseStart:
     """The first event: identifies the response."""
 
@@ -80,7 +85,7 @@ class ResponseStart:
     event: Literal["response_start"] = "response_start"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartStart:
     """A new part opens. ``part`` is its initial value (empty text, tool name and id)."""
 
@@ -89,14 +94,14 @@ class PartStart:
     event: Literal["part_start"] = "part_start"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartDelta:
     index: int
     delta: Delta
     event: Literal["part_delta"] = "part_delta"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartEnd:
     """The part closes; ``part`` is its complete value."""
 
@@ -105,7 +110,7 @@ class PartEnd:
     event: Literal["part_end"] = "part_end"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UsageUpdate:
     """Token counts known so far (later values win)."""
 
@@ -113,7 +118,7 @@ class UsageUpdate:
     event: Literal["usage"] = "usage"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseEnd:
     """The last event of a successful stream."""
 
@@ -124,7 +129,7 @@ class ResponseEnd:
     event: Literal["response_end"] = "response_end"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamError:
     """The stream failed after it started; this is its last event."""
 

@@ -87,14 +87,28 @@ async def aiter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEve
     fields = _SSEFields()
     pending = b""
     async for chunk in chunks:
-        lines = (pending + chunk).splitlines(keepends=True)
-        pending = b""
-        # Hold back an unterminated last line, and a line ending in a lone \r whose
-        # \n may be the first byte of the next chunk.
-        if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
+        if pending:
+            chunk = pending + chunk
+        if b"\r" in chunk:
+            # Rare: CR or CRLF line ends. Hold back an unterminated last line, and a
+            # line ending in a lone \r whose \n may start the next chunk.
+            lines = chunk.splitlines(keepends=True)
+            pending = b""
+            if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
+                pending = lines.pop()
+            lines = [line.rstrip(b"\r\n") for line in lines]
+        else:
+            # Common: LF only. The piece after the last \n is incomplete (b"" if none).
+            lines = chunk.split(b"\n")
             pending = lines.pop()
+        data = fields.data
         for line in lines:
-            if (event := fields.line(line.rstrip(b"\r\n"))) is not None:
-                yield event
+            if line.startswith(b"data: "):  # the hot path: one per streamed chunk
+                data.append(line[6:].decode("utf-8", errors="replace"))
+            else:
+                event = fields.line(line)
+                data = fields.data  # a blank line starts a new list
+                if event is not None:
+                    yield event
     if pending.endswith(b"\r") and (event := fields.line(pending.rstrip(b"\r"))) is not None:
         yield event
