@@ -40,6 +40,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	@echo "==> mypy --strict"
 	@$(BIN)/mypy
+	@MYPYPATH=bench $(BIN)/mypy bench/*.py
 
 test: lint typecheck
 	@echo "==> pytest"

@@ -25,12 +25,17 @@ class Canned:
     media_type: str = "application/x-ndjson"
     delay: float = 0.0
     """Seconds to wait before each chunk (a hang when large)."""
+    end_delay: float = 0.0
+    """Seconds between the last chunk and the end of the body (the chunked terminator),
+    as real servers that flush each event separately produce."""
 
 
 class FakeUpstream:
     def __init__(self) -> None:
         self.queue: deque[Canned] = deque()
         self.bodies: list[bytes] = []
+        self.peers: list[tuple[str, int]] = []
+        """(host, port) of the connection each request came on."""
         self.app = Starlette(
             routes=[
                 Route("/api/chat", self._reply, methods=["POST"]),
@@ -43,6 +48,8 @@ class FakeUpstream:
 
     async def _reply(self, request: Request) -> Response:
         self.bodies.append(await request.body())
+        if request.client is not None:
+            self.peers.append((request.client.host, request.client.port))
         canned = self.queue.popleft() if self.queue else Canned(status=500, chunks=[b"{}"])
 
         async def body() -> AsyncIterator[bytes]:
@@ -50,6 +57,8 @@ class FakeUpstream:
                 if canned.delay:
                     await asyncio.sleep(canned.delay)
                 yield chunk
+            if canned.end_delay:
+                await asyncio.sleep(canned.end_delay)
 
         return StreamingResponse(body(), status_code=canned.status, media_type=canned.media_type)
 

@@ -197,3 +197,40 @@ def test_anthropic_thinking_over_openai_compat(
     assert [b.type for b in reply.content] == ["thinking", "text"]
     assert reply.content[0].type == "thinking" and reply.content[0].thinking == "step 1"
     assert reply.content[1].type == "text" and reply.content[1].text == "42"
+
+
+@pytest.mark.parametrize("model", ["m", "oai-m"])
+def test_upstream_connections_are_reused(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer], model: str
+) -> None:
+    """Decoders stop at the final frame; the transport drains the body's tail so the
+    next request reuses the connection instead of opening a new one."""
+    fake, _ = upstream
+    client = openai_client(gateway.url)
+    for _ in range(3):
+        if model.startswith("oai-"):
+            base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+            chunks = sse(
+                base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
+                base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                "[DONE]",
+            )
+            fake.queue.append(Canned(media_type="text/event-stream", chunks=chunks, end_delay=0.05))
+        else:
+            fake.queue.append(
+                Canned(
+                    chunks=ndjson(
+                        {
+                            "model": "m",
+                            "created_at": "2026-01-01T00:00:00Z",
+                            "message": {"role": "assistant", "content": "ok"},
+                            "done": True,
+                        },
+                    )
+                )
+            )
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}]
+        )
+        assert reply.choices[0].message.content == "ok"
+    assert len(set(fake.peers[-3:])) == 1

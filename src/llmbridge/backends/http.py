@@ -156,6 +156,11 @@ class HTTPTransport:
         ):
             await _raise_for_status(response, self.backend)
             yield _guarded_chunks(response, self.backend)
+            # Reached only when the reader finished normally: decoders stop at the
+            # final frame, but the body's own end (a chunked terminator) may still be in
+            # flight, and aiohttp reuses a connection only once the body is read to its
+            # end. Drain that tail, briefly and boundedly, instead of reconnecting.
+            await _drain(response)
 
     async def request_json(self, method: str, path: str, body: Any = None) -> object:
         """One complete JSON request/response exchange with errors mapped."""
@@ -200,3 +205,17 @@ async def _guarded_chunks(response: aiohttp.ClientResponse, backend: str) -> Asy
     async with map_transport_errors(backend):
         async for chunk in response.content.iter_any():
             yield chunk
+
+
+_DRAIN_LIMIT = 64 * 1024
+_DRAIN_SECONDS = 0.5
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    drained = 0
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            while drained <= _DRAIN_LIMIT and (chunk := await response.content.readany()):
+                drained += len(chunk)
+    except (TimeoutError, aiohttp.ClientError):
+        pass  # the connection is simply not reused

@@ -1,0 +1,323 @@
+"""A minimal, fast scripted LLM server: the backend that ``bench/overhead.py`` measures
+the gateway against.
+
+It owns nothing but speed and wire-correctness: a raw ASGI app (no framework) run by
+uvicorn with uvloop and httptools, whose every response body is encoded once and then
+replayed from a cache, so the time spent here per request and per chunk is as small
+as Python allows. It speaks just enough of two APIs for the gateway's HTTP backends:
+
+- OpenAI: ``POST /v1/chat/completions`` (a JSON completion, or an SSE stream of
+  ``chat.completion.chunk`` events: one per content piece, a finish chunk, a usage
+  chunk when ``stream_options.include_usage``, then ``data: [DONE]``) and
+  ``GET /v1/models``.
+- Ollama: ``POST /api/chat`` (NDJSON, one line per piece plus the ``done`` line, or
+  one JSON object with ``"stream": false``), ``GET /api/tags``, ``GET /api/version``,
+  ``POST /api/show`` and ``GET /api/ps``.
+
+A reply has ``--chunks`` pieces unless the request asks for fewer or more
+(``max_completion_tokens`` / ``max_tokens`` for OpenAI, ``options.num_predict`` for
+Ollama); piece ``i`` is ``reply_pieces(n)[i]``, which the load generator uses to
+check what it received.
+
+Run: ``python bench/fast_backend.py --port 8001 --chunks 200`` (loopback only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from functools import cache
+from typing import Any
+
+import orjson
+
+__all__ = ["DEFAULT_MODEL", "PROMPT_TOKENS", "FastBackend", "main", "reply_pieces"]
+
+DEFAULT_MODEL = "bench-model"
+PROMPT_TOKENS = 12
+_MAX_CHUNKS = 100_000
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+@cache
+def reply_pieces(n: int) -> tuple[str, ...]:
+    """The ``n`` content pieces of a reply: distinct, so a lost or repeated one shows."""
+    return tuple(f"tok{i} " for i in range(n))
+
+
+def _body(data: bytes, more: bool) -> Message:
+    return {"type": "http.response.body", "body": data, "more_body": more}
+
+
+def _start(content_type: bytes, length: int | None = None) -> Message:
+    headers = [(b"content-type", content_type)]
+    if length is None:
+        headers.append((b"cache-control", b"no-cache"))
+    else:
+        headers.append((b"content-length", str(length).encode()))
+    return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
+class _Reply:
+    """One pre-encoded response: the start message and the body messages, in order."""
+
+    __slots__ = ("bodies", "start")
+
+    def __init__(
+        self, content_type: bytes, parts: list[bytes], stream: bool, eof_apart: bool = True
+    ) -> None:
+        if stream:
+            self.start = _start(content_type)
+            if eof_apart:
+                # As Starlette's StreamingResponse (vLLM, most Python servers) and Go's
+                # net/http (Ollama) do: the chunked-encoding terminator is a write of its
+                # own, after the last event, so it may reach the gateway separately.
+                bodies = [_body(p, True) for p in parts]
+                bodies.append(_body(b"", False))
+            else:
+                bodies = [_body(p, i < len(parts) - 1) for i, p in enumerate(parts)]
+            self.bodies = tuple(bodies)
+        else:
+            data = b"".join(parts)
+            self.start = _start(content_type, len(data))
+            self.bodies = (_body(data, False),)
+
+    async def send(self, send: Send) -> None:
+        await send(self.start)
+        for message in self.bodies:
+            await send(message)
+
+
+_JSON = b"application/json"
+
+
+class FastBackend:
+    """The ASGI app. Replies are built on first use per (kind, size) and then reused."""
+
+    def __init__(
+        self, default_chunks: int, model: str = DEFAULT_MODEL, eof_apart: bool = True
+    ) -> None:
+        self.default_chunks = default_chunks
+        self.eof_apart = eof_apart
+        self.model = model
+        self.created = int(time.time())
+        self.created_at = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+        self._cache: dict[tuple[str, int], _Reply] = {}
+        model_entry = {"id": model, "object": "model", "created": self.created, "owned_by": "bench"}
+        details = {
+            "parent_model": "",
+            "format": "gguf",
+            "family": "bench",
+            "families": ["bench"],
+            "parameter_size": "1M",
+            "quantization_level": "F16",
+        }
+        tag = {
+            "name": model,
+            "model": model,
+            "modified_at": self.created_at,
+            "size": 1,
+            "digest": "0" * 64,
+            "details": details,
+        }
+        show = {
+            "modelfile": "",
+            "parameters": "",
+            "template": "{{ .Prompt }}",
+            "details": details,
+            "model_info": {"general.architecture": "bench", "bench.context_length": 8192},
+            "capabilities": ["completion"],
+        }
+        self._static: dict[tuple[str, str], _Reply] = {
+            ("GET", "/v1/models"): self._json({"object": "list", "data": [model_entry]}),
+            ("GET", "/api/tags"): self._json({"models": [tag]}),
+            ("GET", "/api/version"): self._json({"version": "0.12.0"}),
+            ("GET", "/api/ps"): self._json({"models": []}),
+            ("POST", "/api/show"): self._json(show),
+            ("GET", "/"): _Reply(b"text/plain", [b"Ollama is running"], stream=False),
+        }
+        self._not_found = _Reply(_JSON, [b'{"error":"not found"}'], stream=False)
+        self._not_found.start["status"] = 404
+        self._bad_request = _Reply(_JSON, [b'{"error":"body is not a JSON object"}'], stream=False)
+        self._bad_request.start["status"] = 400
+
+    @staticmethod
+    def _json(obj: object) -> _Reply:
+        return _Reply(_JSON, [orjson.dumps(obj)], stream=False)
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        key = (scope["method"], scope["path"])
+        if key[0] == "POST" and key[1] in ("/v1/chat/completions", "/api/chat"):
+            body = await _read_body(receive)
+            reply = self._chat(key[1], body)
+        else:
+            reply = self._static.get(key, self._not_found)
+        await reply.send(send)
+
+    def _chat(self, path: str, body: bytes) -> _Reply:
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return self._bad_request
+        if not isinstance(request, dict):
+            return self._bad_request
+        if path == "/api/chat":
+            options = request.get("options") or {}
+            n = _size(options.get("num_predict"), self.default_chunks)
+            kind = "ollama-stream" if request.get("stream", True) else "ollama-json"
+        else:
+            limit = request.get("max_completion_tokens") or request.get("max_tokens")
+            n = _size(limit, self.default_chunks)
+            if not request.get("stream"):
+                kind = "openai-json"
+            elif (request.get("stream_options") or {}).get("include_usage"):
+                kind = "openai-stream-usage"
+            else:
+                kind = "openai-stream"
+        reply = self._cache.get((kind, n))
+        if reply is None:
+            reply = self._cache[(kind, n)] = self._build(kind, n)
+        return reply
+
+    def _build(self, kind: str, n: int) -> _Reply:
+        pieces = reply_pieces(n)
+        if kind == "openai-json":
+            return _Reply(_JSON, [orjson.dumps(self._openai_completion(pieces))], stream=False)
+        if kind.startswith("openai-stream"):
+            return _Reply(
+                b"text/event-stream",
+                self._openai_stream(pieces, kind.endswith("usage")),
+                stream=True,
+                eof_apart=self.eof_apart,
+            )
+        if kind == "ollama-json":
+            return _Reply(_JSON, [orjson.dumps(self._ollama_final(n, "".join(pieces)))], False)
+        lines = [self._ollama_line(piece) for piece in pieces]
+        lines.append(orjson.dumps(self._ollama_final(n, ""), option=orjson.OPT_APPEND_NEWLINE))
+        return _Reply(b"application/x-ndjson", lines, stream=True, eof_apart=self.eof_apart)
+
+    def _usage(self, n: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": n,
+            "total_tokens": n + PROMPT_TOKENS,
+        }
+
+    def _openai_completion(self, pieces: tuple[str, ...]) -> dict[str, Any]:
+        message = {"role": "assistant", "content": "".join(pieces)}
+        return {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
+            ],
+            "usage": self._usage(len(pieces)),
+        }
+
+    def _openai_stream(self, pieces: tuple[str, ...], include_usage: bool) -> list[bytes]:
+        head = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+        }
+
+        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return b"data: " + orjson.dumps({**head, "choices": choices, **extra}) + b"\n\n"
+
+        out = []
+        for i, piece in enumerate(pieces):
+            delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+            out.append(event([{"index": 0, "delta": delta, "finish_reason": None}]))
+        out.append(event([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+        if include_usage:
+            out.append(event([], usage=self._usage(len(pieces))))
+        out.append(b"data: [DONE]\n\n")
+        return out
+
+    def _ollama_line(self, piece: str) -> bytes:
+        frame = {
+            "model": self.model,
+            "created_at": self.created_at,
+            "message": {"role": "assistant", "content": piece},
+            "done": False,
+        }
+        return orjson.dumps(frame, option=orjson.OPT_APPEND_NEWLINE)
+
+    def _ollama_final(self, n: int, content: str) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "created_at": self.created_at,
+            "message": {"role": "assistant", "content": content},
+            "done_reason": "stop",
+            "done": True,
+            "total_duration": 1_000_000 + n * 1_000,
+            "load_duration": 1_000,
+            "prompt_eval_count": PROMPT_TOKENS,
+            "prompt_eval_duration": 100_000,
+            "eval_count": n,
+            "eval_duration": n * 1_000,
+        }
+
+
+def _size(value: object, default: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return min(value, _MAX_CHUNKS)
+    return default
+
+
+async def _read_body(receive: Receive) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    while message.get("more_body", False):
+        message = await receive()
+        body += message.get("body", b"")
+    return body
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1", help="loopback only (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--chunks", type=int, default=200, help="pieces per reply by default")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument(
+        "--eof-with-last-event",
+        action="store_true",
+        help="send the stream's end (chunked terminator) in the same write as its last "
+        "event, instead of in a write of its own like most real servers",
+    )
+    args = parser.parse_args(argv)
+    if not args.host.startswith("127.") and args.host != "localhost":
+        parser.error("the benchmark backend binds loopback addresses only")
+
+    import uvicorn
+
+    uvicorn.run(
+        FastBackend(max(1, args.chunks), args.model, eof_apart=not args.eof_with_last_event),
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+        date_header=False,
+        # Longer than any pause between two benchmark rounds, so the load generator's
+        # pooled connections are never closed under it.
+        timeout_keep_alive=300,
+        proxy_headers=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

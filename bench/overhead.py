@@ -1,0 +1,796 @@
+"""What the gateway costs: llmbridge in front of a fast scripted backend vs that backend
+called directly, by the same load generator in the same run.
+
+This file owns the measurement: it starts ``bench/fast_backend.py`` and
+``llmbridge serve`` (pointed at it) as subprocesses on free loopback ports, drives
+both with the same client (``bench/http_clients.py``: one shared aiohttp session, or
+httpx when aiohttp is missing), and prints how the gateway compares with the baseline
+measured alongside it. Four scenarios, each run against DIRECT (the backend) and
+GATEWAY in alternating rounds (D G G D D G ...: drift cancels), after a warm-up:
+
+- ``nonstream-c1``: one request at a time, a short reply (``--nonstream-chunks``
+  pieces, which the gateway streams from the backend and accumulates): added p50
+  latency (ms).
+- ``stream-c1``: one stream at a time, ``--chunks`` pieces: time to read the whole
+  stream; added p50 per chunk (µs) = (gateway p50 - direct p50) / chunks.
+- ``nonstream-c64``: 64 requests in flight: requests/s, gateway/direct.
+- ``stream-c64``: 64 streams in flight: content chunks/s, gateway/direct.
+
+Beside the timings it records the CPU time of the backend, the gateway and the load
+generator per request or chunk (from /proc), and how busy the rest of the machine
+was: another process's load shows there instead of silently skewing the ratios.
+
+Every response is checked (status 200, every piece received once and in order, the
+dialect's end markers) after its timing stops; failures are counted and shown. Run
+sizes are bounded by ``--requests`` and a wall-clock cap (``--max-seconds``); both
+servers are stopped in a ``finally`` (also on Ctrl-C or SIGTERM). Results go to
+stdout as a table, to ``bench/results/overhead-<timestamp>.json``, and progress to
+stderr. Loopback only; nothing is asserted: the verdicts are ratios against the
+baseline of the same run.
+
+Run: ``.venv/bin/python bench/overhead.py [--dialect openai|ollama] [--quick]``;
+``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile (the
+timings of such a run are then not comparable), ``bench/profile_summary.py`` reads
+the result. docs/PERFORMANCE.md has the method and the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from fast_backend import DEFAULT_MODEL, reply_pieces
+from http_clients import BenchClient, Outcome, make_client
+from processes import (
+    CLK_TCK,
+    Server,
+    free_port,
+    gateway_argv,
+    gateway_config,
+    log,
+    start_py_spy,
+    stop_py_spy,
+    wait_ready,
+)
+
+T = TypeVar("T")
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+CPUS = os.cpu_count() or 1
+SCENARIO_KEYS = ("nonstream-c1", "stream-c1", "nonstream-c64", "stream-c64")
+_JSON_HEADERS = {"content-type": "application/json"}
+_PROMPT = [{"role": "user", "content": "Say something short."}]
+
+
+def request_body(dialect: str, stream: bool, pieces: int) -> bytes:
+    body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": _PROMPT, "stream": stream}
+    if dialect == "openai":
+        body["max_tokens"] = pieces
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+    else:
+        body["options"] = {"num_predict": pieces}
+    return orjson.dumps(body)
+
+
+def chat_path(dialect: str) -> str:
+    return "/v1/chat/completions" if dialect == "openai" else "/api/chat"
+
+
+class CheckError(Exception):
+    """A response that is not what the backend was scripted to say."""
+
+
+def _openai_sse(raw: bytes) -> list[str]:
+    pieces: list[str] = []
+    finish = None
+    done = False
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"\n".join(
+            line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+        )
+        if not data:
+            continue
+        if done:
+            raise CheckError("an event after data: [DONE]")
+        if data == b"[DONE]":
+            done = True
+            continue
+        chunk = orjson.loads(data)
+        if chunk.get("object") != "chat.completion.chunk" or "error" in chunk:
+            raise CheckError(f"not a completion chunk: {data[:200]!r}")
+        for choice in chunk["choices"]:
+            content = choice.get("delta", {}).get("content")
+            if content:
+                pieces.append(content)
+            finish = choice.get("finish_reason") or finish
+    if not done or finish != "stop":
+        raise CheckError(f"stream ended without finish_reason stop and [DONE] ({finish}, {done})")
+    return pieces
+
+
+def _ollama_ndjson(raw: bytes) -> list[str]:
+    pieces: list[str] = []
+    lines = [line for line in raw.split(b"\n") if line.strip()]
+    for i, line in enumerate(lines):
+        frame = orjson.loads(line)
+        if "error" in frame:
+            raise CheckError(f"in-stream error: {frame['error']!r:.200}")
+        content = frame.get("message", {}).get("content")
+        if content:
+            pieces.append(content)
+        if frame.get("done") is not (i == len(lines) - 1):
+            raise CheckError("'done: true' is not on the last line, and only there")
+    if not lines or lines[-1].find(b'"done_reason":"stop"') < 0:
+        raise CheckError("the last line has no done_reason stop")
+    return pieces
+
+
+def _whole_reply(dialect: str, raw: bytes) -> str:
+    body = orjson.loads(raw)
+    if dialect == "openai":
+        choice = body["choices"][0]
+        if body.get("object") != "chat.completion" or choice.get("finish_reason") != "stop":
+            raise CheckError(f"not a finished chat.completion: {raw[:200]!r}")
+        return str(choice["message"]["content"])
+    if body.get("done") is not True:
+        raise CheckError(f"not a finished Ollama reply: {raw[:200]!r}")
+    return str(body["message"]["content"])
+
+
+def check_reply(dialect: str, stream: bool, raw: bytes, expected: tuple[str, ...]) -> int:
+    """The number of content chunks received; raises ``CheckError`` if anything is off."""
+    try:
+        if not stream:
+            if _whole_reply(dialect, raw) != "".join(expected):
+                raise CheckError("the reply's content differs from the script")
+            return 0
+        pieces = _openai_sse(raw) if dialect == "openai" else _ollama_ndjson(raw)
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise CheckError(f"malformed reply ({type(exc).__name__}: {exc})") from exc
+    if len(pieces) != len(expected):
+        raise CheckError(f"{len(pieces)} content chunks received, {len(expected)} expected")
+    if tuple(pieces) != expected:
+        raise CheckError("the chunks' content differs from the script")
+    return len(pieces)
+
+
+# -- load generation ----------------------------------------------------------------------
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    stream: bool
+    concurrency: int
+    pieces: int
+    requests: int
+    """Per target, over all rounds."""
+    rounds: int
+
+
+@dataclass
+class Tally:
+    """Everything measured for one target in one scenario, over all its rounds."""
+
+    latencies: list[float] = field(default_factory=list)
+    first_bytes: list[float] = field(default_factory=list)
+    round_p50s: list[float] = field(default_factory=list)
+    wall: float = 0.0
+    ok: int = 0
+    chunks: int = 0
+    batches: int = 0
+    failures: int = 0
+    failure_examples: list[str] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds used during the timed batches, per process, and by everything else."""
+
+    def fail(self, message: str) -> None:
+        self.failures += 1
+        if len(self.failure_examples) < 5:
+            self.failure_examples.append(message)
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+
+
+def system_busy_seconds() -> float:
+    """CPU time all CPUs spent not idle since boot (/proc/stat), in seconds."""
+    try:
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values[:8]) - idle) / CLK_TCK
+
+
+class LoadGenerator:
+    """Sends the same requests to both targets and tallies what comes back."""
+
+    def __init__(self, client: BenchClient, dialect: str, backend: Server, gateway: Server) -> None:
+        self.client, self.dialect = client, dialect
+        self.servers = {"backend": backend, "gateway": gateway}
+        path = chat_path(dialect)
+        self.targets = (
+            Target("direct", f"http://127.0.0.1:{backend.port}{path}"),
+            Target("gateway", f"http://127.0.0.1:{gateway.port}{path}"),
+        )
+
+    def _cpu(self) -> dict[str, float]:
+        cpu = {name: server.cpu_seconds() for name, server in self.servers.items()}
+        cpu["client"] = time.process_time()
+        cpu["system"] = system_busy_seconds()
+        return cpu
+
+    async def batch(self, target: Target, scenario: Scenario, count: int, tally: Tally) -> None:
+        """``count`` requests, ``scenario.concurrency`` at a time; checked after timing."""
+        body = request_body(self.dialect, scenario.stream, scenario.pieces)
+        outcomes: list[Outcome] = []
+        remaining = count
+
+        async def worker(slot: int) -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                outcomes.append(await fetch(slot, target.url, body, scenario.stream))
+
+        fetch = self.client.fetch
+        cpu_before = self._cpu()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(min(scenario.concurrency, count))))
+        wall = time.perf_counter() - started
+        cpu_after = self._cpu()
+        tally.wall += wall
+        tally.batches += 1
+        used = {name: value - cpu_before[name] for name, value in cpu_after.items()}
+        ours = used["backend"] + used["gateway"] + used["client"]
+        # Whatever else ran meanwhile (other people's tests...): a noise indicator.
+        used["other"] = max(0.0, used.pop("system") - ours)
+        for name, value in used.items():
+            tally.cpu[name] = tally.cpu.get(name, 0.0) + value
+        self._record(tally, scenario, outcomes)
+
+    def _record(self, tally: Tally, scenario: Scenario, outcomes: list[Outcome]) -> None:
+        expected = reply_pieces(scenario.pieces)
+        latencies = []
+        for outcome in outcomes:
+            if outcome.error is not None:
+                tally.fail(outcome.error)
+                continue
+            if outcome.status != 200:
+                tally.fail(f"HTTP {outcome.status}: {outcome.raw[:200]!r}")
+                continue
+            try:
+                tally.chunks += check_reply(self.dialect, scenario.stream, outcome.raw, expected)
+            except CheckError as exc:
+                tally.fail(str(exc))
+                continue
+            tally.ok += 1
+            latencies.append(outcome.total)
+            if outcome.first_byte is not None:
+                tally.first_bytes.append(outcome.first_byte)
+        tally.latencies.extend(latencies)
+        if latencies:
+            tally.round_p50s.append(percentile(sorted(latencies), 0.5))
+
+    async def warm_up(self, plan: list[Scenario], quick: bool) -> None:
+        """Untimed traffic of the same shapes: imports, caches, pools and the JIT-less
+        interpreter's specialisation all settle before anything is measured."""
+        scale = 1 if quick else 3
+        for target in self.targets:
+            for scenario in plan:
+                per_slot = 2 if scenario.concurrency > 1 else (5 if scenario.stream else 30)
+                count = scenario.concurrency * per_slot * scale
+                tally = Tally()
+                await self.batch(target, scenario, count, tally)
+                if tally.failures:
+                    log(
+                        f"warm-up {scenario.key} against {target.name}: {tally.failures} "
+                        f"of {count} failed, e.g. {tally.failure_examples[0]}"
+                    )
+
+    async def run(self, scenario: Scenario, deadline: float) -> dict[str, Tally]:
+        tallies = {t.name: Tally() for t in self.targets}
+        per_round = max(1, scenario.requests // scenario.rounds)
+        for index in range(scenario.rounds):
+            # ABBA order: a steady drift hits both targets alike.
+            order = self.targets if index % 2 == 0 else self.targets[::-1]
+            for target in order:
+                if time.monotonic() > deadline:
+                    log(f"{scenario.key}: time budget spent after {index} rounds; stopping early")
+                    return tallies
+                await self.batch(target, scenario, per_round, tallies[target.name])
+            log(
+                f"{scenario.key} round {index + 1}/{scenario.rounds}: "
+                + ", ".join(_round_summary(n, t) for n, t in tallies.items())
+            )
+        return tallies
+
+
+def _round_summary(name: str, tally: Tally) -> str:
+    last = tally.round_p50s[-1] * 1000 if tally.round_p50s else float("nan")
+    return f"{name} p50 {last:.3f} ms" + (f" ({tally.failures} failed)" if tally.failures else "")
+
+
+# -- statistics and report ----------------------------------------------------------------
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks; ``ordered`` must be sorted."""
+    if not ordered:
+        return float("nan")
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarise(tally: Tally, scenario: Scenario) -> dict[str, Any]:
+    ordered = sorted(tally.latencies)
+    first = sorted(tally.first_bytes)
+    requests = tally.ok + tally.failures
+    per = max(tally.ok, 1)
+    out: dict[str, Any] = {
+        "requests_ok": tally.ok,
+        "failures": tally.failures,
+        "failure_examples": tally.failure_examples,
+        "latency_ms": {
+            name: percentile(ordered, q) * 1000
+            for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+        },
+        "latency_ms_mean": sum(ordered) / len(ordered) * 1000 if ordered else None,
+        "round_p50s_ms": [p * 1000 for p in tally.round_p50s],
+        "wall_s": tally.wall,
+        "requests_per_s": tally.ok / tally.wall if tally.wall else None,
+        "cpu_us_per_request": {k: v / per * 1e6 for k, v in tally.cpu.items()},
+        # Cores kept busy, per process: 1.0 is a saturated single-threaded server.
+        "cores_busy": {k: v / tally.wall if tally.wall else 0.0 for k, v in tally.cpu.items()},
+        "other_load": tally.cpu.get("other", 0.0) / (tally.wall * CPUS) if tally.wall else 0.0,
+        "requests_sent": requests,
+        "rounds_completed": tally.batches,
+    }
+    if scenario.stream:
+        out["first_byte_ms_p50"] = percentile(first, 0.5) * 1000
+        out["chunks"] = tally.chunks
+        out["chunks_per_s"] = tally.chunks / tally.wall if tally.wall else None
+        out["cpu_us_per_chunk"] = {k: v / max(tally.chunks, 1) * 1e6 for k, v in tally.cpu.items()}
+    return out
+
+
+@dataclass
+class Verdict:
+    metric: str
+    direct: str
+    gateway: str
+    added: str
+    target: str
+    result: str
+    value: float | None = None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None or value != value else format(value, spec)
+
+
+def judge(scenario: Scenario, d: dict[str, Any], g: dict[str, Any]) -> Verdict:
+    """The scenario's headline figure and whether it meets the issue's target."""
+    invalid = d["failures"] or g["failures"] or not d["requests_ok"] or not g["requests_ok"]
+    truncated = min(d["rounds_completed"], g["rounds_completed"]) < scenario.rounds
+
+    def result(met: bool | None) -> str:
+        if invalid:
+            return "INVALID (failures)"
+        verdict = "info" if met is None else ("PASS" if met else "FAIL")
+        return verdict + (" (time cap: fewer rounds)" if truncated else "")
+
+    if scenario.concurrency == 1:
+        dl, gl = d["latency_ms"], g["latency_ms"]
+        direct_cell, gateway_cell = (
+            " / ".join(_fmt(x[p], ".3f") for p in ("p50", "p90", "p99")) for x in (dl, gl)
+        )
+        added_ms = gl["p50"] - dl["p50"]
+        if not scenario.stream:
+            return Verdict(
+                "latency p50/p90/p99 ms",
+                direct_cell,
+                gateway_cell,
+                f"+{added_ms:.3f} ms p50",
+                "<= 1 ms",
+                result(added_ms <= 1.0),
+                added_ms,
+            )
+        per_chunk_us = added_ms * 1000 / scenario.pieces
+        return Verdict(
+            f"whole stream p50/p90/p99 ms ({scenario.pieces} chunks)",
+            direct_cell,
+            gateway_cell,
+            f"+{per_chunk_us:.1f} us/chunk",
+            "<= 25 us/chunk",
+            result(per_chunk_us <= 25.0),
+            per_chunk_us,
+        )
+    key = "chunks_per_s" if scenario.stream else "requests_per_s"
+    ratio = (g[key] or 0.0) / d[key] if d[key] else None
+    met = None if not scenario.stream else (ratio is not None and ratio >= 0.5)
+    return Verdict(
+        "chunks/s" if scenario.stream else "requests/s",
+        _fmt(d[key], ",.0f"),
+        _fmt(g[key], ",.0f"),
+        f"x{_fmt(ratio, '.3f')}",
+        ">= 0.50x" if scenario.stream else "-",
+        result(met),
+        ratio,
+    )
+
+
+def render_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    head = ["scenario", "metric", "direct", "gateway", "added / ratio", "target", "result"]
+    rows = [head]
+    for r in results:
+        v = r["verdict"]
+        rows.append(
+            [r["key"], v["metric"], v["direct"], v["gateway"], v["added"], v["target"], v["result"]]
+        )
+    cpu_head = [
+        "scenario",
+        "per",
+        "backend d/g",
+        "gateway",
+        "client d/g",
+        "other load d/g",
+        "failures d/g",
+    ]
+    cpu_rows = [cpu_head]
+    for r in results:
+        d, g = r["direct"], r["gateway"]
+        unit = "cpu_us_per_chunk" if r["stream"] else "cpu_us_per_request"
+        cpu_rows.append(
+            [
+                r["key"],
+                "chunk" if r["stream"] else "request",
+                f"{d[unit]['backend']:.1f} / {g[unit]['backend']:.1f} us",
+                f"{g[unit]['gateway']:.1f} us",
+                f"{d[unit]['client']:.1f} / {g[unit]['client']:.1f} us",
+                f"{d['other_load']:.0%} / {g['other_load']:.0%}",
+                f"{d['failures']} / {g['failures']}",
+            ]
+        )
+    out = [render_table(rows), "", "CPU time per unit (d = direct run, g = gateway run):", ""]
+    out.append(render_table(cpu_rows))
+    for r in results:
+        for name in ("direct", "gateway"):
+            for example in r[name]["failure_examples"]:
+                out.append(f"failure {r['key']} {name}: {example}")
+    return "\n".join(out)
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def scenarios(args: argparse.Namespace) -> list[Scenario]:
+    n = args.requests
+    c64_rounds = max(2, min(6, n // 256))
+    return [
+        Scenario(
+            "nonstream-c1", "non-streaming, 1 in flight", False, 1, args.nonstream_chunks, n, 10
+        ),
+        Scenario("stream-c1", "streaming, 1 in flight", True, 1, args.chunks, max(10, n // 8), 10),
+        Scenario(
+            "nonstream-c64",
+            "non-streaming, 64 in flight",
+            False,
+            64,
+            args.nonstream_chunks,
+            2 * n,
+            c64_rounds,
+        ),
+        Scenario(
+            "stream-c64",
+            "streaming, 64 in flight",
+            True,
+            64,
+            args.chunks,
+            max(n // 4, 128 * c64_rounds),
+            c64_rounds,
+        ),
+    ]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dialect", choices=("openai", "ollama"), default="openai")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="base request count per target: nonstream-c1 runs N, stream-c1 N/8, "
+        "nonstream-c64 2N, stream-c64 N/4 (default 10000; 500 with --quick)",
+    )
+    parser.add_argument("--chunks", type=int, default=200, help="pieces per streamed reply")
+    parser.add_argument(
+        "--nonstream-chunks",
+        type=int,
+        default=16,
+        help="pieces per non-streamed reply (the gateway streams them from the backend)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a ~15 s smoke run")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="hard cap on the measured phase (default 240; 40 with --quick)",
+    )
+    parser.add_argument(
+        "--profile-gateway",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="run the gateway under cProfile and write its stats to FILE",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        choices=SCENARIO_KEYS,
+        help="run only this scenario (repeatable)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="sample the gateway with py-spy (on PATH or $PY_SPY) during the measured "
+        "phase and write collapsed stacks to FILE; summarise with bench/profile_summary.py",
+    )
+    parser.add_argument(
+        "--gateway-launcher",
+        type=Path,
+        default=None,
+        metavar="SCRIPT",
+        help="experiments: start the gateway as 'python SCRIPT serve ...', e.g. a script "
+        "that patches llmbridge and then calls llmbridge.cli.main()",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("auto", "aiohttp", "httpx"),
+        default="auto",
+        help="load generator's HTTP client (auto: aiohttp if installed, else httpx)",
+    )
+    parser.add_argument("--no-save", action="store_true", help="do not write the JSON file")
+    args = parser.parse_args(argv)
+    if args.requests is None:
+        args.requests = 500 if args.quick else 10000
+    if args.max_seconds is None:
+        args.max_seconds = 40.0 if args.quick else 240.0
+    if args.requests < 1 or args.chunks < 1 or args.nonstream_chunks < 1:
+        parser.error("--requests, --chunks and --nonstream-chunks must be positive")
+    return args
+
+
+async def measure(
+    args: argparse.Namespace, backend: Server, gateway: Server
+) -> list[dict[str, Any]]:
+    client = make_client(args.client)
+    sampler: subprocess.Popen[bytes] | None = None
+    args.client_used = client.name
+    if client.name != "aiohttp":
+        log(
+            "aiohttp is not installed: httpx costs ~0.5 ms of client CPU per request, "
+            "so the concurrency-64 direct figures are capped by the load generator"
+        )
+    try:
+        probe = "/v1/models" if args.dialect == "openai" else "/api/version"
+        await wait_ready(client, backend, probe)
+        await wait_ready(client, gateway, "/health")
+        gen = LoadGenerator(client, args.dialect, backend, gateway)
+        plan = [s for s in scenarios(args) if not args.only or s.key in args.only]
+        log("warming up both targets")
+        await gen.warm_up(plan, args.quick)
+        if args.py_spy is not None:
+            sampler = start_py_spy(args.py_spy, gateway.pid)
+        finish_by = time.monotonic() + args.max_seconds
+        results = []
+        for index, scenario in enumerate(plan):
+            share = (finish_by - time.monotonic()) / (len(plan) - index)
+            log(
+                f"{scenario.key}: {scenario.title}, {scenario.requests} requests per target "
+                f"in {scenario.rounds} rounds (budget {share:.0f} s)"
+            )
+            tallies = await gen.run(scenario, time.monotonic() + share)
+            d, g = (summarise(tallies[t], scenario) for t in ("direct", "gateway"))
+            verdict = judge(scenario, d, g)
+            results.append(
+                {
+                    "client": client.name,
+                    "key": scenario.key,
+                    "title": scenario.title,
+                    "stream": scenario.stream,
+                    "concurrency": scenario.concurrency,
+                    "pieces": scenario.pieces,
+                    "requests_per_target": scenario.requests,
+                    "rounds": scenario.rounds,
+                    "direct": d,
+                    "gateway": g,
+                    "verdict": verdict.__dict__,
+                }
+            )
+        return results
+    finally:
+        if sampler is not None:
+            stop_py_spy(sampler)
+        await client.aclose()
+
+
+@contextlib.contextmanager
+def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, Server]]:
+    started: list[Server] = []
+    try:
+        backend_port, gateway_port = free_port(), free_port()
+        backend = Server.start(
+            "backend",
+            backend_port,
+            [
+                sys.executable,
+                str(BENCH_DIR / "fast_backend.py"),
+                "--port",
+                str(backend_port),
+                "--chunks",
+                str(args.chunks),
+            ],
+            workdir,
+        )
+        started.append(backend)
+        config = workdir / "gateway.yaml"
+        config.write_text(gateway_config(args.dialect, backend_port))
+        profile = args.profile_gateway.resolve() if args.profile_gateway else None
+        gateway = Server.start(
+            "gateway",
+            gateway_port,
+            gateway_argv(config, gateway_port, profile, args.gateway_launcher),
+            workdir,
+        )
+        started.append(gateway)
+        yield backend, gateway
+    finally:
+        for server in reversed(started):
+            server.stop()
+        log("servers stopped")
+
+
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on uvloop (as the servers run) where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    command = "python bench/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.time()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    with (
+        tempfile.TemporaryDirectory(prefix="llmbridge-bench-") as tmp,
+        servers(args, Path(tmp)) as (backend, gateway),
+    ):
+        log(
+            f"dialect {args.dialect}: backend pid {backend.pid} on :{backend.port}, "
+            f"gateway pid {gateway.pid} on :{gateway.port}"
+        )
+        try:
+            results = _run(
+                asyncio.wait_for(measure(args, backend, gateway), args.max_seconds + 180)
+            )
+        except RuntimeError as exc:
+            log(str(exc))
+            return 2
+        except TimeoutError:
+            log("hard time cap reached; stopping")
+            return 3
+    document = {
+        "benchmark": "overhead",
+        "command": command.strip(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        "dialect": args.dialect,
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "code": _code_version(),
+        "client": getattr(args, "client_used", args.client),
+        "profiled": bool(args.py_spy or args.profile_gateway),
+        "machine": {
+            "load_average_at_start": load_at_start,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": _cpu_model(),
+        },
+        "scenarios": results,
+    }
+    print(
+        f"\nllmbridge gateway overhead, dialect {args.dialect}, {os.cpu_count()} CPUs, "
+        f"{args.chunks} chunks per stream, {args.nonstream_chunks} per non-streamed reply, "
+        f"client {document['client']}\n"
+    )
+    if document["profiled"]:
+        print("NOTE: the gateway was profiled during this run; its timings are inflated.\n")
+    print(report(results))
+    if not args.no_save:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = (
+            RESULTS_DIR / f"overhead-{time.strftime('%Y%m%dT%H%M%S', time.localtime(started))}.json"
+        )
+        path.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"\nresults: {path}")
+    invalid = any(r["verdict"]["result"].startswith("INVALID") for r in results)
+    return 1 if invalid else 0
+
+
+def _code_version() -> dict[str, object]:
+    """The commit measured, and whether ``src/`` had uncommitted changes."""
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(
+            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    try:
+        return {
+            "commit": git("rev-parse", "HEAD"),
+            "src_dirty": bool(git("status", "--porcelain", "src")),
+        }
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "", "src_dirty": None}
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)
