@@ -103,3 +103,16 @@ def test_context_overflow_is_a_dialect_error(zero_config: RunningServer) -> None
         )
     # the gateway is still healthy afterwards
     assert httpx.get(zero_config.url + "/health").json()["status"] == "ok"
+
+
+def test_count_tokens_with_the_backend_tokenizer() -> None:
+    """`tokenizer: backend` counts the templated prompt in SmolLM2's own tokens."""
+    body = {"model": "claude-x", "messages": [{"role": "user", "content": "Hello there"}]}
+    with RunningServer(create_app(load_config(None, {"tokenizer": "backend"}))) as server:
+        exact = httpx.post(server.url + "/v1/messages/count_tokens", json=body).json()
+        reply = ollama_client(server.url).chat(
+            model="smollm2", messages=body["messages"], options={"num_predict": 1}
+        )
+    estimate = 4  # the word rule: "Hello" (5 characters: 2), "there" (2)
+    assert exact["input_tokens"] == reply.prompt_eval_count  # what generation really used
+    assert exact["input_tokens"] != estimate

@@ -40,6 +40,8 @@ class Backend(ABC):
     """
 
     kind: ClassVar[str]
+    native_tool_choice: ClassVar[bool] = False
+    """Whether the backend enforces ``tool_choice`` itself (see features/tool_choice)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -78,6 +80,11 @@ class Backend(ABC):
     async def running_models(self) -> list[ModelInfo]:
         """Models currently loaded in memory (Ollama ``/api/ps``)."""
         return []
+
+    async def count_tokens(self, request: ChatRequest) -> int | None:
+        """The exact prompt size in the model's own tokens, or ``None`` when this
+        backend has no tokenizer to ask (the word estimate is used then)."""
+        return None
 
     @abstractmethod
     async def health(self) -> BackendHealth:

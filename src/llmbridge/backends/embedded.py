@@ -254,6 +254,14 @@ class EmbeddedBackend(Backend):
 
     # -- chat ------------------------------------------------------------------------
 
+    async def count_tokens(self, request: ChatRequest) -> int | None:
+        """The templated prompt's size in the model's own tokens (tool definitions are
+        not part of this model's template, so they do not count)."""
+        messages = to_llama_messages(request.messages)
+        model, _ = await self._chat_model.get()
+        # Tokenizing reads only the vocabulary, so it need not wait for a generation.
+        return await asyncio.to_thread(count_prompt_tokens, model.llama, model.formatter, messages)
+
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         started = time.perf_counter_ns()
         messages = to_llama_messages(request.messages)

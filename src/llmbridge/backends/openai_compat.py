@@ -37,6 +37,7 @@ class OpenAICompatBackend(Backend):
     """Speaks OpenAI chat completions to ``base_url``."""
 
     kind = "openai"
+    native_tool_choice = True
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from llmbridge.backends.base import Backend, BackendHealth
 from llmbridge.core.errors import BackendError, LLMBridgeError
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.ids import new_id
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.models import Capability, ModelInfo
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Usage
@@ -63,6 +63,10 @@ class ScriptedBackend(Backend):
         default: Script | None = None,
         models: tuple[str, ...] = ("scripted",),
         can_embed_vectors: bool = True,
+        capabilities: frozenset[Capability] = frozenset(
+            {"completion", "tools", "thinking", "embedding"}
+        ),
+        context_length: int = 8192,
     ) -> None:
         super().__init__(name)
         self.default = default or Script()
@@ -72,6 +76,8 @@ class ScriptedBackend(Backend):
         self.cancelled = 0
         self.completed = 0
         self._embeds = can_embed_vectors
+        self.capabilities = capabilities
+        self.context_length = context_length
 
     def enqueue(self, *scripts: Script) -> None:
         self.queue.extend(scripts)
@@ -149,8 +155,8 @@ class ScriptedBackend(Backend):
                 name=m,
                 backend=self.name,
                 backend_model=m,
-                capabilities=frozenset({"completion", "tools", "thinking", "embedding"}),
-                context_length=8192,
+                capabilities=self.capabilities,
+                context_length=self.context_length,
                 family="scripted",
             )
             for m in self.models

@@ -41,6 +41,29 @@ def config_options(func: F) -> F:
             help="API key for --openai-url [env LLMBRIDGE_OPENAI_KEY].",
         ),
         click.option(
+            "--thinking",
+            type=click.Choice(["drop", "strict"]),
+            envvar="LLMBRIDGE_THINKING",
+            help="Thinking asked of a model that cannot think: serve without it (drop, "
+            "the default) or answer 400 thinking_not_supported (strict) [env LLMBRIDGE_THINKING].",
+        ),
+        click.option(
+            "--tokenizer",
+            type=click.Choice(["words", "backend"]),
+            envvar="LLMBRIDGE_TOKENIZER",
+            help="count_tokens: seed 001's word estimate (default) or the backend's exact "
+            "tokenizer where it has one [env LLMBRIDGE_TOKENIZER].",
+        ),
+        *(
+            click.option(
+                f"--{family}-model",
+                envvar=f"LLMBRIDGE_{family.upper()}_MODEL",
+                help=f"Serve Claude {family} models (claude-*{family}*) with this model of the "
+                f"default backend [env LLMBRIDGE_{family.upper()}_MODEL].",
+            )
+            for family in ("haiku", "sonnet", "opus")
+        ),
+        click.option(
             "--api-key",
             "api_keys",
             multiple=True,

@@ -12,6 +12,8 @@ import click
 
 from llmbridge import __version__
 from llmbridge.cli.options import config_options, load_from_options
+from llmbridge.core.models import ModelInfo
+from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
 from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
 
 __all__ = ["serve"]
@@ -28,6 +30,24 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _model_lines(config: GatewayConfig, models: list[ModelInfo]) -> str:
+    """Seed 001's startup box: what is served and which models can think and call tools."""
+    overrides = {r.name: r for r in config.routes()}
+    lines = ["  models:"]
+    for info in models:
+        route = overrides.get(info.name)
+        thinks = can_think(info.backend_model or info.name, info, route.thinking if route else None)
+        tools = route.tools if route and route.tools is not None else "tools" in info.capabilities
+        flags = ", ".join(f for f, on in (("thinking", thinks), ("tools", tools)) if on) or "-"
+        lines.append(f"    {info.name:<28} {info.backend}:{info.backend_model:<24} {flags}")
+    if not models:
+        lines.append("    (none listed yet; backends may be unreachable)")
+    lines.append(f"  thinking-capable prefixes: {', '.join(THINKING_CAPABLE_PREFIXES)}")
+    policy = "400 thinking_not_supported" if config.thinking == "strict" else "served without it"
+    lines.append(f"  thinking asked of other models: {policy} (--thinking)")
+    return "\n".join(lines)
+
+
 def _banner(config: GatewayConfig, host: str, port: int) -> str:
     base = f"http://{host}:{port}"
     lines = [
@@ -41,7 +61,7 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
         where = getattr(backend, "url", None) or getattr(backend, "model_path", None) or ""
         default = "  (default)" if name == config.resolved_default_backend() else ""
         lines.append(f"    {name:<12} {backend.type:<9} {where}{default}")
-    for route in config.models:
+    for route in config.routes():
         lines.append(f"  model {route.name} -> {route.backend}:{route.model or route.name}")
     auth = "on" if config.server.api_keys else "off"
     lines.append(f"  auth: {auth}; health: {base}/health; metrics: {base}/metrics")
@@ -97,8 +117,10 @@ def serve(
             "binding %s without --api-key: anyone who can reach this address can use the backends",
             server.host,
         )
-    app = create_app(config)
     click.echo(_banner(config, server.host, server.port), err=True)
+    app = create_app(
+        config, on_ready=lambda models: click.echo(_model_lines(config, models), err=True)
+    )
     # Every request allocates many short-lived objects (events, dicts, bytes); with
     # CPython's default gen-0 threshold of 700 the collector ran often enough to take
     # ~10% of the gateway's CPU under load (docs/PERFORMANCE.md). Collect less often,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -20,6 +20,7 @@ from llmbridge.core.errors import (
     LLMBridgeError,
     NotFoundError,
 )
+from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.auth import OPEN_PATHS, KeyChecker
 from llmbridge.gateway.config import BackendConfig, GatewayConfig
 from llmbridge.gateway.render import dialect_for_path, error_response, new_request_id
@@ -102,8 +103,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(dialect_for_path(request.url.path), exc, new_request_id())
 
 
-def create_app(config: GatewayConfig, backends: dict[str, Backend] | None = None) -> Starlette:
-    """The gateway app. ``backends`` overrides construction from config (tests)."""
+def create_app(
+    config: GatewayConfig,
+    backends: dict[str, Backend] | None = None,
+    on_ready: Callable[[list[ModelInfo]], None] | None = None,
+) -> Starlette:
+    """The gateway app. ``backends`` overrides construction from config (tests);
+    ``on_ready`` gets the served models once the backends have started (the banner)."""
     if backends is None:
         backends = {name: build_backend(name, cfg) for name, cfg in config.backends.items()}
     keys = KeyChecker(config.server.api_keys)
@@ -119,6 +125,8 @@ def create_app(config: GatewayConfig, backends: dict[str, Backend] | None = None
             except LLMBridgeError as exc:
                 # Keep serving the other backends; /health reports this one as down.
                 log.error("backend %s failed to start: %s", backend.name, exc.message)
+        if on_ready is not None:
+            on_ready(await state.router.list_models())
         try:
             yield
         finally:

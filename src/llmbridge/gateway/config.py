@@ -16,8 +16,15 @@ backend and serves any model name. Example file::
       - {name: "qwen3", backend: gpu-box, model: "qwen3:8b", aliases: ["qwen"]}
       - {name: "claude-*", backend: gpu-box, model: "qwen3:8b"}
       - {name: "gpt-*", backend: vllm}   # no model: the requested name is passed on
+      - {name: "tiny", backend: gpu-box, model: "llama3.2:1b", thinking: false,
+         tools: true, max_tokens: 4096}  # capability overrides and an output cap
+    claude_families:                  # Claude model names by family, on the default backend
+      haiku: "qwen3:0.6b"             # claude-*haiku* -> qwen3:0.6b
+      sonnet: {backend: gpu-box, model: "qwen3:8b"}
     default_backend: local            # serves names no entry matches
     restrict_models: false            # true: unknown names get a 404 instead
+    thinking: drop                    # or strict: thinking for a model that cannot think is a 400
+    tokenizer: words                  # or backend: exact counts where the backend can tokenize
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 __all__ = [
     "BackendConfig",
     "ConfigError",
+    "FamilyTarget",
     "GatewayConfig",
     "ModelRoute",
     "ServerConfig",
@@ -99,6 +107,21 @@ class ModelRoute(_Strict):
     model: str | None = None
     """The backend's model name; ``None`` passes the requested name on unchanged."""
     aliases: tuple[str, ...] = ()
+    thinking: bool | None = None
+    """Override the backend's report of whether this model can think."""
+    tools: bool | None = None
+    """Override the backend's report of whether this model can call tools."""
+    max_tokens: int | None = Field(None, gt=0)
+    """The most output tokens to ask of this model; larger requests are clamped."""
+
+
+class FamilyTarget(_Strict):
+    model: str
+    backend: str | None = None
+    """``None``: the default backend."""
+
+
+CLAUDE_FAMILIES = ("haiku", "sonnet", "opus")
 
 
 def _default_backends() -> dict[str, BackendConfig]:
@@ -114,6 +137,34 @@ class GatewayConfig(_Strict):
     default_model: str | None = None
     """The model name the default backend gets for unmatched names (``None``: pass on)."""
     restrict_models: bool = False
+    claude_families: dict[Literal["haiku", "sonnet", "opus"], str | FamilyTarget] = Field(
+        default_factory=dict
+    )
+    """Claude model names by family (``claude-*haiku*`` ...) -> a backend model."""
+    thinking: Literal["drop", "strict"] = "drop"
+    """What to do with thinking for a model that cannot think (features/thinking.py)."""
+    tokenizer: Literal["words", "backend"] = "words"
+    """How count_tokens counts: seed 001's word rule, or the backend's tokenizer."""
+
+    def routes(self) -> tuple[ModelRoute, ...]:
+        """Explicit routes, then one glob route and one exact name per Claude family."""
+        extra: list[ModelRoute] = []
+        default = self.resolved_default_backend()
+        for family, target in self.claude_families.items():
+            if isinstance(target, str):
+                target = FamilyTarget(model=target)
+            backend = target.backend or default
+            if backend is None:
+                raise ValueError(f"claude_families.{family} needs a backend: there is no default")
+            extra.append(
+                ModelRoute(
+                    name=f"claude-*{family}*",
+                    backend=backend,
+                    model=target.model,
+                    aliases=(family,),
+                )
+            )
+        return (*self.models, *extra)
 
     @model_validator(mode="after")
     def _check_references(self) -> GatewayConfig:
@@ -123,11 +174,19 @@ class GatewayConfig(_Strict):
                     f"model '{route.name}' names backend '{route.backend}', "
                     f"which is not among the backends: {sorted(self.backends)}"
                 )
+        for family, target in self.claude_families.items():
+            backend = target.backend if isinstance(target, FamilyTarget) else None
+            if backend is not None and backend not in self.backends:
+                raise ValueError(
+                    f"claude_families.{family} names backend '{backend}', which is not among "
+                    f"the backends: {sorted(self.backends)}"
+                )
         if self.default_backend is not None and self.default_backend not in self.backends:
             raise ValueError(
                 f"default_backend '{self.default_backend}' is not among the backends: "
                 f"{sorted(self.backends)}"
             )
+        self.routes()  # a family without a backend fails here, at load time
         return self
 
     def resolved_default_backend(self) -> str | None:
@@ -175,6 +234,14 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     for field_name in ("host", "port", "max_body_bytes", "log_level"):
         if overrides.get(field_name) is not None:
             server[field_name] = overrides[field_name]
+    for field_name in ("thinking", "tokenizer"):
+        if overrides.get(field_name) is not None:
+            raw[field_name] = overrides[field_name]
+    families = {f: overrides.get(f"{f}_model") for f in CLAUDE_FAMILIES}
+    if any(families.values()):
+        configured = dict(raw.get("claude_families") or {})
+        configured.update({f: m for f, m in families.items() if m})
+        raw["claude_families"] = configured
     if overrides.get("api_keys"):
         server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
     if server:

@@ -25,11 +25,13 @@ from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, Strea
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects.framing import dumps
+from llmbridge.features.thinking import THINKING_HEADER, apply_thinking_policy, can_think
 from llmbridge.features.token_count import count_request_tokens
+from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.gateway.router import ModelRouter, Resolved
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
@@ -110,23 +112,58 @@ async def _guarded(
         await _close(events)
 
 
+async def prepare(
+    chat: ChatRequest, resolved: Resolved, router: ModelRouter, thinking_policy: str
+) -> tuple[ChatRequest, dict[str, str]]:
+    """The request as the resolved backend should get it, and headers that say what
+    was changed: the backend's model name; thinking per the policy
+    (features/thinking.py); ``max_tokens`` clamped to the model's limit; tool choice
+    in a form the backend honours (features/tool_choice.py)."""
+    backend = resolved.backend
+    route = resolved.route
+    chat = replace(chat, model=resolved.backend_model)
+    headers: dict[str, str] = {}
+    wants_thinking = chat.thinking is not None and chat.thinking.enabled
+    info = None
+    if wants_thinking or chat.params.max_tokens is not None:
+        info = await router.model_info(resolved)
+    if wants_thinking:
+        capable = can_think(chat.model, info, route.thinking if route else None)
+        chat, dropped = apply_thinking_policy(
+            chat,
+            capable=capable,
+            policy="strict" if thinking_policy == "strict" else "drop",
+            backend_kind=backend.kind,
+        )
+        if dropped:
+            headers[THINKING_HEADER] = "dropped"
+    limits = [x for x in (route and route.max_tokens, info and info.context_length) if x]
+    wanted = chat.params.max_tokens
+    if limits and wanted is not None and wanted > min(limits):
+        # Claude Code asks for 32000 and more; a backend may reject or mis-size that.
+        chat = replace(chat, params=replace(chat.params, max_tokens=min(limits)))
+    return apply_tool_choice(chat, native=backend.native_tool_choice), headers
+
+
 async def serve_chat(
     request: Request,
     chat: ChatRequest,
     codec: ChatCodec,
     *,
-    router: ModelRouter,
-    metrics: GatewayMetrics,
+    state: GatewayState,
     request_id: str,
 ) -> Response:
     """Answer ``chat`` from the backend its model name resolves to."""
     headers = {"request-id": request_id, "x-request-id": request_id}
+    router, metrics = state.router, state.metrics
     try:
         resolved = router.resolve(chat.model)
+        backend_chat, changed = await prepare(chat, resolved, router, state.config.thinking)
     except LLMBridgeError as exc:
         return error_response(codec.dialect, exc, request_id)
+    headers.update(changed)
     tracker = _Tracker(metrics, codec.endpoint, resolved.backend.name, resolved.backend_model)
-    events = resolved.backend.chat(replace(chat, model=resolved.backend_model))
+    events = resolved.backend.chat(backend_chat)
     try:
         first = await run_until_disconnect(request.receive, _first_event(events))
         if isinstance(first, StreamError):
@@ -168,7 +205,7 @@ async def serve_chat(
         return Response(status_code=499)
     except LLMBridgeError as exc:
         tracker.finish()
-        return error_response(codec.dialect, exc, request_id)
+        return error_response(codec.dialect, exc, request_id, headers=changed)
     tracker.finish()
     return Response(
         dumps(codec.encode_response(response, chat)),
@@ -224,13 +261,6 @@ def chat_endpoint(
                 return early
         except LLMBridgeError as exc:
             return error_response(codec.dialect, exc, request_id)
-        return await serve_chat(
-            request,
-            chat,
-            codec,
-            router=state.router,
-            metrics=state.metrics,
-            request_id=request_id,
-        )
+        return await serve_chat(request, chat, codec, state=state, request_id=request_id)
 
     return endpoint

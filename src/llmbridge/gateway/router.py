@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import logging
+import time
 from dataclasses import dataclass, replace
 
 from llmbridge.backends.base import Backend
@@ -31,15 +32,20 @@ class Resolved:
     public_name: str
     backend: Backend
     backend_model: str
+    route: ModelRoute | None = None
+    """The configured route that matched, if any (for its per-model settings)."""
 
 
 class ModelRouter:
+    INFO_TTL = 300.0
+    """Seconds a backend's report about a model is reused."""
+
     def __init__(self, config: GatewayConfig, backends: dict[str, Backend]) -> None:
         self.backends = backends
         self.restrict = config.restrict_models
         self._exact: dict[str, ModelRoute] = {}
         self._globs: list[ModelRoute] = []
-        for route in config.models:
+        for route in config.routes():
             if _GLOB_CHARS & set(route.name):
                 self._globs.append(route)
             else:
@@ -48,6 +54,7 @@ class ModelRouter:
                 self._exact.setdefault(alias, route)
         default_name = config.resolved_default_backend()
         self.default_backend = backends.get(default_name) if default_name else None
+        self._info: dict[tuple[str, str], tuple[ModelInfo | None, float]] = {}
         self.default_model = config.default_model
         if self.default_backend is not None and self.default_model is None:
             # The embedded backend serves one model: every unmatched name maps onto it.
@@ -60,7 +67,7 @@ class ModelRouter:
         if route is None:
             route = next((r for r in self._globs if fnmatch.fnmatchcase(name, r.name)), None)
         if route is not None:
-            return Resolved(name, self.backends[route.backend], route.model or name)
+            return Resolved(name, self.backends[route.backend], route.model or name, route)
         if self.default_backend is None or self.restrict:
             raise ModelNotFoundError(name)
         return Resolved(name, self.default_backend, self.default_model or name)
@@ -96,6 +103,22 @@ class ModelRouter:
             for info in listed.get(self.default_backend.name, []):
                 out.setdefault(info.name, info)
         return list(out.values())
+
+    async def model_info(self, resolved: Resolved) -> ModelInfo | None:
+        """What the backend reports about the resolved model (capabilities, context),
+        cached for ``INFO_TTL`` seconds; ``None`` when the backend cannot say."""
+        key = (resolved.backend.name, resolved.backend_model)
+        cached = self._info.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.INFO_TTL:
+            return cached[0]
+        try:
+            info: ModelInfo | None = await resolved.backend.show_model(resolved.backend_model)
+        except LLMBridgeError as exc:
+            log.info("no model info for %s from %s: %s", key[1], key[0], exc.message)
+            info = None
+        self._info[key] = (info, now)
+        return info
 
     async def show(self, name: str) -> ModelInfo:
         resolved = self.resolve(name)

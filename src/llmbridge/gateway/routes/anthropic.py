@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -28,16 +30,22 @@ MESSAGES = ChatCodec(
 
 
 async def count_tokens(request: Request) -> Response:
-    """A local estimate (seed 001's word / four-character rule); no backend call."""
+    """Seed 001's word / four-character estimate over every block and tool definition;
+    with ``tokenizer: backend``, the backend's exact count where it can tokenize (the
+    embedded model can), falling back to the estimate where it cannot."""
     state = state_of(request)
     request_id = new_request_id()
     try:
         chat = anthropic.decode_count_tokens_request(await read_json(request, state.max_body))
-        state.router.resolve(chat.model)
+        resolved = state.router.resolve(chat.model)
+        counted = None
+        if state.config.tokenizer == "backend":
+            backend_chat = replace(chat, model=resolved.backend_model)
+            counted = await resolved.backend.count_tokens(backend_chat)
     except LLMBridgeError as exc:
         return error_response(Dialect.ANTHROPIC, exc, request_id)
     return Response(
-        dumps({"input_tokens": count_request_tokens(chat)}),
+        dumps({"input_tokens": count_request_tokens(chat) if counted is None else counted}),
         media_type="application/json",
         headers={"request-id": request_id},
     )

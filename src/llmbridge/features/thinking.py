@@ -1,0 +1,118 @@
+"""Thinking: which models can reason, how a request's thinking reaches the backend,
+and what happens when the model cannot think (seed 001, Feature 1).
+
+Capability comes from the backend's own report where it has one (Ollama's
+``/api/show`` lists ``thinking`` among a model's capabilities); otherwise from the
+seed's list of model-name prefixes; and a per-model ``thinking`` setting in the
+configuration overrides both.
+
+A request with thinking for a model that cannot think is, under the ``strict``
+policy, a 400 whose message contains ``thinking_not_supported`` (the seed's
+behaviour); under the default ``drop`` policy it is served without thinking and the
+response says so in the ``x-llmbridge-thinking: dropped`` header. ``drop`` is the
+default because Claude Code sends ``thinking`` on every request: rejecting it would
+make the gateway unusable with every model that does not think.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Literal
+
+from llmbridge.core.errors import UnsupportedFeatureError
+from llmbridge.core.models import ModelInfo
+from llmbridge.core.request import ChatRequest, ThinkingConfig
+
+__all__ = [
+    "THINKING_CAPABLE_PREFIXES",
+    "THINKING_HEADER",
+    "ThinkingPolicy",
+    "apply_thinking_policy",
+    "can_think",
+    "effort_for_budget",
+]
+
+log = logging.getLogger("llmbridge.thinking")
+
+ThinkingPolicy = Literal["drop", "strict"]
+
+THINKING_CAPABLE_PREFIXES = ("qwen3", "deepseek-r1", "magistral", "nemotron", "glm4", "qwq")
+"""Seed 001's list: Ollama model families that can think, by name prefix."""
+
+THINKING_HEADER = "x-llmbridge-thinking"
+
+# Ollama accepts think levels ("low" / "medium" / "high") only for these families;
+# every other thinking model takes a plain boolean.
+_LEVELLED_PREFIXES = ("gpt-oss",)
+
+
+def _base_name(model: str) -> str:
+    """``library/qwen3:8b`` -> ``qwen3:8b``: prefixes apply to the model's own name."""
+    return model.rsplit("/", 1)[-1].lower()
+
+
+def can_think(model: str, info: ModelInfo | None, override: bool | None = None) -> bool:
+    """Whether ``model`` (a backend model name) can think.
+
+    ``override`` (the configuration's per-model ``thinking`` setting) wins; then the
+    backend's own capability report, when it has capabilities beyond ``completion``;
+    then the seed's prefix list.
+    """
+    if override is not None:
+        return override
+    if info is not None and info.capabilities - {"completion"}:
+        return "thinking" in info.capabilities
+    return _base_name(model).startswith(THINKING_CAPABLE_PREFIXES)
+
+
+def effort_for_budget(budget_tokens: int | None) -> Literal["low", "medium", "high"]:
+    """The effort level for an Anthropic-style token budget.
+
+    Anthropic's minimum budget is 1024 tokens, so up to 1024 is ``low``; its
+    documentation places ordinary reasoning around 8k tokens, so up to 8192 is
+    ``medium``; anything larger (Claude Code asks for 31999) is ``high``. No budget
+    means ``medium``, Ollama's own meaning of ``think: true``.
+    """
+    if budget_tokens is None:
+        return "medium"
+    if budget_tokens <= 1024:
+        return "low"
+    if budget_tokens <= 8192:
+        return "medium"
+    return "high"
+
+
+def apply_thinking_policy(
+    request: ChatRequest,
+    *,
+    capable: bool,
+    policy: ThinkingPolicy,
+    backend_kind: str,
+) -> tuple[ChatRequest, bool]:
+    """The request as the backend should get it, and whether thinking was dropped.
+
+    Raises:
+        UnsupportedFeatureError: ``strict`` policy and a model that cannot think.
+    """
+    thinking = request.thinking
+    if thinking is None or not thinking.enabled:
+        return request, False
+    if not capable:
+        if policy == "strict":
+            raise UnsupportedFeatureError(
+                f"thinking_not_supported: model '{request.model}' cannot think; send the "
+                "request without 'thinking' or choose a thinking-capable model",
+                param="thinking",
+                code="thinking_not_supported",
+            )
+        log.info("model %s cannot think: serving the request without thinking", request.model)
+        return replace(request, thinking=None), True
+    return replace(request, thinking=_for_backend(thinking, request.model, backend_kind)), False
+
+
+def _for_backend(thinking: ThinkingConfig, model: str, backend_kind: str) -> ThinkingConfig:
+    effort = thinking.effort or effort_for_budget(thinking.budget_tokens)
+    if backend_kind == "ollama" and not _base_name(model).startswith(_LEVELLED_PREFIXES):
+        return replace(thinking, effort=None)  # a plain `think: true`
+    return replace(thinking, effort=effort)
