@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anthropic
 import orjson
 import pytest
 
@@ -234,3 +235,90 @@ def test_upstream_connections_are_reused(
         )
         assert reply.choices[0].message.content == "ok"
     assert len(set(fake.peers[-3:])) == 1
+
+
+def _frame(message: dict[str, object], done: bool = False, **extra: object) -> dict[str, object]:
+    base = {"model": "qwen3", "created_at": "2026-01-01T00:00:00Z"}
+    return base | {"message": {"role": "assistant", "content": ""} | message, "done": done} | extra
+
+
+def test_anthropic_stream_heals_quirky_arguments_after_thinking_and_text(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    fake.queue.append(
+        Canned(
+            chunks=ndjson(
+                _frame({"thinking": "The user wants files."}),
+                _frame({"content": "Listing them now."}),
+                _frame(
+                    {
+                        "tool_calls": [
+                            # a JSON string, then doubly escaped; both in the final frame
+                            {
+                                "function": {
+                                    "index": 0,
+                                    "name": "bash",
+                                    "arguments": '{"command": "ls"}',
+                                }
+                            },
+                            {
+                                "function": {
+                                    "index": 0,
+                                    "name": "bash",
+                                    "arguments": '"{\\"command\\":\\"pwd\\"}"',
+                                }
+                            },
+                        ]
+                    },
+                    done=True,
+                    done_reason="stop",
+                    prompt_eval_count=5,
+                    eval_count=9,
+                ),
+            )
+        )
+    )
+    tools = [
+        {
+            "name": "bash",
+            "input_schema": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        }
+    ]
+    with anthropic_client(gateway.url).messages.stream(
+        model="qwen3",
+        max_tokens=64,
+        tools=tools,
+        messages=[{"role": "user", "content": "list files"}],
+    ) as stream:
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == ["thinking", "text", "tool_use", "tool_use"]
+    inputs = [b.input for b in final.content if b.type == "tool_use"]
+    assert inputs == [{"command": "ls"}, {"command": "pwd"}]
+    assert final.stop_reason == "tool_use"
+
+
+def test_anthropic_stream_reports_a_backend_failure_mid_stream(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    fake.queue.append(
+        Canned(
+            chunks=[
+                *ndjson(_frame({"content": "partial "})),
+                b'{"error":"model runner crashed"}\n',
+            ]
+        )
+    )
+    client = anthropic_client(gateway.url)
+    with (
+        pytest.raises(anthropic.APIError, match="model runner crashed"),
+        client.messages.stream(
+            model="qwen3", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
+        list(stream.text_stream)

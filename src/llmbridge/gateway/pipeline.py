@@ -28,6 +28,7 @@ from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER, apply_thinking_policy, can_think
 from llmbridge.features.token_count import count_request_tokens
 from llmbridge.features.tool_choice import apply_tool_choice
+from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
@@ -163,7 +164,9 @@ async def serve_chat(
         return error_response(codec.dialect, exc, request_id)
     headers.update(changed)
     tracker = _Tracker(metrics, codec.endpoint, resolved.backend.name, resolved.backend_model)
-    events = resolved.backend.chat(backend_chat)
+    # Every dialect's output gets healed tool arguments (features/tool_healing.py); the
+    # wrapper costs one isinstance check per event.
+    events = heal_tool_calls(resolved.backend.chat(backend_chat), backend_chat.tools)
     try:
         first = await run_until_disconnect(request.receive, _first_event(events))
         if isinstance(first, StreamError):

@@ -135,6 +135,7 @@ async def test_tool_calls_are_numbered_from_zero() -> None:
     ]
     assert firsts[0].function is not None and firsts[0].function.name == "get_weather"
     assert firsts[0].function.arguments == ""
+    assert len(calls) == 4  # per call: id and name, then the whole arguments once
     arguments = {0: "", 1: ""}
     for tc in calls:
         assert tc.function is not None
@@ -157,7 +158,7 @@ async def test_tool_call_without_argument_deltas_sends_them_at_the_end() -> None
     assert fragments[-1].function.arguments == '{"q":"x"}'
 
 
-async def test_raw_arguments_stream_as_sent() -> None:
+async def test_raw_arguments_are_sent_whole_at_the_end() -> None:
     events: list[StreamEvent] = [
         START,
         PartStart(0, ToolCallPart("call_r", "f")),
@@ -166,7 +167,62 @@ async def test_raw_arguments_stream_as_sent() -> None:
         ResponseEnd(StopReason.END_TURN),
     ]
     parsed = chunks(await encode(events))
+    fragments = [tc for c in parsed for tc in c.choices[0].delta.tool_calls or ()]
+    assert [tc.function.arguments for tc in fragments if tc.function] == ["", '{"a": ']
     assert parsed[-1].choices[0].finish_reason == "tool_calls"  # a call was made
+
+
+def tool_call_events(deltas: Sequence[str], final: ToolCallPart) -> list[StreamEvent]:
+    return [
+        START,
+        PartStart(0, ToolCallPart(final.id, final.name)),
+        *(PartDelta(0, ToolArgsDelta(fragment)) for fragment in deltas),
+        PartEnd(0, final),
+        ResponseEnd(StopReason.TOOL_USE),
+    ]
+
+
+async def test_argument_fragments_are_not_streamed_the_finished_part_is_sent() -> None:
+    # The deltas are what a small model sent (doubly escaped); the PartEnd is what
+    # tool healing made of them. Only the healed arguments may reach the client.
+    final = ToolCallPart("call_h", "run", {"command": "ls"})
+    events = tool_call_events(['{\\"comm', 'and\\":\\"ls\\"}'], final)
+    prefix = (
+        b'data: {"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,'
+        b'"model":"public-model","choices":[{"index":0,"delta":'
+    )
+    suffix = b',"logprobs":null,"finish_reason":null}]}\n\n'
+    assert await encode(events) == (
+        prefix
+        + b'{"role":"assistant","content":""}'
+        + suffix
+        + prefix
+        + b'{"tool_calls":[{"index":0,"id":"call_h","type":"function",'
+        b'"function":{"name":"run","arguments":""}}]}'
+        + suffix
+        + prefix
+        + b'{"tool_calls":[{"index":0,"function":{"arguments":"{\\"command\\":\\"ls\\"}"}}]}'
+        + suffix
+        + prefix
+        + b'{},"logprobs":null,"finish_reason":"tool_calls"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+
+
+async def test_official_client_gets_the_healed_arguments() -> None:
+    final = ToolCallPart("call_h", "run", {"command": "ls"})
+    body = await encode(tool_call_events(['"{\\"command', '\\":\\"ls\\"}"'], final))
+    async with (
+        official_client(body, content_type="text/event-stream") as client,
+        client.chat.completions.stream(
+            model="public-model", messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
+        final_completion = await stream.get_final_completion()
+    calls = final_completion.choices[0].message.tool_calls or []
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        ("call_h", "run", '{"command":"ls"}')
+    ]
 
 
 async def test_foreign_ids_become_chatcmpl_ids() -> None:

@@ -33,7 +33,6 @@ from llmbridge.core.events import (
     StreamEvent,
     TextDelta,
     ThinkingDelta,
-    ToolArgsDelta,
     UsageUpdate,
 )
 from llmbridge.core.ids import new_id
@@ -100,8 +99,9 @@ async def encode_chat_stream(
     """SSE ``chat.completion.chunk`` bytes for an event stream, ending in ``[DONE]``.
 
     The first chunk carries ``role: "assistant"``; text goes out as ``content``,
-    thinking as ``reasoning_content``, tool calls as ``tool_calls`` fragments indexed
-    from 0. The last choice chunk has an empty delta and the ``finish_reason``; with
+    thinking as ``reasoning_content``, tool calls as ``tool_calls`` indexed from 0:
+    id and name when the part starts, the whole arguments in one fragment when it
+    ends. The last choice chunk has an empty delta and the ``finish_reason``; with
     ``request.include_usage`` a ``choices: []`` usage chunk follows. A ``StreamError``
     becomes ``data: {"error": ...}`` and the stream ends with ``[DONE]``.
     """
@@ -120,13 +120,12 @@ async def encode_chat_stream(
 class _StreamEncoder:
     """The state of one encoded stream: ``encode`` returns the bytes for each event."""
 
-    __slots__ = ("_args_sent", "_request", "_tool_index", "_usage", "_writer", "finished")
+    __slots__ = ("_request", "_tool_index", "_usage", "_writer", "finished")
 
     def __init__(self, request: ChatRequest) -> None:
         self._request = request
         self._writer: _ChunkWriter | None = None
         self._tool_index = -1  # OpenAI numbers tool calls, not parts
-        self._args_sent = False
         self._usage = Usage()
         self.finished = False
 
@@ -165,16 +164,14 @@ class _StreamEncoder:
             return writer.delta({"content": delta.text}) if delta.text else b""
         if isinstance(delta, ThinkingDelta):
             return writer.delta({"reasoning_content": delta.text}) if delta.text else b""
-        if isinstance(delta, ToolArgsDelta) and delta.json_fragment and self._tool_index >= 0:
-            self._args_sent = True
-            return self._arguments(writer, delta.json_fragment)
-        return b""  # signatures have no OpenAI spelling
+        # Tool arguments go out whole at the part's end (see ``_part_end``); signatures
+        # have no OpenAI spelling.
+        return b""
 
     def _part_start(self, writer: _ChunkWriter, event: PartStart) -> bytes:
         part = event.part
         if isinstance(part, ToolCallPart):
             self._tool_index += 1
-            self._args_sent = False
             call = {
                 "index": self._tool_index,
                 "id": part.id,
@@ -190,9 +187,13 @@ class _StreamEncoder:
 
     def _part_end(self, writer: _ChunkWriter, event: PartEnd) -> bytes:
         part = event.part
-        if not isinstance(part, ToolCallPart) or self._args_sent or self._tool_index < 0:
+        if not isinstance(part, ToolCallPart) or self._tool_index < 0:
             return b""
-        # The arguments never came as deltas: send them whole.
+        # A call's arguments go out once, whole, from the finished part, never as the
+        # backend's ToolArgsDelta fragments: tool healing (features.tool_healing)
+        # rewrites the arguments at PartEnd, so fragments already sent could
+        # contradict them (a doubly-escaped string, broken JSON). OpenAI clients
+        # concatenate the fragments of a call by index, so one fragment is valid.
         arguments = part.raw_arguments
         if arguments is None:
             arguments = _dumps(part.arguments).decode()
