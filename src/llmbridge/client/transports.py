@@ -1,0 +1,188 @@
+"""How the adapter reaches a model: engines that turn a ``ChatRequest`` into neutral events.
+
+An engine is anything with ``chat(request) -> AsyncIterator[core.events.StreamEvent]``
+and ``aclose()``: exactly the ``backends.base.Backend`` contract, so every llmbridge
+backend is an engine (the native Ollama, OpenAI-compatible and gateway constructors
+use ``OllamaBackend`` and ``OpenAICompatBackend`` as they are). Two more live here:
+
+- ``OpenAISDKTransport``: the seed's way, through the official ``openai`` client. The
+  body is built by ``dialects.openai.encode_chat_request``, sent with the SDK's raw
+  streaming response, and the SSE bytes are decoded by ``dialects.framing.aiter_sse``
+  and ``dialects.openai.decode_chat_stream``: the same code the gateway runs. The SDK's
+  exceptions are mapped to ``core.errors`` here and nowhere else.
+- ``AnthropicTransport``: ``/v1/messages`` through the gateway's shared aiohttp
+  transport and the Anthropic codecs (llmbridge has no Anthropic backend class yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.core.errors import (
+    BackendError,
+    BackendHTTPError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+)
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.request import ChatRequest
+from llmbridge.dialects import anthropic as anthropic_dialect
+from llmbridge.dialects import openai as openai_dialect
+from llmbridge.dialects.framing import aiter_sse
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = [
+    "AnthropicTransport",
+    "ChatEngine",
+    "OpenAISDKTransport",
+    "ollama_openai_url",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+_DRAIN_LIMIT = 64 * 1024
+
+
+class ChatEngine(Protocol):
+    """What the adapter needs from a backend (``backends.base.Backend`` satisfies it)."""
+
+    def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def ollama_openai_url(base_url: str) -> str:
+    """Ollama's OpenAI-compatible root: ``base_url`` without a trailing ``/v1``, plus ``/v1``."""
+    url = base_url.rstrip("/")
+    url = url.removesuffix("/v1").rstrip("/")
+    return url + "/v1"
+
+
+class OpenAISDKTransport:
+    """Chat completions through the official ``openai`` client, parsed by llmbridge's codec."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        name: str = "ollama",
+        timeout: float = 600.0,
+        max_retries: int = 2,
+    ) -> None:
+        try:
+            import openai
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "OllamaAdapter's default constructor uses the official openai client: "
+                "pip install openai (or use OllamaAdapter.native / .openai_compatible)"
+            ) from exc
+        self.name = name
+        self.base_url = base_url
+        self.client: openai.AsyncOpenAI = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        body = openai_dialect.encode_chat_request(replace(request, stream=True))
+        model, messages = body.pop("model"), body.pop("messages")
+        del body["stream"]
+        create = self.client.chat.completions.with_streaming_response.create
+        async with (
+            _mapped_sdk_errors(self.name),
+            create(model=model, messages=messages, stream=True, extra_body=body) as response,
+        ):
+            chunks = response.iter_bytes()
+            async for event in openai_dialect.decode_chat_stream(aiter_sse(chunks)):
+                yield event
+            # The decoder stops at [DONE]; read the body's end so the connection is reused.
+            drained = 0
+            async for chunk in chunks:
+                drained += len(chunk)
+                if drained > _DRAIN_LIMIT:
+                    break
+
+
+@asynccontextmanager
+async def _mapped_sdk_errors(backend: str) -> AsyncIterator[None]:
+    """Translate the openai SDK's (and its HTTP library's) exceptions into ``core.errors``."""
+    import httpx2
+    import openai
+
+    try:
+        yield
+    except openai.APIStatusError as exc:
+        message = _sdk_error_message(exc)
+        raise BackendHTTPError(
+            f"backend '{backend}' returned HTTP {exc.status_code}: {message}",
+            backend_status=exc.status_code,
+            backend=backend,
+            body=exc.body,
+        ) from exc
+    except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
+        raise BackendTimeoutError(
+            f"backend '{backend}' did not answer in time", backend=backend
+        ) from exc
+    except openai.APIConnectionError as exc:
+        reason = exc.__cause__ or exc
+        raise BackendUnavailableError(
+            f"backend '{backend}' is unreachable: {reason}", backend=backend
+        ) from exc
+    except httpx2.TransportError as exc:
+        raise BackendError(
+            f"backend '{backend}' closed the connection unexpectedly: {exc}", backend=backend
+        ) from exc
+    except openai.APIError as exc:
+        raise BackendError(f"backend '{backend}' failed: {exc.message}", backend=backend) from exc
+
+
+def _sdk_error_message(exc: openai.APIStatusError) -> str:
+    """The provider's own words from an error body the SDK already unwrapped."""
+    body: Any = exc.body
+    if isinstance(body, str) and body:
+        return body
+    if isinstance(body, dict):
+        for key in ("message", "error", "detail"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value
+            if isinstance(value, dict) and isinstance(value.get("message"), str):
+                return str(value["message"])
+    return exc.message
+
+
+class AnthropicTransport:
+    """Anthropic's Messages API (``POST /v1/messages``, streamed), llmbridge's codecs."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        name: str = "anthropic",
+        anthropic_version: str = ANTHROPIC_VERSION,
+        http: HTTPSettings | None = None,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        headers = {"anthropic-version": anthropic_version}
+        if api_key:
+            headers["x-api-key"] = api_key
+        self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        body = anthropic_dialect.encode_chat_request(replace(request, stream=True))
+        async with self._http.stream("/v1/messages", body) as chunks:
+            async for event in anthropic_dialect.decode_chat_stream(aiter_sse(chunks)):
+                yield event
