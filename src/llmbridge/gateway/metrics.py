@@ -7,6 +7,8 @@ arbitrary client-supplied string, to keep label cardinality bounded by configura
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -19,7 +21,7 @@ from prometheus_client import (
 
 from llmbridge.core.response import Usage
 
-__all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "BoundMetrics", "GatewayMetrics"]
 
 # The *_created timestamp series double the output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -29,6 +31,7 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 class GatewayMetrics:
     def __init__(self) -> None:
+        self._bound: dict[tuple[str, str, str], BoundMetrics] = {}
         self.registry = CollectorRegistry()
         labels = ("endpoint", "backend", "model")
         self.requests = Counter(
@@ -70,6 +73,15 @@ class GatewayMetrics:
             registry=self.registry,
         )
 
+    def bound(self, endpoint: str, backend: str, model: str) -> BoundMetrics:
+        """The metrics of one (endpoint, backend, model), labelled once and reused:
+        ``labels()`` takes a lock and a dict lookup per call, several times a request."""
+        key = (endpoint, backend, model)
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = BoundMetrics(self, endpoint, backend, model)
+        return bound
+
     def record_usage(self, backend: str, model: str, usage: Usage) -> None:
         if usage.input_tokens:
             self.tokens.labels(backend, model, "input").inc(usage.input_tokens)
@@ -78,3 +90,26 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class BoundMetrics:
+    """One label set's children of each metric (see ``GatewayMetrics.bound``)."""
+
+    __slots__ = ("_parent", "_requests", "errors", "first_token", "in_flight", "labels", "latency")
+
+    def __init__(self, parent: GatewayMetrics, endpoint: str, backend: str, model: str) -> None:
+        self._parent = parent
+        self.labels = (endpoint, backend, model)
+        self.latency = parent.latency.labels(*self.labels)
+        self.first_token = parent.first_token.labels(*self.labels)
+        self.in_flight = parent.in_flight.labels(endpoint)
+        self._requests: dict[int, Any] = {}
+
+    def request_done(self, status: int) -> None:
+        child = self._requests.get(status)
+        if child is None:
+            child = self._requests[status] = self._parent.requests.labels(*self.labels, str(status))
+        child.inc()
+
+    def error(self, kind: str) -> None:
+        self._parent.errors.labels(*self.labels, kind).inc()

@@ -58,34 +58,30 @@ class ChatCodec:
 class _Tracker:
     """Metrics and logging for one request."""
 
-    __slots__ = ("backend", "done", "endpoint", "metrics", "model", "started", "status")
+    __slots__ = ("backend", "done", "m", "metrics", "model", "started", "status")
 
     def __init__(self, metrics: GatewayMetrics, endpoint: str, backend: str, model: str) -> None:
-        self.metrics, self.endpoint, self.backend, self.model = metrics, endpoint, backend, model
+        self.metrics, self.backend, self.model = metrics, backend, model
+        self.m = metrics.bound(endpoint, backend, model)
         self.started = time.perf_counter()
         self.status = 200
         self.done = False
-        metrics.in_flight.labels(endpoint).inc()
+        self.m.in_flight.inc()
 
     def first_event(self) -> None:
-        elapsed = time.perf_counter() - self.started
-        self.metrics.first_token.labels(self.endpoint, self.backend, self.model).observe(elapsed)
+        self.m.first_token.observe(time.perf_counter() - self.started)
 
     def error(self, error: LLMBridgeError) -> None:
         self.status = error.status_code
-        self.metrics.errors.labels(
-            self.endpoint, self.backend, self.model, type(error).__name__
-        ).inc()
+        self.m.error(type(error).__name__)
 
     def finish(self, status: int | None = None) -> None:
         if self.done:
             return
         self.done = True
-        labels = (self.endpoint, self.backend, self.model)
-        self.metrics.in_flight.labels(self.endpoint).dec()
-        self.metrics.latency.labels(*labels).observe(time.perf_counter() - self.started)
-        final = status if status is not None else self.status
-        self.metrics.requests.labels(*labels, str(final)).inc()
+        self.m.in_flight.dec()
+        self.m.latency.observe(time.perf_counter() - self.started)
+        self.m.request_done(status if status is not None else self.status)
 
 
 async def _guarded(
@@ -167,10 +163,29 @@ async def serve_chat(
     # Every dialect's output gets healed tool arguments (features/tool_healing.py); the
     # wrapper costs one isinstance check per event.
     events = heal_tool_calls(resolved.backend.chat(backend_chat), backend_chat.tools)
-    try:
-        first = await run_until_disconnect(request.receive, _first_event(events))
+
+    async def opened() -> StreamEvent:
+        """The first event, ready to send; an error before it is raised."""
+        first = await _first_event(events)
         if isinstance(first, StreamError):
             raise first.error
+        tracker.first_event()
+        if isinstance(first, ResponseStart):
+            tokens = first.input_tokens
+            if tokens is None and codec.announces_input_tokens:
+                tokens = count_request_tokens(chat)  # Anthropic's message_start estimate
+            first = replace(first, model=chat.model, input_tokens=tokens)
+        return first
+
+    async def completed() -> ChatResponse:
+        return await _accumulate(_guarded(await opened(), events, tracker))
+
+    try:
+        if chat.stream:
+            first = await run_until_disconnect(request.receive, opened())
+        else:
+            # One disconnect watcher for the whole non-streamed request.
+            response = await run_until_disconnect(request.receive, completed())
     except ClientDisconnected:
         await _close(events)
         tracker.finish(499)
@@ -178,42 +193,27 @@ async def serve_chat(
     except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
         await _close(events)
         error = to_bridge_error(exc)
-        tracker.error(error)
+        if not isinstance(exc, LLMBridgeError) or tracker.status == 200:
+            tracker.error(error)
         tracker.finish()
-        return error_response(codec.dialect, error, request_id)
-    tracker.first_event()
-    if isinstance(first, ResponseStart):
-        input_tokens = first.input_tokens
-        if input_tokens is None and codec.announces_input_tokens:
-            input_tokens = count_request_tokens(chat)
-        first = replace(first, model=chat.model, input_tokens=input_tokens)
-    stream = _guarded(first, events, tracker)
+        return error_response(codec.dialect, error, request_id, headers=changed)
 
-    if chat.stream:
-
-        async def on_close(disconnected: bool) -> None:
-            tracker.finish(499 if disconnected else None)
-
-        return StreamingBody(
-            codec.encode_stream(stream, chat),
-            media_type=codec.stream_media_type,
+    if not chat.stream:
+        tracker.finish()
+        return Response(
+            dumps(codec.encode_response(response, chat)),
+            media_type="application/json",
             headers=headers,
-            on_close=on_close,
         )
 
-    try:
-        response = await run_until_disconnect(request.receive, _accumulate(stream))
-    except ClientDisconnected:
-        tracker.finish(499)
-        return Response(status_code=499)
-    except LLMBridgeError as exc:
-        tracker.finish()
-        return error_response(codec.dialect, exc, request_id, headers=changed)
-    tracker.finish()
-    return Response(
-        dumps(codec.encode_response(response, chat)),
-        media_type="application/json",
+    async def on_close(disconnected: bool) -> None:
+        tracker.finish(499 if disconnected else None)
+
+    return StreamingBody(
+        codec.encode_stream(_guarded(first, events, tracker), chat),
+        media_type=codec.stream_media_type,
         headers=headers,
+        on_close=on_close,
     )
 
 
