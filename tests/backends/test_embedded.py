@@ -500,3 +500,15 @@ async def test_first_request_loads_the_model_lazily() -> None:
 
 async def test_default_max_tokens_is_bounded() -> None:
     assert 0 < DEFAULT_MAX_TOKENS <= 2048
+
+
+@pytest.mark.embedded
+async def test_replies_are_capped_whatever_the_request_asks() -> None:
+    """Claude Code asks for max_tokens 64000; a small model may loop that long."""
+    capped = EmbeddedBackend(max_output_tokens=5)
+    try:
+        response = await accumulate(capped.chat(chat_request(LONG_REPLY, max_tokens=64000)))
+        assert response.usage.output_tokens == 5
+        assert response.stop_reason == StopReason.MAX_TOKENS
+    finally:
+        await capped.aclose()

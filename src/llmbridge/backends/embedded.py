@@ -19,11 +19,12 @@ worker to stop. A new request therefore never touches the model while an abandon
 one is still running. (Prompt evaluation is one llama.cpp call and cannot be
 interrupted; generation stops at the next token.)
 
-Defaults. ``max_tokens`` defaults to ``DEFAULT_MAX_TOKENS`` (1024) rather than "until
-the context is full": a 135M model easily loops, and an unbounded reply would hold
-the one model for minutes. It is always clamped to the context left after the
-prompt. A prompt that does not fit raises ``ContextLengthError`` before the first
-event. ``num_ctx`` is ignored: the context is allocated once, at load.
+Defaults. A reply is at most ``max_output_tokens`` long (``DEFAULT_MAX_TOKENS``, 1024,
+unless configured), whatever the request asks: a 135M model easily loops, and Claude
+Code asks for ``max_tokens: 64000`` on every request, so an uncapped reply held the
+one model for nearly five minutes about once in twenty. It is also clamped to the
+context left after the prompt. A prompt that does not fit raises ``ContextLengthError``
+before the first event. ``num_ctx`` is ignored: the context is allocated once, at load.
 Tools and thinking are not supported natively by this model and are ignored for now
 (tool-call emulation is a separate feature); earlier tool calls and results are
 rendered as text (see ``embedded_prompt``).
@@ -218,6 +219,7 @@ class EmbeddedBackend(Backend):
         n_ctx: int = 8192,
         n_threads: int | None = None,
         load_timeout: float | None = None,
+        max_output_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         super().__init__(name)
         if importlib.util.find_spec("llama_cpp") is None:
@@ -234,6 +236,7 @@ class EmbeddedBackend(Backend):
         self.model_path = path
         self.public_name = public_name
         self.n_ctx = n_ctx
+        self.max_output_tokens = max_output_tokens
         self._n_threads = n_threads
         self._chat_model = _LazyModel(self._load_chat_model, load_timeout)
         self._embed_model = _LazyModel(self._load_embed_model, load_timeout)
@@ -267,7 +270,8 @@ class EmbeddedBackend(Backend):
         messages = to_llama_messages(request.messages)
         options = llama_chat_options(request)
         max_tokens = request.params.max_tokens
-        options["max_tokens"] = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        cap = self.max_output_tokens
+        options["max_tokens"] = cap if max_tokens is None else min(max_tokens, cap)
         _, load_ns = await self._chat_model.get()
 
         loop = asyncio.get_running_loop()

@@ -44,6 +44,7 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
             public_name=config.public_name,
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
+            max_output_tokens=config.max_output_tokens,
         )
     if config.type == "scripted":
         from llmbridge.backends.scripted import Script, ScriptedBackend

@@ -73,6 +73,8 @@ class EmbeddedBackendConfig(_Strict):
     public_name: str = "smollm2"
     n_ctx: int = Field(8192, ge=128)
     n_threads: int | None = None
+    max_output_tokens: int = Field(1024, gt=0)
+    """The longest reply, whatever a request asks (a small model can loop)."""
 
 
 class HTTPBackendConfig(_Strict):

@@ -1,0 +1,312 @@
+"""Claude Code end to end: the real CLI, pinned in ``tests/e2e/package.json`` and
+installed by ``make test`` (``npm ci``), with ``ANTHROPIC_BASE_URL`` pointing at the
+gateway on loopback. It runs fully offline: ``HOME`` is a fresh temporary directory
+and non-essential traffic (telemetry, update checks) is switched off.
+
+What Claude Code sends, even with ``--bare``: ``POST /v1/messages?beta=true`` with
+``stream: true``, ``thinking``, a ``max_tokens`` far beyond the embedded model's whole
+context, and a ``<system-reminder>`` (today's date) before the prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.messages import ToolCallPart, ToolResultPart
+from llmbridge.core.request import ChatRequest
+from llmbridge.gateway.app import create_app
+from llmbridge.gateway.config import load_config
+from tests.conftest import RunningServer, running_gateway
+
+E2E_DIR = Path(__file__).resolve().parent
+CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
+PINNED: str = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))["dependencies"][
+    "@anthropic-ai/claude-code"
+]
+TIMEOUT = 120  # seconds per Claude Code run; each takes a few seconds
+
+
+# -- the CLI --------------------------------------------------------------------------
+
+
+def _environment(home: Path, base_url: str, **extra: str) -> dict[str, str]:
+    """A minimal environment, so nothing from the caller's shell (keys, proxies,
+    Claude Code settings) reaches the CLI; everything it writes stays under ``home``."""
+    tmp = home / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "CLAUDE_CODE_TMPDIR": str(tmp),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "anything",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        **extra,
+    }
+
+
+@dataclass
+class ClaudeRun:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def report(self) -> str:
+        return (
+            f"claude {' '.join(repr(a) for a in self.args)}\n"
+            f"exit code {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
+
+
+@pytest.fixture(scope="session")
+def claude(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
+    setup = "Run `make test` (or `make install`), which runs `npm ci` in tests/e2e/."
+    if not os.access(CLAUDE, os.X_OK):
+        pytest.fail(f"Claude Code is not installed at {CLAUDE}.\n{setup}", pytrace=False)
+    home = tmp_path_factory.mktemp("claude-version")
+    done = subprocess.run(
+        [str(CLAUDE), "--version"],
+        env=_environment(home, "http://127.0.0.1:9"),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    if not done.stdout.startswith(PINNED + " "):
+        pytest.fail(
+            f"{CLAUDE} is Claude Code {done.stdout.strip()!r} (exit code {done.returncode}), "
+            f"but tests/e2e/package.json pins {PINNED}.\n{setup}\n{done.stderr}",
+            pytrace=False,
+        )
+    return CLAUDE
+
+
+def run_claude(claude: Path, home: Path, base_url: str, args: list[str], **env: str) -> ClaudeRun:
+    """``claude <args>`` in ``home``, against the gateway at ``base_url``."""
+    try:
+        done = subprocess.run(
+            [str(claude), *args],
+            env=_environment(home, base_url, **env),
+            cwd=home,
+            stdin=subprocess.DEVNULL,  # with -p, an open stdin would be read as input
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        partial = ClaudeRun(args, -1, _text(exc.stdout), _text(exc.stderr))
+        pytest.fail(f"Claude Code did not finish within {TIMEOUT} s\n{partial.report()}")
+    return ClaudeRun(args, done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+# -- recording the HTTP exchanges -----------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    request: bytes = b""
+    status: int | None = None
+    response: bytes = b""
+
+    def body(self) -> dict[str, object]:
+        loaded: dict[str, object] = json.loads(self.request)
+        return loaded
+
+    def streamed_text(self) -> str:
+        """The text deltas of an Anthropic event stream."""
+        text = []
+        for line in self.response.decode().splitlines():
+            if line.startswith("data:"):
+                event = json.loads(line[len("data:") :])
+                if event["type"] == "content_block_delta" and "text" in event["delta"]:
+                    text.append(event["delta"]["text"])
+        return "".join(text)
+
+
+class Recorder:
+    """Passes every request through to ``app`` and keeps a copy of both directions."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.exchanges: list[Exchange] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        exchange = Exchange(
+            method=scope["method"],
+            path=scope["path"],
+            query=scope["query_string"].decode(),
+            headers={k.decode(): v.decode() for k, v in scope["headers"]},
+        )
+        self.exchanges.append(exchange)
+
+        async def keep_request() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                exchange.request += message.get("body", b"")
+            return message
+
+        async def keep_response(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                exchange.status = message["status"]
+            elif message["type"] == "http.response.body":
+                exchange.response += message.get("body", b"")
+            await send(message)
+
+        await self.app(scope, keep_request, keep_response)
+
+    def messages_calls(self) -> list[Exchange]:
+        return [e for e in self.exchanges if e.method == "POST" and e.path == "/v1/messages"]
+
+
+# -- the zero-configuration gateway: the embedded model answers ---------------------
+
+
+@pytest.mark.embedded
+def test_prints_the_embedded_models_answer(claude: Path, tmp_path: Path) -> None:
+    """``claude -p`` on the zero-config gateway prints what the embedded model said.
+
+    Temperature 0 (through ``CLAUDE_CODE_EXTRA_BODY``, which Claude Code merges into
+    every request body) makes the answer repeatable: at llama.cpp's default sampling
+    the date reminder Claude Code puts before the question distracts the 135M model,
+    which then names Paris only about three times in four, and now and then loops until
+    the context is full (minutes, since Claude Code asks for 64000 tokens).
+    """
+    recorder = Recorder(create_app(load_config(None)))
+    args = [
+        "-p",
+        "What is the capital of France?",
+        "--bare",
+        "--system-prompt",
+        "Answer in one short sentence.",
+        "--tools",
+        "",
+    ]
+    with RunningServer(recorder) as server:
+        run = run_claude(
+            claude, tmp_path, server.url, args, CLAUDE_CODE_EXTRA_BODY='{"temperature": 0}'
+        )
+
+    assert run.returncode == 0, run.report()
+    calls = recorder.messages_calls()
+    assert len(calls) == 1, run.report()
+    call = calls[0]
+    assert call.status == 200, f"{call.response.decode(errors='replace')}\n{run.report()}"
+    assert call.query == "beta=true", run.report()
+    body = call.body()
+    # What the gateway has to cope with: streaming, thinking, no tools, and far more
+    # output tokens than the model's whole 8k context.
+    assert body["stream"] is True
+    assert "thinking" in body
+    assert body["tools"] == []
+    assert isinstance(body["max_tokens"], int) and body["max_tokens"] > 8192
+    assert call.headers["user-agent"].startswith(f"claude-cli/{PINNED} ")
+
+    answer = call.streamed_text().strip()
+    assert answer, run.report()
+    assert run.stdout.strip() == answer, run.report()
+    assert "Paris" in run.stdout, run.report()
+
+
+# -- a scripted backend asks for a Bash call; Claude Code runs it --------------------
+
+MARKER_COMMAND = "echo llmbridge-e2e-$((6*7))"
+MARKER = "llmbridge-e2e-42"  # only a shell that ran the command prints 42
+FINAL_TEXT = "The command printed the marker."
+
+
+class BashLoopBackend(ScriptedBackend):
+    """Replies by what the request holds, so extra requests Claude Code might make
+    (titles, summaries) cannot take the scripted turns: a request offering Bash gets
+    the Bash call, then the final text once it carries the tool's result; anything
+    else gets the default script's harmless text."""
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        if any(tool.name == "Bash" for tool in request.tools):
+            if any(message.role == "tool" for message in request.messages):
+                self.enqueue(Script(text=[FINAL_TEXT]))
+            else:
+                call = {"command": MARKER_COMMAND, "description": "Print a marker"}
+                self.enqueue(Script(text=[], tool_calls=[("Bash", call)]))
+        async for event in super().chat(request):
+            yield event
+
+
+def _describe(requests: list[ChatRequest]) -> str:
+    lines = []
+    for number, request in enumerate(requests):
+        tools = [tool.name for tool in request.tools]
+        lines.append(f"request {number}: model={request.model!r} tools={tools}")
+        for message in request.messages:
+            lines.append(f"    {message.role}: {message.parts!r:.300}")
+    return "\n".join(lines)
+
+
+def test_runs_the_bash_command_the_model_asks_for(claude: Path, tmp_path: Path) -> None:
+    backend = BashLoopBackend(default=Script(text=["(nothing scripted for this request)"]))
+    args = [
+        "-p",
+        "Run the marker command",
+        "--bare",
+        "--system-prompt",
+        "You run shell commands for the user.",
+        "--tools",
+        "Bash",
+        "--allowedTools",
+        "Bash",
+    ]
+    with running_gateway({"scripted": backend}) as server:
+        run = run_claude(claude, tmp_path, server.url, args)
+
+    report = f"{run.report()}\n--- what the backend received ---\n{_describe(backend.requests)}"
+    assert run.returncode == 0, report
+    assert FINAL_TEXT in run.stdout, report
+    assert len(backend.requests) >= 2, report
+    with_bash = [r for r in backend.requests if any(t.name == "Bash" for t in r.tools)]
+    assert len(with_bash) >= 2, report
+    assert [t.name for t in with_bash[0].tools] == ["Bash"], report  # --tools Bash: only Bash
+
+    # The request after the Bash call: the assistant's call, then the tool's output.
+    follow_up = next((r for r in with_bash if any(m.role == "tool" for m in r.messages)), None)
+    assert follow_up is not None, report
+    messages = list(follow_up.messages)
+    index = next(i for i, m in enumerate(messages) if m.role == "tool")
+    assert index > 0 and messages[index - 1].role == "assistant", report
+    calls = [p for p in messages[index - 1].parts if isinstance(p, ToolCallPart)]
+    results = [p for p in messages[index].parts if isinstance(p, ToolResultPart)]
+    assert len(calls) == 1 and len(results) == 1, report
+    assert calls[0].name == "Bash" and calls[0].arguments["command"] == MARKER_COMMAND, report
+    assert results[0].tool_call_id == calls[0].id, report
+    assert not results[0].is_error, report
+    assert MARKER in results[0].content, report
