@@ -42,6 +42,8 @@ class Script:
 
     text: list[str] = field(default_factory=lambda: ["Hello", " from", " llmbridge."])
     thinking: list[str] = field(default_factory=list)
+    signature: str | None = None
+    """Signs the thinking, as Anthropic does (a ``signature_delta``)."""
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     stop_reason: StopReason | None = None
     usage: Usage | None = None
@@ -111,6 +113,9 @@ class ScriptedBackend(Backend):
         for chunk in script.thinking:
             await self._pause(script)
             for event in parts.thinking(chunk):
+                yield event
+        if script.signature:
+            for event in parts.signature(script.signature):
                 yield event
         for number, chunk in enumerate(texts):
             if script.fail_after is not None and number == script.fail_after:

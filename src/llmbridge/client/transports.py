@@ -21,7 +21,8 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.backends.anthropic import ANTHROPIC_VERSION, AnthropicBackend
+from llmbridge.backends.http import HTTPSettings
 from llmbridge.core.errors import (
     BackendError,
     BackendHTTPError,
@@ -30,7 +31,6 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
-from llmbridge.dialects import anthropic as anthropic_dialect
 from llmbridge.dialects import openai as openai_dialect
 from llmbridge.dialects.framing import aiter_sse
 
@@ -44,7 +44,6 @@ __all__ = [
     "ollama_openai_url",
 ]
 
-ANTHROPIC_VERSION = "2023-06-01"
 _DRAIN_LIMIT = 64 * 1024
 
 
@@ -159,8 +158,8 @@ def _sdk_error_message(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
-class AnthropicTransport:
-    """Anthropic's Messages API (``POST /v1/messages``, streamed), llmbridge's codecs."""
+class AnthropicTransport(AnthropicBackend):
+    """Anthropic's Messages API for the adapter: ``backends.anthropic.AnthropicBackend``."""
 
     def __init__(
         self,
@@ -171,18 +170,6 @@ class AnthropicTransport:
         anthropic_version: str = ANTHROPIC_VERSION,
         http: HTTPSettings | None = None,
     ) -> None:
-        self.name = name
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        headers = {"anthropic-version": anthropic_version}
-        if api_key:
-            headers["x-api-key"] = api_key
-        self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        body = anthropic_dialect.encode_chat_request(replace(request, stream=True))
-        async with self._http.stream("/v1/messages", body) as chunks:
-            async for event in anthropic_dialect.decode_chat_stream(aiter_sse(chunks)):
-                yield event
+        super().__init__(
+            name, base_url, api_key=api_key, anthropic_version=anthropic_version, http=http
+        )

@@ -56,6 +56,13 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     from llmbridge.backends.http import HTTPSettings
 
     http = HTTPSettings(connect=config.connect_timeout, read=config.read_timeout)
+    if config.type == "anthropic":
+        import os
+
+        from llmbridge.backends.anthropic import AnthropicBackend
+
+        key = config.api_key or os.environ.get("ANTHROPIC_API_KEY")
+        return AnthropicBackend(name, config.url, api_key=key, http=http)
     if config.type == "ollama":
         from llmbridge.backends.ollama import OllamaBackend
 

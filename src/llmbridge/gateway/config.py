@@ -12,6 +12,7 @@ backend and serves any model name. Example file::
       local: {type: embedded}
       gpu-box: {type: ollama, url: "http://10.0.0.5:11434"}
       vllm: {type: openai, url: "http://127.0.0.1:8000/v1", api_key: "..."}
+      claude: {type: anthropic}       # api.anthropic.com, key from ANTHROPIC_API_KEY
     models:                           # first match wins; exact names before globs
       - {name: "qwen3", backend: gpu-box, model: "qwen3:8b", aliases: ["qwen"]}
       - {name: "claude-*", backend: gpu-box, model: "qwen3:8b"}
@@ -86,6 +87,17 @@ class HTTPBackendConfig(_Strict):
     """Longest silence between two chunks of a reply, in seconds."""
 
 
+class AnthropicBackendConfig(_Strict):
+    """Anthropic's API, or any server with an Anthropic front (another llmbridge)."""
+
+    type: Literal["anthropic"]
+    url: str = "https://api.anthropic.com"
+    api_key: str | None = None
+    """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+
+
 class ScriptedBackendConfig(_Strict):
     """A scripted backend (tests and benchmarks): a fixed reply in fixed chunks."""
 
@@ -97,7 +109,7 @@ class ScriptedBackendConfig(_Strict):
 
 
 BackendConfig = Annotated[
-    EmbeddedBackendConfig | HTTPBackendConfig | ScriptedBackendConfig,
+    EmbeddedBackendConfig | HTTPBackendConfig | AnthropicBackendConfig | ScriptedBackendConfig,
     Field(discriminator="type"),
 ]
 
