@@ -105,8 +105,12 @@ def test_doc_main_example(zero_config: RunningServer, capsys: pytest.CaptureFixt
 
 
 def test_doc_tools_example(zero_config: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
-    run_doc_example("tools", zero_config)  # the embedded model answers in text
-    assert capsys.readouterr().out.strip()
+    # The embedded model has no tools of its own: the gateway emulates them, so the
+    # example either sees get_weather calls or a text answer, and prints either.
+    run_doc_example("tools", zero_config)
+    out = capsys.readouterr().out
+    assert out.strip()
+    assert "-> get_weather(" in out or "no final answer" not in out
 
 
 def test_doc_plain_example(zero_config: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:

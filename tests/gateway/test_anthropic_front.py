@@ -29,9 +29,12 @@ def thinker() -> ScriptedBackend:
 
 @pytest.fixture(scope="module")
 def plain() -> ScriptedBackend:
-    """A backend whose model reports no thinking and no tools."""
+    """A backend whose model calls tools (but has no tool_choice) and cannot think."""
     return ScriptedBackend(
-        "plain", models=("llama3.2",), capabilities=frozenset({"completion"}), context_length=4096
+        "plain",
+        models=("llama3.2",),
+        capabilities=frozenset({"completion", "tools"}),
+        context_length=4096,
     )
 
 

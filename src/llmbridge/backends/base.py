@@ -41,6 +41,9 @@ class Backend(ABC):
 
     kind: ClassVar[str]
     native_tool_choice: ClassVar[bool] = False
+    reports_capabilities: ClassVar[bool] = False
+    """Whether ``show_model`` capabilities are the model's own (Ollama's ``/api/show``)
+    rather than a default: only then does "no ``tools``" mean the model has none."""
     """Whether the backend enforces ``tool_choice`` itself (see features/tool_choice)."""
 
     def __init__(self, name: str) -> None:

@@ -209,6 +209,7 @@ class EmbeddedBackend(Backend):
     """A GGUF model run in-process (see the module docstring)."""
 
     kind = "embedded"
+    reports_capabilities = True
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ class OllamaBackend(Backend):
     """Speaks Ollama's native API to ``base_url`` (e.g. ``http://127.0.0.1:11434``)."""
 
     kind = "ollama"
+    reports_capabilities = True
 
     def __init__(
         self,

@@ -57,6 +57,7 @@ class Script:
 
 class ScriptedBackend(Backend):
     kind = "scripted"
+    reports_capabilities = True
 
     def __init__(
         self,
@@ -166,6 +167,17 @@ class ScriptedBackend(Backend):
             )
             for m in self.models
         ]
+
+    async def show_model(self, model: str) -> ModelInfo:
+        """Any name is served, with this backend's capabilities."""
+        return ModelInfo(
+            name=model,
+            backend=self.name,
+            backend_model=model,
+            capabilities=self.capabilities,
+            context_length=self.context_length,
+            family="scripted",
+        )
 
     async def health(self) -> BackendHealth:
         return BackendHealth(ok=True, detail="scripted", latency_ms=0.0)

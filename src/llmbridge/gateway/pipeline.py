@@ -19,16 +19,20 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
+from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER, apply_thinking_policy, can_think
 from llmbridge.features.token_count import count_request_tokens
 from llmbridge.features.tool_choice import apply_tool_choice
+from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
+from llmbridge.gateway.config import ModelRoute
 from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
@@ -109,20 +113,35 @@ async def _guarded(
         await _close(events)
 
 
+TOOLS_HEADER = "x-llmbridge-tools"
+
+
+def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute | None) -> bool:
+    """Whether the model calls tools itself: the route's ``tools`` setting, else the
+    backend's report where it reports capabilities (Ollama, the embedded model), else
+    yes: OpenAI-compatible servers and Anthropic take tools natively."""
+    if route is not None and route.tools is not None:
+        return route.tools
+    if backend.reports_capabilities and info is not None:
+        return "tools" in info.capabilities
+    return True
+
+
 async def prepare(
     chat: ChatRequest, resolved: Resolved, router: ModelRouter, thinking_policy: str
 ) -> tuple[ChatRequest, dict[str, str]]:
     """The request as the resolved backend should get it, and headers that say what
     was changed: the backend's model name; thinking per the policy
     (features/thinking.py); ``max_tokens`` clamped to the model's limit; tool choice
-    in a form the backend honours (features/tool_choice.py)."""
+    in a form the backend honours (features/tool_choice.py); and, for a model without
+    tools, ``x-llmbridge-tools: emulated`` (features/tool_emulation.py)."""
     backend = resolved.backend
     route = resolved.route
     chat = replace(chat, model=resolved.backend_model)
     headers: dict[str, str] = {}
     wants_thinking = chat.thinking is not None and chat.thinking.enabled
     info = None
-    if wants_thinking or chat.params.max_tokens is not None:
+    if wants_thinking or chat.params.max_tokens is not None or chat.tools:
         info = await router.model_info(resolved)
     if wants_thinking:
         capable = can_think(chat.model, info, route.thinking if route else None)
@@ -139,7 +158,10 @@ async def prepare(
     if limits and wanted is not None and wanted > min(limits):
         # Claude Code asks for 32000 and more; a backend may reject or mis-size that.
         chat = replace(chat, params=replace(chat.params, max_tokens=min(limits)))
-    return apply_tool_choice(chat, native=backend.native_tool_choice), headers
+    chat = apply_tool_choice(chat, native=backend.native_tool_choice)
+    if chat.tools and not has_native_tools(backend, info, route):
+        headers[TOOLS_HEADER] = "emulated"
+    return chat, headers
 
 
 async def serve_chat(
@@ -162,7 +184,11 @@ async def serve_chat(
     tracker = _Tracker(metrics, codec.endpoint, resolved.backend.name, resolved.backend_model)
     # Every dialect's output gets healed tool arguments (features/tool_healing.py); the
     # wrapper costs one isinstance check per event.
-    events = heal_tool_calls(resolved.backend.chat(backend_chat), backend_chat.tools)
+    if changed.get(TOOLS_HEADER) == "emulated":
+        source = emulate_tool_calls(resolved.backend.chat, backend_chat)
+    else:
+        source = resolved.backend.chat(backend_chat)
+    events = heal_tool_calls(source, backend_chat.tools)
 
     async def opened() -> StreamEvent:
         """The first event, ready to send; an error before it is raised."""

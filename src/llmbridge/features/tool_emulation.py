@@ -1,0 +1,314 @@
+"""Tool calling for models that have none: one JSON decision (seed 000).
+
+A backend model without native tools (the embedded model; an Ollama model whose
+capabilities lack ``tools``; later, OpenCode) is asked a single question: given the
+tools, the system context and the recent conversation, reply with one JSON object,
+either ``tool_call`` (a tool name and arguments), ``answer`` (an answer from a tool
+result) or ``chat`` (a conversational reply). The decision becomes the neutral events
+of a real tool call or of a text reply, so every dialect's client gets real tool calls.
+
+Parsing tolerates code fences and prose around the JSON. A tool name that was never
+offered becomes ``unknown`` (the seed's rule, so the client can say so). Arguments are
+healed and checked against the tool's schema with the same code as every other tool
+call (``tool_healing``). When no decision can be read, the fallbacks run in the seed's
+order: an answer from the tool result (a plain generation that sees it), then a chat
+reply without tools, then an error in the caller's dialect.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import orjson
+from json_repair import repair_json
+
+from llmbridge.core.accumulate import accumulate
+from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
+from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
+from llmbridge.core.ids import new_id
+from llmbridge.core.messages import (
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolDefinition,
+    ToolResultPart,
+)
+from llmbridge.core.parts_manager import PartsManager
+from llmbridge.core.request import ChatRequest, ResponseFormat
+from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.features.tool_healing import heal_arguments
+
+__all__ = [
+    "DECISION_SYSTEM_PROMPT",
+    "HISTORY_MESSAGES",
+    "Decision",
+    "decision_prompt",
+    "emulate_tool_calls",
+    "parse_decision",
+]
+
+log = logging.getLogger("llmbridge.tool_emulation")
+
+HISTORY_MESSAGES = 10
+"""How many recent messages the decision sees (the seed's limit)."""
+
+DECISION_SYSTEM_PROMPT = "You are an intelligent assistant. Respond with valid JSON only."
+
+Action = Literal["tool_call", "answer", "chat"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    tool_name: str = ""
+    arguments: dict[str, Any] | None = None
+    content: str = ""
+
+
+# -- the prompt ---------------------------------------------------------------------
+
+_RULES = """\
+Decide how to respond. Rules:
+1. If the last message is a tool result, check whether it answers the user's request.
+   If it does, respond with ANSWER, explaining it in natural language. Tool results show
+   the state when the tool ran; if that is not enough, call another tool.
+2. ACTION requests (turn on/off, set, adjust, control, create, run) -> TOOL_CALL.
+   INFORMATION queries (is X on?, what is the status?, get data) -> TOOL_CALL with a
+   query tool (Get*, Query*, Fetch*, *Status, *Context).
+   CONVERSATION (greetings, thanks, general chat) -> CHAT.
+3. Never assume the state of a device or system from the conversation history: it
+   may have changed since. When in doubt, call a query tool.
+4. If the user repeats a request that was already carried out, EXECUTE IT AGAIN.
+5. Extract argument values from the user's request and the system context, with the
+   exact types the tool's parameters declare (arrays as ["a", "b"]).
+6. Reply in the language of the user's last message.
+
+CRITICAL: Respond with VALID JSON ONLY. No markdown, no explanations, no code blocks.
+Choose exactly ONE of:
+{"action": "tool_call", "tool_name": "<exact tool name from the list>", "arguments": {...}}
+{"action": "answer", "content": "<natural language answer based on the tool result>"}
+{"action": "chat", "content": "<natural conversational reply>"}
+
+Examples:
+User: "hello" -> {"action": "chat", "content": "Hello! How can I help you?"}
+"""
+
+
+def _format_parameters(schema: dict[str, Any]) -> str:
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return "      (none)"
+    required = set(schema.get("required") or [])
+    lines = []
+    for name, spec in properties.items():
+        spec = spec if isinstance(spec, dict) else {}
+        kind = spec.get("type", "any")
+        need = "required" if name in required else "optional"
+        extra = f": {spec['description']}" if spec.get("description") else ""
+        if isinstance(spec.get("enum"), list):
+            extra += f" (one of {', '.join(map(str, spec['enum']))})"
+        lines.append(f"      - {name} ({kind}, {need}){extra}")
+    return "\n".join(lines)
+
+
+def format_tools(tools: Sequence[ToolDefinition]) -> str:
+    """The seed's ``formatToolsForLLM``: a numbered list with each tool's parameters."""
+    return "\n\n".join(
+        f"{i}. {tool.name}\n   Description: {tool.description or '-'}\n   Parameters:\n"
+        + _format_parameters(tool.input_schema)
+        for i, tool in enumerate(tools, 1)
+    )
+
+
+def _render(message: Message, names: dict[str, str]) -> str:
+    pieces: list[str] = []
+    for part in message.parts:
+        if isinstance(part, TextPart) and part.text:
+            pieces.append(part.text)
+        elif isinstance(part, ToolCallPart):
+            names[part.id] = part.name
+            pieces.append(f"[called {part.name} with {orjson.dumps(part.arguments).decode()}]")
+        elif isinstance(part, ToolResultPart):
+            name = part.name or names.get(part.tool_call_id, "tool")
+            status = "error" if part.is_error else "result"
+            pieces.append(f"[{name} {status}: {part.content}]")
+    label = "tool" if message.role == "tool" else message.role
+    return f"{label}: {' '.join(pieces)}"
+
+
+def decision_prompt(request: ChatRequest) -> str:
+    """The single prompt: system context, recent history, tools, rules, the request."""
+    system = "\n".join(m.text for m in request.messages if m.role == "system" and m.text)
+    conversation = [m for m in request.messages if m.role != "system"]
+    names: dict[str, str] = {}
+    for message in conversation[:-HISTORY_MESSAGES]:
+        _render(message, names)  # learn tool-call names for results further on
+    history = "\n".join(_render(m, names) for m in conversation[-HISTORY_MESSAGES:])
+    sections = []
+    if system:
+        sections.append(f"System context:\n{system}")
+    sections.append(f"Recent conversation (oldest first):\n{history or '(empty)'}")
+    sections.append(f"Available tools:\n{format_tools(request.tools)}")
+    sections.append(_RULES + _tool_call_example(request.tools))
+    return "\n\n".join(sections)
+
+
+_PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": []}
+
+
+def _tool_call_example(tools: Sequence[ToolDefinition]) -> str:
+    """A tool-call example built from a tool actually offered: small models copy the
+    example's tool name, so an invented one ("turn on the light") would be copied."""
+    if not tools:
+        return ""
+    tool = tools[0]
+    properties = tool.input_schema.get("properties")
+    arguments = {
+        name: _PLACEHOLDERS.get(str(spec.get("type")) if isinstance(spec, dict) else "", "...")
+        for name, spec in (properties.items() if isinstance(properties, dict) else [])
+    }
+    example = {"action": "tool_call", "tool_name": tool.name, "arguments": arguments}
+    return f"A request for {tool.name} -> {orjson.dumps(example).decode()}\n"
+
+
+# -- parsing ------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text``, tolerating fences, prose and small damage."""
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1)
+    start = text.find("{")
+    if start < 0:
+        return None
+    end = text.rfind("}")
+    candidate = text[start : end + 1] if end > start else text[start:]
+    try:
+        value = orjson.loads(candidate)
+    except orjson.JSONDecodeError:
+        try:
+            value = orjson.loads(repair_json(candidate))
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_decision(text: str, tools: Sequence[ToolDefinition]) -> Decision | None:
+    """The decision in a model's reply, or ``None`` when there is none to read."""
+    data = _json_object(text)
+    if data is None:
+        return None
+    action = data.get("action")
+    if action == "tool_call":
+        name = data.get("tool_name") or data.get("name")
+        offered = {t.name: t for t in tools}
+        if not isinstance(name, str) or name not in offered:
+            log.warning("the model chose a tool that was not offered: %r", name)
+            return Decision("tool_call", tool_name="unknown", arguments={})
+        raw = data.get("arguments", data.get("parameters"))
+        healed = heal_arguments(raw, offered[name].input_schema, tool_name=name)
+        return Decision("tool_call", tool_name=name, arguments=healed.arguments)
+    if action in ("answer", "chat"):
+        content = data.get("content")
+        if isinstance(content, str) and content.strip():
+            return Decision(action, content=content)
+    return None
+
+
+# -- the emulated reply -------------------------------------------------------------
+
+
+async def _generate(backend_chat: Any, request: ChatRequest) -> ChatResponse:
+    response: ChatResponse = await accumulate(backend_chat(request))
+    return response
+
+
+def _without_tools(request: ChatRequest, extra_instruction: str | None) -> ChatRequest:
+    messages = request.messages
+    if extra_instruction:
+        messages = (*messages, Message("user", (TextPart(extra_instruction),)))
+    return replace(request, tools=(), tool_choice=None, stream=False, messages=messages)
+
+
+async def emulate_tool_calls(backend_chat: Any, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    """The reply to ``request`` (which offers tools) from a backend without tools.
+
+    ``backend_chat`` is the backend's ``chat`` method. The stream carries one complete
+    tool call, or the text of the answer, as the decision is only known once whole.
+    """
+    started = time.time()
+    decision_request = replace(
+        request,
+        messages=(
+            Message("system", (TextPart(DECISION_SYSTEM_PROMPT),)),
+            Message("user", (TextPart(decision_prompt(request)),)),
+        ),
+        tools=(),
+        tool_choice=None,
+        stream=False,
+        # A JSON-only reply; backends that can constrain output (the embedded model's
+        # grammar, Ollama's format) then cannot produce anything else.
+        response_format=ResponseFormat(type="json"),
+        thinking=None,
+    )
+    usage = Usage()
+    decision: Decision | None = None
+    try:
+        reply = await _generate(backend_chat, decision_request)
+        usage = reply.usage
+        decision = parse_decision(reply.message.text, request.tools)
+        if decision is None:
+            log.warning("no decision in the model's reply: %.200r", reply.message.text)
+    except LLMBridgeError as exc:
+        log.warning("the tool decision failed: %s", exc.message)
+    if decision is None:
+        decision = await _fallback(backend_chat, request)
+    parts = PartsManager()
+    yield ResponseStart(
+        id=new_id("emulated-"), model=request.model, created=started, input_tokens=None
+    )
+    if decision.action == "tool_call":
+        for event in parts.tool_call(decision.tool_name, decision.arguments or {}):
+            yield event
+        stop = StopReason.TOOL_USE
+    else:
+        for event in parts.text(decision.content):
+            yield event
+        stop = StopReason.END_TURN
+    for event in parts.finish():
+        yield event
+    yield ResponseEnd(stop_reason=stop, usage=usage)
+
+
+async def _fallback(backend_chat: Any, request: ChatRequest) -> Decision:
+    """The seed's fallbacks: an answer from the tool result, then a plain chat reply."""
+    last = request.messages[-1] if request.messages else None
+    has_result = last is not None and any(isinstance(p, ToolResultPart) for p in last.parts)
+    attempts = []
+    if has_result:
+        attempts.append(
+            _without_tools(
+                request,
+                "Answer my request using the tool result above, in my language.",
+            )
+        )
+    attempts.append(_without_tools(request, None))
+    for attempt in attempts:
+        try:
+            reply = await _generate(backend_chat, attempt)
+        except LLMBridgeError as exc:
+            log.warning("tool-emulation fallback failed: %s", exc.message)
+            continue
+        if reply.message.text.strip():
+            return Decision("answer" if has_result else "chat", content=reply.message.text)
+    raise BackendProtocolError(
+        "the model gave no usable reply (no tool decision, and no answer in the fallbacks)"
+    )
