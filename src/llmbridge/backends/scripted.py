@@ -156,17 +156,7 @@ class ScriptedBackend(Backend):
         return EmbedResponse(model=request.model, embeddings=vectors, input_tokens=tokens)
 
     async def list_models(self) -> list[ModelInfo]:
-        return [
-            ModelInfo(
-                name=m,
-                backend=self.name,
-                backend_model=m,
-                capabilities=self.capabilities,
-                context_length=self.context_length,
-                family="scripted",
-            )
-            for m in self.models
-        ]
+        return [await self.show_model(m) for m in self.models]
 
     async def show_model(self, model: str) -> ModelInfo:
         """Any name is served, with this backend's capabilities."""
