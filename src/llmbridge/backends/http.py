@@ -30,7 +30,7 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
 )
 
-__all__ = ["HTTPSettings", "HTTPTransport", "map_transport_errors"]
+__all__ = ["HTTPSettings", "HTTPTransport", "error_message", "map_transport_errors"]
 
 _MAX_ERROR_BODY = 64 * 1024
 _JSON_HEADERS = {"content-type": "application/json"}
@@ -70,8 +70,10 @@ async def map_transport_errors(backend: str) -> AsyncIterator[None]:
         ) from exc
 
 
-def _error_message(body: Any) -> str | None:
-    """Pull a human message out of any dialect's error body."""
+def error_message(body: Any) -> str | None:
+    """Pull a human message out of any dialect's error body (or a plain-text one)."""
+    if isinstance(body, str):
+        return body or None
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, str):
@@ -93,7 +95,7 @@ async def _raise_for_status(response: aiohttp.ClientResponse, backend: str) -> N
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = raw.decode("utf-8", errors="replace")
-    message = _error_message(body) or (body if isinstance(body, str) and body else None)
+    message = error_message(body)
     raise BackendHTTPError(
         f"backend '{backend}' returned HTTP {response.status}: {message or response.reason}",
         backend_status=response.status,

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from llmbridge.backends.anthropic import ANTHROPIC_VERSION, AnthropicBackend
-from llmbridge.backends.http import HTTPSettings
+from llmbridge.backends.http import HTTPSettings, error_message
 from llmbridge.core.errors import (
     BackendError,
     BackendHTTPError,
@@ -119,7 +119,7 @@ async def _mapped_sdk_errors(backend: str) -> AsyncIterator[None]:
     try:
         yield
     except openai.APIStatusError as exc:
-        message = _sdk_error_message(exc)
+        message = error_message(exc.body) or exc.message
         raise BackendHTTPError(
             f"backend '{backend}' returned HTTP {exc.status_code}: {message}",
             backend_status=exc.status_code,
@@ -141,21 +141,6 @@ async def _mapped_sdk_errors(backend: str) -> AsyncIterator[None]:
         ) from exc
     except openai.APIError as exc:
         raise BackendError(f"backend '{backend}' failed: {exc.message}", backend=backend) from exc
-
-
-def _sdk_error_message(exc: openai.APIStatusError) -> str:
-    """The provider's own words from an error body the SDK already unwrapped."""
-    body: Any = exc.body
-    if isinstance(body, str) and body:
-        return body
-    if isinstance(body, dict):
-        for key in ("message", "error", "detail"):
-            value = body.get(key)
-            if isinstance(value, str) and value:
-                return value
-            if isinstance(value, dict) and isinstance(value.get("message"), str):
-                return str(value["message"])
-    return exc.message
 
 
 class AnthropicTransport(AnthropicBackend):

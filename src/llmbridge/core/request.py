@@ -17,6 +17,7 @@ __all__ = [
     "GenerationParams",
     "ResponseFormat",
     "ThinkingConfig",
+    "effort_for_budget",
 ]
 
 
@@ -50,6 +51,16 @@ class ThinkingConfig:
     enabled: bool = True
     budget_tokens: int | None = None
     effort: Literal["low", "medium", "high", "max"] | None = None
+
+
+def effort_for_budget(budget_tokens: int) -> Literal["low", "medium", "high"]:
+    """The effort level for an Anthropic-style thinking budget, for backends that take
+    levels: up to 1024 tokens (Anthropic's minimum budget) is ``low``, up to 8192
+    (where its documentation places ordinary reasoning) ``medium``, larger ``high``
+    (Claude Code asks for 31999)."""
+    if budget_tokens <= 1024:
+        return "low"
+    return "medium" if budget_tokens <= 8192 else "high"
 
 
 @dataclass(frozen=True, slots=True)

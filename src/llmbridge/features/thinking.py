@@ -23,6 +23,7 @@ from typing import Literal
 from llmbridge.core.errors import UnsupportedFeatureError
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest, ThinkingConfig
+from llmbridge.core.request import effort_for_budget as budget_effort
 
 __all__ = [
     "THINKING_CAPABLE_PREFIXES",
@@ -67,20 +68,9 @@ def can_think(model: str, info: ModelInfo | None, override: bool | None = None) 
 
 
 def effort_for_budget(budget_tokens: int | None) -> Literal["low", "medium", "high"]:
-    """The effort level for an Anthropic-style token budget.
-
-    Anthropic's minimum budget is 1024 tokens, so up to 1024 is ``low``; its
-    documentation places ordinary reasoning around 8k tokens, so up to 8192 is
-    ``medium``; anything larger (Claude Code asks for 31999) is ``high``. No budget
-    means ``medium``, Ollama's own meaning of ``think: true``.
-    """
-    if budget_tokens is None:
-        return "medium"
-    if budget_tokens <= 1024:
-        return "low"
-    if budget_tokens <= 8192:
-        return "medium"
-    return "high"
+    """The effort level for a token budget (``core.request.effort_for_budget``); no
+    budget means ``medium``, Ollama's own meaning of ``think: true``."""
+    return "medium" if budget_tokens is None else budget_effort(budget_tokens)
 
 
 def apply_thinking_policy(

@@ -33,6 +33,7 @@ from llmbridge.core.request import (
     GenerationParams,
     ResponseFormat,
     ThinkingConfig,
+    effort_for_budget,
 )
 from llmbridge.core.tool_arguments import parse_tool_arguments
 from llmbridge.dialects.openai.response import encode_tool_call
@@ -469,10 +470,9 @@ def _encode_reasoning_effort(thinking: ThinkingConfig, original: object) -> str 
     """``reasoning_effort`` for a thinking config.
 
     An explicit effort maps directly (keeping the client's own spelling, such as
-    ``minimal``, when it folds onto the same level). A token budget maps by size:
-    up to 1024 tokens is ``low``, up to 8192 ``medium``, more ``high`` (1024 is
-    Anthropic's minimum budget; 8192 is where its docs place "medium" reasoning).
-    Thinking enabled with neither leaves the server's default.
+    ``minimal``, when it folds onto the same level). A token budget maps by size
+    (``core.request.effort_for_budget``). Thinking enabled with neither leaves the
+    server's default.
     """
     if not thinking.enabled:
         return "none"
@@ -480,12 +480,9 @@ def _encode_reasoning_effort(thinking: ThinkingConfig, original: object) -> str 
         if isinstance(original, str) and _EFFORT_FROM_WIRE.get(original) == thinking.effort:
             return original
         return _EFFORT_TO_WIRE[thinking.effort]
-    budget = thinking.budget_tokens
-    if budget is None:
+    if thinking.budget_tokens is None:
         return None
-    if budget <= 1024:
-        return "low"
-    return "medium" if budget <= 8192 else "high"
+    return effort_for_budget(thinking.budget_tokens)
 
 
 def _encode_response_format(response_format: ResponseFormat) -> dict[str, Any]:
