@@ -1,12 +1,41 @@
-"""features/tool_emulation.py: the decision prompt and reading the model's decision."""
+"""features/tool_emulation.py: the decision prompt, reading the model's decision, and
+the emulated reply's stream; features/json_stream.py: the incremental reader that
+lets an answer stream while its JSON is still being written."""
 
 from __future__ import annotations
 
-import pytest
+import itertools
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.accumulate import accumulate_sync
+from llmbridge.core.errors import BackendError, BackendProtocolError
+from llmbridge.core.events import (
+    PartDelta,
+    PartEnd,
+    PartStart,
+    ResponseEnd,
+    ResponseStart,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+)
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart
 from llmbridge.core.request import ChatRequest
-from llmbridge.features.tool_emulation import HISTORY_MESSAGES, decision_prompt, parse_decision
+from llmbridge.core.response import StopReason
+from llmbridge.features.json_stream import FieldStreamer
+from llmbridge.features.tool_emulation import (
+    HISTORY_MESSAGES,
+    decision_prompt,
+    emulate_tool_calls,
+    parse_decision,
+)
 
 LIGHT = ToolDefinition(
     "CallService",
@@ -95,3 +124,307 @@ def test_prompt_has_context_history_tools_rules_and_a_grounded_example() -> None
     assert "EXECUTE IT AGAIN" in prompt and "Never assume the state" in prompt
     assert "language of the user's last message" in prompt
     assert '"tool_name":"CallService"' in prompt  # the example names a real tool
+
+
+# -- the emulated reply's stream -----------------------------------------------------
+
+ASK = ChatRequest(model="m", messages=(Message("user", (TextPart("Hi"),)),), tools=TOOLS)
+TOOL_DECISION = (
+    '{"action": "tool_call", "tool_name": "CallService", '
+    '"arguments": {"domain": "light", "service": "turn_on", "note": "say \\"hi\\""}}'
+)
+
+
+def chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def decision(action: str, content: str, *, ensure_ascii: bool = True) -> str:
+    return json.dumps({"action": action, "content": content}, ensure_ascii=ensure_ascii)
+
+
+def toolless(*scripts: Script) -> ScriptedBackend:
+    backend = ScriptedBackend(capabilities=frozenset({"completion"}))
+    backend.enqueue(*scripts)
+    return backend
+
+
+async def emulate(backend: ScriptedBackend, request: ChatRequest = ASK) -> list[StreamEvent]:
+    return [event async for event in emulate_tool_calls(backend.chat, request)]
+
+
+def text_deltas(events: Sequence[StreamEvent]) -> list[str]:
+    return [
+        e.delta.text for e in events if isinstance(e, PartDelta) and isinstance(e.delta, TextDelta)
+    ]
+
+
+def assert_well_formed(events: Sequence[StreamEvent]) -> None:
+    assert isinstance(events[0], ResponseStart)
+    assert sum(isinstance(e, ResponseStart) for e in events) == 1
+    assert isinstance(events[-1], ResponseEnd | StreamError)
+    starts = [e.index for e in events if isinstance(e, PartStart)]
+    ends = [e.index for e in events if isinstance(e, PartEnd)]
+    assert starts == ends == list(range(len(starts)))
+
+
+@pytest.mark.parametrize("action", ["chat", "answer"])
+async def test_answer_text_streams_in_several_deltas(action: str) -> None:
+    content = "Hello! The kitchen light is on, and the hall light is off."
+    backend = toolless(Script(text=chunks(decision(action, content), 3)))
+    events = await emulate(backend)
+    assert_well_formed(events)
+    deltas = text_deltas(events)
+    assert len(deltas) > 1
+    assert "".join(deltas) == content
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and end.stop_reason is StopReason.END_TURN
+    assert end.usage.output_tokens  # the decision generation's usage, as before
+    reply = accumulate_sync(events)
+    assert reply.message.text == content and not reply.message.tool_calls
+    assert len(backend.requests) == 1  # no fallback generation
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+@pytest.mark.parametrize("size", [1, 2, 5])
+async def test_escapes_and_surrogate_pairs_split_across_chunks(
+    ensure_ascii: bool, size: int
+) -> None:
+    content = 'Line 1\nSaid "hi" \\ a/b\t😀 é 客廳 \x01 end'
+    reply = decision("chat", content, ensure_ascii=ensure_ascii)
+    events = await emulate(toolless(Script(text=chunks(reply, size))))
+    assert len(text_deltas(events)) > 1
+    assert "".join(text_deltas(events)) == content
+
+
+async def test_an_escape_and_a_surrogate_pair_split_between_two_chunks() -> None:
+    script = ['{"action": "chat", "content": "a\\', "nb\\/ \\ud83d", "\\ude00 c\\u00", 'e9"}']
+    events = await emulate(toolless(Script(text=script)))
+    # each piece comes out as soon as it is whole: a half escape waits for its rest
+    assert text_deltas(events) == ["a", "\nb/ ", "😀 c", "é"]
+
+
+async def test_content_before_action_is_held_until_the_action_is_known() -> None:
+    content = "Bonjour à vous, comment puis-je aider ?"
+    reply = json.dumps({"content": content, "action": "chat"}, ensure_ascii=False)
+    events = await emulate(toolless(Script(text=chunks(reply, 4))))
+    assert_well_formed(events)
+    assert "".join(text_deltas(events)) == content
+    # and when the action turns out to be a tool call, the held text is never sent
+    reply = json.dumps(
+        {"content": "never shown", "action": "tool_call", "tool_name": "GetLiveContext"}
+    )
+    events = await emulate(toolless(Script(text=chunks(reply, 4))))
+    assert text_deltas(events) == []
+    assert [p.name for p in accumulate_sync(events).message.tool_calls] == ["GetLiveContext"]
+
+
+async def test_fenced_json_streams() -> None:
+    script = ["```json\n", '{"action": "chat", ', '"content": "Hi ', "there", '!"}', "\n```"]
+    events = await emulate(toolless(Script(text=script)))
+    assert_well_formed(events)
+    assert text_deltas(events) == ["Hi ", "there", "!"]
+
+
+@pytest.mark.parametrize("size", [1, 4, 1000])
+async def test_a_tool_call_never_streams_text_and_is_one_complete_call(size: int) -> None:
+    events = await emulate(toolless(Script(text=chunks(TOOL_DECISION, size))))
+    assert_well_formed(events)
+    assert text_deltas(events) == []
+    calls = [e.part for e in events if isinstance(e, PartEnd)]
+    assert len(calls) == 1 and isinstance(calls[0], ToolCallPart)
+    assert calls[0].name == "CallService"
+    assert calls[0].arguments["service"] == "turn_on"
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and end.stop_reason is StopReason.TOOL_USE
+
+
+async def test_a_tool_never_offered_still_becomes_unknown_when_streamed() -> None:
+    reply = '{"action": "tool_call", "tool_name": "LaunchRockets", "arguments": {}}'
+    events = await emulate(toolless(Script(text=chunks(reply, 3))))
+    assert [c.name for c in accumulate_sync(events).message.tool_calls] == ["unknown"]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        ['{"action": "chat", "content": "Half an ', "answer"],  # unterminated
+        ['{"action": "chat", "content": "Half an ', 'answer", "action": chat'],  # broken
+        ['{"action": "chat", "content": "Half an ', "answer\\x and more"],  # bad escape
+    ],
+    ids=["unterminated", "broken-after", "bad-escape"],
+)
+async def test_broken_json_after_streaming_began_ends_with_the_streamed_text(
+    script: list[str],
+) -> None:
+    backend = toolless(Script(text=script))
+    events = await emulate(backend)
+    assert_well_formed(events)
+    assert "".join(text_deltas(events)) == "Half an answer"
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and end.stop_reason is StopReason.END_TURN
+    assert len(backend.requests) == 1  # no fallback ran
+
+
+async def test_unterminated_json_keeps_exactly_the_streamed_text() -> None:
+    events = await emulate(
+        toolless(Script(text=['{"action": "chat", "content": "Half an ', "ans"]))
+    )
+    assert "".join(text_deltas(events)) == "Half an ans"
+    assert accumulate_sync(events).message.text == "Half an ans"
+
+
+async def test_the_streamed_text_wins_over_a_different_parse() -> None:
+    # A JSON reader keeps the last of duplicate keys; the stream already sent the first.
+    reply = '{"action": "chat", "content": "first", "content": "second"}'
+    assert (parse_decision(reply, TOOLS) or pytest.fail()).content == "second"
+    events = await emulate(toolless(Script(text=chunks(reply, 5))))
+    assert "".join(text_deltas(events)) == "first"
+    assert accumulate_sync(events).message.text == "first"
+
+
+async def test_a_backend_error_mid_answer_ends_the_stream_with_that_error() -> None:
+    script = Script(text=['{"action": "chat", ', '"content": "Half', ' an"}'], fail_after=2)
+    events = await emulate(toolless(script))
+    assert_well_formed(events)
+    assert text_deltas(events) == ["Half"]
+    assert isinstance(events[-1], StreamError)
+    # once the answer's string has closed, a late error does not spoil it
+    script = Script(text=['{"action": "chat", "content": "Whole"', "}"], fail_after=1)
+    events = await emulate(toolless(script))
+    assert text_deltas(events) == ["Whole"]
+    assert isinstance(events[-1], ResponseEnd)
+
+
+async def test_the_first_event_waits_for_the_first_answer_character_only() -> None:
+    backend = toolless(Script(text=chunks(decision("chat", "One two three four five six"), 4)))
+    played: list[StreamEvent] = []
+
+    async def chat(request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        async for event in backend.chat(request):
+            played.append(event)
+            yield event
+
+    stream = emulate_tool_calls(chat, ASK)
+    first = await anext(stream)
+    assert isinstance(first, ResponseStart)
+    # the chunk that brought the answer's first character, and nothing further
+    assert "".join(text_deltas(played)) == '{"action": "chat", "content": "O'
+    assert not any(isinstance(e, ResponseEnd) for e in played)
+    assert isinstance(await anext(stream), PartStart)
+    delta = await anext(stream)
+    assert isinstance(delta, PartDelta) and isinstance(delta.delta, TextDelta)
+    rest = [event async for event in stream]
+    assert "".join([delta.delta.text, *text_deltas(rest)]) == "One two three four five six"
+
+
+async def test_a_failing_decision_emits_nothing_before_the_fallback() -> None:
+    backend = toolless(Script(fail_before=BackendError("down")), Script(text=["Bon", "jour !"]))
+    events = await emulate(backend)
+    assert_well_formed(events)
+    assert accumulate_sync(events).message.text == "Bonjour !"
+    assert len(backend.requests) == 2 and backend.requests[-1].tools == ()
+
+
+async def test_blank_content_is_no_answer_and_the_fallback_runs() -> None:
+    backend = toolless(Script(text=chunks(decision("chat", "   "), 2)), Script(text=["Hello."]))
+    events = await emulate(backend)
+    assert_well_formed(events)
+    assert "".join(text_deltas(events)) == "Hello."
+    # leading whitespace of a real answer is kept, not dropped
+    events = await emulate(toolless(Script(text=chunks(decision("chat", "  Hi"), 2))))
+    assert "".join(text_deltas(events)) == "  Hi"
+
+
+async def test_when_everything_fails_the_error_comes_before_any_event() -> None:
+    backend = toolless(Script(text=chunks("not json at all", 3)), Script(text=["   "]))
+    seen: list[StreamEvent] = []
+    with pytest.raises(BackendProtocolError):
+        async for event in emulate_tool_calls(backend.chat, ASK):
+            seen.append(event)
+    assert seen == []
+
+
+async def test_closing_the_reply_closes_the_backend_stream() -> None:
+    backend = toolless(Script(text=chunks(decision("chat", "One two three four"), 3)))
+    stream = emulate_tool_calls(backend.chat, ASK)
+    assert isinstance(await anext(stream), ResponseStart)
+    await stream.aclose()
+    assert backend.cancelled == 1
+
+
+# -- the incremental reader ----------------------------------------------------------
+
+
+def streamed(text: str, cuts: Sequence[int]) -> tuple[str, FieldStreamer]:
+    reader = FieldStreamer("content", gate="action", accept=("chat", "answer"))
+    bounds = [0, *sorted(cuts), len(text)]
+    out = "".join(reader.feed(text[a:b]) for a, b in itertools.pairwise(bounds))
+    return out, reader
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    content=st.text(),
+    ensure_ascii=st.booleans(),
+    content_first=st.booleans(),
+    prefix=st.sampled_from(["", "```json\n", "Sure! ", "  \n"]),
+    data=st.data(),
+)
+def test_the_reader_gives_back_exactly_the_content(
+    content: str, ensure_ascii: bool, content_first: bool, prefix: str, data: st.DataObject
+) -> None:
+    value: dict[str, Any] = {"action": "chat", "content": content}
+    if content_first:
+        value = {"content": content, "extra": [1, {"x": "}"}], "action": "chat"}
+    text = prefix + json.dumps(value, ensure_ascii=ensure_ascii)
+    cuts = data.draw(st.lists(st.integers(min_value=0, max_value=len(text)), max_size=30))
+    out, reader = streamed(text, cuts)
+    assert out == content
+    assert reader.done and reader.field_complete and reader.streaming
+
+
+@settings(max_examples=100, deadline=None)
+@given(content=st.text(), data=st.data())
+def test_the_reader_gives_nothing_for_a_tool_call(content: str, data: st.DataObject) -> None:
+    text = json.dumps({"content": content, "action": "tool_call", "arguments": {"a": content}})
+    cuts = data.draw(st.lists(st.integers(min_value=0, max_value=len(text)), max_size=30))
+    out, reader = streamed(text, cuts)
+    assert out == "" and reader.done and not reader.streaming
+
+
+def test_the_reader_skips_nested_values_and_scalars() -> None:
+    text = (
+        '{"arguments": {"a": "}\\"", "b": [1, {"c": "]"}]}, "n": -1.5e3, "t": true, '
+        '"z": null, "action": "answer", "content": "ok"}'
+    )
+    out, reader = streamed(text, range(len(text)))
+    assert out == "ok" and reader.done and not reader.failed
+
+
+@pytest.mark.parametrize(
+    ("text", "out"),
+    [
+        ("{'action': 'chat', 'content': 'hi'}", ""),  # not JSON: left to the tolerant parse
+        ('{"action": "chat", "content": "hi', "hi"),  # unterminated
+        ('{"action": "chat", "content": "a\\q"}', "a"),  # bad escape
+        ('{"action": "chat", "content": "a\\u12x4"}', "a"),  # bad \\u escape
+    ],
+)
+def test_the_reader_stops_where_the_json_breaks(text: str, out: str) -> None:
+    assert streamed(text, [])[0] == out
+    assert streamed(text, range(len(text)))[0] == out
+
+
+@pytest.mark.parametrize(
+    ("escaped", "decoded"),
+    [
+        ("\\ud83d", "\ufffd"),  # a high surrogate alone
+        ("\\ude00x", "\ufffdx"),  # a low surrogate alone
+        ("\\ud83d\\n", "\ufffd\n"),  # a high surrogate followed by another escape
+        ("\\ud83d\\ud83d\\ude00", "\ufffd😀"),  # two highs, then the low of the second
+    ],
+)
+def test_lone_surrogates_become_replacement_characters(escaped: str, decoded: str) -> None:
+    text = '{"action": "chat", "content": "' + escaped + '"}'
+    assert streamed(text, range(len(text)))[0] == decoded

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
@@ -141,6 +142,22 @@ def test_then_a_plain_chat_reply_and_finally_an_error(
             model="tiny", messages=[{"role": "user", "content": "Salut"}], tools=[OPENAI_TOOL]
         )
     assert info.value.status_code == 502
+    # Seed 000's final fallback: the Ollama body also reads as a final frame.
+    toolless.enqueue(Script(text=["not json"]), Script(text=["   "]))
+    raw = httpx.post(
+        f"{gateway.url}/api/chat",
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "Salut"}],
+            "tools": [OPENAI_TOOL],
+            "stream": False,
+        },
+    )
+    assert raw.status_code == 502
+    body = raw.json()
+    assert body["done"] is True and body["done_reason"] == "error"
+    assert body["message"]["content"].startswith("Error: the model gave no usable reply")
+    assert body["error"] == body["message"]["content"].removeprefix("Error: ")
 
 
 @pytest.mark.embedded

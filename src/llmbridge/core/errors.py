@@ -42,6 +42,7 @@ __all__ = [
     "PermissionDeniedError",
     "RateLimitError",
     "RequestTooLargeError",
+    "ToolDecisionError",
     "UnsupportedFeatureError",
 ]
 
@@ -174,6 +175,12 @@ class BackendProtocolError(BackendError):
     """The backend answered with something that is not valid in its dialect."""
 
     default_status = 502
+
+
+class ToolDecisionError(BackendProtocolError):
+    """Tool-call emulation got nothing usable: no decision, and no answer from the
+    fallbacks (features/tool_emulation.py). Ollama renders it in seed 000's shape, a
+    final chat frame with ``done_reason: "error"``."""
 
 
 class BackendHTTPError(BackendError):

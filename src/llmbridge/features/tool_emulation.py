@@ -7,12 +7,20 @@ either ``tool_call`` (a tool name and arguments), ``answer`` (an answer from a t
 result) or ``chat`` (a conversational reply). The decision becomes the neutral events
 of a real tool call or of a text reply, so every dialect's client gets real tool calls.
 
+The decision is read while it is generated (``json_stream.FieldStreamer``): the text
+of an ``answer`` or ``chat`` streams to the client as the backend writes it, decoded
+from its JSON string; a tool call is held back and emitted once, complete.
+``ResponseStart`` waits for the first output, so a decision that fails before any
+still ends in a fallback or in an error before the first event.
+
 Parsing tolerates code fences and prose around the JSON. A tool name that was never
 offered becomes ``unknown`` (the seed's rule, so the client can say so). Arguments are
 healed and checked against the tool's schema with the same code as every other tool
-call (``tool_healing``). When no decision can be read, the fallbacks run in the seed's
-order: an answer from the tool result (a plain generation that sees it), then a chat
-reply without tools, then an error in the caller's dialect.
+call (``tool_healing``). When no decision can be read and nothing was streamed, the
+fallbacks run in the seed's order: an answer from the tool result (a plain generation
+that sees it), then a chat reply without tools, then an error in the caller's
+dialect. Once answer text is out, it is the answer: a JSON object that then breaks
+off ends the reply there, and a backend error mid-answer ends it with a stream error.
 """
 
 from __future__ import annotations
@@ -27,9 +35,16 @@ from typing import Any, Literal
 import orjson
 from json_repair import repair_json
 
-from llmbridge.core.accumulate import accumulate
-from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
-from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
+from llmbridge.core.accumulate import Accumulator, accumulate
+from llmbridge.core.errors import LLMBridgeError, ToolDecisionError
+from llmbridge.core.events import (
+    PartDelta,
+    ResponseEnd,
+    ResponseStart,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+)
 from llmbridge.core.ids import new_id
 from llmbridge.core.messages import (
     Message,
@@ -41,6 +56,7 @@ from llmbridge.core.messages import (
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, ResponseFormat
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.tool_healing import heal_arguments
 
 __all__ = [
@@ -238,13 +254,67 @@ def _without_tools(request: ChatRequest, extra_instruction: str | None) -> ChatR
     return replace(request, tools=(), tool_choice=None, stream=False, messages=messages)
 
 
+class _Reply:
+    """The emulated reply's events. ``ResponseStart`` goes out with the first part
+    event, so a failure or a fallback decided before any output still comes before the
+    first event (the gateway renders an error before it as an HTTP error status)."""
+
+    __slots__ = ("_held", "_start", "parts")
+
+    def __init__(self, model: str, created: float) -> None:
+        self._start: ResponseStart | None = ResponseStart(
+            id=new_id("emulated-"), model=model, created=created, input_tokens=None
+        )
+        self.parts = PartsManager()
+        self._held = ""
+
+    @property
+    def started(self) -> bool:
+        return self._start is None
+
+    def stream_text(self, piece: str) -> list[StreamEvent]:
+        """A piece of an answer streamed from the decision as it is written."""
+        piece = self._held + piece
+        if not self.started and not piece.strip():
+            # Whitespace alone is no answer yet: were it all, the fallbacks must still
+            # be free to run, as ``parse_decision`` rejects a blank ``content``.
+            self._held = piece
+            return []
+        self._held = ""
+        return self._open() + self.parts.text(piece)
+
+    def decision(self, decision: Decision, usage: Usage) -> list[StreamEvent]:
+        """The whole reply for a decision known at once: one complete tool call, or the
+        answer's text."""
+        if decision.action == "tool_call":
+            events = self._open() + self.parts.tool_call(
+                decision.tool_name, decision.arguments or {}
+            )
+            return events + self.end(StopReason.TOOL_USE, usage)
+        events = self._open() + self.parts.text(decision.content)
+        return events + self.end(StopReason.END_TURN, usage)
+
+    def end(self, stop: StopReason, usage: Usage) -> list[StreamEvent]:
+        return [*self._open(), *self.parts.finish(), ResponseEnd(stop_reason=stop, usage=usage)]
+
+    def fail(self, error: LLMBridgeError) -> list[StreamEvent]:
+        return [*self._open(), *self.parts.finish(), StreamError(error)]
+
+    def _open(self) -> list[StreamEvent]:
+        if self._start is None:
+            return []
+        start, self._start = self._start, None
+        return [start]
+
+
 async def emulate_tool_calls(backend_chat: Any, request: ChatRequest) -> AsyncIterator[StreamEvent]:
     """The reply to ``request`` (which offers tools) from a backend without tools.
 
-    ``backend_chat`` is the backend's ``chat`` method. The stream carries one complete
-    tool call, or the text of the answer, as the decision is only known once whole.
+    ``backend_chat`` is the backend's ``chat`` method. The decision is read as it is
+    generated: the text of a ``chat`` or ``answer`` streams as the backend writes it,
+    while a tool call is held back and emitted as one complete call at the end.
+    Closing this stream closes the backend's.
     """
-    started = time.time()
     decision_request = replace(
         request,
         messages=(
@@ -259,33 +329,57 @@ async def emulate_tool_calls(backend_chat: Any, request: ChatRequest) -> AsyncIt
         response_format=ResponseFormat(type="json"),
         thinking=None,
     )
-    usage = Usage()
-    decision: Decision | None = None
+    reply = _Reply(request.model, time.time())
+    content = FieldStreamer("content", gate="action", accept=("answer", "chat"))
+    generation = Accumulator()
+    failure: LLMBridgeError | None = None
+    events = backend_chat(decision_request)
     try:
-        reply = await _generate(backend_chat, decision_request)
-        usage = reply.usage
-        decision = parse_decision(reply.message.text, request.tools)
-        if decision is None:
-            log.warning("no decision in the model's reply: %.200r", reply.message.text)
+        async for event in events:
+            generation.add(event)  # raises the error of an in-band StreamError
+            if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
+                for out in reply.stream_text(content.feed(event.delta.text)):
+                    yield out
+        decided: ChatResponse | None = generation.response()
     except LLMBridgeError as exc:
         log.warning("the tool decision failed: %s", exc.message)
-    if decision is None:
-        decision = await _fallback(backend_chat, request)
-    parts = PartsManager()
-    yield ResponseStart(
-        id=new_id("emulated-"), model=request.model, created=started, input_tokens=None
-    )
-    if decision.action == "tool_call":
-        for event in parts.tool_call(decision.tool_name, decision.arguments or {}):
-            yield event
-        stop = StopReason.TOOL_USE
-    else:
-        for event in parts.text(decision.content):
-            yield event
-        stop = StopReason.END_TURN
-    for event in parts.finish():
-        yield event
-    yield ResponseEnd(stop_reason=stop, usage=usage)
+        decided, failure = None, exc
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if reply.started:
+        for out in _end_streamed(reply, content, failure, generation.usage):
+            yield out
+        return
+    decision = await _decide(backend_chat, request, decided)
+    for out in reply.decision(decision, decided.usage if decided is not None else Usage()):
+        yield out
+
+
+def _end_streamed(
+    reply: _Reply, content: FieldStreamer, failure: LLMBridgeError | None, usage: Usage
+) -> list[StreamEvent]:
+    """The end of a reply whose answer was (partly) streamed. No fallback can replace
+    text already sent, so what was streamed is the answer, even when the JSON then
+    broke off or healing would read ``content`` differently."""
+    if failure is not None and not content.field_complete:
+        return reply.fail(failure)
+    if not content.done:
+        log.warning("the streamed answer's JSON is broken or unterminated")
+    return reply.end(StopReason.END_TURN, usage)
+
+
+async def _decide(
+    backend_chat: Any, request: ChatRequest, decided: ChatResponse | None
+) -> Decision:
+    """The decision in the generated reply (``None`` when it failed), else a fallback's."""
+    if decided is not None:
+        decision = parse_decision(decided.message.text, request.tools)
+        if decision is not None:
+            return decision
+        log.warning("no decision in the model's reply: %.200r", decided.message.text)
+    return await _fallback(backend_chat, request)
 
 
 async def _fallback(backend_chat: Any, request: ChatRequest) -> Decision:
@@ -309,6 +403,6 @@ async def _fallback(backend_chat: Any, request: ChatRequest) -> Decision:
             continue
         if reply.message.text.strip():
             return Decision("answer" if has_result else "chat", content=reply.message.text)
-    raise BackendProtocolError(
+    raise ToolDecisionError(
         "the model gave no usable reply (no tool decision, and no answer in the fallbacks)"
     )
