@@ -53,10 +53,8 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 class RunningServer:
     """A uvicorn server running ``app`` in a background thread on 127.0.0.1."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+    def __init__(self, app: ASGIApp, sock: socket.socket | None = None) -> None:
+        sock = sock or self.reserve()
         self.port: int = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
@@ -65,6 +63,15 @@ class RunningServer:
         self.server = uvicorn.Server(config)
         self._sock = sock
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def reserve() -> socket.socket:
+        """A bound loopback socket: its port is known before the app is built (for a
+        configuration that names the gateway's own address)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        return sock
 
     def _run(self) -> None:
         asyncio.run(self.server.serve(sockets=[self._sock]))

@@ -310,3 +310,46 @@ def test_runs_the_bash_command_the_model_asks_for(claude: Path, tmp_path: Path) 
     assert results[0].tool_call_id == calls[0].id, report
     assert not results[0].is_error, report
     assert MARKER in results[0].content, report
+
+
+# -- through OpenCode: a backend without tools, so tool calling is emulated -----------
+
+
+class DecidingModel(ScriptedBackend):
+    """OpenCode's model provider: it answers the gateway's tool decision prompt
+    (features/tool_emulation.py) with a Bash call, then, once the prompt shows the
+    command's output, with the final answer. OpenCode itself is offered no tools."""
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        prompt = request.messages[-1].text if request.messages else ""
+        if "Available tools:" in prompt and "Bash" in prompt:
+            if f"[Bash result: {MARKER}" in prompt:
+                decision = {"action": "answer", "content": FINAL_TEXT}
+            else:
+                arguments = {"command": MARKER_COMMAND, "description": "Print a marker"}
+                decision = {"action": "tool_call", "tool_name": "Bash", "arguments": arguments}
+            self.enqueue(Script(text=[json.dumps(decision)]))
+        async for event in super().chat(request):
+            yield event
+
+
+def test_runs_the_bash_command_an_opencode_model_decides_on(claude: Path, tmp_path: Path) -> None:
+    from tests.e2e.opencode import gateway_over_opencode
+
+    model = DecidingModel("model", models=("scripted",), default=Script(text=["(not scripted)"]))
+    args = ["-p", "Run the marker command", "--bare", "--tools", "Bash", "--allowedTools", "Bash"]
+    with gateway_over_opencode(
+        {"model": model},
+        {"scripted": {"context": 32768, "output": 1024}},
+        default_model="gw/scripted",
+        routes=[{"name": "scripted", "backend": "model"}],
+    ) as (server, opencode):
+        run = run_claude(claude, tmp_path, server.url, args)
+    report = f"{run.report()}\n--- what the model received ---\n{_describe(model.requests)}"
+    assert run.returncode == 0, report
+    assert FINAL_TEXT in run.stdout, report
+    decisions = [r for r in model.requests if "Available tools:" in r.messages[-1].text]
+    assert len(decisions) >= 2, report
+    assert all(r.tools == () for r in model.requests), report  # OpenCode offered no tools
+    assert f"[Bash result: {MARKER}" in decisions[-1].messages[-1].text, report
+    assert opencode.server.restarts == 0

@@ -41,10 +41,13 @@ class Backend(ABC):
 
     kind: ClassVar[str]
     native_tool_choice: ClassVar[bool] = False
+    """Whether the backend enforces ``tool_choice`` itself (see features/tool_choice)."""
+    native_tools: ClassVar[bool] = True
+    """Whether the backend can take tools at all; ``False`` (OpenCode, used as a plain
+    LLM) means every request with tools goes through features/tool_emulation."""
     reports_capabilities: ClassVar[bool] = False
     """Whether ``show_model`` capabilities are the model's own (Ollama's ``/api/show``)
     rather than a default: only then does "no ``tools``" mean the model has none."""
-    """Whether the backend enforces ``tool_choice`` itself (see features/tool_choice)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

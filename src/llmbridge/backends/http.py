@@ -148,13 +148,16 @@ class HTTPTransport:
             self._session = None
 
     @asynccontextmanager
-    async def stream(self, path: str, body: Any) -> AsyncIterator[AsyncIterator[bytes]]:
-        """POST ``body`` as JSON; yields the response body as an async byte iterator."""
+    async def stream(
+        self, path: str, body: Any = None, *, method: str = "POST"
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Send ``body`` as JSON (none for ``GET``); yields the response body as an
+        async byte iterator."""
+        data = None if body is None else orjson.dumps(body)
+        headers = None if body is None else _JSON_HEADERS
         async with (
             map_transport_errors(self.backend),
-            self._client().post(
-                self._url(path), data=orjson.dumps(body), headers=_JSON_HEADERS
-            ) as response,
+            self._client().request(method, self._url(path), data=data, headers=headers) as response,
         ):
             await _raise_for_status(response, self.backend)
             yield _guarded_chunks(response, self.backend)
@@ -174,6 +177,8 @@ class HTTPTransport:
         ):
             await _raise_for_status(r, self.backend)
             raw = await r.read()
+        if not raw:
+            return None  # 204 No Content, or an empty 200
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

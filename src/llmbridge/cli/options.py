@@ -41,6 +41,26 @@ def config_options(func: F) -> F:
             help="API key for --openai-url [env LLMBRIDGE_OPENAI_KEY].",
         ),
         click.option(
+            "--opencode-url",
+            envvar="LLMBRIDGE_OPENCODE_URL",
+            help="Make this running OpenCode server (`opencode serve`) the default backend "
+            "[env LLMBRIDGE_OPENCODE_URL; its password from OPENCODE_SERVER_PASSWORD].",
+        ),
+        click.option(
+            "--opencode",
+            is_flag=True,
+            default=None,
+            envvar="LLMBRIDGE_OPENCODE",
+            help="Spawn an isolated OpenCode server (`opencode` on PATH) and make it the "
+            "default backend [env LLMBRIDGE_OPENCODE].",
+        ),
+        click.option(
+            "--opencode-model",
+            envvar="LLMBRIDGE_OPENCODE_MODEL",
+            help="PROVIDER/MODEL that OpenCode serves for names that are not an OpenCode "
+            "PROVIDER/MODEL themselves [env LLMBRIDGE_OPENCODE_MODEL].",
+        ),
+        click.option(
             "--thinking",
             type=click.Choice(["drop", "strict"]),
             envvar="LLMBRIDGE_THINKING",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -22,7 +23,12 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.auth import OPEN_PATHS, KeyChecker
-from llmbridge.gateway.config import BackendConfig, GatewayConfig
+from llmbridge.gateway.config import (
+    BackendConfig,
+    GatewayConfig,
+    OpenCodeBackendConfig,
+    ServerConfig,
+)
 from llmbridge.gateway.render import dialect_for_path, error_response, new_request_id
 from llmbridge.gateway.router import ModelRouter
 from llmbridge.gateway.routes import anthropic, ollama, openai, system
@@ -33,8 +39,11 @@ __all__ = ["build_backend", "create_app"]
 log = logging.getLogger("llmbridge.gateway")
 
 
-def build_backend(name: str, config: BackendConfig) -> Backend:
-    """Instantiate one configured backend (imports are lazy: llama.cpp is optional)."""
+def build_backend(name: str, config: BackendConfig, server: ServerConfig | None = None) -> Backend:
+    """Instantiate one configured backend (imports are lazy: llama.cpp is optional).
+
+    ``server`` is the gateway's own address, for OpenCode providers given as ``self``.
+    """
     if config.type == "embedded":
         from llmbridge.backends.embedded import EmbeddedBackend
 
@@ -53,6 +62,8 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
         chunks = [config.reply[i : i + size] for i in range(0, len(config.reply), size)]
         script = Script(text=chunks, chunk_delay=config.chunk_delay_ms / 1000)
         return ScriptedBackend(name, default=script, models=config.models)
+    if config.type == "opencode":
+        return _build_opencode(name, config, server or ServerConfig())
     from llmbridge.backends.http import HTTPSettings
 
     http = HTTPSettings(connect=config.connect_timeout, read=config.read_timeout)
@@ -70,6 +81,53 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     from llmbridge.backends.openai_compat import OpenAICompatBackend
 
     return OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)
+
+
+def _build_opencode(name: str, config: OpenCodeBackendConfig, server: ServerConfig) -> Backend:
+    import os
+
+    from llmbridge.backends.opencode import (
+        OpenCodeBackend,
+        OpenCodeProvider,
+        OpenCodeTimeouts,
+        SpawnSettings,
+    )
+
+    timeouts = OpenCodeTimeouts(
+        prompt=config.prompt_timeout,
+        completion=config.completion_timeout,
+        delete=config.delete_timeout,
+    )
+    common: dict[str, Any] = {
+        "default_model": config.model,
+        "timeouts": timeouts,
+        "pool_size": config.pool_size,
+    }
+    if config.url is not None:
+        password = config.password or os.environ.get("OPENCODE_SERVER_PASSWORD")
+        return OpenCodeBackend(name, url=config.url, password=password, **common)
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    own_url = f"http://{host}:{server.port}/v1"
+    own_key = server.api_keys[0] if server.api_keys else None
+    providers = {
+        pid: OpenCodeProvider(
+            base_url=own_url if p.url == "self" else p.url,
+            api_key=own_key if p.url == "self" and not p.api_key else p.api_key,
+            models={
+                mid: {k: v for k, v in limits.model_dump().items() if v is not None}
+                for mid, limits in p.models.items()
+            },
+        )
+        for pid, p in config.providers.items()
+    }
+    spawn = SpawnSettings(
+        command=config.command,
+        default_model=config.model,
+        providers=providers,
+        extra_config=config.opencode_config,
+        startup_timeout=config.startup_timeout,
+    )
+    return OpenCodeBackend(name, spawn=spawn, **common)
 
 
 class _AuthMiddleware:
@@ -119,7 +177,9 @@ def create_app(
     """The gateway app. ``backends`` overrides construction from config (tests);
     ``on_ready`` gets the served models once the backends have started (the banner)."""
     if backends is None:
-        backends = {name: build_backend(name, cfg) for name, cfg in config.backends.items()}
+        backends = {
+            name: build_backend(name, cfg, config.server) for name, cfg in config.backends.items()
+        }
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(
         config=config, backends=backends, router=ModelRouter(config, backends), keys=keys

@@ -42,6 +42,7 @@ __all__ = [
     "FamilyTarget",
     "GatewayConfig",
     "ModelRoute",
+    "OpenCodeBackendConfig",
     "ServerConfig",
     "load_config",
 ]
@@ -108,8 +109,57 @@ class ScriptedBackendConfig(_Strict):
     models: tuple[str, ...] = ("scripted",)
 
 
+class OpenCodeModelLimits(_Strict):
+    context: int | None = Field(None, gt=0)
+    output: int | None = Field(None, gt=0)
+
+
+class OpenCodeProviderConfig(_Strict):
+    """An OpenAI-compatible server that a spawned OpenCode uses as a model provider."""
+
+    url: str
+    """Its base URL (``http://host:port/v1``), or ``self``: this gateway's own ``/v1``."""
+    api_key: str | None = None
+    models: dict[str, OpenCodeModelLimits] = Field(default_factory=dict)
+
+
+class OpenCodeBackendConfig(_Strict):
+    """The OpenCode server as a plain LLM (tools emulated): spawned, or by ``url``."""
+
+    type: Literal["opencode"]
+    url: str | None = None
+    """A running ``opencode serve``; ``None`` spawns one, isolated, on a loopback port."""
+    password: str | None = None
+    """For ``url``: its ``OPENCODE_SERVER_PASSWORD`` (defaults to that env variable)."""
+    command: str = "opencode"
+    """The OpenCode binary to spawn (``npm install -g opencode-ai@1.18.33``)."""
+    model: str | None = None
+    """``PROVIDER/MODEL`` for every name that is not itself an OpenCode PROVIDER/MODEL."""
+    providers: dict[str, OpenCodeProviderConfig] = Field(default_factory=dict)
+    opencode_config: dict[str, Any] = Field(default_factory=dict)
+    """Merged into the spawned server's configuration (its own providers, say)."""
+    prompt_timeout: float = Field(20.0, gt=0)
+    completion_timeout: float = Field(30.0, gt=0)
+    delete_timeout: float = Field(5.0, gt=0)
+    startup_timeout: float = Field(60.0, gt=0)
+    pool_size: int = Field(2, ge=0, le=64)
+    """Sessions created ahead of demand (0: create each on the request's path)."""
+
+    @model_validator(mode="after")
+    def _check_model(self) -> OpenCodeBackendConfig:
+        if self.model is not None:
+            provider, slash, model = self.model.partition("/")
+            if not (provider and slash and model):
+                raise ValueError(f"model must be PROVIDER/MODEL, not {self.model!r}")
+        return self
+
+
 BackendConfig = Annotated[
-    EmbeddedBackendConfig | HTTPBackendConfig | AnthropicBackendConfig | ScriptedBackendConfig,
+    EmbeddedBackendConfig
+    | HTTPBackendConfig
+    | AnthropicBackendConfig
+    | OpenCodeBackendConfig
+    | ScriptedBackendConfig,
     Field(discriminator="type"),
 ]
 
@@ -260,6 +310,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
     if server:
         raw["server"] = server
+    _apply_opencode_overrides(raw, overrides)
     shortcuts: tuple[tuple[str, str | None, str | None], ...] = (
         ("ollama", overrides.get("ollama_url"), None),
         ("openai", overrides.get("openai_url"), overrides.get("openai_key")),
@@ -275,3 +326,36 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
             entry["api_key"] = api_key
         backends[kind] = entry
         raw["default_backend"] = kind
+
+
+def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--opencode-url`` (or ``--opencode``, to spawn one) makes an ``opencode``
+    backend the default; ``--opencode-model`` sets its model, or, without either, the
+    model of every configured OpenCode backend."""
+    url, spawn, model = (overrides.get(k) for k in ("opencode_url", "opencode", "opencode_model"))
+    backends = raw.get("backends")
+    if url or spawn:
+        backends = raw.setdefault("backends", {})
+        if not isinstance(backends, dict):
+            raise ConfigError("'backends' must be a mapping of names to backend settings")
+        entry: dict[str, Any] = {"type": "opencode"}
+        if url:
+            entry["url"] = url
+        if model:
+            entry["model"] = model
+        backends["opencode"] = entry
+        raw["default_backend"] = "opencode"
+    elif model and isinstance(backends, dict):
+        targets = [
+            b for b in backends.values() if isinstance(b, dict) and b.get("type") == "opencode"
+        ]
+        if not targets:
+            raise ConfigError(
+                "--opencode-model needs an OpenCode backend (--opencode-url or --opencode)"
+            )
+        for backend in targets:
+            backend["model"] = model
+    elif model:
+        raise ConfigError(
+            "--opencode-model needs an OpenCode backend (--opencode-url or --opencode)"
+        )

@@ -117,9 +117,12 @@ TOOLS_HEADER = "x-llmbridge-tools"
 
 
 def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute | None) -> bool:
-    """Whether the model calls tools itself: the route's ``tools`` setting, else the
-    backend's report where it reports capabilities (Ollama, the embedded model), else
-    yes: OpenAI-compatible servers and Anthropic take tools natively."""
+    """Whether the model calls tools itself: never on a backend without tools
+    (OpenCode); else the route's ``tools`` setting; else the backend's report where it
+    reports capabilities (Ollama, the embedded model); else yes: OpenAI-compatible
+    servers and Anthropic take tools natively."""
+    if not backend.native_tools:
+        return False
     if route is not None and route.tools is not None:
         return route.tools
     if backend.reports_capabilities and info is not None:

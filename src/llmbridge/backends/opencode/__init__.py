@@ -1,0 +1,12 @@
+"""The OpenCode server (``opencode serve``) as a backend: see ``backend``."""
+
+from llmbridge.backends.opencode.backend import LatencyBreakdown, OpenCodeBackend, OpenCodeTimeouts
+from llmbridge.backends.opencode.server import OpenCodeProvider, SpawnSettings
+
+__all__ = [
+    "LatencyBreakdown",
+    "OpenCodeBackend",
+    "OpenCodeProvider",
+    "OpenCodeTimeouts",
+    "SpawnSettings",
+]

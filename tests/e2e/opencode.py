@@ -1,0 +1,74 @@
+"""A gateway whose ``opencode`` backend spawns the real, pinned OpenCode server.
+
+OpenCode's model provider is the same gateway (the ``self`` provider URL): OpenCode
+calls back into ``/v1/chat/completions``, where the model names route to the other
+backends given (a scripted one for exact decision paths, the embedded model for real
+generations). So every test drives the real ``opencode serve`` from npm on loopback,
+and nothing leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmbridge.backends.base import Backend
+from llmbridge.backends.opencode import OpenCodeBackend
+from llmbridge.gateway.app import build_backend, create_app
+from llmbridge.gateway.config import GatewayConfig
+from tests.conftest import RunningServer
+
+E2E_DIR = Path(__file__).resolve().parent
+OPENCODE = E2E_DIR / "node_modules" / ".bin" / "opencode"
+
+
+def opencode_binary() -> str:
+    """The pinned binary. Missing means the suite was not set up: fail, never skip."""
+    if not os.access(OPENCODE, os.X_OK):
+        pytest.fail(
+            f"{OPENCODE} is missing. Run `make test` (or `make install`), which installs "
+            "the pinned opencode-ai in tests/e2e/.",
+            pytrace=False,
+        )
+    return str(OPENCODE)
+
+
+@contextmanager
+def gateway_over_opencode(
+    others: dict[str, Backend],
+    provider_models: dict[str, dict[str, int]],
+    *,
+    default_model: str,
+    routes: list[dict[str, Any]],
+    **opencode: Any,
+) -> Iterator[tuple[RunningServer, OpenCodeBackend]]:
+    """The gateway with ``others`` plus an ``opencode`` backend (the default) whose
+    provider ``gw`` is this gateway serving ``provider_models``."""
+    sock = RunningServer.reserve()
+    port = sock.getsockname()[1]
+    settings: dict[str, Any] = {
+        "server": {"port": port},
+        "backends": {
+            **{name: {"type": "scripted"} for name in others},
+            "opencode": {
+                "type": "opencode",
+                "command": opencode_binary(),
+                "model": default_model,
+                "providers": {"gw": {"url": "self", "models": provider_models}},
+                **opencode,
+            },
+        },
+        "models": routes,
+        "default_backend": "opencode",
+    }
+    config = GatewayConfig.model_validate(settings)
+    backend = build_backend("opencode", config.backends["opencode"], config.server)
+    assert isinstance(backend, OpenCodeBackend)
+    app = create_app(config, backends={**others, "opencode": backend})
+    with RunningServer(app, sock=sock) as server:
+        yield server, backend
