@@ -30,7 +30,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,8 @@ from llmbridge.core.request import ChatRequest
 __all__ = ["LatencyBreakdown", "OpenCodeBackend", "OpenCodeTimeouts"]
 
 log = logging.getLogger("llmbridge.opencode")
+
+_CONNECT_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,12 @@ class OpenCodeBackend(Backend):
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+        # Replies to OpenCode's permission and question requests still in flight: each
+        # is bounded by its own deadline, and none may outlive the transports.
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=self.timeouts.delete + 1)
+        for task in list(self._background):
+            task.cancel()
         await self.hub.aclose()
         for transport in (self._http, self._events_http):
             if transport is not None:
@@ -184,7 +193,9 @@ class OpenCodeBackend(Backend):
         await self.server.restart_if_exited()
         if self._generation != self.server.restarts:
             await self._connect()
-        await self.hub.wait_connected(self.timeouts.prompt)
+        # The stream opens in milliseconds when the server is up; a dead one should
+        # fail the request (or its one retry) quickly, not at the prompt deadline.
+        await self.hub.wait_connected(min(self.timeouts.prompt, _CONNECT_SECONDS))
         if self._providers is None:
             await self._discover()
 
@@ -254,8 +265,11 @@ class OpenCodeBackend(Backend):
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         for attempt in (1, 2):
             try:
-                async for event in self._prompt(request):
-                    yield event
+                # aclosing: a client that hangs up closes the inner generators now, so
+                # the session's abort and deletion start at once, not at GC time.
+                async with aclosing(self._prompt(request)) as events:
+                    async for event in events:
+                        yield event
                 return
             except _Retry as retry:
                 if attempt == 2:
@@ -268,7 +282,7 @@ class OpenCodeBackend(Backend):
         known = None if self._providers is None else set(self._providers)
         return resolve_model(name, self.default_model or self._server_default, known)
 
-    async def _prompt(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def _prompt(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         breakdown = LatencyBreakdown()
         clock = time.perf_counter
         began = clock()

@@ -99,6 +99,13 @@ class SpawnSettings:
     extra_config: Mapping[str, Any] = field(default_factory=dict)
     """Merged over the generated configuration (a user's own providers, say)."""
     startup_timeout: float = 60.0
+    plain: bool = True
+    """OpenCode as a plain LLM (the gateway's backend): the ``llmbridge`` agent and
+    every permission denied. ``False`` (the profiler, which measures OpenCode as the
+    agent it is) leaves agents and permissions to ``extra_config``."""
+    environment: Mapping[str, str] | None = None
+    """The variables the server gets besides its isolation and offline switches;
+    ``None`` passes the gateway's own environment on (so provider keys work)."""
 
 
 def server_config(settings: SpawnSettings) -> dict[str, Any]:
@@ -106,18 +113,19 @@ def server_config(settings: SpawnSettings) -> dict[str, Any]:
     config: dict[str, Any] = {
         "autoupdate": False,
         "share": "disabled",
-        "permission": "deny",
         "instructions": [],
         "plugin": [],
-        "agent": {
+    }
+    if settings.plain:
+        config["permission"] = "deny"
+        config["agent"] = {
             AGENT_NAME: {
                 "mode": "primary",
                 "prompt": AGENT_PROMPT,
                 "tools": {"*": False},
                 "permission": "deny",
             }
-        },
-    }
+        }
     if settings.default_model:
         # The small model is what OpenCode would use for titles and summaries; every
         # session gets a title, but a configured main model keeps it off the network.
@@ -182,6 +190,11 @@ class OpenCodeServer:
         return self.spawned and (self._process is None or self._process.returncode is not None)
 
     @property
+    def workdir(self) -> Path | None:
+        """A spawned server's (empty, temporary) project directory."""
+        return None if self._home is None else Path(self._home.name) / "work"
+
+    @property
     def headers(self) -> dict[str, str]:
         return basic_auth(self.password)
 
@@ -228,7 +241,9 @@ class OpenCodeServer:
         return found
 
     def _environment(self, home: Path, settings: SpawnSettings) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCODE_")}
+        inherited = os.environ if settings.environment is None else settings.environment
+        env = {k: v for k, v in inherited.items() if not k.startswith("OPENCODE_")}
+        env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
         for name, sub in (
             ("HOME", "home"),
             ("XDG_CONFIG_HOME", "config"),

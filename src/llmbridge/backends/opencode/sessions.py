@@ -42,6 +42,7 @@ class SessionPool:
         self._ready: list[str] = []
         self._filling = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self.created = 0
         self.deleted = 0
         self.delete_failures = 0
@@ -82,6 +83,7 @@ class SessionPool:
         self._ready.clear()
 
     async def aclose(self) -> None:
+        self._closing = True  # a session still being created is deleted, not kept
         warm, self._ready = self._ready, []
         for sid in warm:
             self.discard(sid)
@@ -89,6 +91,7 @@ class SessionPool:
             await asyncio.wait(list(self._tasks), timeout=self.delete_timeout + 1)
         for task in list(self._tasks):
             task.cancel()
+        self._closing = False
 
     # -- background work --------------------------------------------------------
 
@@ -100,11 +103,16 @@ class SessionPool:
 
     async def _add_one(self) -> None:
         try:
-            self._ready.append(await self.create())
+            sid = await self.create()
         except LLMBridgeError as exc:
             log.warning("backend %s: could not warm an OpenCode session: %s", self._backend, exc)
+            return
         finally:
             self._filling -= 1
+        if self._closing:
+            await self._delete(sid, abort=False)
+        else:
+            self._ready.append(sid)
 
     async def _delete(self, sid: str, abort: bool) -> float | None:
         loop = asyncio.get_running_loop()
