@@ -1,0 +1,295 @@
+"""The document store: documents split into passages, found again by keywords.
+
+The seed's ``getDocumentContext`` was a placeholder; this is the real thing, kept
+portable: the same SQL runs on SQLite and PostgreSQL (no FTS5 or ``tsvector``), so
+a database switch changes no result.
+
+- **Indexing.** A document is split into chunks of about ``CHUNK_TOKENS`` tokens at
+  paragraph boundaries (a longer paragraph is split by words). Each chunk's terms go
+  to an inverted index (``document_terms``: term, chunk, frequency).
+- **Terms.** Lower-cased runs of letters and digits (any script), stop words
+  removed, and a light plural fold (``medications`` -> ``medication``,
+  ``allergies`` -> ``allergy``) so the commonest inflection still matches. No
+  stemming beyond that: a wrong stem costs more precision than it gains recall.
+- **Ranking.** Okapi BM25 (``k1 = 1.2``, ``b = 0.75``) over chunks, with the
+  statistics (chunk count, average length, document frequencies) read from the
+  index at query time, so adding a document needs no re-indexing of the others.
+- **Context.** ``document_context`` gives the best passages within a token budget,
+  labelled with their document's title; documents named explicitly (the seed's
+  ``fileIds``) are searched alone, and when nothing in them matches, their opening
+  passages are used, because the user attached them for a reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Row, delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from llmbridge.agent.store import AgentStore
+from llmbridge.agent.store.models import Document, DocumentChunk, DocumentTerm, utcnow
+from llmbridge.features.token_count import count_text_tokens
+
+__all__ = [
+    "CHUNK_TOKENS",
+    "DocumentHit",
+    "DocumentStore",
+    "chunk_text",
+    "terms",
+]
+
+CHUNK_TOKENS = 200
+MAX_QUERY_TERMS = 32
+BM25_K1 = 1.2
+BM25_B = 0.75
+TERM_CHARS = 64
+"""Longer terms are cut to fit the index column (and are rarely useful)."""
+
+_STOP_WORDS_TEXT = """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his how
+    i if in into is it its itself just me more most my myself no nor not now of off on
+    once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with
+    would you your yours yourself yourselves"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def _fold(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of ``text``, in order, repeats kept."""
+    out = []
+    for word in _WORD.findall(text.lower()):
+        if word in STOP_WORDS or (len(word) < 2 and not word.isdigit()):
+            continue
+        out.append(_fold(word)[:TERM_CHARS])
+    return out
+
+
+def chunk_text(text: str, max_tokens: int = CHUNK_TOKENS) -> list[str]:
+    """``text`` in passages of at most ``max_tokens`` tokens, split at blank lines
+    where possible, else between words."""
+    pieces: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        paragraph = paragraph.strip()
+        if not paragraph:
+            continue
+        if count_text_tokens(paragraph) <= max_tokens:
+            pieces.append(paragraph)
+            continue
+        words: list[str] = []
+        used = 0
+        for word in paragraph.split():
+            cost = (len(word) + 3) // 4
+            if words and used + cost > max_tokens:
+                pieces.append(" ".join(words))
+                words, used = [], 0
+            words.append(word)
+            used += cost
+        if words:
+            pieces.append(" ".join(words))
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    for piece in pieces:
+        cost = count_text_tokens(piece)
+        if current and used + cost > max_tokens:
+            chunks.append("\n\n".join(current))
+            current, used = [], 0
+        current.append(piece)
+        used += cost
+    if current:
+        chunks.append("\n\n".join(current))
+    return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentHit:
+    """One passage found by a search."""
+
+    document_id: int
+    title: str
+    chunk_id: int
+    ordinal: int
+    content: str
+    token_count: int
+    score: float
+
+
+class DocumentStore:
+    """Documents in the agent store, with keyword search (module docstring)."""
+
+    def __init__(self, store: AgentStore) -> None:
+        self.store = store
+
+    async def add(
+        self,
+        title: str,
+        content: str,
+        *,
+        source: str | None = None,
+        chunk_tokens: int = CHUNK_TOKENS,
+    ) -> int:
+        """Store and index a document; returns its id."""
+        chunks = chunk_text(content, chunk_tokens)
+        async with self.store.writing() as db:
+            document = Document(
+                title=title,
+                source=source,
+                content=content,
+                token_count=count_text_tokens(content),
+                created_at=utcnow(),
+            )
+            db.add(document)
+            await db.flush()
+            rows = []
+            for ordinal, passage in enumerate(chunks):
+                counted = Counter(terms(passage))
+                chunk = DocumentChunk(
+                    document_id=document.id,
+                    ordinal=ordinal,
+                    content=passage,
+                    token_count=count_text_tokens(passage),
+                    term_count=sum(counted.values()),
+                )
+                rows.append((chunk, counted))
+            db.add_all([chunk for chunk, _ in rows])
+            await db.flush()
+            db.add_all(
+                [
+                    DocumentTerm(term=term, chunk_id=chunk.id, tf=tf)
+                    for chunk, counted in rows
+                    for term, tf in counted.items()
+                ]
+            )
+            return document.id
+
+    async def delete(self, document_id: int) -> bool:
+        async with self.store.writing() as db:
+            result = await db.execute(delete(Document).where(Document.id == document_id))
+            return bool(getattr(result, "rowcount", 0))
+
+    async def list_documents(self) -> list[tuple[int, str, int]]:
+        """``(id, title, token_count)`` of every document, oldest first."""
+        query = select(Document.id, Document.title, Document.token_count).order_by(Document.id)
+        async with self.store.reading() as db:
+            return [(int(i), str(t), int(n)) for i, t, n in (await db.execute(query)).all()]
+
+    async def search(
+        self, query: str, *, limit: int = 5, document_ids: Sequence[int] | None = None
+    ) -> list[DocumentHit]:
+        """The best ``limit`` passages for ``query`` by BM25, best first."""
+        wanted = list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
+        if not wanted or limit <= 0:
+            return []
+        chunks = select(DocumentChunk.id)
+        if document_ids is not None:
+            chunks = chunks.where(DocumentChunk.document_id.in_(list(document_ids)))
+        async with self.store.reading() as db:
+            stats = select(func.count(DocumentChunk.id), func.avg(DocumentChunk.term_count))
+            if document_ids is not None:
+                stats = stats.where(DocumentChunk.document_id.in_(list(document_ids)))
+            total, average = (await db.execute(stats)).one()
+            if not total:
+                return []
+            postings = (
+                await db.execute(
+                    select(
+                        DocumentTerm.term,
+                        DocumentTerm.chunk_id,
+                        DocumentTerm.tf,
+                        DocumentChunk.term_count,
+                    )
+                    .join(DocumentChunk, DocumentChunk.id == DocumentTerm.chunk_id)
+                    .where(DocumentTerm.term.in_(wanted))
+                    .where(DocumentTerm.chunk_id.in_(chunks.scalar_subquery()))
+                )
+            ).all()
+            scores = _bm25(postings, int(total), float(average or 1.0))
+            best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:limit]
+            if not best:
+                return []
+            return await self._hits(db, dict(best))
+
+    async def opening(self, document_ids: Sequence[int], limit: int) -> list[DocumentHit]:
+        """The first passages of the given documents, in order."""
+        async with self.store.reading() as db:
+            query = (
+                select(DocumentChunk.id)
+                .where(DocumentChunk.document_id.in_(list(document_ids)))
+                .order_by(DocumentChunk.document_id, DocumentChunk.ordinal)
+                .limit(limit)
+            )
+            ids = [int(i) for i in (await db.scalars(query)).all()]
+            return await self._hits(db, dict.fromkeys(ids, 0.0)) if ids else []
+
+    @staticmethod
+    async def _hits(db: AsyncSession, scores: dict[int, float]) -> list[DocumentHit]:
+        rows = (
+            await db.execute(
+                select(
+                    DocumentChunk.document_id,
+                    Document.title,
+                    DocumentChunk.id,
+                    DocumentChunk.ordinal,
+                    DocumentChunk.content,
+                    DocumentChunk.token_count,
+                )
+                .join(Document, Document.id == DocumentChunk.document_id)
+                .where(DocumentChunk.id.in_(list(scores)))
+            )
+        ).all()
+        hits = [DocumentHit(*row, score=scores[int(row[2])]) for row in rows]
+        order = {chunk_id: n for n, chunk_id in enumerate(scores)}
+        return sorted(hits, key=lambda hit: order[hit.chunk_id])
+
+    async def document_context(
+        self,
+        query: str,
+        *,
+        budget: int = 1000,
+        document_ids: Sequence[int] | None = None,
+        limit: int = 8,
+    ) -> str:
+        """The passages for ``query`` as a system-prompt section within ``budget``
+        tokens, or ``""`` when there are none."""
+        hits = await self.search(query, limit=limit, document_ids=document_ids)
+        if not hits and document_ids:
+            hits = await self.opening(document_ids, limit)
+        header = "Reference documents (use them where they answer the question):"
+        used = count_text_tokens(header)
+        sections: list[str] = []
+        for hit in hits:
+            section = f"[{hit.title}]\n{hit.content}"
+            cost = count_text_tokens(section)
+            if used + cost > budget:
+                continue
+            used += cost
+            sections.append(section)
+        return "\n\n".join([header, *sections]) if sections else ""
+
+
+def _bm25(
+    postings: Sequence[Row[str, int, int, int]], total: int, average: float
+) -> dict[int, float]:
+    frequency = Counter(term for term, *_ in postings)
+    scores: dict[int, float] = {}
+    for term, chunk_id, tf, length in postings:
+        idf = math.log(1 + (total - frequency[term] + 0.5) / (frequency[term] + 0.5))
+        norm = tf + BM25_K1 * (1 - BM25_B + BM25_B * length / average)
+        scores[chunk_id] = scores.get(chunk_id, 0.0) + idf * tf * (BM25_K1 + 1) / norm
+    return scores

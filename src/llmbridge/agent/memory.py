@@ -1,0 +1,533 @@
+"""Hybrid memory: a session's history as context within a token budget (seed 002's
+``getConversationHistory``), and the background summariser that feeds it.
+
+What the model sees, in the seed's order and with the seed's labels::
+
+    system  CRITICAL INSTRUCTION: The following is REFERENCE material ...
+    system  REFERENCE ONLY - Background context: <summaries> [NOTE: ...]
+    system  REFERENCE MATERIAL - Important information: <pin>; <pin> [Use this ...]
+    system  HISTORICAL REFERENCE ONLY: USER: ...\\n\\nASSISTANT: ... [NOTE: ...]
+    system  --- RECENT CONVERSATION ---
+    user    RECENT EXCHANGE: ... [This is from the recent conversation, ...]
+    assistant RECENT EXCHANGE: ...
+
+The whole of it, instructions, labels, summaries and pins included, stays within
+``MemoryConfig.budget`` tokens (default 3000) as counted by the gateway's own
+counter (``features.token_count``): an unbounded summary sitting outside the cap is
+the most reported memory bug (langchainjs#2181). The budget is spent in priority
+order (``build``'s docstring has the details): the framing, then pins (verbatim,
+never summarised), then the last ``recent_messages`` messages individually (at most
+``recent_share`` of what is left while older context competes, truncated when one
+is huge), then the newest summaries, then the newest unsummarised older messages in
+the condensed block. Items are added whole, newest first, until the next one does
+not fit. Only a bounded window is read from the database (pins, the newest
+summaries, and messages after the newest summary's coverage, each with a ``LIMIT``
+on an index), so the cost follows the budget, never the length of the history.
+
+If building fails, the seed's fallback applies: the last 11 messages (the current
+one included, then dropped), plain, trimmed to the budget; if that fails too, no
+history.
+
+``Summariser``: once a session has ``threshold`` unsummarised messages beyond the
+``keep_recent`` newest, the oldest run of them is sent to a model (any
+``ChatFn``: a backend's ``chat`` or the gateway's pipeline) and the reply is stored
+as a summary with the ids of the messages it covers. Pins are separate rows and
+never go to the summariser, so no rewrite of a summary can lose them. A summary is
+capped at ``max_summary_tokens`` and never longer than its source (small local
+models have been seen to "summarise" 600 tokens into 1,600).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from llmbridge.agent.store import AgentStore, PinRecord, StoredMessage, SummaryRecord
+from llmbridge.core.accumulate import accumulate
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.messages import Message, Role, TextPart
+from llmbridge.core.request import ChatRequest, GenerationParams
+from llmbridge.features.token_count import count_message_tokens, count_text_tokens
+
+__all__ = [
+    "FALLBACK_MESSAGES",
+    "HISTORY_INSTRUCTION",
+    "ChatFn",
+    "MemoryBuilder",
+    "MemoryConfig",
+    "MemoryContext",
+    "Summariser",
+    "SummariserConfig",
+    "assemble_history",
+    "truncate_to_tokens",
+]
+
+log = logging.getLogger("llmbridge.agent.memory")
+
+ChatFn = Callable[[ChatRequest], AsyncIterator[StreamEvent]]
+"""Anything that streams neutral events for a request: ``Backend.chat``, or
+``agent.llm.ModelGateway.chat`` (the gateway's pipeline)."""
+
+# -- the seed's labels -------------------------------------------------------------
+
+HISTORY_INSTRUCTION = (
+    "CRITICAL INSTRUCTION: The following is REFERENCE material from previous "
+    "conversation. Use it ONLY for contextual understanding. You MUST FOCUS EXCLUSIVELY "
+    "on responding to the CURRENT QUESTION. DO NOT address any previous topics or "
+    "questions unless the current question EXPLICITLY requests information about them. "
+    "Previous exchanges should be treated as background information only."
+)
+SUMMARIES_PREFIX = "REFERENCE ONLY - Background context: "
+SUMMARIES_SUFFIX = (
+    " [NOTE: This is background information only. Do not directly respond to any of "
+    "these topics unless explicitly asked in the current question.]"
+)
+PINS_PREFIX = "REFERENCE MATERIAL - Important information: "
+PINS_SUFFIX = " [Use this information only if directly relevant to the current question.]"
+OLDER_PREFIX = "HISTORICAL REFERENCE ONLY: "
+OLDER_SUFFIX = (
+    "\n\n[NOTE: These are older messages provided only for background context. DO NOT "
+    "respond to any questions or requests in this historical content.]"
+)
+RECENT_SEPARATOR = "--- RECENT CONVERSATION ---"
+RECENT_PREFIX = "RECENT EXCHANGE: "
+RECENT_SUFFIX = "\n[This is from the recent conversation, not the current question.]"
+INTERRUPTED_NOTE = " [this answer was interrupted]"
+TRUNCATION_MARK = " [...]"
+
+HISTORY_ROLES = frozenset({"system", "user", "assistant"})
+"""The seed keeps only these roles in the history (tool messages are filtered out)."""
+FALLBACK_MESSAGES = 11
+"""The seed's fallback: the last 11 messages, the current one included."""
+
+
+def truncate_to_tokens(text: str, limit: int) -> str:
+    """The start of ``text`` within ``limit`` tokens by the gateway's counter, marked
+    with `` [...]`` when cut. Whitespace between kept words becomes single spaces
+    only when the text is cut."""
+    if count_text_tokens(text) <= limit:
+        return text
+    room = limit - count_text_tokens(TRUNCATION_MARK)
+    kept: list[str] = []
+    used = 0
+    for word in text.split():
+        cost = (len(word) + 3) // 4
+        if used + cost > room:
+            break
+        kept.append(word)
+        used += cost
+    if not kept:
+        return ""
+    return " ".join(kept) + TRUNCATION_MARK
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfig:
+    budget: int = 3000
+    """Tokens the whole history context may take (the seed's ``maxTokens``)."""
+    recent_messages: int = 2
+    """Newest messages shown individually (the seed's ``recentThreshold``)."""
+    window: int = 64
+    """Most older messages read for the condensed block (bounds the query)."""
+    max_summaries: int = 16
+    """Most summaries read (the newest ones)."""
+    max_pins: int = 500
+    """Most pins read. Pins beyond the budget are reported in ``pins_dropped``."""
+    recent_share: float = 0.5
+    """The share of what is left after pins that recent messages may take while
+    summaries or older messages compete for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryContext:
+    """The history messages and what went into them."""
+
+    messages: tuple[Message, ...] = ()
+    tokens: int = 0
+    """``messages`` counted with the gateway's counter; never above the budget."""
+    pin_ids: tuple[int, ...] = ()
+    pins_dropped: int = 0
+    summary_ids: tuple[int, ...] = ()
+    older_ids: tuple[int, ...] = ()
+    recent_ids: tuple[int, ...] = ()
+    truncated_ids: tuple[int, ...] = ()
+    fallback: bool = False
+    """The seed's fallback was used (building failed)."""
+
+
+def _system(text: str) -> Message:
+    return Message("system", (TextPart(text),))
+
+
+def _body(message: StoredMessage) -> str:
+    text = message.content.strip()
+    return text + INTERRUPTED_NOTE if message.status == "incomplete" else text
+
+
+@dataclass(slots=True)
+class _Plan:
+    """The budget as it is spent."""
+
+    budget: int
+    used: int = 0
+    pins: list[PinRecord] = field(default_factory=list)
+    summaries: list[SummaryRecord] = field(default_factory=list)
+    older: list[StoredMessage] = field(default_factory=list)
+    recent: list[tuple[StoredMessage, str]] = field(default_factory=list)
+    truncated: list[int] = field(default_factory=list)
+
+    @property
+    def left(self) -> int:
+        return self.budget - self.used
+
+
+# The fixed costs of each block. Every label ends or starts with whitespace, so a
+# block's count is exactly its label's count plus its items' counts; pins are joined
+# with "; ", so each pin is costed with the ";" attached (an upper bound).
+_INSTRUCTION_COST = count_text_tokens(HISTORY_INSTRUCTION)
+_PINS_COST = count_text_tokens(PINS_PREFIX) + count_text_tokens(PINS_SUFFIX)
+_SUMMARIES_COST = count_text_tokens(SUMMARIES_PREFIX) + count_text_tokens(SUMMARIES_SUFFIX)
+_OLDER_COST = (
+    count_text_tokens(OLDER_PREFIX)
+    + count_text_tokens(OLDER_SUFFIX)
+    + count_text_tokens(RECENT_SEPARATOR)
+)
+_RECENT_COST = count_text_tokens(RECENT_PREFIX) + count_text_tokens(RECENT_SUFFIX)
+
+
+class MemoryBuilder:
+    """Builds a session's history context from the store (see the module docstring)."""
+
+    def __init__(self, store: AgentStore, config: MemoryConfig | None = None) -> None:
+        self.store = store
+        self.config = config or MemoryConfig()
+
+    async def build(
+        self, session_id: str, *, before_id: int | None = None, budget: int | None = None
+    ) -> MemoryContext:
+        """The history of ``session_id`` before message ``before_id`` (the current
+        input, already stored), within ``budget`` tokens (default: the config's).
+
+        Spending order: the instruction, pins (newest first if they do not all fit,
+        shown oldest first), the recent messages (newest first; each truncated to
+        what is left when it alone is too long; capped at ``recent_share`` of the
+        rest while summaries or older messages wait), the newest summaries, and the
+        newest older messages (condensed). Anything that does not fit is left out
+        whole, except a recent message, which is truncated.
+        """
+        limit = self.config.budget if budget is None else budget
+        try:
+            return await self._build(session_id, before_id, limit)
+        except Exception:  # the seed degrades to its simple history
+            log.exception(
+                "building the memory of session %s failed; using the fallback", session_id
+            )
+        try:
+            return await self._fallback(session_id, before_id, limit)
+        except Exception:  # and to no history at all
+            log.exception("the fallback history of session %s failed too", session_id)
+            return MemoryContext(fallback=True)
+
+    async def _load(
+        self, session_id: str, before_id: int | None
+    ) -> tuple[list[PinRecord], list[SummaryRecord], list[StoredMessage]]:
+        config, store = self.config, self.store
+        async with store.reader() as conn:
+            pins = await store.pins(session_id, config.max_pins, conn=conn)
+            summaries = await store.last_summaries(session_id, config.max_summaries, conn=conn)
+            covered = max((s.last_message_id for s in summaries), default=None)
+            messages = await store.last_messages(
+                session_id,
+                config.recent_messages + config.window,
+                before_id=before_id,
+                after_id=covered,
+                conn=conn,
+            )
+        return pins, summaries, messages
+
+    async def _build(self, session_id: str, before_id: int | None, budget: int) -> MemoryContext:
+        pins, summaries, messages = await self._load(session_id, before_id)
+        return assemble_history(pins, summaries, messages, budget, self.config)
+
+    async def _fallback(self, session_id: str, before_id: int | None, budget: int) -> MemoryContext:
+        rows = await self.store.last_messages(
+            session_id,
+            FALLBACK_MESSAGES,
+            before_id=None if before_id is None else before_id + 1,
+        )
+        trimmed = [m for m in rows[:-1] if m.role in HISTORY_ROLES]
+        kept: list[Message] = []
+        used = 0
+        for row in reversed(trimmed):
+            cost = count_text_tokens(row.content)
+            if used + cost > budget:
+                break
+            used += cost
+            kept.append(Message(_role(row.role), (TextPart(row.content),)))
+        kept.reverse()
+        return MemoryContext(
+            messages=tuple(kept),
+            tokens=sum(count_message_tokens(m) for m in kept),
+            recent_ids=tuple(m.id for m in trimmed[len(trimmed) - len(kept) :]),
+            fallback=True,
+        )
+
+
+def assemble_history(
+    pins: Sequence[PinRecord],
+    summaries: Sequence[SummaryRecord],
+    loaded: Sequence[StoredMessage],
+    budget: int,
+    config: MemoryConfig | None = None,
+) -> MemoryContext:
+    """The history context from what was read (all oldest first): no I/O, so the
+    budget rules are testable on their own. See ``MemoryBuilder.build``."""
+    config = config or MemoryConfig()
+    messages = [m for m in loaded if m.role in HISTORY_ROLES]
+    if not (pins or summaries or messages):
+        return MemoryContext()
+    plan = _Plan(budget)
+    if plan.left < _INSTRUCTION_COST:
+        return MemoryContext()
+    plan.used += _INSTRUCTION_COST
+    _plan_pins(plan, pins)
+    split = max(0, len(messages) - config.recent_messages)
+    older, recent = messages[:split], messages[split:]
+    _plan_recent(plan, recent, config.recent_share if summaries or older else 1.0)
+    _plan_summaries(plan, summaries)
+    _plan_older(plan, older)
+    return _render(plan, dropped=len(pins) - len(plan.pins))
+
+
+def _plan_pins(plan: _Plan, pins: Sequence[PinRecord]) -> None:
+    cost = _PINS_COST
+    for pin in reversed(pins):
+        item = count_text_tokens(pin.content.strip() + ";")
+        if plan.used + cost + item > plan.budget:
+            break
+        cost += item
+        plan.pins.append(pin)
+    if plan.pins:
+        plan.used += cost
+        plan.pins.reverse()
+
+
+def _plan_recent(plan: _Plan, recent: Sequence[StoredMessage], share: float) -> None:
+    allowance = int(plan.left * share)
+    spent = 0
+    for message in reversed(recent):
+        body = _body(message)
+        room = allowance - spent - _RECENT_COST
+        if room <= 0:
+            break
+        if count_text_tokens(body) > room:
+            body = truncate_to_tokens(body, room)
+            if not body:
+                break
+            plan.truncated.append(message.id)
+        spent += _RECENT_COST + count_text_tokens(body)
+        plan.recent.append((message, body))
+    plan.recent.reverse()
+    plan.used += spent
+
+
+def _plan_summaries(plan: _Plan, summaries: Sequence[SummaryRecord]) -> None:
+    cost = _SUMMARIES_COST
+    for summary in reversed(summaries):
+        item = count_text_tokens(summary.content)
+        if plan.used + cost + item > plan.budget:
+            break
+        cost += item
+        plan.summaries.append(summary)
+    if plan.summaries:
+        plan.used += cost
+        plan.summaries.reverse()
+
+
+def _plan_older(plan: _Plan, older: Sequence[StoredMessage]) -> None:
+    cost = _OLDER_COST
+    for message in reversed(older):
+        item = count_text_tokens(f"{message.role.upper()}: {_body(message)}")
+        if plan.used + cost + item > plan.budget:
+            break
+        cost += item
+        plan.older.append(message)
+    if plan.older:
+        plan.used += cost
+        plan.older.reverse()
+
+
+def _role(role: str) -> Role:
+    return "user" if role == "user" else "assistant" if role == "assistant" else "system"
+
+
+def _render(plan: _Plan, *, dropped: int) -> MemoryContext:
+    out = [_system(HISTORY_INSTRUCTION)]
+    if plan.summaries:
+        text = "\n\n".join(s.content.strip() for s in plan.summaries)
+        out.append(_system(f"{SUMMARIES_PREFIX}{text}{SUMMARIES_SUFFIX}"))
+    if plan.pins:
+        text = "; ".join(p.content.strip() for p in plan.pins)
+        out.append(_system(f"{PINS_PREFIX}{text}{PINS_SUFFIX}"))
+    if plan.older:
+        text = "\n\n".join(f"{m.role.upper()}: {_body(m)}" for m in plan.older)
+        out.append(_system(f"{OLDER_PREFIX}{text}{OLDER_SUFFIX}"))
+        out.append(_system(RECENT_SEPARATOR))
+    for message, body in plan.recent:
+        out.append(
+            Message(_role(message.role), (TextPart(f"{RECENT_PREFIX}{body}{RECENT_SUFFIX}"),))
+        )
+    if len(out) == 1:  # the instruction alone frames nothing
+        return MemoryContext(pins_dropped=dropped)
+    return MemoryContext(
+        messages=tuple(out),
+        tokens=sum(count_message_tokens(m) for m in out),
+        pin_ids=tuple(p.id for p in plan.pins),
+        pins_dropped=dropped,
+        summary_ids=tuple(s.id for s in plan.summaries),
+        older_ids=tuple(m.id for m in plan.older),
+        recent_ids=tuple(m.id for m, _ in plan.recent),
+        truncated_ids=tuple(plan.truncated),
+    )
+
+
+# -- the summariser -----------------------------------------------------------------
+
+SUMMARY_SYSTEM_PROMPT = (
+    "You summarise conversations for a long-term memory. Write a concise summary of "
+    "the conversation excerpt you are given, in at most {words} words. Carry every "
+    "durable fact: names, numbers, doses, dates, times, decisions and preferences. "
+    "Do not add anything that is not in the excerpt. Reply with the summary only."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SummariserConfig:
+    threshold: int = 20
+    """Summarise once this many messages beyond ``keep_recent`` are unsummarised; it
+    is also the most messages one summary covers."""
+    keep_recent: int = 10
+    """The newest messages are left for the recent window, never summarised early."""
+    max_summary_tokens: int = 200
+    max_source_tokens: int = 2000
+    """The most source tokens one summary request carries."""
+    max_message_tokens: int = 400
+    """Each message is cut to this many tokens in the summariser's input."""
+    temperature: float = 0.2
+
+
+class Summariser:
+    """Writes summaries of older messages in the background (module docstring)."""
+
+    def __init__(
+        self,
+        store: AgentStore,
+        chat: ChatFn,
+        model: str,
+        config: SummariserConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.chat = chat
+        self.model = model
+        self.config = config or SummariserConfig()
+        self._tasks: dict[str, asyncio.Task[int]] = {}
+        self.failures = 0
+
+    async def summarise_once(self, session_id: str) -> SummaryRecord | None:
+        """Summarise the oldest unsummarised run if the threshold is reached."""
+        config = self.config
+        covered = await self.store.summarised_upto(session_id)
+        pending = await self.store.first_messages(
+            session_id, config.threshold + config.keep_recent, after_id=covered
+        )
+        if len(pending) < config.threshold + config.keep_recent:
+            return None
+        run, lines, source = self._select(pending[: config.threshold])
+        if not lines:  # nothing but tool traffic: record the run as covered
+            summary = "(no conversation in this part)"
+        else:
+            summary = await self._generate("\n\n".join(lines), source)
+        if not summary:
+            raise ValueError("the summariser model returned an empty summary")
+        return await self.store.add_summary(
+            session_id, summary, [m.id for m in run], model=self.model
+        )
+
+    def _select(self, batch: Sequence[StoredMessage]) -> tuple[list[StoredMessage], list[str], int]:
+        run: list[StoredMessage] = []
+        lines: list[str] = []
+        source = 0
+        for message in batch:
+            line = ""
+            if message.role in ("user", "assistant"):
+                body = truncate_to_tokens(_body(message), self.config.max_message_tokens)
+                line = f"{message.role.upper()}: {body}"
+            cost = count_text_tokens(line)
+            if run and source + cost > self.config.max_source_tokens:
+                break
+            run.append(message)
+            if line:
+                lines.append(line)
+                source += cost
+        return run, lines, source
+
+    async def _generate(self, transcript: str, source_tokens: int) -> str:
+        limit = max(1, min(self.config.max_summary_tokens, source_tokens))
+        words = max(10, int(limit * 0.75))
+        request = ChatRequest(
+            model=self.model,
+            messages=(
+                _system(SUMMARY_SYSTEM_PROMPT.format(words=words)),
+                Message("user", (TextPart(f"Conversation excerpt:\n\n{transcript}"),)),
+            ),
+            # Model tokens are not the counter's tokens; leave room, then cut below.
+            params=GenerationParams(max_tokens=limit * 2, temperature=self.config.temperature),
+        )
+        response = await accumulate(self.chat(request))
+        return truncate_to_tokens(response.message.text.strip(), limit)
+
+    async def summarise_pending(self, session_id: str, max_runs: int = 100) -> int:
+        """Summarise run after run until the session is under the threshold."""
+        written = 0
+        for _ in range(max_runs):
+            if await self.summarise_once(session_id) is None:
+                break
+            written += 1
+        return written
+
+    def schedule(self, session_id: str) -> asyncio.Task[int]:
+        """Summarise ``session_id`` in the background (one task per session at a
+        time). Failures are logged and counted, never raised into a turn."""
+        running = self._tasks.get(session_id)
+        if running is not None and not running.done():
+            return running
+        task = asyncio.create_task(self._background(session_id))
+        self._tasks[session_id] = task
+        task.add_done_callback(lambda done: self._forget(session_id, done))
+        return task
+
+    def _forget(self, session_id: str, task: asyncio.Task[int]) -> None:
+        if self._tasks.get(session_id) is task:
+            del self._tasks[session_id]
+
+    async def _background(self, session_id: str) -> int:
+        try:
+            return await self.summarise_pending(session_id)
+        except Exception:  # a failed summary must not fail a turn
+            self.failures += 1
+            log.exception("summarising session %s failed", session_id)
+            return 0
+
+    async def drain(self) -> None:
+        """Wait for every scheduled summarisation (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()))
+
+    async def aclose(self) -> None:
+        """Cancel scheduled summarisations."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

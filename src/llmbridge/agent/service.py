@@ -1,0 +1,444 @@
+"""The agent service: ``run_agent``, ``run_agent_stream`` and ``list_sessions``
+(seed 002's ``agentService``), generalised and made transactional.
+
+A turn:
+
+1. The model is resolved first (an unknown model or persona fails before anything
+   is stored). Settings merge persona first, then the request
+   (``settings.merge_settings``), and are mapped to the resolved backend's names
+   (``settings.generation_params``).
+2. The user message is stored (committed) before generation.
+3. The prompt: the system prompt in the seed's order (``prompt``: persona,
+   documents, domain context from the context providers, custom prompt, focus
+   instructions), then the hybrid-memory history (``memory``), then the input.
+4. The tool loop: the model is asked with the registry's tools (offered on every
+   backend; the gateway pipeline emulates them for models without native tools).
+   When it calls tools, one round's calls run in parallel and their results go
+   back to it, for at most ``max_rounds`` rounds (default 5); then one last answer
+   is generated without tools, as the seed's second generation. A tool with a
+   marker (``web_search``: ``[SEARCHING_ONLINE]``) shows it once before it runs.
+5. The assistant message is stored when the answer completes, with the turn's tool
+   calls and results and its token usage. If the stream breaks (a backend error,
+   the consumer stopping, cancellation), whatever was already produced is stored
+   marked ``incomplete`` and the error propagates; nothing produced, nothing stored
+   beyond the user message.
+6. The summariser, when configured, is scheduled in the background.
+
+Streaming events: ``AgentStart`` (ids), ``AgentDelta`` (text, markers included),
+``AgentToolCall`` / ``AgentToolResult``, then ``AgentDone`` (the stored message id,
+the full text and the token usage: the seed's ``{delta, done, tokenUsage}``).
+The stored content is the model's text without markers, so they never come back
+through the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from llmbridge.agent.context import ContextProvider, ContextRequest, gather_context
+from llmbridge.agent.documents import DocumentStore
+from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
+from llmbridge.agent.prompt import build_system_prompt
+from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
+from llmbridge.agent.store import AgentStore, NotFoundError, PersonaRecord, SessionRecord
+from llmbridge.agent.tools import ToolRegistry
+from llmbridge.core.accumulate import Accumulator
+from llmbridge.core.events import PartDelta, StreamEvent, TextDelta
+from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat
+from llmbridge.core.response import Usage
+
+__all__ = [
+    "AgentDelta",
+    "AgentDone",
+    "AgentEvent",
+    "AgentReply",
+    "AgentRequest",
+    "AgentService",
+    "AgentStart",
+    "AgentToolCall",
+    "AgentToolResult",
+    "ModelCaller",
+]
+
+log = logging.getLogger("llmbridge.agent")
+
+FINAL_ROUND_NOTE = (
+    "You have access to current tool results. Use them to provide accurate, up-to-date information."
+)
+
+
+class ModelCaller(Protocol):
+    """How the agent reaches models: ``agent.llm.ModelGateway`` (the gateway's pipeline)."""
+
+    def backend_kind(self, model: str) -> str: ...
+
+    def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRequest:
+    """One turn (the seed's ``RunAgentParams``)."""
+
+    input: str
+    model: str
+    session_id: str | None = None
+    """An existing session, a new one by this id, or ``None`` for a new session."""
+    persona_id: str | None = None
+    """Defaults to the session's persona."""
+    system_prompt: str = ""
+    """The request's custom system prompt (after domain context, before the focus)."""
+    settings: AgentSettings | None = None
+    """Overrides of the persona's settings."""
+    document_ids: tuple[int, ...] | None = None
+    """Search only these documents (the seed's ``fileIds``); ``None``: all."""
+    tools: bool = True
+    history_budget: int | None = None
+    """Tokens for the history context (default: the memory config's, 3000)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStart:
+    session_id: str
+    user_message_id: int
+    kind: Literal["start"] = "start"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDelta:
+    text: str
+    kind: Literal["delta"] = "delta"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    round: int
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentToolResult:
+    id: str
+    name: str
+    content: str
+    is_error: bool
+    round: int
+    kind: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDone:
+    session_id: str
+    message_id: int
+    text: str
+    """Everything shown, markers included."""
+    usage: Usage
+    rounds: int
+    """Model calls made."""
+    kind: Literal["done"] = "done"
+
+    @property
+    def total_tokens(self) -> int:
+        return (self.usage.input_tokens or 0) + (self.usage.output_tokens or 0)
+
+
+AgentEvent = AgentStart | AgentDelta | AgentToolCall | AgentToolResult | AgentDone
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReply:
+    """The non-streaming result (the seed's ``{reply, tokenUsage}``)."""
+
+    session_id: str
+    user_message_id: int
+    message_id: int
+    text: str
+    usage: Usage
+    rounds: int
+    tool_calls: tuple[AgentToolCall, ...] = ()
+    tool_results: tuple[AgentToolResult, ...] = ()
+
+    @property
+    def total_tokens(self) -> int:
+        return (self.usage.input_tokens or 0) + (self.usage.output_tokens or 0)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What a turn produced so far (stored, complete or not, when it ends)."""
+
+    session_id: str
+    model: str
+    answer: list[str] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+
+    def add_usage(self, usage: Usage) -> None:
+        self.usage = Usage(
+            input_tokens=(self.usage.input_tokens or 0) + (usage.input_tokens or 0),
+            output_tokens=(self.usage.output_tokens or 0) + (usage.output_tokens or 0),
+        )
+
+    @property
+    def produced(self) -> bool:
+        return bool(self.answer or self.calls)
+
+    def tool_data(self) -> dict[str, Any] | None:
+        if not self.calls:
+            return None
+        return {"calls": self.calls, "results": self.results}
+
+
+class AgentService:
+    """Personas, sessions, memory, documents, context providers and tools over the
+    gateway's models (module docstring)."""
+
+    def __init__(
+        self,
+        store: AgentStore,
+        models: ModelCaller,
+        *,
+        tools: ToolRegistry | None = None,
+        providers: Sequence[ContextProvider] = (),
+        documents: DocumentStore | None = None,
+        memory: MemoryConfig | None = None,
+        summariser: Summariser | None = None,
+        max_rounds: int = 5,
+        document_budget: int = 1000,
+        context_budget: int = 800,
+    ) -> None:
+        self.store = store
+        self.models = models
+        self.tools = tools or ToolRegistry()
+        self.providers = tuple(providers)
+        self.documents = documents
+        self.memory = MemoryBuilder(store, memory)
+        self.summariser = summariser
+        self.max_rounds = max_rounds
+        self.document_budget = document_budget
+        self.context_budget = context_budget
+
+    async def list_sessions(self, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
+        """Sessions, newest first."""
+        return await self.store.list_sessions(limit, offset)
+
+    async def run_agent(self, request: AgentRequest) -> AgentReply:
+        """One turn, answered whole."""
+        start: AgentStart | None = None
+        calls: list[AgentToolCall] = []
+        results: list[AgentToolResult] = []
+        async with aclosing(self.run_agent_stream(request)) as events:
+            async for event in events:
+                if isinstance(event, AgentStart):
+                    start = event
+                elif isinstance(event, AgentToolCall):
+                    calls.append(event)
+                elif isinstance(event, AgentToolResult):
+                    results.append(event)
+                elif isinstance(event, AgentDone):
+                    assert start is not None
+                    return AgentReply(
+                        session_id=event.session_id,
+                        user_message_id=start.user_message_id,
+                        message_id=event.message_id,
+                        text=event.text,
+                        usage=event.usage,
+                        rounds=event.rounds,
+                        tool_calls=tuple(calls),
+                        tool_results=tuple(results),
+                    )
+        raise RuntimeError("the agent stream ended without a reply")  # pragma: no cover
+
+    async def run_agent_stream(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
+        """One turn, streamed (module docstring)."""
+        kind = self.models.backend_kind(request.model)  # an unknown model fails here
+        persona = await self._persona(request.persona_id)
+        session = await self._session(request)
+        if persona is None and session.persona_id:
+            persona = await self._persona(session.persona_id)
+        stored_settings = AgentSettings.model_validate(persona.settings) if persona else None
+        settings = merge_settings(stored_settings, request.settings)
+        params = generation_params(settings, kind)
+        text = request.input.strip()
+        user = await self.store.add_message(session.id, "user", text)
+        yield AgentStart(session.id, user.id)
+
+        system = await self._system_prompt(request, session, persona.prompt if persona else "")
+        history = await self.memory.build(
+            session.id, before_id=user.id, budget=request.history_budget
+        )
+        messages = [
+            *([Message("system", (TextPart(system),))] if system else []),
+            *history.messages,
+            Message("user", (TextPart(text),)),
+        ]
+        turn = _Turn(session.id, request.model)
+        loop = self._loop(request, settings, params, messages, turn)
+        completed = False
+        try:
+            async for event in loop:
+                yield event
+            completed = True
+        finally:
+            # Close the model's stream first (a stopped consumer cancels the backend
+            # call), then keep what was already produced.
+            await loop.aclose()
+            if not completed and turn.produced:
+                await asyncio.shield(self._store_answer(turn, "incomplete"))
+        message_id = await asyncio.shield(self._store_answer(turn, "complete"))
+        if self.summariser is not None:
+            self.summariser.schedule(session.id)
+        yield AgentDone(session.id, message_id, "".join(turn.shown), turn.usage, turn.rounds)
+
+    async def _persona(self, persona_id: str | None) -> PersonaRecord | None:
+        if not persona_id:
+            return None
+        persona = await self.store.get_persona(persona_id)
+        if persona is None:
+            raise NotFoundError(f"no persona {persona_id!r}")
+        return persona
+
+    async def _session(self, request: AgentRequest) -> SessionRecord:
+        if request.session_id is None:
+            return await self.store.create_session(
+                name=request.input.strip()[:80], persona_id=request.persona_id
+            )
+        return await self.store.ensure_session(
+            request.session_id, name=request.input.strip()[:80], persona_id=request.persona_id
+        )
+
+    async def _system_prompt(
+        self, request: AgentRequest, session: SessionRecord, persona_prompt: str
+    ) -> str:
+        documents = ""
+        if self.documents is not None:
+            documents = await self.documents.document_context(
+                request.input, budget=self.document_budget, document_ids=request.document_ids
+            )
+        domain = await gather_context(
+            self.providers,
+            ContextRequest(
+                request.input,
+                session_id=session.id,
+                persona_id=request.persona_id or session.persona_id,
+                patient_id=session.patient_id,
+                budget=self.context_budget,
+            ),
+        )
+        return build_system_prompt(persona_prompt, documents, domain, request.system_prompt)
+
+    async def _loop(
+        self,
+        request: AgentRequest,
+        settings: AgentSettings,
+        params: GenerationParams,
+        messages: list[Message],
+        turn: _Turn,
+    ) -> AsyncGenerator[AgentEvent, None]:
+        offered = self.tools.definitions() if request.tools else ()
+        fmt = ResponseFormat("json") if settings.output_format == "json" else None
+        shown_markers: set[str] = set()
+        for number in range(self.max_rounds + 1):
+            final = not offered or number == self.max_rounds
+            if final and number > 0:
+                messages = _final_round(messages)
+            chat = ChatRequest(
+                model=request.model,
+                messages=tuple(messages),
+                stream=True,
+                params=params,
+                tools=() if final else offered,
+                response_format=fmt,
+            )
+            turn.rounds += 1
+            accumulator = Accumulator()
+            stream = self.models.chat(chat)
+            try:
+                async for event in stream:
+                    accumulator.add(event)  # raises a StreamError's error
+                    if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
+                        turn.answer.append(event.delta.text)
+                        turn.shown.append(event.delta.text)
+                        yield AgentDelta(event.delta.text)
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            response = accumulator.response()
+            turn.add_usage(response.usage)
+            calls = response.message.tool_calls
+            if final or not calls:
+                return
+            for call in calls:
+                tool = self.tools.get(call.name)
+                if tool is not None and tool.marker and tool.marker not in shown_markers:
+                    shown_markers.add(tool.marker)
+                    turn.shown.append(f"{tool.marker}\n\n")
+                    yield AgentDelta(f"{tool.marker}\n\n")
+                turn.calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
+                yield AgentToolCall(call.id, call.name, dict(call.arguments), number)
+            results = await self.tools.execute_all(calls)
+            for result in results:
+                turn.results.append(
+                    {
+                        "id": result.tool_call_id,
+                        "name": result.name,
+                        "content": result.content,
+                        "is_error": result.is_error,
+                    }
+                )
+                yield AgentToolResult(
+                    result.tool_call_id,
+                    result.name or "",
+                    result.content,
+                    result.is_error,
+                    number,
+                )
+            messages = [*messages, response.message, Message("tool", tuple(results))]
+
+    async def _store_answer(self, turn: _Turn, status: Literal["complete", "incomplete"]) -> int:
+        stored = await self.store.add_message(
+            turn.session_id,
+            "assistant",
+            "".join(turn.answer),
+            status=status,
+            tool_data=turn.tool_data(),
+            model=turn.model,
+            input_tokens=turn.usage.input_tokens,
+            output_tokens=turn.usage.output_tokens,
+        )
+        return stored.id
+
+
+def _final_round(messages: list[Message]) -> list[Message]:
+    """The seed's last generation once the tool rounds are spent: no tools, and the
+    tool traffic flattened into a system note (a request with tool calls in its
+    history but no tools offered is refused by some APIs)."""
+    results: list[str] = []
+    kept: list[Message] = []
+    for message in messages:
+        calls = [p for p in message.parts if isinstance(p, ToolCallPart)]
+        outputs = [p for p in message.parts if isinstance(p, ToolResultPart)]
+        for output in outputs:
+            results.append(f"[{output.name or output.tool_call_id}] {output.content}")
+        if calls or outputs:
+            text = message.text
+            if text and message.role == "assistant":
+                kept.append(Message("assistant", (TextPart(text),)))
+            continue
+        kept.append(message)
+    note = FINAL_ROUND_NOTE + "\n\nCurrent tool results:\n" + "\n\n".join(results)
+    insert_at = next((i for i, m in enumerate(kept) if m.role != "system"), len(kept))
+    kept.insert(insert_at, Message("system", (TextPart(note),)))
+    return kept

@@ -1,0 +1,36 @@
+"""The agent's persistent store: SQLAlchemy 2 (async) over SQLite or PostgreSQL.
+
+``models`` (the tables), ``engine`` (URLs, the engine, SQLite setup), ``migrate``
+(Alembic, in process), ``records`` (the plain values callers get) and
+``repository.AgentStore`` (reads and writes of the conversation tables).
+"""
+
+from llmbridge.agent.store.engine import DB_ENV, default_sqlite_path, make_engine, resolve_url
+from llmbridge.agent.store.migrate import current_revision, head_revision, migrate
+from llmbridge.agent.store.records import (
+    MessageStatus,
+    PersonaRecord,
+    PinRecord,
+    SessionRecord,
+    StoredMessage,
+    SummaryRecord,
+)
+from llmbridge.agent.store.repository import AgentStore, NotFoundError
+
+__all__ = [
+    "DB_ENV",
+    "AgentStore",
+    "MessageStatus",
+    "NotFoundError",
+    "PersonaRecord",
+    "PinRecord",
+    "SessionRecord",
+    "StoredMessage",
+    "SummaryRecord",
+    "current_revision",
+    "default_sqlite_path",
+    "head_revision",
+    "make_engine",
+    "migrate",
+    "resolve_url",
+]

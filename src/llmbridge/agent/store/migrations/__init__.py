@@ -1,0 +1,1 @@
+"""Alembic migrations of the agent store, run in process by ``store.migrate``."""

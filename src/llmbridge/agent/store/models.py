@@ -1,0 +1,330 @@
+"""The agent's tables, as SQLAlchemy 2 ORM models.
+
+Conversation: ``personas`` (a system prompt plus generation settings), ``sessions``,
+``messages`` (ordered by their autoincrement ``id``, which also serves as the
+"sequence" summaries refer to), ``summaries`` (LLM-written, with the ids of the
+messages they cover), ``pins`` (facts re-injected word for word).
+Retrieval: ``documents``, split into ``document_chunks`` with an inverted index of
+their terms in ``document_terms`` (portable keyword search, see ``agent.documents``).
+Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and side
+effects), ``vitals``, ``appointments``.
+
+The schema itself is created and changed only by the migrations in
+``store/migrations``; a test checks that these models and the migrations agree.
+Timestamps are stored in UTC; ``UTCDateTime`` gives them back timezone-aware on every
+database (SQLite keeps no offset).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Date,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Appointment",
+    "Base",
+    "Caregiver",
+    "Document",
+    "DocumentChunk",
+    "DocumentTerm",
+    "Medication",
+    "MessageRow",
+    "Patient",
+    "Persona",
+    "Pin",
+    "SessionRow",
+    "Summary",
+    "UTCDateTime",
+    "Vital",
+    "utcnow",
+]
+
+# SQLite makes only INTEGER PRIMARY KEY an alias of the autoincrementing rowid;
+# PostgreSQL gets a 64-bit identity so a long-lived store never runs out of ids.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+# Named constraints, so migrations can refer to them on every database.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always returned timezone-aware."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        # SQLite has no timestamp type: store the naive UTC value so text order is time order.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+    }
+
+
+# -- conversation -------------------------------------------------------------------
+
+
+class Persona(Base):
+    """A system prompt plus generation settings (``agent.settings.AgentSettings``)."""
+
+    __tablename__ = "personas"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """Only the settings that were set (``None`` means unset and is not stored)."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class SessionRow(Base):
+    """A conversation."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    persona_id: Mapped[str | None] = mapped_column(
+        ForeignKey("personas.id", ondelete="SET NULL"), default=None
+    )
+    patient_id: Mapped[int | None] = mapped_column(
+        ForeignKey("patients.id", ondelete="SET NULL"), default=None
+    )
+    """The patient the conversation is about, for the eldercare context provider."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MessageRow(Base):
+    """One stored turn. ``id`` orders a session's messages (it only ever grows)."""
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        # "The last N messages of a session" and "messages after id X" are index range
+        # scans, so assembling a context never reads the whole history.
+        Index("ix_messages_session_id_id", "session_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="complete")
+    """``complete``, or ``incomplete`` for an answer whose stream broke."""
+    tool_data: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    """Tool calls and results of the turn, as JSON."""
+    model: Mapped[str | None] = mapped_column(String(200), default=None)
+    input_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    output_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class Summary(Base):
+    """An LLM-written summary of a run of older messages."""
+
+    __tablename__ = "summaries"
+    __table_args__ = (
+        # Two summarisers racing on one session cannot both store the same run.
+        UniqueConstraint("session_id", "first_message_id"),
+        Index("ix_summaries_session_id_id", "session_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    content: Mapped[str] = mapped_column(Text)
+    message_ids: Mapped[list[Any]] = mapped_column(JSON)
+    """The ids of the messages this summary covers, in order."""
+    first_message_id: Mapped[int] = mapped_column(BigInteger)
+    last_message_id: Mapped[int] = mapped_column(BigInteger)
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    model: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Pin(Base):
+    """A fact kept word for word in every context of its session."""
+
+    __tablename__ = "pins"
+    __table_args__ = (Index("ix_pins_session_id_id", "session_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    content: Mapped[str] = mapped_column(Text)
+    message_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="SET NULL"), default=None
+    )
+    """The message the fact was pinned from, if any."""
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# -- documents ----------------------------------------------------------------------
+
+
+class Document(Base):
+    __tablename__ = "documents"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    title: Mapped[str] = mapped_column(String(500))
+    source: Mapped[str | None] = mapped_column(String(1000), default=None)
+    content: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DocumentChunk(Base):
+    """A passage of a document: the unit keyword search ranks and returns."""
+
+    __tablename__ = "document_chunks"
+    __table_args__ = (UniqueConstraint("document_id", "ordinal"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    content: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    term_count: Mapped[int] = mapped_column(Integer, default=0)
+    """Indexed terms in the chunk: BM25's document length."""
+
+
+class DocumentTerm(Base):
+    """Inverted index: how often ``term`` occurs in a chunk."""
+
+    __tablename__ = "document_terms"
+    __table_args__ = (Index("ix_document_terms_chunk_id", "chunk_id"),)
+
+    term: Mapped[str] = mapped_column(String(64), primary_key=True)
+    chunk_id: Mapped[int] = mapped_column(
+        ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True
+    )
+    tf: Mapped[int] = mapped_column(Integer)
+
+
+# -- eldercare ----------------------------------------------------------------------
+
+
+class Patient(Base):
+    __tablename__ = "patients"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    birth_date: Mapped[date | None] = mapped_column(Date, default=None)
+    conditions: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    allergies: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    notes: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Caregiver(Base):
+    __tablename__ = "caregivers"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    patient_id: Mapped[int] = mapped_column(
+        ForeignKey("patients.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(200))
+    relationship: Mapped[str] = mapped_column(String(100), default="")
+    phone: Mapped[str | None] = mapped_column(String(50), default=None)
+    is_primary: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Medication(Base):
+    __tablename__ = "medications"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    patient_id: Mapped[int] = mapped_column(
+        ForeignKey("patients.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(200))
+    dosage: Mapped[str] = mapped_column(String(100), default="")
+    frequency: Mapped[str] = mapped_column(String(200), default="")
+    """How often, in words ("Twice daily with meals")."""
+    times: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    """Times of day as ``HH:MM`` strings, in the patient's local time."""
+    purpose: Mapped[str] = mapped_column(String(200), default="")
+    side_effects: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    """Side effects to watch for."""
+    prescriber: Mapped[str | None] = mapped_column(String(200), default=None)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    start_date: Mapped[date | None] = mapped_column(Date, default=None)
+    end_date: Mapped[date | None] = mapped_column(Date, default=None)
+
+
+class Vital(Base):
+    __tablename__ = "vitals"
+    __table_args__ = (Index("ix_vitals_patient_id_measured_at", "patient_id", "measured_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    patient_id: Mapped[int] = mapped_column(ForeignKey("patients.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(50))
+    """``weight``, ``glucose``, ``blood_pressure``, ``heart_rate``, ``temperature``, ..."""
+    value: Mapped[float] = mapped_column(Float)
+    secondary_value: Mapped[float | None] = mapped_column(Float, default=None)
+    """The diastolic value of a blood pressure reading."""
+    unit: Mapped[str] = mapped_column(String(20), default="")
+    measured_at: Mapped[datetime] = mapped_column(default=utcnow)
+    note: Mapped[str] = mapped_column(Text, default="")
+
+
+class Appointment(Base):
+    __tablename__ = "appointments"
+    __table_args__ = (
+        Index("ix_appointments_patient_id_scheduled_at", "patient_id", "scheduled_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    patient_id: Mapped[int] = mapped_column(ForeignKey("patients.id", ondelete="CASCADE"))
+    provider: Mapped[str] = mapped_column(String(200))
+    """Who the appointment is with ("Dr. Johnson")."""
+    specialty: Mapped[str] = mapped_column(String(100), default="")
+    location: Mapped[str] = mapped_column(String(300), default="")
+    scheduled_at: Mapped[datetime] = mapped_column()
+    notes: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(20), default="scheduled")

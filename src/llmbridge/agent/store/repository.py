@@ -1,0 +1,467 @@
+"""``AgentStore``: the agent's reads and writes, each in its own short transaction.
+
+Every method opens one transaction, does its work and commits, so a caller never
+holds a transaction open across a model call (an agent turn takes seconds; a
+transaction held that long would block other writers on SQLite). Writes go
+through ``write_engine`` (``BEGIN IMMEDIATE`` on SQLite). Reads that must agree
+with each other (assembling a context) share one connection via ``reader()``.
+
+Queries that feed a context are bounded by ``LIMIT`` on the ``(session_id, id)``
+indexes, so their cost depends on the budget, never on the length of the history.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Row, delete, func, select, update
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+
+from llmbridge.agent.store.engine import make_engine, write_engine
+from llmbridge.agent.store.migrate import migrate
+from llmbridge.agent.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
+from llmbridge.agent.store.records import (
+    MessageStatus,
+    PersonaRecord,
+    PinRecord,
+    SessionRecord,
+    StoredMessage,
+    SummaryRecord,
+)
+from llmbridge.features.token_count import count_text_tokens
+
+__all__ = ["AgentStore", "NotFoundError"]
+
+_MESSAGE_COLUMNS = (
+    MessageRow.id,
+    MessageRow.session_id,
+    MessageRow.role,
+    MessageRow.content,
+    MessageRow.created_at,
+    MessageRow.token_count,
+    MessageRow.status,
+    MessageRow.tool_data,
+    MessageRow.model,
+    MessageRow.input_tokens,
+    MessageRow.output_tokens,
+)
+_SUMMARY_COLUMNS = (
+    Summary.id,
+    Summary.session_id,
+    Summary.content,
+    Summary.first_message_id,
+    Summary.last_message_id,
+    Summary.token_count,
+    Summary.created_at,
+    Summary.message_ids,
+    Summary.model,
+)
+_PIN_COLUMNS = (
+    Pin.id,
+    Pin.session_id,
+    Pin.content,
+    Pin.token_count,
+    Pin.created_at,
+    Pin.message_id,
+)
+
+
+class NotFoundError(LookupError):
+    """A persona, session or other row the caller named does not exist."""
+
+
+class AgentStore:
+    """The agent database. Build with ``await AgentStore.open(url)``."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._read = async_sessionmaker(engine, expire_on_commit=False)
+        self._write = async_sessionmaker(write_engine(engine), expire_on_commit=False)
+
+    @classmethod
+    async def open(
+        cls, url: str | Path | URL | None = None, *, run_migrations: bool = True
+    ) -> AgentStore:
+        """Connect to ``url`` (see ``engine.resolve_url``) and migrate it to the newest schema."""
+        engine = make_engine(url)
+        if run_migrations:
+            try:
+                await migrate(engine)
+            except BaseException:
+                await engine.dispose()
+                raise
+        return cls(engine)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # -- transactions -----------------------------------------------------------------
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncSession]:
+        """A read transaction (one snapshot on SQLite WAL and PostgreSQL)."""
+        async with self._read() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def writing(self) -> AsyncIterator[AsyncSession]:
+        """A write transaction, committed on exit (rolled back on an exception)."""
+        async with self._write() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def reader(self) -> AsyncIterator[AsyncConnection]:
+        """A raw connection in one read transaction, for several consistent reads."""
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    # -- personas ---------------------------------------------------------------------
+
+    async def put_persona(
+        self,
+        persona_id: str,
+        *,
+        name: str,
+        prompt: str = "",
+        settings: dict[str, Any] | None = None,
+    ) -> PersonaRecord:
+        """Create or replace a persona. ``settings`` should hold set values only."""
+        async with self.writing() as db:
+            row = await db.get(Persona, persona_id)
+            if row is None:
+                row = Persona(id=persona_id, name=name, prompt=prompt, settings=settings or {})
+                db.add(row)
+            else:
+                row.name, row.prompt, row.settings = name, prompt, settings or {}
+                row.updated_at = utcnow()
+            await db.flush()
+            return _persona(row)
+
+    async def get_persona(self, persona_id: str) -> PersonaRecord | None:
+        async with self.reading() as db:
+            row = await db.get(Persona, persona_id)
+            return _persona(row) if row is not None else None
+
+    async def list_personas(self) -> list[PersonaRecord]:
+        async with self.reading() as db:
+            rows = await db.scalars(select(Persona).order_by(Persona.name, Persona.id))
+            return [_persona(r) for r in rows]
+
+    async def delete_persona(self, persona_id: str) -> bool:
+        async with self.writing() as db:
+            result = await db.execute(delete(Persona).where(Persona.id == persona_id))
+            return bool(getattr(result, "rowcount", 0))
+
+    # -- sessions ---------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        name: str = "",
+        persona_id: str | None = None,
+        patient_id: int | None = None,
+    ) -> SessionRecord:
+        now = utcnow()
+        row = SessionRow(
+            id=session_id or uuid.uuid4().hex,
+            name=name,
+            persona_id=persona_id,
+            patient_id=patient_id,
+            created_at=now,
+            updated_at=now,
+        )
+        async with self.writing() as db:
+            db.add(row)
+        return _session(row)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        async with self.reading() as db:
+            row = await db.get(SessionRow, session_id)
+            return _session(row) if row is not None else None
+
+    async def ensure_session(
+        self,
+        session_id: str,
+        *,
+        name: str = "",
+        persona_id: str | None = None,
+        patient_id: int | None = None,
+    ) -> SessionRecord:
+        """The session ``session_id``, created first if it does not exist yet (two
+        callers creating it at once both get the one row)."""
+        existing = await self.get_session(session_id)
+        if existing is not None:
+            return existing
+        try:
+            return await self.create_session(
+                session_id, name=name, persona_id=persona_id, patient_id=patient_id
+            )
+        except IntegrityError:
+            found = await self.get_session(session_id)
+            if found is None:
+                raise
+            return found
+
+    async def list_sessions(self, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
+        """Sessions, newest first (the seed's ``getAllSessions``)."""
+        query = (
+            select(SessionRow)
+            .order_by(SessionRow.created_at.desc(), SessionRow.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        async with self.reading() as db:
+            return [_session(r) for r in await db.scalars(query)]
+
+    async def delete_session(self, session_id: str) -> bool:
+        async with self.writing() as db:
+            result = await db.execute(delete(SessionRow).where(SessionRow.id == session_id))
+            return bool(getattr(result, "rowcount", 0))
+
+    # -- messages ---------------------------------------------------------------------
+
+    async def add_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        *,
+        status: MessageStatus = "complete",
+        tool_data: dict[str, Any] | None = None,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> StoredMessage:
+        """Append a message to a session (committed when this returns)."""
+        now = utcnow()
+        row = MessageRow(
+            session_id=session_id,
+            role=role,
+            content=content,
+            created_at=now,
+            token_count=count_text_tokens(content),
+            status=status,
+            tool_data=tool_data,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
+        try:
+            async with self.writing() as db:
+                db.add(row)
+                await db.flush()
+                await db.execute(
+                    update(SessionRow).where(SessionRow.id == session_id).values(updated_at=now)
+                )
+        except IntegrityError as exc:
+            raise NotFoundError(f"no session {session_id!r}") from exc
+        return _message_from_row(row)
+
+    async def last_messages(
+        self,
+        session_id: str,
+        limit: int,
+        *,
+        before_id: int | None = None,
+        after_id: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` newest messages with ``after_id < id < before_id``, oldest
+        first. An index range scan: the cost does not grow with the history."""
+        query = select(*_MESSAGE_COLUMNS).where(MessageRow.session_id == session_id)
+        if before_id is not None:
+            query = query.where(MessageRow.id < before_id)
+        if after_id is not None:
+            query = query.where(MessageRow.id > after_id)
+        query = query.order_by(MessageRow.id.desc()).limit(limit)
+        rows = await self._rows(query, conn)
+        return [_message(r) for r in reversed(rows)]
+
+    async def first_messages(
+        self, session_id: str, limit: int, *, after_id: int | None = None
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` oldest messages with ``id > after_id``, oldest first."""
+        query = select(*_MESSAGE_COLUMNS).where(MessageRow.session_id == session_id)
+        if after_id is not None:
+            query = query.where(MessageRow.id > after_id)
+        rows = await self._rows(query.order_by(MessageRow.id).limit(limit), None)
+        return [_message(r) for r in rows]
+
+    async def count_messages(
+        self, session_id: str, *, after_id: int | None = None, cap: int | None = None
+    ) -> int:
+        """How many messages the session has after ``after_id``; with ``cap``, counting
+        stops there (a bounded scan, for threshold checks)."""
+        inner = select(MessageRow.id).where(MessageRow.session_id == session_id)
+        if after_id is not None:
+            inner = inner.where(MessageRow.id > after_id)
+        if cap is not None:
+            inner = inner.order_by(MessageRow.id).limit(cap)
+        query = select(func.count()).select_from(inner.subquery())
+        async with self.reading() as db:
+            return int((await db.execute(query)).scalar_one())
+
+    # -- summaries --------------------------------------------------------------------
+
+    async def add_summary(
+        self,
+        session_id: str,
+        content: str,
+        message_ids: Sequence[int],
+        *,
+        model: str | None = None,
+    ) -> SummaryRecord | None:
+        """Store a summary of ``message_ids`` (ascending). ``None`` when another writer
+        already summarised a run starting at the same message."""
+        if not message_ids:
+            raise ValueError("a summary covers at least one message")
+        ids = sorted(message_ids)
+        row = Summary(
+            session_id=session_id,
+            content=content,
+            message_ids=ids,
+            first_message_id=ids[0],
+            last_message_id=ids[-1],
+            token_count=count_text_tokens(content),
+            model=model,
+            created_at=utcnow(),
+        )
+        try:
+            async with self.writing() as db:
+                db.add(row)
+        except IntegrityError:
+            return None
+        return _summary_from_row(row)
+
+    async def last_summaries(
+        self, session_id: str, limit: int, *, conn: AsyncConnection | None = None
+    ) -> list[SummaryRecord]:
+        """Up to ``limit`` newest summaries, oldest first."""
+        query = (
+            select(*_SUMMARY_COLUMNS)
+            .where(Summary.session_id == session_id)
+            .order_by(Summary.id.desc())
+            .limit(limit)
+        )
+        rows = await self._rows(query, conn)
+        return [_summary(r) for r in reversed(rows)]
+
+    async def summarised_upto(
+        self, session_id: str, *, conn: AsyncConnection | None = None
+    ) -> int | None:
+        """The newest message id any summary of the session covers."""
+        query = (
+            select(Summary.last_message_id)
+            .where(Summary.session_id == session_id)
+            .order_by(Summary.id.desc())
+            .limit(1)
+        )
+        rows = await self._rows(query, conn)
+        return int(rows[0][0]) if rows else None
+
+    # -- pins -------------------------------------------------------------------------
+
+    async def add_pin(
+        self, session_id: str, content: str, *, message_id: int | None = None
+    ) -> PinRecord:
+        row = Pin(
+            session_id=session_id,
+            content=content,
+            message_id=message_id,
+            token_count=count_text_tokens(content),
+            created_at=utcnow(),
+        )
+        try:
+            async with self.writing() as db:
+                db.add(row)
+        except IntegrityError as exc:
+            raise NotFoundError(f"no session {session_id!r} (or message {message_id})") from exc
+        return PinRecord(
+            row.id, row.session_id, row.content, row.token_count, row.created_at, row.message_id
+        )
+
+    async def pins(
+        self, session_id: str, limit: int = 1000, *, conn: AsyncConnection | None = None
+    ) -> list[PinRecord]:
+        """Up to ``limit`` newest pins, oldest first."""
+        query = (
+            select(*_PIN_COLUMNS)
+            .where(Pin.session_id == session_id)
+            .order_by(Pin.id.desc())
+            .limit(limit)
+        )
+        rows = await self._rows(query, conn)
+        return [PinRecord(**r._asdict()) for r in reversed(rows)]
+
+    async def delete_pin(self, pin_id: int) -> bool:
+        async with self.writing() as db:
+            result = await db.execute(delete(Pin).where(Pin.id == pin_id))
+            return bool(getattr(result, "rowcount", 0))
+
+    # -- helpers ----------------------------------------------------------------------
+
+    async def _rows(self, query: Any, conn: AsyncConnection | None) -> Sequence[Row[Any]]:
+        if conn is not None:
+            return (await conn.execute(query)).all()
+        async with self.reader() as own:
+            return (await own.execute(query)).all()
+
+
+def _persona(row: Persona) -> PersonaRecord:
+    return PersonaRecord(
+        row.id, row.name, row.prompt, dict(row.settings or {}), row.created_at, row.updated_at
+    )
+
+
+def _session(row: SessionRow) -> SessionRecord:
+    return SessionRecord(
+        row.id, row.name, row.persona_id, row.patient_id, row.created_at, row.updated_at
+    )
+
+
+def _message(row: Row[Any]) -> StoredMessage:
+    return StoredMessage(**row._asdict())
+
+
+def _message_from_row(row: MessageRow) -> StoredMessage:
+    return StoredMessage(
+        id=row.id,
+        session_id=row.session_id,
+        role=row.role,
+        content=row.content,
+        created_at=row.created_at,
+        token_count=row.token_count,
+        status="incomplete" if row.status == "incomplete" else "complete",
+        tool_data=row.tool_data,
+        model=row.model,
+        input_tokens=row.input_tokens,
+        output_tokens=row.output_tokens,
+    )
+
+
+def _summary(row: Row[Any]) -> SummaryRecord:
+    values = row._asdict()
+    values["message_ids"] = tuple(int(i) for i in values["message_ids"] or ())
+    return SummaryRecord(**values)
+
+
+def _summary_from_row(row: Summary) -> SummaryRecord:
+    return SummaryRecord(
+        id=row.id,
+        session_id=row.session_id,
+        content=row.content,
+        first_message_id=row.first_message_id,
+        last_message_id=row.last_message_id,
+        token_count=row.token_count,
+        created_at=row.created_at,
+        message_ids=tuple(row.message_ids),
+        model=row.model,
+    )
