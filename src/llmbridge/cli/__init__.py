@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from llmbridge import __version__
+from llmbridge.cli.agent import agent
 from llmbridge.cli.models import models
+from llmbridge.cli.profile import profile
 from llmbridge.cli.serve import serve
 
 __all__ = ["cli", "main"]
@@ -19,6 +21,8 @@ def cli() -> None:
 
 cli.add_command(serve)
 cli.add_command(models)
+cli.add_command(profile)
+cli.add_command(agent)
 
 
 def main() -> None:

@@ -28,13 +28,31 @@ from llmbridge.backends.http import HTTPTransport
 from llmbridge.core.errors import BackendUnavailableError, LLMBridgeError
 from llmbridge.dialects.framing import aiter_sse
 
-__all__ = ["EventHub", "session_of"]
+__all__ = ["EventHub", "id_time_ms", "session_of"]
 
 log = logging.getLogger("llmbridge.opencode")
 
 Event = dict[str, Any]
 _SEEN_IDS = 4096
 _MAX_PAUSE = 2.0
+
+
+def id_time_ms(identifier: str, now_ms: float) -> float | None:
+    """When OpenCode made ``identifier`` (``evt_``, ``msg_``, ``prt_``...), in Unix ms.
+
+    OpenCode's ascending ids start with 12 hex digits holding ``ms * 4096 + counter``
+    truncated to 48 bits: the low 36 bits of the millisecond clock, which ``now_ms``
+    (any time within two years after) completes. ``None`` for another format.
+    """
+    _, sep, rest = identifier.partition("_")
+    try:
+        value = int(rest[:12], 16)
+    except ValueError:
+        return None
+    if not sep or len(rest) < 12:
+        return None
+    low = value >> 12
+    return float(now_ms - ((int(now_ms) - low) % (1 << 36)))
 
 
 def session_of(event: Event) -> str | None:

@@ -238,7 +238,9 @@ class OpenCodeServer:
                 "`npm install -g opencode-ai@1.18.33`, set the backend's `command` to the "
                 "binary, or connect to a running server with --opencode-url"
             )
-        return found
+        # Absolute: the server runs in its own working directory, where a relative
+        # path (tests/e2e/node_modules/.bin/opencode) would not resolve.
+        return os.path.abspath(found)
 
     def _environment(self, home: Path, settings: SpawnSettings) -> dict[str, str]:
         inherited = os.environ if settings.environment is None else settings.environment

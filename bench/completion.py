@@ -1,0 +1,164 @@
+"""How soon the profiler knows an OpenCode turn is over: events versus polling.
+
+The pinned ``opencode serve`` answers from the fast scripted model server
+(``fast_backend.py``). For each prompt, the lag is the time from OpenCode emitting
+the turn's terminal event (``session.status`` idle; its ``evt_`` id carries
+OpenCode's millisecond clock) to the moment the client knows the turn is over, on
+the same machine clock:
+
+- ``events``: the profiler's OpenCode provider (``llmbridge.profiler.opencode``):
+  ``prompt_async``, then ``session.status`` idle / ``session.idle`` on the shared
+  ``/event`` stream;
+- ``polling``: the approach seed 004 replaces (ghx, the seed 000 adapter): ``GET
+  /session/{id}/message`` every 300 ms until the last assistant message has finished.
+
+Target (issue 7): at most 20 ms at p50 for events, against polling's +-300 ms.
+Run: ``.venv/bin/python bench/completion.py [--prompts 30]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from fast_backend import DEFAULT_MODEL
+from http_clients import make_client
+from llmbridge.backends.opencode.events import id_time_ms
+from llmbridge.profiler.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.types import ProviderConfig
+from processes import Server, free_port, log, wait_ready
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"
+TARGET_MS = 20.0
+POLL_SECONDS = 0.3
+
+
+async def events_lags(provider: OpenCodeSessionProvider, prompts: int) -> list[float]:
+    provider.completion_lag_ms.clear()
+    for i in range(prompts):
+        handle = await provider.create_session(
+            system_instructions=None, scenario_id="bench", iteration=i
+        )
+        await provider.prompt(handle, "Say hello.", 60)
+        await provider.destroy_session(handle)
+    return list(provider.completion_lag_ms)
+
+
+def _terminal_event(queue: asyncio.Queue[dict[str, Any] | None]) -> str | None:
+    """The id of the event that ended the turn, among those received so far."""
+    while not queue.empty():
+        event = queue.get_nowait()
+        if event is None:
+            return None
+        props = event.get("properties") or {}
+        idle = event.get("type") == "session.status" and props["status"]["type"] == "idle"
+        if idle or event.get("type") == "session.idle":
+            return str(event["id"])
+    return None
+
+
+async def polling_lags(provider: OpenCodeSessionProvider, prompts: int) -> list[float]:
+    """Poll like ghx; the turn's terminal event (seen on the side, not used to detect)
+    is the reference point, as for the events path."""
+    assert provider.server is not None and provider.server.url is not None
+    assert provider._hub is not None
+    url, headers = provider.server.url, provider.server.headers
+    model = {"providerID": "fast", "modelID": DEFAULT_MODEL}
+    lags = []
+    async with aiohttp.ClientSession(base_url=url + "/", headers=headers) as http:
+        for _ in range(prompts):
+            async with http.post("session", json={"title": "bench"}) as r:
+                sid = (await r.json())["id"]
+            body = {"model": model, "parts": [{"type": "text", "text": "Say hello."}]}
+            with provider._hub.subscribe(sid) as queue:
+                async with http.post(f"session/{sid}/prompt_async", json=body) as r:
+                    r.raise_for_status()
+                while True:
+                    await asyncio.sleep(POLL_SECONDS)
+                    async with http.get(f"session/{sid}/message") as r:
+                        messages: list[dict[str, Any]] = await r.json()
+                    info = messages[-1]["info"] if messages else {}
+                    if info.get("role") == "assistant" and info.get("finish"):
+                        detected = time.time() * 1000
+                        break
+                await asyncio.sleep(0.05)  # let the terminal event arrive
+                terminal = _terminal_event(queue)
+            emitted = id_time_ms(terminal, detected) if terminal else None
+            if emitted is not None:
+                lags.append(detected - emitted)
+            async with http.delete(f"session/{sid}") as r:
+                r.raise_for_status()
+    return lags
+
+
+def _row(name: str, lags: list[float]) -> str:
+    ordered = sorted(lags)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return (
+        f"{name:<10} {len(lags):>4} {statistics.median(lags):>9.1f} {p95:>9.1f} "
+        f"{max(lags):>9.1f} {statistics.fmean(lags):>9.1f}"
+    )
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    if not args.opencode.exists():
+        log(f"{args.opencode} is missing: run `make test` (it installs the pinned OpenCode)")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="bench-completion-") as tmp:
+        port = free_port()
+        model = Server.start(
+            "model",
+            port,
+            [sys.executable, str(BENCH_DIR / "fast_backend.py"), "--port", str(port)],
+            Path(tmp),
+        )
+        provider = OpenCodeSessionProvider(command=str(args.opencode))
+        try:
+            probe = make_client("aiohttp")
+            try:
+                await wait_ready(probe, model, "/v1/models")
+            finally:
+                await probe.aclose()
+            endpoint = {"url": f"http://127.0.0.1:{port}/v1"}
+            await provider.init(
+                ProviderConfig(model=f"fast/{DEFAULT_MODEL}", options={"endpoint": endpoint})
+            )
+            await events_lags(provider, 3)  # warm-up: plugins load on the first prompt
+            events = await events_lags(provider, args.prompts)
+            log(f"events: p50 {statistics.median(events):.1f} ms")
+            polling = await polling_lags(provider, max(5, args.prompts // 3))
+            log(f"polling: p50 {statistics.median(polling):.1f} ms")
+        finally:
+            await provider.shutdown()
+            model.stop()
+    print(f"{'detection':<10} {'n':>4} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'mean ms':>9}")
+    print(_row("events", events))
+    print(_row("polling", polling))
+    p50 = statistics.median(events)
+    verdict = "met" if p50 <= TARGET_MS else "MISSED"
+    print(f"\nevents p50 {p50:.1f} ms; target <= {TARGET_MS:g} ms: {verdict}")
+    if args.json:
+        args.json.write_text(json.dumps({"events_ms": events, "polling_ms": polling}, indent=2))
+    return 0 if p50 <= TARGET_MS else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--prompts", type=int, default=30, help="measured prompts (events)")
+    parser.add_argument("--opencode", type=Path, default=DEFAULT_OPENCODE, help="the binary")
+    parser.add_argument("--json", type=Path, help="also write the lags here")
+    return asyncio.run(main_async(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

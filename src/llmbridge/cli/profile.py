@@ -1,0 +1,113 @@
+"""``llmbridge profile run``: run a scenarios file and write traces, metrics and reports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import click
+
+__all__ = ["profile"]
+
+
+@click.group()
+def profile() -> None:
+    """Profile agent sessions: scenarios in, traces, metrics and reports out."""
+
+
+@profile.command("run")
+@click.argument("scenarios", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--provider",
+    type=click.Choice(["opencode", "agent"]),
+    default="opencode",
+    show_default=True,
+    help="What runs the sessions: an OpenCode server, or llmbridge's agent service.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("profile-out"),
+    show_default=True,
+    help="Directory for traces.jsonl, summary.json, report.md and report.html.",
+)
+@click.option("--iterations", type=click.IntRange(min=1), help="Override the file's iterations.")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    help="Override the file's models (repeatable): PROVIDER/MODEL for OpenCode, a gateway "
+    "model name for the agent service.",
+)
+@click.option("--opencode-command", default="opencode", show_default=True, help="The binary.")
+@click.option("--gateway-url", help="agent provider: the llmbridge gateway serving the models.")
+@click.option(
+    "--otlp-endpoint",
+    help="Also send the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318/v1/traces).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar and no table.")
+def run(
+    scenarios: Path,
+    provider: str,
+    out: Path,
+    iterations: int | None,
+    models: tuple[str, ...],
+    opencode_command: str,
+    gateway_url: str | None,
+    otlp_endpoint: str | None,
+    quiet: bool,
+) -> None:
+    """Run SCENARIOS (YAML) across its models, modes and iterations."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from llmbridge.profiler.report import html_report, markdown_report, print_summary
+    from llmbridge.profiler.runner import run_scenarios
+    from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
+    from llmbridge.profiler.setup import configs_for, make_provider
+
+    try:
+        spec = load_scenarios(scenarios)
+    except ScenarioFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if iterations is not None:
+        spec = spec.model_copy(update={"iterations": iterations})
+    if models:
+        spec = spec.model_copy(update={"models": models})
+    session_provider = make_provider(
+        provider, spec, opencode_command=opencode_command, gateway_url=gateway_url
+    )
+    configs = configs_for(provider, spec)
+    total = len(configs) * len(spec.scenarios) * spec.iterations
+    console = Console(stderr=True, quiet=quiet)
+    with Progress(console=console, disable=quiet) as bar:
+        task = bar.add_task(f"profiling with {provider}", total=total)
+
+        def advance(line: str) -> None:
+            bar.update(task, advance=1, description=line)
+
+        try:
+            result = asyncio.run(
+                run_scenarios(spec, session_provider, configs, out, progress=advance)
+            )
+        except Exception as exc:  # the CLI reports failures, never a traceback
+            raise click.ClickException(f"the run failed: {exc}") from exc
+    (out / "report.md").write_text(markdown_report(result.summary, result.records), "utf-8")
+    (out / "report.html").write_text(html_report(result.summary, result.records), "utf-8")
+    if otlp_endpoint:
+        from llmbridge.profiler.otel import export_otlp
+
+        spans = [s for r in result.records for s in r.spans]
+        try:
+            sent = export_otlp(spans, otlp_endpoint)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from exc
+        console.print(f"sent {sent} spans to {otlp_endpoint}")
+    if not quiet:
+        print_summary(result.summary, Console())
+    passed = sum(r.passed for r in result.records)
+    click.echo(
+        json.dumps({"out": str(out), "iterations": len(result.records), "passed": passed}),
+        err=quiet,
+    )

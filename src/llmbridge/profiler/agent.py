@@ -1,0 +1,337 @@
+"""The agent-service ``SessionProvider``: the same scenarios, run on ``llmbridge.agent``.
+
+The agent service runs in process, over its own store (a temporary SQLite file
+unless the scenarios file names a database) and the gateway's model pipeline
+(``agent.llm.ModelGateway``): by default the zero-configuration gateway (the
+embedded model), or, with ``gateway_url``, a running llmbridge reached as an
+OpenAI-compatible backend. Every session uses the scenarios file's persona.
+
+The trace is recorded live from ``run_agent_stream``'s events, with this process's
+clock: a ``turn_boundary`` when a prompt starts and when the model answers after a
+tool round, ``tool_call`` / ``tool_result`` (or ``error``) per tool, one
+``text_output`` per round's text. The agent reports a prompt's token usage as a
+whole, so it sits on the prompt's first turn boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmbridge.backends.base import Backend
+from llmbridge.core.errors import LLMBridgeError
+from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
+from llmbridge.profiler.trace import build_summary, group_turns
+from llmbridge.profiler.types import (
+    CompletionReason,
+    CostMetrics,
+    PromptMetrics,
+    PromptResult,
+    ProviderConfig,
+    SessionHandle,
+    SessionTrace,
+    TimingMetrics,
+    TokenMetrics,
+    ToolCallRecord,
+    TraceEvent,
+    TraceEventType,
+)
+
+__all__ = ["AgentSessionProvider"]
+
+
+def _now_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass
+class _Recorder:
+    """A session's trace, built from the agent's events as they happen."""
+
+    events: list[TraceEvent] = field(default_factory=list)
+    turn: int = -1
+
+    def boundary(self, tokens: TokenMetrics | None = None) -> None:
+        self.turn += 1
+        self.events.append(TraceEvent("turn_boundary", self.turn, _now_ms(), tokens=tokens))
+
+    def close_turn(self, tokens: TokenMetrics | None) -> None:
+        """Give the last boundary its duration (and the prompt's tokens, if first)."""
+        index = next(
+            i for i in range(len(self.events) - 1, -1, -1) if self.events[i].type == "turn_boundary"
+        )
+        old = self.events[index]
+        assert old.timestamp_ms is not None
+        self.events[index] = TraceEvent(
+            "turn_boundary",
+            old.turn,
+            old.timestamp_ms,
+            _now_ms() - old.timestamp_ms,
+            status=old.status,
+            tokens=tokens if tokens is not None else old.tokens,
+        )
+
+
+class AgentSessionProvider:
+    id = "agent"
+
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        gateway_url: str | None = None,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.gateway_url = gateway_url
+        self.prices = dict(prices or {})
+        self.config: ProviderConfig | None = None
+        self._service: Any = None
+        self._backends: dict[str, Backend] = {}
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._persona_id: str | None = None
+        self._recorders: dict[str, _Recorder] = {}
+        self._system: dict[str, str | None] = {}
+
+    async def init(self, config: ProviderConfig) -> None:
+        self.config = config
+        if self._service is not None:
+            return
+        from llmbridge.agent.llm import ModelGateway
+        from llmbridge.agent.service import AgentService
+        from llmbridge.agent.store.repository import AgentStore
+        from llmbridge.gateway.app import build_backend
+        from llmbridge.gateway.config import GatewayConfig
+        from llmbridge.gateway.router import ModelRouter
+
+        raw: dict[str, Any] = {}
+        if self.gateway_url:
+            url = self.gateway_url.rstrip("/") + "/v1"
+            raw = {"backends": {"gateway": {"type": "openai", "url": url}}}
+        gateway = GatewayConfig.model_validate(raw)
+        self._backends = {n: build_backend(n, c) for n, c in gateway.backends.items()}
+        for backend in self._backends.values():
+            try:
+                await backend.start()
+            except LLMBridgeError as exc:
+                raise ProviderError(f"backend {backend.name} did not start: {exc.message}") from exc
+        database = self.settings.database
+        if database is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="llmbridge-profile-agent-")
+            database = str(Path(self._tmp.name) / "agent.db")
+        store = await AgentStore.open(database)
+        persona = dict(self.settings.persona or {})
+        self._persona_id = "profiler"
+        await store.put_persona(
+            self._persona_id,
+            name=str(persona.get("name", "profiler")),
+            prompt=str(persona.get("prompt", "")),
+            settings=dict(persona.get("settings") or {}),
+        )
+        self._service = AgentService(store, ModelGateway(ModelRouter(gateway, self._backends)))
+
+    async def shutdown(self) -> None:
+        if self._service is not None:
+            await self._service.store.close()
+            self._service = None
+        for backend in self._backends.values():
+            await backend.aclose()
+        self._backends = {}
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    async def create_session(
+        self, *, system_instructions: str | None, scenario_id: str, iteration: int
+    ) -> SessionHandle:
+        if self._service is None:
+            raise ProviderError("init() first")
+        record = await self._service.store.create_session(
+            f"profile-{uuid.uuid4().hex[:12]}",
+            name=f"{scenario_id} #{iteration}",
+            persona_id=self._persona_id,
+        )
+        self._recorders[record.id] = _Recorder()
+        self._system[record.id] = system_instructions
+        return SessionHandle(record.id, self.id, time.time(), scenario_id, iteration)
+
+    async def prompt(
+        self,
+        handle: SessionHandle,
+        text: str,
+        timeout: float,  # noqa: ASYNC109 - seed 004's signature
+    ) -> PromptResult:
+        from llmbridge.agent.service import (
+            AgentDelta,
+            AgentDone,
+            AgentRequest,
+            AgentToolCall,
+            AgentToolResult,
+        )
+
+        if self._service is None or self.config is None:
+            raise ProviderError("init() first")
+        recorder = self._recorders[handle.session_id]
+        request = AgentRequest(
+            input=text,
+            model=self.config.model,
+            session_id=handle.session_id,
+            system_prompt=self._system.get(handle.session_id) or "",
+        )
+        started = time.perf_counter()
+        first: float | None = None
+        pieces: list[str] = []
+        calls: dict[str, tuple[str, float]] = {}
+        records: list[ToolCallRecord] = []
+        tokens = TokenMetrics()
+        timed_out, error = False, None
+        first_boundary = len(recorder.events)
+        recorder.boundary()
+        after_tools = False
+        try:
+            async with asyncio.timeout(timeout):
+                stream = self._service.run_agent_stream(request)
+                async with aclosing(stream) as events:
+                    async for event in events:
+                        if isinstance(event, AgentDelta | AgentToolCall) and after_tools:
+                            recorder.close_turn(None)
+                            recorder.boundary()
+                            after_tools = False
+                        if isinstance(event, AgentDelta):
+                            first = first if first is not None else time.perf_counter()
+                            pieces.append(event.text)
+                            self._text(recorder, event.text)
+                        elif isinstance(event, AgentToolCall):
+                            calls[event.id] = (event.name, time.perf_counter())
+                            recorder.events.append(
+                                TraceEvent(
+                                    "tool_call",
+                                    recorder.turn,
+                                    _now_ms(),
+                                    tool=event.name,
+                                    call_id=event.id,
+                                    status="called",
+                                    arguments=event.arguments,
+                                )
+                            )
+                        elif isinstance(event, AgentToolResult):
+                            records.append(self._tool_result(recorder, event, calls))
+                            after_tools = True
+                        elif isinstance(event, AgentDone):
+                            usage = event.usage
+                            tokens = TokenMetrics(
+                                input=usage.input_tokens or 0,
+                                output=usage.output_tokens or 0,
+                                cache_read=usage.cache_read_input_tokens or 0,
+                                cache_write=usage.cache_creation_input_tokens or 0,
+                            )
+        except TimeoutError:
+            timed_out = True
+        except LLMBridgeError as exc:
+            error = exc.message
+        total = (time.perf_counter() - started) * 1000
+        recorder.close_turn(None)
+        # The agent reports the prompt's usage whole: it goes on the first boundary.
+        self._set_tokens(recorder, first_boundary, tokens)
+        if timed_out:
+            recorder.events.append(
+                TraceEvent("error", recorder.turn, _now_ms(), error=f"timeout after {timeout:g} s")
+            )
+        elif error:
+            recorder.events.append(TraceEvent("error", recorder.turn, _now_ms(), error=error))
+        reason: CompletionReason = "timeout" if timed_out else "error" if error else "stop"
+        price = self.prices.get(self.config.model)
+        result = PromptResult(
+            text="".join(pieces),
+            metrics=PromptMetrics(
+                tokens=tokens,
+                timing=TimingMetrics(
+                    ttft_ms=None if first is None else (first - started) * 1000,
+                    total_ms=total,
+                    tools_ms=_tool_times(records),
+                ),
+                tool_calls=tuple(records),
+                cost=cost_of(tokens, price) if price is not None else CostMetrics(),
+            ),
+            completion_reason=reason,
+            error=error,
+        )
+        if timed_out:
+            raise PromptTimeoutError(f"the prompt did not finish within {timeout:g} s", result)
+        return result
+
+    def _text(self, recorder: _Recorder, text: str) -> None:
+        last = recorder.events[-1]
+        if last.type == "text_output" and last.turn == recorder.turn:
+            recorder.events[-1] = TraceEvent(
+                "text_output", last.turn, last.timestamp_ms, text=(last.text or "") + text
+            )
+        else:
+            recorder.events.append(TraceEvent("text_output", recorder.turn, _now_ms(), text=text))
+
+    def _tool_result(
+        self, recorder: _Recorder, event: Any, calls: dict[str, tuple[str, float]]
+    ) -> ToolCallRecord:
+        name, began = calls.get(event.id, (event.name, time.perf_counter()))
+        took = (time.perf_counter() - began) * 1000
+        kind: TraceEventType = "error" if event.is_error else "tool_result"
+        recorder.events.append(
+            TraceEvent(
+                kind,
+                recorder.turn,
+                _now_ms(),
+                duration_ms=took,
+                text=None if event.is_error else event.content,
+                tool=name,
+                call_id=event.id,
+                status="error" if event.is_error else "completed",
+                error=event.content if event.is_error else None,
+            )
+        )
+        return ToolCallRecord(
+            name=name,
+            call_id=event.id,
+            status="error" if event.is_error else "completed",
+            duration_ms=took,
+            error=event.content if event.is_error else None,
+        )
+
+    def _set_tokens(self, recorder: _Recorder, index: int, tokens: TokenMetrics) -> None:
+        old = recorder.events[index]
+        recorder.events[index] = TraceEvent(
+            "turn_boundary",
+            old.turn,
+            old.timestamp_ms,
+            old.duration_ms,
+            status=old.status,
+            tokens=tokens,
+        )
+
+    async def export_session(self, handle: SessionHandle) -> SessionTrace:
+        recorder = self._recorders.get(handle.session_id)
+        if recorder is None:
+            raise ProviderError(f"unknown session {handle.session_id}")
+        events = tuple(recorder.events)
+        turns = group_turns(events)
+        return SessionTrace(handle.session_id, events, turns, build_summary(events, turns))
+
+    async def destroy_session(self, handle: SessionHandle) -> None:
+        self._recorders.pop(handle.session_id, None)
+        self._system.pop(handle.session_id, None)
+        if self._service is not None:
+            await self._service.store.delete_session(handle.session_id)
+
+
+def _tool_times(records: list[ToolCallRecord]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for record in records:
+        out[record.name] = out.get(record.name, 0.0) + (record.duration_ms or 0.0)
+    return out

@@ -1,0 +1,230 @@
+"""The eval runner: scenarios x iterations x modes x models, recorded and summarised.
+
+For each (model, mode) group the provider is initialised once; each iteration of each
+scenario gets a fresh session, its prompts in order (a timeout or a provider failure
+ends the iteration, recorded as such), the session's exported trace, its checks, and
+is destroyed. Every iteration is one line of ``traces.jsonl`` (the prompt results,
+the checks, the trace and its OpenTelemetry spans), written as it finishes, so an
+interrupted run keeps what it measured. ``summary.json`` holds, per scenario, model
+and mode: the pass rate, mean +- standard error and p50 / p95 of the duration and the
+tokens, time to first token, cost, and the completion reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmbridge.profiler.otel import trace_spans
+from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
+from llmbridge.profiler.scenarios import CheckResult, Scenario, ScenarioFile, evaluate
+from llmbridge.profiler.trace import check_invariants
+from llmbridge.profiler.types import PromptResult, ProviderConfig
+
+__all__ = ["IterationRecord", "RunResult", "run_scenarios", "summarise"]
+
+
+@dataclass
+class IterationRecord:
+    scenario: str
+    model: str
+    mode: str
+    iteration: int
+    session_id: str
+    prompts: list[PromptResult]
+    checks: list[CheckResult]
+    passed: bool
+    error: str | None = None
+    trace: dict[str, Any] | None = None
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    invariant_problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "model": self.model,
+            "mode": self.mode,
+            "iteration": self.iteration,
+            "session_id": self.session_id,
+            "passed": self.passed,
+            "error": self.error,
+            "prompts": [_result_json(r) for r in self.prompts],
+            "checks": [c.model_dump() for c in self.checks],
+            "trace": self.trace,
+            "invariant_problems": self.invariant_problems,
+            "spans": self.spans,
+        }
+
+
+def _result_json(result: PromptResult) -> dict[str, Any]:
+    m = result.metrics
+    return {
+        "text": result.text,
+        "completion_reason": result.completion_reason,
+        "error": result.error,
+        "tokens": m.tokens.to_dict(),
+        "timing": asdict(m.timing),
+        "tool_calls": [asdict(c) for c in m.tool_calls],
+        "cost": asdict(m.cost),
+    }
+
+
+@dataclass
+class RunResult:
+    records: list[IterationRecord]
+    summary: list[dict[str, Any]]
+
+
+Progress = Callable[[str], None]
+"""Called after each iteration with a one-line description (the progress bar)."""
+
+
+async def _run_iteration(
+    provider: SessionProvider,
+    scenario: Scenario,
+    config: ProviderConfig,
+    iteration: int,
+    default_timeout: float,
+) -> IterationRecord:
+    results: list[PromptResult] = []
+    error: str | None = None
+    handle = await provider.create_session(
+        system_instructions=scenario.system, scenario_id=scenario.id, iteration=iteration
+    )
+    try:
+        for text in scenario.turns:
+            try:
+                results.append(
+                    await provider.prompt(handle, text, scenario.timeout or default_timeout)
+                )
+            except PromptTimeoutError as exc:
+                results.append(exc.result)
+                error = str(exc)
+                break
+        trace = await provider.export_session(handle)
+    except ProviderError as exc:
+        error = error or str(exc)
+        trace = None
+    finally:
+        try:
+            await provider.destroy_session(handle)
+        except ProviderError as exc:
+            error = error or f"could not destroy the session: {exc}"
+    checks = evaluate(scenario.checks, results)
+    completed = bool(results) and all(r.completion_reason in ("stop", "length") for r in results)
+    return IterationRecord(
+        scenario=scenario.id,
+        model=config.model,
+        mode=config.mode,
+        iteration=iteration,
+        session_id=handle.session_id,
+        prompts=results,
+        checks=checks,
+        passed=error is None and completed and all(c.passed for c in checks),
+        error=error or next((r.error for r in results if r.error), None),
+        trace=trace.to_dict() if trace is not None else None,
+        spans=trace_spans(trace, config, provider.id) if trace is not None else [],
+        invariant_problems=check_invariants(trace) if trace is not None else [],
+    )
+
+
+async def run_scenarios(
+    spec: ScenarioFile,
+    provider: SessionProvider,
+    configs: Sequence[ProviderConfig],
+    out: Path,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Run every scenario for each config (one per model and mode), writing
+    ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end."""
+    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
+    records: list[IterationRecord] = []
+    with (out / "traces.jsonl").open("w", encoding="utf-8") as sink:
+        try:
+            for config in configs:
+                await provider.init(config)
+                for scenario in spec.scenarios:
+                    for iteration in range(spec.iterations):
+                        record = await _run_iteration(
+                            provider, scenario, config, iteration, spec.timeout
+                        )
+                        records.append(record)
+                        sink.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+                        sink.flush()
+                        if progress is not None:
+                            verdict = "pass" if record.passed else "FAIL"
+                            progress(f"{scenario.id} [{config.model} {config.mode}] {verdict}")
+        finally:
+            await provider.shutdown()
+    summary = summarise(records)
+    await asyncio.to_thread(
+        (out / "summary.json").write_text, json.dumps(summary, indent=2), encoding="utf-8"
+    )
+    return RunResult(records, summary)
+
+
+# -- statistics ---------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def describe(values: list[float]) -> dict[str, float | None]:
+    """Mean, its standard error, p50 and p95 (``None`` where there are no values)."""
+    if not values:
+        return {"mean": None, "stderr": None, "p50": None, "p95": None}
+    stderr = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return {
+        "mean": statistics.fmean(values),
+        "stderr": stderr,
+        "p50": _percentile(values, 0.5),
+        "p95": _percentile(values, 0.95),
+    }
+
+
+def summarise(records: list[IterationRecord]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, str], list[IterationRecord]] = {}
+    for record in records:
+        groups.setdefault((record.scenario, record.model, record.mode), []).append(record)
+    summary = []
+    for (scenario, model, mode), items in groups.items():
+        durations = [sum(r.metrics.timing.total_ms for r in i.prompts) for i in items]
+        tokens = [float(sum(r.metrics.tokens.total for r in i.prompts)) for i in items]
+        ttfts = [
+            i.prompts[0].metrics.timing.ttft_ms
+            for i in items
+            if i.prompts and i.prompts[0].metrics.timing.ttft_ms is not None
+        ]
+        costs = [sum(r.metrics.cost.total_usd for r in i.prompts) for i in items]
+        reasons = Counter(r.completion_reason for i in items for r in i.prompts)
+        summary.append(
+            {
+                "scenario": scenario,
+                "model": model,
+                "mode": mode,
+                "iterations": len(items),
+                "passed": sum(i.passed for i in items),
+                "pass_rate": sum(i.passed for i in items) / len(items),
+                "duration_ms": describe(durations),
+                "tokens": describe(tokens),
+                "ttft_ms": describe([float(t) for t in ttfts if t is not None]),
+                "cost_usd": {"total": sum(costs), "mean": statistics.fmean(costs)},
+                "tool_calls": sum(len(r.metrics.tool_calls) for i in items for r in i.prompts),
+                "completion_reasons": dict(reasons),
+                "invariant_problems": sum(len(i.invariant_problems) for i in items),
+            }
+        )
+    return summary
