@@ -28,6 +28,8 @@ class Canned:
     end_delay: float = 0.0
     """Seconds between the last chunk and the end of the body (the chunked terminator),
     as real servers that flush each event separately produce."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Response headers (``Retry-After``...)."""
 
 
 class FakeUpstream:
@@ -35,6 +37,9 @@ class FakeUpstream:
         self.queue: deque[Canned] = deque()
         self.bodies: list[bytes] = []
         self.peers: list[tuple[str, int]] = []
+        self.healthy = True
+        """What the health probe (``/api/version``) answers."""
+        self.probes = 0
         """(host, port) of the connection each request came on."""
         self.app = Starlette(
             routes=[
@@ -60,9 +65,14 @@ class FakeUpstream:
             if canned.end_delay:
                 await asyncio.sleep(canned.end_delay)
 
-        return StreamingResponse(body(), status_code=canned.status, media_type=canned.media_type)
+        return StreamingResponse(
+            body(), status_code=canned.status, media_type=canned.media_type, headers=canned.headers
+        )
 
     async def _version(self, request: Request) -> Response:
+        self.probes += 1
+        if not self.healthy:
+            return Response(b'{"error":"down"}', status_code=503, media_type="application/json")
         return Response(b'{"version":"0.12.0"}', media_type="application/json")
 
     async def _tags(self, request: Request) -> Response:

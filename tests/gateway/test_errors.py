@@ -105,6 +105,9 @@ def gateway(  # type: ignore[override]
         models=models,
         restrict_models=True,
         server={"max_body_bytes": LIMIT},
+        # These tests pin down how each failure is reported; retries and the circuit
+        # breaker (tests/gateway/test_resilience.py) would turn repeated ones into others.
+        resilience={"retries": 0, "breaker_failures": 0},
     ) as server:
         yield server
 

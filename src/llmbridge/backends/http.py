@@ -12,6 +12,7 @@ connection ``BackendError`` (502), and an error status from the backend
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +31,13 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
 )
 
-__all__ = ["HTTPSettings", "HTTPTransport", "error_message", "map_transport_errors"]
+__all__ = [
+    "HTTPSettings",
+    "HTTPTransport",
+    "error_message",
+    "map_transport_errors",
+    "parse_retry_after",
+]
 
 _MAX_ERROR_BODY = 64 * 1024
 _JSON_HEADERS = {"content-type": "application/json"}
@@ -101,7 +108,24 @@ async def _raise_for_status(response: aiohttp.ClientResponse, backend: str) -> N
         backend_status=response.status,
         backend=backend,
         body=body,
+        retry_after=parse_retry_after(response.headers.get("Retry-After")),
     )
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 class HTTPTransport:

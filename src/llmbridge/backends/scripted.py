@@ -77,6 +77,8 @@ class ScriptedBackend(Backend):
         self.queue: deque[Script] = deque()
         self.requests: list[ChatRequest] = []
         self.cancelled = 0
+        self.cancelled_at: list[float] = []
+        """``time.monotonic()`` of each cancellation (how fast a hang-up reaches us)."""
         self.completed = 0
         self._embeds = can_embed_vectors
         self.capabilities = capabilities
@@ -99,6 +101,7 @@ class ScriptedBackend(Backend):
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled += 1
+            self.cancelled_at.append(time.monotonic())
             raise
 
     async def _play(

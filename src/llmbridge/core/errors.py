@@ -143,6 +143,9 @@ class BackendError(LLMBridgeError):
 
     Attributes:
         backend: the configured name of the backend, when known.
+        retry_after: seconds the backend (or the gateway's circuit breaker) asks
+            callers to wait before trying again, when it said; sent on as
+            ``Retry-After``.
     """
 
     default_status = 502
@@ -154,9 +157,11 @@ class BackendError(LLMBridgeError):
         backend: str | None = None,
         status_code: int | None = None,
         code: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, status_code=status_code, code=code)
         self.backend = backend
+        self.retry_after = retry_after
 
 
 class BackendUnavailableError(BackendError):
@@ -203,8 +208,14 @@ class BackendHTTPError(BackendError):
         backend_status: int,
         backend: str | None = None,
         body: Any = None,
+        retry_after: float | None = None,
     ) -> None:
-        super().__init__(message, backend=backend, status_code=_map_backend_status(backend_status))
+        super().__init__(
+            message,
+            backend=backend,
+            status_code=_map_backend_status(backend_status),
+            retry_after=retry_after,
+        )
         self.backend_status = backend_status
         self.body = body
 

@@ -26,6 +26,18 @@ backend and serves any model name. Example file::
     restrict_models: false            # true: unknown names get a 404 instead
     thinking: drop                    # or strict: thinking for a model that cannot think is a 400
     tokenizer: words                  # or backend: exact counts where the backend can tokenize
+    resilience:                       # before the first byte only (gateway/resilience.py)
+      retries: 1                      # transient failures (refused, 429, 5xx) per backend
+      backoff_ms: 100
+      max_retry_after_s: 5            # a longer Retry-After is passed to the client
+      breaker_failures: 5             # failures in a row that open a backend's circuit
+      breaker_reset_s: 30             # then probe it with its health check
+    default_fallbacks: [{backend: local}]   # for names the default backend serves;
+                                      # routes take `fallbacks: [{backend, model}]` too
+    agent:                            # the agent service (/agent/..., `llmbridge agent`)
+      database: "postgresql://llmbridge@127.0.0.1/agent"   # or a SQLite path; --db, LLMBRIDGE_DB
+      model: qwen3                    # for turns that name no model
+      history_budget: 3000            # tokens of conversation history per turn
 """
 
 from __future__ import annotations
@@ -37,12 +49,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
+    "AgentConfig",
     "BackendConfig",
     "ConfigError",
+    "FallbackTarget",
     "FamilyTarget",
     "GatewayConfig",
     "ModelRoute",
     "OpenCodeBackendConfig",
+    "ResilienceConfig",
     "ServerConfig",
     "load_config",
 ]
@@ -164,6 +179,30 @@ BackendConfig = Annotated[
 ]
 
 
+class FallbackTarget(_Strict):
+    """Where a request goes when its backend fails before answering (resilience.py)."""
+
+    backend: str
+    model: str | None = None
+    """The fallback backend's model name; ``None`` passes the requested name on."""
+
+
+class ResilienceConfig(_Strict):
+    """Retries, fallbacks and circuit breaking (gateway/resilience.py)."""
+
+    retries: int = Field(1, ge=0, le=5)
+    """Retries on the same backend of a transient failure before the first byte."""
+    backoff_ms: float = Field(100.0, ge=0)
+    """The first retry's pause, doubled for each further one."""
+    max_retry_after_s: float = Field(5.0, ge=0)
+    """A backend's ``Retry-After`` up to this long is waited out; a longer one ends
+    the request with that ``Retry-After``."""
+    breaker_failures: int = Field(5, ge=0)
+    """Failures in a row that open a backend's circuit (0: no breaker)."""
+    breaker_reset_s: float = Field(30.0, gt=0)
+    """How long an open circuit skips its backend before probing it."""
+
+
 class ModelRoute(_Strict):
     name: str
     """A public model name, or a glob pattern such as ``claude-*``."""
@@ -177,6 +216,8 @@ class ModelRoute(_Strict):
     """Override the backend's report of whether this model can call tools."""
     max_tokens: int | None = Field(None, gt=0)
     """The most output tokens to ask of this model; larger requests are clamped."""
+    fallbacks: tuple[FallbackTarget, ...] = ()
+    """Tried in order when this route's backend fails before answering."""
 
 
 class FamilyTarget(_Strict):
@@ -186,6 +227,24 @@ class FamilyTarget(_Strict):
 
 
 CLAUDE_FAMILIES = ("haiku", "sonnet", "opus")
+
+
+class AgentConfig(_Strict):
+    """The agent service (docs/AGENT.md): its database and defaults for its turns."""
+
+    enabled: bool = True
+    """Serve ``/agent/...`` (the database is opened when the gateway starts)."""
+    database: str | None = None
+    """A SQLite path or ``postgresql://`` URL; ``None``: ``$LLMBRIDGE_DB``, else
+    ``$XDG_DATA_HOME/llmbridge/agent.db`` (``--db`` sets it)."""
+    model: str | None = None
+    """The model of turns that name none; ``None``: the default backend's model."""
+    history_budget: int = Field(3000, ge=0)
+    """Tokens of conversation history (pins, summaries, messages) sent per turn."""
+    summary_model: str | None = None
+    """Summarise long sessions in the background with this model (``None``: off)."""
+    web_search: bool | None = None
+    """Offer the ``web_search`` tool (Tavily); ``None``: when ``TAVILY_API_KEY`` is set."""
 
 
 def _default_backends() -> dict[str, BackendConfig]:
@@ -209,6 +268,10 @@ class GatewayConfig(_Strict):
     """What to do with thinking for a model that cannot think (features/thinking.py)."""
     tokenizer: Literal["words", "backend"] = "words"
     """How count_tokens counts: seed 001's word rule, or the backend's tokenizer."""
+    resilience: ResilienceConfig = ResilienceConfig()
+    default_fallbacks: tuple[FallbackTarget, ...] = ()
+    """Fallbacks for names the default backend serves (no route matched)."""
+    agent: AgentConfig = AgentConfig()
 
     def routes(self) -> tuple[ModelRoute, ...]:
         """Explicit routes, then one glob route and one exact name per Claude family."""
@@ -238,6 +301,14 @@ class GatewayConfig(_Strict):
                     f"model '{route.name}' names backend '{route.backend}', "
                     f"which is not among the backends: {sorted(self.backends)}"
                 )
+        targets = [(f"model '{r.name}'", fb) for r in self.models for fb in r.fallbacks]
+        targets += [("default_fallbacks", fb) for fb in self.default_fallbacks]
+        for where, fallback in targets:
+            if fallback.backend not in self.backends:
+                raise ValueError(
+                    f"{where} falls back to backend '{fallback.backend}', which is not among "
+                    f"the backends: {sorted(self.backends)}"
+                )
         for family, target in self.claude_families.items():
             backend = target.backend if isinstance(target, FamilyTarget) else None
             if backend is not None and backend not in self.backends:
@@ -266,7 +337,8 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
 
     ``overrides`` may hold ``server`` fields (host, port, api_keys, max_body_bytes),
     ``ollama_url``, ``openai_url`` and ``openai_key``: the URL shortcuts make that
-    server the default backend, serving models under their own names.
+    server the default backend, serving models under their own names; ``db`` sets
+    ``agent.database``.
     """
     raw: dict[str, Any] = {}
     if path is not None:
@@ -310,6 +382,11 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
     if server:
         raw["server"] = server
+    if overrides.get("db"):
+        agent = raw.get("agent") or {}
+        if not isinstance(agent, dict):
+            raise ConfigError("'agent' must be a mapping of agent settings")
+        raw["agent"] = {**agent, "database": overrides["db"]}
     _apply_opencode_overrides(raw, overrides)
     shortcuts: tuple[tuple[str, str | None, str | None], ...] = (
         ("ollama", overrides.get("ollama_url"), None),

@@ -66,12 +66,30 @@ class GatewayMetrics:
             ("endpoint",),
             registry=self.registry,
         )
+        self.retries = Counter(
+            "llmbridge_backend_retries",
+            "Requests sent again to a backend after a transient failure, before any output.",
+            ("backend",),
+            registry=self.registry,
+        )
+        self.fallbacks = Counter(
+            "llmbridge_fallbacks",
+            "Replies served by a fallback backend, by that backend.",
+            ("backend",),
+            registry=self.registry,
+        )
         self.tokens = Counter(
             "llmbridge_tokens",
             "Tokens processed, by direction (input or output).",
             ("backend", "model", "direction"),
             registry=self.registry,
         )
+
+    def retry(self, backend: str) -> None:
+        self.retries.labels(backend).inc()
+
+    def fallback(self, backend: str) -> None:
+        self.fallbacks.labels(backend).inc()
 
     def bound(self, endpoint: str, backend: str, model: str) -> BoundMetrics:
         """The metrics of one (endpoint, backend, model), labelled once and reused:

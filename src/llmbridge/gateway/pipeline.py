@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -21,7 +22,12 @@ from starlette.responses import Response
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
-from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
+from llmbridge.core.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendTimeoutError,
+    LLMBridgeError,
+)
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
@@ -36,11 +42,14 @@ from llmbridge.gateway.config import ModelRoute
 from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
+from llmbridge.gateway.resilience import CircuitBreaker, is_transient
 from llmbridge.gateway.router import ModelRouter, Resolved
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
 __all__ = ["ChatCodec", "chat_endpoint", "serve_chat"]
+
+Events = AsyncIterator[StreamEvent]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -114,6 +123,8 @@ async def _guarded(
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
+FALLBACK_HEADER = "x-llmbridge-fallback"
+"""Set when a fallback served the reply: ``backend/model``."""
 
 
 def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute | None) -> bool:
@@ -167,6 +178,122 @@ async def prepare(
     return chat, headers
 
 
+def _backend_events(resolved: Resolved, prepared: ChatRequest, emulated: bool) -> Events:
+    # Every dialect's output gets healed tool arguments (features/tool_healing.py); the
+    # wrapper costs one isinstance check per event.
+    backend = resolved.backend
+    source = emulate_tool_calls(backend.chat, prepared) if emulated else backend.chat(prepared)
+    return heal_tool_calls(source, prepared.tools)
+
+
+class _Opener:
+    """Gets a reply's first event, retrying and falling back while nothing has been
+    sent to the client (gateway/resilience.py). ``events`` is then the live stream."""
+
+    __slots__ = ("changed", "chat", "events", "first_prepared", "resolved", "router", "state")
+
+    def __init__(
+        self,
+        state: GatewayState,
+        chat: ChatRequest,
+        resolved: Resolved,
+        prepared: ChatRequest,
+        changed: dict[str, str],
+    ) -> None:
+        self.state, self.router, self.chat = state, state.router, chat
+        self.resolved, self.first_prepared, self.changed = resolved, prepared, changed
+        self.events = _backend_events(resolved, prepared, changed.get(TOOLS_HEADER) == "emulated")
+
+    async def first(self) -> StreamEvent:
+        breaker = self.router.breakers[self.resolved.backend.name]
+        error: LLMBridgeError
+        if breaker.state == "closed":  # the fast path: nothing to probe, no fallback yet
+            try:
+                return await self._try_first(breaker)
+            except LLMBridgeError as exc:
+                if not is_transient(exc):
+                    raise
+                error = exc
+            event = await self._retry(self.resolved, breaker, error)
+            if event is not None:
+                return event
+        elif await breaker.admit():
+            outcome = await self._attempts(self.resolved, self.first_prepared, self.changed)
+            if not isinstance(outcome, LLMBridgeError):
+                return outcome
+            error = outcome
+        else:
+            error = breaker.open_error()
+        for target in self.router.fallbacks(self.resolved):
+            fallback_breaker = self.router.breakers[target.backend.name]
+            if not await fallback_breaker.admit():
+                error = fallback_breaker.open_error()
+                continue
+            prepared, changed = await prepare(
+                self.chat, target, self.router, self.state.config.thinking
+            )
+            outcome = await self._attempts(target, prepared, changed)
+            if isinstance(outcome, LLMBridgeError):
+                error = outcome
+                continue
+            self.changed[FALLBACK_HEADER] = f"{target.backend.name}/{target.backend_model}"
+            self.state.metrics.fallback(target.backend.name)
+            return outcome
+        raise error
+
+    async def _try_first(self, breaker: CircuitBreaker) -> StreamEvent:
+        try:
+            first = await _first_event(self.events)
+            if isinstance(first, StreamError):
+                raise first.error
+        except LLMBridgeError as exc:
+            await _close(self.events)
+            breaker.failure(exc)
+            raise
+        breaker.success()
+        return first
+
+    async def _retry(
+        self, target: Resolved, breaker: CircuitBreaker, error: LLMBridgeError
+    ) -> StreamEvent | None:
+        """Retries after a first failure on ``target``; ``None`` when they all fail."""
+        emulated = self.changed.get(TOOLS_HEADER) == "emulated"
+        if isinstance(error, BackendTimeoutError):
+            return None  # it already took the whole deadline: try the next target instead
+        for attempt in range(1, self.router.retry.retries + 1):
+            delay = self.router.retry.delay(attempt, error)
+            if delay is None or breaker.state == "open":
+                return None
+            self.state.metrics.retry(target.backend.name)
+            await asyncio.sleep(delay)
+            self.events = _backend_events(target, self.first_prepared, emulated)
+            try:
+                return await self._try_first(breaker)
+            except LLMBridgeError as exc:
+                if not is_transient(exc):
+                    raise
+                if isinstance(exc, BackendTimeoutError):
+                    return None
+                error = exc
+        return None
+
+    async def _attempts(
+        self, target: Resolved, prepared: ChatRequest, changed: dict[str, str]
+    ) -> StreamEvent | LLMBridgeError:
+        """The first event from ``target`` with its retries, or the last error."""
+        breaker = self.router.breakers[target.backend.name]
+        self.changed = changed
+        self.first_prepared = prepared
+        self.events = _backend_events(target, prepared, changed.get(TOOLS_HEADER) == "emulated")
+        try:
+            return await self._try_first(breaker)
+        except LLMBridgeError as exc:
+            if not is_transient(exc):
+                raise
+            retried = await self._retry(target, breaker, exc)
+            return exc if retried is None else retried
+
+
 async def serve_chat(
     request: Request,
     chat: ChatRequest,
@@ -175,7 +302,7 @@ async def serve_chat(
     state: GatewayState,
     request_id: str,
 ) -> Response:
-    """Answer ``chat`` from the backend its model name resolves to."""
+    """Answer ``chat`` from the backend its model name resolves to (or a fallback)."""
     headers = {"request-id": request_id, "x-request-id": request_id}
     router, metrics = state.router, state.metrics
     try:
@@ -183,21 +310,12 @@ async def serve_chat(
         backend_chat, changed = await prepare(chat, resolved, router, state.config.thinking)
     except LLMBridgeError as exc:
         return error_response(codec.dialect, exc, request_id)
-    headers.update(changed)
     tracker = _Tracker(metrics, codec.endpoint, resolved.backend.name, resolved.backend_model)
-    # Every dialect's output gets healed tool arguments (features/tool_healing.py); the
-    # wrapper costs one isinstance check per event.
-    if changed.get(TOOLS_HEADER) == "emulated":
-        source = emulate_tool_calls(resolved.backend.chat, backend_chat)
-    else:
-        source = resolved.backend.chat(backend_chat)
-    events = heal_tool_calls(source, backend_chat.tools)
+    opener = _Opener(state, chat, resolved, backend_chat, changed)
 
     async def opened() -> StreamEvent:
         """The first event, ready to send; an error before it is raised."""
-        first = await _first_event(events)
-        if isinstance(first, StreamError):
-            raise first.error
+        first = await opener.first()
         tracker.first_event()
         if isinstance(first, ResponseStart):
             tokens = first.input_tokens
@@ -207,7 +325,8 @@ async def serve_chat(
         return first
 
     async def completed() -> ChatResponse:
-        return await _accumulate(_guarded(await opened(), events, tracker))
+        first = await opened()
+        return await _accumulate(_guarded(first, opener.events, tracker))
 
     try:
         if chat.stream:
@@ -216,17 +335,21 @@ async def serve_chat(
             # One disconnect watcher for the whole non-streamed request.
             response = await run_until_disconnect(request.receive, completed())
     except ClientDisconnected:
-        await _close(events)
+        await _close(opener.events)
         tracker.finish(499)
         return Response(status_code=499)
     except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
-        await _close(events)
+        await _close(opener.events)
         error = to_bridge_error(exc)
         if not isinstance(exc, LLMBridgeError) or tracker.status == 200:
             tracker.error(error)
         tracker.finish()
-        return error_response(codec.dialect, error, request_id, headers=changed)
+        failed = dict(opener.changed)
+        if isinstance(error, BackendError) and error.retry_after is not None:
+            failed["retry-after"] = str(math.ceil(error.retry_after))
+        return error_response(codec.dialect, error, request_id, headers=failed)
 
+    headers.update(opener.changed)
     if not chat.stream:
         tracker.finish()
         return Response(
@@ -239,7 +362,7 @@ async def serve_chat(
         tracker.finish(499 if disconnected else None)
 
     return StreamingBody(
-        codec.encode_stream(_guarded(first, events, tracker), chat),
+        codec.encode_stream(_guarded(first, opener.events, tracker), chat),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,

@@ -3,6 +3,8 @@
 Resolution order: an exact route name or alias; then glob routes in file order;
 then the default backend (with ``default_model``, or the requested name passed on);
 with ``restrict_models`` an unmatched name is a ``ModelNotFoundError`` instead.
+The router also holds what serving needs per backend beyond the name: its circuit
+breaker, the retry policy and each route's fallbacks (gateway/resilience.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.config import GatewayConfig, ModelRoute
+from llmbridge.gateway.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["ModelRouter", "Resolved"]
 
@@ -52,6 +55,15 @@ class ModelRouter:
                 self._exact.setdefault(route.name, route)
             for alias in route.aliases:
                 self._exact.setdefault(alias, route)
+        resilience = config.resilience
+        self.retry = RetryPolicy(
+            resilience.retries, resilience.backoff_ms, resilience.max_retry_after_s
+        )
+        self.breakers = {
+            name: CircuitBreaker(b, resilience.breaker_failures, resilience.breaker_reset_s)
+            for name, b in backends.items()
+        }
+        self._default_fallbacks = config.default_fallbacks
         default_name = config.resolved_default_backend()
         self.default_backend = backends.get(default_name) if default_name else None
         self._info: dict[tuple[str, str], tuple[ModelInfo | None, float]] = {}
@@ -71,6 +83,12 @@ class ModelRouter:
         if self.default_backend is None or self.restrict:
             raise ModelNotFoundError(name)
         return Resolved(name, self.default_backend, self.default_model or name)
+
+    def fallbacks(self, resolved: Resolved) -> list[Resolved]:
+        """Where ``resolved`` falls back to, in order (gateway/resilience.py)."""
+        targets = resolved.route.fallbacks if resolved.route else self._default_fallbacks
+        name = resolved.public_name
+        return [Resolved(name, self.backends[t.backend], t.model or name) for t in targets]
 
     async def list_models(self) -> list[ModelInfo]:
         """Every model served: explicit routes first, then the default backend's own list.

@@ -1,4 +1,4 @@
-"""The root (Ollama's liveness probe), /health and /metrics."""
+"""The root (Ollama's liveness probe), /health, /metrics and /openapi.json."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from llmbridge import __version__
 from llmbridge.backends.base import Backend, BackendHealth
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
+from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_json
 from llmbridge.gateway.state import state_of
 
 __all__ = ["routes"]
@@ -45,6 +46,7 @@ async def health(request: Request) -> Response:
             "ok": result.ok,
             "detail": result.detail,
             "latency_ms": None if result.latency_ms is None else round(result.latency_ms, 2),
+            "circuit": state.router.breakers[name].state,
         }
         for name, result in zip(names, results, strict=True)
     }
@@ -62,8 +64,14 @@ async def metrics(request: Request) -> Response:
     return Response(state_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
+async def openapi(request: Request) -> Response:
+    """The gateway's OpenAPI description (gateway/openapi.py); behind the API key."""
+    return Response(openapi_json(), media_type="application/json")
+
+
 routes = [
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route(OPENAPI_PATH, openapi, methods=["GET"]),
 ]
