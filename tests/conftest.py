@@ -50,6 +50,19 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Gateways open the agent store at start: keep its default SQLite file (under
+    ``$XDG_DATA_HOME``) out of the user's home during tests."""
+    saved = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data-home"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = saved
+
+
 class RunningServer:
     """A uvicorn server running ``app`` in a background thread on 127.0.0.1."""
 

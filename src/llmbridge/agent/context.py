@@ -34,6 +34,8 @@ class ContextRequest:
     """The patient the session is about, when it says so."""
     budget: int = 800
     """The most tokens (gateway counter) the provider's block may take."""
+    owner: str | None = None
+    """Whose turn it is (``store.access``): a provider shows only what they may see."""
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 

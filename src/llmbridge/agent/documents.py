@@ -14,6 +14,9 @@ a database switch changes no result.
 - **Ranking.** Okapi BM25 (``k1 = 1.2``, ``b = 0.75``) over chunks, with the
   statistics (chunk count, average length, document frequencies) read from the
   index at query time, so adding a document needs no re-indexing of the others.
+- **Owners.** Every read and write takes the caller's ``owner`` (``store.access``):
+  a key searches and lists its own documents and the shared ones, and changes only
+  its own; ``None`` (auth off, the CLI) is unscoped.
 - **Context.** ``document_context`` gives the best passages within a token budget,
   labelled with their document's title; documents named explicitly (the seed's
   ``fileIds``) are searched alone, and when nothing in them matches, their opening
@@ -27,17 +30,20 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Row, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmbridge.agent.store import AgentStore
+from llmbridge.agent.store import AgentStore, NotFoundError
+from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.agent.store.models import Document, DocumentChunk, DocumentTerm, utcnow
 from llmbridge.features.token_count import count_text_tokens
 
 __all__ = [
     "CHUNK_TOKENS",
     "DocumentHit",
+    "DocumentRecord",
     "DocumentStore",
     "chunk_text",
     "terms",
@@ -130,6 +136,29 @@ class DocumentHit:
     score: float
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentRecord:
+    """A stored document (``content`` is ``None`` in listings)."""
+
+    id: int
+    title: str
+    source: str | None
+    token_count: int
+    created_at: datetime
+    owner: str | None
+    content: str | None = None
+
+
+_INFO_COLUMNS = (
+    Document.id,
+    Document.title,
+    Document.source,
+    Document.token_count,
+    Document.created_at,
+    Document.owner,
+)
+
+
 class DocumentStore:
     """Documents in the agent store, with keyword search (module docstring)."""
 
@@ -143,9 +172,9 @@ class DocumentStore:
         *,
         source: str | None = None,
         chunk_tokens: int = CHUNK_TOKENS,
+        owner: str | None = None,
     ) -> int:
         """Store and index a document; returns its id."""
-        chunks = chunk_text(content, chunk_tokens)
         async with self.store.writing() as db:
             document = Document(
                 title=title,
@@ -153,35 +182,76 @@ class DocumentStore:
                 content=content,
                 token_count=count_text_tokens(content),
                 created_at=utcnow(),
+                owner=owner,
             )
             db.add(document)
             await db.flush()
-            rows = []
-            for ordinal, passage in enumerate(chunks):
-                counted = Counter(terms(passage))
-                chunk = DocumentChunk(
-                    document_id=document.id,
-                    ordinal=ordinal,
-                    content=passage,
-                    token_count=count_text_tokens(passage),
-                    term_count=sum(counted.values()),
-                )
-                rows.append((chunk, counted))
-            db.add_all([chunk for chunk, _ in rows])
-            await db.flush()
-            db.add_all(
-                [
-                    DocumentTerm(term=term, chunk_id=chunk.id, tf=tf)
-                    for chunk, counted in rows
-                    for term, tf in counted.items()
-                ]
-            )
+            await _index(db, document.id, content, chunk_tokens)
             return document.id
 
-    async def delete(self, document_id: int) -> bool:
+    async def update(
+        self,
+        document_id: int,
+        *,
+        owner: str | None = None,
+        title: str | None = None,
+        content: str | None = None,
+        source: str | None = None,
+        chunk_tokens: int = CHUNK_TOKENS,
+    ) -> DocumentRecord:
+        """Change a document ``owner`` may write; new ``content`` is indexed again
+        (in the same transaction, so a search never sees it half indexed)."""
         async with self.store.writing() as db:
-            result = await db.execute(delete(Document).where(Document.id == document_id))
-            return bool(getattr(result, "rowcount", 0))
+            document = await db.get(Document, document_id)
+            if document is None or not sees(document.owner, owner, shared=True):
+                raise NotFoundError(f"no document {document_id}")
+            check_writable(document.owner, owner, f"document {document_id}")
+            if title is not None:
+                document.title = title
+            if source is not None:
+                document.source = source
+            if content is not None:
+                document.content = content
+                document.token_count = count_text_tokens(content)
+                # The chunks' terms go with them (ON DELETE CASCADE).
+                await db.execute(
+                    delete(DocumentChunk).where(DocumentChunk.document_id == document_id)
+                )
+                await _index(db, document_id, content, chunk_tokens)
+            await db.flush()
+            return _record(document)
+
+    async def get(self, document_id: int, *, owner: str | None = None) -> DocumentRecord | None:
+        """The document with its content, if ``owner`` may see it."""
+        async with self.store.reading() as db:
+            document = await db.get(Document, document_id)
+            if document is None or not sees(document.owner, owner, shared=True):
+                return None
+            return _record(document)
+
+    async def documents(
+        self, *, owner: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[DocumentRecord]:
+        """The documents ``owner`` may see, oldest first, without their content."""
+        query = (
+            select(*_INFO_COLUMNS)
+            .where(visible_to(Document.owner, owner))
+            .order_by(Document.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        async with self.store.reading() as db:
+            return [DocumentRecord(*row) for row in (await db.execute(query)).all()]
+
+    async def delete(self, document_id: int, *, owner: str | None = None) -> bool:
+        """Delete a document ``owner`` may write; ``False`` when it is not there."""
+        async with self.store.writing() as db:
+            document = await db.get(Document, document_id)
+            if document is None or not sees(document.owner, owner, shared=True):
+                return False
+            check_writable(document.owner, owner, f"document {document_id}")
+            await db.execute(delete(Document).where(Document.id == document_id))
+            return True
 
     async def list_documents(self) -> list[tuple[int, str, int]]:
         """``(id, title, token_count)`` of every document, oldest first."""
@@ -190,19 +260,28 @@ class DocumentStore:
             return [(int(i), str(t), int(n)) for i, t, n in (await db.execute(query)).all()]
 
     async def search(
-        self, query: str, *, limit: int = 5, document_ids: Sequence[int] | None = None
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        document_ids: Sequence[int] | None = None,
+        owner: str | None = None,
     ) -> list[DocumentHit]:
-        """The best ``limit`` passages for ``query`` by BM25, best first."""
+        """The best ``limit`` passages for ``query`` by BM25, best first, among the
+        documents ``owner`` may see."""
         wanted = list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
         if not wanted or limit <= 0:
             return []
         chunks = select(DocumentChunk.id)
+        stats = select(func.count(DocumentChunk.id), func.avg(DocumentChunk.term_count))
         if document_ids is not None:
             chunks = chunks.where(DocumentChunk.document_id.in_(list(document_ids)))
+            stats = stats.where(DocumentChunk.document_id.in_(list(document_ids)))
+        if owner is not None:
+            mine = select(Document.id).where(visible_to(Document.owner, owner))
+            chunks = chunks.where(DocumentChunk.document_id.in_(mine.scalar_subquery()))
+            stats = stats.where(DocumentChunk.document_id.in_(mine.scalar_subquery()))
         async with self.store.reading() as db:
-            stats = select(func.count(DocumentChunk.id), func.avg(DocumentChunk.term_count))
-            if document_ids is not None:
-                stats = stats.where(DocumentChunk.document_id.in_(list(document_ids)))
             total, average = (await db.execute(stats)).one()
             if not total:
                 return []
@@ -225,12 +304,16 @@ class DocumentStore:
                 return []
             return await self._hits(db, dict(best))
 
-    async def opening(self, document_ids: Sequence[int], limit: int) -> list[DocumentHit]:
-        """The first passages of the given documents, in order."""
+    async def opening(
+        self, document_ids: Sequence[int], limit: int, *, owner: str | None = None
+    ) -> list[DocumentHit]:
+        """The first passages of the given documents (those ``owner`` may see), in order."""
         async with self.store.reading() as db:
             query = (
                 select(DocumentChunk.id)
+                .join(Document, Document.id == DocumentChunk.document_id)
                 .where(DocumentChunk.document_id.in_(list(document_ids)))
+                .where(visible_to(Document.owner, owner))
                 .order_by(DocumentChunk.document_id, DocumentChunk.ordinal)
                 .limit(limit)
             )
@@ -264,12 +347,13 @@ class DocumentStore:
         budget: int = 1000,
         document_ids: Sequence[int] | None = None,
         limit: int = 8,
+        owner: str | None = None,
     ) -> str:
         """The passages for ``query`` as a system-prompt section within ``budget``
-        tokens, or ``""`` when there are none."""
-        hits = await self.search(query, limit=limit, document_ids=document_ids)
+        tokens, or ``""`` when there are none (only ``owner``'s and shared documents)."""
+        hits = await self.search(query, limit=limit, document_ids=document_ids, owner=owner)
         if not hits and document_ids:
-            hits = await self.opening(document_ids, limit)
+            hits = await self.opening(document_ids, limit, owner=owner)
         header = "Reference documents (use them where they answer the question):"
         used = count_text_tokens(header)
         sections: list[str] = []
@@ -281,6 +365,42 @@ class DocumentStore:
             used += cost
             sections.append(section)
         return "\n\n".join([header, *sections]) if sections else ""
+
+
+async def _index(db: AsyncSession, document_id: int, content: str, chunk_tokens: int) -> None:
+    """Split ``content`` into chunks and index their terms (inside ``db``'s transaction)."""
+    rows = []
+    for ordinal, passage in enumerate(chunk_text(content, chunk_tokens)):
+        counted = Counter(terms(passage))
+        chunk = DocumentChunk(
+            document_id=document_id,
+            ordinal=ordinal,
+            content=passage,
+            token_count=count_text_tokens(passage),
+            term_count=sum(counted.values()),
+        )
+        rows.append((chunk, counted))
+    db.add_all([chunk for chunk, _ in rows])
+    await db.flush()
+    db.add_all(
+        [
+            DocumentTerm(term=term, chunk_id=chunk.id, tf=tf)
+            for chunk, counted in rows
+            for term, tf in counted.items()
+        ]
+    )
+
+
+def _record(document: Document) -> DocumentRecord:
+    return DocumentRecord(
+        document.id,
+        document.title,
+        document.source,
+        document.token_count,
+        document.created_at,
+        document.owner,
+        document.content,
+    )
 
 
 def _bm25(

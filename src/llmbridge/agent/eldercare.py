@@ -1,7 +1,11 @@
 """The eldercare domain: its records, and the context provider that picks from them.
 
 ``EldercareRecords`` writes and reads patients, caregivers, medications (with their
-schedules and side effects), vitals and appointments.
+schedules and side effects), vitals and appointments: the typed ``add_*`` helpers,
+and the field-mapping CRUD the HTTP API uses (``create_patient`` ... ,
+``create_record(kind, ...)`` ...), scoped by ``owner`` (``store.access``): a key sees
+its own patients and the shared ones, changes only its own, and a patient's records
+follow the patient. The provider sees the patients of the turn's owner only.
 
 ``EldercareProvider`` is the seed's ``EldercareContextService``: for each input it
 chooses the patient (the session's patient; else patients named in the input; else
@@ -18,16 +22,20 @@ first. Every query is bounded by the patient and a ``LIMIT``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any, cast
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmbridge.agent.context import ContextRequest
-from llmbridge.agent.store import AgentStore
+from llmbridge.agent.store import AgentStore, NotFoundError
+from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.agent.store.models import (
     Appointment,
+    Base,
     Caregiver,
     Medication,
     Patient,
@@ -36,7 +44,26 @@ from llmbridge.agent.store.models import (
 )
 from llmbridge.features.token_count import count_text_tokens
 
-__all__ = ["EldercareProvider", "EldercareRecords"]
+__all__ = ["RECORD_KINDS", "EldercareProvider", "EldercareRecords"]
+
+PatientRecordRow = Caregiver | Medication | Vital | Appointment
+
+RECORD_KINDS: dict[str, type[PatientRecordRow]] = {
+    "caregivers": Caregiver,
+    "medications": Medication,
+    "vitals": Vital,
+    "appointments": Appointment,
+}
+"""A patient's records by their API name."""
+
+_ORDER: dict[str, tuple[Any, ...]] = {
+    "caregivers": (Caregiver.is_primary.desc(), Caregiver.id),
+    "medications": (Medication.id,),
+    "vitals": (Vital.measured_at.desc(), Vital.id.desc()),
+    "appointments": (Appointment.scheduled_at, Appointment.id),
+}
+_FIXED = frozenset({"id", "patient_id", "owner", "created_at"})
+"""Columns that no caller sets through the field-mapping CRUD."""
 
 
 def _vocabulary(words: str) -> frozenset[str]:
@@ -100,6 +127,7 @@ class EldercareRecords:
         conditions: Sequence[str] = (),
         allergies: Sequence[str] = (),
         notes: str = "",
+        owner: str | None = None,
     ) -> int:
         row = Patient(
             name=name,
@@ -108,6 +136,7 @@ class EldercareRecords:
             allergies=list(allergies),
             notes=notes,
             created_at=utcnow(),
+            owner=owner,
         )
         async with self.store.writing() as db:
             db.add(row)
@@ -207,6 +236,177 @@ class EldercareRecords:
             db.add(row)
         return row.id
 
+    # -- CRUD by field mappings (the HTTP API; fields are validated by the caller) ----
+
+    async def patients(
+        self, *, owner: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The patients ``owner`` may see, oldest first."""
+        query = (
+            select(Patient)
+            .where(visible_to(Patient.owner, owner))
+            .order_by(Patient.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        async with self.store.reading() as db:
+            return [_fields(row) for row in await db.scalars(query)]
+
+    async def patient(self, patient_id: int, *, owner: str | None = None) -> dict[str, Any]:
+        async with self.store.reading() as db:
+            return _fields(await _patient(db, patient_id, owner))
+
+    async def create_patient(
+        self, fields: Mapping[str, Any], *, owner: str | None = None
+    ) -> dict[str, Any]:
+        row = Patient(**_settable(Patient, fields), created_at=utcnow(), owner=owner)
+        async with self.store.writing() as db:
+            db.add(row)
+            await db.flush()
+            return _fields(row)
+
+    async def update_patient(
+        self, patient_id: int, fields: Mapping[str, Any], *, owner: str | None = None
+    ) -> dict[str, Any]:
+        async with self.store.writing() as db:
+            row = await _patient(db, patient_id, owner, write=True)
+            for name, value in _settable(Patient, fields).items():
+                setattr(row, name, value)
+            await db.flush()
+            return _fields(row)
+
+    async def delete_patient(self, patient_id: int, *, owner: str | None = None) -> None:
+        """Delete a patient with all their records (sessions about them keep going)."""
+        async with self.store.writing() as db:
+            row = await _patient(db, patient_id, owner, write=True)
+            await db.delete(row)
+
+    async def records(
+        self,
+        kind: str,
+        patient_id: int,
+        *,
+        owner: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """A patient's records of ``kind`` (vitals newest first, appointments by date)."""
+        model = _kind(kind)
+        async with self.store.reading() as db:
+            await _patient(db, patient_id, owner)
+            query = (
+                select(model)
+                .where(model.patient_id == patient_id)
+                .order_by(*_ORDER[kind])
+                .limit(limit)
+                .offset(offset)
+            )
+            return [_fields(row) for row in await db.scalars(query)]
+
+    async def record(
+        self, kind: str, patient_id: int, record_id: int, *, owner: str | None = None
+    ) -> dict[str, Any]:
+        async with self.store.reading() as db:
+            return _fields(await _record(db, kind, patient_id, record_id, owner))
+
+    async def create_record(
+        self,
+        kind: str,
+        patient_id: int,
+        fields: Mapping[str, Any],
+        *,
+        owner: str | None = None,
+    ) -> dict[str, Any]:
+        model = _kind(kind)
+        values = _settable(model, fields)
+        if model is Vital and values.get("measured_at") is None:
+            values["measured_at"] = utcnow()
+        async with self.store.writing() as db:
+            await _patient(db, patient_id, owner, write=True)
+            row = model(**values, patient_id=patient_id)
+            db.add(row)
+            await db.flush()
+            return _fields(row)
+
+    async def update_record(
+        self,
+        kind: str,
+        patient_id: int,
+        record_id: int,
+        fields: Mapping[str, Any],
+        *,
+        owner: str | None = None,
+    ) -> dict[str, Any]:
+        model = _kind(kind)
+        async with self.store.writing() as db:
+            row = await _record(db, kind, patient_id, record_id, owner, write=True)
+            for name, value in _settable(model, fields).items():
+                setattr(row, name, value)
+            await db.flush()
+            return _fields(row)
+
+    async def delete_record(
+        self, kind: str, patient_id: int, record_id: int, *, owner: str | None = None
+    ) -> None:
+        async with self.store.writing() as db:
+            row = await _record(db, kind, patient_id, record_id, owner, write=True)
+            await db.delete(row)
+
+
+def _kind(kind: str) -> type[PatientRecordRow]:
+    model = RECORD_KINDS.get(kind)
+    if model is None:
+        raise NotFoundError(f"no kind of patient record {kind!r}: one of {sorted(RECORD_KINDS)}")
+    return model
+
+
+def _settable(model: type[Base], fields: Mapping[str, Any]) -> dict[str, Any]:
+    columns = {c.key for c in model.__table__.columns} - _FIXED
+    unknown = set(fields) - columns
+    if unknown:
+        raise ValueError(f"{model.__tablename__} have no field(s) {sorted(unknown)}")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
+def _fields(row: Base) -> dict[str, Any]:
+    """A row as a plain mapping of its columns (timestamps in UTC, as stored, also
+    for a row just written from a naive value)."""
+    fields = {c.key: getattr(row, c.key) for c in row.__table__.columns}
+    for name, value in fields.items():
+        if isinstance(value, datetime):
+            fields[name] = (
+                value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+            )
+    return fields
+
+
+async def _patient(
+    db: AsyncSession, patient_id: int, owner: str | None, *, write: bool = False
+) -> Patient:
+    row = await db.get(Patient, patient_id)
+    if row is None or not sees(row.owner, owner, shared=True):
+        raise NotFoundError(f"no patient {patient_id}")
+    if write:
+        check_writable(row.owner, owner, f"patient {patient_id}")
+    return row
+
+
+async def _record(
+    db: AsyncSession,
+    kind: str,
+    patient_id: int,
+    record_id: int,
+    owner: str | None,
+    *,
+    write: bool = False,
+) -> PatientRecordRow:
+    model = _kind(kind)
+    await _patient(db, patient_id, owner, write=write)
+    row = cast(PatientRecordRow | None, await db.get(model, record_id))
+    if row is None or row.patient_id != patient_id:
+        raise NotFoundError(f"no {kind} record {record_id} for patient {patient_id}")
+    return row
+
 
 @dataclass(frozen=True, slots=True)
 class _Topics:
@@ -250,8 +450,17 @@ class EldercareProvider:
         async with self.store.reading() as db:
             if request.patient_id is not None:
                 found = await db.get(Patient, request.patient_id)
-                return [found] if found is not None else []
-            everyone = list(await db.scalars(select(Patient).order_by(Patient.id).limit(1000)))
+                if found is None or not sees(found.owner, request.owner, shared=True):
+                    return []
+                return [found]
+            everyone = list(
+                await db.scalars(
+                    select(Patient)
+                    .where(visible_to(Patient.owner, request.owner))
+                    .order_by(Patient.id)
+                    .limit(1000)
+                )
+            )
         named = [p for p in everyone if _words(p.name) & words - {"dr", "mr", "mrs", "ms"}]
         if named:
             return named[: self.max_patients]

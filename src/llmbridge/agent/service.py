@@ -1,5 +1,10 @@
 """The agent service: ``run_agent``, ``run_agent_stream`` and ``list_sessions``
-(seed 002's ``agentService``), generalised and made transactional.
+(seed 002's ``agentService``), generalised and made transactional, plus the
+owner-scoped operations the HTTP API and the CLI need (personas, sessions, messages,
+pins, summaries; documents and eldercare records are ``DocumentStore`` and
+``EldercareRecords``). ``owner`` is the caller's API key identity, ``None`` when
+unscoped (``store.access`` has the rules); a turn runs with its request's owner and
+sees only that owner's session, personas, documents and patients.
 
 A turn:
 
@@ -40,12 +45,23 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from sqlalchemy.exc import IntegrityError
+
 from llmbridge.agent.context import ContextProvider, ContextRequest, gather_context
 from llmbridge.agent.documents import DocumentStore
+from llmbridge.agent.eldercare import EldercareRecords
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
 from llmbridge.agent.prompt import build_system_prompt
 from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
-from llmbridge.agent.store import AgentStore, NotFoundError, PersonaRecord, SessionRecord
+from llmbridge.agent.store import (
+    AgentStore,
+    NotFoundError,
+    PersonaRecord,
+    PinRecord,
+    SessionRecord,
+    StoredMessage,
+    SummaryRecord,
+)
 from llmbridge.agent.tools import ToolRegistry
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.events import PartDelta, StreamEvent, TextDelta
@@ -100,6 +116,8 @@ class AgentRequest:
     tools: bool = True
     history_budget: int | None = None
     """Tokens for the history context (default: the memory config's, 3000)."""
+    owner: str | None = None
+    """The caller's API key identity (``store.access``); ``None``: unscoped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,9 +247,153 @@ class AgentService:
         self.document_budget = document_budget
         self.context_budget = context_budget
 
-    async def list_sessions(self, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
-        """Sessions, newest first."""
-        return await self.store.list_sessions(limit, offset)
+    # -- personas ---------------------------------------------------------------------
+
+    async def create_persona(
+        self,
+        *,
+        name: str,
+        prompt: str = "",
+        settings: AgentSettings | None = None,
+        persona_id: str | None = None,
+        owner: str | None = None,
+    ) -> PersonaRecord:
+        """A new persona (``ConflictError`` when ``persona_id`` is taken)."""
+        return await self.store.create_persona(
+            persona_id,
+            name=name,
+            prompt=prompt,
+            settings=settings.set_values() if settings is not None else {},
+            owner=owner,
+        )
+
+    async def personas(self, *, owner: str | None = None) -> list[PersonaRecord]:
+        return await self.store.list_personas(owner=owner)
+
+    async def persona(self, persona_id: str, *, owner: str | None = None) -> PersonaRecord:
+        found = await self.store.get_persona(persona_id, owner=owner)
+        if found is None:
+            raise NotFoundError(f"no persona {persona_id!r}")
+        return found
+
+    async def update_persona(
+        self,
+        persona_id: str,
+        *,
+        owner: str | None = None,
+        name: str | None = None,
+        prompt: str | None = None,
+        settings: AgentSettings | None = None,
+    ) -> PersonaRecord:
+        return await self.store.update_persona(
+            persona_id,
+            owner=owner,
+            name=name,
+            prompt=prompt,
+            settings=settings.set_values() if settings is not None else None,
+        )
+
+    async def delete_persona(self, persona_id: str, *, owner: str | None = None) -> None:
+        if not await self.store.delete_persona(persona_id, owner=owner):
+            raise NotFoundError(f"no persona {persona_id!r}")
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        name: str = "",
+        persona_id: str | None = None,
+        patient_id: int | None = None,
+        owner: str | None = None,
+    ) -> SessionRecord:
+        """A new session of ``owner``'s, with a persona and a patient it may see."""
+        await self._check_references(persona_id, patient_id, owner)
+        try:
+            return await self.store.create_session(
+                name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
+            )
+        except IntegrityError as exc:  # the persona or patient was deleted meanwhile
+            raise NotFoundError("the persona or patient was deleted") from exc
+
+    async def session(self, session_id: str, *, owner: str | None = None) -> SessionRecord:
+        """``owner``'s session ``session_id`` (``NotFoundError`` for anyone else's)."""
+        found = await self.store.get_session(session_id, owner=owner)
+        if found is None:
+            raise NotFoundError(f"no session {session_id!r}")
+        return found
+
+    async def update_session(
+        self, session_id: str, *, owner: str | None = None, **fields: Any
+    ) -> SessionRecord:
+        """Set the ``name``, ``persona_id`` or ``patient_id`` of ``owner``'s session."""
+        await self.session(session_id, owner=owner)
+        await self._check_references(fields.get("persona_id"), fields.get("patient_id"), owner)
+        return await self.store.update_session(session_id, owner=owner, **fields)
+
+    async def delete_session(self, session_id: str, *, owner: str | None = None) -> None:
+        if not await self.store.delete_session(session_id, owner=owner):
+            raise NotFoundError(f"no session {session_id!r}")
+
+    async def list_sessions(
+        self, limit: int = 100, offset: int = 0, *, owner: str | None = None
+    ) -> list[SessionRecord]:
+        """Sessions, newest first (``owner``'s only)."""
+        return await self.store.list_sessions(limit, offset, owner=owner)
+
+    async def messages(
+        self,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` messages after ``after_id``, oldest first."""
+        await self.session(session_id, owner=owner)
+        return await self.store.first_messages(session_id, limit, after_id=after_id)
+
+    async def add_pin(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        owner: str | None = None,
+        message_id: int | None = None,
+    ) -> PinRecord:
+        """Pin a fact to ``owner``'s session (optionally the message it came from)."""
+        await self.session(session_id, owner=owner)
+        if message_id is not None and await self.store.get_message(session_id, message_id) is None:
+            raise NotFoundError(f"no message {message_id} in session {session_id!r}")
+        return await self.store.add_pin(session_id, content, message_id=message_id)
+
+    async def pins(
+        self, session_id: str, *, owner: str | None = None, limit: int = 1000
+    ) -> list[PinRecord]:
+        await self.session(session_id, owner=owner)
+        return await self.store.pins(session_id, limit)
+
+    async def delete_pin(self, session_id: str, pin_id: int, *, owner: str | None = None) -> None:
+        await self.session(session_id, owner=owner)
+        if not await self.store.delete_pin(pin_id, session_id=session_id):
+            raise NotFoundError(f"no pin {pin_id} in session {session_id!r}")
+
+    async def summaries(
+        self, session_id: str, *, owner: str | None = None, limit: int = 100
+    ) -> list[SummaryRecord]:
+        """Up to ``limit`` newest summaries, oldest first."""
+        await self.session(session_id, owner=owner)
+        return await self.store.last_summaries(session_id, limit)
+
+    async def _check_references(
+        self, persona_id: str | None, patient_id: int | None, owner: str | None
+    ) -> None:
+        if persona_id is not None:
+            await self.persona(persona_id, owner=owner)
+        if patient_id is not None:
+            await EldercareRecords(self.store).patient(patient_id, owner=owner)
+
+    # -- turns --------------------------------------------------------------------------
 
     async def run_agent(self, request: AgentRequest) -> AgentReply:
         """One turn, answered whole."""
@@ -263,10 +425,10 @@ class AgentService:
     async def run_agent_stream(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         """One turn, streamed (module docstring)."""
         kind = self.models.backend_kind(request.model)  # an unknown model fails here
-        persona = await self._persona(request.persona_id)
+        persona = await self._persona(request.persona_id, request.owner)
         session = await self._session(request)
         if persona is None and session.persona_id:
-            persona = await self._persona(session.persona_id)
+            persona = await self._persona(session.persona_id, None)
         stored_settings = AgentSettings.model_validate(persona.settings) if persona else None
         settings = merge_settings(stored_settings, request.settings)
         params = generation_params(settings, kind)
@@ -301,21 +463,22 @@ class AgentService:
             self.summariser.schedule(session.id)
         yield AgentDone(session.id, message_id, "".join(turn.shown), turn.usage, turn.rounds)
 
-    async def _persona(self, persona_id: str | None) -> PersonaRecord | None:
+    async def _persona(self, persona_id: str | None, owner: str | None) -> PersonaRecord | None:
         if not persona_id:
             return None
-        persona = await self.store.get_persona(persona_id)
+        persona = await self.store.get_persona(persona_id, owner=owner)
         if persona is None:
             raise NotFoundError(f"no persona {persona_id!r}")
         return persona
 
     async def _session(self, request: AgentRequest) -> SessionRecord:
+        name = request.input.strip()[:80]
         if request.session_id is None:
             return await self.store.create_session(
-                name=request.input.strip()[:80], persona_id=request.persona_id
+                name=name, persona_id=request.persona_id, owner=request.owner
             )
         return await self.store.ensure_session(
-            request.session_id, name=request.input.strip()[:80], persona_id=request.persona_id
+            request.session_id, name=name, persona_id=request.persona_id, owner=request.owner
         )
 
     async def _system_prompt(
@@ -324,7 +487,10 @@ class AgentService:
         documents = ""
         if self.documents is not None:
             documents = await self.documents.document_context(
-                request.input, budget=self.document_budget, document_ids=request.document_ids
+                request.input,
+                budget=self.document_budget,
+                document_ids=request.document_ids,
+                owner=request.owner,
             )
         domain = await gather_context(
             self.providers,
@@ -334,6 +500,7 @@ class AgentService:
                 persona_id=request.persona_id or session.persona_id,
                 patient_id=session.patient_id,
                 budget=self.context_budget,
+                owner=request.owner,
             ),
         )
         return build_system_prompt(persona_prompt, documents, domain, request.system_prompt)

@@ -9,13 +9,26 @@ import click
 
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 
-__all__ = ["config_options", "load_from_options"]
+__all__ = ["config_options", "db_option", "load_from_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def db_option(func: F) -> F:
+    """``--db``: the agent database (``agent.database``), with its env var."""
+    option = click.option(
+        "--db",
+        envvar="LLMBRIDGE_DB",
+        metavar="URL",
+        help="Agent database: a SQLite path or a postgresql:// URL "
+        "[env LLMBRIDGE_DB; default ~/.local/share/llmbridge/agent.db].",
+    )
+    return option(func)
+
+
 def config_options(func: F) -> F:
-    """``--config``, the backend URL shortcuts and ``--api-key``, each with its env var."""
+    """``--config``, the backend URL shortcuts, ``--api-key`` and ``--db``, each with its
+    env var."""
     options = [
         click.option(
             "--config",
@@ -91,6 +104,7 @@ def config_options(func: F) -> F:
             help="Require this key from clients (repeatable) [env LLMBRIDGE_API_KEY].",
         ),
     ]
+    func = db_option(func)
     for option in reversed(options):
         func = option(func)
     return func

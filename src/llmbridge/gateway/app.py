@@ -1,11 +1,12 @@
-"""Assemble the ASGI app: backends from configuration, routes, auth, error rendering."""
+"""Assemble the ASGI app: backends from configuration, routes, auth, error rendering,
+and the agent service (``/agent/...``, its database opened in the lifespan)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -22,7 +23,7 @@ from llmbridge.core.errors import (
     NotFoundError,
 )
 from llmbridge.core.models import ModelInfo
-from llmbridge.gateway.auth import OPEN_PATHS, KeyChecker
+from llmbridge.gateway.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
 from llmbridge.gateway.config import (
     BackendConfig,
     GatewayConfig,
@@ -31,8 +32,11 @@ from llmbridge.gateway.config import (
 )
 from llmbridge.gateway.render import dialect_for_path, error_response, new_request_id
 from llmbridge.gateway.router import ModelRouter
-from llmbridge.gateway.routes import anthropic, ollama, openai, system
+from llmbridge.gateway.routes import agent, anthropic, ollama, openai, system
 from llmbridge.gateway.state import GatewayState
+
+if TYPE_CHECKING:
+    from llmbridge.agent.tools import ToolRegistry
 
 __all__ = ["build_backend", "create_app"]
 
@@ -130,6 +134,22 @@ def _build_opencode(name: str, config: OpenCodeBackendConfig, server: ServerConf
     return OpenCodeBackend(name, spawn=spawn, **common)
 
 
+async def _open_agent(state: GatewayState, tools: ToolRegistry | None) -> None:
+    """Migrate and open the agent database. A failure is logged and leaves the rest of
+    the gateway serving; ``/agent/...`` then answers 503 with the reason."""
+    from llmbridge.agent.runtime import AgentRuntime
+
+    config = state.config
+    try:
+        state.agent = await AgentRuntime.open(
+            config.agent, state.router, thinking_policy=config.thinking, tools=tools
+        )
+    except Exception as exc:  # noqa: BLE001 - reported on every /agent request instead
+        # Clients get the kind of failure only: the details may name the database.
+        state.agent_error = type(exc).__name__
+        log.error("the agent service is unavailable: %s: %s", type(exc).__name__, exc)
+
+
 class _AuthMiddleware:
     """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap)."""
 
@@ -140,7 +160,8 @@ class _AuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.keys.enabled and scope["path"] not in OPEN_PATHS:
             try:
-                self.keys.check(Headers(scope=scope))
+                # Which key matched: the caller's identity (the agent API's owner).
+                scope[KEY_IDENTITY] = self.keys.check(Headers(scope=scope))
             except AuthenticationError as exc:
                 response = error_response(dialect_for_path(scope["path"]), exc, new_request_id())
                 await response(scope, receive, send)
@@ -173,9 +194,12 @@ def create_app(
     config: GatewayConfig,
     backends: dict[str, Backend] | None = None,
     on_ready: Callable[[list[ModelInfo]], None] | None = None,
+    *,
+    agent_tools: ToolRegistry | None = None,
 ) -> Starlette:
     """The gateway app. ``backends`` overrides construction from config (tests);
-    ``on_ready`` gets the served models once the backends have started (the banner)."""
+    ``on_ready`` gets the served models once the backends have started (the banner);
+    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``)."""
     if backends is None:
         backends = {
             name: build_backend(name, cfg, config.server) for name, cfg in config.backends.items()
@@ -193,19 +217,28 @@ def create_app(
             except LLMBridgeError as exc:
                 # Keep serving the other backends; /health reports this one as down.
                 log.error("backend %s failed to start: %s", backend.name, exc.message)
+        if config.agent.enabled:
+            await _open_agent(state, agent_tools)
         if on_ready is not None:
             on_ready(await state.router.list_models())
         try:
             yield
         finally:
+            if state.agent is not None:
+                try:
+                    await state.agent.aclose()
+                except Exception:
+                    log.exception("the agent store failed to close")
+                state.agent = None
             for backend in backends.values():
                 try:
                     await backend.aclose()
                 except Exception:
                     log.exception("backend %s failed to close", backend.name)
 
+    agent_routes = agent.routes if config.agent.enabled else []
     app = Starlette(
-        routes=[*system.routes, *ollama.routes, *openai.routes, *anthropic.routes],
+        routes=[*system.routes, *ollama.routes, *openai.routes, *anthropic.routes, *agent_routes],
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         lifespan=lifespan,
     )

@@ -3,34 +3,59 @@
 A key is accepted from ``Authorization: Bearer <key>`` (OpenAI, Ollama clients) or
 ``x-api-key`` (Anthropic clients), compared in constant time against every
 configured key. Keys are never logged.
+
+The key a request matched is its caller's identity: ``key_identity(key)``, a prefix of
+the key's SHA-256 (never the key itself), is put in the ASGI scope by the gateway's
+auth middleware under ``KEY_IDENTITY``; routes read it with ``caller_identity``. The
+agent API stores it as the ``owner`` of what a key creates. With auth off there is
+no identity (``None``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
 
 from llmbridge.core.errors import AuthenticationError
 
-__all__ = ["OPEN_PATHS", "KeyChecker"]
+__all__ = ["KEY_IDENTITY", "OPEN_PATHS", "KeyChecker", "caller_identity", "key_identity"]
 
 OPEN_PATHS = frozenset({"/", "/health"})
 """Liveness probes answer without a key (they reveal nothing but "up")."""
+
+KEY_IDENTITY = "llmbridge.key_identity"
+"""The ASGI scope key holding the identity of the key a request matched."""
+
+
+def key_identity(key: str) -> str:
+    """The stored identity of an API key: the first 32 hex digits (128 bits) of its
+    SHA-256. Enough to tell keys apart; says nothing usable about the key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def caller_identity(connection: HTTPConnection) -> str | None:
+    """The identity of the key the request matched (``None`` with auth off)."""
+    identity = connection.scope.get(KEY_IDENTITY)
+    return identity if isinstance(identity, str) else None
 
 
 class KeyChecker:
     def __init__(self, keys: tuple[str, ...]) -> None:
         self._keys = tuple(k.encode() for k in keys if k)
+        self._identities = tuple(key_identity(k) for k in keys if k)
 
     @property
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def check(self, headers: Headers) -> None:
-        """Raise ``AuthenticationError`` unless the request carries a valid key."""
+    def check(self, headers: Headers) -> str | None:
+        """The identity (``key_identity``) of the key the request carries, ``None``
+        with auth off; ``AuthenticationError`` unless it carries a valid key."""
         if not self._keys:
-            return
+            return None
         presented = headers.get("x-api-key")
         if presented is None:
             auth = headers.get("authorization", "")
@@ -43,8 +68,10 @@ class KeyChecker:
             )
         candidate = presented.encode()
         # Compare against every key so the time taken does not reveal which matched.
-        matched = False
-        for key in self._keys:
-            matched |= hmac.compare_digest(candidate, key)
-        if not matched:
+        matched: str | None = None
+        for key, identity in zip(self._keys, self._identities, strict=True):
+            if hmac.compare_digest(candidate, key):
+                matched = identity
+        if matched is None:
             raise AuthenticationError("invalid API key")
+        return matched

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -12,6 +13,9 @@ from llmbridge.gateway.auth import KeyChecker
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.router import ModelRouter
+
+if TYPE_CHECKING:  # the agent imports the gateway's pipeline, which imports this module
+    from llmbridge.agent.runtime import AgentRuntime
 
 __all__ = ["GatewayState", "state_of"]
 
@@ -24,6 +28,10 @@ class GatewayState:
     keys: KeyChecker
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     started_at: float = field(default_factory=time.time)
+    agent: AgentRuntime | None = None
+    """The agent service, once the lifespan opened its database (``routes/agent.py``)."""
+    agent_error: str | None = None
+    """Why the agent service is not there (its database could not be opened)."""
 
     @property
     def max_body(self) -> int:

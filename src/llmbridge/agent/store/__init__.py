@@ -2,9 +2,11 @@
 
 ``models`` (the tables), ``engine`` (URLs, the engine, SQLite setup), ``migrate``
 (Alembic, in process), ``records`` (the plain values callers get) and
-``repository.AgentStore`` (reads and writes of the conversation tables).
+``repository.AgentStore`` (reads and writes of the conversation tables) and ``access``
+(who may see and change what: the ``owner`` of a row).
 """
 
+from llmbridge.agent.store.access import ConflictError, SharedRecordError
 from llmbridge.agent.store.engine import DB_ENV, default_sqlite_path, make_engine, resolve_url
 from llmbridge.agent.store.migrate import current_revision, head_revision, migrate
 from llmbridge.agent.store.records import (
@@ -20,11 +22,13 @@ from llmbridge.agent.store.repository import AgentStore, NotFoundError
 __all__ = [
     "DB_ENV",
     "AgentStore",
+    "ConflictError",
     "MessageStatus",
     "NotFoundError",
     "PersonaRecord",
     "PinRecord",
     "SessionRecord",
+    "SharedRecordError",
     "StoredMessage",
     "SummaryRecord",
     "current_revision",

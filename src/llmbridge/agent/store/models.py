@@ -9,6 +9,9 @@ their terms in ``document_terms`` (portable keyword search, see ``agent.document
 Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and side
 effects), ``vitals``, ``appointments``.
 
+Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
+that created them; ``store.access`` has the rules).
+
 The schema itself is created and changed only by the migrations in
 ``store/migrations``; a test checks that these models and the migrations agree.
 Timestamps are stored in UTC; ``UTCDateTime`` gives them back timezone-aware on every
@@ -121,12 +124,18 @@ class Persona(Base):
     """Only the settings that were set (``None`` means unset and is not stored)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
+    """The API key that created it (``store.access``); ``None``: shared."""
 
 
 class SessionRow(Base):
     """A conversation."""
 
     __tablename__ = "sessions"
+    __table_args__ = (
+        # A key's sessions, newest first, without reading anyone else's.
+        Index("ix_sessions_owner_created_at", "owner", "created_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), default="")
@@ -139,6 +148,8 @@ class SessionRow(Base):
     """The patient the conversation is about, for the eldercare context provider."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    owner: Mapped[str | None] = mapped_column(String(64), default=None)
+    """The API key that created it (``store.access``): only that key sees it."""
 
 
 class MessageRow(Base):
@@ -217,6 +228,8 @@ class Document(Base):
     content: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
+    """The API key that created it (``store.access``); ``None``: shared."""
 
 
 class DocumentChunk(Base):
@@ -260,6 +273,9 @@ class Patient(Base):
     allergies: Mapped[list[Any]] = mapped_column(JSON, default=list)
     notes: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
+    """The API key that created it (``store.access``); ``None``: shared. A patient's
+    caregivers, medications, vitals and appointments follow the patient."""
 
 
 class Caregiver(Base):

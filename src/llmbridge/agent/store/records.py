@@ -31,6 +31,8 @@ class PersonaRecord:
     """The stored settings (only those that were set); see ``AgentSettings``."""
     created_at: datetime
     updated_at: datetime
+    owner: str | None = None
+    """The hash of the API key that created it; ``None``: shared (``store.access``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ class SessionRecord:
     patient_id: int | None
     created_at: datetime
     updated_at: datetime
+    owner: str | None = None
+    """The hash of the API key that created it (``store.access``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
+from llmbridge.agent.store.access import (
+    ConflictError,
+    check_writable,
+    private_to,
+    sees,
+    visible_to,
+)
 from llmbridge.agent.store.engine import make_engine, write_engine
 from llmbridge.agent.store.migrate import migrate
 from llmbridge.agent.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
@@ -123,6 +130,8 @@ class AgentStore:
             yield conn
 
     # -- personas ---------------------------------------------------------------------
+    # ``owner`` (``store.access``): ``None`` is unscoped; a key sees its own and the
+    # shared personas and changes only its own.
 
     async def put_persona(
         self,
@@ -131,35 +140,114 @@ class AgentStore:
         name: str,
         prompt: str = "",
         settings: dict[str, Any] | None = None,
+        owner: str | None = None,
     ) -> PersonaRecord:
-        """Create or replace a persona. ``settings`` should hold set values only."""
+        """Create or replace a persona. ``settings`` should hold set values only. A
+        replaced persona keeps its owner; ``owner`` may replace only its own."""
         async with self.writing() as db:
             row = await db.get(Persona, persona_id)
             if row is None:
-                row = Persona(id=persona_id, name=name, prompt=prompt, settings=settings or {})
+                row = Persona(
+                    id=persona_id,
+                    name=name,
+                    prompt=prompt,
+                    settings=settings or {},
+                    owner=owner,
+                )
                 db.add(row)
             else:
+                if owner is not None and row.owner not in (owner, None):
+                    raise ConflictError(f"persona id {persona_id!r} is taken")
+                check_writable(row.owner, owner, f"persona {persona_id!r}")
                 row.name, row.prompt, row.settings = name, prompt, settings or {}
                 row.updated_at = utcnow()
             await db.flush()
             return _persona(row)
 
-    async def get_persona(self, persona_id: str) -> PersonaRecord | None:
+    async def create_persona(
+        self,
+        persona_id: str | None = None,
+        *,
+        name: str,
+        prompt: str = "",
+        settings: dict[str, Any] | None = None,
+        owner: str | None = None,
+    ) -> PersonaRecord:
+        """Create a persona (a new id when ``persona_id`` is ``None``); an id already
+        in use raises ``ConflictError``."""
+        now = utcnow()
+        row = Persona(
+            id=persona_id or uuid.uuid4().hex,
+            name=name,
+            prompt=prompt,
+            settings=settings or {},
+            owner=owner,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            async with self.writing() as db:
+                db.add(row)
+        except IntegrityError as exc:
+            raise ConflictError(f"persona id {row.id!r} is taken") from exc
+        return _persona(row)
+
+    async def update_persona(
+        self,
+        persona_id: str,
+        *,
+        owner: str | None = None,
+        name: str | None = None,
+        prompt: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> PersonaRecord:
+        """Change the given fields of a persona ``owner`` may write."""
+        async with self.writing() as db:
+            row = await db.get(Persona, persona_id)
+            if row is None or not sees(row.owner, owner, shared=True):
+                raise NotFoundError(f"no persona {persona_id!r}")
+            check_writable(row.owner, owner, f"persona {persona_id!r}")
+            if name is not None:
+                row.name = name
+            if prompt is not None:
+                row.prompt = prompt
+            if settings is not None:
+                row.settings = settings
+            row.updated_at = utcnow()
+            await db.flush()
+            return _persona(row)
+
+    async def get_persona(
+        self, persona_id: str, *, owner: str | None = None
+    ) -> PersonaRecord | None:
         async with self.reading() as db:
             row = await db.get(Persona, persona_id)
-            return _persona(row) if row is not None else None
+            if row is None or not sees(row.owner, owner, shared=True):
+                return None
+            return _persona(row)
 
-    async def list_personas(self) -> list[PersonaRecord]:
+    async def list_personas(self, *, owner: str | None = None) -> list[PersonaRecord]:
+        query = (
+            select(Persona)
+            .where(visible_to(Persona.owner, owner))
+            .order_by(Persona.name, Persona.id)
+        )
         async with self.reading() as db:
-            rows = await db.scalars(select(Persona).order_by(Persona.name, Persona.id))
-            return [_persona(r) for r in rows]
+            return [_persona(r) for r in await db.scalars(query)]
 
-    async def delete_persona(self, persona_id: str) -> bool:
+    async def delete_persona(self, persona_id: str, *, owner: str | None = None) -> bool:
+        """Delete a persona ``owner`` may write (sessions using it keep going without
+        it); ``False`` when it is not there."""
         async with self.writing() as db:
-            result = await db.execute(delete(Persona).where(Persona.id == persona_id))
-            return bool(getattr(result, "rowcount", 0))
+            row = await db.get(Persona, persona_id)
+            if row is None or not sees(row.owner, owner, shared=True):
+                return False
+            check_writable(row.owner, owner, f"persona {persona_id!r}")
+            await db.delete(row)
+            return True
 
     # -- sessions ---------------------------------------------------------------------
+    # Private to their ``owner``: another key's session does not exist for a key.
 
     async def create_session(
         self,
@@ -168,6 +256,7 @@ class AgentStore:
         name: str = "",
         persona_id: str | None = None,
         patient_id: int | None = None,
+        owner: str | None = None,
     ) -> SessionRecord:
         now = utcnow()
         row = SessionRow(
@@ -175,6 +264,7 @@ class AgentStore:
             name=name,
             persona_id=persona_id,
             patient_id=patient_id,
+            owner=owner,
             created_at=now,
             updated_at=now,
         )
@@ -182,10 +272,15 @@ class AgentStore:
             db.add(row)
         return _session(row)
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
+    async def get_session(
+        self, session_id: str, *, owner: str | None = None
+    ) -> SessionRecord | None:
+        """The session, or ``None`` when it does not exist or is not ``owner``'s."""
         async with self.reading() as db:
             row = await db.get(SessionRow, session_id)
-            return _session(row) if row is not None else None
+            if row is None or not sees(row.owner, owner, shared=False):
+                return None
+            return _session(row)
 
     async def ensure_session(
         self,
@@ -194,26 +289,58 @@ class AgentStore:
         name: str = "",
         persona_id: str | None = None,
         patient_id: int | None = None,
+        owner: str | None = None,
     ) -> SessionRecord:
         """The session ``session_id``, created first if it does not exist yet (two
-        callers creating it at once both get the one row)."""
-        existing = await self.get_session(session_id)
-        if existing is not None:
-            return existing
-        try:
-            return await self.create_session(
-                session_id, name=name, persona_id=persona_id, patient_id=patient_id
-            )
-        except IntegrityError:
-            found = await self.get_session(session_id)
-            if found is None:
-                raise
-            return found
+        callers creating it at once both get the one row). Another owner's session
+        raises ``NotFoundError``."""
+        existing = await self._any_session(session_id)
+        if existing is None:
+            try:
+                return await self.create_session(
+                    session_id, name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
+                )
+            except IntegrityError:
+                existing = await self._any_session(session_id)
+                if existing is None:
+                    raise
+        if not sees(existing.owner, owner, shared=False):
+            raise NotFoundError(f"no session {session_id!r}")
+        return existing
 
-    async def list_sessions(self, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
-        """Sessions, newest first (the seed's ``getAllSessions``)."""
+    async def _any_session(self, session_id: str) -> SessionRecord | None:
+        async with self.reading() as db:
+            row = await db.get(SessionRow, session_id)
+            return _session(row) if row is not None else None
+
+    async def update_session(
+        self, session_id: str, *, owner: str | None = None, **fields: Any
+    ) -> SessionRecord:
+        """Set ``name``, ``persona_id`` and/or ``patient_id`` (``None`` clears the
+        last two) of ``owner``'s session."""
+        unknown = set(fields) - {"name", "persona_id", "patient_id"}
+        if unknown:
+            raise ValueError(f"sessions have no field(s) {sorted(unknown)}")
+        try:
+            async with self.writing() as db:
+                row = await db.get(SessionRow, session_id)
+                if row is None or not sees(row.owner, owner, shared=False):
+                    raise NotFoundError(f"no session {session_id!r}")
+                for name, value in fields.items():
+                    setattr(row, name, value)
+                row.updated_at = utcnow()
+                await db.flush()
+                return _session(row)
+        except IntegrityError as exc:  # a persona or patient deleted meanwhile
+            raise NotFoundError(f"no such persona or patient ({exc.orig})") from exc
+
+    async def list_sessions(
+        self, limit: int = 100, offset: int = 0, *, owner: str | None = None
+    ) -> list[SessionRecord]:
+        """Sessions, newest first (the seed's ``getAllSessions``): ``owner``'s only."""
         query = (
             select(SessionRow)
+            .where(private_to(SessionRow.owner, owner))
             .order_by(SessionRow.created_at.desc(), SessionRow.id)
             .limit(limit)
             .offset(offset)
@@ -221,9 +348,13 @@ class AgentStore:
         async with self.reading() as db:
             return [_session(r) for r in await db.scalars(query)]
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, *, owner: str | None = None) -> bool:
+        """Delete ``owner``'s session with its messages, summaries and pins."""
+        query = delete(SessionRow).where(
+            SessionRow.id == session_id, private_to(SessionRow.owner, owner)
+        )
         async with self.writing() as db:
-            result = await db.execute(delete(SessionRow).where(SessionRow.id == session_id))
+            result = await db.execute(query)
             return bool(getattr(result, "rowcount", 0))
 
     # -- messages ---------------------------------------------------------------------
@@ -284,6 +415,14 @@ class AgentStore:
         query = query.order_by(MessageRow.id.desc()).limit(limit)
         rows = await self._rows(query, conn)
         return [_message(r) for r in reversed(rows)]
+
+    async def get_message(self, session_id: str, message_id: int) -> StoredMessage | None:
+        """Message ``message_id`` if it belongs to ``session_id``."""
+        query = select(*_MESSAGE_COLUMNS).where(
+            MessageRow.session_id == session_id, MessageRow.id == message_id
+        )
+        rows = await self._rows(query, None)
+        return _message(rows[0]) if rows else None
 
     async def first_messages(
         self, session_id: str, limit: int, *, after_id: int | None = None
@@ -401,9 +540,13 @@ class AgentStore:
         rows = await self._rows(query, conn)
         return [PinRecord(**r._asdict()) for r in reversed(rows)]
 
-    async def delete_pin(self, pin_id: int) -> bool:
+    async def delete_pin(self, pin_id: int, *, session_id: str | None = None) -> bool:
+        """Delete a pin (of ``session_id`` only, when given)."""
+        query = delete(Pin).where(Pin.id == pin_id)
+        if session_id is not None:
+            query = query.where(Pin.session_id == session_id)
         async with self.writing() as db:
-            result = await db.execute(delete(Pin).where(Pin.id == pin_id))
+            result = await db.execute(query)
             return bool(getattr(result, "rowcount", 0))
 
     # -- helpers ----------------------------------------------------------------------
@@ -417,13 +560,25 @@ class AgentStore:
 
 def _persona(row: Persona) -> PersonaRecord:
     return PersonaRecord(
-        row.id, row.name, row.prompt, dict(row.settings or {}), row.created_at, row.updated_at
+        row.id,
+        row.name,
+        row.prompt,
+        dict(row.settings or {}),
+        row.created_at,
+        row.updated_at,
+        row.owner,
     )
 
 
 def _session(row: SessionRow) -> SessionRecord:
     return SessionRecord(
-        row.id, row.name, row.persona_id, row.patient_id, row.created_at, row.updated_at
+        row.id,
+        row.name,
+        row.persona_id,
+        row.patient_id,
+        row.created_at,
+        row.updated_at,
+        row.owner,
     )
 
 

@@ -1,0 +1,363 @@
+"""The JSON shapes of the agent's HTTP API (``gateway/routes/agent.py``).
+
+Request bodies are pydantic models that refuse unknown fields and wrong types
+(booleans must be JSON booleans; strings are never made from numbers);
+``parse(model, body)`` turns a validation failure into a 400 ``InvalidRequestError``
+naming the field. Views turn the store's records into JSON-ready dicts (timestamps
+as ISO 8601 strings, by orjson). Owners never leave the server: a persona, document
+or patient says only whether it is ``shared`` (created without an API key).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
+
+from llmbridge.agent.documents import DocumentHit, DocumentRecord
+from llmbridge.agent.service import AgentReply
+from llmbridge.agent.settings import AgentSettings
+from llmbridge.agent.store import (
+    PersonaRecord,
+    PinRecord,
+    SessionRecord,
+    StoredMessage,
+    SummaryRecord,
+)
+from llmbridge.core.errors import InvalidRequestError
+
+__all__ = [
+    "RECORD_BODIES",
+    "DocumentIn",
+    "DocumentPatch",
+    "MessageIn",
+    "PatientIn",
+    "PersonaIn",
+    "PersonaPatch",
+    "PinIn",
+    "SessionIn",
+    "SessionPatch",
+    "document_view",
+    "hit_view",
+    "message_view",
+    "parse",
+    "persona_view",
+    "pin_view",
+    "record_view",
+    "reply_view",
+    "session_view",
+    "summary_view",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+NameStr = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+ShortStr = Annotated[str, StringConstraints(max_length=500)]
+ShortList = Annotated[list[ShortStr], Field(max_length=100)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse(model: type[M], body: Any) -> M:
+    """``body`` (decoded JSON) as ``model``, or a 400 naming the first bad field."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"] if error["type"] != "extra_forbidden" else "unknown field"
+        raise InvalidRequestError(f"{where or 'body'}: {message}", param=where or None) from None
+
+
+# -- personas and sessions ----------------------------------------------------------
+
+
+class PersonaIn(_Body):
+    name: NameStr
+    prompt: str = Field("", max_length=100_000)
+    """The persona's system prompt."""
+    settings: AgentSettings | None = None
+    """Generation settings (``AgentSettings``); only the ones set are stored."""
+    id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    """A chosen id (a new one when absent); an id in use is a 409."""
+
+
+class PersonaPatch(_Body):
+    name: str | None = Field(None, min_length=1, max_length=200)
+    prompt: str | None = Field(None, max_length=100_000)
+    settings: AgentSettings | None = None
+    """Replaces the stored settings."""
+
+
+class SessionIn(_Body):
+    persona_id: str | None = Field(None, min_length=1, max_length=64)
+    title: str = Field("", max_length=200)
+    patient_id: int | None = Field(None, ge=1)
+    """The patient the conversation is about (for the eldercare context)."""
+
+
+class SessionPatch(_Body):
+    persona_id: str | None = Field(None, min_length=1, max_length=64)
+    title: str | None = Field(None, max_length=200)
+    patient_id: int | None = Field(None, ge=1)
+
+
+class MessageIn(_Body):
+    input: str = Field(min_length=1)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    """Defaults to ``agent.model`` (else the default backend's model)."""
+    stream: StrictBool = False
+    """Answer as Server-Sent Events: ``start``, ``delta``..., ``done`` (or ``error``)."""
+    settings: AgentSettings | None = None
+    """Overrides of the persona's settings for this turn."""
+    system_prompt: str = Field("", max_length=100_000)
+    document_ids: list[int] | None = Field(None, max_length=100)
+    """Search only these documents."""
+    tools: StrictBool = True
+    history_budget: int | None = Field(None, ge=0, le=1_000_000)
+
+    @field_validator("input")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class PinIn(_Body):
+    content: str = Field(min_length=1, max_length=20_000)
+    message_id: int | None = Field(None, ge=1)
+    """The message the fact comes from (of the same session)."""
+
+
+# -- documents ------------------------------------------------------------------------
+
+
+class DocumentIn(_Body):
+    title: str = Field(min_length=1, max_length=500)
+    content: str = Field(min_length=1)
+    source: str | None = Field(None, max_length=1000)
+
+
+class DocumentPatch(_Body):
+    title: str | None = Field(None, min_length=1, max_length=500)
+    content: str | None = Field(None, min_length=1)
+    """New content is indexed again."""
+    source: str | None = Field(None, max_length=1000)
+
+
+# -- eldercare (PATCH merges the change into the stored fields, then validates) -------
+
+_TIME_OF_DAY = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
+
+
+class PatientIn(_Body):
+    name: NameStr
+    birth_date: date | None = None
+    conditions: ShortList = []
+    allergies: ShortList = []
+    notes: str = Field("", max_length=20_000)
+
+
+class CaregiverIn(_Body):
+    name: NameStr
+    relationship: str = Field("", max_length=100)
+    phone: str | None = Field(None, max_length=50)
+    is_primary: StrictBool = False
+
+
+class MedicationIn(_Body):
+    name: NameStr
+    dosage: str = Field("", max_length=100)
+    frequency: str = Field("", max_length=200)
+    """How often, in words ("Twice daily with meals")."""
+    times: ShortList = []
+    """Times of day, ``HH:MM``."""
+    purpose: str = Field("", max_length=200)
+    side_effects: ShortList = []
+    prescriber: str | None = Field(None, max_length=200)
+    active: StrictBool = True
+    start_date: date | None = None
+    end_date: date | None = None
+
+    @field_validator("times")
+    @classmethod
+    def _times(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not _TIME_OF_DAY.match(item):
+                raise ValueError(f"{item!r} is not a time of day HH:MM")
+        return value
+
+
+class VitalIn(_Body):
+    kind: str = Field(min_length=1, max_length=50)
+    """``weight``, ``glucose``, ``blood_pressure``, ``heart_rate``, ``temperature``, ..."""
+    value: float
+    secondary_value: float | None = None
+    """The diastolic value of a blood pressure."""
+    unit: str = Field("", max_length=20)
+    measured_at: datetime | None = None
+    """Defaults to now; without an offset, UTC."""
+    note: str = Field("", max_length=20_000)
+
+
+class AppointmentIn(_Body):
+    provider: NameStr
+    scheduled_at: datetime
+    specialty: str = Field("", max_length=100)
+    location: str = Field("", max_length=300)
+    notes: str = Field("", max_length=20_000)
+    status: Literal["scheduled", "completed", "cancelled"] = "scheduled"
+
+
+RECORD_BODIES: dict[str, type[_Body]] = {
+    "caregivers": CaregiverIn,
+    "medications": MedicationIn,
+    "vitals": VitalIn,
+    "appointments": AppointmentIn,
+}
+"""The body of each kind of patient record (``eldercare.RECORD_KINDS``)."""
+
+
+# -- views ----------------------------------------------------------------------------
+
+
+def persona_view(persona: PersonaRecord) -> dict[str, Any]:
+    return {
+        "id": persona.id,
+        "name": persona.name,
+        "prompt": persona.prompt,
+        "settings": persona.settings,
+        "shared": persona.owner is None,
+        "created_at": persona.created_at,
+        "updated_at": persona.updated_at,
+    }
+
+
+def session_view(session: SessionRecord) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "title": session.name,
+        "persona_id": session.persona_id,
+        "patient_id": session.patient_id,
+        "created_at": session.created_at,
+        "updated_at": session.updated_at,
+    }
+
+
+def message_view(message: StoredMessage) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "session_id": message.session_id,
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "created_at": message.created_at,
+        "model": message.model,
+        "token_count": message.token_count,
+        "input_tokens": message.input_tokens,
+        "output_tokens": message.output_tokens,
+        "tool_data": message.tool_data,
+    }
+
+
+def pin_view(pin: PinRecord) -> dict[str, Any]:
+    return {
+        "id": pin.id,
+        "session_id": pin.session_id,
+        "content": pin.content,
+        "message_id": pin.message_id,
+        "token_count": pin.token_count,
+        "created_at": pin.created_at,
+    }
+
+
+def summary_view(summary: SummaryRecord) -> dict[str, Any]:
+    return {
+        "id": summary.id,
+        "session_id": summary.session_id,
+        "content": summary.content,
+        "message_ids": list(summary.message_ids),
+        "first_message_id": summary.first_message_id,
+        "last_message_id": summary.last_message_id,
+        "token_count": summary.token_count,
+        "model": summary.model,
+        "created_at": summary.created_at,
+    }
+
+
+def document_view(document: DocumentRecord) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": document.id,
+        "title": document.title,
+        "source": document.source,
+        "token_count": document.token_count,
+        "shared": document.owner is None,
+        "created_at": document.created_at,
+    }
+    if document.content is not None:
+        view["content"] = document.content
+    return view
+
+
+def hit_view(hit: DocumentHit) -> dict[str, Any]:
+    return {
+        "document_id": hit.document_id,
+        "title": hit.title,
+        "ordinal": hit.ordinal,
+        "content": hit.content,
+        "score": round(hit.score, 4),
+    }
+
+
+def record_view(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A patient or patient record (``EldercareRecords``) without its owner."""
+    view = {k: v for k, v in fields.items() if k != "owner"}
+    if "owner" in fields:
+        view["shared"] = fields["owner"] is None
+    return view
+
+
+def reply_view(reply: AgentReply) -> dict[str, Any]:
+    """The non-streamed answer: the seed's ``{reply, tokenUsage}`` and the ids."""
+    return {
+        "reply": reply.text,
+        "token_usage": reply.total_tokens,
+        "usage": {
+            "input_tokens": reply.usage.input_tokens,
+            "output_tokens": reply.usage.output_tokens,
+        },
+        "session_id": reply.session_id,
+        "message_id": reply.message_id,
+        "user_message_id": reply.user_message_id,
+        "rounds": reply.rounds,
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments, "round": c.round}
+            for c in reply.tool_calls
+        ],
+        "tool_results": [
+            {
+                "id": r.id,
+                "name": r.name,
+                "content": r.content,
+                "is_error": r.is_error,
+                "round": r.round,
+            }
+            for r in reply.tool_results
+        ],
+    }

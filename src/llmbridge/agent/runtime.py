@@ -1,0 +1,128 @@
+"""The agent service wired as the gateway and the CLI run it.
+
+``AgentRuntime.open(config.agent, router)`` migrates and opens the store
+(``config.agent.database``, else ``$LLMBRIDGE_DB``, else the default SQLite file),
+and builds the service over the gateway's own router (``ModelGateway``: the
+pipeline's ``prepare``, so models without native tools get them emulated), with the
+document store, the eldercare provider, the ``web_search`` tool when Tavily is
+configured, and the background summariser when ``agent.summary_model`` is set.
+``aclose`` stops the summariser and closes the database.
+
+The gateway opens one in its lifespan (``gateway/app.py``) and serves it under
+``/agent/`` (``gateway/routes/agent.py``); ``llmbridge agent`` (``cli/agent.py``) opens
+one on the same database and talks to it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+
+from llmbridge.agent.documents import DocumentStore
+from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
+from llmbridge.agent.llm import ModelGateway
+from llmbridge.agent.memory import MemoryConfig, Summariser
+from llmbridge.agent.service import AgentService
+from llmbridge.agent.store import AgentStore
+from llmbridge.agent.tools import TAVILY_API_KEY_ENV, ToolRegistry, web_search_tool
+from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
+from llmbridge.gateway.config import AgentConfig
+from llmbridge.gateway.router import ModelRouter
+
+__all__ = ["AgentRuntime", "default_tools"]
+
+log = logging.getLogger("llmbridge.agent")
+
+
+def default_tools(config: AgentConfig) -> ToolRegistry:
+    """``web_search`` when asked for, or (unset) when ``TAVILY_API_KEY`` is set: a
+    tool that can only fail would cost every turn a round."""
+    wanted = config.web_search
+    if wanted is None:
+        wanted = bool(os.environ.get(TAVILY_API_KEY_ENV))
+    return ToolRegistry([web_search_tool()] if wanted else [])
+
+
+@dataclass(slots=True)
+class AgentRuntime:
+    store: AgentStore
+    service: AgentService
+    documents: DocumentStore
+    eldercare: EldercareRecords
+    models: ModelGateway
+    config: AgentConfig
+    summariser: Summariser | None = None
+    _default_model: str | None = None
+    _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @classmethod
+    async def open(
+        cls,
+        config: AgentConfig,
+        router: ModelRouter,
+        *,
+        thinking_policy: str = "drop",
+        tools: ToolRegistry | None = None,
+    ) -> AgentRuntime:
+        """Migrate and open the database, and build the service (module docstring)."""
+        store = await AgentStore.open(config.database)
+        models = ModelGateway(router, thinking_policy=thinking_policy)
+        documents = DocumentStore(store)
+        summariser = None
+        if config.summary_model:
+            summariser = Summariser(store, models.chat, config.summary_model)
+        service = AgentService(
+            store,
+            models,
+            tools=tools if tools is not None else default_tools(config),
+            providers=[EldercareProvider(store)],
+            documents=documents,
+            memory=MemoryConfig(budget=config.history_budget),
+            summariser=summariser,
+        )
+        return cls(
+            store=store,
+            service=service,
+            documents=documents,
+            eldercare=EldercareRecords(store),
+            models=models,
+            config=config,
+            summariser=summariser,
+            _default_model=config.model or router.default_model,
+        )
+
+    async def model_for(self, requested: str | None) -> str:
+        """The model of a turn: the one requested, else ``agent.model``, else the
+        default backend's (its configured or only model, else the first it lists)."""
+        if requested:
+            return requested
+        if self._default_model is None:
+            async with self._model_lock:
+                if self._default_model is None:
+                    self._default_model = await self._first_listed()
+        if self._default_model is None:
+            raise InvalidRequestError(
+                "no model: name one in the request ('model') or set agent.model in the "
+                "configuration",
+                param="model",
+            )
+        return self._default_model
+
+    async def _first_listed(self) -> str | None:
+        router = self.models.router
+        backend = router.default_backend
+        if backend is None or router.restrict:
+            return None
+        try:
+            listed = await backend.list_models()
+        except LLMBridgeError as exc:
+            log.warning("cannot list the models of backend %s: %s", backend.name, exc.message)
+            return None
+        return listed[0].name if listed else None
+
+    async def aclose(self) -> None:
+        if self.summariser is not None:
+            await self.summariser.aclose()
+        await self.store.close()

@@ -1,0 +1,607 @@
+"""The agent service's HTTP API under ``/agent/`` (docs/AGENT.md), JSON in and out.
+
+Personas, sessions, a session's messages (a turn: ``POST .../messages``, streamed as
+Server-Sent Events when asked), pins and summaries, documents, and the eldercare
+records (patients and their caregivers, medications, vitals, appointments).
+
+Ownership (``agent.store.access``): with API keys on, the key a request matched
+(``auth.caller_identity``) owns what it creates. Sessions are private: another
+key's session answers 404, exactly like one that does not exist, so its existence
+never leaks. Personas, documents and patients created without a key are shared:
+visible to every key, writable only with auth off or through the CLI (403).
+
+Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400
+for bad input (naming the field), 403, 404, 409 (an id in use), 413 (body over the
+limit), 503 when a backend or the agent's database is down. In a stream, a failure
+after the first event is an ``event: error``; the partial answer is stored marked
+``incomplete``, as it is when the client disconnects (which stops generation).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from llmbridge.agent.api import (
+    RECORD_BODIES,
+    DocumentIn,
+    DocumentPatch,
+    MessageIn,
+    PatientIn,
+    PersonaIn,
+    PersonaPatch,
+    PinIn,
+    SessionIn,
+    SessionPatch,
+    document_view,
+    hit_view,
+    message_view,
+    parse,
+    persona_view,
+    pin_view,
+    record_view,
+    reply_view,
+    session_view,
+    summary_view,
+)
+from llmbridge.agent.eldercare import RECORD_KINDS
+from llmbridge.agent.runtime import AgentRuntime
+from llmbridge.agent.service import (
+    AgentDelta,
+    AgentDone,
+    AgentEvent,
+    AgentRequest,
+    AgentStart,
+    AgentToolCall,
+    AgentToolResult,
+)
+from llmbridge.agent.store import ConflictError, SharedRecordError
+from llmbridge.agent.store import NotFoundError as MissingRecordError
+from llmbridge.core.errors import (
+    InvalidRequestError,
+    LLMBridgeError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from llmbridge.dialects.framing import dumps, sse_event
+from llmbridge.dialects.openai.errors import error_type
+from llmbridge.gateway.auth import caller_identity
+from llmbridge.gateway.limits import read_json
+from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
+from llmbridge.gateway.state import state_of
+from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
+
+__all__ = ["routes"]
+
+log = logging.getLogger("llmbridge.gateway.agent")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+MAX_PAGE = 1000
+
+
+# -- plumbing -------------------------------------------------------------------------
+
+
+def agent_error(exc: BaseException) -> LLMBridgeError:
+    """The agent's own failures as the gateway's errors (anything else: 500, logged)."""
+    if isinstance(exc, LLMBridgeError):
+        return exc
+    if isinstance(exc, MissingRecordError):
+        return NotFoundError(str(exc))
+    if isinstance(exc, ConflictError):
+        return LLMBridgeError(str(exc), status_code=409, code="conflict")
+    if isinstance(exc, SharedRecordError):
+        return PermissionDeniedError(str(exc))
+    if isinstance(exc, OperationalError | InterfaceError):
+        log.error("agent database error: %s", exc)
+        return LLMBridgeError("the agent database is unavailable", status_code=503)
+    return to_bridge_error(exc)
+
+
+def _endpoint(handler: Handler) -> Handler:
+    """``handler`` with every failure rendered as a JSON error (never a traceback)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ClientDisconnected:
+            return Response(status_code=499)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
+            return error_response(Dialect.OPENAI, agent_error(exc), new_request_id())
+
+    return endpoint
+
+
+def _json(body: object, status_code: int = 200) -> Response:
+    return Response(dumps(body), status_code=status_code, media_type="application/json")
+
+
+def _runtime(request: Request) -> tuple[AgentRuntime, str | None]:
+    """The agent service and the caller's identity (the owner of what it creates)."""
+    state = state_of(request)
+    if state.agent is None:
+        reason = f" ({state.agent_error}; see the gateway log)" if state.agent_error else ""
+        raise LLMBridgeError(
+            f"the agent service is unavailable: its database could not be opened{reason}",
+            status_code=503,
+        )
+    return state.agent, caller_identity(request)
+
+
+async def _body(request: Request) -> Any:
+    return await read_json(request, state_of(request).max_body)
+
+
+def _int_query(request: Request, name: str, default: int, high: int = MAX_PAGE) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) > high:
+        raise InvalidRequestError(f"{name}: must be an integer from 0 to {high}", param=name)
+    return int(raw)
+
+
+def _opt_int_query(request: Request, name: str) -> int | None:
+    if request.query_params.get(name) is None:
+        return None
+    return _int_query(request, name, 0, high=2**63 - 1)
+
+
+def _page(request: Request) -> tuple[int, int]:
+    return _int_query(request, "limit", 100), _int_query(request, "offset", 0, high=2**31)
+
+
+def _patch(body: Any, model: type[Any], current: dict[str, Any]) -> dict[str, Any]:
+    """The fields a PATCH sets, validated as ``model`` over the stored ones."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    editable = {k: v for k, v in current.items() if k in model.model_fields}
+    merged = parse(model, {**editable, **body})
+    return {name: getattr(merged, name) for name in body}
+
+
+# -- personas -------------------------------------------------------------------------
+
+
+async def create_persona(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(PersonaIn, await _body(request))
+    persona = await runtime.service.create_persona(
+        name=body.name,
+        prompt=body.prompt,
+        settings=body.settings,
+        persona_id=body.id,
+        owner=owner,
+    )
+    return _json(persona_view(persona), 201)
+
+
+async def list_personas(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    personas = await runtime.service.personas(owner=owner)
+    return _json({"personas": [persona_view(p) for p in personas]})
+
+
+async def get_persona(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    persona = await runtime.service.persona(request.path_params["persona_id"], owner=owner)
+    return _json(persona_view(persona))
+
+
+async def update_persona(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(PersonaPatch, await _body(request))
+    persona = await runtime.service.update_persona(
+        request.path_params["persona_id"],
+        owner=owner,
+        name=body.name,
+        prompt=body.prompt,
+        settings=body.settings,
+    )
+    return _json(persona_view(persona))
+
+
+async def delete_persona(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    await runtime.service.delete_persona(request.path_params["persona_id"], owner=owner)
+    return Response(status_code=204)
+
+
+# -- sessions -------------------------------------------------------------------------
+
+
+async def create_session(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(SessionIn, await _body(request))
+    session = await runtime.service.create_session(
+        name=body.title, persona_id=body.persona_id, patient_id=body.patient_id, owner=owner
+    )
+    return _json(session_view(session), 201)
+
+
+async def list_sessions(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    limit, offset = _page(request)
+    sessions = await runtime.service.list_sessions(limit, offset, owner=owner)
+    return _json({"sessions": [session_view(s) for s in sessions]})
+
+
+async def get_session(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    session = await runtime.service.session(request.path_params["session_id"], owner=owner)
+    return _json(session_view(session))
+
+
+async def update_session(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    raw = await _body(request)
+    body = parse(SessionPatch, raw)
+    fields = {("name" if k == "title" else k): getattr(body, k) for k in raw}
+    if fields.get("name", "") is None:
+        raise InvalidRequestError("title: must be a string", param="title")
+    session = await runtime.service.update_session(
+        request.path_params["session_id"], owner=owner, **fields
+    )
+    return _json(session_view(session))
+
+
+async def delete_session(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    await runtime.service.delete_session(request.path_params["session_id"], owner=owner)
+    return Response(status_code=204)
+
+
+# -- messages: a turn -----------------------------------------------------------------
+
+
+async def list_messages(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    session_id = request.path_params["session_id"]
+    limit = _int_query(request, "limit", 100)
+    after = _opt_int_query(request, "after")
+    messages = await runtime.service.messages(session_id, owner=owner, after_id=after, limit=limit)
+    return _json({"messages": [message_view(m) for m in messages]})
+
+
+async def post_message(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(MessageIn, await _body(request))
+    session = await runtime.service.session(request.path_params["session_id"], owner=owner)
+    turn = AgentRequest(
+        input=body.input,
+        model=await runtime.model_for(body.model),
+        session_id=session.id,
+        settings=body.settings,
+        system_prompt=body.system_prompt,
+        document_ids=tuple(body.document_ids) if body.document_ids is not None else None,
+        tools=body.tools,
+        history_budget=body.history_budget,
+        owner=owner,
+    )
+    if not body.stream:
+        # A client that leaves cancels the turn; its partial answer is stored.
+        reply = await run_until_disconnect(request.receive, runtime.service.run_agent(turn))
+        return _json(reply_view(reply))
+    return await _stream(request, runtime, turn)
+
+
+async def _stream(request: Request, runtime: AgentRuntime, turn: AgentRequest) -> Response:
+    """The turn as Server-Sent Events. Everything up to the first output (the model,
+    persona and session checks, storing the question, the backend's first event) is
+    awaited before answering, so those failures are still HTTP errors (a backend
+    that is down: 503)."""
+    events = runtime.service.run_agent_stream(turn)
+
+    async def opening() -> list[AgentEvent]:
+        head: list[AgentEvent] = []
+        async for event in events:
+            head.append(event)
+            if not isinstance(event, AgentStart):
+                break
+        return head
+
+    try:
+        head = await run_until_disconnect(request.receive, opening())
+    except BaseException:
+        await events.aclose()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            for event in head:
+                yield _sse(event)
+            async for event in events:
+                yield _sse(event)
+        except Exception as exc:  # noqa: BLE001 - the stream's own error event
+            error = agent_error(exc)
+            yield sse_event(
+                {
+                    "error": {
+                        "message": error.message,
+                        "type": error_type(error.status_code),
+                        "code": error.code,
+                        "status": error.status_code,
+                    }
+                },
+                "error",
+            )
+        finally:
+            await events.aclose()
+
+    return StreamingBody(
+        body(),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+def _sse(event: AgentEvent) -> bytes:
+    if isinstance(event, AgentDelta):
+        return sse_event({"text": event.text}, "delta")
+    if isinstance(event, AgentStart):
+        data = {"session_id": event.session_id, "user_message_id": event.user_message_id}
+        return sse_event(data, "start")
+    if isinstance(event, AgentToolCall):
+        call = {"id": event.id, "name": event.name, "arguments": event.arguments}
+        return sse_event({**call, "round": event.round}, "tool_call")
+    if isinstance(event, AgentToolResult):
+        result: dict[str, Any] = {"id": event.id, "name": event.name, "content": event.content}
+        result.update(is_error=event.is_error, round=event.round)
+        return sse_event(result, "tool_result")
+    assert isinstance(event, AgentDone)
+    usage = {"input_tokens": event.usage.input_tokens, "output_tokens": event.usage.output_tokens}
+    done = {
+        "session_id": event.session_id,
+        "message_id": event.message_id,
+        "reply": event.text,
+        "token_usage": event.total_tokens,
+        "usage": usage,
+        "rounds": event.rounds,
+    }
+    return sse_event(done, "done")
+
+
+# -- pins and summaries ---------------------------------------------------------------
+
+
+async def create_pin(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(PinIn, await _body(request))
+    pin = await runtime.service.add_pin(
+        request.path_params["session_id"], body.content, owner=owner, message_id=body.message_id
+    )
+    return _json(pin_view(pin), 201)
+
+
+async def list_pins(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    limit = _int_query(request, "limit", MAX_PAGE)
+    pins = await runtime.service.pins(request.path_params["session_id"], owner=owner, limit=limit)
+    return _json({"pins": [pin_view(p) for p in pins]})
+
+
+async def delete_pin(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    params = request.path_params
+    await runtime.service.delete_pin(params["session_id"], params["pin_id"], owner=owner)
+    return Response(status_code=204)
+
+
+async def list_summaries(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    limit = _int_query(request, "limit", 100)
+    summaries = await runtime.service.summaries(
+        request.path_params["session_id"], owner=owner, limit=limit
+    )
+    return _json({"summaries": [summary_view(s) for s in summaries]})
+
+
+# -- documents ------------------------------------------------------------------------
+
+
+async def create_document(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(DocumentIn, await _body(request))
+    documents = runtime.documents
+    document_id = await documents.add(body.title, body.content, source=body.source, owner=owner)
+    created = await documents.get(document_id, owner=owner)
+    assert created is not None
+    return _json(document_view(created), 201)
+
+
+async def list_documents(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    limit, offset = _page(request)
+    found = await runtime.documents.documents(owner=owner, limit=limit, offset=offset)
+    return _json({"documents": [document_view(d) for d in found]})
+
+
+async def search_documents(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    query = request.query_params.get("q", "")
+    if not query.strip():
+        raise InvalidRequestError("q: a search query is required", param="q")
+    limit = _int_query(request, "limit", 5, high=100)
+    hits = await runtime.documents.search(query, limit=limit, owner=owner)
+    return _json({"hits": [hit_view(h) for h in hits]})
+
+
+async def get_document(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    document_id = request.path_params["document_id"]
+    found = await runtime.documents.get(document_id, owner=owner)
+    if found is None:
+        raise NotFoundError(f"no document {document_id}")
+    return _json(document_view(found))
+
+
+async def update_document(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(DocumentPatch, await _body(request))
+    updated = await runtime.documents.update(
+        request.path_params["document_id"],
+        owner=owner,
+        title=body.title,
+        content=body.content,
+        source=body.source,
+    )
+    return _json(document_view(updated))
+
+
+async def delete_document(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    document_id = request.path_params["document_id"]
+    if not await runtime.documents.delete(document_id, owner=owner):
+        raise NotFoundError(f"no document {document_id}")
+    return Response(status_code=204)
+
+
+# -- eldercare ------------------------------------------------------------------------
+
+
+async def create_patient(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    body = parse(PatientIn, await _body(request))
+    created = await runtime.eldercare.create_patient(body.model_dump(), owner=owner)
+    return _json(record_view(created), 201)
+
+
+async def list_patients(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    limit, offset = _page(request)
+    found = await runtime.eldercare.patients(owner=owner, limit=limit, offset=offset)
+    return _json({"patients": [record_view(p) for p in found]})
+
+
+async def get_patient(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    found = await runtime.eldercare.patient(request.path_params["patient_id"], owner=owner)
+    return _json(record_view(found))
+
+
+async def update_patient(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    patient_id = request.path_params["patient_id"]
+    raw = await _body(request)
+    current = await runtime.eldercare.patient(patient_id, owner=owner)
+    fields = _patch(raw, PatientIn, current)
+    updated = await runtime.eldercare.update_patient(patient_id, fields, owner=owner)
+    return _json(record_view(updated))
+
+
+async def delete_patient(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    await runtime.eldercare.delete_patient(request.path_params["patient_id"], owner=owner)
+    return Response(status_code=204)
+
+
+def _kind(request: Request) -> str:
+    kind: str = request.path_params["kind"]
+    if kind not in RECORD_KINDS:
+        raise NotFoundError(f"no route for {request.method} {request.url.path}")
+    return kind
+
+
+async def create_record(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    kind = _kind(request)
+    body = parse(RECORD_BODIES[kind], await _body(request))
+    created = await runtime.eldercare.create_record(
+        kind, request.path_params["patient_id"], body.model_dump(), owner=owner
+    )
+    return _json(record_view(created), 201)
+
+
+async def list_records(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    kind = _kind(request)
+    limit, offset = _page(request)
+    found = await runtime.eldercare.records(
+        kind, request.path_params["patient_id"], owner=owner, limit=limit, offset=offset
+    )
+    return _json({kind: [record_view(r) for r in found]})
+
+
+async def get_record(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    kind = _kind(request)
+    params = request.path_params
+    found = await runtime.eldercare.record(
+        kind, params["patient_id"], params["record_id"], owner=owner
+    )
+    return _json(record_view(found))
+
+
+async def update_record(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    kind = _kind(request)
+    params = request.path_params
+    raw = await _body(request)
+    current = await runtime.eldercare.record(
+        kind, params["patient_id"], params["record_id"], owner=owner
+    )
+    fields = _patch(raw, RECORD_BODIES[kind], current)
+    updated = await runtime.eldercare.update_record(
+        kind, params["patient_id"], params["record_id"], fields, owner=owner
+    )
+    return _json(record_view(updated))
+
+
+async def delete_record(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    kind = _kind(request)
+    params = request.path_params
+    await runtime.eldercare.delete_record(
+        kind, params["patient_id"], params["record_id"], owner=owner
+    )
+    return Response(status_code=204)
+
+
+def _route(path: str, handler: Handler, *methods: str) -> Route:
+    return Route(path, _endpoint(handler), methods=list(methods), name=handler.__name__)
+
+
+_SESSION = "/agent/sessions/{session_id}"
+_PATIENT = "/agent/patients/{patient_id:int}"
+
+routes = [
+    _route("/agent/personas", create_persona, "POST"),
+    _route("/agent/personas", list_personas, "GET"),
+    _route("/agent/personas/{persona_id}", get_persona, "GET"),
+    _route("/agent/personas/{persona_id}", update_persona, "PATCH"),
+    _route("/agent/personas/{persona_id}", delete_persona, "DELETE"),
+    _route("/agent/sessions", create_session, "POST"),
+    _route("/agent/sessions", list_sessions, "GET"),
+    _route(_SESSION, get_session, "GET"),
+    _route(_SESSION, update_session, "PATCH"),
+    _route(_SESSION, delete_session, "DELETE"),
+    _route(_SESSION + "/messages", post_message, "POST"),
+    _route(_SESSION + "/messages", list_messages, "GET"),
+    _route(_SESSION + "/pins", create_pin, "POST"),
+    _route(_SESSION + "/pins", list_pins, "GET"),
+    _route(_SESSION + "/pins/{pin_id:int}", delete_pin, "DELETE"),
+    _route(_SESSION + "/summaries", list_summaries, "GET"),
+    _route("/agent/documents", create_document, "POST"),
+    _route("/agent/documents", list_documents, "GET"),
+    _route("/agent/documents/search", search_documents, "GET"),
+    _route("/agent/documents/{document_id:int}", get_document, "GET"),
+    _route("/agent/documents/{document_id:int}", update_document, "PATCH"),
+    _route("/agent/documents/{document_id:int}", delete_document, "DELETE"),
+    _route("/agent/patients", create_patient, "POST"),
+    _route("/agent/patients", list_patients, "GET"),
+    _route(_PATIENT, get_patient, "GET"),
+    _route(_PATIENT, update_patient, "PATCH"),
+    _route(_PATIENT, delete_patient, "DELETE"),
+    _route(_PATIENT + "/{kind}", create_record, "POST"),
+    _route(_PATIENT + "/{kind}", list_records, "GET"),
+    _route(_PATIENT + "/{kind}/{record_id:int}", get_record, "GET"),
+    _route(_PATIENT + "/{kind}/{record_id:int}", update_record, "PATCH"),
+    _route(_PATIENT + "/{kind}/{record_id:int}", delete_record, "DELETE"),
+]

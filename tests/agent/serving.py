@@ -1,0 +1,58 @@
+"""Helpers for the agent's HTTP tests: a gateway with the agent on a given database,
+and a Server-Sent Events reader."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+
+from llmbridge.agent.tools import ToolRegistry
+from llmbridge.backends.scripted import ScriptedBackend
+from llmbridge.gateway.app import create_app
+from llmbridge.gateway.config import GatewayConfig
+from tests.conftest import RunningServer
+
+
+@contextmanager
+def agent_gateway(
+    database: str,
+    backends: dict[str, ScriptedBackend],
+    *,
+    keys: tuple[str, ...] = (),
+    tools: ToolRegistry | None = None,
+    routes: tuple[dict[str, Any], ...] = (),
+    **agent: Any,
+) -> Iterator[RunningServer]:
+    """The gateway over ``backends`` (the first is the default) with the agent service
+    on ``database`` (no tools unless given: deterministic whatever the environment)."""
+    names = list(backends)
+    config = GatewayConfig.model_validate(
+        {
+            "server": {"api_keys": list(keys)},
+            "backends": {name: {"type": "scripted"} for name in names},
+            "default_backend": names[0],
+            "models": list(routes),
+            "agent": {"database": database, **agent},
+        }
+    )
+    app = create_app(config, backends=dict(backends), agent_tools=tools or ToolRegistry())
+    with RunningServer(app) as server:
+        yield server
+
+
+def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(event, data)`` of every event in an SSE body (data is one JSON line)."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name, data = "message", None
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data = line[5:].strip()
+        if data is not None:
+            events.append((name, orjson.loads(data)))
+    return events
