@@ -25,6 +25,7 @@ Run: ``python bench/fast_backend.py --port 8001 --chunks 200`` (loopback only).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import cache
@@ -86,9 +87,11 @@ class _Reply:
             self.start = _start(content_type, len(data))
             self.bodies = (_body(data, False),)
 
-    async def send(self, send: Send) -> None:
+    async def send(self, send: Send, interval: float = 0.0) -> None:
         await send(self.start)
         for message in self.bodies:
+            if interval and message.get("more_body"):
+                await asyncio.sleep(interval)  # a paced stream (bench/soak.py)
             await send(message)
 
 
@@ -99,9 +102,15 @@ class FastBackend:
     """The ASGI app. Replies are built on first use per (kind, size) and then reused."""
 
     def __init__(
-        self, default_chunks: int, model: str = DEFAULT_MODEL, eof_apart: bool = True
+        self,
+        default_chunks: int,
+        model: str = DEFAULT_MODEL,
+        eof_apart: bool = True,
+        interval: float = 0.0,
     ) -> None:
         self.default_chunks = default_chunks
+        self.interval = interval
+        """Seconds between two streamed chunks (0: as fast as possible)."""
         self.eof_apart = eof_apart
         self.model = model
         self.created = int(time.time())
@@ -155,10 +164,9 @@ class FastBackend:
         key = (scope["method"], scope["path"])
         if key[0] == "POST" and key[1] in ("/v1/chat/completions", "/api/chat"):
             body = await _read_body(receive)
-            reply = self._chat(key[1], body)
-        else:
-            reply = self._static.get(key, self._not_found)
-        await reply.send(send)
+            await self._chat(key[1], body).send(send, self.interval)
+            return
+        await self._static.get(key, self._not_found).send(send)
 
     def _chat(self, path: str, body: bytes) -> _Reply:
         try:
@@ -295,6 +303,12 @@ def main(argv: list[str] | None = None) -> None:
         help="send the stream's end (chunked terminator) in the same write as its last "
         "event, instead of in a write of its own like most real servers",
     )
+    parser.add_argument(
+        "--interval-ms",
+        type=float,
+        default=0.0,
+        help="pause between two streamed chunks, for long-lived streams (bench/soak.py)",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127.") and args.host != "localhost":
         parser.error("the benchmark backend binds loopback addresses only")
@@ -302,7 +316,12 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     uvicorn.run(
-        FastBackend(max(1, args.chunks), args.model, eof_apart=not args.eof_with_last_event),
+        FastBackend(
+            max(1, args.chunks),
+            args.model,
+            eof_apart=not args.eof_with_last_event,
+            interval=args.interval_ms / 1000,
+        ),
         host=args.host,
         port=args.port,
         loop="uvloop",

@@ -7,6 +7,7 @@ arbitrary client-supplied string, to keep label cardinality bounded by configura
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prometheus_client import (
@@ -27,6 +28,13 @@ __all__ = ["CONTENT_TYPE_LATEST", "BoundMetrics", "GatewayMetrics"]
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+def _task_count() -> float:
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # scraped outside the event loop
+        return 0.0
 
 
 class GatewayMetrics:
@@ -78,6 +86,12 @@ class GatewayMetrics:
             ("backend",),
             registry=self.registry,
         )
+        self.tasks = Gauge(
+            "llmbridge_event_loop_tasks",
+            "Asyncio tasks alive in the gateway's event loop (a leak shows as growth).",
+            registry=self.registry,
+        )
+        self.tasks.set_function(_task_count)
         self.tokens = Counter(
             "llmbridge_tokens",
             "Tokens processed, by direction (input or output).",
