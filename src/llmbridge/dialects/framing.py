@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from httpx_sse import ServerSentEvent
 
-__all__ = ["SSE_DONE", "aiter_sse", "dumps", "ndjson_line", "sse_event"]
+__all__ = ["SSE_DONE", "aiter_sse", "dumps", "escape_line_breaks", "ndjson_line", "sse_event"]
 
 SSE_DONE = b"data: [DONE]\n\n"
 """OpenAI's end-of-stream sentinel."""
@@ -21,6 +21,26 @@ SSE_DONE = b"data: [DONE]\n\n"
 def dumps(obj: Any) -> bytes:
     """Compact JSON bytes (orjson keeps non-ASCII characters as UTF-8)."""
     return orjson.dumps(obj)
+
+
+# httpx's ``aiter_lines`` splits lines like ``str.splitlines``: at U+0085, U+2028 and
+# U+2029 too, and so do the clients that read streams with it (ollama-python NDJSON,
+# httpx-sse events). orjson writes those raw inside strings, which would cut a JSON
+# record or an SSE data line in two, so every stream encoder escapes them.
+_LINE_BREAKS = (
+    (b"\xc2\x85", b"\\u0085"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
+def escape_line_breaks(data: bytes) -> bytes:
+    """``data`` (streamed JSON) with U+0085, U+2028 and U+2029 as JSON escapes."""
+    # isascii() is a fast scan; substring tests cost ~10x more, so only non-ASCII pays.
+    if not data.isascii() and (b"\xe2\x80" in data or b"\xc2\x85" in data):
+        for raw, escaped in _LINE_BREAKS:
+            data = data.replace(raw, escaped)
+    return data
 
 
 def ndjson_line(obj: Any) -> bytes:

@@ -48,7 +48,7 @@ from llmbridge.dialects.anthropic.response import (
     message_id,
 )
 from llmbridge.dialects.anthropic.types import PROVIDER
-from llmbridge.dialects.framing import sse_event
+from llmbridge.dialects.framing import escape_line_breaks, sse_event
 
 __all__ = ["decode_chat_stream", "encode_chat_stream", "error_event"]
 
@@ -80,7 +80,7 @@ async def encode_chat_stream(
     async for event in events:
         chunk = encoder.feed(event)
         if chunk:
-            yield chunk
+            yield escape_line_breaks(chunk)  # raw U+2028 would split the line (framing)
         if encoder.done:
             return
     yield error_event(BackendProtocolError("the stream ended before it was complete"))

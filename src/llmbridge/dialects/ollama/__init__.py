@@ -20,6 +20,7 @@ from llmbridge.dialects.ollama.request import (
     decode_chat_request,
     decode_embed_request,
     decode_generate_request,
+    decode_show_request,
     encode_chat_request,
     encode_embed_request,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "decode_embed_response",
     "decode_generate_request",
     "decode_show",
+    "decode_show_request",
     "decode_tags",
     "encode_chat_request",
     "encode_chat_response",

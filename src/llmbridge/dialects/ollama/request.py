@@ -1,10 +1,10 @@
 """Ollama request bodies <-> neutral requests: ``/api/chat``, ``/api/generate``, ``/api/embed``.
 
 Decoding validates a client's body against ``types`` and translates it to a
-``ChatRequest`` / ``EmbedRequest``; encoding builds the body llmbridge sends to a real
-Ollama server. Fields the core does not model (``truncate``, ``shift``, ``logprobs``,
-``suffix``, unknown fields, ...) ride along in ``provider_details["ollama"]``.
-Ollama has no ``tool_choice``, so it is not sent.
+``ChatRequest`` / ``EmbedRequest`` (for ``/api/show``, the model name); encoding builds
+the body llmbridge sends to a real Ollama server. Fields the core does not model
+(``truncate``, ``shift``, ``logprobs``, ``suffix``, unknown fields, ...) ride along in
+``provider_details["ollama"]``. Ollama has no ``tool_choice``, so it is not sent.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from llmbridge.dialects.ollama.types import (
     EmbedRequestBody,
     GenerateRequestBody,
     Options,
+    ShowRequestBody,
     Tool,
     ToolCall,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "decode_chat_request",
     "decode_embed_request",
     "decode_generate_request",
+    "decode_show_request",
     "encode_chat_request",
     "encode_embed_request",
 ]
@@ -153,6 +155,19 @@ def decode_embed_request(body: object) -> EmbedRequest:
         dimensions=parsed.dimensions,
         truncate=parsed.truncate is not False,
     )
+
+
+def decode_show_request(body: object) -> str:
+    """Validate an ``/api/show`` body; the model it names (``model``, else ``name``).
+
+    Raises:
+        InvalidRequestError: not an object, a field of the wrong type (Ollama's Go
+            decoder rejects ``"verbose": "yes"`` too), or no model named.
+    """
+    name = _validate(ShowRequestBody, body).model_name
+    if not name:
+        raise InvalidRequestError("'model' is required", param="model")
+    return name
 
 
 def _validate(model: type[_Body], body: object) -> _Body:

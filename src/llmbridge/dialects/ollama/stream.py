@@ -41,7 +41,7 @@ from llmbridge.core.messages import ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Timings, Usage
-from llmbridge.dialects.framing import dumps, ndjson_line
+from llmbridge.dialects.framing import dumps, escape_line_breaks, ndjson_line
 from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339, rfc3339
 
 __all__ = [
@@ -50,24 +50,6 @@ __all__ = [
     "encode_chat_stream",
     "split_ndjson_lines",
 ]
-
-# httpx's ``aiter_lines`` (which ollama-python reads streams with) splits lines like
-# ``str.splitlines``: at U+0085, U+2028 and U+2029 too. orjson writes those raw inside
-# strings, which would cut a JSON record in two, so they are escaped.
-_LINE_BREAKS = (
-    (b"\xc2\x85", b"\\u0085"),
-    (b"\xe2\x80\xa8", b"\\u2028"),
-    (b"\xe2\x80\xa9", b"\\u2029"),
-)
-
-
-def _escape_breaks(data: bytes) -> bytes:
-    # isascii() is a fast scan; substring tests cost ~10x more, so only non-ASCII pays.
-    if not data.isascii() and (b"\xe2\x80" in data or b"\xc2\x85" in data):
-        for raw, escaped in _LINE_BREAKS:
-            data = data.replace(raw, escaped)
-    return data
-
 
 # -- encoding -------------------------------------------------------------------------
 
@@ -93,12 +75,12 @@ async def encode_chat_stream(
             delta = event.delta
             if isinstance(delta, TextDelta):
                 if delta.text:
-                    yield text_head + _escape_breaks(dumps(delta.text)) + tail
+                    yield text_head + escape_line_breaks(dumps(delta.text)) + tail
             elif isinstance(delta, ThinkingDelta) and delta.text:
-                yield thinking_head + _escape_breaks(dumps(delta.text)) + tail
+                yield thinking_head + escape_line_breaks(dumps(delta.text)) + tail
         elif isinstance(event, PartEnd):
             if isinstance(event.part, ToolCallPart) and not generate:
-                yield _escape_breaks(_tool_call_line(model, created_at, event.part, tool_index))
+                yield escape_line_breaks(_tool_call_line(model, created_at, event.part, tool_index))
                 tool_index += 1
         elif isinstance(event, ResponseStart):
             if event.created:
@@ -117,17 +99,17 @@ async def encode_chat_stream(
             final["done_reason"] = done_reason(event.stop_reason)
             final["done"] = True
             final.update(metrics(usage.merged(event.usage), event.timings))
-            yield _escape_breaks(ndjson_line(final))
+            yield escape_line_breaks(ndjson_line(final))
             return
         elif isinstance(event, StreamError):
-            yield _escape_breaks(ndjson_line({"error": event.error.message}))
+            yield escape_line_breaks(ndjson_line({"error": event.error.message}))
             return
     # The events ended without an end: say so rather than leave the client guessing.
     yield ndjson_line({"error": "the backend's stream ended before it was complete"})
 
 
 def _delta_frame_parts(model: str, created_at: str, generate: bool) -> tuple[bytes, bytes, bytes]:
-    head = _escape_breaks(b'{"model":' + dumps(model) + b',"created_at":' + dumps(created_at))
+    head = escape_line_breaks(b'{"model":' + dumps(model) + b',"created_at":' + dumps(created_at))
     if generate:
         return head + b',"response":', head + b',"response":"","thinking":', b',"done":false}\n'
     message = b',"message":{"role":"assistant","content":'

@@ -18,7 +18,14 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from llmbridge.core.response import StopReason, Timings, Usage
 
@@ -54,6 +61,15 @@ def _whole_number(value: Any) -> Any:
 
 
 WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+
+
+def _described(*alternatives: dict[str, Any]) -> WithJsonSchema:
+    """The JSON Schema (gateway/openapi.py) of a field whose before-validator takes
+    other values than its type says."""
+    return WithJsonSchema({"anyOf": list(alternatives)})
+
+
+_NULL = {"type": "null"}
 
 
 class _Body(BaseModel):
@@ -120,7 +136,10 @@ class Options(_Body):
     """Mirostat learning rate."""
     penalize_newline: bool | None = None
     """Apply the repetition penalty to newlines."""
-    stop: list[str] | None = None
+    stop: Annotated[
+        list[str] | None,
+        _described({"type": "string"}, {"type": "array", "items": {"type": "string"}}, _NULL),
+    ] = None
     """Stop sequences (a single string is accepted too)."""
 
     @field_validator("stop", mode="before")
@@ -140,7 +159,9 @@ class ToolCallFunction(_Body):
     """Position of the call in its batch (Ollama often gives every call 0)."""
     name: str
     """Name of the function to call."""
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    arguments: Annotated[
+        dict[str, Any] | str, _described({"type": "object"}, {"type": "string"}, _NULL)
+    ] = Field(default_factory=dict)
     """Arguments: a JSON object (Ollama) or a JSON string (what OpenAI clients send)."""
 
     @field_validator("arguments", mode="before")
@@ -226,7 +247,11 @@ def _check_keep_alive(value: Any) -> Any:
     raise ValueError("must be a duration string (such as '5m') or a number of seconds")
 
 
-Format = Annotated[str | dict[str, Any] | None, BeforeValidator(_check_format)]
+Format = Annotated[
+    str | dict[str, Any] | None,
+    BeforeValidator(_check_format),
+    _described({"enum": ["", "json"]}, {"type": "object"}, _NULL),
+]
 Think = Annotated[bool | ThinkLevel | None, BeforeValidator(_check_think)]
 KeepAlive = Annotated[str | int | float | None, BeforeValidator(_check_keep_alive)]
 
@@ -310,6 +335,16 @@ class EmbedRequestBody(_Body):
 
 class ShowRequestBody(_Body):
     """The body of ``POST /api/show``."""
+
+    # One of the two names is required (``decode_show_request``).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [key], "properties": {key: {"type": "string", "minLength": 1}}}
+                for key in ("model", "name")
+            ]
+        }
+    )
 
     model: str | None = None
     """Name of the model."""

@@ -40,7 +40,7 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
-from llmbridge.dialects.framing import SSE_DONE, sse_event
+from llmbridge.dialects.framing import SSE_DONE, escape_line_breaks, sse_event
 from llmbridge.dialects.openai.errors import error_body
 from llmbridge.dialects.openai.response import (
     decode_usage,
@@ -109,7 +109,7 @@ async def encode_chat_stream(
     async for event in events:
         chunk = encoder.encode(event)
         if chunk:
-            yield chunk
+            yield escape_line_breaks(chunk)  # raw U+2028 would split the line (framing)
         if encoder.finished:
             return
     # The event stream stopped without ResponseEnd or StreamError: say so rather

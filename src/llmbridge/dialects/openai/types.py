@@ -3,8 +3,9 @@
 Field names are exactly the API's (platform.openai.com/docs/api-reference/chat/create),
 each with a one-line docstring. Every model allows extra fields, so nothing a client
 sends is silently dropped: ``request.py`` moves what the core does not model into
-``provider_details``. Only inbound bodies are modelled here; replies from servers and
-the bodies llmbridge sends are plain dicts built and read by the codecs.
+``provider_details``. Validation is strict (no ``"1"`` or ``true`` for a number, no
+``0`` for a boolean), as the API is. Only inbound bodies are modelled here; replies
+from servers and the bodies llmbridge sends are plain dicts built and read by the codecs.
 
 ``validate_body`` turns pydantic's errors into ``InvalidRequestError`` naming the field
 path (``messages.0.content.1.image_url.url``). That relies on a convention kept in
@@ -19,7 +20,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from llmbridge.core.errors import InvalidRequestError
 
@@ -60,7 +69,9 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 class _OpenAIModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # Strict, as OpenAI's API is: lax pydantic read ``"max_tokens": true`` as 1 and
+    # ``"parallel_tool_calls": 0.0`` as false (found by tests/fuzz).
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class _ErrorContext(dict[str, int | str | float]):
@@ -316,8 +327,8 @@ class ChatCompletionRequestBody(_OpenAIModel):
     "Penalty for tokens by how often they appeared, -2.0 to 2.0."
     presence_penalty: float | None = None
     "Penalty for tokens that appeared at all, -2.0 to 2.0."
-    n: int | None = None
-    "How many choices to generate; llmbridge only generates one."
+    n: Annotated[int | None, WithJsonSchema({"enum": [1, None]})] = None
+    "How many choices to generate; llmbridge only generates one (``decode_chat_request``)."
     stream: bool | None = None
     "Stream the reply as server-sent events."
     stream_options: StreamOptions | None = None
@@ -353,7 +364,18 @@ class EmbeddingRequestBody(_OpenAIModel):
 
     model: str
     "The model to use."
-    input: str | list[str] | list[int] | list[list[int]]
+    input: Annotated[
+        str | list[str] | list[int] | list[list[int]],
+        # What ``decode_embed_request`` takes: parsed as the API does, refused after.
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ]
+            }
+        ),
+    ]
     "Text or texts to embed (token arrays are accepted by the API but not by llmbridge)."
     dimensions: int | None = None
     "Number of dimensions of the output vectors, for models that support it."

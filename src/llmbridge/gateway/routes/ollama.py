@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge import __version__
-from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
+from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
@@ -85,12 +85,7 @@ async def tags(request: Request) -> Response:
 async def show(request: Request) -> Response:
     state = state_of(request)
     try:
-        body = await read_json(request, state.max_body)
-        if not isinstance(body, dict):
-            raise InvalidRequestError("request body must be a JSON object", param="model")
-        name = body.get("model") or body.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequestError("'model' is required", param="model")
+        name = ollama.decode_show_request(await read_json(request, state.max_body))
         info = await state.router.show(name)
     except LLMBridgeError as exc:
         return error_response(Dialect.OLLAMA, exc, new_request_id())

@@ -1,0 +1,315 @@
+"""The gateway's OpenAPI 3.1 description, served at ``GET /openapi.json``.
+
+One operation per route the gateway always serves (``routes/system.py``, ``ollama.py``,
+``openai.py``, ``anthropic.py``); the agent service's ``/agent/...`` routes, on only when
+configured (docs/AGENT.md), are not described yet. Request bodies are the dialects' own
+pydantic wire types (``dialects/*/types.py``) through ``model_json_schema()``, their
+``$defs`` hoisted into ``components/schemas`` under a dialect prefix (``OllamaTool``,
+``OpenAITool`` and ``AnthropicTool`` are different shapes). Replies are described
+loosely (the keys every client reads, anything else allowed); every 4xx/5xx is the error
+body of the route's dialect (``gateway/render.py``): ``/api/*`` Ollama, ``/v1/messages*``
+Anthropic, the rest OpenAI. The fuzz tests (tests/fuzz/) drive every operation from this document.
+
+Authentication: when ``server.api_keys`` is set, every path but ``/`` and ``/health``
+(``auth.OPEN_PATHS``) wants ``Authorization: Bearer <key>`` or ``x-api-key: <key>``,
+``/openapi.json`` included; with no keys configured nothing is checked.
+
+The document is built once per process (``openapi_json`` is cached).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from llmbridge import __version__
+from llmbridge.dialects.anthropic import types as anthropic
+from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.ollama import types as ollama
+from llmbridge.dialects.openai import types as openai
+from llmbridge.gateway.auth import OPEN_PATHS
+from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
+from llmbridge.gateway.render import Dialect, dialect_for_path
+
+__all__ = ["OPENAPI_PATH", "openapi_document", "openapi_json"]
+
+OPENAPI_PATH = "/openapi.json"
+
+JSON = dict[str, Any]
+
+_PREFIX = {Dialect.OLLAMA: "Ollama", Dialect.OPENAI: "OpenAI", Dialect.ANTHROPIC: "Anthropic"}
+_NDJSON = "application/x-ndjson"
+_SSE = "text/event-stream"
+
+
+def _ref(name: str) -> JSON:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(required: tuple[str, ...] = (), **properties: JSON) -> JSON:
+    """An object with these properties (``required`` of them always present); more allowed."""
+    schema: JSON = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+_STR: JSON = {"type": "string"}
+_INT: JSON = {"type": "integer"}
+_BOOL: JSON = {"type": "boolean"}
+_ARRAY: JSON = {"type": "array"}
+_OBJECT: JSON = {"type": "object"}
+_VECTORS: JSON = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
+
+# -- error bodies (dialects/*/errors.py) ------------------------------------------------
+
+_ERROR_SCHEMAS: dict[str, JSON] = {
+    "OllamaError": _obj(("error",), error=_STR),
+    "OpenAIError": _obj(
+        ("error",),
+        error=_obj(
+            ("message", "type", "param", "code"),
+            message=_STR,
+            type=_STR,
+            param={"type": ["string", "null"]},
+            code={"type": ["string", "null"]},
+        ),
+    ),
+    "AnthropicError": _obj(
+        ("type", "error", "request_id"),
+        type={"const": "error"},
+        error=_obj(("type", "message"), type=_STR, message=_STR),
+        request_id=_STR,
+    ),
+}
+
+# -- replies (loose: the keys clients read) ---------------------------------------------
+
+_REPLY_SCHEMAS: dict[str, JSON] = {
+    "OllamaChatResponse": _obj(
+        ("model", "created_at", "message", "done"),
+        model=_STR,
+        created_at=_STR,
+        message=_obj(("role", "content"), role=_STR, content=_STR),
+        done=_BOOL,
+        done_reason=_STR,
+    ),
+    "OllamaGenerateResponse": _obj(
+        ("model", "created_at", "response", "done"),
+        model=_STR,
+        created_at=_STR,
+        response=_STR,
+        done=_BOOL,
+        done_reason=_STR,
+    ),
+    "OllamaModelList": _obj(
+        ("models",), models={"type": "array", "items": _obj(("name", "model"), name=_STR)}
+    ),
+    "OllamaShowResponse": _obj(("details", "model_info", "capabilities"), details=_OBJECT),
+    "OllamaVersion": _obj(("version",), version=_STR),
+    "OllamaEmbedResponse": _obj(("model", "embeddings"), model=_STR, embeddings=_VECTORS),
+    "OpenAIChatCompletion": _obj(
+        ("id", "object", "created", "model", "choices"),
+        id=_STR,
+        object={"const": "chat.completion"},
+        created=_INT,
+        model=_STR,
+        choices=_ARRAY,
+        usage=_OBJECT,
+    ),
+    "OpenAIModel": _obj(
+        ("id", "object", "created", "owned_by"),
+        id=_STR,
+        object={"const": "model"},
+        created=_INT,
+        owned_by=_STR,
+    ),
+    "OpenAIModelList": _obj(
+        ("object", "data"),
+        object={"const": "list"},
+        data={"type": "array", "items": _ref("OpenAIModel")},
+    ),
+    "OpenAIEmbeddingList": _obj(
+        ("object", "data", "model", "usage"),
+        object={"const": "list"},
+        data={"type": "array", "items": _obj(("object", "index", "embedding"))},
+        model=_STR,
+        usage=_OBJECT,
+    ),
+    "AnthropicMessage": _obj(
+        ("id", "type", "role", "model", "content", "stop_reason", "usage"),
+        id=_STR,
+        type={"const": "message"},
+        role={"const": "assistant"},
+        model=_STR,
+        content=_ARRAY,
+        stop_reason={"type": ["string", "null"]},
+        usage=_OBJECT,
+    ),
+    "AnthropicTokenCount": _obj(("input_tokens",), input_tokens=_INT),
+    "Health": _obj(
+        ("status", "version", "backends"),
+        status={"enum": ["ok", "degraded", "down"]},
+        version=_STR,
+        uptime_s={"type": "number"},
+        backends=_OBJECT,
+    ),
+}
+
+# (method, path, operationId, summary, request body type, reply schema, streamed as)
+_Operation = tuple[str, str, str, str, type[BaseModel] | None, str | None, str | None]
+
+_OPERATIONS: tuple[_Operation, ...] = (
+    ("get", "/", "root", "Liveness: the text 'Ollama is running'.", None, None, None),
+    ("head", "/", "rootHead", "Liveness without a body.", None, None, None),
+    ("get", "/health", "health", "Backend reachability (503 when none).", None, "Health", None),
+    ("get", "/metrics", "metrics", "Prometheus metrics.", None, None, None),
+    ("get", OPENAPI_PATH, "openapi", "This document.", None, None, None),
+    ("post", "/api/chat", "ollamaChat", "Ollama chat.", ollama.ChatRequestBody,
+     "OllamaChatResponse", _NDJSON),
+    ("post", "/api/generate", "ollamaGenerate", "Ollama completion.", ollama.GenerateRequestBody,
+     "OllamaGenerateResponse", _NDJSON),
+    ("get", "/api/tags", "ollamaTags", "Models served.", None, "OllamaModelList", None),
+    ("head", "/api/tags", "ollamaTagsHead", "Models served, no body.", None, None, None),
+    ("post", "/api/show", "ollamaShow", "One model's details.", ollama.ShowRequestBody,
+     "OllamaShowResponse", None),
+    ("get", "/api/ps", "ollamaPs", "Models loaded.", None, "OllamaModelList", None),
+    ("get", "/api/version", "ollamaVersion", "The Ollama API version.", None, "OllamaVersion",
+     None),
+    ("head", "/api/version", "ollamaVersionHead", "The version, no body.", None, None, None),
+    ("post", "/api/embed", "ollamaEmbed", "Ollama embeddings.", ollama.EmbedRequestBody,
+     "OllamaEmbedResponse", None),
+    ("post", "/v1/chat/completions", "openaiChatCompletions", "OpenAI chat completion.",
+     openai.ChatCompletionRequestBody, "OpenAIChatCompletion", _SSE),
+    ("get", "/v1/models", "openaiModels", "Models served.", None, "OpenAIModelList", None),
+    ("get", "/v1/models/{model_id}", "openaiModel", "One model (listed or servable).", None,
+     "OpenAIModel", None),
+    ("post", "/v1/embeddings", "openaiEmbeddings", "OpenAI embeddings.",
+     openai.EmbeddingRequestBody, "OpenAIEmbeddingList", None),
+    ("post", "/v1/messages", "anthropicMessages", "Anthropic Messages.",
+     anthropic.MessagesRequestBody, "AnthropicMessage", _SSE),
+    ("post", "/v1/messages/count_tokens", "anthropicCountTokens", "Anthropic token count.",
+     anthropic.CountTokensRequestBody, "AnthropicTokenCount", None),
+)  # fmt: skip
+
+
+def _body_schema(model: type[BaseModel], dialect: Dialect, schemas: JSON) -> JSON:
+    """``model``'s JSON Schema with its ``$defs`` moved into ``schemas`` (prefixed)."""
+    prefix = _PREFIX[dialect]
+    schema = model.model_json_schema(ref_template=f"#/components/schemas/{prefix}{{model}}")
+    for name, definition in schema.pop("$defs", {}).items():
+        if schemas.setdefault(prefix + name, definition) != definition:
+            raise ValueError(f"two different {prefix}{name} schemas")
+    schemas[prefix + model.__name__] = schema
+    return _ref(prefix + model.__name__)
+
+
+def _stream_item(media_type: str, dialect: Dialect) -> JSON:
+    """A stream: NDJSON as the array of its records (the last one ``done``, or an
+    error); SSE as one event (Anthropic's are named, and their data is JSON)."""
+    if media_type == _NDJSON:
+        frame = _obj(("model", "created_at", "done"), model=_STR, created_at=_STR, done=_BOOL)
+        return {"type": "array", "items": {"anyOf": [frame, _ref("OllamaError")]}}
+    if dialect is Dialect.ANTHROPIC:
+        json_data = {"type": "string", "contentMediaType": "application/json"}
+        return _obj(("event", "data"), event=_STR, data=json_data)
+    return _obj(("data",), data=_STR)  # OpenAI's last event is "data: [DONE]"
+
+
+def _operation(op: _Operation, schemas: JSON) -> JSON:
+    method, path, operation_id, summary, body, reply, streamed = op
+    dialect = dialect_for_path(path)
+    ok: JSON = {"description": "Success."}
+    if reply is not None:
+        ok["content"] = {"application/json": {"schema": _ref(reply)}}
+        if streamed is not None:
+            kind = "NDJSON lines" if streamed == _NDJSON else "server-sent events"
+            ok["description"] = f"Success: one JSON object, or {kind} when streaming."
+            ok["content"][streamed] = {"schema": _stream_item(streamed, dialect)}
+    elif method == "get" and path == "/":
+        ok["content"] = {"text/plain": {"schema": {"const": "Ollama is running"}}}
+    elif method == "get" and path == "/metrics":
+        ok["content"] = {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": _STR}}
+    elif method == "get" and path == OPENAPI_PATH:
+        ok["content"] = {"application/json": {"schema": _OBJECT}}
+    error = {"$ref": f"#/components/responses/{_PREFIX[dialect]}Error"}
+    operation: JSON = {
+        "operationId": operation_id,
+        "summary": summary,
+        "tags": [dialect.value if path.startswith(("/api/", "/v1/")) else "system"],
+        "responses": {"200": ok, "4XX": error, "5XX": error},
+    }
+    if path == "/health":
+        operation["responses"]["503"] = {
+            "description": "No backend is reachable.",
+            "content": {"application/json": {"schema": _ref("Health")}},
+        }
+    if "{model_id}" in path:
+        operation["parameters"] = [
+            {"name": "model_id", "in": "path", "required": True, "schema": _STR}
+        ]
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _body_schema(body, dialect, schemas)}},
+        }
+    if path in OPEN_PATHS:
+        operation["security"] = []
+    return operation
+
+
+def _build() -> JSON:
+    schemas: JSON = {**_ERROR_SCHEMAS, **_REPLY_SCHEMAS}
+    paths: JSON = {}
+    for op in _OPERATIONS:
+        paths.setdefault(op[1], {})[op[0]] = _operation(op, schemas)
+    responses = {
+        f"{prefix}Error": {
+            "description": f"An error, in {dialect.value.capitalize()}'s shape.",
+            "content": {"application/json": {"schema": _ref(f"{prefix}Error")}},
+        }
+        for dialect, prefix in _PREFIX.items()
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "llmbridge",
+            "version": __version__,
+            "description": (
+                "An Ollama / OpenAI / Anthropic API gateway. Errors come in the dialect "
+                "of the path: /api/* Ollama, /v1/messages* Anthropic, everything else "
+                "OpenAI. With API keys configured, every path but / and /health needs "
+                "'Authorization: Bearer <key>' or 'x-api-key: <key>'. Every GET route "
+                "also answers HEAD."
+            ),
+        },
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(schemas.items())),
+            "responses": responses,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+    }
+
+
+@cache
+def _document() -> JSON:
+    return _build()
+
+
+@cache
+def openapi_json() -> bytes:
+    """The document as served (built on first use, then kept)."""
+    return dumps(_document())
+
+
+def openapi_document() -> JSON:
+    """A copy of the document, for callers that change it."""
+    return copy.deepcopy(_document())
