@@ -10,7 +10,7 @@ import orjson
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.client import ErrorCode, EventType, OllamaAdapter, StreamEvent, TokenType
-from llmbridge.core.errors import BackendError
+from llmbridge.core.errors import BackendError, BackendProtocolError
 from llmbridge.core.response import Usage
 from tests.client.conftest import DONE, chunk, closed_port, collect, kinds, ndjson
 from tests.conftest import RunningServer
@@ -196,7 +196,8 @@ async def test_gateway_constructor_over_the_openai_front(
     gateway: RunningServer, scripted: ScriptedBackend
 ) -> None:
     scripted.enqueue(Script(text=["Hel", "lo"], usage=Usage(4, 2)))
-    scripted.enqueue(Script(text=["Hel", "lo"], fail_before=BackendError("no capacity")))
+    # Not transient (a protocol error), so the gateway does not retry it.
+    scripted.enqueue(Script(text=["Hel", "lo"], fail_before=BackendProtocolError("no capacity")))
     async with OllamaAdapter.gateway(gateway.url, default_model="any-model") as adapter:
         assert adapter.base_url == gateway.url + "/v1"
         events = await collect(adapter.call("Hi", call_context="AGENT_THOUGHT"))

@@ -75,11 +75,18 @@ class _Coalescer:
         self.error: BaseException | None = None
 
     async def produce(self, body: AsyncIterator[bytes], limit: int) -> None:
+        first = True
         try:
             async for chunk in body:
                 self.pending.append(chunk)
                 self.size += len(chunk)
                 self.ready.set()
+                if first:
+                    # The first chunk goes out on its own at once: when the backend
+                    # has the whole reply ready, batching would otherwise hold the
+                    # client's first token until all of it was read.
+                    first = False
+                    await asyncio.sleep(0)
                 if self.size >= limit:
                     self.room.clear()
                     await self.room.wait()
