@@ -269,7 +269,9 @@ async def main_async(args: argparse.Namespace) -> int:
                 providers={
                     "fast": OpenCodeProvider(
                         base_url=f"http://127.0.0.1:{backend_port}/v1",
-                        models={DEFAULT_MODEL: {"context": 32768, "output": 1024}},
+                        # OpenCode asks for max_tokens = this output limit, which the
+                        # fast backend takes as the reply's length: --chunks pieces.
+                        models={DEFAULT_MODEL: {"context": 32768, "output": args.chunks}},
                     )
                 },
             )

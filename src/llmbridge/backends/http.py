@@ -50,7 +50,9 @@ class HTTPSettings:
 
     connect: float = 10.0
     read: float = 600.0
-    max_connections: int = 512
+    max_connections: int = 4096
+    """Concurrent connections to the backend; requests beyond wait for a free one
+    (without a deadline: the wait is the backend's capacity, not a fault)."""
     probe_timeout: float = 5.0
 
 
@@ -144,7 +146,11 @@ class HTTPTransport:
         self._headers = headers or {}
         self._session: aiohttp.ClientSession | None = None
         self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=settings.connect, sock_read=settings.read
+            # sock_connect, not connect: aiohttp's `connect` also covers waiting for a
+            # free pooled connection, which made a burst beyond the pool size time out.
+            total=None,
+            sock_connect=settings.connect,
+            sock_read=settings.read,
         )
 
     def _url(self, path: str) -> str:

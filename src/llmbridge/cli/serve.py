@@ -127,6 +127,7 @@ def serve(
     # and keep what exists at startup out of future collections.
     gc.set_threshold(50_000, 20, 20)
     gc.freeze()
+    _raise_open_file_limit()
     uvicorn.run(
         app,
         host=server.host,
@@ -137,3 +138,20 @@ def serve(
         http="httptools",
         timeout_graceful_shutdown=5,
     )
+
+
+def _raise_open_file_limit(wanted: int = 65_536) -> None:
+    """Every stream holds two sockets (client and backend); a 1024 soft limit, common
+    by default, would refuse connections at about 500 concurrent streams. Raise the
+    soft limit towards the hard one, as far as the system allows."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d: %s", soft, exc)

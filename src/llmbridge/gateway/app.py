@@ -70,7 +70,11 @@ def build_backend(name: str, config: BackendConfig, server: ServerConfig | None 
         return _build_opencode(name, config, server or ServerConfig())
     from llmbridge.backends.http import HTTPSettings
 
-    http = HTTPSettings(connect=config.connect_timeout, read=config.read_timeout)
+    http = HTTPSettings(
+        connect=config.connect_timeout,
+        read=config.read_timeout,
+        max_connections=config.max_connections,
+    )
     if config.type == "anthropic":
         import os
 

@@ -101,6 +101,8 @@ class HTTPBackendConfig(_Strict):
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
     """Longest silence between two chunks of a reply, in seconds."""
+    max_connections: int = Field(4096, gt=0)
+    """Concurrent connections to this backend; more requests wait for a free one."""
 
 
 class AnthropicBackendConfig(_Strict):
@@ -112,6 +114,7 @@ class AnthropicBackendConfig(_Strict):
     """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
+    max_connections: int = Field(4096, gt=0)
 
 
 class ScriptedBackendConfig(_Strict):

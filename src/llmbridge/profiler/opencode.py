@@ -66,6 +66,8 @@ class OpenCodeSessionProvider:
         self.completion_lag_ms: list[float] = []
         """Per finished prompt: from OpenCode emitting the event that ended the turn
         (its id's timestamp) to this provider knowing (the benchmark reads it)."""
+        self.terminal_events: list[tuple[str, float]] = []
+        """Per finished prompt: that event's id and when the provider knew (Unix ms)."""
         self._group: tuple[str, str, str] | None = None
         self._http: HTTPTransport | None = None
         self._events_http: HTTPTransport | None = None
@@ -224,8 +226,9 @@ class OpenCodeSessionProvider:
                     log.warning("session %s did not settle after the abort", sid)
         detected_ms = time.time() * 1000
         emitted_ms = id_time_ms(terminal, detected_ms) if terminal else None
-        if emitted_ms is not None and not timed_out:
+        if terminal is not None and emitted_ms is not None and not timed_out:
             self.completion_lag_ms.append(detected_ms - emitted_ms)
+            self.terminal_events.append((terminal, detected_ms))
         measured_ms = (time.perf_counter() - started) * 1000
         messages = await self._call("GET", f"session/{sid}/message")
         if user_id is None:  # no event named it: the last user message is ours
