@@ -83,8 +83,9 @@ from proc_tree import ProcessTree
 from processes import (
     Server,
     free_port,
-    gateway_argv,
     gateway_config,
+    start_fast_backend,
+    start_gateway,
     start_py_spy,
     stop_py_spy,
     wait_ready,
@@ -417,27 +418,10 @@ class Servers:
 def servers(args: argparse.Namespace, workdir: Path) -> Iterator[Servers]:
     started: list[Server] = []
     try:
-        backend_port = free_port()
-        backend = Server.start(
-            "backend",
-            backend_port,
-            [
-                sys.executable,
-                str(BENCH_DIR / "fast_backend.py"),
-                "--port",
-                str(backend_port),
-                "--chunks",
-                str(args.chunks),
-            ],
-            workdir,
-        )
+        backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
+        backend_port = backend.port
         started.append(backend)
-        config = workdir / "gateway.yaml"
-        config.write_text(gateway_config("openai", backend_port))
-        gateway_port = free_port()
-        gateway = Server.start(
-            "gateway", gateway_port, gateway_argv(config, gateway_port, None), workdir
-        )
+        gateway = start_gateway(workdir, gateway_config("openai", backend_port))
         started.append(gateway)
         litellm = None
         if not args.no_litellm:

@@ -35,7 +35,7 @@ from http_clients import make_client
 from llmbridge.backends.opencode.events import id_time_ms
 from llmbridge.profiler.opencode import OpenCodeSessionProvider
 from llmbridge.profiler.types import ProviderConfig
-from processes import Server, free_port, log, wait_ready
+from processes import log, start_fast_backend, wait_ready
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"
@@ -133,20 +133,8 @@ async def main_async(args: argparse.Namespace) -> int:
         log(f"{args.opencode} is missing: run `make test` (it installs the pinned OpenCode)")
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-completion-") as tmp:
-        port = free_port()
-        model = Server.start(
-            "model",
-            port,
-            [
-                sys.executable,
-                str(BENCH_DIR / "fast_backend.py"),
-                "--port",
-                str(port),
-                "--chunks",
-                str(args.chunks),
-            ],
-            Path(tmp),
-        )
+        model = start_fast_backend(Path(tmp), "--chunks", str(args.chunks), name="model")
+        port = model.port
         provider = OpenCodeSessionProvider(command=str(args.opencode))
         try:
             probe = make_client("aiohttp")

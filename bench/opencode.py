@@ -50,7 +50,12 @@ from llmbridge.backends.opencode.server import (
 )
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest
-from processes import Server, free_port, gateway_argv, log, wait_ready
+from processes import (
+    log,
+    start_fast_backend,
+    start_gateway,
+    wait_ready,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"
@@ -190,10 +195,9 @@ async def run_gateway(
     workdir: Path,
 ) -> list[dict[str, Any]]:
     assert server.url is not None and server.password is not None
-    port = free_port()
-    config = workdir / f"gateway-pool{pool}.yaml"
-    config.write_text(_gateway_yaml(server.url, server.password, str(model), pool))
-    gateway = Server.start(f"gateway-pool{pool}", port, gateway_argv(config, port, None), workdir)
+    config = _gateway_yaml(server.url, server.password, str(model), pool)
+    gateway = start_gateway(workdir, config, name=f"gateway-pool{pool}")
+    port = gateway.port
     try:
         probe = make_client("aiohttp")
         try:
@@ -247,20 +251,8 @@ async def main_async(args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-opencode-") as tmp:
         workdir = Path(tmp)
-        backend_port = free_port()
-        backend = Server.start(
-            "model",
-            backend_port,
-            [
-                sys.executable,
-                str(BENCH_DIR / "fast_backend.py"),
-                "--port",
-                str(backend_port),
-                "--chunks",
-                str(args.chunks),
-            ],
-            workdir,
-        )
+        backend = start_fast_backend(workdir, "--chunks", str(args.chunks), name="model")
+        backend_port = backend.port
         model = ModelRef("fast", DEFAULT_MODEL)
         server = OpenCodeServer(
             spawn=SpawnSettings(
@@ -293,7 +285,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     ),
                     await measure("bare + session", bare.with_session, args.requests, args.warmup),
                     await measure(
-                        "seed-style (poll 300 ms)", bare.seed_style, args.requests // 4, 1
+                        "seed-style (poll 300 ms)", bare.seed_style, max(2, args.requests // 4), 1
                     ),
                 ]
                 for pool in (2, 0):

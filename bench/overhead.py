@@ -59,10 +59,10 @@ from http_clients import BenchClient, Outcome, make_client
 from processes import (
     CLK_TCK,
     Server,
-    free_port,
-    gateway_argv,
     gateway_config,
     log,
+    start_fast_backend,
+    start_gateway,
     start_py_spy,
     stop_py_spy,
     wait_ready,
@@ -655,29 +655,14 @@ async def measure(
 def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, Server]]:
     started: list[Server] = []
     try:
-        backend_port, gateway_port = free_port(), free_port()
-        backend = Server.start(
-            "backend",
-            backend_port,
-            [
-                sys.executable,
-                str(BENCH_DIR / "fast_backend.py"),
-                "--port",
-                str(backend_port),
-                "--chunks",
-                str(args.chunks),
-            ],
-            workdir,
-        )
+        backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
         started.append(backend)
-        config = workdir / "gateway.yaml"
-        config.write_text(gateway_config(args.dialect, backend_port))
         profile = args.profile_gateway.resolve() if args.profile_gateway else None
-        gateway = Server.start(
-            "gateway",
-            gateway_port,
-            gateway_argv(config, gateway_port, profile, args.gateway_launcher),
+        gateway = start_gateway(
             workdir,
+            gateway_config(args.dialect, backend.port),
+            profile=profile,
+            launcher=args.gateway_launcher,
         )
         started.append(gateway)
         yield backend, gateway

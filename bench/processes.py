@@ -132,6 +132,29 @@ def gateway_config(dialect: str, backend_port: int) -> str:
     )
 
 
+def start_fast_backend(workdir: Path, *options: str, name: str = "backend") -> Server:
+    """``fast_backend.py`` on a free loopback port, with ``options`` (--chunks...)."""
+    port = free_port()
+    script = Path(__file__).resolve().parent / "fast_backend.py"
+    argv = [sys.executable, str(script), "--port", str(port), *options]
+    return Server.start(name, port, argv, workdir)
+
+
+def start_gateway(
+    workdir: Path,
+    config_text: str,
+    *,
+    name: str = "gateway",
+    profile: Path | None = None,
+    launcher: Path | None = None,
+) -> Server:
+    """``llmbridge serve`` on a free loopback port with ``config_text`` as its config."""
+    port = free_port()
+    config = workdir / f"{name}.yaml"
+    config.write_text(config_text)
+    return Server.start(name, port, gateway_argv(config, port, profile, launcher), workdir)
+
+
 def gateway_argv(
     config: Path, port: int, profile: Path | None, launcher: Path | None = None
 ) -> list[str]:

@@ -35,7 +35,14 @@ import aiohttp
 
 from fast_backend import DEFAULT_MODEL
 from http_clients import make_client
-from processes import Server, free_port, gateway_argv, gateway_config, log, wait_ready
+from processes import (
+    Server,
+    gateway_config,
+    log,
+    start_fast_backend,
+    start_gateway,
+    wait_ready,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 INTERVAL_MS = 500.0
@@ -211,25 +218,8 @@ def verdicts(r: dict[str, object]) -> list[tuple[str, bool, str]]:
 async def main_async(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         workdir = Path(tmp)
-        backend_port, gateway_port = free_port(), free_port()
-        backend = Server.start(
-            "backend",
-            backend_port,
-            [
-                sys.executable,
-                str(BENCH_DIR / "fast_backend.py"),
-                "--port",
-                str(backend_port),
-                "--interval-ms",
-                str(INTERVAL_MS),
-            ],
-            workdir,
-        )
-        config = workdir / "gateway.yaml"
-        config.write_text(gateway_config("openai", backend_port))
-        gateway = Server.start(
-            "gateway", gateway_port, gateway_argv(config, gateway_port, None), workdir
-        )
+        backend = start_fast_backend(workdir, "--interval-ms", str(INTERVAL_MS))
+        gateway = start_gateway(workdir, gateway_config("openai", backend.port))
         try:
             probe = make_client("aiohttp")
             try:

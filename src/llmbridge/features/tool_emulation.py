@@ -49,7 +49,6 @@ from llmbridge.core.ids import new_id
 from llmbridge.core.messages import (
     Message,
     TextPart,
-    ToolCallPart,
     ToolDefinition,
     ToolResultPart,
 )
@@ -58,6 +57,7 @@ from llmbridge.core.request import ChatRequest, ResponseFormat
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.tool_healing import heal_arguments
+from llmbridge.features.transcript import render_message
 
 __all__ = [
     "DECISION_SYSTEM_PROMPT",
@@ -142,19 +142,8 @@ def format_tools(tools: Sequence[ToolDefinition]) -> str:
 
 
 def _render(message: Message, names: dict[str, str]) -> str:
-    pieces: list[str] = []
-    for part in message.parts:
-        if isinstance(part, TextPart) and part.text:
-            pieces.append(part.text)
-        elif isinstance(part, ToolCallPart):
-            names[part.id] = part.name
-            pieces.append(f"[called {part.name} with {orjson.dumps(part.arguments).decode()}]")
-        elif isinstance(part, ToolResultPart):
-            name = part.name or names.get(part.tool_call_id, "tool")
-            status = "error" if part.is_error else "result"
-            pieces.append(f"[{name} {status}: {part.content}]")
     label = "tool" if message.role == "tool" else message.role
-    return f"{label}: {' '.join(pieces)}"
+    return f"{label}: {render_message(message, names)}"
 
 
 def decision_prompt(request: ChatRequest) -> str:

@@ -26,12 +26,9 @@ from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.messages import (
     ImagePart,
     Message,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolResultPart,
 )
 from llmbridge.core.request import ChatRequest
+from llmbridge.features.transcript import render_message
 
 __all__ = ["ModelRef", "parse_model_ref", "prompt_body", "resolve_model"]
 
@@ -77,32 +74,12 @@ def parse_model_ref(value: str) -> ModelRef:
     return ModelRef(provider, model)
 
 
-def _render(message: Message, names: dict[str, str]) -> str:
-    pieces: list[str] = []
-    for part in message.parts:
-        if isinstance(part, TextPart) and part.text:
-            pieces.append(part.text)
-        elif isinstance(part, ToolCallPart):
-            names[part.id] = part.name
-            pieces.append(f"[called {part.name} with {orjson.dumps(part.arguments).decode()}]")
-        elif isinstance(part, ToolResultPart):
-            name = part.name or names.get(part.tool_call_id, "tool")
-            status = "error" if part.is_error else "result"
-            pieces.append(f"[{name} {status}: {part.content}]")
-        elif isinstance(part, ImagePart):
-            pieces.append("[image]")
-        # Thinking is the model's own scratch work: not part of what was said.
-        elif isinstance(part, ThinkingPart):
-            continue
-    return " ".join(pieces)
-
-
 def _conversation_text(conversation: list[Message]) -> str:
     last = conversation[-1]
     if len(conversation) == 1 and last.role == "user":
-        return _render(last, {})
+        return render_message(last, {})
     names: dict[str, str] = {}
-    lines = [f"{_LABELS[m.role]}: {_render(m, names)}" for m in conversation]
+    lines = [f"{_LABELS[m.role]}: {render_message(m, names)}" for m in conversation]
     intro = "The conversation so far, oldest first:"
     outro = (
         "Reply to the user's last message as the assistant."
