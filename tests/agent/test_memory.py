@@ -198,6 +198,27 @@ def test_the_budget_always_holds(
     )
     assert context.tokens == sum(count_message_tokens(m) for m in context.messages)
     assert context.tokens <= budget
+    # What is kept of the conversation is its newest part, without gaps.
+    kept = set(context.older_ids) | set(context.recent_ids)
+    if kept:
+        oldest = min(kept)
+        newer = {m.id for m in messages if m.id >= oldest}
+        assert kept == newer
+
+
+def test_no_older_exchange_while_a_newer_message_is_left_out() -> None:
+    """A tight budget: the newest message fits its share, the one before does not.
+    The older messages that would still fit must not be shown in its place."""
+    messages = [
+        _message(0, 1),
+        _message(1, 1, "assistant"),
+        _message(2, 1),
+        _message(3, 50, "assistant"),
+        _message(4, 50),
+    ]
+    context = assemble_history([], [], messages, 215, MemoryConfig(recent_messages=2))
+    assert context.recent_ids == (4,)
+    assert context.older_ids == ()
 
 
 def test_truncation_respects_the_limit() -> None:

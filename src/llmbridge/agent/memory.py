@@ -214,8 +214,10 @@ class MemoryBuilder:
         shown oldest first), the recent messages (newest first; each truncated to
         what is left when it alone is too long; capped at ``recent_share`` of the
         rest while summaries or older messages wait), the newest summaries, and the
-        newest older messages (condensed). Anything that does not fit is left out
-        whole, except a recent message, which is truncated.
+        newest older messages (condensed), only when every recent message is in:
+        the history kept is always the newest part of the conversation, without
+        gaps. Anything that does not fit is left out whole, except a recent
+        message, which is truncated.
         """
         limit = self.config.budget if budget is None else budget
         try:
@@ -297,7 +299,10 @@ def assemble_history(
     older, recent = messages[:split], messages[split:]
     _plan_recent(plan, recent, config.recent_share if summaries or older else 1.0)
     _plan_summaries(plan, summaries)
-    _plan_older(plan, older)
+    if len(plan.recent) == len(recent):
+        # Older messages only after every recent one: never an older exchange in the
+        # context while a newer message was left out.
+        _plan_older(plan, older)
     return _render(plan, dropped=len(pins) - len(plan.pins))
 
 
