@@ -71,7 +71,6 @@ from compare_routes import ROUTES, Route
 from fast_backend import reply_pieces
 from http_clients import BenchClient, Outcome, make_client
 from overhead import (
-    CheckError,
     Scenario,
     Tally,
     percentile,
@@ -188,31 +187,8 @@ class Runner:
         if target.proxy is not None:
             measure.peak_proxy_mb = max(measure.peak_proxy_mb, target.proxy.peak_rss_mb())
         measure.peak_backend_mb = max(measure.peak_backend_mb, self.backend.peak_rss_mb())
-        self._record(target, cell, outcomes, tally)
-
-    @staticmethod
-    def _record(target: Target, cell: Cell, outcomes: list[Outcome], tally: Tally) -> None:
         expected = reply_pieces(cell.pieces)
-        latencies = []
-        for outcome in outcomes:
-            if outcome.error is not None:
-                tally.fail(outcome.error)
-                continue
-            if outcome.status != 200:
-                tally.fail(f"HTTP {outcome.status}: {outcome.raw[:200]!r}")
-                continue
-            try:
-                tally.chunks += target.route.check(cell.stream, outcome.raw, expected)
-            except CheckError as exc:
-                tally.fail(str(exc))
-                continue
-            tally.ok += 1
-            latencies.append(outcome.total)
-            if outcome.first_byte is not None:
-                tally.first_bytes.append(outcome.first_byte)
-        tally.latencies.extend(latencies)
-        if latencies:
-            tally.round_p50s.append(percentile(sorted(latencies), 0.5))
+        tally.record(outcomes, lambda raw: target.route.check(cell.stream, raw, expected))
 
     async def warm_up(self, targets: list[Target], args: argparse.Namespace) -> None:
         """Untimed traffic of both kinds to every target before anything is measured or

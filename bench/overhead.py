@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -206,6 +206,30 @@ class Tally:
         if len(self.failure_examples) < 5:
             self.failure_examples.append(message)
 
+    def record(self, outcomes: list[Outcome], check: Callable[[bytes], int]) -> None:
+        """One batch: each reply checked (``check`` returns its chunk count or raises
+        ``CheckError``), failures kept, and the batch's p50 as a round."""
+        latencies = []
+        for outcome in outcomes:
+            if outcome.error is not None:
+                self.fail(outcome.error)
+                continue
+            if outcome.status != 200:
+                self.fail(f"HTTP {outcome.status}: {outcome.raw[:200]!r}")
+                continue
+            try:
+                self.chunks += check(outcome.raw)
+            except CheckError as exc:
+                self.fail(str(exc))
+                continue
+            self.ok += 1
+            latencies.append(outcome.total)
+            if outcome.first_byte is not None:
+                self.first_bytes.append(outcome.first_byte)
+        self.latencies.extend(latencies)
+        if latencies:
+            self.round_p50s.append(percentile(sorted(latencies), 0.5))
+
 
 @dataclass
 class Target:
@@ -268,30 +292,10 @@ class LoadGenerator:
         used["other"] = max(0.0, used.pop("system") - ours)
         for name, value in used.items():
             tally.cpu[name] = tally.cpu.get(name, 0.0) + value
-        self._record(tally, scenario, outcomes)
-
-    def _record(self, tally: Tally, scenario: Scenario, outcomes: list[Outcome]) -> None:
         expected = reply_pieces(scenario.pieces)
-        latencies = []
-        for outcome in outcomes:
-            if outcome.error is not None:
-                tally.fail(outcome.error)
-                continue
-            if outcome.status != 200:
-                tally.fail(f"HTTP {outcome.status}: {outcome.raw[:200]!r}")
-                continue
-            try:
-                tally.chunks += check_reply(self.dialect, scenario.stream, outcome.raw, expected)
-            except CheckError as exc:
-                tally.fail(str(exc))
-                continue
-            tally.ok += 1
-            latencies.append(outcome.total)
-            if outcome.first_byte is not None:
-                tally.first_bytes.append(outcome.first_byte)
-        tally.latencies.extend(latencies)
-        if latencies:
-            tally.round_p50s.append(percentile(sorted(latencies), 0.5))
+        tally.record(
+            outcomes, lambda raw: check_reply(self.dialect, scenario.stream, raw, expected)
+        )
 
     async def warm_up(self, plan: list[Scenario], quick: bool) -> None:
         """Untimed traffic of the same shapes: imports, caches, pools and the JIT-less
