@@ -344,7 +344,8 @@ def make_backend(
     url: str,
     *,
     prompt: float = 1.0,
-    completion: float = 2.0,
+    idle: float = 2.0,
+    total: float | None = None,
     delete: float = 1.0,
     pool_size: int = 0,
 ) -> OpenCodeBackend:
@@ -352,7 +353,7 @@ def make_backend(
         "oc",
         url=url,
         default_model="p/m",
-        timeouts=OpenCodeTimeouts(prompt=prompt, completion=completion, delete=delete),
+        timeouts=OpenCodeTimeouts(prompt=prompt, idle=idle, total=total, delete=delete),
         pool_size=pool_size,
     )
 

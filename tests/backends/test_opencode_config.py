@@ -10,7 +10,12 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from llmbridge.backends.opencode import OpenCodeBackend, OpenCodeProvider, SpawnSettings
+from llmbridge.backends.opencode import (
+    OpenCodeBackend,
+    OpenCodeProvider,
+    OpenCodeTimeouts,
+    SpawnSettings,
+)
 from llmbridge.backends.opencode.prompt import (
     ModelRef,
 )
@@ -120,6 +125,41 @@ def test_opencode_config_rejects_a_model_without_provider_and_slash(model: str) 
 def test_opencode_config_defaults() -> None:
     config = OpenCodeBackendConfig(type="opencode", model="p/m")
     assert config.url is None and config.command == "opencode" and config.pool_size == 2
+
+
+def test_deadline_settings_reach_the_backend() -> None:
+    config = OpenCodeBackendConfig.model_validate(
+        {"type": "opencode", "url": "http://127.0.0.1:4096", "model": "p/m"}
+    )
+    backend = build_backend("oc", config, ServerConfig())
+    assert isinstance(backend, OpenCodeBackend)
+    # Seed 000's 20 / 30 / 5 s; the 30 s is the idle deadline, and no total by default.
+    assert backend.timeouts == OpenCodeTimeouts(prompt=20, idle=30, total=None, delete=5)
+    config = OpenCodeBackendConfig.model_validate(
+        {
+            "type": "opencode",
+            "url": "http://127.0.0.1:4096",
+            "idle_timeout": 45,
+            "total_timeout": 600,
+        }
+    )
+    backend = build_backend("oc", config, ServerConfig())
+    assert isinstance(backend, OpenCodeBackend)
+    assert (backend.timeouts.idle, backend.timeouts.total) == (45, 600)
+
+
+def test_completion_timeout_is_read_as_the_idle_deadline() -> None:
+    """Its old name: configuration files written before the idle deadline still load."""
+    config = OpenCodeBackendConfig.model_validate(
+        {"type": "opencode", "model": "p/m", "completion_timeout": 90}
+    )
+    assert config.idle_timeout == 90 and config.total_timeout is None
+
+
+@pytest.mark.parametrize("field", ["idle_timeout", "total_timeout"])
+def test_deadlines_must_be_positive(field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        OpenCodeBackendConfig.model_validate({"type": "opencode", "model": "p/m", field: 0})
 
 
 def test_opencode_url_flag_makes_it_the_default_backend() -> None:

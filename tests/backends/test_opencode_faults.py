@@ -247,7 +247,7 @@ async def test_a_retryable_error_after_output_is_not_retried(
 async def test_silence_times_out_and_the_session_is_aborted_then_deleted(
     fake: FakeOpenCode,
 ) -> None:
-    opencode = make_backend(fake.url, prompt=0.3, completion=1.0)
+    opencode = make_backend(fake.url, prompt=0.3, idle=1.0)
     await opencode.start()
     try:
         loop = asyncio.get_running_loop()
@@ -266,7 +266,7 @@ async def test_silence_times_out_and_the_session_is_aborted_then_deleted(
 
 
 async def test_a_provider_retry_message_is_named_in_the_timeout(fake: FakeOpenCode) -> None:
-    opencode = make_backend(fake.url, prompt=0.3, completion=1.0)
+    opencode = make_backend(fake.url, prompt=0.3, idle=1.0)
     await opencode.start()
     try:
 
@@ -282,19 +282,86 @@ async def test_a_provider_retry_message_is_named_in_the_timeout(fake: FakeOpenCo
         await opencode.aclose()
 
 
-async def test_a_reply_that_never_finishes_times_out_mid_stream(fake: FakeOpenCode) -> None:
-    opencode = make_backend(fake.url, prompt=0.3, completion=0.6)
+async def test_a_reply_that_goes_silent_times_out_mid_stream(fake: FakeOpenCode) -> None:
+    opencode = make_backend(fake.url, prompt=0.3, idle=0.6)
     await opencode.start()
     try:
         fake.prompts.append(Prompt(events=lambda sid: [*opening(sid), delta(sid, "and then")]))
         received: list[StreamEvent] = []
-        with pytest.raises(BackendTimeoutError, match=r"did not finish its reply within 0\.6 s"):
+        with pytest.raises(BackendTimeoutError, match=r"sent nothing more for 0\.6 s"):
             async for item in opencode.chat(chat_request()):
                 received.append(item)
         assert text_of(received) == "and then"
         (sid,) = fake.prompted()
         await eventually(deleted(fake, sid))
         assert fake.cleanup_of(sid)[0] == f"POST /session/{sid}/abort"
+    finally:
+        await opencode.aclose()
+
+
+def steady_reply(pieces: int) -> list[str]:
+    return [f"piece{n} " for n in range(pieces)]
+
+
+async def test_a_reply_that_keeps_streaming_outlasts_the_idle_deadline(
+    fake: FakeOpenCode,
+) -> None:
+    """Claude Code writing a file through OpenCode: a long reply, streaming steadily.
+    Events 0.1 s apart take well over the 0.6 s idle deadline in all, but no gap
+    between two of them comes near it, so the whole reply arrives."""
+    opencode = make_backend(fake.url, prompt=2.0, idle=0.6)
+    await opencode.start()
+    try:
+        pieces = steady_reply(12)
+        fake.prompts.append(Prompt(events=reply(*pieces), gap=0.1))
+        events = await collect(opencode)
+        assert text_of(events) == "".join(pieces)
+        end = events[-1]
+        assert isinstance(end, ResponseEnd) and end.stop_reason == StopReason.END_TURN
+        breakdown = opencode.breakdowns[0]
+        assert breakdown.outcome == "ok"
+        assert breakdown.completion is not None and breakdown.completion > 0.6
+    finally:
+        await opencode.aclose()
+
+
+async def test_the_optional_total_deadline_still_bounds_a_streaming_reply(
+    fake: FakeOpenCode,
+) -> None:
+    opencode = make_backend(fake.url, prompt=2.0, idle=0.6, total=1.0)
+    await opencode.start()
+    try:
+        fake.prompts.append(Prompt(events=reply(*steady_reply(12)), gap=0.1))
+        received: list[StreamEvent] = []
+        with pytest.raises(BackendTimeoutError, match=r"did not finish its reply within 1 s"):
+            async for item in opencode.chat(chat_request()):
+                received.append(item)
+        assert text_of(received).startswith("piece0 ")  # output had been sent
+        (sid,) = fake.prompted()  # output had been sent: no retry
+        await eventually(deleted(fake, sid))
+        assert fake.cleanup_of(sid)[0] == f"POST /session/{sid}/abort"
+    finally:
+        await opencode.aclose()
+
+
+async def test_provider_retry_reports_do_not_keep_a_silent_reply_alive(
+    fake: FakeOpenCode,
+) -> None:
+    """After some output the provider stops answering and OpenCode reports its
+    retries: those are not progress, so the idle deadline still fires."""
+    opencode = make_backend(fake.url, prompt=2.0, idle=0.6)
+    await opencode.start()
+    try:
+
+        def events(sid: str) -> list[Event | str]:
+            status = {"type": "retry", "attempt": 1, "message": "overloaded", "next": 1}
+            retrying = ev("session.status", sessionID=sid, status=status)
+            return [*opening(sid), delta(sid, "so far"), *[retrying] * 12]
+
+        fake.prompts.append(Prompt(events=events, gap=0.1))
+        with pytest.raises(BackendTimeoutError, match=r"sent nothing more for 0\.6 s") as info:
+            await collect(opencode)
+        assert "retrying its model provider: overloaded" in info.value.message
     finally:
         await opencode.aclose()
 

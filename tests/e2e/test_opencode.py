@@ -69,7 +69,7 @@ def stack(model: ScriptedBackend) -> Iterator[tuple[RunningServer, OpenCodeBacke
         default_model="gw/scripted",
         routes=[{"name": "scripted", "backend": "model"}],
         prompt_timeout=15,
-        completion_timeout=30,
+        idle_timeout=30,
     ) as pair:
         yield pair
 
@@ -277,7 +277,7 @@ def test_a_reply_past_the_deadline_is_aborted_and_cleaned_up(
     gateway: RunningServer, model: ScriptedBackend, opencode: OpenCodeBackend
 ) -> None:
     saved = opencode.timeouts
-    opencode.timeouts = OpenCodeTimeouts(prompt=1.5, completion=3.0, delete=5.0)
+    opencode.timeouts = OpenCodeTimeouts(prompt=1.5, idle=3.0, delete=5.0)
     cancelled, count = model.cancelled, len(opencode.breakdowns)
     try:
         model.enqueue(Script(text=["too", " late"], chunk_delay=10))
@@ -299,6 +299,33 @@ def test_a_reply_past_the_deadline_is_aborted_and_cleaned_up(
             break
         time.sleep(0.05)
     assert model.cancelled > cancelled
+
+
+def test_a_reply_streaming_longer_than_the_idle_deadline_arrives_whole(
+    gateway: RunningServer, model: ScriptedBackend, opencode: OpenCodeBackend
+) -> None:
+    """A long reply that keeps streaming (Claude Code writing a file through OpenCode)
+    runs past the idle deadline in all, with no gap near it: nothing is cut."""
+    saved = opencode.timeouts
+    opencode.timeouts = OpenCodeTimeouts(prompt=15, idle=1.5, delete=5.0)
+    pieces = [f"line {n}\n" for n in range(12)]
+    count = len(opencode.breakdowns)
+    try:
+        model.enqueue(Script(text=pieces, chunk_delay=0.3))  # 3.6 s in all
+        parts = list(
+            ollama_client(gateway.url).chat(
+                model="homeassistant",
+                messages=[{"role": "user", "content": "write the file"}],
+                stream=True,
+            )
+        )
+    finally:
+        opencode.timeouts = saved
+    assert "".join(p.message.content or "" for p in parts) == "".join(pieces)
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+    breakdown = _breakdown_after(opencode, count)
+    assert breakdown.outcome == "ok"
+    assert breakdown.completion is not None and breakdown.completion > 1.5
 
 
 def test_a_client_that_hangs_up_aborts_the_opencode_session(

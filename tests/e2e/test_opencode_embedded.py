@@ -41,7 +41,7 @@ def stack() -> Iterator[tuple[RunningServer, OpenCodeBackend]]:
         default_model="gw/smollm2",
         routes=[{"name": "smollm2", "backend": "embedded"}],
         prompt_timeout=60,
-        completion_timeout=120,
+        idle_timeout=120,
         # Repeatable decisions from the small model: OpenCode samples per its agent.
         opencode_config={"agent": {"llmbridge": {"temperature": 0}}},
     ) as pair:

@@ -244,7 +244,15 @@ def test_mid_stream_failure_ollama(gateway: RunningServer, scripted: ScriptedBac
         if x
     ]
     assert lines[0]["message"]["content"] == "a"
-    assert lines[-1] == {"error": "boom"}
+    # Seed 000's error frame: the message says it, and `error` and `done` end the stream.
+    assert lines[-1] == {
+        "model": "scripted",
+        "created_at": lines[0]["created_at"],
+        "message": {"role": "assistant", "content": "Error: boom"},
+        "done": True,
+        "done_reason": "error",
+        "error": "boom",
+    }
 
 
 def test_mid_stream_failure_openai(gateway: RunningServer, scripted: ScriptedBackend) -> None:

@@ -103,7 +103,8 @@ def _build_opencode(name: str, config: OpenCodeBackendConfig, server: ServerConf
 
     timeouts = OpenCodeTimeouts(
         prompt=config.prompt_timeout,
-        completion=config.completion_timeout,
+        idle=config.idle_timeout,
+        total=config.total_timeout,
         delete=config.delete_timeout,
     )
     common: dict[str, Any] = {

@@ -46,7 +46,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 __all__ = [
     "AgentConfig",
@@ -157,7 +164,13 @@ class OpenCodeBackendConfig(_Strict):
     opencode_config: dict[str, Any] = Field(default_factory=dict)
     """Merged into the spawned server's configuration (its own providers, say)."""
     prompt_timeout: float = Field(20.0, gt=0)
-    completion_timeout: float = Field(30.0, gt=0)
+    idle_timeout: float = Field(
+        30.0, gt=0, validation_alias=AliasChoices("idle_timeout", "completion_timeout")
+    )
+    """Once output has come, the longest wait for OpenCode's next event. Also read from
+    ``completion_timeout``, its name when it bounded the whole reply."""
+    total_timeout: float | None = Field(None, gt=0)
+    """From the prompt to the end of the reply; ``None``: as long as it keeps streaming."""
     delete_timeout: float = Field(5.0, gt=0)
     startup_timeout: float = Field(60.0, gt=0)
     pool_size: int = Field(2, ge=0, le=64)

@@ -110,7 +110,19 @@ async def test_tool_calls_get_increasing_indexes() -> None:
     assert [(c["id"], c["function"]["index"]) for c in calls] == [("call_1", 0), ("call_2", 1)]
 
 
-async def test_stream_error_renders_one_error_line_and_stops() -> None:
+def seed_error_frame(message: str) -> dict[str, Any]:
+    """Seed 000's ``convertErrorToOllama`` output, field for field."""
+    return {
+        "model": "public-name",
+        "created_at": "2025-03-01T10:00:00.500000Z",
+        "message": {"role": "assistant", "content": f"Error: {message}"},
+        "done": True,
+        "done_reason": "error",
+        "error": message,
+    }
+
+
+async def test_stream_error_renders_seed_000s_error_frame_and_stops() -> None:
     events: list[StreamEvent] = [
         ResponseStart(id="r", model="m", created=CREATED),
         PartStart(0, TextPart("")),
@@ -120,14 +132,24 @@ async def test_stream_error_renders_one_error_line_and_stops() -> None:
     ]
     lines = (await encode(events)).splitlines()
     assert len(lines) == 2
-    assert lines[-1] == b'{"error":"the backend did not answer in time"}'
+    assert orjson.loads(lines[-1]) == seed_error_frame("the backend did not answer in time")
+    # The seed's field order too: model, created_at, message, done, done_reason, error.
+    assert list(orjson.loads(lines[-1])) == list(seed_error_frame("x"))
 
 
-async def test_events_ending_without_an_end_render_an_error() -> None:
+async def test_events_ending_without_an_end_render_the_error_frame() -> None:
     events: list[StreamEvent] = [ResponseStart(id="r", model="m", created=CREATED)]
-    assert orjson.loads(await encode(events)) == {
-        "error": "the backend's stream ended before it was complete"
-    }
+    assert orjson.loads(await encode(events)) == seed_error_frame(
+        "the backend's stream ended before it was complete"
+    )
+
+
+async def test_generate_stream_error_stays_ollamas_error_line() -> None:
+    events: list[StreamEvent] = [
+        ResponseStart(id="r", model="m", created=CREATED),
+        StreamError(BackendTimeoutError("too slow")),
+    ]
+    assert orjson.loads(await encode(events, generate=True)) == {"error": "too slow"}
 
 
 async def test_unicode_line_separators_are_escaped() -> None:

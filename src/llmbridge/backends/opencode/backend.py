@@ -6,9 +6,13 @@ on the shared ``/event`` stream (events.py); the reply streams as OpenCode produ
 it (turn.py), and the turn ends on ``session.status`` idle. Nothing is polled.
 
 Deadlines (``OpenCodeTimeouts``, the seed's 20 / 30 / 5 s by default): the prompt
-must be accepted and produce output within ``prompt`` seconds, and the turn must end
-within ``completion`` seconds of the prompt; past either, the session is aborted and
-the request fails with a 504 (or an in-stream error once output has been sent).
+must be accepted and produce output within ``prompt`` seconds; after that the reply
+may take as long as it keeps streaming, and fails only when ``idle`` seconds pass
+without an event from the session (or, if set, ``total`` seconds after the prompt);
+past any of them, the session is aborted and the request fails with a 504 (or an
+in-stream error once output has been sent). The seed polled for at most 30 s in all,
+which cut a long reply that was streaming steadily (Claude Code writing a file):
+its 30 s is the idle deadline here.
 Transient failures (the server unreachable or restarted, the event stream lost, a
 warm session gone, a provider error OpenCode marks retryable) are retried once, only
 while nothing has been sent towards the client: the first event is held back until
@@ -54,7 +58,7 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
     LLMBridgeError,
 )
-from llmbridge.core.events import ResponseStart, StreamEvent
+from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.ids import new_id
 from llmbridge.core.models import Capability, ModelInfo
 from llmbridge.core.request import ChatRequest
@@ -70,11 +74,15 @@ _CONNECT_SECONDS = 5.0
 class OpenCodeTimeouts:
     """Seconds. ``prompt``: from sending the prompt to its first output (OpenCode
     retries an unreachable provider for ever, so this is what catches a dead model);
-    ``completion``: from sending the prompt to the end of the turn; ``delete``: for
-    the background abort and deletion of a session."""
+    ``idle``: once output has come, the longest wait for the session's next event (a
+    reply that keeps streaming is never cut; OpenCode's "retrying the provider"
+    reports do not count as events, since they say the model is not answering);
+    ``total``: from sending the prompt to the end of the turn, ``None`` for no limit;
+    ``delete``: for the background abort and deletion of a session."""
 
     prompt: float = 20.0
-    completion: float = 30.0
+    idle: float = 30.0
+    total: float | None = None
     delete: float = 5.0
 
 
@@ -114,6 +122,47 @@ def _outcome(exc: BaseException) -> str:
     if isinstance(exc, _Retry):
         return f"retried ({type(exc.error).__name__})"
     return type(exc).__name__
+
+
+class _Deadlines:
+    """When one turn must next hear from OpenCode, and what missing it means.
+
+    Before any output: ``prompt`` seconds from sending the prompt. After: ``idle``
+    seconds from the last event heard. Both within ``total``, when it is set.
+    """
+
+    __slots__ = ("last_event", "sent", "timeouts")
+
+    def __init__(self, timeouts: OpenCodeTimeouts, sent: float) -> None:
+        self.timeouts = timeouts
+        self.sent = sent
+        self.last_event = sent
+
+    def heard(self, now: float) -> None:
+        self.last_event = now
+
+    def next(self, produced: bool, now: float) -> tuple[float, str]:
+        """Seconds left until the nearest deadline, and the timeout's wording."""
+        t = self.timeouts
+        if produced:
+            at = self.last_event + t.idle
+            stage = f"sent nothing more for {t.idle:g} s while replying"
+        else:
+            at = self.sent + t.prompt
+            stage = f"did not start its reply within {t.prompt:g} s"
+        if t.total is not None and self.sent + t.total < at:
+            at = self.sent + t.total
+            stage = f"did not finish its reply within {t.total:g} s"
+        return at - now, stage
+
+
+def _is_retry_report(event: dict[str, Any]) -> bool:
+    """OpenCode's ``session.status`` ``retry``: the provider is not answering."""
+    if event.get("type") != "session.status":
+        return False
+    props = event.get("properties")
+    status = props.get("status") if isinstance(props, dict) else None
+    return isinstance(status, dict) and status.get("type") == "retry"
 
 
 class _Retry(Exception):
@@ -204,7 +253,9 @@ class OpenCodeBackend(Backend):
         old = (self._http, self._events_http)
         self._generation = self.server.restarts
         headers = self.server.headers
-        read = self.timeouts.completion + 5
+        # No single answer from OpenCode's API takes longer than the longest wait
+        # for an event (prompt_async answers at once; the reply comes as events).
+        read = max(self.timeouts.prompt, self.timeouts.idle) + 5
         self._http = HTTPTransport(
             self.name, self.server.url, HTTPSettings(connect=5, read=read), headers
         )
@@ -294,7 +345,9 @@ class OpenCodeBackend(Backend):
             async with asyncio.timeout(self.timeouts.prompt):
                 sid, breakdown.pooled = await self.pool.acquire()
         except TimeoutError:
-            raise _Retry(self._timeout("creating a session", self.timeouts.prompt)) from None
+            raise _Retry(
+                self._timeout(f"did not create a session within {self.timeouts.prompt:g} s")
+            ) from None
         except BackendHTTPError:
             raise
         except BackendError as exc:  # unreachable, restarted, dropped: worth one more try
@@ -304,10 +357,15 @@ class OpenCodeBackend(Backend):
         finished = False
         try:
             async for event in self._run_turn(sid, request, body, breakdown):
+                # The turn is over once its end is out: a streaming consumer stops
+                # reading there, and closing this generator then is no cancellation
+                # (no abort for a session that finished, and the outcome stays ok).
+                finished = finished or isinstance(event, ResponseEnd)
                 yield event
             finished = True
         except BaseException as exc:
-            breakdown.outcome = _outcome(exc)
+            if not finished:
+                breakdown.outcome = _outcome(exc)
             raise
         finally:
             self.breakdowns.append(breakdown)
@@ -326,7 +384,9 @@ class OpenCodeBackend(Backend):
                 async with asyncio.timeout(self.timeouts.prompt):
                     await self._call("POST", f"session/{sid}/prompt_async", body)
             except TimeoutError:
-                raise self._timeout("sending the prompt", self.timeouts.prompt) from None
+                raise self._timeout(
+                    f"did not accept the prompt within {self.timeouts.prompt:g} s"
+                ) from None
             except BackendHTTPError as exc:
                 if exc.backend_status == 404:  # the warm session is gone: take another
                     raise _Retry(exc) from exc
@@ -334,14 +394,15 @@ class OpenCodeBackend(Backend):
             except BackendError as exc:
                 raise _Retry(exc) from exc
             breakdown.prompt = clock() - sent
-            first_deadline = sent + self.timeouts.prompt
-            end_deadline = sent + self.timeouts.completion
+            deadlines = _Deadlines(self.timeouts, sent)
             while not turn.done:
-                deadline = end_deadline if turn.produced else min(first_deadline, end_deadline)
-                event = await self._next_event(queue, deadline - clock(), turn)
+                remaining, stage = deadlines.next(turn.produced, clock())
+                event = await self._next_event(queue, remaining, stage, turn)
                 converting = clock()
                 out = turn.feed(event)
                 breakdown.convert += clock() - converting
+                if not _is_retry_report(event):
+                    deadlines.heard(converting)
                 if turn.to_reject:
                     self._reject(turn.to_reject)
                     turn.to_reject = []
@@ -358,21 +419,23 @@ class OpenCodeBackend(Backend):
                         yield item
             if not started:
                 yield self._response_start(request)
+            breakdown.completion = clock() - sent
             for item in turn.finish():
                 yield item
-            breakdown.completion = clock() - sent
 
     async def _next_event(
-        self, queue: asyncio.Queue[dict[str, Any] | None], remaining: float, turn: Turn
+        self,
+        queue: asyncio.Queue[dict[str, Any] | None],
+        remaining: float,
+        stage: str,
+        turn: Turn,
     ) -> dict[str, Any]:
         if queue.empty():
             try:
                 async with asyncio.timeout(max(remaining, 0)):
                     event = await queue.get()
             except TimeoutError:
-                stage = "finish its reply" if turn.produced else "start its reply"
-                limit = self.timeouts.completion if turn.produced else self.timeouts.prompt
-                raise self._timeout(stage, limit, turn.retry_message) from None
+                raise self._timeout(stage, turn.retry_message) from None
         else:
             event = queue.get_nowait()
         if event is None:
@@ -383,13 +446,10 @@ class OpenCodeBackend(Backend):
             raise _Retry(error) if not turn.produced else error
         return event
 
-    def _timeout(
-        self, stage: str, limit: float, retrying: str | None = None
-    ) -> BackendTimeoutError:
+    def _timeout(self, stage: str, retrying: str | None = None) -> BackendTimeoutError:
         hint = f"; OpenCode was retrying its model provider: {retrying}" if retrying else ""
         return BackendTimeoutError(
-            f"backend '{self.name}': OpenCode did not {stage} within {limit:g} s{hint}",
-            backend=self.name,
+            f"backend '{self.name}': OpenCode {stage}{hint}", backend=self.name
         )
 
     def _response_start(self, request: ChatRequest) -> ResponseStart:

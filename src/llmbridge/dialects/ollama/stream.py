@@ -48,6 +48,7 @@ __all__ = [
     "ChatFrameDecoder",
     "decode_chat_stream",
     "encode_chat_stream",
+    "error_frame",
     "split_ndjson_lines",
 ]
 
@@ -61,8 +62,10 @@ async def encode_chat_stream(
 
     Text and thinking deltas become one line each; a tool call is sent whole when its
     part ends (``/api/generate`` has no tool calls, so there they are skipped); the
-    last line has ``done: true``, ``done_reason`` and the metrics. A ``StreamError``
-    becomes Ollama's ``{"error": "..."}`` line, after which the stream ends.
+    last line has ``done: true``, ``done_reason`` and the metrics. A ``StreamError``,
+    or events that stop without an end, become the last line: on ``/api/chat`` seed
+    000's error frame (``error_frame``), on ``/api/generate`` Ollama's own
+    ``{"error": "..."}``.
     """
     model = request.model
     created_at = rfc3339(time.time())
@@ -102,10 +105,34 @@ async def encode_chat_stream(
             yield escape_line_breaks(ndjson_line(final))
             return
         elif isinstance(event, StreamError):
-            yield escape_line_breaks(ndjson_line({"error": event.error.message}))
+            yield _failure_line(model, created_at, event.error.message, generate)
             return
     # The events ended without an end: say so rather than leave the client guessing.
-    yield ndjson_line({"error": "the backend's stream ended before it was complete"})
+    message = "the backend's stream ended before it was complete"
+    yield _failure_line(model, created_at, message, generate)
+
+
+def error_frame(model: str, created_at: str, message: str) -> dict[str, Any]:
+    """Seed 000's error frame (its ``convertErrorToOllama``): a final chat frame whose
+    message is ``Error: <message>``, with ``done_reason: "error"`` and ``error``.
+
+    Ollama clients that read ``error`` (ollama-python raises ``ResponseError``) and
+    clients that only read the message and ``done`` both learn of the failure, and
+    the stream is complete by Ollama's rules (it ends with ``done: true``).
+    """
+    return {
+        "model": model,
+        "created_at": created_at,
+        "message": {"role": "assistant", "content": f"Error: {message}"},
+        "done": True,
+        "done_reason": "error",
+        "error": message,
+    }
+
+
+def _failure_line(model: str, created_at: str, message: str, generate: bool) -> bytes:
+    body = {"error": message} if generate else error_frame(model, created_at, message)
+    return escape_line_breaks(ndjson_line(body))
 
 
 def _delta_frame_parts(model: str, created_at: str, generate: bool) -> tuple[bytes, bytes, bytes]:
