@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 
 from llmbridge.backends.base import Backend
 from llmbridge.backends.scripted import ScriptedBackend
-from llmbridge.gateway.app import create_app
+from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 
 _CLIENT_ENV = (
@@ -64,14 +64,15 @@ def _private_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 
 
 class RunningServer:
-    """A uvicorn server running ``app`` in a background thread on 127.0.0.1."""
+    """A uvicorn server running ``app`` in a background thread on 127.0.0.1.
+    ``options`` go to ``uvicorn.Config`` (``http=`` a protocol class, say)."""
 
-    def __init__(self, app: ASGIApp, sock: socket.socket | None = None) -> None:
+    def __init__(self, app: ASGIApp, sock: socket.socket | None = None, **options: Any) -> None:
         sock = sock or self.reserve()
         self.port: int = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, loop="asyncio", lifespan="on"
+            app, log_level="warning", access_log=False, loop="asyncio", lifespan="on", **options
         )
         self.server = uvicorn.Server(config)
         self._sock = sock
@@ -110,7 +111,8 @@ class RunningServer:
 
 @contextmanager
 def running_gateway(backends: dict[str, Backend], **config: Any) -> Iterator[RunningServer]:
-    """The gateway over ``backends`` (the first is the default), served on loopback."""
+    """The gateway over ``backends`` (the first is the default), served on loopback
+    through the same HTTP protocol (and read limits) as ``llmbridge serve``."""
     names = list(backends)
     settings: dict[str, Any] = {
         "backends": {name: {"type": "scripted"} for name in names},
@@ -118,7 +120,7 @@ def running_gateway(backends: dict[str, Backend], **config: Any) -> Iterator[Run
     }
     settings.update(config)
     app = create_app(GatewayConfig.model_validate(settings), backends=backends)
-    with RunningServer(app) as server:
+    with RunningServer(app, http=http_protocol(app)) as server:
         yield server
 
 

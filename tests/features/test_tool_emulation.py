@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.accumulate import accumulate_sync
-from llmbridge.core.errors import BackendError, BackendProtocolError
+from llmbridge.core.errors import (
+    BackendHTTPError,
+    BackendProtocolError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ContextLengthError,
+    LLMBridgeError,
+)
 from llmbridge.core.events import (
     PartDelta,
     PartEnd,
@@ -29,6 +36,7 @@ from llmbridge.core.events import (
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason
+from llmbridge.features.apology import APOLOGIES
 from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.tool_emulation import (
     HISTORY_MESSAGES,
@@ -318,12 +326,40 @@ async def test_the_first_event_waits_for_the_first_answer_character_only() -> No
     assert "".join([delta.delta.text, *text_deltas(rest)]) == "One two three four five six"
 
 
-async def test_a_failing_decision_emits_nothing_before_the_fallback() -> None:
-    backend = toolless(Script(fail_before=BackendError("down")), Script(text=["Bon", "jour !"]))
-    events = await emulate(backend)
-    assert_well_formed(events)
-    assert accumulate_sync(events).message.text == "Bonjour !"
-    assert len(backend.requests) == 2 and backend.requests[-1].tools == ()
+@pytest.mark.parametrize(
+    "error",
+    [
+        BackendUnavailableError("refused"),
+        BackendTimeoutError("no answer within 5 s"),
+        ContextLengthError("the prompt is 9000 tokens but the context window is 8192"),
+        BackendHTTPError("bad key", backend_status=401),
+        BackendProtocolError("garbage"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_a_backend_error_before_any_output_is_raised_with_its_class(
+    error: LLMBridgeError,
+) -> None:
+    # Issue 12, item 3: no fallback swallows it, so the gateway's retries, route
+    # fallbacks and breaker act, and the client sees the status it would without tools.
+    backend = toolless(Script(fail_before=error), Script(text=["never asked"]))
+    seen: list[StreamEvent] = []
+    with pytest.raises(type(error)) as info:
+        async for event in emulate_tool_calls(backend.chat, ASK):
+            seen.append(event)
+    assert info.value is error and seen == []
+    assert len(backend.requests) == 1
+    # an in-band error before any output, likewise
+    backend = toolless(Script(text=["{", "}"], fail_after=1, in_band=True, fail_error=error))
+    with pytest.raises(type(error)):
+        await emulate(backend)
+    assert len(backend.requests) == 1
+
+
+async def test_a_backend_error_in_the_fallback_generation_is_raised_too() -> None:
+    backend = toolless(Script(text=["not json"]), Script(fail_before=BackendTimeoutError("slow")))
+    with pytest.raises(BackendTimeoutError):
+        await emulate(backend)
 
 
 async def test_blank_content_is_no_answer_and_the_fallback_runs() -> None:
@@ -336,13 +372,26 @@ async def test_blank_content_is_no_answer_and_the_fallback_runs() -> None:
     assert "".join(text_deltas(events)) == "  Hi"
 
 
-async def test_when_everything_fails_the_error_comes_before_any_event() -> None:
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("Hi", APOLOGIES["en"]),
+        ("客廳的燈是開著的嗎", APOLOGIES["zh-Hant"]),
+        ("Salut, il fait quel temps ?", APOLOGIES["fr"]),
+    ],
+)
+async def test_when_the_model_gives_nothing_usable_the_user_gets_an_apology(
+    words: str, expected: str
+) -> None:
+    """Seed 000's last resort: a sentence in the user's language, not an error."""
+    request = ChatRequest(model="m", messages=(Message("user", (TextPart(words),)),), tools=TOOLS)
     backend = toolless(Script(text=chunks("not json at all", 3)), Script(text=["   "]))
-    seen: list[StreamEvent] = []
-    with pytest.raises(BackendProtocolError):
-        async for event in emulate_tool_calls(backend.chat, ASK):
-            seen.append(event)
-    assert seen == []
+    events = await emulate(backend, request)
+    assert_well_formed(events)
+    reply = accumulate_sync(events)
+    assert reply.message.text == expected and not reply.message.tool_calls
+    assert reply.stop_reason is StopReason.END_TURN
+    assert len(backend.requests) == 2
 
 
 async def test_closing_the_reply_closes_the_backend_stream() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from llmbridge.backends.scripted import ScriptedBackend
-from llmbridge.gateway.app import create_app
+from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from tests.conftest import RunningServer
 
@@ -42,5 +42,6 @@ def gateway(scripted: ScriptedBackend) -> Iterator[RunningServer]:
         # into 503s). Retries and the breaker have tests of their own.
         settings["resilience"] = {"retries": 0, "breaker_failures": 0}
     app = create_app(GatewayConfig.model_validate(settings), backends={"scripted": scripted})
-    with RunningServer(app, tcp_socket()) as server:
+    # Through the HTTP protocol `llmbridge serve` uses (header limits, read_limits.py).
+    with RunningServer(app, tcp_socket(), http=http_protocol(app)) as server:
         yield server

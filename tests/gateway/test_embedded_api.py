@@ -102,7 +102,7 @@ def test_context_overflow_is_a_dialect_error(zero_config: RunningServer) -> None
             model="claude-x", max_tokens=8, messages=[{"role": "user", "content": huge}]
         )
     # the gateway is still healthy afterwards
-    assert httpx.get(zero_config.url + "/health").json()["status"] == "ok"
+    assert httpx.get(zero_config.url + "/health").json()["status"] == "up"
 
 
 def test_count_tokens_with_the_backend_tokenizer() -> None:

@@ -9,7 +9,10 @@ import httpx
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.errors import ContextLengthError
 from llmbridge.core.messages import ToolResultPart
+from llmbridge.features.apology import APOLOGIES
+from llmbridge.features.tool_emulation import ANSWER_FROM_RESULTS
 from tests.conftest import (
     RunningServer,
     anthropic_client,
@@ -17,6 +20,7 @@ from tests.conftest import (
     openai_client,
     running_gateway,
 )
+from tests.gateway.agent_loop import DIALECTS, Dialect, run_agent_loop
 
 DECISION = '{"action": "tool_call", "tool_name": "get_weather", "arguments": {"city": "Paris"}}'
 WEATHER = {
@@ -42,6 +46,11 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def toolless() -> ScriptedBackend:
     return ScriptedBackend("toolless", models=("tiny",), capabilities=frozenset({"completion"}))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queue(toolless: ScriptedBackend) -> None:
+    toolless.queue.clear()
 
 
 @pytest.fixture(scope="module")
@@ -126,38 +135,145 @@ def test_unreadable_decision_falls_back_to_an_answer_from_the_tool_result(
     assert any(isinstance(p, ToolResultPart) for m in fallback.messages for p in m.parts)
 
 
-def test_then_a_plain_chat_reply_and_finally_an_error(
+def test_then_a_plain_chat_reply_and_finally_an_apology_in_the_users_language(
     gateway: RunningServer, toolless: ScriptedBackend
 ) -> None:
+    salut = [{"role": "user", "content": "Salut"}]
     toolless.enqueue(Script(text=["not json"]), Script(text=["Bonjour !"]))
-    reply = ollama_client(gateway.url).chat(
-        model="tiny", messages=[{"role": "user", "content": "Salut"}], tools=[OPENAI_TOOL]
-    )
+    reply = ollama_client(gateway.url).chat(model="tiny", messages=salut, tools=[OPENAI_TOOL])
     assert reply.message.content == "Bonjour !"
+    # Seed 000's last resort: a sentence in the user's language, not an error.
     toolless.enqueue(Script(text=["not json"]), Script(text=["   "]))
-    import ollama
-
-    with pytest.raises(ollama.ResponseError) as info:
+    reply = ollama_client(gateway.url).chat(model="tiny", messages=salut, tools=[OPENAI_TOOL])
+    assert reply.message.content == APOLOGIES["fr"] and reply.done_reason == "stop"
+    toolless.enqueue(Script(text=["not json"]), Script(text=["   "]))
+    parts = list(
         ollama_client(gateway.url).chat(
-            model="tiny", messages=[{"role": "user", "content": "Salut"}], tools=[OPENAI_TOOL]
+            model="tiny",
+            messages=[{"role": "user", "content": "客廳的燈是開著的嗎"}],
+            tools=[OPENAI_TOOL],
+            stream=True,
         )
-    assert info.value.status_code == 502
-    # Seed 000's final fallback: the Ollama body also reads as a final frame.
-    toolless.enqueue(Script(text=["not json"]), Script(text=["   "]))
-    raw = httpx.post(
-        f"{gateway.url}/api/chat",
-        json={
-            "model": "tiny",
-            "messages": [{"role": "user", "content": "Salut"}],
-            "tools": [OPENAI_TOOL],
-            "stream": False,
-        },
     )
-    assert raw.status_code == 502
-    body = raw.json()
-    assert body["done"] is True and body["done_reason"] == "error"
-    assert body["message"]["content"].startswith("Error: the model gave no usable reply")
-    assert body["error"] == body["message"]["content"].removeprefix("Error: ")
+    assert "".join(p.message.content for p in parts) == APOLOGIES["zh-Hant"]
+
+
+# -- issue 12, item 2: the agent loop ends ----------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_agent_loop_ends_with_text_when_the_model_repeats_its_call(
+    gateway: RunningServer, toolless: ScriptedBackend, dialect: Dialect
+) -> None:
+    """The reported bug, scripted: after the result the model decides the identical
+    call again. The gateway answers from the result instead, within two model calls."""
+    toolless.enqueue(
+        Script(text=[DECISION]),  # round 1: the call
+        Script(text=[DECISION]),  # round 2: the same call again, as the bug report saw
+        Script(text=["Sunny, 21 °C in Paris."]),  # the answer from the result
+    )
+    rounds = run_agent_loop(
+        dialect,
+        gateway.url,
+        model="tiny",
+        tool=WEATHER,
+        question=ASK[0]["content"],
+        run_tool=lambda name, args: "Sunny, 21 °C",
+        model_calls=lambda: len(toolless.requests),
+    )
+    assert [(c[0], c[1]) for c in rounds[0].calls] == [("get_weather", {"city": "Paris"})]
+    assert len(rounds) == 2
+    assert rounds[1].calls == [] and rounds[1].text == "Sunny, 21 °C in Paris."
+    assert rounds[1].model_calls == 2
+    answer = toolless.requests[-1]
+    assert answer.tools == () and answer.messages[-1].text == ANSWER_FROM_RESULTS
+    decision = toolless.requests[-2].messages[-1].text
+    assert '- get_weather {"city":"Paris"} returned: Sunny, 21 °C' in decision
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_decision_that_answers_from_the_result_ends_the_loop_in_one_call(
+    gateway: RunningServer, toolless: ScriptedBackend, dialect: Dialect
+) -> None:
+    answer = '{"action": "answer", "content": "It is sunny."}'
+    toolless.enqueue(Script(text=[DECISION]), Script(text=[answer[:20], answer[20:]]))
+    rounds = run_agent_loop(
+        dialect,
+        gateway.url,
+        model="tiny",
+        tool=WEATHER,
+        question=ASK[0]["content"],
+        run_tool=lambda name, args: "Sunny",
+        model_calls=lambda: len(toolless.requests),
+    )
+    assert [(r.text, r.model_calls) for r in rounds[1:]] == [("It is sunny.", 1)]
+
+
+# -- issue 12, item 3: a prompt too long for the model ------------------------------------
+
+TOO_LONG = "the prompt is 9000 tokens but the model's context window is 8192 tokens"
+
+
+def _post(url: str, dialect: Dialect, tools: bool) -> httpx.Response:
+    ask = {"model": "tiny", "messages": ASK}
+    if dialect == "ollama":
+        body = {**ask, "stream": False, **({"tools": [OPENAI_TOOL]} if tools else {})}
+        return httpx.post(f"{url}/api/chat", json=body)
+    if dialect == "openai":
+        body = {**ask, **({"tools": [OPENAI_TOOL]} if tools else {})}
+        return httpx.post(f"{url}/v1/chat/completions", json=body)
+    body = {**ask, "max_tokens": 64, **({"tools": [WEATHER]} if tools else {})}
+    return httpx.post(f"{url}/v1/messages", json=body)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_over_long_prompt_is_the_same_400_with_and_without_tools(
+    gateway: RunningServer, toolless: ScriptedBackend, dialect: Dialect
+) -> None:
+    replies = []
+    for tools in (False, True):
+        toolless.enqueue(Script(fail_before=ContextLengthError(TOO_LONG)))
+        count = len(toolless.requests)
+        reply = _post(gateway.url, dialect, tools)
+        assert len(toolless.requests) == count + 1  # a caller mistake: never retried
+        body = reply.json()
+        body.pop("request_id", None)
+        replies.append((reply.status_code, body))
+    assert replies[0] == replies[1]
+    status, body = replies[1]
+    assert status == 400
+    if dialect == "ollama":
+        assert body == {"error": TOO_LONG}
+    elif dialect == "openai":
+        assert body["error"]["code"] == "context_length_exceeded"
+        assert body["error"]["type"] == "invalid_request_error"
+        assert body["error"]["message"] == TOO_LONG
+    else:
+        assert body["error"] == {"type": "invalid_request_error", "message": TOO_LONG}
+
+
+def test_official_clients_see_the_400_under_emulation(
+    gateway: RunningServer, toolless: ScriptedBackend
+) -> None:
+    import anthropic
+    import ollama
+    import openai
+
+    toolless.enqueue(Script(fail_before=ContextLengthError(TOO_LONG)))
+    with pytest.raises(openai.BadRequestError) as oai:
+        openai_client(gateway.url).chat.completions.create(
+            model="tiny", messages=ASK, tools=[OPENAI_TOOL]
+        )
+    assert oai.value.code == "context_length_exceeded"
+    toolless.enqueue(Script(fail_before=ContextLengthError(TOO_LONG)))
+    with pytest.raises(anthropic.BadRequestError):
+        anthropic_client(gateway.url).messages.create(
+            model="tiny", max_tokens=64, messages=ASK, tools=[WEATHER]
+        )
+    toolless.enqueue(Script(fail_before=ContextLengthError(TOO_LONG)))
+    with pytest.raises(ollama.ResponseError) as oll:
+        ollama_client(gateway.url).chat(model="tiny", messages=ASK, tools=[OPENAI_TOOL])
+    assert oll.value.status_code == 400 and oll.value.error == TOO_LONG
 
 
 @pytest.mark.embedded

@@ -7,6 +7,11 @@ mapped to ``core.errors`` here and nowhere else: connection failures become
 ``BackendUnavailableError`` (503), timeouts ``BackendTimeoutError`` (504), a dropped
 connection ``BackendError`` (502), and an error status from the backend
 ``BackendHTTPError`` carrying the backend's own message.
+
+Two clocks bound a call: ``read``, the longest silence between two chunks, and the
+optional ``total``, the whole call streaming included. ``read`` alone lets a backend
+that trickles a byte now and then hold its client for as long as it keeps trickling;
+``total`` ends that (504 before the first byte, the dialect's in-stream error after).
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ class HTTPSettings:
 
     connect: float = 10.0
     read: float = 600.0
+    total: float | None = None
+    """The whole call, from sending the request to the reply's last byte (waiting for a
+    pooled connection included); ``None``: no limit while chunks keep coming."""
     max_connections: int = 4096
     """Concurrent connections to the backend; requests beyond wait for a free one
     (without a deadline: the wait is the backend's capacity, not a fault)."""
@@ -57,14 +65,19 @@ class HTTPSettings:
 
 
 @asynccontextmanager
-async def map_transport_errors(backend: str) -> AsyncIterator[None]:
-    """Translate aiohttp failures inside the block into llmbridge errors."""
+async def map_transport_errors(backend: str, total: float | None = None) -> AsyncIterator[None]:
+    """Translate aiohttp failures inside the block into llmbridge errors. ``total`` is
+    the call's whole-call deadline, if it has one, named in the message when it hit."""
     try:
         yield
     except TimeoutError as exc:  # aiohttp's timeouts subclass the builtin one
-        raise BackendTimeoutError(
-            f"backend '{backend}' did not answer in time", backend=backend
-        ) from exc
+        # aiohttp's connect and read timeouts are ServerTimeoutError; its `total`
+        # timer raises a plain TimeoutError.
+        if total is not None and not isinstance(exc, aiohttp.ServerTimeoutError):
+            message = f"backend '{backend}' did not finish within its total deadline of {total:g}s"
+        else:
+            message = f"backend '{backend}' did not answer in time"
+        raise BackendTimeoutError(message, backend=backend) from exc
     except aiohttp.ClientConnectorError as exc:
         raise BackendUnavailableError(
             f"backend '{backend}' is unreachable: {exc.os_error or exc}", backend=backend
@@ -148,7 +161,7 @@ class HTTPTransport:
         self._timeout = aiohttp.ClientTimeout(
             # sock_connect, not connect: aiohttp's `connect` also covers waiting for a
             # free pooled connection, which made a burst beyond the pool size time out.
-            total=None,
+            total=settings.total,
             sock_connect=settings.connect,
             sock_read=settings.read,
         )
@@ -186,11 +199,11 @@ class HTTPTransport:
         data = None if body is None else orjson.dumps(body)
         headers = None if body is None else _JSON_HEADERS
         async with (
-            map_transport_errors(self.backend),
+            map_transport_errors(self.backend, self.settings.total),
             self._client().request(method, self._url(path), data=data, headers=headers) as response,
         ):
             await _raise_for_status(response, self.backend)
-            yield _guarded_chunks(response, self.backend)
+            yield _guarded_chunks(response, self.backend, self.settings.total)
             # Reached only when the reader finished normally: decoders stop at the
             # final frame, but the body's own end (a chunked terminator) may still be in
             # flight, and aiohttp reuses a connection only once the body is read to its
@@ -202,7 +215,7 @@ class HTTPTransport:
         data = None if body is None else orjson.dumps(body)
         headers = None if body is None else _JSON_HEADERS
         async with (
-            map_transport_errors(self.backend),
+            map_transport_errors(self.backend, self.settings.total),
             self._client().request(method, self._url(path), data=data, headers=headers) as r,
         ):
             await _raise_for_status(r, self.backend)
@@ -237,9 +250,11 @@ class HTTPTransport:
         return BackendHealth(ok=status == 200, detail=f"HTTP {status}", latency_ms=latency), body
 
 
-async def _guarded_chunks(response: aiohttp.ClientResponse, backend: str) -> AsyncIterator[bytes]:
+async def _guarded_chunks(
+    response: aiohttp.ClientResponse, backend: str, total: float | None
+) -> AsyncIterator[bytes]:
     """The body's chunks as they arrive, with mid-stream transport errors mapped."""
-    async with map_transport_errors(backend):
+    async with map_transport_errors(backend, total):
         async for chunk in response.content.iter_any():
             yield chunk
 

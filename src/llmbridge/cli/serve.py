@@ -96,7 +96,7 @@ def serve(
     """Run the gateway (default 127.0.0.1:11435, embedded model, no auth)."""
     import uvicorn
 
-    from llmbridge.gateway.app import create_app
+    from llmbridge.gateway.app import create_app, http_protocol
 
     config = load_from_options(
         config_path,
@@ -135,7 +135,8 @@ def serve(
         log_level=server.log_level,
         access_log=access_log,
         loop="uvloop" if sys.platform != "win32" else "asyncio",
-        http="httptools",
+        # httptools with header size, count and read-time limits (gateway/read_limits.py)
+        http=http_protocol(app),
         timeout_graceful_shutdown=5,
     )
 

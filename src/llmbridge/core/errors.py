@@ -12,6 +12,7 @@ with ``raise ... from exc``; the gateway renders these in the caller's dialect.
     ├── PermissionDeniedError           403
     ├── NotFoundError                   404  unknown route or resource
     │   └── ModelNotFoundError          404  no backend serves this model name
+    ├── RequestTimeoutError             408  the request was not received in time
     ├── RequestTooLargeError            413  body over the configured limit
     ├── RateLimitError                  429
     ├── InternalError                   500  a bug in llmbridge
@@ -41,6 +42,7 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "RateLimitError",
+    "RequestTimeoutError",
     "RequestTooLargeError",
     "ToolDecisionError",
     "UnsupportedFeatureError",
@@ -118,6 +120,12 @@ class ModelNotFoundError(NotFoundError):
     def __init__(self, model: str) -> None:
         super().__init__(f"model '{model}' not found", param="model", code="model_not_found")
         self.model = model
+
+
+class RequestTimeoutError(LLMBridgeError):
+    """The client did not send its whole request in time (gateway/read_limits.py)."""
+
+    default_status = 408
 
 
 class RequestTooLargeError(LLMBridgeError):

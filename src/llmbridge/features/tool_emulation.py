@@ -16,11 +16,36 @@ still ends in a fallback or in an error before the first event.
 Parsing tolerates code fences and prose around the JSON. A tool name that was never
 offered becomes ``unknown`` (the seed's rule, so the client can say so). Arguments are
 healed and checked against the tool's schema with the same code as every other tool
-call (``tool_healing``). When no decision can be read and nothing was streamed, the
-fallbacks run in the seed's order: an answer from the tool result (a plain generation
-that sees it), then a chat reply without tools, then an error in the caller's
-dialect. Once answer text is out, it is the answer: a JSON object that then breaks
-off ends the reply there, and a backend error mid-answer ends it with a stream error.
+call (``tool_healing``); keys a schema with ``additionalProperties: false`` forbids
+are dropped.
+
+An agent loop must end (issue 12, item 2). When the conversation ends with tool
+results, the decision prompt shows them as the results of the current request
+(features/tool_turn.py), and a decided call with the same name and arguments as one
+whose result is already in (since the user's last message) is never emitted again:
+like an unreadable decision, it goes to the fallbacks, which answer from the result.
+
+The fallbacks run in seed 000's order, when nothing was streamed:
+
+1. the model's decision (above);
+2. rule-based selection (features/rule_selection.py): a deterministic match of the
+   user's words against the tools, only when unambiguous, and not while tool results
+   of the current request are in (they are answered, not re-requested);
+3. an answer from the tool results: a plain generation, without tools, that sees
+   them, when there are any; otherwise
+4. a plain chat reply, without tools;
+5. a short apology in the user's language (features/apology.py);
+6. an error: a backend failure is never replaced by a fallback. It is raised with its
+   own class (unreachable 503, timeout 504, context overflow 400, the backend's 4xx),
+   so the gateway's retries, route fallbacks and circuit breaker act on emulated
+   requests as on any other, and the client sees what it would without tools.
+
+So a request with emulated tools costs at most two model calls: the decision, and one
+fallback generation (3 or 4). The fallback generations see the current date and time,
+as seed 000's conversation prompt does; so does the decision.
+
+Once answer text is out, it is the answer: a JSON object that then breaks off ends
+the reply there, and a backend error mid-answer ends it with a stream error.
 """
 
 from __future__ import annotations
@@ -28,15 +53,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Literal
 
 import orjson
 from json_repair import repair_json
 
 from llmbridge.core.accumulate import Accumulator, accumulate
-from llmbridge.core.errors import LLMBridgeError, ToolDecisionError
+from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import (
     PartDelta,
     ResponseEnd,
@@ -46,23 +72,23 @@ from llmbridge.core.events import (
     TextDelta,
 )
 from llmbridge.core.ids import new_id
-from llmbridge.core.messages import (
-    Message,
-    TextPart,
-    ToolDefinition,
-    ToolResultPart,
-)
+from llmbridge.core.messages import Message, TextPart, ToolDefinition, ToolResultPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, ResponseFormat
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.features.apology import apology
 from llmbridge.features.json_stream import FieldStreamer
+from llmbridge.features.rule_selection import select_tool
 from llmbridge.features.tool_healing import heal_arguments
+from llmbridge.features.tool_turn import Turn, current_turn
 from llmbridge.features.transcript import render_message
 
 __all__ = [
+    "ANSWER_FROM_RESULTS",
     "DECISION_SYSTEM_PROMPT",
     "HISTORY_MESSAGES",
     "Decision",
+    "date_line",
     "decision_prompt",
     "emulate_tool_calls",
     "parse_decision",
@@ -74,6 +100,21 @@ HISTORY_MESSAGES = 10
 """How many recent messages the decision sees (the seed's limit)."""
 
 DECISION_SYSTEM_PROMPT = "You are an intelligent assistant. Respond with valid JSON only."
+
+ANSWER_FROM_RESULTS = "Answer my request using the tool results above, in my language."
+"""The instruction of the answer-from-the-tool-results fallback."""
+
+Clock = Callable[[], datetime]
+
+
+def _local_now() -> datetime:
+    return datetime.now().astimezone()
+
+
+def date_line(now: datetime) -> str:
+    """Seed 000's ``Current date/time`` line (the weekday helps a model reason)."""
+    return f"Current date/time: {now:%A}, {now.isoformat(timespec='seconds')}"
+
 
 Action = Literal["tool_call", "answer", "chat"]
 
@@ -90,15 +131,19 @@ class Decision:
 
 _RULES = """\
 Decide how to respond. Rules:
-1. If the last message is a tool result, check whether it answers the user's request.
-   If it does, respond with ANSWER, explaining it in natural language. Tool results show
-   the state when the tool ran; if that is not enough, call another tool.
-2. ACTION requests (turn on/off, set, adjust, control, create, run) -> TOOL_CALL.
+1. If the conversation ends with tool results, first check whether they answer the
+   user's request. If they do, respond with ANSWER, explaining them in natural
+   language. Tool results show the state when the tool ran; if they do not fully
+   answer, call another tool, but never again a call whose result is already there.
+2. Check the user's intent:
+   ACTION requests (turn on/off, set, adjust, control, create, run) -> TOOL_CALL.
    INFORMATION queries (is X on?, what is the status?, get data) -> TOOL_CALL with a
    query tool (Get*, Query*, Fetch*, *Status, *Context).
    CONVERSATION (greetings, thanks, general chat) -> CHAT.
+   When in doubt between action and conversation: prefer CHAT.
 3. Never assume the state of a device or system from the conversation history: it
-   may have changed since. When in doubt, call a query tool.
+   may have changed since (a physical switch, an automation, another app). When in
+   doubt about the current state, call a query tool.
 4. If the user repeats a request that was already carried out, EXECUTE IT AGAIN.
 5. Extract argument values from the user's request and the system context, with the
    exact types the tool's parameters declare (arrays as ["a", "b"]).
@@ -107,11 +152,21 @@ Decide how to respond. Rules:
 CRITICAL: Respond with VALID JSON ONLY. No markdown, no explanations, no code blocks.
 Choose exactly ONE of:
 {"action": "tool_call", "tool_name": "<exact tool name from the list>", "arguments": {...}}
-{"action": "answer", "content": "<natural language answer based on the tool result>"}
+{"action": "answer", "content": "<natural language answer based on the tool results>"}
 {"action": "chat", "content": "<natural conversational reply>"}
 
-Examples:
+Examples, from a smart home whose tools are CallService and GetLiveContext (call only
+the tools listed above):
 User: "hello" -> {"action": "chat", "content": "Hello! How can I help you?"}
+User: "開客廳的燈" -> {"action": "tool_call", "tool_name": "CallService", \
+"arguments": {"domain": "light", "service": "turn_on", "entity_id": "light.living_room"}}
+User: "客廳的燈是開著的嗎" -> {"action": "tool_call", "tool_name": "GetLiveContext", \
+"arguments": {}}
+After GetLiveContext returned "客廳燈: 開啟" -> {"action": "answer", \
+"content": "是的，客廳的燈現在是開著的"}
+User: "開燈" (the light was turned on 5 minutes ago, in the history) -> \
+{"action": "tool_call", "tool_name": "CallService", \
+"arguments": {"domain": "light", "service": "turn_on"}} (it may have been turned off since)
 """
 
 
@@ -142,14 +197,34 @@ def format_tools(tools: Sequence[ToolDefinition]) -> str:
 
 
 def _render(message: Message, names: dict[str, str]) -> str:
-    label = "tool" if message.role == "tool" else message.role
+    # A message of tool results is labelled ``tool`` whatever its role: Anthropic
+    # sends results as ``user`` messages, which a model would read as the user talking.
+    results_only = bool(message.parts) and all(
+        isinstance(part, ToolResultPart) for part in message.parts
+    )
+    label = "tool" if message.role == "tool" or results_only else message.role
     return f"{label}: {render_message(message, names)}"
 
 
-def decision_prompt(request: ChatRequest) -> str:
-    """The single prompt: system context, recent history, tools, rules, the request."""
+def _results_section(turn: Turn) -> str:
+    lines = []
+    for call in turn.answered:
+        arguments = "" if call.arguments is None else " " + orjson.dumps(call.arguments).decode()
+        verb = "failed with" if call.is_error else "returned"
+        lines.append(f"- {call.name}{arguments} {verb}: {call.result}")
+    return (
+        "Tool results for the current request (these calls are done: never call them "
+        "again with the same arguments; if the results answer the request, respond with "
+        "ANSWER):\n" + "\n".join(lines)
+    )
+
+
+def decision_prompt(request: ChatRequest, *, now: datetime | None = None) -> str:
+    """The single prompt: system context, recent history, the current request and the
+    results already in for it, tools, rules and examples, the date and time."""
     system = "\n".join(m.text for m in request.messages if m.role == "system" and m.text)
     conversation = [m for m in request.messages if m.role != "system"]
+    turn = current_turn(conversation)
     names: dict[str, str] = {}
     for message in conversation[:-HISTORY_MESSAGES]:
         _render(message, names)  # learn tool-call names for results further on
@@ -158,8 +233,13 @@ def decision_prompt(request: ChatRequest) -> str:
     if system:
         sections.append(f"System context:\n{system}")
     sections.append(f"Recent conversation (oldest first):\n{history or '(empty)'}")
+    if turn.request:
+        sections.append(f"Current user request:\n{turn.request}")
+    if turn.answered:
+        sections.append(_results_section(turn))
     sections.append(f"Available tools:\n{format_tools(request.tools)}")
     sections.append(_RULES + _tool_call_example(request.tools))
+    sections.append(date_line(now or _local_now()))
     return "\n\n".join(sections)
 
 
@@ -219,13 +299,26 @@ def parse_decision(text: str, tools: Sequence[ToolDefinition]) -> Decision | Non
             log.warning("the model chose a tool that was not offered: %r", name)
             return Decision("tool_call", tool_name="unknown", arguments={})
         raw = data.get("arguments", data.get("parameters"))
-        healed = heal_arguments(raw, offered[name].input_schema, tool_name=name)
-        return Decision("tool_call", tool_name=name, arguments=healed.arguments)
+        schema = offered[name].input_schema
+        healed = heal_arguments(raw, schema, tool_name=name)
+        return Decision("tool_call", tool_name=name, arguments=_allowed(healed.arguments, schema))
     if action in ("answer", "chat"):
         content = data.get("content")
         if isinstance(content, str) and content.strip():
             return Decision(action, content=content)
     return None
+
+
+def _allowed(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` without the keys the tool's schema forbids: small models invent
+    parameters (often copied from the prompt's examples) that the client would reject."""
+    properties = schema.get("properties")
+    if schema.get("additionalProperties") is not False or not isinstance(properties, dict):
+        return arguments
+    extra = [key for key in arguments if key not in properties]
+    if extra:
+        log.info("dropped arguments the tool does not take: %s", ", ".join(extra))
+    return {key: value for key, value in arguments.items() if key in properties}
 
 
 # -- the emulated reply -------------------------------------------------------------
@@ -236,11 +329,21 @@ async def _generate(backend_chat: Any, request: ChatRequest) -> ChatResponse:
     return response
 
 
-def _without_tools(request: ChatRequest, extra_instruction: str | None) -> ChatRequest:
-    messages = request.messages
+def _conversation_request(
+    request: ChatRequest, extra_instruction: str | None, now: datetime
+) -> ChatRequest:
+    """The request as a plain conversation, without tools, its system prompt ending
+    with the date and time (seed 000's ``buildConversationPrompt``)."""
+    messages = list(request.messages)
+    stamp = date_line(now)
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        messages[0] = replace(first, parts=(*first.parts, TextPart(f"\n\n{stamp}")))
+    else:
+        messages.insert(0, Message("system", (TextPart(stamp),)))
     if extra_instruction:
-        messages = (*messages, Message("user", (TextPart(extra_instruction),)))
-    return replace(request, tools=(), tool_choice=None, stream=False, messages=messages)
+        messages.append(Message("user", (TextPart(extra_instruction),)))
+    return replace(request, tools=(), tool_choice=None, stream=False, messages=tuple(messages))
 
 
 class _Reply:
@@ -296,19 +399,23 @@ class _Reply:
         return [start]
 
 
-async def emulate_tool_calls(backend_chat: Any, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+async def emulate_tool_calls(
+    backend_chat: Any, request: ChatRequest, *, clock: Clock = _local_now
+) -> AsyncIterator[StreamEvent]:
     """The reply to ``request`` (which offers tools) from a backend without tools.
 
     ``backend_chat`` is the backend's ``chat`` method. The decision is read as it is
     generated: the text of a ``chat`` or ``answer`` streams as the backend writes it,
-    while a tool call is held back and emitted as one complete call at the end.
-    Closing this stream closes the backend's.
+    while a tool call is held back and emitted as one complete call at the end. A
+    backend error before any output is raised as it is (module docstring). Closing
+    this stream closes the backend's.
     """
+    now = clock()
     decision_request = replace(
         request,
         messages=(
             Message("system", (TextPart(DECISION_SYSTEM_PROMPT),)),
-            Message("user", (TextPart(decision_prompt(request)),)),
+            Message("user", (TextPart(decision_prompt(request, now=now)),)),
         ),
         tools=(),
         tool_choice=None,
@@ -329,10 +436,14 @@ async def emulate_tool_calls(backend_chat: Any, request: ChatRequest) -> AsyncIt
             if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
                 for out in reply.stream_text(content.feed(event.delta.text)):
                     yield out
-        decided: ChatResponse | None = generation.response()
+        decided = generation.response()
     except LLMBridgeError as exc:
-        log.warning("the tool decision failed: %s", exc.message)
-        decided, failure = None, exc
+        if not reply.started:
+            # Issue 12, item 3: the backend's own error, not "no usable reply", so the
+            # gateway retries, falls back or trips the breaker as without tools.
+            log.info("the tool decision failed: %s", exc.message)
+            raise
+        failure = exc
     finally:
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
@@ -341,8 +452,8 @@ async def emulate_tool_calls(backend_chat: Any, request: ChatRequest) -> AsyncIt
         for out in _end_streamed(reply, content, failure, generation.usage):
             yield out
         return
-    decision = await _decide(backend_chat, request, decided)
-    for out in reply.decision(decision, decided.usage if decided is not None else Usage()):
+    decision = await _decide(backend_chat, request, decided.message.text, now)
+    for out in reply.decision(decision, decided.usage):
         yield out
 
 
@@ -359,39 +470,47 @@ def _end_streamed(
     return reply.end(StopReason.END_TURN, usage)
 
 
-async def _decide(
-    backend_chat: Any, request: ChatRequest, decided: ChatResponse | None
-) -> Decision:
-    """The decision in the generated reply (``None`` when it failed), else a fallback's."""
-    if decided is not None:
-        decision = parse_decision(decided.message.text, request.tools)
-        if decision is not None:
-            return decision
-        log.warning("no decision in the model's reply: %.200r", decided.message.text)
-    return await _fallback(backend_chat, request)
+async def _decide(backend_chat: Any, request: ChatRequest, text: str, now: datetime) -> Decision:
+    """The decision in the model's reply ``text`` when it is usable, else a fallback's."""
+    turn = current_turn([m for m in request.messages if m.role != "system"])
+    decision = parse_decision(text, request.tools)
+    if decision is None:
+        log.warning("no decision in the model's reply: %.200r", text)
+    elif _usable(decision, turn):
+        return decision
+    return await _fallback(backend_chat, request, turn, now)
 
 
-async def _fallback(backend_chat: Any, request: ChatRequest) -> Decision:
-    """The seed's fallbacks: an answer from the tool result, then a plain chat reply."""
-    last = request.messages[-1] if request.messages else None
-    has_result = last is not None and any(isinstance(p, ToolResultPart) for p in last.parts)
-    attempts = []
-    if has_result:
-        attempts.append(
-            _without_tools(
-                request,
-                "Answer my request using the tool result above, in my language.",
-            )
+def _usable(decision: Decision, turn: Turn) -> bool:
+    """Whether a decision may go to the client: never a call already answered."""
+    if decision.action != "tool_call" or not turn.answered:
+        return True
+    if decision.tool_name == "unknown":
+        # The request already led to calls, and their results are in: an invented tool
+        # now is no request for something else, only a failure to read the results.
+        log.warning("the model chose a tool that was not offered, after tool results")
+        return False
+    if turn.answered_call(decision.tool_name, decision.arguments) is not None:
+        log.info(
+            "the model repeated %s with the same arguments after its result: answering "
+            "from the result instead",
+            decision.tool_name,
         )
-    attempts.append(_without_tools(request, None))
-    for attempt in attempts:
-        try:
-            reply = await _generate(backend_chat, attempt)
-        except LLMBridgeError as exc:
-            log.warning("tool-emulation fallback failed: %s", exc.message)
-            continue
-        if reply.message.text.strip():
-            return Decision("answer" if has_result else "chat", content=reply.message.text)
-    raise ToolDecisionError(
-        "the model gave no usable reply (no tool decision, and no answer in the fallbacks)"
-    )
+        return False
+    return True
+
+
+async def _fallback(backend_chat: Any, request: ChatRequest, turn: Turn, now: datetime) -> Decision:
+    """Seed 000's fallbacks after the decision (module docstring, steps 2 to 5). A
+    backend error in the generation is raised as it is (step 6)."""
+    if not turn.answered:
+        tool = select_tool(turn.request, request.tools)
+        if tool is not None:
+            log.info("rule-based tool selection: %s", tool.name)
+            return Decision("tool_call", tool_name=tool.name, arguments={})
+    instruction = ANSWER_FROM_RESULTS if turn.answered else None
+    generated = await _generate(backend_chat, _conversation_request(request, instruction, now))
+    if generated.message.text.strip():
+        return Decision("answer" if turn.answered else "chat", content=generated.message.text)
+    log.warning("no usable reply from the model: apologising in the user's language")
+    return Decision("chat", content=apology(turn.request))

@@ -88,6 +88,16 @@ class ServerConfig(_Strict):
     """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # How long and how much a client may take to send a request (gateway/read_limits.py).
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    """The request line and headers together, in bytes; more is a 431."""
+    max_headers: int = Field(100, ge=1)
+    """Header fields in one request; more is a 431."""
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds from the connection (or a kept-alive request's first byte) to the end of
+    the headers; then 408 and the connection is closed."""
+    body_timeout: float = Field(60.0, gt=0)
+    """Seconds from the end of the headers to the end of the body; then 408."""
 
 
 class EmbeddedBackendConfig(_Strict):
@@ -108,6 +118,9 @@ class HTTPBackendConfig(_Strict):
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
     """Longest silence between two chunks of a reply, in seconds."""
+    total_timeout: float | None = Field(None, gt=0)
+    """Longest whole call, streaming included, in seconds (``None``: no limit while
+    chunks keep coming): 504 before the reply's first byte, an in-stream error after."""
     max_connections: int = Field(4096, gt=0)
     """Concurrent connections to this backend; more requests wait for a free one."""
 
@@ -121,6 +134,7 @@ class AnthropicBackendConfig(_Strict):
     """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
+    total_timeout: float | None = Field(None, gt=0)
     max_connections: int = Field(4096, gt=0)
 
 

@@ -3,6 +3,10 @@
 Each app gets its own registry, so several gateways in one process (tests) do not
 share counters. Model labels use the *resolved* backend model name, never an
 arbitrary client-supplied string, to keep label cardinality bounded by configuration.
+A request that ends before any backend is chosen (the client left while sending its
+body: 499; its body came too slowly: 408) is counted with empty backend and model and
+its route's path template as the endpoint. Connections closed while their headers were
+read (gateway/read_limits.py) have no endpoint; they are counted by reason.
 """
 
 from __future__ import annotations
@@ -98,12 +102,26 @@ class GatewayMetrics:
             ("backend", "model", "direction"),
             registry=self.registry,
         )
+        self.rejected_connections = Counter(
+            "llmbridge_rejected_connections",
+            "Connections closed while their request headers were read, by reason "
+            "(header_timeout, headers_too_large, too_many_headers).",
+            ("reason",),
+            registry=self.registry,
+        )
 
     def retry(self, backend: str) -> None:
         self.retries.labels(backend).inc()
 
     def fallback(self, backend: str) -> None:
         self.fallbacks.labels(backend).inc()
+
+    def unserved(self, endpoint: str, status: int) -> None:
+        """A request that ended before a backend was chosen (499, 408)."""
+        self.requests.labels(endpoint, "", "", str(status)).inc()
+
+    def rejected_connection(self, reason: str) -> None:
+        self.rejected_connections.labels(reason).inc()
 
     def bound(self, endpoint: str, backend: str, model: str) -> BoundMetrics:
         """The metrics of one (endpoint, backend, model), labelled once and reused:

@@ -71,6 +71,10 @@ def error_response(
         all_headers.update(headers)
     if error.status_code == 401:
         all_headers.setdefault("www-authenticate", "Bearer")
+    elif error.status_code == 408:
+        # The body was not read to its end: close rather than keep reading it (RFC 9110
+        # 15.5.9, "the server SHOULD send the close connection option").
+        all_headers.setdefault("connection", "close")
     return Response(
         dumps(error_body(dialect, error, request_id)),
         status_code=error.status_code,

@@ -1,4 +1,11 @@
-"""The root (Ollama's liveness probe), /health, /metrics and /openapi.json."""
+"""The root (Ollama's liveness probe), /health, /metrics and /openapi.json.
+
+``/health`` answers without a key, as load balancers and orchestrators probe it; with
+API keys configured, a caller without a valid one gets only the verdict
+(``{"status": "up" | "degraded" | "down"}``): the details name the backends, their
+kinds, the version and, for a dead backend, its internal address. With a valid key,
+or with auth off (no keys: the loopback default), the details too.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from starlette.routing import Route
 
 from llmbridge import __version__
 from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.core.errors import AuthenticationError
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
 from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_json
@@ -35,11 +43,25 @@ async def _probe(backend: Backend) -> BackendHealth:
         return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
 
 
+def _may_see_details(request: Request) -> bool:
+    try:
+        state_of(request).keys.check(request.headers)
+    except AuthenticationError:
+        return False
+    return True
+
+
 async def health(request: Request) -> Response:
-    """The gateway is up; each backend's reachability. 503 when no backend is reachable."""
+    """The gateway is up; each backend's reachability. 503 when no backend is
+    reachable. Without a valid key (when keys are configured), the status alone."""
     state = state_of(request)
     names = list(state.backends)
     results = await asyncio.gather(*(_probe(state.backends[n]) for n in names))
+    any_ok = any(r.ok for r in results)
+    status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
+    code = 200 if any_ok else 503
+    if not _may_see_details(request):
+        return Response(dumps({"status": status}), status_code=code, media_type="application/json")
     backends = {
         name: {
             "kind": state.backends[name].kind,
@@ -50,14 +72,13 @@ async def health(request: Request) -> Response:
         }
         for name, result in zip(names, results, strict=True)
     }
-    any_ok = any(r.ok for r in results)
     body = {
-        "status": "ok" if all(r.ok for r in results) else ("degraded" if any_ok else "down"),
+        "status": status,
         "version": __version__,
         "uptime_s": round(time.time() - state.started_at, 1),
         "backends": backends,
     }
-    return Response(dumps(body), status_code=200 if any_ok else 503, media_type="application/json")
+    return Response(dumps(body), status_code=code, media_type="application/json")
 
 
 async def metrics(request: Request) -> Response:

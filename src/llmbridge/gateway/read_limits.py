@@ -1,0 +1,271 @@
+"""How long and how much a client may take to send its request.
+
+Without limits, a client that sends its headers a byte a second holds a connection
+(and a file descriptor) for as long as it likes, and a megabyte of headers or a
+hundred thousand header fields are parsed and kept: a few thousand such clients
+(slowloris) exhaust the server. uvicorn has no header limits or header read timeout
+for httptools (its ``h11_max_incomplete_event_size`` is for h11 only), so:
+
+- ``protocol_class(limits)`` is uvicorn's ``HttpToolsProtocol`` with three checks
+  while a request's headers are read: their size in bytes (request line included),
+  their count, and the time they take. Over either size: ``431 Request Header Fields
+  Too Large`` (RFC 6585 section 5); too slow: ``408 Request Timeout`` (RFC 9110
+  15.5.9). Both close the connection: nothing is left to read it by. ``llmbridge
+  serve`` passes the class as uvicorn's ``http=`` option.
+- ``BodyDeadline``, an ASGI middleware, bounds the time from the end of the headers to
+  the end of the body: a ``receive()`` still waiting at the deadline raises
+  ``RequestTimeoutError``, which the route renders as a 408 in the caller's dialect,
+  with ``connection: close``.
+
+Each rejection is logged as one line and counted (``on_reject``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from asyncio import TimerHandle
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httptools
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from llmbridge.core.errors import RequestTimeoutError
+from llmbridge.gateway.config import ServerConfig
+
+__all__ = ["BodyDeadline", "ReadLimits", "protocol_class"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+Rejected = Callable[[str], None]
+"""Told the reason of each connection closed for a limit: ``header_timeout``,
+``headers_too_large`` or ``too_many_headers``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """The header limits (``ServerConfig`` has each one's meaning and default)."""
+
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    header_timeout: float = 10.0
+
+    @classmethod
+    def of(cls, server: ServerConfig) -> ReadLimits:
+        return cls(server.max_header_bytes, server.max_headers, server.header_timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    limits: ReadLimits
+    on_reject: Rejected | None
+
+
+class _HeaderLimit(Exception):
+    """Raised from a parser callback to stop parsing (httptools wraps it)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with header limits; see the module docstring."""
+
+    settings: ClassVar[_Settings] = _Settings(ReadLimits(), None)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = self.settings.limits
+        self._reading_headers = False
+        self._header_bytes = 0
+        """Bytes received since the request began: the whole of them while the
+        headers are incomplete (bounds what the parser buffers)."""
+        self._parsed_bytes = 0
+        """The request line and header fields the parser has handed over."""
+        self._header_count = 0
+        self._header_clock: TimerHandle | None = None
+
+    # -- the header clock ---------------------------------------------------------------
+
+    def _start_headers(self) -> None:
+        self._reading_headers = True
+        self._header_bytes = self._parsed_bytes = self._header_count = 0
+        if self._header_clock is None:
+            self._header_clock = self.loop.call_later(
+                self.limits.header_timeout, self._headers_too_slow
+            )
+
+    def _stop_header_clock(self) -> None:
+        self._reading_headers = False
+        if self._header_clock is not None:
+            self._header_clock.cancel()
+            self._header_clock = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_clock = None
+        if self._reading_headers:
+            seconds = f"{self.limits.header_timeout:g}"
+            self._reject(408, "header_timeout", f"request headers not received within {seconds}s")
+
+    # -- uvicorn's protocol, with the checks ---------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # The clock starts with the connection: a client that connects and sends
+        # nothing is as much a slow client as one that sends a byte a second.
+        self._start_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_clock()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's own data_received, with the header checks; its parser-error branch
+        # would answer a limit raised from a callback with a 400.
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        if self._reading_headers:
+            self._header_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeaderLimit):
+                limit = exc.__context__
+                self._reject(431, limit.reason, limit.message)
+                return
+            self._invalid_request()
+            return
+        except httptools.HttpParserError:
+            self._invalid_request()
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._reading_headers and self._header_bytes > self.limits.max_header_bytes:
+            # Headers still incomplete past the limit: everything received is header.
+            self._reject(431, "headers_too_large", self._too_large_message())
+
+    def _invalid_request(self) -> None:
+        message = "Invalid HTTP request received."
+        self.logger.warning(message)
+        self.send_400_response(message)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # A kept-alive connection's next request: its clock starts at its first byte
+        # (between requests, uvicorn's keep-alive timeout applies).
+        self._start_headers()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.limits.max_headers:
+            message = f"more than {self.limits.max_headers} request header fields"
+            raise _HeaderLimit("too_many_headers", message)
+        self._count(len(name) + len(value) + 4)  # "name: value\r\n"
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._stop_header_clock()
+        super().on_headers_complete()
+
+    def _count(self, size: int) -> None:
+        self._parsed_bytes += size
+        if self._parsed_bytes > self.limits.max_header_bytes:
+            raise _HeaderLimit("headers_too_large", self._too_large_message())
+
+    def _too_large_message(self) -> str:
+        return f"request headers exceed {self.limits.max_header_bytes} bytes"
+
+    def _reject(self, status: int, reason: str, message: str) -> None:
+        """Answer ``status`` with ``message`` and close; one log line, one count."""
+        self._stop_header_clock()
+        if self.transport.is_closing():
+            return
+        client = "%s:%d" % self.client if self.client else "a client"  # noqa: UP031
+        log.warning("closed the connection from %s: %s (%d)", client, message, status)
+        if self.settings.on_reject is not None:
+            self.settings.on_reject(reason)
+        if self.cycle is None or self.cycle.response_complete:
+            # Only between responses: a pipelined request's headers may arrive while
+            # the previous response is still being written.
+            body = message.encode()
+            self.transport.write(
+                b"".join(
+                    (
+                        STATUS_LINE[status],
+                        b"content-type: text/plain; charset=utf-8\r\n",
+                        b"content-length: %d\r\n" % len(body),
+                        b"connection: close\r\n\r\n",
+                        body,
+                    )
+                )
+            )
+        self.transport.close()
+
+
+def protocol_class(
+    limits: ReadLimits, on_reject: Rejected | None = None
+) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class for uvicorn's ``http=`` option, enforcing ``limits``."""
+    attributes = {"settings": _Settings(limits, on_reject)}
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), attributes)
+
+
+class BodyDeadline:
+    """Bounds the time from the end of the headers to the end of the body (ASGI).
+
+    Only ``receive()`` calls made before the body's last chunk are timed; once it has
+    come, ``receive()`` is the app's own (a disconnect watcher waits on it as long as
+    a reply takes). ``on_timeout`` is told the request's scope."""
+
+    def __init__(
+        self, app: ASGIApp, seconds: float, on_timeout: Callable[[Scope], None] | None = None
+    ) -> None:
+        self.app = app
+        self.seconds = seconds
+        self.on_timeout = on_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.seconds
+        body_done = False
+
+        async def receive_in_time() -> Message:
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                if self.on_timeout is not None:
+                    self.on_timeout(scope)
+                log.warning(
+                    "request body of %s %s not received within %gs",
+                    scope.get("method"),
+                    scope.get("path"),
+                    self.seconds,
+                )
+                raise RequestTimeoutError(
+                    f"request body not received within {self.seconds:g}s"
+                ) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        await self.app(scope, receive_in_time, send)
