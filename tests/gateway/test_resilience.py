@@ -45,6 +45,17 @@ def _closed_port() -> int:
 
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+DECISION = '{"action": "tool_call", "tool_name": "get_weather", "arguments": {"city": "Paris"}}'
 
 
 def chat(gateway: RunningServer, model: str, **extra: Any) -> httpx.Response:
@@ -81,6 +92,21 @@ def _gateway(upstream: RunningServer, spare: ScriptedBackend, **resilience: Any)
             "fallbacks": [{"backend": "spare", "model": "spare-model"}],
         },
         {"name": "slow-guarded", "backend": "up", "fallbacks": [{"backend": "spare"}]},
+        # the same routes for a model without tools: tool calling is emulated
+        {"name": "up-emulated", "backend": "up", "tools": False},
+        {"name": "down-emulated", "backend": "down", "tools": False},
+        {
+            "name": "guarded-emulated",
+            "backend": "down",
+            "tools": False,
+            "fallbacks": [{"backend": "spare", "model": "spare-model"}],
+        },
+        {
+            "name": "slow-guarded-emulated",
+            "backend": "up",
+            "tools": False,
+            "fallbacks": [{"backend": "spare"}],
+        },
     ]
     settings = {"retries": 1, "backoff_ms": 10, "breaker_failures": 0, **resilience}
     return running_gateway(backends, models=models, resilience=settings)
@@ -297,3 +323,88 @@ def test_the_circuit_opens_skips_the_backend_and_probes_it_back(
         assert fake.probes == 2
         health = httpx.get(f"{gateway.url}/health").json()["backends"]["up"]
         assert health["circuit"] == "closed"
+
+
+# -- the same faults under tool-call emulation (issue 12, item 3) -------------------------
+#
+# A request with tools to a model without them goes through features/tool_emulation.py;
+# a backend failure keeps its class through it, so retries, route fallbacks and the
+# breaker act exactly as they do without tools.
+
+
+def test_emulated_a_dead_primary_is_503_or_served_by_the_fallback(
+    upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend
+) -> None:
+    with _gateway(upstream[1], spare) as gateway:
+        refused = chat(gateway, "down-emulated", tools=TOOLS)
+        assert refused.status_code == 503 and "unreachable" in refused.json()["error"]
+        assert refused.headers["x-llmbridge-tools"] == "emulated"
+        served = chat(gateway, "guarded-emulated", tools=TOOLS)
+        assert served.status_code == 200
+        assert served.json()["message"]["content"] == "from the spare"
+        assert served.headers["x-llmbridge-fallback"] == "spare/spare-model"
+        assert spare.requests[-1].tools  # the spare takes tools natively
+        metrics = httpx.get(f"{gateway.url}/metrics").text
+        assert 'llmbridge_fallbacks_total{backend="spare"} 1.0' in metrics
+        assert 'llmbridge_backend_retries_total{backend="down"} 2.0' in metrics
+
+
+def test_emulated_a_backend_that_never_answers_is_504_or_falls_back(
+    upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend
+) -> None:
+    fake, server = upstream
+    fake.queue.append(Canned(chunks=[b"{}"], delay=5))  # past the 0.5 s read timeout
+    with _gateway(server, spare) as gateway:
+        reply = chat(gateway, "slow-guarded-emulated", tools=TOOLS)
+        assert reply.status_code == 200 and reply.json()["message"]["content"] == "from the spare"
+        assert len(fake.bodies) == 1  # not retried on the same backend, no fallback call
+        fake.queue.append(Canned(chunks=[b"{}"], delay=5))
+        timed_out = chat(gateway, "up-emulated", tools=TOOLS)
+        assert timed_out.status_code == 504
+        assert len(fake.bodies) == 2
+
+
+def test_emulated_a_5xx_is_retried_and_the_decision_then_served(
+    upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend
+) -> None:
+    fake, server = upstream
+    fake.queue.extend([Canned(status=500, chunks=[b'{"error":"busy"}']), _ollama_reply(DECISION)])
+    with _gateway(server, spare) as gateway:
+        reply = chat(gateway, "up-emulated", tools=TOOLS)
+    assert reply.status_code == 200
+    calls = reply.json()["message"]["tool_calls"]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert len(fake.bodies) == 2
+    assert b"Available tools:" in fake.bodies[1]  # the retry sent the decision prompt again
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_emulated_a_backend_4xx_keeps_its_status(
+    upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend, status: int
+) -> None:
+    fake, server = upstream
+    fake.queue.append(Canned(status=status, chunks=[b'{"error":"no such thing"}']))
+    with _gateway(server, spare) as gateway:
+        plain = chat(gateway, "up-model")
+        fake.queue.append(Canned(status=status, chunks=[b'{"error":"no such thing"}']))
+        emulated = chat(gateway, "up-emulated", tools=TOOLS)
+    assert emulated.status_code == plain.status_code == status
+    assert emulated.json() == plain.json()
+    assert len(fake.bodies) == 2  # one call each: no fallback generation, no retry
+
+
+def test_emulated_failures_open_the_circuit(
+    upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend
+) -> None:
+    fake, server = upstream
+    with _gateway(server, spare, retries=0, breaker_failures=2, breaker_reset_s=30) as gateway:
+        for _ in range(2):
+            fake.queue.append(Canned(status=500, chunks=[b'{"error":"dead"}']))
+            assert chat(gateway, "up-emulated", tools=TOOLS).status_code == 502
+        assert len(fake.bodies) == 2  # one model call per request, not two
+        fast = chat(gateway, "up-emulated", tools=TOOLS)
+        assert fast.status_code == 503 and "circuit open" in fast.json()["error"]
+        spared = chat(gateway, "slow-guarded-emulated", tools=TOOLS)
+        assert spared.status_code == 200 and len(fake.bodies) == 2
