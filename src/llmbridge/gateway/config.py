@@ -8,9 +8,13 @@ backend and serves any model name. Example file::
       port: 11435
       api_keys: ["sk-local-1"]        # empty: no auth (fine on a loopback bind)
       max_body_bytes: 33554432        # 32 MB, Anthropic's own limit
+      max_header_bytes: 65536         # 431 above; with max_headers: 100 fields
+      header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
+      body_timeout: 60                # seconds for the body, then 408
     backends:
       local: {type: embedded}
-      gpu-box: {type: ollama, url: "http://10.0.0.5:11434"}
+      gpu-box: {type: ollama, url: "http://10.0.0.5:11434",
+                total_timeout: 1800}  # the whole call, streaming included (default: none)
       vllm: {type: openai, url: "http://127.0.0.1:8000/v1", api_key: "..."}
       claude: {type: anthropic}       # api.anthropic.com, key from ANTHROPIC_API_KEY
     models:                           # first match wins; exact names before globs

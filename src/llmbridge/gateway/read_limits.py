@@ -202,10 +202,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             # Only between responses: a pipelined request's headers may arrive while
             # the previous response is still being written.
             body = message.encode()
+            defaults = b"".join(b"%s: %s\r\n" % h for h in self.server_state.default_headers)
             self.transport.write(
                 b"".join(
                     (
                         STATUS_LINE[status],
+                        defaults,  # server, date: as uvicorn's own responses carry
                         b"content-type: text/plain; charset=utf-8\r\n",
                         b"content-length: %d\r\n" % len(body),
                         b"connection: close\r\n\r\n",
