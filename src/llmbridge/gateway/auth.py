@@ -23,7 +23,7 @@ from llmbridge.core.errors import AuthenticationError
 
 __all__ = ["KEY_IDENTITY", "OPEN_PATHS", "KeyChecker", "caller_identity", "key_identity"]
 
-OPEN_PATHS = frozenset({"/", "/health"})
+OPEN_PATHS = frozenset({"/", "/api/hello", "/health"})
 """Liveness probes answer without a key (they reveal nothing but "up")."""
 
 KEY_IDENTITY = "llmbridge.key_identity"

@@ -165,6 +165,9 @@ _Operation = tuple[str, str, str, str, type[BaseModel] | None, str | None, str |
 _OPERATIONS: tuple[_Operation, ...] = (
     ("get", "/", "root", "Liveness: the text 'Ollama is running'.", None, None, None),
     ("head", "/", "rootHead", "Liveness without a body.", None, None, None),
+    ("get", "/api/hello", "hello", "Reachability, as Claude Code probes it: empty.", None,
+     None, None),
+    ("head", "/api/hello", "helloHead", "Claude Code's reachability probe.", None, None, None),
     ("get", "/health", "health", "Backend reachability (503 when none).", None, "Health", None),
     ("get", "/metrics", "metrics", "Prometheus metrics.", None, None, None),
     ("get", OPENAPI_PATH, "openapi", "This document.", None, None, None),

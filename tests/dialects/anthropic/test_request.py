@@ -226,7 +226,7 @@ def test_tools_keep_their_extra_fields() -> None:
             "description": "Run a command",
             "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
             "cache_control": {"type": "ephemeral"},
-            "defer_loading": True,
+            "strict": True,
         },
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
     ]
@@ -236,7 +236,7 @@ def test_tools_keep_their_extra_fields() -> None:
         description="Run a command",
         input_schema={"type": "object", "properties": {"command": {"type": "string"}}},
         provider_details={
-            "anthropic": {"cache_control": {"type": "ephemeral"}, "defer_loading": True}
+            "anthropic": {"cache_control": {"type": "ephemeral"}, "strict": True}
         },
     )
     assert req.tools[1].provider_details == {

@@ -14,6 +14,24 @@ The two directions differ where Anthropic's rules do:
   tool results first, as Anthropic requires.
 - Anthropic requires alternating user/assistant turns, so encoding merges neighbours.
 - Thinking blocks are sent back only when Anthropic signed them (see ``_encode_part``).
+
+What Claude Code 2.1.330 sends (shared/reference/captured/), field by field:
+
+- ``role: "system"`` turns inside ``messages`` stay system messages where they are;
+  one without text (Claude Code sends ``content: []``) is no message at all, and the
+  ``output_config.effort`` it carries (per-turn control) is the effort from then on.
+- ``thinking: {type: "adaptive", display: ...}`` is thinking at the effort
+  ``output_config.effort`` names (the last per-turn one first); the original rides
+  along for an Anthropic backend, and ``display: "omitted"`` is honoured by the
+  response encoders for every backend (thinking blocks without their text).
+- ``output_config.effort`` sets the thinking effort of every backend when thinking is
+  on; without thinking it reaches only an Anthropic backend (others have no effort
+  setting apart from reasoning).
+- Tools with ``defer_loading: true`` (tool search) and the tool search tool itself are
+  withheld from ``ChatRequest.tools``: a backend without tool search never sees them
+  (it would load every deferred schema into the prompt, or call a search tool nobody
+  runs). They ride along in ``provider_details`` and ``encode_chat_request`` puts them
+  back, in their places, for an Anthropic backend.
 """
 
 from __future__ import annotations
@@ -85,6 +103,11 @@ _MODELED = frozenset(
     | {"top_p", "top_k", "stream", "tools", "tool_choice", "thinking"}
 )
 _TOOL_FIELDS = frozenset({"name", "description", "input_schema"})
+_TOOL_SEARCH_PREFIX = "tool_search_tool_"
+"""Anthropic's tool search server tools: ``tool_search_tool_regex_20251119``, ``..._bm25_...``."""
+_WITHHELD = "withheld_tools"
+"""``provider_details`` key of the tools only an Anthropic backend gets:
+``[{"index": <position in the request's tools>, "tool": <the wire tool>}]``."""
 _UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 # -- decoding -----------------------------------------------------------------------
@@ -120,6 +143,9 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
         exclude=set(_MODELED), exclude_unset=True, exclude_none=True, by_alias=True
     )
     thinking = _decode_thinking(body, details)
+    tools, withheld = _split_tools(body)
+    if withheld:
+        details[_WITHHELD] = withheld
     response_format = None
     if body.output_config is not None and body.output_config.format is not None:
         response_format = ResponseFormat(
@@ -130,7 +156,7 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
         messages=_decode_messages(body),
         stream=stream,
         params=params,
-        tools=tuple(_decode_tool(tool) for tool in body.tools or ()),
+        tools=tools,
         tool_choice=_decode_tool_choice(body),
         thinking=thinking,
         response_format=response_format,
@@ -139,20 +165,40 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
 
 
 def _decode_thinking(body: ConversationBody, details: dict[str, Any]) -> ThinkingConfig | None:
+    effort = _effort(body, details)
     config = body.thinking
     if config is None or isinstance(config, ThinkingConfigDisabled):
         return None
     if isinstance(config, ThinkingConfigEnabled) and config.display is None:
-        return ThinkingConfig(enabled=True, budget_tokens=config.budget_tokens)
+        return ThinkingConfig(
+            enabled=True, budget_tokens=config.budget_tokens, effort=_EFFORTS.get(effort or "")
+        )
     # adaptive, between_tools or a display setting: the core cannot say it, so the
     # original rides along for an Anthropic backend (see ``_encode_thinking``).
     details["thinking"] = config.model_dump(exclude_none=True)
-    effort = body.output_config.effort if body.output_config else None
     return ThinkingConfig(
         enabled=True,
         budget_tokens=getattr(config, "budget_tokens", None),
         effort=_EFFORTS.get(effort or ""),
     )
+
+
+def _effort(body: ConversationBody, details: dict[str, Any]) -> str | None:
+    """The effort this reply is generated at: the last system turn's per-turn
+    ``output_config.effort`` (Claude Code 2.1.330 sends one, beta
+    ``per-turn-control-2026-07-01``), else the request's own.
+
+    A per-turn effort is also written into the ``output_config`` that rides along,
+    since the turn that carried it is not passed on as a message (``_decode_messages``).
+    """
+    requested = body.output_config.effort if body.output_config else None
+    effort = requested
+    for message in body.messages:
+        if message.role == "system" and message.output_config is not None:
+            effort = message.output_config.effort or effort
+    if effort != requested:
+        details["output_config"] = {**details.get("output_config", {}), "effort": effort}
+    return effort
 
 
 def _decode_messages(body: ConversationBody) -> tuple[Message, ...]:
@@ -161,7 +207,9 @@ def _decode_messages(body: ConversationBody) -> tuple[Message, ...]:
         messages.append(_system_message(body.system))
     for index, message in enumerate(body.messages):
         if message.role == "system":
-            messages.append(_system_message(message.content, f"messages.{index}.content"))
+            system = _system_message(message.content, f"messages.{index}.content")
+            if system.text:  # an empty one only carried per-turn settings (``_effort``)
+                messages.append(system)
         elif message.role == "assistant":
             messages.append(_assistant_message(message, index))
         else:
@@ -306,6 +354,22 @@ def _cache_details(cache_control: dict[str, Any] | None) -> dict[str, Any] | Non
     return {PROVIDER: {"cache_control": cache_control}} if cache_control else None
 
 
+def _split_tools(body: ConversationBody) -> tuple[tuple[ToolDefinition, ...], list[Any]]:
+    """The tools every backend gets, and those withheld for tool search (with their
+    positions, so an Anthropic backend gets the list back as the client sent it)."""
+    tools: list[ToolDefinition] = []
+    withheld: list[dict[str, Any]] = []
+    for index, tool in enumerate(body.tools or ()):
+        extra = tool.model_extra or {}
+        searched = (tool.type or "").startswith(_TOOL_SEARCH_PREFIX)
+        if extra.get("defer_loading") is True or searched:
+            wire = tool.model_dump(exclude_unset=True, exclude_none=True, by_alias=True)
+            withheld.append({"index": index, "tool": wire})
+        else:
+            tools.append(_decode_tool(tool))
+    return tuple(tools), withheld
+
+
 def _decode_tool(tool: Tool) -> ToolDefinition:
     extra = {
         key: value
@@ -340,6 +404,7 @@ def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
     """The ``/v1/messages`` body that asks a real Anthropic API for ``req``."""
     extras = dict((req.provider_details or {}).get(PROVIDER) or {})
     raw_thinking = extras.pop("thinking", None)
+    withheld = extras.pop(_WITHHELD, None) or []
     system, messages = _encode_messages(req.messages)
     body: dict[str, Any] = {"model": req.model, "messages": messages}
     if system:
@@ -349,8 +414,11 @@ def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
     _encode_params(req.params, body)
     if req.stream:
         body["stream"] = True
-    if req.tools:
-        body["tools"] = [_encode_tool(tool) for tool in req.tools]
+    if req.tools or withheld:
+        tools = [_encode_tool(tool) for tool in req.tools]
+        for item in withheld:  # in ascending positions, so each lands where it was
+            tools.insert(min(item["index"], len(tools)), item["tool"])
+        body["tools"] = tools
     if req.tool_choice is not None:
         body["tool_choice"] = _encode_tool_choice(req.tool_choice)
     if req.thinking is not None:

@@ -29,6 +29,7 @@ __all__ = [
     "encode_stop_reason",
     "encode_usage",
     "message_id",
+    "thinking_omitted",
 ]
 
 _UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -129,8 +130,9 @@ def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, 
     """
     content: list[dict[str, Any]] = []
     saw_tool_call = False
+    omit = thinking_omitted(request)
     for part in resp.message.parts:
-        block = _encode_block(part)
+        block = _encode_block(part, omit)
         if block is not None:
             content.append(block)
             saw_tool_call = saw_tool_call or block["type"] == "tool_use"
@@ -146,7 +148,16 @@ def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, 
     }
 
 
-def _encode_block(part: Part) -> dict[str, Any] | None:
+def thinking_omitted(request: ChatRequest) -> bool:
+    """Whether the client asked for ``thinking.display: "omitted"`` (Claude Code 2.1.330
+    does): thinking blocks then come without their text, as the API sends them, whatever
+    backend thought; the signature, if any, is kept for the next turn."""
+    details = (request.provider_details or {}).get(PROVIDER) or {}
+    thinking = details.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("display") == "omitted"
+
+
+def _encode_block(part: Part, omit_thinking: bool = False) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text} if part.text else None
     if isinstance(part, ThinkingPart):
@@ -154,7 +165,8 @@ def _encode_block(part: Part) -> dict[str, Any] | None:
             return {"type": "redacted_thinking", "data": part.redacted}
         if not part.text and not part.signature:
             return None
-        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+        text = "" if omit_thinking else part.text
+        return {"type": "thinking", "thinking": text, "signature": part.signature or ""}
     if isinstance(part, ToolCallPart):
         return {
             "type": "tool_use",

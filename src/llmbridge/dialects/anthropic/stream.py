@@ -46,6 +46,7 @@ from llmbridge.dialects.anthropic.response import (
     decode_usage,
     encode_stop_reason,
     message_id,
+    thinking_omitted,
 )
 from llmbridge.dialects.anthropic.types import PROVIDER
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
@@ -74,9 +75,10 @@ async def encode_chat_stream(
     """Anthropic SSE for a stream of neutral events.
 
     A ``StreamError`` becomes ``event: error`` and ends the stream; so does a stream
-    that stops without ``ResponseEnd``.
+    that stops without ``ResponseEnd``. With ``thinking.display: "omitted"`` thinking
+    blocks carry no ``thinking_delta`` (``response.thinking_omitted``).
     """
-    encoder = _Encoder(request.model)
+    encoder = _Encoder(request.model, omit_thinking=thinking_omitted(request))
     async for event in events:
         chunk = encoder.feed(event)
         if chunk:
@@ -106,6 +108,7 @@ class _Encoder:
         "index",
         "input_tokens",
         "model",
+        "omit_thinking",
         "open",
         "pending_text",
         "saw_tool_call",
@@ -115,8 +118,9 @@ class _Encoder:
         "wire_index",
     )
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, omit_thinking: bool = False) -> None:
         self.model = model
+        self.omit_thinking = omit_thinking
         self.started = False
         self.done = False
         self.input_tokens: int | None = None
@@ -253,7 +257,7 @@ class _Encoder:
                 + _DELTA_TAIL
             )
         if isinstance(delta, ThinkingDelta):
-            if self.open != _THINKING or not delta.text:
+            if self.open != _THINKING or not delta.text or self.omit_thinking:
                 return b""
             return (
                 _DELTA_HEAD

@@ -244,6 +244,9 @@ class MessageParam(_Wire):
     """Who speaks. ``system`` turns inside ``messages`` are accepted too."""
     content: str | list[ContentBlock]
     """A string (shorthand for one text block) or a list of content blocks."""
+    output_config: OutputConfig | None = None
+    """On a ``system`` turn: settings from this turn on (per-turn control, beta
+    ``per-turn-control-2026-07-01``; Claude Code 2.1.330 sends the effort here)."""
 
 
 # -- tools --------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""OpenAI's API: /v1/chat/completions, /v1/models, /v1/models/{id}, /v1/embeddings."""
+"""OpenAI's API: /v1/chat/completions, /v1/models, /v1/models/{id}, /v1/embeddings.
+
+``/v1/models`` is shared with Anthropic's API: a request with an ``anthropic-version``
+header (the Anthropic SDKs, Claude Code) gets Anthropic's model list and errors
+(dialects/anthropic/models.py), any other OpenAI's.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from starlette.routing import Route
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import openai
+from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
@@ -31,24 +37,38 @@ def _json(body: object) -> Response:
     return Response(dumps(body), media_type="application/json")
 
 
+def _asks_anthropic(request: Request) -> bool:
+    # Every Anthropic client sends this header (the API requires it); no OpenAI one does.
+    return "anthropic-version" in request.headers
+
+
 async def list_models(request: Request) -> Response:
     state = state_of(request)
+    if _asks_anthropic(request):
+        try:
+            models = await state.router.list_models()
+            return _json(anthropic_models.encode_model_page(models, request.query_params))
+        except LLMBridgeError as exc:
+            return error_response(Dialect.ANTHROPIC, exc, new_request_id())
     return _json(openai.encode_models(await state.router.list_models()))
 
 
 async def get_model(request: Request) -> Response:
     state = state_of(request)
     model_id = request.path_params["model_id"]
+    anthropic = _asks_anthropic(request)
+    encode = anthropic_models.encode_model if anthropic else openai.encode_model
     try:
         for info in await state.router.list_models():
             if info.name == model_id:
-                return _json(openai.encode_model(info))
+                return _json(encode(info))
         # Not listed, but servable (a glob route or the default backend): say so.
         resolved = state.router.resolve(model_id)
         info = await state.router.show(model_id)
-        return _json(openai.encode_model(replace(info, backend=resolved.backend.name)))
+        return _json(encode(replace(info, backend=resolved.backend.name)))
     except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, new_request_id())
+        dialect = Dialect.ANTHROPIC if anthropic else Dialect.OPENAI
+        return error_response(dialect, exc, new_request_id())
 
 
 async def embeddings(request: Request) -> Response:

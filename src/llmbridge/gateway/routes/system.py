@@ -1,4 +1,5 @@
-"""The root (Ollama's liveness probe), /health, /metrics and /openapi.json.
+"""The root (Ollama's liveness probe), HEAD /api/hello (Claude Code's), /health,
+/metrics and /openapi.json.
 
 ``/health`` answers without a key, as load balancers and orchestrators probe it; with
 API keys configured, a caller without a valid one gets only the verdict
@@ -32,6 +33,13 @@ _HEALTH_TIMEOUT = 5.0
 async def root(request: Request) -> Response:
     # Ollama clients and Home Assistant probe "GET /" for this exact text.
     return PlainTextResponse("Ollama is running")
+
+
+async def hello(request: Request) -> Response:
+    # Claude Code (2.1.330) probes "HEAD /api/hello" to see that its base URL answers
+    # (shared/reference/captured/README.md): an empty 200, as for "HEAD /" (GET too,
+    # so the probe can be tried by hand).
+    return Response(status_code=200)
 
 
 async def _probe(backend: Backend) -> BackendHealth:
@@ -92,6 +100,7 @@ async def openapi(request: Request) -> Response:
 
 routes = [
     Route("/", root, methods=["GET", "HEAD"]),
+    Route("/api/hello", hello, methods=["GET", "HEAD"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route(OPENAPI_PATH, openapi, methods=["GET"]),
