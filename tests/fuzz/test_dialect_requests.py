@@ -39,6 +39,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic, ollama, openai
+from llmbridge.gateway.limits import parse_json
 from tests.conftest import RunningServer
 from tests.fuzz.shapes import assert_error_shape, assert_no_traceback, dialect_for_path
 from tests.fuzz.strategies import BODIES, ENCODINGS, encode, mutated
@@ -78,11 +79,7 @@ def _expected_status(path: str, raw: bytes) -> tuple[int, Any]:
     """What the gateway should answer, by its own JSON parser and decoder; and the
     decoded request, when there is one."""
     try:
-        body = orjson.loads(raw)  # the parser limits.read_json uses
-    except orjson.JSONDecodeError:
-        return 400, None
-    try:
-        decoded = DECODERS[path](body)
+        decoded = DECODERS[path](parse_json(raw))  # what limits.read_json / read_chat do
     except LLMBridgeError as exc:
         return exc.status_code, None
     return 200, decoded

@@ -11,6 +11,13 @@ backend and serves any model name. Example file::
       max_header_bytes: 65536         # 431 above; with max_headers: 100 fields
       header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
       body_timeout: 60                # seconds for the body, then 408
+      limits:                         # per request (docs/RELIABILITY.md, "Limits")
+        max_messages: 10000           # 400 above each of these
+        max_tools: 512
+        max_parts_per_message: 1000
+        max_json_depth: 128
+        max_json_items: 500000        # values, keys and containers in one body
+        offload_bytes: 32768          # larger bodies are parsed in a worker thread
     backends:
       local: {type: embedded}
       gpu-box: {type: ollama, url: "http://10.0.0.5:11434",
@@ -59,6 +66,8 @@ from pydantic import (
     model_validator,
 )
 
+from llmbridge.core.limits import ENCODER_MAX_DEPTH, RequestLimits
+
 __all__ = [
     "AgentConfig",
     "BackendConfig",
@@ -66,6 +75,7 @@ __all__ = [
     "FallbackTarget",
     "FamilyTarget",
     "GatewayConfig",
+    "LimitsConfig",
     "ModelRoute",
     "OpenCodeBackendConfig",
     "ResilienceConfig",
@@ -75,6 +85,7 @@ __all__ = [
 
 DEFAULT_PORT = 11435
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
+_LIMITS = RequestLimits()
 
 
 class ConfigError(Exception):
@@ -85,12 +96,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class LimitsConfig(_Strict):
+    """Bounds on what one request may hold (core/limits.py has each one's reasoning):
+    a count over its limit is a 400 naming the field and the setting."""
+
+    max_messages: int = Field(_LIMITS.max_messages, gt=0)
+    """Messages in one conversation."""
+    max_tools: int = Field(_LIMITS.max_tools, ge=0)
+    """Tool definitions in one request."""
+    max_parts_per_message: int = Field(_LIMITS.max_parts_per_message, gt=0)
+    """Content parts (blocks, images, tool calls) of one message."""
+    max_json_depth: int = Field(_LIMITS.max_json_depth, ge=8, le=ENCODER_MAX_DEPTH - 16)
+    """Nesting of objects and arrays anywhere in a body. At most 238: the JSON encoder
+    stops at 254 levels and a passed-through value is sent a few levels down."""
+    max_json_items: int = Field(_LIMITS.max_json_items, ge=1000)
+    """Values, keys and containers in one body, counted before it is parsed."""
+    offload_bytes: int = Field(_LIMITS.offload_bytes, ge=0)
+    """Bodies larger than this are parsed and decoded in a worker thread."""
+
+    def request_limits(self, max_body_bytes: int) -> RequestLimits:
+        return RequestLimits(max_body_bytes=max_body_bytes, **self.model_dump())
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     api_keys: tuple[str, ...] = ()
     """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, gt=0)
+    """The largest request body; more is a 413."""
+    limits: LimitsConfig = LimitsConfig()
+    """Bounds on what one request may hold."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How long and how much a client may take to send a request (gateway/read_limits.py).
     max_header_bytes: int = Field(64 * 1024, ge=1024)
@@ -399,11 +435,22 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         raise ConfigError(f"invalid {where}: {details}") from exc
 
 
+def _apply_limit_overrides(server: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--max-messages`` and the other request limits (``server.limits``)."""
+    limits = {k: overrides[k] for k in LimitsConfig.model_fields if overrides.get(k) is not None}
+    if limits:
+        configured = server.get("limits") or {}
+        if not isinstance(configured, dict):
+            raise ConfigError("'server.limits' must be a mapping of limit settings")
+        server["limits"] = {**configured, **limits}
+
+
 def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     server = dict(raw.get("server") or {})
     for field_name in ("host", "port", "max_body_bytes", "log_level"):
         if overrides.get(field_name) is not None:
             server[field_name] = overrides[field_name]
+    _apply_limit_overrides(server, overrides)
     for field_name in ("thinking", "tokenizer"):
         if overrides.get(field_name) is not None:
             raw[field_name] = overrides[field_name]

@@ -1,39 +1,204 @@
-"""Reading request bodies within the size limit, as JSON.
+"""Reading request bodies within the configured limits, as JSON, off the event loop
+when they are large.
 
-The limit is checked twice: against ``Content-Length`` before reading anything,
-and against the bytes actually received (chunked uploads carry no length).
+The body size is checked twice: against ``Content-Length`` before reading anything,
+and against the bytes actually received (chunked uploads carry no length). Then the
+raw bytes are scanned (``scan_json``) before anything is parsed: nesting depth and the
+number of JSON items are bounded there, because parsing (``orjson.loads``) is one call
+that holds the interpreter for as long as it takes, ~100 ns per item, and its result's
+memory grows with the items too (issue 13: 900k tiny messages took 1 GB).
+
+Bodies over ``offload_bytes`` are scanned, parsed and decoded in a worker thread
+(``asyncio.to_thread``): the scan and the decoders are Python code, which lets the
+event loop have the interpreter every few milliseconds, and the parse is bounded by
+the item limit, so ``/health`` and other requests keep being answered while one large
+request is read (``bench/health_under_load.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 
-from llmbridge.core.errors import InvalidRequestError, RequestTooLargeError
+from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_encodable,
+    depth_error,
+    size_error,
+)
 
-__all__ = ["read_json"]
+__all__ = ["parse_json", "read_body", "read_chat", "read_json", "scan_json"]
+
+T = TypeVar("T")
+
+_BRACKETS = b"[]{}"
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+_OPENERS = frozenset(b"[{")
+_BACKSLASH = 0x5C
+_FALLBACK_PARSE_BYTES = 1024 * 1024
+"""Bodies up to this size that orjson refuses for an infinite number are parsed again
+with the standard library (which reads ``1e999`` as infinity) to name the field."""
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body decoded as JSON, or a 400/413 ``LLMBridgeError``."""
+def _limits(limits: RequestLimits | int) -> RequestLimits:
+    """Routes that know only the size limit (``state.max_body``) get the defaults."""
+    if isinstance(limits, RequestLimits):
+        return limits
+    return RequestLimits(max_body_bytes=limits)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, or a 413 naming ``server.max_body_bytes``."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestTooLargeError(
-            f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes"
-        )
+    # isascii(): str.isdigit() is true for superscript digits, which int() refuses.
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise size_error("request body", int(declared), limit, "server.max_body_bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise RequestTooLargeError(f"request body exceeds the limit of {limit} bytes")
+            raise size_error("request body", None, limit, "server.max_body_bytes")
         chunks.append(chunk)
-    body = b"".join(chunks)
-    if not body.strip():
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limits: RequestLimits | int) -> Any:
+    """The request body decoded as JSON, or a 400/413 ``LLMBridgeError``."""
+    limits = _limits(limits)
+    raw = await read_body(request, limits.max_body_bytes)
+    if len(raw) > limits.offload_bytes:
+        return await asyncio.to_thread(parse_json, raw, limits)
+    return parse_json(raw, limits)
+
+
+async def read_chat(
+    request: Request, limits: RequestLimits, decode: Callable[[Any, RequestLimits], T]
+) -> T:
+    """The request body parsed and passed through ``decode`` (a dialect's
+    ``decode_*_request``), in a worker thread when the body is large."""
+    raw = await read_body(request, limits.max_body_bytes)
+    if len(raw) > limits.offload_bytes:
+        return await asyncio.to_thread(_parse_and_decode, raw, limits, decode)
+    return decode(parse_json(raw, limits), limits)
+
+
+def _parse_and_decode(
+    raw: bytes, limits: RequestLimits, decode: Callable[[Any, RequestLimits], T]
+) -> T:
+    return decode(parse_json(raw, limits), limits)
+
+
+def parse_json(raw: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> Any:
+    """``raw`` parsed, after ``scan_json``; a 400 for what is not JSON, naming the
+    field where a number is infinite (``1e999``)."""
+    if not raw.strip():
         raise InvalidRequestError("request body is empty; expected a JSON object")
+    scan_json(raw, limits)
     try:
-        return orjson.loads(body)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "infinity" in str(exc) and len(raw) <= _FALLBACK_PARSE_BYTES:
+            _name_the_infinite_number(raw, limits)
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+
+
+def _name_the_infinite_number(raw: bytes, limits: RequestLimits) -> None:
+    """Raise the 400 that names where ``raw`` holds a number too large for a double."""
+    try:
+        # The standard library reads 1e999 as inf and 10**400 as an int: both are
+        # then found, with their path, by the same check pass-through data gets.
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return
+    check_encodable(value, "", limits.max_json_depth)
+
+
+def scan_json(raw: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> None:
+    """Check the nesting depth and the number of items of the JSON text ``raw``
+    before it is parsed: a 400 naming ``max_json_depth`` or ``max_json_items``.
+
+    Items are counted as the separators outside strings that introduce one (``,``
+    ``:`` ``[`` ``{``) plus the root value: every value, key and container. Only the
+    text between strings is looked at, one ``bytes.find`` per string, so the cost grows
+    with the number of strings, not with their length. Malformed text is left for the
+    parser to report.
+    """
+    max_depth, max_items = limits.max_json_depth, limits.max_json_items
+    if len(raw) <= max_items and raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return  # small and shallow: neither limit can be reached (the common case)
+    depth = 0
+    items = 1
+    pos = 0
+    end = len(raw)
+    find = raw.find
+    key = ""  # the top-level key being read, to name the field a depth error is in
+    candidate: tuple[int, int] | None = None
+    while pos < end:
+        quote = find(b'"', pos)
+        stop = end if quote < 0 else quote
+        if stop > pos:
+            between = raw[pos:stop]
+            if candidate is not None and between.lstrip().startswith(b":"):
+                key = raw[candidate[0] : candidate[1]].decode("utf-8", "replace")
+            brackets = between.translate(None, _NOT_BRACKETS)
+            items += between.count(b",") + between.count(b":")
+            for byte in brackets:
+                if byte in _OPENERS:
+                    items += 1
+                    depth += 1
+                    if depth > max_depth:
+                        raise _deep(raw, key, limits)
+                else:
+                    depth -= 1
+            if items > max_items:
+                raise _items_error(max_items)
+        if quote < 0:
+            return
+        pos = _string_end(raw, quote + 1)
+        if pos < 0:
+            return  # an unterminated string: the parser says so
+        candidate = (quote + 1, pos - 1) if depth == 1 else None
+
+
+def _string_end(raw: bytes, pos: int) -> int:
+    """The index after the closing quote of the string whose text starts at ``pos``."""
+    find = raw.find
+    while True:
+        close = find(b'"', pos)
+        if close < 0:
+            return -1
+        back = close - 1
+        while raw[back] == _BACKSLASH:
+            back -= 1
+        if (close - 1 - back) % 2 == 0:  # an even run of backslashes escapes nothing
+            return close + 1
+        pos = close + 1
+
+
+def _deep(raw: bytes, key: str, limits: RequestLimits) -> InvalidRequestError:
+    """The depth error, naming the deep field's whole path where the body is small
+    enough to parse for it (orjson reads up to 1024 levels), else its top-level key."""
+    if len(raw) <= _FALLBACK_PARSE_BYTES:
+        try:
+            check_encodable(orjson.loads(raw), "", limits.max_json_depth)
+        except InvalidRequestError as exc:
+            return exc
+        except orjson.JSONDecodeError:
+            pass
+    return depth_error(key, limits.max_json_depth)
+
+
+def _items_error(limit: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"request body holds more than {limit} JSON values "
+        "(llmbridge setting server.limits.max_json_items)",
+        code="array_above_max_length",
+    )

@@ -29,6 +29,7 @@ from llmbridge.core.errors import (
     LLMBridgeError,
 )
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
+from llmbridge.core.limits import RequestLimits
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse
@@ -39,7 +40,7 @@ from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.gateway.config import ModelRoute
-from llmbridge.gateway.limits import read_json
+from llmbridge.gateway.limits import read_chat
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
 from llmbridge.gateway.resilience import CircuitBreaker, is_transient
@@ -398,7 +399,7 @@ Shortcut = Callable[[GatewayState, ChatRequest], Response | None]
 
 def chat_endpoint(
     codec: ChatCodec,
-    decode: Callable[[object], ChatRequest],
+    decode: Callable[[object, RequestLimits], ChatRequest],
     shortcut: Shortcut | None = None,
 ) -> Endpoint:
     """A route handler: read the body, ``decode`` it, then ``serve_chat``.
@@ -411,7 +412,8 @@ def chat_endpoint(
         state = state_of(request)
         request_id = new_request_id()
         try:
-            chat = decode(await read_json(request, state.max_body))
+            # Large bodies are parsed and decoded off the event loop (gateway/limits.py).
+            chat = await read_chat(request, state.limits, decode)
             if shortcut is not None and (early := shortcut(state, chat)) is not None:
                 return early
         except LLMBridgeError as exc:

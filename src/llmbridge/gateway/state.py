@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 
 from llmbridge.backends.base import Backend
+from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.auth import KeyChecker
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.metrics import GatewayMetrics
@@ -32,6 +33,13 @@ class GatewayState:
     """The agent service, once the lifespan opened its database (``routes/agent.py``)."""
     agent_error: str | None = None
     """Why the agent service is not there (its database could not be opened)."""
+
+    limits: RequestLimits = field(init=False)
+    """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""
+
+    def __post_init__(self) -> None:
+        server = self.config.server
+        self.limits = server.limits.request_limits(server.max_body_bytes)
 
     @property
     def max_body(self) -> int:

@@ -115,7 +115,8 @@ def test_tool_results_come_before_user_text_of_the_same_turn() -> None:
 
 
 def test_images_returned_by_a_tool_follow_the_tool_messages() -> None:
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    source = {"type": "base64", "media_type": "image/png", "data": "AA=="}
+    image = {"type": "image", "source": source}
     messages = [
         {
             "role": "assistant",
@@ -135,7 +136,7 @@ def test_images_returned_by_a_tool_follow_the_tool_messages() -> None:
     req = decode_chat_request(body(messages=messages))
     assert [m.role for m in req.messages] == ["assistant", "tool", "user"]
     assert req.messages[1].parts == (ToolResultPart(tool_call_id="t1", content="a picture"),)
-    assert req.messages[2].parts == (ImagePart(data="AA", media_type="image/png"),)
+    assert req.messages[2].parts == (ImagePart(data="AA==", media_type="image/png"),)
 
 
 def test_thinking_blocks() -> None:

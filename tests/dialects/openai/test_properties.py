@@ -138,8 +138,8 @@ def chat_requests(draw: st.DrawFn) -> ChatRequest:
         include_usage=stream,  # OpenAI backends always get include_usage when streaming
         params=GenerationParams(
             max_tokens=draw(st.none() | st.integers(min_value=1, max_value=10**6)),
-            temperature=draw(optional_float),
-            top_p=draw(optional_float),
+            temperature=draw(st.none() | st.floats(min_value=0, max_value=2)),
+            top_p=draw(st.none() | st.floats(min_value=0, max_value=1)),
             stop=tuple(draw(st.lists(nonempty, max_size=4))),
             seed=draw(st.none() | st.integers(min_value=0, max_value=2**31)),
             frequency_penalty=draw(optional_float),

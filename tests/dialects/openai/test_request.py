@@ -326,7 +326,7 @@ def test_body_must_be_an_object(bad: object) -> None:
         ({"model": None}, "model", "valid string"),
         ({"model": 5}, "model", "valid string"),
         ({"messages": "hi"}, "messages", "valid list"),
-        ({"messages": []}, "messages", "at least 1"),
+        ({"messages": []}, "messages", "minimum length 1"),
         ({"messages": ["hi"]}, "messages.0", "expected an object, got a string"),
         ({"messages": [{"role": "bogus", "content": "x"}]}, "messages.0.role", "'bogus'"),
         ({"messages": [{"role": 7, "content": "x"}]}, "messages.0.role", "Supported values"),

@@ -42,6 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
+from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits, check_count, count_error
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -113,15 +114,21 @@ _UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 # -- decoding -----------------------------------------------------------------------
 
 
-def decode_chat_request(body: object) -> ChatRequest:
+def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Translate a ``/v1/messages`` body into a ``ChatRequest``.
 
+    ``body`` is parsed JSON that has passed ``gateway.limits.parse_json`` (its depth
+    and size); ``limits`` bounds the messages, tools and blocks here.
+
     Raises:
-        InvalidRequestError: the body is not an object, or a field is missing or
-            wrong; the message and ``param`` name the field (``messages.2.content.0``).
+        InvalidRequestError: the body is not an object, a field is missing or
+            wrong, or a count is over ``limits``; the message and ``param`` name the
+            field (``messages.2.content.0``).
         UnsupportedFeatureError: a block the core cannot carry (a PDF document).
     """
-    parsed = validate_body(MessagesRequestBody, body)
+    _check_counts(body, limits)
+    parsed = validate_body(MessagesRequestBody, body, slice_field="messages")
+    _require_messages(parsed)
     params = GenerationParams(
         max_tokens=parsed.max_tokens,
         temperature=parsed.temperature,
@@ -132,10 +139,45 @@ def decode_chat_request(body: object) -> ChatRequest:
     return _chat_request(parsed, params, stream=bool(parsed.stream))
 
 
-def decode_count_tokens_request(body: object) -> ChatRequest:
+def decode_count_tokens_request(
+    body: object, limits: RequestLimits = DEFAULT_LIMITS
+) -> ChatRequest:
     """Translate a ``/v1/messages/count_tokens`` body (no ``max_tokens``)."""
-    parsed = validate_body(CountTokensRequestBody, body)
+    _check_counts(body, limits)
+    parsed = validate_body(CountTokensRequestBody, body, slice_field="messages")
+    _require_messages(parsed)
     return _chat_request(parsed, GenerationParams(), stream=False)
+
+
+def _require_messages(body: ConversationBody) -> None:
+    if not body.messages:  # Anthropic's own 400, in its words
+        raise InvalidRequestError("messages: at least one message is required", param="messages")
+
+
+def _check_counts(body: object, limits: RequestLimits) -> None:
+    """The count limits, checked before validation so an oversized body costs little."""
+    if not isinstance(body, dict):
+        return
+    messages = body.get("messages")
+    check_count(
+        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
+    )
+    tools = body.get("tools")
+    check_count(tools, limits.max_tools, path="tools", setting="max_tools", noun="tools")
+    most = limits.max_parts_per_message
+    check_count(body.get("system"), most, path="system", setting=_PARTS, noun="blocks")
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        # A tool_result's own blocks count toward the message that carries it.
+        nested = [b.get("content") for b in content if isinstance(b, dict)]
+        blocks = len(content) + sum(len(c) for c in nested if isinstance(c, list))
+        if blocks > most:
+            raise count_error(f"messages.{index}.content", blocks, most, _PARTS, "blocks")
+
+
+_PARTS = "max_parts_per_message"
 
 
 def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: bool) -> ChatRequest:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.dialects.images import is_base64
+from llmbridge.dialects.validation import BodyErrors, validate_in_slices
 
 __all__ = [
     "PROVIDER",
@@ -81,6 +84,15 @@ class TextBlock(_Wire):
     """Citations supporting the text (kept, not interpreted)."""
 
 
+def _check_image_data(data: str) -> str:
+    # Anthropic's own 400s, in its words (issue 13: bad base64 was forwarded).
+    if not data:
+        raise PydanticCustomError("base64", "image cannot be empty")
+    if not is_base64(data):
+        raise PydanticCustomError("base64", "invalid base64 data")
+    return data
+
+
 class Base64ImageSource(_Wire):
     """An inline image."""
 
@@ -88,7 +100,7 @@ class Base64ImageSource(_Wire):
     """Always ``base64``."""
     media_type: str
     """``image/jpeg``, ``image/png``, ``image/gif`` or ``image/webp``."""
-    data: str
+    data: Annotated[str, AfterValidator(_check_image_data)]
     """The base64-encoded bytes."""
 
 
@@ -404,14 +416,14 @@ class ConversationBody(_Wire):
 class MessagesRequestBody(ConversationBody):
     """The body of ``POST /v1/messages``."""
 
-    max_tokens: int = Field(ge=0)
-    """The most tokens to generate (required)."""
+    max_tokens: int = Field(ge=1)
+    """The most tokens to generate (required, at least 1)."""
     stop_sequences: list[str] | None = None
     """Strings that end generation when produced."""
-    temperature: float | None = None
+    temperature: float | None = Field(None, ge=0, le=1)
     """Sampling temperature, 0.0 to 1.0."""
-    top_p: float | None = None
-    """Nucleus sampling."""
+    top_p: float | None = Field(None, ge=0, le=1)
+    """Nucleus sampling, 0.0 to 1.0."""
     top_k: int | None = None
     """Sample only from the top K tokens."""
     stream: bool | None = None
@@ -433,7 +445,7 @@ class CountTokensRequestBody(ConversationBody):
 _Body = TypeVar("_Body", bound=BaseModel)
 
 
-def validate_body(model: type[_Body], body: object) -> _Body:
+def validate_body(model: type[_Body], body: object, slice_field: str | None = None) -> _Body:
     """Validate a decoded JSON body.
 
     Raises:
@@ -444,13 +456,17 @@ def validate_body(model: type[_Body], body: object) -> _Body:
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     try:
-        return model.model_validate(body)
+        if slice_field is None:
+            return model.model_validate(body)
+        # The list ``slice_field`` a slice at a time (dialects/validation.py).
+        return validate_in_slices(model, body, slice_field, ("content",))
     except ValidationError as exc:
-        raise _invalid(exc, body) from exc
+        raise _invalid(exc.errors(include_url=False), body) from exc
+    except BodyErrors as exc:
+        raise _invalid(exc.errors, body) from exc
 
 
-def _invalid(exc: ValidationError, body: dict[str, Any]) -> InvalidRequestError:
-    errors = exc.errors(include_url=False)
+def _invalid(errors: list[ErrorDetails], body: dict[str, Any]) -> InvalidRequestError:
     # A union (``str | list[block]``) reports one error per member; the deepest one
     # is where the client actually went wrong.
     best = max(errors, key=lambda e: len(e["loc"]))

@@ -12,9 +12,17 @@ from __future__ import annotations
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
 from llmbridge.core.ids import new_id
+from llmbridge.core.limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_count,
+    check_encodable,
+    count_error,
+)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -43,6 +51,7 @@ from llmbridge.dialects.ollama.types import (
     Tool,
     ToolCall,
 )
+from llmbridge.dialects.validation import BodyErrors, message_weight, validate_in_slices
 
 __all__ = [
     "decode_chat_request",
@@ -95,17 +104,22 @@ _IMAGE_SIGNATURES = (
 # -- decoding -------------------------------------------------------------------------
 
 
-def decode_chat_request(body: object) -> ChatRequest:
+def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Validate and translate an ``/api/chat`` body.
 
+    ``body`` is parsed JSON that has passed ``gateway.limits.parse_json`` (its depth
+    and size); ``limits`` bounds the messages, tools and parts here.
+
     Raises:
-        InvalidRequestError: the body is not an object, or a field is missing or has
-            the wrong type; ``param`` is the field's dotted path (``messages.0.role``).
+        InvalidRequestError: the body is not an object, a field is missing or has
+            the wrong type, or a count is over ``limits``; ``param`` is the field's
+            dotted path (``messages.0.role``).
     """
-    parsed = _validate(ChatRequestBody, body)
+    _check_counts(body, limits)
+    parsed = _validate(ChatRequestBody, body, slice_field="messages")
     return ChatRequest(
         model=parsed.model,
-        messages=_decode_messages(parsed.messages or []),
+        messages=_decode_messages(parsed.messages or [], limits),
         stream=parsed.stream is not False,
         params=_decode_options(parsed.options),
         tools=tuple(_decode_tool(tool) for tool in parsed.tools or []),
@@ -116,13 +130,17 @@ def decode_chat_request(body: object) -> ChatRequest:
     )
 
 
-def decode_generate_request(body: object) -> ChatRequest:
+def decode_generate_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Validate and translate an ``/api/generate`` body into a chat request.
 
     ``system`` becomes a system message and ``prompt`` (with ``images``) a user
     message. An empty prompt is valid (Ollama just loads the model) and decodes to a
     request with no messages; the caller decides what to do with it.
     """
+    if isinstance(body, dict):
+        images = body.get("images")
+        where = "images"
+        check_count(images, limits.max_parts_per_message, path=where, setting=_PARTS, noun=where)
     parsed = _validate(GenerateRequestBody, body)
     messages: list[Message] = []
     if parsed.system:
@@ -170,18 +188,45 @@ def decode_show_request(body: object) -> str:
     return name
 
 
-def _validate(model: type[_Body], body: object) -> _Body:
+_PART_KEYS = ("images", "tool_calls")
+"""The lists of a message that count as its parts (``max_parts_per_message``)."""
+_PARTS = "max_parts_per_message"
+
+
+def _check_counts(body: object, limits: RequestLimits) -> None:
+    """Count limits, checked before validation so an oversized body costs little."""
+    if not isinstance(body, dict):
+        return
+    messages = body.get("messages")
+    check_count(
+        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
+    )
+    tools = body.get("tools")
+    check_count(tools, limits.max_tools, path="tools", setting="max_tools", noun="tools")
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        parts = message_weight(message, _PART_KEYS) - 1
+        if parts > limits.max_parts_per_message:
+            where = f"messages.{index}"
+            noun = "images and tool calls"
+            raise count_error(where, parts, limits.max_parts_per_message, _PARTS, noun)
+
+
+def _validate(model: type[_Body], body: object, slice_field: str | None = None) -> _Body:
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     try:
-        return model.model_validate(body)
+        if slice_field is None:
+            return model.model_validate(body)
+        return validate_in_slices(model, body, slice_field, _PART_KEYS)
     except ValidationError as exc:
-        raise _invalid(exc, body) from exc
+        raise _invalid(exc.errors(include_url=False), body) from exc
+    except BodyErrors as exc:
+        raise _invalid(exc.errors, body) from exc
 
 
-def _invalid(exc: ValidationError, body: dict[str, Any]) -> InvalidRequestError:
+def _invalid(errors: list[ErrorDetails], body: dict[str, Any]) -> InvalidRequestError:
     """The first validation error, as a message naming the field's dotted path."""
-    error = exc.errors(include_url=False)[0]
+    error = errors[0]
     path = ".".join(str(item) for item in _field_path(error["loc"], body, error["type"]))
     message = error["msg"]
     if error["type"] == "value_error":
@@ -206,12 +251,14 @@ def _field_path(loc: tuple[int | str, ...], body: Any, error_type: str) -> list[
     return path
 
 
-def _decode_messages(raw: list[ChatMessage]) -> tuple[Message, ...]:
+def _decode_messages(
+    raw: list[ChatMessage], limits: RequestLimits = DEFAULT_LIMITS
+) -> tuple[Message, ...]:
     messages: list[Message] = []
     # Calls of the latest assistant turn, in order, and which of them have a result.
     calls: list[ToolCallPart] = []
     answered: set[str] = set()
-    for message in raw:
+    for index, message in enumerate(raw):
         if message.role == "tool":
             call_id = message.tool_call_id or _match_call(message.tool_name, calls, answered)
             answered.add(call_id)
@@ -227,7 +274,10 @@ def _decode_messages(raw: list[ChatMessage]) -> tuple[Message, ...]:
             parts.append(TextPart(message.content))
         parts.extend(_image_part(image) for image in message.images or [])
         if message.tool_calls:
-            calls = [_decode_tool_call(call) for call in message.tool_calls]
+            calls = [
+                _decode_tool_call(call, f"messages.{index}.tool_calls.{position}", limits)
+                for position, call in enumerate(message.tool_calls)
+            ]
             answered = set()
             parts.extend(calls)
         messages.append(_message(message.role, parts, message))
@@ -269,8 +319,11 @@ def _message(
     )
 
 
-def _decode_tool_call(call: ToolCall) -> ToolCallPart:
+def _decode_tool_call(call: ToolCall, path: str, limits: RequestLimits) -> ToolCallPart:
     arguments, raw = parse_tool_arguments(call.function.arguments)
+    if isinstance(call.function.arguments, str) and arguments:
+        # Parsed here, from a string: the body's depth check never saw inside it.
+        check_encodable(arguments, f"{path}.function.arguments", limits.max_json_depth)
     return ToolCallPart(
         id=call.id or new_id("call_"),
         name=call.function.name,

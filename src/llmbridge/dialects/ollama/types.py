@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -26,8 +27,10 @@ from pydantic import (
     WithJsonSchema,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from llmbridge.core.response import StopReason, Timings, Usage
+from llmbridge.dialects.images import first_bad_base64_byte, is_base64
 
 __all__ = [
     "THINK_LEVELS",
@@ -56,11 +59,34 @@ ThinkLevel = Literal["low", "medium", "high", "max"]
 def _whole_number(value: Any) -> Any:
     # Go decodes every JSON number as float64, so Ollama takes 100.0 for an int option.
     if isinstance(value, float) and value.is_integer():
+        if not _INT64[0] <= value < _INT64[1]:
+            # 1e19 would become an integer the JSON encoder cannot write (issue 13: a 500).
+            raise PydanticCustomError(
+                "int_range", "number {value} overflows a 64-bit integer", {"value": value}
+            )
         return int(value)
     return value
 
 
+_INT64 = (-(2.0**63), 2.0**63)
+
 WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+
+
+def _check_image(value: str) -> str:
+    # Ollama's Go decoder reads ``images`` as []byte, so bad base64 is a 400 there, in
+    # these words; data URLs are accepted from lenient clients (``request._image_part``).
+    data = value.partition(";base64,")[2] if value.startswith("data:") else value
+    if not is_base64(data, line_breaks=True):
+        raise PydanticCustomError(
+            "base64",
+            "illegal base64 data at input byte {byte}",
+            {"byte": first_bad_base64_byte(data)},
+        )
+    return value
+
+
+Base64Image = Annotated[str, AfterValidator(_check_image)]
 
 
 def _described(*alternatives: dict[str, Any]) -> WithJsonSchema:
@@ -194,7 +220,7 @@ class ChatMessage(_Body):
     """Text of the message."""
     thinking: str | None = None
     """The model's reasoning (assistant messages)."""
-    images: list[str] | None = None
+    images: list[Base64Image] | None = None
     """Base64-encoded images."""
     tool_calls: list[ToolCall] | None = None
     """Tool calls made by the assistant."""
@@ -303,7 +329,7 @@ class GenerateRequestBody(_GenerationBody):
     """Tokens returned by a previous reply (deprecated conversational memory)."""
     raw: bool | None = None
     """Send the prompt without applying the template."""
-    images: list[str] | None = None
+    images: list[Base64Image] | None = None
     """Base64-encoded images."""
 
 

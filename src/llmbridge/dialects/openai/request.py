@@ -15,6 +15,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_count,
+    check_encodable,
+    count_error,
+)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -57,6 +64,7 @@ from llmbridge.dialects.openai.types import (
 from llmbridge.dialects.openai.types import (
     ResponseFormat as WireResponseFormat,
 )
+from llmbridge.dialects.validation import message_weight
 
 __all__ = [
     "decode_chat_request",
@@ -129,15 +137,21 @@ _IMAGE_MAGIC = (
 # -- decode: client body -> core ----------------------------------------------------
 
 
-def decode_chat_request(body: object) -> ChatRequest:
+def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Validate an OpenAI chat-completion body and translate it to the core request.
+
+    ``body`` is parsed JSON that has passed ``gateway.limits.parse_json`` (its depth
+    and size); ``limits`` bounds the messages, tools and parts here.
 
     Raises:
         InvalidRequestError: the body is not an object, a field is missing or has the
-            wrong type (``param`` names its path, e.g. ``messages.0.role``), or ``n``
+            wrong type (``param`` names its path, e.g. ``messages.0.role``), a value is
+            out of the range OpenAI accepts, a count is over ``limits``, or ``n``
             asks for more than one choice.
     """
-    wire, data = validate_body(ChatCompletionRequestBody, body)
+    _check_counts(body, limits)
+    wire, data = validate_body(ChatCompletionRequestBody, body, slice_field="messages")
+    _check_ranges(wire)
     if wire.n is not None and wire.n != 1:
         raise InvalidRequestError(
             f"Invalid 'n': {wire.n}. llmbridge generates exactly one choice; 'n' must be 1.",
@@ -152,7 +166,7 @@ def decode_chat_request(body: object) -> ChatRequest:
     stop = wire.stop
     return ChatRequest(
         model=wire.model,
-        messages=_decode_messages(wire.messages),
+        messages=_decode_messages(wire.messages, limits),
         stream=bool(wire.stream),
         params=GenerationParams(
             max_tokens=(
@@ -195,10 +209,80 @@ def decode_embed_request(body: object) -> EmbedRequest:
     return EmbedRequest(model=wire.model, inputs=texts, dimensions=wire.dimensions)
 
 
-def _decode_messages(wire_messages: Sequence[ChatMessage]) -> tuple[Message, ...]:
+_PART_KEYS = ("content", "tool_calls")
+"""The lists of a message that count as its parts (``max_parts_per_message``)."""
+
+# (field, lowest, highest, OpenAI's kind of number): the ranges OpenAI's API enforces.
+_RANGES: tuple[tuple[str, float, float | None, str], ...] = (
+    ("max_tokens", 1, None, "integer"),
+    ("max_completion_tokens", 1, None, "integer"),
+    ("temperature", 0, 2, "decimal"),
+    ("top_p", 0, 1, "decimal"),
+    ("frequency_penalty", -2, 2, "decimal"),
+    ("presence_penalty", -2, 2, "decimal"),
+)
+
+
+def _check_counts(body: object, limits: RequestLimits) -> None:
+    """Count limits, checked before validation so an oversized body costs little."""
+    if not isinstance(body, dict):
+        return
+    messages = body.get("messages")
+    if messages == []:
+        raise InvalidRequestError(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    check_count(
+        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
+    )
+    tools = body.get("tools")
+    check_count(tools, limits.max_tools, path="tools", setting="max_tools", noun="tools")
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        if message_weight(message, _PART_KEYS) - 1 > limits.max_parts_per_message:
+            raise count_error(
+                f"messages.{index}",
+                message_weight(message, _PART_KEYS) - 1,
+                limits.max_parts_per_message,
+                "max_parts_per_message",
+                "content parts and tool calls",
+            )
+
+
+def _check_ranges(wire: ChatCompletionRequestBody) -> None:
+    """What OpenAI's API rejects that the types let through, in its words."""
+    if not wire.model:
+        raise InvalidRequestError("you must provide a model parameter", param="model")
+    for name, low, high, kind in _RANGES:
+        value = getattr(wire, name)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # "got -5", as OpenAI writes the number the client sent
+        if value < low:
+            raise InvalidRequestError(
+                f"Invalid '{name}': {kind} below minimum value. "
+                f"Expected a value >= {low}, but got {value} instead.",
+                param=name,
+                code=f"{kind}_below_min_value",
+            )
+        if high is not None and value > high:
+            raise InvalidRequestError(
+                f"Invalid '{name}': {kind} above maximum value. "
+                f"Expected a value <= {high}, but got {value} instead.",
+                param=name,
+                code=f"{kind}_above_max_value",
+            )
+
+
+def _decode_messages(
+    wire_messages: Sequence[ChatMessage], limits: RequestLimits = DEFAULT_LIMITS
+) -> tuple[Message, ...]:
     tool_names: dict[str, str] = {}  # tool call id -> function name, for tool results
     messages: list[Message] = []
-    for wire in wire_messages:
+    for index, wire in enumerate(wire_messages):
         details = _extras(wire)
         if isinstance(wire, SystemMessage | DeveloperMessage):
             message = Message("system", _text_parts(wire.content), name=wire.name)
@@ -210,7 +294,7 @@ def _decode_messages(wire_messages: Sequence[ChatMessage]) -> tuple[Message, ...
             )
             message = Message("user", parts, name=wire.name)
         elif isinstance(wire, AssistantMessage):
-            message = _decode_assistant(wire, tool_names)
+            message = _decode_assistant(wire, tool_names, f"messages.{index}", limits)
             if wire.refusal is not None:
                 details["refusal"] = wire.refusal
         else:
@@ -228,7 +312,9 @@ def _decode_messages(wire_messages: Sequence[ChatMessage]) -> tuple[Message, ...
     return tuple(messages)
 
 
-def _decode_assistant(wire: AssistantMessage, tool_names: dict[str, str]) -> Message:
+def _decode_assistant(
+    wire: AssistantMessage, tool_names: dict[str, str], path: str, limits: RequestLimits
+) -> Message:
     parts: list[Part] = []
     # Servers name reasoning differently (reasoning_content: DeepSeek, LiteLLM;
     # reasoning: vLLM >= 0.11, Ollama); some send both with the same text.
@@ -240,8 +326,12 @@ def _decode_assistant(wire: AssistantMessage, tool_names: dict[str, str]) -> Mes
             parts.append(TextPart(wire.content))
     elif wire.content:
         parts.extend(TextPart(part.text) for part in wire.content if part.text)
-    for call in wire.tool_calls or ():
+    for position, call in enumerate(wire.tool_calls or ()):
         arguments, raw = parse_tool_arguments(call.function.arguments)
+        if isinstance(call.function.arguments, str) and arguments:
+            # Parsed here, from a string: the body's depth check never saw inside it.
+            where = f"{path}.tool_calls.{position}.function.arguments"
+            check_encodable(arguments, where, limits.max_json_depth)
         parts.append(ToolCallPart(call.id, call.function.name, arguments, raw))
         tool_names[call.id] = call.function.name
     return Message("assistant", tuple(parts), name=wire.name)

@@ -21,6 +21,7 @@ import re
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -29,8 +30,11 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
 )
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.dialects.images import is_base64
+from llmbridge.dialects.validation import BodyErrors, validate_in_slices
 
 __all__ = [
     "AssistantMessage",
@@ -106,8 +110,24 @@ class TextContentPart(_OpenAIModel):
     "The text."
 
 
+def _check_data_url(url: str) -> str:
+    """A ``data:...;base64,`` URL must hold valid, non-empty base64 (OpenAI's 400s)."""
+    header, comma, payload = url.partition(",")
+    if comma and header.startswith("data:") and header.endswith(";base64"):
+        if not payload:
+            raise PydanticCustomError(
+                "invalid_base64",
+                "Expected a base64-encoded data URL with an image MIME type "
+                "(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got empty "
+                "base64-encoded bytes",
+            )
+        if not is_base64(payload):
+            raise PydanticCustomError("invalid_base64", "Invalid base64 image_url")
+    return url
+
+
 class ImageURL(_OpenAIModel):
-    url: str
+    url: Annotated[str, AfterValidator(_check_data_url)]
     "An ``http(s)`` URL or a ``data:<media type>;base64,<data>`` URL."
     detail: str | None = None
     "Requested image detail: ``auto``, ``low`` or ``high``."
@@ -388,8 +408,11 @@ class EmbeddingRequestBody(_OpenAIModel):
 # -- validation ---------------------------------------------------------------------
 
 
-def validate_body(model: type[_M], body: object) -> tuple[_M, dict[str, Any]]:
-    """Validate a decoded JSON body against ``model``.
+def validate_body(
+    model: type[_M], body: object, slice_field: str | None = None
+) -> tuple[_M, dict[str, Any]]:
+    """Validate a decoded JSON body against ``model`` (the list ``slice_field``, when
+    given, a slice at a time: dialects/validation.py).
 
     Returns:
         The model and the body as a dict (for the fields ``extra="allow"`` kept).
@@ -403,22 +426,25 @@ def validate_body(model: type[_M], body: object) -> tuple[_M, dict[str, Any]]:
             f"The request body must be a JSON object, not {_json_type(body)}."
         )
     try:
-        return model.model_validate(body), body
+        if slice_field is None:
+            return model.model_validate(body), body
+        return validate_in_slices(model, body, slice_field, ("content", "tool_calls")), body
     except ValidationError as exc:
-        raise _invalid_request(exc, body) from exc
+        raise _invalid_request(exc.errors(include_url=False), body) from exc
+    except BodyErrors as exc:
+        raise _invalid_request(exc.errors, body) from exc
 
 
 _FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _TYPE_LABELS = frozenset({"str", "int", "float", "bool", "none"})
 
 
-def _invalid_request(exc: ValidationError, data: dict[str, Any]) -> InvalidRequestError:
+def _invalid_request(errors: list[ErrorDetails], data: dict[str, Any]) -> InvalidRequestError:
     """The most specific of pydantic's errors, as an InvalidRequestError naming the path.
 
     When a union fails, pydantic reports one error per member; the deepest location
     is the member the client most likely meant.
     """
-    errors = exc.errors(include_url=False)
     paths = [_clean_path(error["loc"]) for error in errors]
     deepest = max(paths, key=len)
     param = ".".join(map(str, deepest)) or None

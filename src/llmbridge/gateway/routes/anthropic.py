@@ -12,7 +12,7 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.limits import read_json
+from llmbridge.gateway.limits import read_chat
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
 from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import state_of
@@ -36,7 +36,7 @@ async def count_tokens(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
     try:
-        chat = anthropic.decode_count_tokens_request(await read_json(request, state.max_body))
+        chat = await read_chat(request, state.limits, anthropic.decode_count_tokens_request)
         resolved = state.router.resolve(chat.model)
         counted = None
         if state.config.tokenizer == "backend":

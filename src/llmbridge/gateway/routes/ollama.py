@@ -85,7 +85,7 @@ async def tags(request: Request) -> Response:
 async def show(request: Request) -> Response:
     state = state_of(request)
     try:
-        name = ollama.decode_show_request(await read_json(request, state.max_body))
+        name = ollama.decode_show_request(await read_json(request, state.limits))
         info = await state.router.show(name)
     except LLMBridgeError as exc:
         return error_response(Dialect.OLLAMA, exc, new_request_id())
@@ -112,7 +112,7 @@ async def embed(request: Request) -> Response:
     request_id = new_request_id()
     started = time.perf_counter_ns()
     try:
-        embed_request = ollama.decode_embed_request(await read_json(request, state.max_body))
+        embed_request = ollama.decode_embed_request(await read_json(request, state.limits))
         resolved = state.router.resolve(embed_request.model)
         result = await resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
     except LLMBridgeError as exc:

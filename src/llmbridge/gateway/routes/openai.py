@@ -75,7 +75,7 @@ async def embeddings(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
     try:
-        embed_request = openai.decode_embed_request(await read_json(request, state.max_body))
+        embed_request = openai.decode_embed_request(await read_json(request, state.limits))
         resolved = state.router.resolve(embed_request.model)
         result = await resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
     except LLMBridgeError as exc:
