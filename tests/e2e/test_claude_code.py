@@ -1,7 +1,9 @@
-"""Claude Code end to end: the real CLI, pinned in ``tests/e2e/package.json`` and
-installed by ``make test`` (``npm ci``), with ``ANTHROPIC_BASE_URL`` pointing at the
-gateway on loopback. It runs fully offline: ``HOME`` is a fresh temporary directory
-and non-essential traffic (telemetry, update checks) is switched off.
+"""Claude Code end to end: the real CLI, pinned in ``tests/e2e/package.json`` (the
+current release, and the previous pin under the npm alias ``claude-code-previous``, both
+run by the tests that take ``claude``) and installed by ``make test``, with
+``ANTHROPIC_BASE_URL`` pointing at the gateway on loopback. It runs fully offline:
+``HOME`` is a fresh temporary directory and non-essential traffic (telemetry, update
+checks) is switched off.
 
 What Claude Code sends, even with ``--bare``: ``POST /v1/messages?beta=true`` with
 ``stream: true``, ``thinking``, a ``max_tokens`` far beyond the embedded model's whole
@@ -25,14 +27,20 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.messages import ToolCallPart, ToolResultPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app
-from llmbridge.gateway.config import load_config
+from llmbridge.gateway.config import GatewayConfig, load_config
 from tests.conftest import RunningServer, running_gateway
 
 E2E_DIR = Path(__file__).resolve().parent
 CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
-PINNED: str = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))["dependencies"][
-    "@anthropic-ai/claude-code"
+_PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
+    "dependencies"
 ]
+PINNED: str = _PINS["@anthropic-ai/claude-code"]
+PREVIOUS: str = _PINS["claude-code-previous"].rpartition("@")[2]  # npm:@anthropic-ai/...@X
+BINARIES = {
+    PINNED: CLAUDE,
+    PREVIOUS: E2E_DIR / "node_modules" / "claude-code-previous" / "bin" / "claude.exe",
+}
 TIMEOUT = 120  # seconds per Claude Code run; each takes a few seconds
 
 
@@ -73,15 +81,21 @@ class ClaudeRun:
         )
 
 
-@pytest.fixture(scope="session")
-def claude(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
-    setup = "Run `make test` (or `make install`), which runs `npm ci` in tests/e2e/."
-    if not os.access(CLAUDE, os.X_OK):
-        pytest.fail(f"Claude Code is not installed at {CLAUDE}.\n{setup}", pytrace=False)
+@dataclass(frozen=True)
+class Claude:
+    path: Path
+    version: str
+
+
+def _installed(version: str, tmp_path_factory: pytest.TempPathFactory) -> Claude:
+    """A pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
+    binary = BINARIES[version]
+    setup = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"Claude Code is not installed at {binary}.\n{setup}", pytrace=False)
     home = tmp_path_factory.mktemp("claude-version")
     done = subprocess.run(
-        [str(CLAUDE), "--version"],
+        [str(binary), "--version"],
         env=_environment(home, "http://127.0.0.1:9"),
         cwd=home,
         stdin=subprocess.DEVNULL,
@@ -90,13 +104,26 @@ def claude(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=TIMEOUT,
         check=False,
     )
-    if not done.stdout.startswith(PINNED + " "):
+    if not done.stdout.startswith(version + " "):
         pytest.fail(
-            f"{CLAUDE} is Claude Code {done.stdout.strip()!r} (exit code {done.returncode}), "
-            f"but tests/e2e/package.json pins {PINNED}.\n{setup}\n{done.stderr}",
+            f"{binary} is Claude Code {done.stdout.strip()!r} (exit code {done.returncode}), "
+            f"but tests/e2e/package.json pins {version}.\n{setup}\n{done.stderr}",
             pytrace=False,
         )
-    return CLAUDE
+    return Claude(binary, version)
+
+
+@pytest.fixture(scope="session", params=[PINNED, PREVIOUS])
+def claude(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Claude:
+    """Each pinned CLI in turn: the current release and the previous pin."""
+    version: str = request.param
+    return _installed(version, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def current_claude(tmp_path_factory: pytest.TempPathFactory) -> Claude:
+    """The current release only."""
+    return _installed(PINNED, tmp_path_factory)
 
 
 def run_claude(claude: Path, home: Path, base_url: str, args: list[str], **env: str) -> ClaudeRun:
@@ -194,7 +221,7 @@ class Recorder:
 
 
 @pytest.mark.embedded
-def test_prints_the_embedded_models_answer(claude: Path, tmp_path: Path) -> None:
+def test_prints_the_embedded_models_answer(claude: Claude, tmp_path: Path) -> None:
     """``claude -p`` on the zero-config gateway prints what the embedded model said.
 
     Temperature 0 (through ``CLAUDE_CODE_EXTRA_BODY``, which Claude Code merges into
@@ -215,7 +242,7 @@ def test_prints_the_embedded_models_answer(claude: Path, tmp_path: Path) -> None
     ]
     with RunningServer(recorder) as server:
         run = run_claude(
-            claude, tmp_path, server.url, args, CLAUDE_CODE_EXTRA_BODY='{"temperature": 0}'
+            claude.path, tmp_path, server.url, args, CLAUDE_CODE_EXTRA_BODY='{"temperature": 0}'
         )
 
     assert run.returncode == 0, run.report()
@@ -231,7 +258,7 @@ def test_prints_the_embedded_models_answer(claude: Path, tmp_path: Path) -> None
     assert "thinking" in body
     assert body["tools"] == []
     assert isinstance(body["max_tokens"], int) and body["max_tokens"] > 8192
-    assert call.headers["user-agent"].startswith(f"claude-cli/{PINNED} ")
+    assert call.headers["user-agent"].startswith(f"claude-cli/{claude.version} ")
 
     answer = call.streamed_text().strip()
     assert answer, run.report()
@@ -273,7 +300,7 @@ def _describe(requests: list[ChatRequest]) -> str:
     return "\n".join(lines)
 
 
-def test_runs_the_bash_command_the_model_asks_for(claude: Path, tmp_path: Path) -> None:
+def test_runs_the_bash_command_the_model_asks_for(claude: Claude, tmp_path: Path) -> None:
     backend = BashLoopBackend(default=Script(text=["(nothing scripted for this request)"]))
     args = [
         "-p",
@@ -287,7 +314,7 @@ def test_runs_the_bash_command_the_model_asks_for(claude: Path, tmp_path: Path) 
         "Bash",
     ]
     with running_gateway({"scripted": backend}) as server:
-        run = run_claude(claude, tmp_path, server.url, args)
+        run = run_claude(claude.path, tmp_path, server.url, args)
 
     report = f"{run.report()}\n--- what the backend received ---\n{_describe(backend.requests)}"
     assert run.returncode == 0, report
@@ -312,6 +339,52 @@ def test_runs_the_bash_command_the_model_asks_for(claude: Path, tmp_path: Path) 
     assert MARKER in results[0].content, report
 
 
+# -- the current release's own request, without --bare -----------------------------
+
+
+def test_the_current_releases_full_request_is_mapped(
+    current_claude: Claude, tmp_path: Path
+) -> None:
+    """Claude Code 2.1.330 as people run it (no ``--bare``): its whole tool set with
+    deferred (tool search) tools, a ``role: "system"`` turn carrying the per-turn
+    effort, adaptive thinking with ``display: "omitted"``. Every exchange succeeds,
+    and the backend (no tool search) gets the loaded tools only, the effort, and no
+    empty system turn."""
+    backend = ScriptedBackend(
+        "scripted", models=("qwen3:8b",), default=Script(thinking=["hm"], text=["ok"])
+    )
+    config = {
+        "backends": {"scripted": {"type": "scripted"}},
+        "default_backend": "scripted",
+        "models": [{"name": "claude-*", "backend": "scripted", "model": "qwen3:8b"}],
+    }
+    recorder = Recorder(create_app(GatewayConfig.model_validate(config), {"scripted": backend}))
+    with RunningServer(recorder) as server:
+        run = run_claude(current_claude.path, tmp_path, server.url, ["-p", "Say ok"])
+    report = f"{run.report()}\n--- what the backend received ---\n{_describe(backend.requests)}"
+    assert run.returncode == 0, report
+    assert "ok" in run.stdout, report
+    assert all(e.status is not None and e.status < 400 for e in recorder.exchanges), [
+        (e.method, e.path, e.status) for e in recorder.exchanges
+    ]
+    calls = recorder.messages_calls()
+    body = calls[-1].body()
+    sent_tools = body["tools"]
+    assert isinstance(sent_tools, list)
+    deferred = {t["name"] for t in sent_tools if t.get("defer_loading") is True}
+    loaded = [t["name"] for t in sent_tools if t.get("defer_loading") is not True]
+    assert deferred, "2.1.330 defers some tools (tool search); the test needs one"
+    assert body["thinking"] == {"type": "adaptive", "display": "omitted"}
+
+    seen = backend.requests[-1]
+    assert [t.name for t in seen.tools] == loaded, report
+    assert not deferred & {t.name for t in seen.tools}, report
+    assert seen.thinking is not None and seen.thinking.effort == "medium", report
+    assert all(m.text for m in seen.messages if m.role == "system"), report
+    # display "omitted": the backend's reasoning is not shown.
+    assert "thinking_delta" not in calls[-1].response.decode(), report
+
+
 # -- through OpenCode: a backend without tools, so tool calling is emulated -----------
 
 
@@ -333,7 +406,9 @@ class DecidingModel(ScriptedBackend):
             yield event
 
 
-def test_runs_the_bash_command_an_opencode_model_decides_on(claude: Path, tmp_path: Path) -> None:
+def test_runs_the_bash_command_an_opencode_model_decides_on(
+    current_claude: Claude, tmp_path: Path
+) -> None:
     from tests.e2e.opencode import gateway_over_opencode
 
     model = DecidingModel("model", models=("scripted",), default=Script(text=["(not scripted)"]))
@@ -344,7 +419,7 @@ def test_runs_the_bash_command_an_opencode_model_decides_on(claude: Path, tmp_pa
         default_model="gw/scripted",
         routes=[{"name": "scripted", "backend": "model"}],
     ) as (server, opencode):
-        run = run_claude(claude, tmp_path, server.url, args)
+        run = run_claude(current_claude.path, tmp_path, server.url, args)
     report = f"{run.report()}\n--- what the model received ---\n{_describe(model.requests)}"
     assert run.returncode == 0, report
     assert FINAL_TEXT in run.stdout, report
