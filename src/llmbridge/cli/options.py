@@ -7,9 +7,10 @@ from typing import Any, TypeVar
 
 import click
 
+from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 
-__all__ = ["config_options", "db_option", "load_from_options"]
+__all__ = ["config_options", "db_option", "limit_options", "load_from_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,6 +98,27 @@ def config_options(func: F) -> F:
             for family in ("haiku", "sonnet", "opus")
         ),
         click.option(
+            "--embedded-max-queue",
+            type=click.IntRange(min=0),
+            envvar="LLMBRIDGE_EMBEDDED_MAX_QUEUE",
+            help="Requests that may wait for the embedded model; one more is a 503 with "
+            "Retry-After [env LLMBRIDGE_EMBEDDED_MAX_QUEUE; default 8].",
+        ),
+        click.option(
+            "--embedded-queue-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            envvar="LLMBRIDGE_EMBEDDED_QUEUE_TIMEOUT",
+            help="Seconds a request may wait for the embedded model, then a 503 with "
+            "Retry-After [env LLMBRIDGE_EMBEDDED_QUEUE_TIMEOUT; default 30].",
+        ),
+        click.option(
+            "--embedded-max-embed-inputs",
+            type=click.IntRange(min=1),
+            envvar="LLMBRIDGE_EMBEDDED_MAX_EMBED_INPUTS",
+            help="Inputs per embedding request to the embedded model; more is a 400 "
+            "[env LLMBRIDGE_EMBEDDED_MAX_EMBED_INPUTS; default 256].",
+        ),
+        click.option(
             "--api-key",
             "api_keys",
             multiple=True,
@@ -115,3 +137,31 @@ def load_from_options(config_path: str | None, **overrides: Any) -> GatewayConfi
         return load_config(config_path, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+_LIMIT_FLAGS = (
+    ("max_messages", "messages in one conversation", 400),
+    ("max_tools", "tool definitions in one request", 400),
+    ("max_parts_per_message", "content parts of one message", 400),
+    ("max_json_depth", "nesting of a request body's JSON (8 to 238)", 400),
+    ("max_json_items", "values, keys and containers in one body", 400),
+    ("offload_bytes", "bodies larger than this are parsed in a worker thread", None),
+)
+
+
+def limit_options(func: F) -> F:
+    """``--max-messages`` and the other request limits (``server.limits``), each with
+    its ``LLMBRIDGE_*`` env var."""
+    defaults = RequestLimits()
+    for name, what, status in reversed(_LIMIT_FLAGS):
+        env = f"LLMBRIDGE_{name.upper()}"
+        over = f"; over it, a {status}" if status else ""
+        option = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            type=click.IntRange(min=0),
+            envvar=env,
+            help=f"Request limit: {what} [env {env}; default {getattr(defaults, name)}{over}].",
+        )
+        func = option(func)
+    return func

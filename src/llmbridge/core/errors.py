@@ -18,6 +18,7 @@ with ``raise ... from exc``; the gateway renders these in the caller's dialect.
     ├── InternalError                   500  a bug in llmbridge
     └── BackendError                    502  the backend failed
         ├── BackendUnavailableError     503  unreachable (connection refused, DNS, ...)
+        │   └── BackendBusyError        503  at capacity: its queue is full, or the wait ran out
         ├── BackendTimeoutError         504  no answer within the deadline
         ├── BackendProtocolError        502  the backend sent something we cannot parse
         └── BackendHTTPError            (mapped from the backend's own status)
@@ -29,6 +30,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AuthenticationError",
+    "BackendBusyError",
     "BackendError",
     "BackendHTTPError",
     "BackendProtocolError",
@@ -176,6 +178,14 @@ class BackendUnavailableError(BackendError):
     """The backend could not be reached (connection refused, reset, DNS failure)."""
 
     default_status = 503
+
+
+class BackendBusyError(BackendUnavailableError):
+    """The backend works but cannot take this request now: its queue is full, or the
+    request waited its whole deadline for a turn (the embedded model's queue). It comes
+    with ``retry_after``; it is not retried on the same backend at once (the same queue
+    will not be shorter a moment later) and, like a 429, does not count against the
+    backend's circuit breaker: busy, not broken."""
 
 
 class BackendTimeoutError(BackendError):

@@ -70,6 +70,9 @@ class ResponseFormat:
     type: Literal["text", "json", "json_schema"] = "text"
     schema: dict[str, Any] | None = None
     name: str | None = None
+    param: str = field(default="response_format", compare=False)
+    """The request field that carried it in the caller's dialect (``format`` for
+    Ollama, ``output_config.format`` for Anthropic), named in errors about it."""
 
 
 @dataclass(frozen=True, slots=True)

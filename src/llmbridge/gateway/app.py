@@ -61,6 +61,9 @@ def build_backend(name: str, config: BackendConfig, server: ServerConfig | None 
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
             max_output_tokens=config.max_output_tokens,
+            max_queue=config.max_queue,
+            queue_timeout=config.queue_timeout_s,
+            max_embed_inputs=config.max_embed_inputs,
         )
     if config.type == "scripted":
         from llmbridge.backends.scripted import Script, ScriptedBackend

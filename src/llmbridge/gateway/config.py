@@ -19,7 +19,7 @@ backend and serves any model name. Example file::
         max_json_items: 500000        # values, keys and containers in one body
         offload_bytes: 32768          # larger bodies are parsed in a worker thread
     backends:
-      local: {type: embedded}
+      local: {type: embedded, max_queue: 8, queue_timeout_s: 30, max_embed_inputs: 256}
       gpu-box: {type: ollama, url: "http://10.0.0.5:11434",
                 total_timeout: 1800}  # the whole call, streaming included (default: none)
       vllm: {type: openai, url: "http://127.0.0.1:8000/v1", api_key: "..."}
@@ -149,6 +149,13 @@ class EmbeddedBackendConfig(_Strict):
     n_threads: int | None = None
     max_output_tokens: int = Field(1024, gt=0)
     """The longest reply, whatever a request asks (a small model can loop)."""
+    max_queue: int = Field(8, ge=0)
+    """Requests that may wait for the model (generations and embedding batches each);
+    one more is a 503 with ``Retry-After`` (backends/embedded_queue.py)."""
+    queue_timeout_s: float = Field(30.0, gt=0)
+    """Seconds a request may wait for its turn; then a 503 with ``Retry-After``."""
+    max_embed_inputs: int = Field(256, gt=0)
+    """Inputs per embedding request; more is a 400 naming ``input``."""
 
 
 class HTTPBackendConfig(_Strict):
@@ -408,7 +415,8 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     ``overrides`` may hold ``server`` fields (host, port, api_keys, max_body_bytes),
     ``ollama_url``, ``openai_url`` and ``openai_key``: the URL shortcuts make that
     server the default backend, serving models under their own names; ``db`` sets
-    ``agent.database``.
+    ``agent.database``; ``embedded_max_queue``, ``embedded_queue_timeout`` and
+    ``embedded_max_embed_inputs`` set the embedded backends' limits.
     """
     raw: dict[str, Any] = {}
     if path is not None:
@@ -477,6 +485,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         if not url:
             continue
         backends = raw.setdefault("backends", {})
+    _apply_embedded_overrides(raw, overrides)
         if not isinstance(backends, dict):
             raise ConfigError("'backends' must be a mapping of names to backend settings")
         entry: dict[str, Any] = {"type": kind, "url": url}
@@ -494,6 +503,34 @@ def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) ->
     backends = raw.get("backends")
     if url or spawn:
         backends = raw.setdefault("backends", {})
+_EMBEDDED_OVERRIDES = {
+    "embedded_max_queue": "max_queue",
+    "embedded_queue_timeout": "queue_timeout_s",
+    "embedded_max_embed_inputs": "max_embed_inputs",
+}
+
+
+def _apply_embedded_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--embedded-max-queue`` and friends set every embedded backend's limits, or
+    those of the default one when the configuration names no backends."""
+    values = {
+        field_name: overrides[flag]
+        for flag, field_name in _EMBEDDED_OVERRIDES.items()
+        if overrides.get(flag) is not None
+    }
+    if not values:
+        return
+    backends = raw.get("backends")
+    if backends is None:
+        raw["backends"] = {"embedded": {"type": "embedded", **values}}
+        return
+    if not isinstance(backends, dict):
+        raise ConfigError("'backends' must be a mapping of names to backend settings")
+    for backend in backends.values():
+        if isinstance(backend, dict) and backend.get("type") == "embedded":
+            backend.update(values)
+
+
         if not isinstance(backends, dict):
             raise ConfigError("'backends' must be a mapping of names to backend settings")
         entry: dict[str, Any] = {"type": "opencode"}

@@ -10,12 +10,13 @@ only as a generic ``InternalError`` message: never a traceback.
 from __future__ import annotations
 
 import logging
+import math
 from enum import StrEnum
 from typing import Any
 
 from starlette.responses import Response
 
-from llmbridge.core.errors import InternalError, LLMBridgeError
+from llmbridge.core.errors import BackendError, InternalError, LLMBridgeError
 from llmbridge.core.ids import new_id
 from llmbridge.dialects import anthropic, ollama, openai
 from llmbridge.dialects.framing import dumps
@@ -75,6 +76,9 @@ def error_response(
         # The body was not read to its end: close rather than keep reading it (RFC 9110
         # 15.5.9, "the server SHOULD send the close connection option").
         all_headers.setdefault("connection", "close")
+    if isinstance(error, BackendError) and error.retry_after is not None:
+        # RFC 9110 10.2.3: delay-seconds, a whole number (the embedded model's queue).
+        all_headers.setdefault("retry-after", str(max(1, math.ceil(error.retry_after))))
     return Response(
         dumps(error_body(dialect, error, request_id)),
         status_code=error.status_code,

@@ -33,6 +33,7 @@ from typing import Literal
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import (
+    BackendBusyError,
     BackendError,
     BackendHTTPError,
     BackendProtocolError,
@@ -59,6 +60,8 @@ def is_transient(error: LLMBridgeError) -> bool:
 def _counts_against_backend(error: LLMBridgeError) -> bool:
     if isinstance(error, BackendHTTPError) and error.backend_status == 429:
         return False  # busy, not broken
+    if isinstance(error, BackendBusyError):
+        return False  # a full queue (the embedded model): busy, not broken
     return is_transient(error)
 
 
@@ -71,6 +74,8 @@ class RetryPolicy:
     def delay(self, attempt: int, error: LLMBridgeError) -> float | None:
         """Seconds to wait before retry number ``attempt`` (1-based), or ``None``: do
         not retry this error (the backend asked for a longer pause than we wait)."""
+        if isinstance(error, BackendBusyError):
+            return None  # its queue will not be shorter in a moment: next target, or 503
         retry_after = error.retry_after if isinstance(error, BackendError) else None
         if retry_after is not None:
             return float(retry_after) if retry_after <= self.max_retry_after_s else None

@@ -191,7 +191,9 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
     response_format = None
     if body.output_config is not None and body.output_config.format is not None:
         response_format = ResponseFormat(
-            type="json_schema", schema=body.output_config.format.schema_
+            type="json_schema",
+            schema=body.output_config.format.schema_,
+            param="output_config.format",
         )
     return ChatRequest(
         model=body.model,

@@ -394,9 +394,9 @@ def _decode_think(think: bool | str | None) -> ThinkingConfig | None:
 
 def _decode_format(value: str | dict[str, Any] | None) -> ResponseFormat | None:
     if isinstance(value, dict):
-        return ResponseFormat(type="json_schema", schema=value)
+        return ResponseFormat(type="json_schema", schema=value, param="format")
     if value == "json":
-        return ResponseFormat(type="json")
+        return ResponseFormat(type="json", param="format")
     return None
 
 

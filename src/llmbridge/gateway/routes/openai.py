@@ -21,6 +21,7 @@ from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
 from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import state_of
+from llmbridge.gateway.streaming import ClientDisconnected, run_until_disconnect
 
 __all__ = ["routes"]
 
@@ -77,7 +78,11 @@ async def embeddings(request: Request) -> Response:
     try:
         embed_request = openai.decode_embed_request(await read_json(request, state.limits))
         resolved = state.router.resolve(embed_request.model)
-        result = await resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+        # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
+        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+        result = await run_until_disconnect(request.receive, work)
+    except ClientDisconnected:
+        return Response(status_code=499)
     except LLMBridgeError as exc:
         return error_response(Dialect.OPENAI, exc, request_id)
     return _json(openai.encode_embed_response(result, embed_request))
