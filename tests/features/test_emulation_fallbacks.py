@@ -16,7 +16,7 @@ from llmbridge.core.accumulate import accumulate_sync
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart
 from llmbridge.core.request import ChatRequest
-from llmbridge.core.response import ChatResponse, StopReason
+from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.features.apology import APOLOGIES, apology, detect_language
 from llmbridge.features.rule_selection import select_tool
 from llmbridge.features.tool_emulation import (
@@ -92,10 +92,11 @@ async def test_a_call_whose_result_is_in_becomes_an_answer_from_that_result(
     arguments: Any,
 ) -> None:
     backend = toolless(
-        Script(text=[tool_call("get_weather", arguments)]),
-        Script(text=["It is sunny and 21 °C in Paris."]),
+        Script(text=[tool_call("get_weather", arguments)], usage=Usage(300, 20)),
+        Script(text=["It is sunny and 21 °C in Paris."], usage=Usage(120, 9)),
     )
     reply = await run(backend, AFTER_RESULT)
+    assert reply.usage == Usage(420, 29)  # both model calls were spent on it
     assert reply.message.text == "It is sunny and 21 °C in Paris."
     assert not reply.message.tool_calls and reply.stop_reason is StopReason.END_TURN
     answer = backend.requests[1]
@@ -230,6 +231,15 @@ async def test_the_conversation_prompt_carries_the_date_and_time() -> None:
     backend = toolless(Script(text=["not json"]), Script(text=["Hello!"]))
     await run(backend, request(user("hello")))
     assert re.fullmatch(r"Current date/time: \w+, \S+", backend.requests[1].messages[0].text)
+
+
+@pytest.mark.parametrize("written", ["GetTime", "get-time", "GET_TIME", "getTime"])
+def test_a_tool_name_spelt_differently_means_the_offered_tool(written: str) -> None:
+    decision = parse_decision(tool_call(written, {}), TOOLS)
+    assert decision is not None and decision.tool_name == "get_time"
+    alike = (ToolDefinition("get_time"), ToolDefinition("GetTime"))
+    decision = parse_decision(tool_call("gettime", {}), alike)  # two alike: neither
+    assert decision is not None and decision.tool_name == "unknown"
 
 
 def test_keys_a_closed_schema_forbids_are_dropped() -> None:

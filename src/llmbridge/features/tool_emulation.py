@@ -13,7 +13,8 @@ from its JSON string; a tool call is held back and emitted once, complete.
 ``ResponseStart`` waits for the first output, so a decision that fails before any
 still ends in a fallback or in an error before the first event.
 
-Parsing tolerates code fences and prose around the JSON. A tool name that was never
+Parsing tolerates code fences and prose around the JSON. A tool name spelt like one
+offered but for case and separators (``GetTime``) is that tool; a tool that was never
 offered becomes ``unknown`` (the seed's rule, so the client can say so). Arguments are
 healed and checked against the tool's schema with the same code as every other tool
 call (``tool_healing``); keys a schema with ``additionalProperties: false`` forbids
@@ -293,19 +294,39 @@ def parse_decision(text: str, tools: Sequence[ToolDefinition]) -> Decision | Non
         return None
     action = data.get("action")
     if action == "tool_call":
-        name = data.get("tool_name") or data.get("name")
-        offered = {t.name: t for t in tools}
-        if not isinstance(name, str) or name not in offered:
-            log.warning("the model chose a tool that was not offered: %r", name)
+        tool = _offered(data.get("tool_name") or data.get("name"), tools)
+        if tool is None:
             return Decision("tool_call", tool_name="unknown", arguments={})
         raw = data.get("arguments", data.get("parameters"))
-        schema = offered[name].input_schema
-        healed = heal_arguments(raw, schema, tool_name=name)
-        return Decision("tool_call", tool_name=name, arguments=_allowed(healed.arguments, schema))
+        healed = heal_arguments(raw, tool.input_schema, tool_name=tool.name)
+        arguments = _allowed(healed.arguments, tool.input_schema)
+        return Decision("tool_call", tool_name=tool.name, arguments=arguments)
     if action in ("answer", "chat"):
         content = data.get("content")
         if isinstance(content, str) and content.strip():
             return Decision(action, content=content)
+    return None
+
+
+def _spelling(name: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", name.casefold())
+
+
+def _offered(name: object, tools: Sequence[ToolDefinition]) -> ToolDefinition | None:
+    """The offered tool ``name`` means. A name spelt differently only in case and
+    separators (``GetTime`` for ``get_time``: small models restyle names after the
+    prompt's examples) means the one tool spelt that way."""
+    if not isinstance(name, str):
+        log.warning("the model's tool call names no tool: %r", name)
+        return None
+    for tool in tools:
+        if tool.name == name:
+            return tool
+    alike = [tool for tool in tools if _spelling(tool.name) == _spelling(name)]
+    if len(alike) == 1:
+        log.info("the model wrote tool %r for %r", name, alike[0].name)
+        return alike[0]
+    log.warning("the model chose a tool that was not offered: %r", name)
     return None
 
 
@@ -452,9 +473,28 @@ async def emulate_tool_calls(
         for out in _end_streamed(reply, content, failure, generation.usage):
             yield out
         return
-    decision = await _decide(backend_chat, request, decided.message.text, now)
-    for out in reply.decision(decision, decided.usage):
+    decision, spent = await _decide(backend_chat, request, decided.message.text, now)
+    for out in reply.decision(decision, _added(decided.usage, spent)):
         yield out
+
+
+def _added(first: Usage, second: Usage | None) -> Usage:
+    """The usage of both model calls, when a fallback generation ran: the tokens were
+    spent on this request."""
+    if second is None:
+        return first
+
+    def add(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    return Usage(
+        input_tokens=add(first.input_tokens, second.input_tokens),
+        output_tokens=add(first.output_tokens, second.output_tokens),
+        cache_read_input_tokens=add(first.cache_read_input_tokens, second.cache_read_input_tokens),
+        cache_creation_input_tokens=add(
+            first.cache_creation_input_tokens, second.cache_creation_input_tokens
+        ),
+    )
 
 
 def _end_streamed(
@@ -470,14 +510,17 @@ def _end_streamed(
     return reply.end(StopReason.END_TURN, usage)
 
 
-async def _decide(backend_chat: Any, request: ChatRequest, text: str, now: datetime) -> Decision:
-    """The decision in the model's reply ``text`` when it is usable, else a fallback's."""
+async def _decide(
+    backend_chat: Any, request: ChatRequest, text: str, now: datetime
+) -> tuple[Decision, Usage | None]:
+    """The decision in the model's reply ``text`` when it is usable, else a fallback's;
+    with the usage of the fallback's generation, when one ran."""
     turn = current_turn([m for m in request.messages if m.role != "system"])
     decision = parse_decision(text, request.tools)
     if decision is None:
         log.warning("no decision in the model's reply: %.200r", text)
     elif _usable(decision, turn):
-        return decision
+        return decision, None
     return await _fallback(backend_chat, request, turn, now)
 
 
@@ -500,17 +543,20 @@ def _usable(decision: Decision, turn: Turn) -> bool:
     return True
 
 
-async def _fallback(backend_chat: Any, request: ChatRequest, turn: Turn, now: datetime) -> Decision:
+async def _fallback(
+    backend_chat: Any, request: ChatRequest, turn: Turn, now: datetime
+) -> tuple[Decision, Usage | None]:
     """Seed 000's fallbacks after the decision (module docstring, steps 2 to 5). A
     backend error in the generation is raised as it is (step 6)."""
     if not turn.answered:
         tool = select_tool(turn.request, request.tools)
         if tool is not None:
             log.info("rule-based tool selection: %s", tool.name)
-            return Decision("tool_call", tool_name=tool.name, arguments={})
+            return Decision("tool_call", tool_name=tool.name, arguments={}), None
     instruction = ANSWER_FROM_RESULTS if turn.answered else None
     generated = await _generate(backend_chat, _conversation_request(request, instruction, now))
-    if generated.message.text.strip():
-        return Decision("answer" if turn.answered else "chat", content=generated.message.text)
+    text = generated.message.text
+    if text.strip():
+        return Decision("answer" if turn.answered else "chat", content=text), generated.usage
     log.warning("no usable reply from the model: apologising in the user's language")
-    return Decision("chat", content=apology(turn.request))
+    return Decision("chat", content=apology(turn.request)), generated.usage
