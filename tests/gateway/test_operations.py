@@ -168,6 +168,24 @@ def test_slow_headers_are_cut_off_while_others_are_served(scripted: ScriptedBack
     assert rejected == len(slow) + len(silent)
 
 
+def test_a_kept_alive_connections_next_request_has_its_own_header_clock(
+    scripted: ScriptedBackend,
+) -> None:
+    limits = {"header_timeout": 1.0}
+    with (
+        running_gateway({"scripted": scripted}, server=limits) as gateway,
+        _connect(gateway) as sock,
+    ):
+        sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b"Ollama is running"):
+            first += sock.recv(65536)
+        sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n")  # ... and the rest never comes
+        second = _read_until_closed(sock)
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"Ollama is running")
+    assert second.startswith(b"HTTP/1.1 408 ")
+
+
 def test_a_megabyte_of_headers_is_a_431(scripted: ScriptedBackend) -> None:
     with running_gateway({"scripted": scripted}) as gateway:
         with _connect(gateway) as sock:

@@ -88,17 +88,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._parsed_bytes = 0
         """The request line and header fields the parser has handed over."""
         self._header_count = 0
+        self._headers_began = 0.0
         self._header_clock: TimerHandle | None = None
 
     # -- the header clock ---------------------------------------------------------------
 
-    def _start_headers(self) -> None:
+    def _start_headers(self, began: float) -> None:
         self._reading_headers = True
         self._header_bytes = self._parsed_bytes = self._header_count = 0
-        if self._header_clock is None:
-            self._header_clock = self.loop.call_later(
-                self.limits.header_timeout, self._headers_too_slow
-            )
+        self._headers_began = began
+
+    def _arm_header_clock(self) -> None:
+        deadline = self._headers_began + self.limits.header_timeout
+        self._header_clock = self.loop.call_at(deadline, self._headers_too_slow)
 
     def _stop_header_clock(self) -> None:
         self._reading_headers = False
@@ -118,7 +120,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         # The clock starts with the connection: a client that connects and sends
         # nothing is as much a slow client as one that sends a byte a second.
-        self._start_headers()
+        self._start_headers(self.loop.time())
+        self._arm_header_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_clock()
@@ -150,9 +153,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return
-        if self._reading_headers and self._header_bytes > self.limits.max_header_bytes:
-            # Headers still incomplete past the limit: everything received is header.
-            self._reject(431, "headers_too_large", self._too_large_message())
+        if self._reading_headers:
+            if self._header_bytes > self.limits.max_header_bytes:
+                # Headers still incomplete past the limit: everything received is header.
+                self._reject(431, "headers_too_large", self._too_large_message())
+            elif self._header_clock is None:
+                # Armed only when a request's headers span more than one read: most
+                # come whole in one, and then no timer is made at all.
+                self._arm_header_clock()
 
     def _invalid_request(self) -> None:
         message = "Invalid HTTP request received."
@@ -161,9 +169,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        # A kept-alive connection's next request: its clock starts at its first byte
+        # The connection's first request keeps the clock started at the connection; a
+        # kept-alive connection's next request starts its own at its first byte
         # (between requests, uvicorn's keep-alive timeout applies).
-        self._start_headers()
+        began = self._headers_began if self._header_clock is not None else self.loop.time()
+        self._start_headers(began)
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
