@@ -1,8 +1,12 @@
 """Helpers for the agent's HTTP tests: a gateway with the agent on a given database,
-and a Server-Sent Events reader."""
+and a Server-Sent Events reader.
+
+The gateway listens on a socket that names ``IPPROTO_TCP`` (``tests/fuzz/conftest.py``
+explains why: asyncio turns Nagle off only there, which saves ~45 ms a request)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,8 +43,15 @@ def agent_gateway(
         }
     )
     app = create_app(config, backends=dict(backends), agent_tools=tools or ToolRegistry())
-    with RunningServer(app) as server:
+    with RunningServer(app, _tcp_socket()) as server:
         yield server
+
+
+def _tcp_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:

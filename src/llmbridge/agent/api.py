@@ -3,9 +3,15 @@
 Request bodies are pydantic models that refuse unknown fields and wrong types
 (booleans must be JSON booleans; strings are never made from numbers);
 ``parse(model, body)`` turns a validation failure into a 400 ``InvalidRequestError``
-naming the field. Views turn the store's records into JSON-ready dicts (timestamps
-as ISO 8601 strings, by orjson). Owners never leave the server: a persona, document
-or patient says only whether it is ``shared`` (created without an API key).
+naming the field. Values the databases cannot hold (``store.values``) are refused
+here too, each naming its field, on SQLite and PostgreSQL alike: U+0000 in any
+string (PostgreSQL's ``text`` cannot hold it), ids beyond ``MAX_ID`` (64 bits
+signed), non-finite floats (``"nan"``, ``"inf"``: pydantic's lax mode reads them
+from strings) and timestamps outside years 1-9999 once converted to UTC.
+
+Views turn the store's records into JSON-ready dicts (timestamps as ISO 8601
+strings, by orjson). Owners never leave the server: a persona, document or patient
+says only whether it is ``shared`` (created without an API key).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from datetime import date, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -35,6 +42,7 @@ from llmbridge.agent.store import (
     StoredMessage,
     SummaryRecord,
 )
+from llmbridge.agent.store.values import MAX_ID, as_utc, unstorable_text
 from llmbridge.core.errors import InvalidRequestError
 
 __all__ = [
@@ -58,6 +66,7 @@ __all__ = [
     "reply_view",
     "session_view",
     "summary_view",
+    "unstorable_field",
 ]
 
 M = TypeVar("M", bound=BaseModel)
@@ -65,16 +74,45 @@ M = TypeVar("M", bound=BaseModel)
 NameStr = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ShortStr = Annotated[str, StringConstraints(max_length=500)]
 ShortList = Annotated[list[ShortStr], Field(max_length=100)]
+RowId = Annotated[int, Field(ge=1, le=MAX_ID)]
+"""A row id: what SQLite's INTEGER and PostgreSQL's BIGINT hold."""
+UTCDatetime = Annotated[datetime, AfterValidator(as_utc)]
+"""A timestamp, in UTC (naive means UTC) within years 1-9999."""
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity in any float ("nan" and "inf" are read from strings).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def unstorable_field(value: Any, where: str = "") -> tuple[str, str] | None:
+    """The first string in a decoded JSON value (keys included) the store cannot
+    hold, as ``(field path, reason)``, or ``None``."""
+    if isinstance(value, str):
+        reason = unstorable_text(value)
+        return (where, reason) if reason else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            found = unstorable_field(str(key), path) or unstorable_field(item, path)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            found = unstorable_field(item, f"{where}.{number}" if where else str(number))
+            if found:
+                return found
+    return None
 
 
 def parse(model: type[M], body: Any) -> M:
     """``body`` (decoded JSON) as ``model``, or a 400 naming the first bad field."""
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    found = unstorable_field(body)
+    if found is not None:
+        where, reason = found
+        raise InvalidRequestError(f"{where}: {reason}", param=where)
     try:
         return model.model_validate(body)
     except ValidationError as exc:
@@ -107,14 +145,14 @@ class PersonaPatch(_Body):
 class SessionIn(_Body):
     persona_id: str | None = Field(None, min_length=1, max_length=64)
     title: str = Field("", max_length=200)
-    patient_id: int | None = Field(None, ge=1)
+    patient_id: RowId | None = None
     """The patient the conversation is about (for the eldercare context)."""
 
 
 class SessionPatch(_Body):
     persona_id: str | None = Field(None, min_length=1, max_length=64)
     title: str | None = Field(None, max_length=200)
-    patient_id: int | None = Field(None, ge=1)
+    patient_id: RowId | None = None
 
 
 class MessageIn(_Body):
@@ -126,7 +164,7 @@ class MessageIn(_Body):
     settings: AgentSettings | None = None
     """Overrides of the persona's settings for this turn."""
     system_prompt: str = Field("", max_length=100_000)
-    document_ids: list[int] | None = Field(None, max_length=100)
+    document_ids: list[RowId] | None = Field(None, max_length=100)
     """Search only these documents."""
     tools: StrictBool = True
     history_budget: int | None = Field(None, ge=0, le=1_000_000)
@@ -141,7 +179,7 @@ class MessageIn(_Body):
 
 class PinIn(_Body):
     content: str = Field(min_length=1, max_length=20_000)
-    message_id: int | None = Field(None, ge=1)
+    message_id: RowId | None = None
     """The message the fact comes from (of the same session)."""
 
 
@@ -211,14 +249,14 @@ class VitalIn(_Body):
     secondary_value: float | None = None
     """The diastolic value of a blood pressure."""
     unit: str = Field("", max_length=20)
-    measured_at: datetime | None = None
+    measured_at: UTCDatetime | None = None
     """Defaults to now; without an offset, UTC."""
     note: str = Field("", max_length=20_000)
 
 
 class AppointmentIn(_Body):
     provider: NameStr
-    scheduled_at: datetime
+    scheduled_at: UTCDatetime
     specialty: str = Field("", max_length=100)
     location: str = Field("", max_length=300)
     notes: str = Field("", max_length=20_000)

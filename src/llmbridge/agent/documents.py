@@ -14,6 +14,16 @@ a database switch changes no result.
 - **Ranking.** Okapi BM25 (``k1 = 1.2``, ``b = 0.75``) over chunks, with the
   statistics (chunk count, average length, document frequencies) read from the
   index at query time, so adding a document needs no re-indexing of the others.
+- **Size and the event loop.** A document's content is at most ``max_bytes``
+  (UTF-8; ``agent.max_document_bytes``, default ``MAX_DOCUMENT_BYTES``), else
+  ``DocumentTooLargeError`` (HTTP 413 naming the limit): indexing costs time in
+  proportion to the words, and SQLite holds its one write lock meanwhile. The
+  CPU-bound part (splitting, counting terms: ``prepare_index``) runs in a worker
+  thread before the write transaction opens, and the rows go in as Core
+  ``executemany`` batches of ``INSERT_BATCH``, each awaited, so the event loop keeps
+  serving other requests (``/health``, turns) while a large document is indexed.
+- **Text.** U+0000 and unpaired surrogates (from the CLI; the HTTP API refuses
+  them) are stored as U+FFFD (``store.values``).
 - **Owners.** Every read and write takes the caller's ``owner`` (``store.access``):
   a key searches and lists its own documents and the shared ones, and changes only
   its own; ``None`` (auth off, the CLI) is unscoped.
@@ -25,31 +35,44 @@ a database switch changes no result.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
+from typing import Any
 
-from sqlalchemy import Row, delete, func, select
+from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmbridge.agent.store import AgentStore, NotFoundError
 from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.agent.store.models import Document, DocumentChunk, DocumentTerm, utcnow
+from llmbridge.agent.store.values import storable_text
 from llmbridge.features.token_count import count_text_tokens
 
 __all__ = [
     "CHUNK_TOKENS",
+    "INSERT_BATCH",
+    "MAX_DOCUMENT_BYTES",
     "DocumentHit",
     "DocumentRecord",
     "DocumentStore",
+    "DocumentTooLargeError",
+    "PreparedIndex",
     "chunk_text",
+    "prepare_index",
     "terms",
 ]
 
 CHUNK_TOKENS = 200
+MAX_DOCUMENT_BYTES = 2_000_000
+"""The default largest document content, in UTF-8 bytes (``agent.max_document_bytes``)."""
+INSERT_BATCH = 2000
+"""Rows per ``executemany`` while indexing: the event loop runs between batches."""
 MAX_QUERY_TERMS = 32
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -149,6 +172,42 @@ class DocumentRecord:
     content: str | None = None
 
 
+class DocumentTooLargeError(ValueError):
+    """A document over the size limit (HTTP 413)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"content: the document is {size} bytes (UTF-8), over the limit of {limit} "
+            "bytes (agent.max_document_bytes)"
+        )
+        self.size = size
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedIndex:
+    """A document split into passages with their term counts, ready to be written."""
+
+    token_count: int
+    """Tokens of the whole document."""
+    passages: tuple[tuple[str, int, dict[str, int]], ...]
+    """``(content, token_count, {term: frequency})`` of each passage, in order."""
+
+
+def prepare_index(content: str, chunk_tokens: int = CHUNK_TOKENS) -> PreparedIndex:
+    """Split ``content`` into passages and count their terms: pure CPU work, run in
+    a worker thread (``asyncio.to_thread``) so the event loop is free meanwhile."""
+    passages = tuple(
+        (passage, count_text_tokens(passage), dict(Counter(terms(passage))))
+        for passage in chunk_text(content, chunk_tokens)
+    )
+    return PreparedIndex(count_text_tokens(content), passages)
+
+
+# The tables themselves: Core inserts, no ORM object per row.
+_CHUNKS = Document.metadata.tables[DocumentChunk.__tablename__]
+_TERMS = Document.metadata.tables[DocumentTerm.__tablename__]
+
 _INFO_COLUMNS = (
     Document.id,
     Document.title,
@@ -162,8 +221,24 @@ _INFO_COLUMNS = (
 class DocumentStore:
     """Documents in the agent store, with keyword search (module docstring)."""
 
-    def __init__(self, store: AgentStore) -> None:
+    def __init__(self, store: AgentStore, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> None:
         self.store = store
+        self.max_bytes = max_bytes
+        """The largest content, in UTF-8 bytes (``DocumentTooLargeError`` above it)."""
+
+    def check_size(self, content: str) -> None:
+        """Raise ``DocumentTooLargeError`` when ``content`` is over ``max_bytes``."""
+        # A character is 1 to 4 bytes: most texts are decided without encoding them.
+        if len(content) <= self.max_bytes // 4:
+            return
+        size = len(content) if len(content) > self.max_bytes else len(content.encode())
+        if size > self.max_bytes:
+            raise DocumentTooLargeError(size, self.max_bytes)
+
+    async def _prepare(self, content: str, chunk_tokens: int) -> tuple[str, PreparedIndex]:
+        self.check_size(content)
+        content = storable_text(content)
+        return content, await asyncio.to_thread(prepare_index, content, chunk_tokens)
 
     async def add(
         self,
@@ -175,18 +250,19 @@ class DocumentStore:
         owner: str | None = None,
     ) -> int:
         """Store and index a document; returns its id."""
+        content, prepared = await self._prepare(content, chunk_tokens)
         async with self.store.writing() as db:
             document = Document(
-                title=title,
-                source=source,
+                title=storable_text(title),
+                source=storable_text(source) if source is not None else None,
                 content=content,
-                token_count=count_text_tokens(content),
+                token_count=prepared.token_count,
                 created_at=utcnow(),
                 owner=owner,
             )
             db.add(document)
             await db.flush()
-            await _index(db, document.id, content, chunk_tokens)
+            await _index(db, document.id, prepared)
             return document.id
 
     async def update(
@@ -201,23 +277,27 @@ class DocumentStore:
     ) -> DocumentRecord:
         """Change a document ``owner`` may write; new ``content`` is indexed again
         (in the same transaction, so a search never sees it half indexed)."""
+        prepared = None
+        if content is not None:
+            self.check_size(content)
+            # Refuse a document the caller may not write before the costly part.
+            async with self.store.reading() as db:
+                await _writable(db, document_id, owner)
+            content, prepared = await self._prepare(content, chunk_tokens)
         async with self.store.writing() as db:
-            document = await db.get(Document, document_id)
-            if document is None or not sees(document.owner, owner, shared=True):
-                raise NotFoundError(f"no document {document_id}")
-            check_writable(document.owner, owner, f"document {document_id}")
+            document = await _writable(db, document_id, owner)
             if title is not None:
-                document.title = title
+                document.title = storable_text(title)
             if source is not None:
-                document.source = source
-            if content is not None:
+                document.source = storable_text(source)
+            if content is not None and prepared is not None:
                 document.content = content
-                document.token_count = count_text_tokens(content)
+                document.token_count = prepared.token_count
                 # The chunks' terms go with them (ON DELETE CASCADE).
                 await db.execute(
                     delete(DocumentChunk).where(DocumentChunk.document_id == document_id)
                 )
-                await _index(db, document_id, content, chunk_tokens)
+                await _index(db, document_id, prepared)
             await db.flush()
             return _record(document)
 
@@ -367,28 +447,47 @@ class DocumentStore:
         return "\n\n".join([header, *sections]) if sections else ""
 
 
-async def _index(db: AsyncSession, document_id: int, content: str, chunk_tokens: int) -> None:
-    """Split ``content`` into chunks and index their terms (inside ``db``'s transaction)."""
-    rows = []
-    for ordinal, passage in enumerate(chunk_text(content, chunk_tokens)):
-        counted = Counter(terms(passage))
-        chunk = DocumentChunk(
-            document_id=document_id,
-            ordinal=ordinal,
-            content=passage,
-            token_count=count_text_tokens(passage),
-            term_count=sum(counted.values()),
-        )
-        rows.append((chunk, counted))
-    db.add_all([chunk for chunk, _ in rows])
-    await db.flush()
-    db.add_all(
-        [
-            DocumentTerm(term=term, chunk_id=chunk.id, tf=tf)
-            for chunk, counted in rows
-            for term, tf in counted.items()
-        ]
+async def _writable(db: AsyncSession, document_id: int, owner: str | None) -> Document:
+    document = await db.get(Document, document_id)
+    if document is None or not sees(document.owner, owner, shared=True):
+        raise NotFoundError(f"no document {document_id}")
+    check_writable(document.owner, owner, f"document {document_id}")
+    return document
+
+
+async def _index(db: AsyncSession, document_id: int, prepared: PreparedIndex) -> None:
+    """Write a prepared document's chunks and terms (inside ``db``'s transaction), in
+    batches of ``INSERT_BATCH`` rows (Core ``executemany``: no ORM object per row)."""
+    chunks = (
+        {
+            "document_id": document_id,
+            "ordinal": ordinal,
+            "content": passage,
+            "token_count": tokens,
+            "term_count": sum(counted.values()),
+        }
+        for ordinal, (passage, tokens, counted) in enumerate(prepared.passages)
     )
+    for batch in _batches(chunks):
+        await db.execute(insert(_CHUNKS), batch)
+    written = await db.execute(
+        select(DocumentChunk.ordinal, DocumentChunk.id).where(
+            DocumentChunk.document_id == document_id
+        )
+    )
+    ids = {int(ordinal): int(chunk_id) for ordinal, chunk_id in written.all()}
+    postings = (
+        {"term": term, "chunk_id": ids[ordinal], "tf": tf}
+        for ordinal, (_, _, counted) in enumerate(prepared.passages)
+        for term, tf in counted.items()
+    )
+    for batch in _batches(postings):
+        await db.execute(insert(_TERMS), batch)
+
+
+def _batches(rows: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    while batch := list(islice(rows, INSERT_BATCH)):
+        yield batch
 
 
 def _record(document: Document) -> DocumentRecord:

@@ -69,7 +69,7 @@ class AgentRuntime:
         """Migrate and open the database, and build the service (module docstring)."""
         store = await AgentStore.open(config.database)
         models = ModelGateway(router, thinking_policy=thinking_policy)
-        documents = DocumentStore(store)
+        documents = DocumentStore(store, max_bytes=config.max_document_bytes)
         summariser = None
         if config.summary_model:
             summariser = Summariser(store, models.chat, config.summary_model)

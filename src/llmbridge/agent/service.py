@@ -27,6 +27,9 @@ A turn:
    the consumer stopping, cancellation), whatever was already produced is stored
    marked ``incomplete`` and the error propagates; nothing produced, nothing stored
    beyond the user message.
+   Turns of one session run one at a time, in arrival order
+   (``agent.session_locks``), so each turn's history holds only answered questions
+   and each answer follows its own question.
 6. The summariser, when configured, is scheduled in the background.
 
 Streaming events: ``AgentStart`` (ids), ``AgentDelta`` (text, markers included),
@@ -52,6 +55,7 @@ from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareRecords
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
 from llmbridge.agent.prompt import build_system_prompt
+from llmbridge.agent.session_locks import SessionLocks
 from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.store import (
     AgentStore,
@@ -246,6 +250,8 @@ class AgentService:
         self.max_rounds = max_rounds
         self.document_budget = document_budget
         self.context_budget = context_budget
+        self.session_locks = SessionLocks()
+        """One turn at a time per session (``agent.session_locks``)."""
 
     # -- personas ---------------------------------------------------------------------
 
@@ -424,6 +430,13 @@ class AgentService:
 
     async def run_agent_stream(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         """One turn, streamed (module docstring)."""
+        turn = self._turn(request)
+        serialised = self.session_locks.serialise(request.session_id, turn)
+        async with aclosing(serialised) as events:
+            async for event in events:
+                yield event
+
+    async def _turn(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         kind = self.models.backend_kind(request.model)  # an unknown model fails here
         persona = await self._persona(request.persona_id, request.owner)
         session = await self._session(request)

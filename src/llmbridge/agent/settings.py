@@ -83,7 +83,8 @@ def repeat_penalty_to_frequency_penalty(repeat_penalty: float) -> float:
 class AgentSettings(BaseModel):
     """Generation settings of a persona or a request; ``None`` means unset."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity: PostgreSQL's json cannot store them, and no backend takes them.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     temperature: float | None = Field(default=None, ge=0.0, le=5.0)
     """Sampling temperature (0 = greedy)."""

@@ -322,6 +322,9 @@ class AgentConfig(_Strict):
     """Summarise long sessions in the background with this model (``None``: off)."""
     web_search: bool | None = None
     """Offer the ``web_search`` tool (Tavily); ``None``: when ``TAVILY_API_KEY`` is set."""
+    max_document_bytes: int = Field(2_000_000, gt=0)
+    """The largest document content (UTF-8 bytes) ``/agent/documents`` indexes; over
+    it, a 413 naming this limit (``agent.documents.MAX_DOCUMENT_BYTES``)."""
 
 
 def _default_backends() -> dict[str, BackendConfig]:

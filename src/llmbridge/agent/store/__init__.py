@@ -1,9 +1,10 @@
 """The agent's persistent store: SQLAlchemy 2 (async) over SQLite or PostgreSQL.
 
 ``models`` (the tables), ``engine`` (URLs, the engine, SQLite setup), ``migrate``
-(Alembic, in process), ``records`` (the plain values callers get) and
-``repository.AgentStore`` (reads and writes of the conversation tables) and ``access``
-(who may see and change what: the ``owner`` of a row).
+(Alembic, in process), ``records`` (the plain values callers get),
+``repository.AgentStore`` (reads and writes of the conversation tables), ``access``
+(who may see and change what: the ``owner`` of a row) and ``values`` (what the
+databases can hold, and their refusals mapped to ``UnstorableValueError``).
 """
 
 from llmbridge.agent.store.access import ConflictError, SharedRecordError
@@ -18,9 +19,11 @@ from llmbridge.agent.store.records import (
     SummaryRecord,
 )
 from llmbridge.agent.store.repository import AgentStore, NotFoundError
+from llmbridge.agent.store.values import MAX_ID, UnstorableValueError
 
 __all__ = [
     "DB_ENV",
+    "MAX_ID",
     "AgentStore",
     "ConflictError",
     "MessageStatus",
@@ -31,6 +34,7 @@ __all__ = [
     "SharedRecordError",
     "StoredMessage",
     "SummaryRecord",
+    "UnstorableValueError",
     "current_revision",
     "default_sqlite_path",
     "head_revision",

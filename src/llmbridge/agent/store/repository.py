@@ -8,6 +8,11 @@ with each other (assembling a context) share one connection via ``reader()``.
 
 Queries that feed a context are bounded by ``LIMIT`` on the ``(session_id, id)``
 indexes, so their cost depends on the budget, never on the length of the history.
+
+Values (``store.values``): the text of messages, summaries and pins is stored with
+U+0000 and unpaired surrogates replaced by U+FFFD (a model's answer is never lost
+to an encoding), and every transaction raises a database's refusal of a value as
+``UnstorableValueError``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from llmbridge.agent.store.records import (
     StoredMessage,
     SummaryRecord,
 )
+from llmbridge.agent.store.values import mapped_errors, storable, storable_text
 from llmbridge.features.token_count import count_text_tokens
 
 __all__ = ["AgentStore", "NotFoundError"]
@@ -114,20 +120,23 @@ class AgentStore:
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:
         """A read transaction (one snapshot on SQLite WAL and PostgreSQL)."""
-        async with self._read() as session, session.begin():
-            yield session
+        with mapped_errors():
+            async with self._read() as session, session.begin():
+                yield session
 
     @asynccontextmanager
     async def writing(self) -> AsyncIterator[AsyncSession]:
         """A write transaction, committed on exit (rolled back on an exception)."""
-        async with self._write() as session, session.begin():
-            yield session
+        with mapped_errors():
+            async with self._write() as session, session.begin():
+                yield session
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:
         """A raw connection in one read transaction, for several consistent reads."""
-        async with self.engine.connect() as conn, conn.begin():
-            yield conn
+        with mapped_errors():
+            async with self.engine.connect() as conn, conn.begin():
+                yield conn
 
     # -- personas ---------------------------------------------------------------------
     # ``owner`` (``store.access``): ``None`` is unscoped; a key sees its own and the
@@ -371,8 +380,10 @@ class AgentStore:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
     ) -> StoredMessage:
-        """Append a message to a session (committed when this returns)."""
+        """Append a message to a session (committed when this returns); U+0000 and
+        unpaired surrogates are stored as U+FFFD (``store.values``)."""
         now = utcnow()
+        content = storable_text(content)
         row = MessageRow(
             session_id=session_id,
             role=role,
@@ -380,8 +391,8 @@ class AgentStore:
             created_at=now,
             token_count=count_text_tokens(content),
             status=status,
-            tool_data=tool_data,
-            model=model,
+            tool_data=storable(tool_data),
+            model=storable_text(model) if model is not None else None,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
         )
@@ -463,6 +474,7 @@ class AgentStore:
         if not message_ids:
             raise ValueError("a summary covers at least one message")
         ids = sorted(message_ids)
+        content = storable_text(content)
         row = Summary(
             session_id=session_id,
             content=content,
@@ -511,6 +523,7 @@ class AgentStore:
     async def add_pin(
         self, session_id: str, content: str, *, message_id: int | None = None
     ) -> PinRecord:
+        content = storable_text(content)
         row = Pin(
             session_id=session_id,
             content=content,

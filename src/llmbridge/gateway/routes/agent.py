@@ -12,7 +12,12 @@ visible to every key, writable only with auth off or through the CLI (403).
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400
 for bad input (naming the field), 403, 404, 409 (an id in use), 413 (body over the
-limit), 503 when a backend or the agent's database is down. In a stream, a failure
+limit, or a document over ``agent.max_document_bytes``), 503 when a backend or the
+agent's database is down. Input is checked here before any handler runs: a path or
+query parameter holding U+0000, an integer path id beyond 64 bits, or a query
+integer that is not plain ASCII digits (``"²"`` passes ``str.isdigit``) is a 400
+naming the parameter; bodies are checked by ``agent.api.parse``. ``agent_error`` is
+the one place the agent's own exceptions become HTTP errors. In a stream, a failure
 after the first event is an ``event: error``; the partial answer is stored marked
 ``incomplete``, as it is when the client disconnects (which stops generation).
 """
@@ -20,6 +25,7 @@ after the first event is an ``event: error``; the partial answer is stored marke
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -49,7 +55,9 @@ from llmbridge.agent.api import (
     reply_view,
     session_view,
     summary_view,
+    unstorable_field,
 )
+from llmbridge.agent.documents import DocumentTooLargeError
 from llmbridge.agent.eldercare import RECORD_KINDS
 from llmbridge.agent.runtime import AgentRuntime
 from llmbridge.agent.service import (
@@ -61,13 +69,14 @@ from llmbridge.agent.service import (
     AgentToolCall,
     AgentToolResult,
 )
-from llmbridge.agent.store import ConflictError, SharedRecordError
+from llmbridge.agent.store import MAX_ID, ConflictError, SharedRecordError, UnstorableValueError
 from llmbridge.agent.store import NotFoundError as MissingRecordError
 from llmbridge.core.errors import (
     InvalidRequestError,
     LLMBridgeError,
     NotFoundError,
     PermissionDeniedError,
+    RequestTooLargeError,
 )
 from llmbridge.dialects.framing import dumps, sse_event
 from llmbridge.dialects.openai.errors import error_type
@@ -99,6 +108,10 @@ def agent_error(exc: BaseException) -> LLMBridgeError:
         return LLMBridgeError(str(exc), status_code=409, code="conflict")
     if isinstance(exc, SharedRecordError):
         return PermissionDeniedError(str(exc))
+    if isinstance(exc, UnstorableValueError):
+        return InvalidRequestError(str(exc))
+    if isinstance(exc, DocumentTooLargeError):
+        return RequestTooLargeError(str(exc), param="content")
     if isinstance(exc, OperationalError | InterfaceError):
         log.error("agent database error: %s", exc)
         return LLMBridgeError("the agent database is unavailable", status_code=503)
@@ -110,6 +123,7 @@ def _endpoint(handler: Handler) -> Handler:
 
     async def endpoint(request: Request) -> Response:
         try:
+            _check_parameters(request)
             return await handler(request)
         except ClientDisconnected:
             return Response(status_code=499)
@@ -139,11 +153,28 @@ async def _body(request: Request) -> Any:
     return await read_json(request, state_of(request).max_body)
 
 
+def _check_parameters(request: Request) -> None:
+    """A 400 naming the path or query parameter the store could not take: U+0000 in
+    any of them (PostgreSQL's text cannot hold it), or an id beyond 64 bits."""
+    for name, value in request.path_params.items():
+        if isinstance(value, int) and value > MAX_ID:
+            raise InvalidRequestError(f"{name}: must be at most {MAX_ID}", param=name)
+    for name, value in [*request.path_params.items(), *request.query_params.multi_items()]:
+        found = unstorable_field(value, name) if isinstance(value, str) else None
+        if found is not None:
+            raise InvalidRequestError(f"{name}: {found[1]}", param=name)
+
+
+_DIGITS = re.compile(r"[0-9]{1,19}")
+"""An integer query parameter: ASCII digits only (``str.isdigit`` also takes ``"²"``,
+which ``int`` refuses), and no more than 19 of them (``MAX_ID`` has 19)."""
+
+
 def _int_query(request: Request, name: str, default: int, high: int = MAX_PAGE) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) > high:
+    if not _DIGITS.fullmatch(raw) or int(raw) > high:
         raise InvalidRequestError(f"{name}: must be an integer from 0 to {high}", param=name)
     return int(raw)
 
@@ -151,7 +182,7 @@ def _int_query(request: Request, name: str, default: int, high: int = MAX_PAGE) 
 def _opt_int_query(request: Request, name: str) -> int | None:
     if request.query_params.get(name) is None:
         return None
-    return _int_query(request, name, 0, high=2**63 - 1)
+    return _int_query(request, name, 0, high=MAX_ID)
 
 
 def _page(request: Request) -> tuple[int, int]:
