@@ -480,6 +480,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
             raise ConfigError("'agent' must be a mapping of agent settings")
         raw["agent"] = {**agent, "database": overrides["db"]}
     _apply_opencode_overrides(raw, overrides)
+    _apply_embedded_overrides(raw, overrides)
     shortcuts: tuple[tuple[str, str | None, str | None], ...] = (
         ("ollama", overrides.get("ollama_url"), None),
         ("openai", overrides.get("openai_url"), overrides.get("openai_key")),
@@ -488,7 +489,6 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         if not url:
             continue
         backends = raw.setdefault("backends", {})
-    _apply_embedded_overrides(raw, overrides)
         if not isinstance(backends, dict):
             raise ConfigError("'backends' must be a mapping of names to backend settings")
         entry: dict[str, Any] = {"type": kind, "url": url}
@@ -498,14 +498,6 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         raw["default_backend"] = kind
 
 
-def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
-    """``--opencode-url`` (or ``--opencode``, to spawn one) makes an ``opencode``
-    backend the default; ``--opencode-model`` sets its model, or, without either, the
-    model of every configured OpenCode backend."""
-    url, spawn, model = (overrides.get(k) for k in ("opencode_url", "opencode", "opencode_model"))
-    backends = raw.get("backends")
-    if url or spawn:
-        backends = raw.setdefault("backends", {})
 _EMBEDDED_OVERRIDES = {
     "embedded_max_queue": "max_queue",
     "embedded_queue_timeout": "queue_timeout_s",
@@ -534,6 +526,14 @@ def _apply_embedded_overrides(raw: dict[str, Any], overrides: dict[str, Any]) ->
             backend.update(values)
 
 
+def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--opencode-url`` (or ``--opencode``, to spawn one) makes an ``opencode``
+    backend the default; ``--opencode-model`` sets its model, or, without either, the
+    model of every configured OpenCode backend."""
+    url, spawn, model = (overrides.get(k) for k in ("opencode_url", "opencode", "opencode_model"))
+    backends = raw.get("backends")
+    if url or spawn:
+        backends = raw.setdefault("backends", {})
         if not isinstance(backends, dict):
             raise ConfigError("'backends' must be a mapping of names to backend settings")
         entry: dict[str, Any] = {"type": "opencode"}
