@@ -6,8 +6,11 @@ clients send: ``"USER"``, ``"function"`` roles, unknown block types, server tool
 then, now and then, goes wrong: any field may hold any JSON value instead (``wild``), and
 ``mutated`` deletes keys, replaces whole subtrees with junk and adds unknown keys
 anywhere. About half the bodies stay valid, so replies get checked too, not only errors. Strings
-include the empty string, NUL, right-to-left marks, emoji, lone surrogates and 70 kB
-runs; numbers include 2**70 and the infinities (which no JSON parser may accept).
+include the empty string, NUL, right-to-left marks, emoji, lone surrogates, superscript
+digits and 70 kB runs; numbers include 2**64, 2**70 and the infinities (which no JSON
+parser may accept), and literals such as ``1e999`` that parse as infinite; schemas and
+tool-call arguments nest up to 279 levels (issue 13: past the encoder's 254 they were a
+500); images include base64 that is not base64.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ __all__ = ["BODIES", "ENCODINGS", "encode", "mutated"]
 Strategy = st.SearchStrategy[Any]
 
 WEIRD_TEXT = st.sampled_from(
-    ["", " ", "\x00", "\n\r\t", "🦙", "\u202eabc", "\ud800", "ü" * 3, "x" * 70_000, "{", "null"]
+    [
+        *("", " ", "\x00", "\n\r\t", "🦙", "\u202eabc", "\ud800", "ü" * 3, "x" * 70_000),
+        *("{", "null"),
+        # superscript and other non-ASCII digits: str.isdigit() says yes, int() says no
+        *("²³", "5\u2075", "\u0663", "1\x00"),
+    ]
 )
 
 
@@ -38,10 +46,16 @@ def pick(valid: list[Any], misses: list[Any]) -> Strategy:
 
 
 TEXT: Strategy = rarely(st.text(max_size=12), WEIRD_TEXT, 5)
+HUGE = {"__1e999__": b"1e999", "__-1e999__": b"-1e999", "__1e400.0__": b"1" + b"0" * 400 + b".0"}
+"""Number literals a strict JSON parser reads as infinite; ``encode`` writes them in
+place of these strings (Python's json cannot write them itself)."""
 NUMBERS: Strategy = st.one_of(
     st.integers(min_value=-5, max_value=10_000),
-    st.sampled_from([-(2**63), 2**63, 2**70, 0.5, -1.5, 1e300]),
+    # 2**64 and beyond: orjson reads them as floats, which whole-number fields made
+    # integers again, which the encoder refused (issue 13)
+    st.sampled_from([-(2**63), 2**63, 2**64 - 1, 2**64, 2**70, 10**30, 0.5, -1.5, 1e300, 1e19]),
     st.floats(),  # NaN and the infinities too: json.dumps writes them, no parser may take them
+    st.sampled_from(sorted(HUGE)),
 )
 SCALARS: Strategy = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
 JUNK: Strategy = st.recursive(
@@ -82,10 +96,28 @@ PNG = (  # a 1x1 PNG
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"
     "AAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 )
-BASE64 = st.sampled_from([PNG, "/9j/4AAQSkZJRg==", "R0lGODlh", "not base64!", ""])
-URL = st.sampled_from(
-    [f"data:image/png;base64,{PNG}", "data:;base64,", "data:image/png,raw", "https://x.test/a.png"]
+BASE64 = st.sampled_from(
+    [PNG, "/9j/4AAQSkZJRg==", "R0lGODlh", "not base64!", "", "abc", "YQ", "ü", PNG + "\n"]
 )
+URL = st.sampled_from(
+    [
+        *(f"data:image/png;base64,{PNG}", "data:;base64,", "data:image/png,raw"),
+        *("https://x.test/a.png", "data:image/png;base64,not base64!", "data:image/png;base64,YQ"),
+    ]
+)
+
+
+def deep(levels: int) -> dict[str, Any]:
+    """A JSON Schema nested ``2 * levels - 1`` levels deep."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+# Around the gateway's default max_json_depth (128 levels for the whole body) and
+# past the encoder's 254; the schemas are shared objects, so built once.
+DEEP_SCHEMAS = [deep(20), deep(63), deep(64), deep(70), deep(140)]
 SCHEMA = st.sampled_from(
     [
         {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
@@ -93,11 +125,12 @@ SCHEMA = st.sampled_from(
         {"type": "string"},
         {"$ref": "https://x.test/schema.json"},
         {"type": "nonsense", "properties": 5},
+        *DEEP_SCHEMAS,
     ]
 )
 ARGUMENTS = st.one_of(
     st.dictionaries(st.text(max_size=4), JUNK, max_size=3),
-    st.sampled_from(['{"a": 1}', "{bad", "[]", ""]),
+    st.sampled_from(['{"a": 1}', "{bad", "[]", "", json.dumps(deep(70)), '{"n": 1e999}']),
 )
 
 # -- Ollama -------------------------------------------------------------------------
@@ -413,8 +446,11 @@ surrogate becomes invalid UTF-8), or cut short."""
 
 
 def encode(body: Any, encoding: str) -> bytes:
-    """``body`` as the bytes sent, per ``ENCODINGS``."""
+    """``body`` as the bytes sent, per ``ENCODINGS``, with the ``HUGE`` literals."""
     if encoding == "utf-8":
-        return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    raw = json.dumps(body).encode()
+        raw = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    else:
+        raw = json.dumps(body).encode()
+    for marker, literal in HUGE.items():
+        raw = raw.replace(b'"' + marker.encode() + b'"', literal)
     return raw[: len(raw) // 2] if encoding == "truncated" else raw

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from llmbridge import __version__
-from llmbridge.cli.options import config_options, load_from_options
+from llmbridge.cli.options import config_options, limit_options, load_from_options
 from llmbridge.core.models import ModelInfo
 from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
 from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
@@ -83,6 +83,7 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
     envvar="LLMBRIDGE_LOG_LEVEL",
 )
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
+@limit_options
 @config_options
 def serve(
     host: str | None,

@@ -66,7 +66,7 @@ class RequestLimits:
     Parsing is one call that holds the interpreter; at about 100 ns an item on a
     loaded 2-core machine this keeps it under 50 ms, and the parsed body's memory
     under about 100 MB."""
-    offload_bytes: int = 64 * 1024
+    offload_bytes: int = 32 * 1024
     """Bodies larger than this are scanned, parsed and decoded in a worker thread,
     so ``/health`` and other requests keep being answered meanwhile."""
 

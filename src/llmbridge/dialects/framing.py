@@ -87,7 +87,7 @@ class _SSEFields:
             self.event = value
         elif name == "id" and "\0" not in value:
             self.last_id = value
-        elif name == "retry" and value.isdigit():
+        elif name == "retry" and value.isascii() and value.isdigit():  # not "²": int() fails
             self.retry = int(value)
         return None
 

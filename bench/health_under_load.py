@@ -1,0 +1,218 @@
+"""``/health`` latency while one maximal legal request body is being processed.
+
+Issue 13: a 10 MB chat body of 300k tiny messages stalled ``/health`` for 10.5 s,
+because parsing, validating and decoding ran on the event loop. The gateway now bounds
+that work (``server.limits``) and does it in a worker thread for large bodies. This
+benchmark measures what another client sees meanwhile.
+
+One gateway (``llmbridge serve``, default limits) in front of ``fast_backend.py``
+(OpenAI dialect), each its own process. ``/health`` is probed every 5 ms, one probe at
+a time, on its own connection:
+
+1. idle: nothing else happening (the baseline, measured in the same run);
+2. for each body below, the body is POSTed again and again, one at a time, for
+   ``--seconds``, while the probes run.
+
+Bodies (all under the default limits unless marked "over", all near 32 MB or near the
+item limit, the worst cases the limits allow):
+
+- ``openai-long-text``: 10,000 messages of 3.2 kB each (32 MB of text);
+- ``openai-max-items``: 10,000 messages of 9 text parts (just under 500k JSON items);
+- ``anthropic-max-items``: the same as Anthropic blocks on ``/v1/messages``;
+- ``anthropic-tools``: 512 tools with JSON Schemas plus 2,000 messages;
+- ``over-tiny-messages`` (over): the issue's body, 30 MB of 1M tiny messages, now a
+  400 for ``max_json_items`` before anything is parsed.
+
+Printed: /health p50/p99/max per phase, and as a ratio against idle; each body's
+status and time. Run: ``.venv/bin/python bench/health_under_load.py`` (about a minute
+on 2 cores; ``--seconds`` sets each phase's length). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from fast_backend import DEFAULT_MODEL
+from http_clients import make_client
+from processes import gateway_config, log, start_fast_backend, start_gateway, wait_ready
+
+PROBE_INTERVAL_S = 0.005
+
+
+def _openai_long_text() -> dict[str, Any]:
+    text = "lorem ipsum dolor sit amet " * 118  # ~3.2 kB
+    roles = ("user", "assistant")
+    messages = [{"role": roles[i % 2], "content": text} for i in range(10_000)]
+    return {"model": DEFAULT_MODEL, "messages": messages, "max_tokens": 8}
+
+
+def _parts(n: int) -> list[dict[str, str]]:
+    return [{"type": "text", "text": "x"} for _ in range(n)]
+
+
+def _openai_max_items() -> dict[str, Any]:
+    messages = [{"role": "user", "content": _parts(8)} for _ in range(10_000)]
+    return {"model": DEFAULT_MODEL, "messages": messages, "max_tokens": 8}
+
+
+def _anthropic_max_items() -> dict[str, Any]:
+    roles = ("user", "assistant")
+    messages = [{"role": roles[i % 2], "content": _parts(8)} for i in range(10_000)]
+    return {"model": DEFAULT_MODEL, "max_tokens": 8, "messages": messages}
+
+
+def _anthropic_tools() -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "description": "a field"} for i in range(20)},
+        "required": ["p0"],
+    }
+    tools = [
+        {"name": f"tool_{i}", "description": "d" * 200, "input_schema": schema} for i in range(512)
+    ]
+    roles = ("user", "assistant")
+    messages = [{"role": roles[i % 2], "content": "hello " * 50} for i in range(1_999)]
+    return {"model": DEFAULT_MODEL, "max_tokens": 8, "tools": tools, "messages": messages}
+
+
+def _over_tiny_messages() -> dict[str, Any]:
+    return {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "x"}] * 1_000_000}
+
+
+BODIES: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
+    "openai-long-text": ("/v1/chat/completions", _openai_long_text),
+    "openai-max-items": ("/v1/chat/completions", _openai_max_items),
+    "anthropic-max-items": ("/v1/messages", _anthropic_max_items),
+    "anthropic-tools": ("/v1/messages", _anthropic_tools),
+    "over-tiny-messages": ("/v1/chat/completions", _over_tiny_messages),
+}
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "n": len(ordered),
+        "p50_ms": statistics.median(ordered) * 1000,
+        "p99_ms": p99 * 1000,
+        "max_ms": ordered[-1] * 1000,
+    }
+
+
+async def _probe(http: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> list[float]:
+    samples = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        async with http.get(url) as response:
+            await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"/health answered {response.status}")
+        samples.append(time.perf_counter() - started)
+        await asyncio.sleep(PROBE_INTERVAL_S)
+    return samples
+
+
+async def _post_repeatedly(
+    http: aiohttp.ClientSession, url: str, raw: bytes, seconds: float
+) -> list[tuple[int, float]]:
+    results = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline or not results:
+        started = time.perf_counter()
+        async with http.post(url, data=raw, headers={"content-type": "application/json"}) as r:
+            await r.read()
+            results.append((r.status, time.perf_counter() - started))
+    return results
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    backend = start_fast_backend(workdir, "--chunks", "4")
+    gateway = start_gateway(workdir, gateway_config("openai", backend.port))
+    client = make_client("aiohttp", 1)
+    try:
+        await wait_ready(client, backend, "/v1/models")
+        await wait_ready(client, gateway, "/health")
+        base = f"http://127.0.0.1:{gateway.port}"
+        timeout = aiohttp.ClientTimeout(total=300)
+        # Separate sessions: the probe never waits for the body's connection.
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as probes,
+            aiohttp.ClientSession(timeout=timeout) as posts,
+        ):
+            results: dict[str, Any] = {}
+            stop = asyncio.Event()
+            task = asyncio.create_task(_probe(probes, base + "/health", stop))
+            await asyncio.sleep(args.seconds)
+            stop.set()
+            results["idle"] = {"health": _summary(await task)}
+            log(f"idle: {results['idle']['health']}")
+            for name in args.bodies:
+                path, build = BODIES[name]
+                raw = orjson.dumps(build())
+                stop = asyncio.Event()
+                task = asyncio.create_task(_probe(probes, base + "/health", stop))
+                posted = await _post_repeatedly(posts, base + path, raw, args.seconds)
+                stop.set()
+                health = _summary(await task)
+                statuses = sorted({status for status, _ in posted})
+                results[name] = {
+                    "bytes": len(raw),
+                    "statuses": statuses,
+                    "requests": len(posted),
+                    "request_s_median": statistics.median(t for _, t in posted),
+                    "health": health,
+                }
+                log(f"{name}: {results[name]}")
+            return results
+    finally:
+        await client.aclose()
+        gateway.stop()
+        backend.stop()
+
+
+def _print(results: dict[str, Any]) -> None:
+    idle = results["idle"]["health"]
+    print(
+        f"{'phase':<22} {'body MB':>8} {'status':>7} {'req s':>6} "
+        f"{'/health p50':>11} {'p99':>8} {'max':>8} {'p99/idle':>9}"
+    )
+    for name, row in results.items():
+        health = row["health"]
+        size = f"{row['bytes'] / 1e6:.1f}" if "bytes" in row else "-"
+        status = ",".join(map(str, row.get("statuses", []))) or "-"
+        seconds = f"{row['request_s_median']:.2f}" if "request_s_median" in row else "-"
+        ratio = health["p99_ms"] / idle["p99_ms"]
+        print(
+            f"{name:<22} {size:>8} {status:>7} {seconds:>6} {health['p50_ms']:>9.2f}ms "
+            f"{health['p99_ms']:>6.2f}ms {health['max_ms']:>6.2f}ms {ratio:>8.1f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
+    parser.add_argument("--bodies", nargs="+", choices=list(BODIES), default=list(BODIES))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="llmbridge-health-") as workdir:
+        results = asyncio.run(run(args, Path(workdir)))
+    _print(results)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
