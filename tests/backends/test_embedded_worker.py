@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -256,3 +257,51 @@ async def test_an_abandoned_embedding_batch_is_cancelled(backend: EmbeddedBacken
     assert backend.cancelled == cancelled_before + 1
     small = await backend.embed(EmbedRequest(model="smollm2", inputs=("still works",)))
     assert len(small.embeddings) == 1
+
+
+async def test_the_worker_is_supervised_under_uvloop_too(tmp_path: Path) -> None:
+    """``llmbridge serve`` runs uvloop, whose subprocess transports are not asyncio's
+    classes: the same crash and recovery, in a process of its own on uvloop."""
+    script = textwrap.dedent(
+        """
+        import json
+        import uvloop
+        from llmbridge.backends.embedded import EmbeddedBackend
+        from llmbridge.core.accumulate import accumulate
+        from llmbridge.core.errors import BackendUnavailableError
+        from llmbridge.core.events import PartDelta
+        from llmbridge.core.messages import Message, TextPart
+        from llmbridge.core.request import ChatRequest, GenerationParams
+
+        def request(text, max_tokens):
+            params = GenerationParams(max_tokens=max_tokens, temperature=0.0, seed=42)
+            return ChatRequest("smollm2", (Message("user", (TextPart(text),)),), params=params)
+
+        async def main():
+            backend = EmbeddedBackend()
+            await backend.start()
+            error = None
+            try:
+                async for event in backend.chat(request("Write a long story.", 400)):
+                    if isinstance(event, PartDelta):
+                        backend.workers.process.crash_for_test()
+            except BackendUnavailableError as exc:
+                error = exc.message
+            reply = await accumulate(backend.chat(request("Say hi.", 8)))
+            await backend.aclose()
+            state = backend.worker_state()
+            print(json.dumps({"error": error, "reply": reply.message.text, **state}))
+
+        uvloop.run(main())
+        """
+    )
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, cwd=tmp_path
+    )
+    out, _ = await asyncio.wait_for(child.communicate(), 120)
+    assert child.returncode == 0
+    result = json.loads(out)
+    assert "killed by SIGSEGV" in result["error"]
+    assert result["reply"]
+    assert result["restarts"] == 1
+    assert result["state"] == "stopped"  # closed, and nothing left running

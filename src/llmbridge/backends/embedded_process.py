@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -218,8 +218,10 @@ class WorkerProcess:
 
     def _send(self, command: dict[str, Any]) -> None:
         assert self.transport is not None
-        pipe = self.transport.get_pipe_transport(0)
-        assert isinstance(pipe, asyncio.WriteTransport)
+        # Not an isinstance check: uvloop's pipe transports are not asyncio's classes.
+        pipe = cast(asyncio.WriteTransport | None, self.transport.get_pipe_transport(0))
+        if pipe is None or pipe.is_closing():
+            raise self._death_error()
         pipe.write(pack_json(command))
 
     # -- what the pipe protocol calls ------------------------------------------------

@@ -191,11 +191,15 @@ class _Worker:
         elif op == "count":
             self._count_pool.submit(self.count, request_id, command)
         elif op == "spew":
-            # Benchmark hook (bench/embedded_worker.py): ``count`` text frames as fast as
-            # the pipe takes them, then ``done``: the transport's cost per token alone.
+            # Benchmark hook (bench/embedded_worker.py): ``count`` text frames, as fast as
+            # the pipe takes them or ``pause_s`` apart, then ``done``: the transport's
+            # cost per token alone.
             text = str(command.get("text", "x"))
+            pause = float(command.get("pause_s", 0.0))
             for _ in range(int(command.get("count", 0))):
                 self.send(pack_text(request_id, text))
+                if pause:
+                    time.sleep(pause)
             self.reply(request_id, "done", finish_reason="length")
         elif op == "crash":
             # Test hook (tests/backends/test_embedded_worker.py): die the way native code
