@@ -52,7 +52,7 @@ async def test_native_ollama_streams_text_with_usage(upstream: Upstream) -> None
     assert [e.data for e in events[:2]] == ["Bon", "jour"]
     meta = events[2].metadata
     assert meta is not None
-    assert (meta.stop_reason, meta.input_tokens, meta.output_tokens) == ("end_turn", 9, 2)
+    assert (meta.stop_reason, meta.input_tokens, meta.output_tokens) == ("stop", 9, 2)
     sent = orjson.loads(fake.bodies[-1])
     assert sent["model"] == "qwen3" and sent["stream"] is True
     assert sent["options"] == {"temperature": 0.0, "top_k": 20, "mirostat": 1}
@@ -81,7 +81,7 @@ async def test_native_ollama_tool_calls_in_the_final_frame(upstream: Upstream) -
         ("get_weather", {"city": "Rome"}),
     ]
     assert len({u["id"] for u in uses}) == 2
-    assert events[1].metadata is not None and events[1].metadata.stop_reason == "tool_use"
+    assert events[1].metadata is not None and events[1].metadata.stop_reason == "tool_calls"
 
 
 async def test_native_ollama_in_band_error_and_http_error(upstream: Upstream) -> None:
@@ -144,7 +144,7 @@ async def test_anthropic_constructor_streams_text_and_thinking(
     assert kinds(events)[3:] == ["METADATA", "END"]
     meta = events[3].metadata
     assert meta is not None
-    assert (meta.stop_reason, meta.input_tokens, meta.output_tokens) == ("end_turn", 7, 3)
+    assert (meta.stop_reason, meta.input_tokens, meta.output_tokens) == ("stop", 7, 3)
     seen = scripted.requests[-1]
     assert seen.model == "claude-sonnet-4-6" and seen.params.max_tokens == 64
 

@@ -85,7 +85,7 @@ async def test_text_tokens_then_metadata_from_usage_in_last_chunk(
     assert kinds(events) == ["TOKEN", "TOKEN", "METADATA", "END"]
     assert [(e.data, e.token_type) for e in events[:2]] == [("Bon", RESPONSE), ("jour", RESPONSE)]
     meta = metadata(events)
-    assert meta.stop_reason == "end_turn"
+    assert meta.stop_reason == "stop"
     assert (meta.input_tokens, meta.output_tokens) == (11, 2)
     assert meta.tokens_estimated is False
     assert meta.time_to_first_token_ms is not None
@@ -114,7 +114,7 @@ async def test_usage_missing_metadata_counts_tokens(
     assert meta.input_tokens == request_tokens > 0
     assert meta.output_tokens == count_text_tokens("The capital is Paris.")
     assert meta.tokens_estimated is True
-    assert meta.stop_reason == "end_turn"
+    assert meta.stop_reason == "stop"
 
 
 async def test_finish_length_is_max_tokens_and_params_reach_the_body(
@@ -125,7 +125,7 @@ async def test_finish_length_is_max_tokens_and_params_reach_the_body(
     events = await collect(
         adapter.call("Tell a story", max_tokens=1, temperature=0, stop=["\n"], mirostat=2)
     )
-    assert metadata(events).stop_reason == "max_tokens"
+    assert metadata(events).stop_reason == "length"
     sent = orjson.loads(fake.bodies[-1])
     assert sent["max_tokens"] == 1 and sent["temperature"] == 0.0 and sent["stop"] == ["\n"]
     assert sent["mirostat"] == 2  # unknown parameters ride along as body fields
@@ -191,7 +191,7 @@ async def test_tool_call_arguments_fragmented_across_many_chunks(
             "input": {"city": "Paris", "units": "celsius", "days": [1, 2, 3]},
         }
     ]
-    assert metadata(events).stop_reason == "tool_use"
+    assert metadata(events).stop_reason == "tool_calls"
     sent = orjson.loads(fake.bodies[-1])
     assert sent["tools"] == [
         {
@@ -225,7 +225,7 @@ async def test_two_calls_with_index_zero_are_two_tool_uses(
         {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": {"city": "Paris"}},
         {"type": "tool_use", "id": "call_b", "name": "get_weather", "input": {"city": "Rome"}},
     ]
-    assert metadata(events).stop_reason == "tool_use"
+    assert metadata(events).stop_reason == "tool_calls"
 
 
 async def test_cut_off_tool_arguments_are_healed(
@@ -265,7 +265,7 @@ async def test_non_streaming_is_one_token_with_text_and_tool_uses(
         {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
     ]
     meta = metadata(events)
-    assert (meta.stop_reason, meta.input_tokens, meta.output_tokens) == ("tool_use", 30, 12)
+    assert (meta.stop_reason, meta.input_tokens, meta.output_tokens) == ("tool_calls", 30, 12)
     assert meta.time_to_first_token_ms is None  # only for streams, as in the seed
 
 

@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 
 from llmbridge.backends.base import BackendHealth
+from llmbridge.backends.loop_bound import LoopBound
 from llmbridge.core.errors import (
     BackendError,
     BackendHTTPError,
@@ -143,8 +144,14 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+async def _close_session(session: aiohttp.ClientSession) -> None:
+    await session.close()
+
+
 class HTTPTransport:
-    """One backend's connection pool, created on first use inside the event loop."""
+    """One backend's connection pool, created on first use inside the event loop; one
+    per loop when it is used from several (the Python client, backends/loop_bound.py),
+    each closed with its loop."""
 
     def __init__(
         self,
@@ -157,7 +164,7 @@ class HTTPTransport:
         self.base_url = base_url.rstrip("/")
         self.settings = settings
         self._headers = headers or {}
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions = LoopBound(self._new_session, _close_session)
         self._timeout = aiohttp.ClientTimeout(
             # sock_connect, not connect: aiohttp's `connect` also covers waiting for a
             # free pooled connection, which made a burst beyond the pool size time out.
@@ -170,25 +177,24 @@ class HTTPTransport:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.settings.max_connections, limit_per_host=0, ttl_dns_cache=300
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                headers=self._headers,
-                timeout=self._timeout,
-                # Backends are configured explicitly; never route them through a proxy
-                # picked up from the environment.
-                trust_env=False,
-                auto_decompress=True,
-            )
-        return self._session
+        return self._sessions.get()
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self.settings.max_connections, limit_per_host=0, ttl_dns_cache=300
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            headers=self._headers,
+            timeout=self._timeout,
+            # Backends are configured explicitly; never route them through a proxy
+            # picked up from the environment.
+            trust_env=False,
+            auto_decompress=True,
+        )
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._sessions.aclose()
 
     @asynccontextmanager
     async def stream(

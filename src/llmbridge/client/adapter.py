@@ -75,6 +75,7 @@ class OllamaAdapter:
         timeout: float = 600.0,
         max_retries: int = 2,
         engine: ChatEngine | None = None,
+        neutral_stop_reasons: bool = False,
     ) -> None:
         """
         Args:
@@ -89,8 +90,13 @@ class OllamaAdapter:
                 600 s and 2 retries of connection errors, 408/409/429 and 5xx).
             engine: use this engine instead of the ``openai`` client (the other
                 constructors pass it).
+            neutral_stop_reasons: METADATA's ``stop_reason`` in llmbridge's neutral
+                names (``end_turn``, ``tool_use``, ``max_tokens``...) instead of the
+                seed's, the provider's ``finish_reason`` (``stop``, ``tool_calls``,
+                ``length``...), which ART code checks.
         """
         self.default_model = default_model
+        self.neutral_stop_reasons = neutral_stop_reasons
         self.merge_roles_models = tuple(merge_roles_models)
         if engine is None:
             base_url = ollama_openai_url(base_url)
@@ -107,9 +113,16 @@ class OllamaAdapter:
         base_url: str,
         default_model: str | None,
         merge_roles_models: Iterable[str],
+        neutral_stop_reasons: bool,
     ) -> Self:
         """An adapter over an already-built engine (every constructor but the default)."""
-        return cls(base_url, default_model, merge_roles_models=merge_roles_models, engine=engine)
+        return cls(
+            base_url,
+            default_model,
+            merge_roles_models=merge_roles_models,
+            engine=engine,
+            neutral_stop_reasons=neutral_stop_reasons,
+        )
 
     @classmethod
     def native(
@@ -120,10 +133,13 @@ class OllamaAdapter:
         api_key: str | None = None,
         merge_roles_models: Iterable[str] = R1_MODELS,
         http: HTTPSettings | None = None,
+        neutral_stop_reasons: bool = False,
     ) -> Self:
         """Ollama's native API (``/api/chat``) through llmbridge's ``OllamaBackend``."""
         backend = OllamaBackend("ollama", base_url, api_key=api_key, http=http)
-        return cls._over(backend, backend.base_url, default_model, merge_roles_models)
+        return cls._over(
+            backend, backend.base_url, default_model, merge_roles_models, neutral_stop_reasons
+        )
 
     @classmethod
     def openai_compatible(
@@ -134,13 +150,16 @@ class OllamaAdapter:
         default_model: str | None = None,
         merge_roles_models: Iterable[str] = R1_MODELS,
         http: HTTPSettings | None = None,
+        neutral_stop_reasons: bool = False,
     ) -> Self:
         """Any OpenAI-compatible server (vLLM, llama.cpp, OpenAI) via ``OpenAICompatBackend``.
 
         A URL without a path gets ``/v1``; one with a path is used as given.
         """
         backend = OpenAICompatBackend("openai", base_url, api_key=api_key, http=http)
-        return cls._over(backend, backend.base_url, default_model, merge_roles_models)
+        return cls._over(
+            backend, backend.base_url, default_model, merge_roles_models, neutral_stop_reasons
+        )
 
     @classmethod
     def gateway(
@@ -151,12 +170,15 @@ class OllamaAdapter:
         default_model: str | None = None,
         merge_roles_models: Iterable[str] = R1_MODELS,
         http: HTTPSettings | None = None,
+        neutral_stop_reasons: bool = False,
     ) -> Self:
         """An llmbridge gateway, through its OpenAI front (``/v1``)."""
         backend = OpenAICompatBackend(
             "llmbridge", normalise_base_url(base_url), api_key=api_key, http=http
         )
-        return cls._over(backend, backend.base_url, default_model, merge_roles_models)
+        return cls._over(
+            backend, backend.base_url, default_model, merge_roles_models, neutral_stop_reasons
+        )
 
     @classmethod
     def anthropic(
@@ -167,6 +189,7 @@ class OllamaAdapter:
         default_model: str | None = None,
         merge_roles_models: Iterable[str] = R1_MODELS,
         http: HTTPSettings | None = None,
+        neutral_stop_reasons: bool = False,
     ) -> Self:
         """Anthropic's Messages API, or any server with an Anthropic front (the gateway's).
 
@@ -174,7 +197,9 @@ class OllamaAdapter:
         """
         key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         engine = AnthropicTransport(base_url, key, http=http)
-        return cls._over(engine, engine.base_url, default_model, merge_roles_models)
+        return cls._over(
+            engine, engine.base_url, default_model, merge_roles_models, neutral_stop_reasons
+        )
 
     @classmethod
     def from_backend(
@@ -183,6 +208,7 @@ class OllamaAdapter:
         *,
         default_model: str | None = None,
         merge_roles_models: Iterable[str] = R1_MODELS,
+        neutral_stop_reasons: bool = False,
     ) -> Self:
         """Over any llmbridge backend (embedded, scripted, ...) or engine, in process."""
         base_url = getattr(backend, "base_url", "")
@@ -191,6 +217,7 @@ class OllamaAdapter:
             base_url if isinstance(base_url, str) else "",
             default_model,
             merge_roles_models,
+            neutral_stop_reasons,
         )
 
     # -- lifecycle -----------------------------------------------------------------
@@ -270,7 +297,12 @@ class OllamaAdapter:
             return self.engine.chat(request)
 
         events = art_events(
-            open_stream, request, streaming=stream, call_context=call_context, started=started
+            open_stream,
+            request,
+            streaming=stream,
+            call_context=call_context,
+            started=started,
+            neutral_stop_reasons=self.neutral_stop_reasons,
         )
         async with aclosing(events):
             async for event in events:

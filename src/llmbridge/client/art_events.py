@@ -42,6 +42,7 @@ from llmbridge.core.events import StreamEvent as NeutralEvent
 from llmbridge.core.messages import Message, Part, TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import Usage
+from llmbridge.dialects.openai.response import finish_reason_for
 from llmbridge.features.token_count import (
     count_message_tokens,
     count_request_tokens,
@@ -61,9 +62,15 @@ async def art_events(
     streaming: bool,
     call_context: str | None,
     started: float,
+    neutral_stop_reasons: bool = False,
 ) -> AsyncGenerator[StreamEvent, None]:
-    """The ART events of one call; ``started`` is its ``time.perf_counter()`` start."""
-    run = _Run(request, call_context, started)
+    """The ART events of one call; ``started`` is its ``time.perf_counter()`` start.
+
+    METADATA's ``stop_reason`` is the seed's, the OpenAI ``finish_reason`` (``stop``,
+    ``tool_calls``, ``length``, ``content_filter``) whatever the provider, or with
+    ``neutral_stop_reasons`` llmbridge's own names (``end_turn``, ``tool_use``...).
+    """
+    run = _Run(request, call_context, started, neutral_stop_reasons)
     error: StreamEvent | None = None
     stream: AsyncIterator[NeutralEvent] | None = None
     try:
@@ -88,8 +95,15 @@ async def art_events(
 class _Run:
     """The state of one call: usage, finished parts, timings."""
 
-    def __init__(self, request: ChatRequest, call_context: str | None, started: float) -> None:
+    def __init__(
+        self,
+        request: ChatRequest,
+        call_context: str | None,
+        started: float,
+        neutral_stop_reasons: bool = False,
+    ) -> None:
         self.request = request
+        self.neutral_stop_reasons = neutral_stop_reasons
         self.response_type, self.thinking_type = token_types(call_context)
         self.started = started
         self.first_token_at: float | None = None
@@ -170,8 +184,14 @@ class _Run:
         ttft = None
         if streaming and self.first_token_at is not None:
             ttft = _ms(self.first_token_at - self.started)
+        stop = self.end.stop_reason
         return LLMMetadata(
-            stop_reason=self.end.stop_reason.value,
+            stop_reason=(
+                stop.value
+                if self.neutral_stop_reasons
+                # Seed 003: "stopReason (from chunk.choices[0].finish_reason)".
+                else finish_reason_for(stop, bool(message.tool_calls))
+            ),
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             thinking_tokens=count_text_tokens(thinking) if thinking else None,

@@ -154,8 +154,10 @@ class LLMMetadata:
     """The ``METADATA`` event's data: ART's ``LLMMetadata`` in snake_case."""
 
     stop_reason: str | None = None
-    """The neutral stop reason: ``end_turn``, ``max_tokens``, ``stop_sequence``,
-    ``tool_use``, ``content_filter`` (the same names whatever the provider)."""
+    """Why the reply ended, as seed 003 says: the OpenAI ``finish_reason`` (``stop``,
+    ``tool_calls``, ``length``, ``content_filter``) whatever the provider; with the
+    adapter's ``neutral_stop_reasons=True``, llmbridge's neutral names (``end_turn``,
+    ``tool_use``, ``max_tokens``, ``stop_sequence``, ``content_filter``)."""
     input_tokens: int | None = None
     """From the provider's usage when it reports it, otherwise estimated."""
     output_tokens: int | None = None

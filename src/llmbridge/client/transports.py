@@ -9,7 +9,9 @@ use ``OllamaBackend`` and ``OpenAICompatBackend`` as they are). Two more live he
   body is built by ``dialects.openai.encode_chat_request``, sent with the SDK's raw
   streaming response, and the SSE bytes are decoded by ``dialects.framing.aiter_sse``
   and ``dialects.openai.decode_chat_stream``: the same code the gateway runs. The SDK's
-  exceptions are mapped to ``core.errors`` here and nowhere else.
+  exceptions are mapped to ``core.errors`` here and nowhere else. Its HTTP client
+  belongs to one event loop, so there is one ``AsyncOpenAI`` per loop
+  (``backends.loop_bound``), as there is one aiohttp pool per loop in the backends.
 - ``AnthropicTransport``: ``/v1/messages`` through the gateway's shared aiohttp
   transport and the Anthropic codecs (llmbridge has no Anthropic backend class yet).
 """
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from llmbridge.backends.anthropic import ANTHROPIC_VERSION, AnthropicBackend
 from llmbridge.backends.http import HTTPSettings, error_message
+from llmbridge.backends.loop_bound import LoopBound
 from llmbridge.core.errors import (
     BackendError,
     BackendHTTPError,
@@ -83,12 +86,21 @@ class OpenAISDKTransport:
             ) from exc
         self.name = name
         self.base_url = base_url
-        self.client: openai.AsyncOpenAI = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
-        )
+
+        def new_client() -> openai.AsyncOpenAI:
+            return openai.AsyncOpenAI(
+                base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+            )
+
+        self._clients: LoopBound[openai.AsyncOpenAI] = LoopBound(new_client, _close_client)
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The running event loop's ``AsyncOpenAI`` (made on first use in that loop)."""
+        return self._clients.get()
 
     async def aclose(self) -> None:
-        await self.client.close()
+        await self._clients.aclose()
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         body = openai_dialect.encode_chat_request(replace(request, stream=True))
@@ -108,6 +120,10 @@ class OpenAISDKTransport:
                 drained += len(chunk)
                 if drained > _DRAIN_LIMIT:
                     break
+
+
+async def _close_client(client: openai.AsyncOpenAI) -> None:
+    await client.close()
 
 
 @asynccontextmanager
