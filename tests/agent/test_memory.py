@@ -284,7 +284,8 @@ async def test_background_failures_never_reach_the_turn(store: AgentStore) -> No
     session = await store.create_session()
     await _chat(store, session.id, 40)
     backend = ScriptedBackend(default=Script(fail_before=BackendError("model down")))
-    summariser = Summariser(store, backend.chat, "m")
+    # No retries here (tests/agent/test_summaries.py has them).
+    summariser = Summariser(store, backend.chat, "m", SummariserConfig(retry_delays=()))
     task = summariser.schedule(session.id)
     assert summariser.schedule(session.id) is task  # one task per session at a time
     await summariser.drain()

@@ -56,6 +56,7 @@ __all__ = [
     "PinIn",
     "SessionIn",
     "SessionPatch",
+    "SummaryIn",
     "document_view",
     "hit_view",
     "message_view",
@@ -181,6 +182,12 @@ class PinIn(_Body):
     content: str = Field(min_length=1, max_length=20_000)
     message_id: RowId | None = None
     """The message the fact comes from (of the same session)."""
+
+
+class SummaryIn(_Body):
+    model: str | None = Field(None, min_length=1, max_length=200)
+    """The model that writes it; default: ``agent.summary_model``, else the session's
+    own model, else the default one."""
 
 
 # -- documents ------------------------------------------------------------------------

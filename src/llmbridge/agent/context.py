@@ -5,6 +5,14 @@ returns a block of text for the system prompt, or ``""`` when it has nothing
 relevant. The agent asks every provider at once, bounds each answer to the
 request's token budget, and skips a provider that fails (logged), as the seed's
 prompt assembly degrades rather than failing the turn.
+
+The budget follows the model's capability, as the seed's ``EldercareContextService``
+"checks model capabilities (token limits)": ``context_budget`` gives a provider
+``CONTEXT_SHARE`` (a tenth) of the model's context window, between ``MIN_CONTEXT_BUDGET``
+and ``MAX_CONTEXT_BUDGET``. A 2,048-token model gets 204 tokens of patient data and
+keeps room for the history, the question and the answer; a 128k model gets the whole
+record (4,000); a model whose window is unknown gets ``DEFAULT_CONTEXT_BUDGET`` (800,
+a tenth of the embedded model's 8,192).
 """
 
 from __future__ import annotations
@@ -18,9 +26,35 @@ from typing import Protocol, runtime_checkable
 
 from llmbridge.agent.memory import truncate_to_tokens
 
-__all__ = ["ContextProvider", "ContextRequest", "gather_context"]
+__all__ = [
+    "CONTEXT_SHARE",
+    "DEFAULT_CONTEXT_BUDGET",
+    "MAX_CONTEXT_BUDGET",
+    "MIN_CONTEXT_BUDGET",
+    "ContextProvider",
+    "ContextRequest",
+    "context_budget",
+    "gather_context",
+]
 
 log = logging.getLogger("llmbridge.agent.context")
+
+CONTEXT_SHARE = 0.1
+"""The share of the model's context window one provider's block may take."""
+MIN_CONTEXT_BUDGET = 100
+"""Enough for a patient's header and a few lines, even on a tiny model."""
+MAX_CONTEXT_BUDGET = 4000
+"""More than a patient's full overview: a larger window buys no more context."""
+DEFAULT_CONTEXT_BUDGET = 800
+"""When the model's window is unknown (the seed's budget for a 4k-8k model)."""
+
+
+def context_budget(window: int | None) -> int:
+    """The tokens a provider's block may take for a model with a ``window``-token
+    context (``None``: unknown). See the module docstring."""
+    if not window or window <= 0:
+        return DEFAULT_CONTEXT_BUDGET
+    return max(MIN_CONTEXT_BUDGET, min(MAX_CONTEXT_BUDGET, int(window * CONTEXT_SHARE)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +66,9 @@ class ContextRequest:
     persona_id: str | None = None
     patient_id: int | None = None
     """The patient the session is about, when it says so."""
-    budget: int = 800
-    """The most tokens (gateway counter) the provider's block may take."""
+    budget: int = DEFAULT_CONTEXT_BUDGET
+    """The most tokens (gateway counter) the provider's block may take
+    (``context_budget`` of the model's window)."""
     owner: str | None = None
     """Whose turn it is (``store.access``): a provider shows only what they may see."""
     now: datetime = field(default_factory=lambda: datetime.now(UTC))

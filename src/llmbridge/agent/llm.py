@@ -7,6 +7,10 @@ thinking policy, ``max_tokens`` clamp, tool choice), a model without native tool
 gets them through ``features.tool_emulation``, and every reply's tool arguments are
 healed (``features.tool_healing``). So the agent offers tools on every backend,
 native or emulated, and its summaries come through the real pipeline.
+
+It also says what the agent needs to know about a model: its backend (turns and
+background summaries on one backend are ordered by ``agent.turns``), and its context
+window (the route's ``context_length``, else what the backend reports).
 """
 
 from __future__ import annotations
@@ -33,6 +37,19 @@ class ModelGateway:
     def backend_kind(self, model: str) -> str:
         """The kind of backend ``model`` resolves to (``ollama``, ``openai``, ...)."""
         return self.router.resolve(model).backend.kind
+
+    def backend_name(self, model: str) -> str:
+        """The configured backend ``model`` resolves to."""
+        return self.router.resolve(model).backend.name
+
+    async def context_window(self, model: str) -> int | None:
+        """``model``'s context window in tokens: the route's ``context_length``, else
+        the backend's report (cached by the router), else ``None`` (unknown)."""
+        resolved = self.router.resolve(model)
+        if resolved.route is not None and resolved.route.context_length:
+            return resolved.route.context_length
+        info = await self.router.model_info(resolved)
+        return info.context_length if info is not None and info.context_length else None
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         """Stream the reply to ``request`` (``request.model`` is the public name).

@@ -31,10 +31,23 @@ history.
 ``Summariser``: once a session has ``threshold`` unsummarised messages beyond the
 ``keep_recent`` newest, the oldest run of them is sent to a model (any
 ``ChatFn``: a backend's ``chat`` or the gateway's pipeline) and the reply is stored
-as a summary with the ids of the messages it covers. Pins are separate rows and
-never go to the summariser, so no rewrite of a summary can lose them. A summary is
-capped at ``max_summary_tokens`` and never longer than its source (small local
-models have been seen to "summarise" 600 tokens into 1,600).
+as a summary with the ids of the messages it covers. The model is the summariser's
+own when it has one (``agent.summary_model``), else the one each call names: the
+session's own model, so summaries need no configuration. ``force`` (the API's
+``POST .../summaries``) summarises the oldest unsummarised run whatever the
+threshold, leaving only the newest ``force_keep_recent`` messages. Pins are separate
+rows and never go to the summariser, so no rewrite of a summary can lose them. A
+summary is capped at ``max_summary_tokens`` and never longer than its source (small
+local models have been seen to "summarise" 600 tokens into 1,600).
+
+In the background (``schedule``), summarising never delays a reply: with a
+``TurnGate`` (``agent.turns``) it waits until no turn is in flight on its model's
+backend, and a turn that starts there meanwhile cancels it (the embedded model and
+Ollama generate one reply at a time, so a running summary would hold the turn back);
+it is tried again once the backend is idle. A failed summary is retried after each
+of ``retry_delays`` and again after the session's next turn. Nothing is deleted
+when a summary fails or is cancelled: messages stay in the store and in the context
+(the newest unsummarised ones) until a summary covering them is stored.
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from llmbridge.agent.store import AgentStore, PinRecord, StoredMessage, SummaryRecord
+from llmbridge.agent.turns import TurnGate
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.messages import Message, Role, TextPart
@@ -415,50 +429,77 @@ class SummariserConfig:
     is also the most messages one summary covers."""
     keep_recent: int = 10
     """The newest messages are left for the recent window, never summarised early."""
+    force_keep_recent: int = 2
+    """A forced summary leaves this many newest messages out (the last exchange)."""
     max_summary_tokens: int = 200
     max_source_tokens: int = 2000
     """The most source tokens one summary request carries."""
     max_message_tokens: int = 400
     """Each message is cut to this many tokens in the summariser's input."""
     temperature: float = 0.2
+    retry_delays: tuple[float, ...] = (30.0, 120.0, 600.0)
+    """Seconds before each retry of a failed background summary; after the last, the
+    session's next turn tries again."""
 
 
 class Summariser:
-    """Writes summaries of older messages in the background (module docstring)."""
+    """Writes summaries of older messages, in the background (module docstring)."""
 
     def __init__(
         self,
         store: AgentStore,
         chat: ChatFn,
-        model: str,
+        model: str | None = None,
         config: SummariserConfig | None = None,
+        *,
+        gate: TurnGate | None = None,
     ) -> None:
         self.store = store
         self.chat = chat
         self.model = model
+        """The summaries' model; ``None``: the model each call names."""
         self.config = config or SummariserConfig()
+        self.gate = gate
+        """Turns in flight (``agent.turns``): background summaries yield to them."""
         self._tasks: dict[str, asyncio.Task[int]] = {}
         self.failures = 0
+        """Failed attempts (each retry counts)."""
+        self.deferred = 0
+        """Background summaries cancelled because a turn started on their backend."""
 
-    async def summarise_once(self, session_id: str) -> SummaryRecord | None:
-        """Summarise the oldest unsummarised run if the threshold is reached."""
+    def model_for(self, session_model: str | None) -> str:
+        """The model a background summary is written with: the summariser's own, else
+        the session's."""
+        chosen = self.model or session_model
+        if not chosen:
+            raise ValueError("no model to summarise with: configure one or name one")
+        return chosen
+
+    async def summarise_once(
+        self, session_id: str, *, model: str | None = None, force: bool = False
+    ) -> SummaryRecord | None:
+        """Summarise the oldest unsummarised run if the threshold is reached (with
+        ``force``, whatever the threshold, leaving ``force_keep_recent`` messages),
+        with ``model``, else the summariser's own. ``None`` when there is nothing to
+        summarise, or another writer stored it."""
         config = self.config
+        chosen = model or self.model_for(None)
+        keep = config.force_keep_recent if force else config.keep_recent
         covered = await self.store.summarised_upto(session_id)
         pending = await self.store.first_messages(
-            session_id, config.threshold + config.keep_recent, after_id=covered
+            session_id, config.threshold + keep, after_id=covered
         )
-        if len(pending) < config.threshold + config.keep_recent:
+        available = len(pending) - keep
+        if available <= 0 or (not force and available < config.threshold):
             return None
-        run, lines, source = self._select(pending[: config.threshold])
+        run, lines, source = self._select(pending[: min(available, config.threshold)])
         if not lines:  # nothing but tool traffic: record the run as covered
             summary = "(no conversation in this part)"
         else:
-            summary = await self._generate("\n\n".join(lines), source)
+            summary = await self._generate("\n\n".join(lines), source, chosen)
         if not summary:
             raise ValueError("the summariser model returned an empty summary")
-        return await self.store.add_summary(
-            session_id, summary, [m.id for m in run], model=self.model
-        )
+        return await self.store.add_summary(session_id, summary, [m.id for m in run], model=chosen)
 
     def _select(self, batch: Sequence[StoredMessage]) -> tuple[list[StoredMessage], list[str], int]:
         run: list[StoredMessage] = []
@@ -478,11 +519,11 @@ class Summariser:
                 source += cost
         return run, lines, source
 
-    async def _generate(self, transcript: str, source_tokens: int) -> str:
+    async def _generate(self, transcript: str, source_tokens: int, model: str) -> str:
         limit = max(1, min(self.config.max_summary_tokens, source_tokens))
         words = max(10, int(limit * 0.75))
         request = ChatRequest(
-            model=self.model,
+            model=model,
             messages=(
                 _system(SUMMARY_SYSTEM_PROMPT.format(words=words)),
                 Message("user", (TextPart(f"Conversation excerpt:\n\n{transcript}"),)),
@@ -493,22 +534,25 @@ class Summariser:
         response = await accumulate(self.chat(request))
         return truncate_to_tokens(response.message.text.strip(), limit)
 
-    async def summarise_pending(self, session_id: str, max_runs: int = 100) -> int:
+    async def summarise_pending(
+        self, session_id: str, max_runs: int = 100, *, model: str | None = None
+    ) -> int:
         """Summarise run after run until the session is under the threshold."""
         written = 0
         for _ in range(max_runs):
-            if await self.summarise_once(session_id) is None:
+            if await self.summarise_once(session_id, model=model) is None:
                 break
             written += 1
         return written
 
-    def schedule(self, session_id: str) -> asyncio.Task[int]:
-        """Summarise ``session_id`` in the background (one task per session at a
-        time). Failures are logged and counted, never raised into a turn."""
+    def schedule(self, session_id: str, model: str | None = None) -> asyncio.Task[int]:
+        """Summarise ``session_id`` in the background with ``model_for(model)`` (one
+        task per session at a time). Failures are logged, counted and retried, never
+        raised into a turn; turns on the same backend go first."""
         running = self._tasks.get(session_id)
         if running is not None and not running.done():
             return running
-        task = asyncio.create_task(self._background(session_id))
+        task = asyncio.create_task(self._background(session_id, self.model_for(model)))
         self._tasks[session_id] = task
         task.add_done_callback(lambda done: self._forget(session_id, done))
         return task
@@ -517,13 +561,48 @@ class Summariser:
         if self._tasks.get(session_id) is task:
             del self._tasks[session_id]
 
-    async def _background(self, session_id: str) -> int:
-        try:
-            return await self.summarise_pending(session_id)
-        except Exception:  # a failed summary must not fail a turn
-            self.failures += 1
-            log.exception("summarising session %s failed", session_id)
-            return 0
+    async def _background(self, session_id: str, model: str, max_runs: int = 100) -> int:
+        written = 0
+        retries = iter(self.config.retry_delays)
+        for _ in range(max_runs):
+            try:
+                summary = await self._yielding(session_id, model)
+            except Exception:  # a failed summary must not fail a turn; it is retried
+                self.failures += 1
+                log.exception("summarising session %s failed", session_id)
+                delay = next(retries, None)
+                if delay is None:
+                    break  # the session's next turn schedules it again
+                await asyncio.sleep(delay)
+                continue
+            if summary is None:
+                break
+            written += 1
+        return written
+
+    async def _yielding(self, session_id: str, chosen: str) -> SummaryRecord | None:
+        """``summarise_once``, started only while no turn is in flight on the model's
+        backend and cancelled (then started again) when one begins."""
+        gate = self.gate
+        if gate is None:
+            return await self.summarise_once(session_id, model=chosen)
+        while True:
+            await gate.wait_idle(chosen)
+            turn_started = gate.watch(chosen)
+            work = asyncio.ensure_future(self.summarise_once(session_id, model=chosen))
+            interrupt = asyncio.ensure_future(turn_started.wait())
+            try:
+                await asyncio.wait((work, interrupt), return_when=asyncio.FIRST_COMPLETED)
+                if work.done():
+                    return work.result()
+            finally:
+                gate.unwatch(chosen, turn_started)
+                interrupt.cancel()
+                if not work.done():
+                    work.cancel()  # closes the model's stream: the backend is free again
+                await asyncio.gather(work, interrupt, return_exceptions=True)
+            self.deferred += 1
+            log.info("summary of session %s deferred: a turn started on its backend", session_id)
 
     async def drain(self) -> None:
         """Wait for every scheduled summarisation (tests, shutdown)."""

@@ -5,8 +5,10 @@
 and builds the service over the gateway's own router (``ModelGateway``: the
 pipeline's ``prepare``, so models without native tools get them emulated), with the
 document store, the eldercare provider, the ``web_search`` tool when Tavily is
-configured, and the background summariser when ``agent.summary_model`` is set.
-``aclose`` stops the summariser and closes the database.
+configured, and the background summariser (unless ``agent.summaries`` is off), which
+writes with ``agent.summary_model``, else each session's own model. Turns and
+summaries share one ``TurnGate`` keyed by backend, so a summary never holds a reply
+back. ``aclose`` stops the summariser and closes the database.
 
 The gateway opens one in its lifespan (``gateway/app.py``) and serves it under
 ``/agent/`` (``gateway/routes/agent.py``); ``llmbridge agent`` (``cli/agent.py``) opens
@@ -27,6 +29,7 @@ from llmbridge.agent.memory import MemoryConfig, Summariser
 from llmbridge.agent.service import AgentService
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.tools import TAVILY_API_KEY_ENV, ToolRegistry, web_search_tool
+from llmbridge.agent.turns import TurnGate
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
 from llmbridge.gateway.config import AgentConfig
 from llmbridge.gateway.router import ModelRouter
@@ -70,9 +73,10 @@ class AgentRuntime:
         store = await AgentStore.open(config.database)
         models = ModelGateway(router, thinking_policy=thinking_policy)
         documents = DocumentStore(store, max_bytes=config.max_document_bytes)
+        turns = TurnGate(models.backend_name)
         summariser = None
-        if config.summary_model:
-            summariser = Summariser(store, models.chat, config.summary_model)
+        if config.summaries:
+            summariser = Summariser(store, models.chat, config.summary_model, gate=turns)
         service = AgentService(
             store,
             models,
@@ -81,6 +85,7 @@ class AgentRuntime:
             documents=documents,
             memory=MemoryConfig(budget=config.history_budget),
             summariser=summariser,
+            turns=turns,
         )
         return cls(
             store=store,

@@ -16,6 +16,9 @@ A turn:
 3. The prompt: the system prompt in the seed's order (``prompt``: persona,
    documents, domain context from the context providers, custom prompt, focus
    instructions), then the hybrid-memory history (``memory``), then the input.
+   Each provider's block is sized by the model's context window
+   (``context.context_budget``: the route's ``context_length``, else the backend's
+   report), unless the service was given a fixed ``context_budget``.
 4. The tool loop: the model is asked with the registry's tools (offered on every
    backend; the gateway pipeline emulates them for models without native tools).
    When it calls tools, one round's calls run in parallel and their results go
@@ -30,7 +33,14 @@ A turn:
    Turns of one session run one at a time, in arrival order
    (``agent.session_locks``), so each turn's history holds only answered questions
    and each answer follows its own question.
-6. The summariser, when configured, is scheduled in the background.
+6. The summariser (on by default in ``AgentRuntime``) is scheduled in the
+   background with the turn's model (or its own). The turn is registered in
+   ``turns`` (``agent.turns``) from start to end, so a background summary on the same
+   backend waits for it, or is cancelled when the turn starts: summarising never
+   delays a reply.
+
+``summarise`` writes one summary now, whatever the threshold (the API's
+``POST /agent/sessions/{id}/summaries``).
 
 Streaming events: ``AgentStart`` (ids), ``AgentDelta`` (text, markers included),
 ``AgentToolCall`` / ``AgentToolResult``, then ``AgentDone`` (the stored message id,
@@ -43,14 +53,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
-from llmbridge.agent.context import ContextProvider, ContextRequest, gather_context
+from llmbridge.agent.context import (
+    ContextProvider,
+    ContextRequest,
+    context_budget,
+    gather_context,
+)
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareRecords
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
@@ -67,7 +82,9 @@ from llmbridge.agent.store import (
     SummaryRecord,
 )
 from llmbridge.agent.tools import ToolRegistry
+from llmbridge.agent.turns import TurnGate
 from llmbridge.core.accumulate import Accumulator
+from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.events import PartDelta, StreamEvent, TextDelta
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat
@@ -97,6 +114,10 @@ class ModelCaller(Protocol):
     """How the agent reaches models: ``agent.llm.ModelGateway`` (the gateway's pipeline)."""
 
     def backend_kind(self, model: str) -> str: ...
+
+    def backend_name(self, model: str) -> str: ...
+
+    async def context_window(self, model: str) -> int | None: ...
 
     def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
 
@@ -238,7 +259,8 @@ class AgentService:
         summariser: Summariser | None = None,
         max_rounds: int = 5,
         document_budget: int = 1000,
-        context_budget: int = 800,
+        context_budget: int | None = None,
+        turns: TurnGate | None = None,
     ) -> None:
         self.store = store
         self.models = models
@@ -250,6 +272,13 @@ class AgentService:
         self.max_rounds = max_rounds
         self.document_budget = document_budget
         self.context_budget = context_budget
+        """A fixed budget for each provider's block; ``None``: sized by the model."""
+        if turns is None:
+            turns = summariser.gate if summariser is not None and summariser.gate else None
+        self.turns = turns or TurnGate(models.backend_name)
+        """Turns in flight, per backend (background summaries yield to them)."""
+        if summariser is not None and summariser.gate is None:
+            summariser.gate = self.turns
         self.session_locks = SessionLocks()
         """One turn at a time per session (``agent.session_locks``)."""
 
@@ -391,6 +420,35 @@ class AgentService:
         await self.session(session_id, owner=owner)
         return await self.store.last_summaries(session_id, limit)
 
+    async def summarise(
+        self,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        model: str | None = None,
+        default_model: Callable[[str | None], Awaitable[str]] | None = None,
+    ) -> SummaryRecord | None:
+        """Write one summary of ``owner``'s session now, whatever the threshold: its
+        oldest unsummarised messages but the last exchange. The model: ``model``, else
+        the summariser's, else the session's own (its last answer's), else
+        ``default_model(None)``. ``None`` when there is nothing to summarise."""
+        await self.session(session_id, owner=owner)
+        summariser = self.summariser or Summariser(self.store, self.models.chat)
+        chosen = model or summariser.model or await self._session_model(session_id)
+        if chosen is None and default_model is not None:
+            chosen = await default_model(None)
+        if not chosen:
+            raise InvalidRequestError(
+                "no model to summarise with: name one ('model')", param="model"
+            )
+        self.models.backend_kind(chosen)  # an unknown model fails before any work
+        return await summariser.summarise_once(session_id, model=chosen, force=True)
+
+    async def _session_model(self, session_id: str) -> str | None:
+        """The model of the session's newest answer among its last few messages."""
+        recent = await self.store.last_messages(session_id, 20)
+        return next((m.model for m in reversed(recent) if m.model), None)
+
     async def _check_references(
         self, persona_id: str | None, patient_id: int | None, owner: str | None
     ) -> None:
@@ -430,14 +488,18 @@ class AgentService:
 
     async def run_agent_stream(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         """One turn, streamed (module docstring)."""
-        turn = self._turn(request)
-        serialised = self.session_locks.serialise(request.session_id, turn)
-        async with aclosing(serialised) as events:
-            async for event in events:
-                yield event
-
-    async def _turn(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         kind = self.models.backend_kind(request.model)  # an unknown model fails here
+        backend = self.turns.begin(request.model)
+        try:
+            turn = self._turn(request, kind)
+            serialised = self.session_locks.serialise(request.session_id, turn)
+            async with aclosing(serialised) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self.turns.end(backend)
+
+    async def _turn(self, request: AgentRequest, kind: str) -> AsyncGenerator[AgentEvent, None]:
         persona = await self._persona(request.persona_id, request.owner)
         session = await self._session(request)
         if persona is None and session.persona_id:
@@ -473,7 +535,8 @@ class AgentService:
                 await asyncio.shield(self._store_answer(turn, "incomplete"))
         message_id = await asyncio.shield(self._store_answer(turn, "complete"))
         if self.summariser is not None:
-            self.summariser.schedule(session.id)
+            # Starts once this turn has ended (``turns``), never before the reply.
+            self.summariser.schedule(session.id, request.model)
         yield AgentDone(session.id, message_id, "".join(turn.shown), turn.usage, turn.rounds)
 
     async def _persona(self, persona_id: str | None, owner: str | None) -> PersonaRecord | None:
@@ -512,11 +575,22 @@ class AgentService:
                 session_id=session.id,
                 persona_id=request.persona_id or session.persona_id,
                 patient_id=session.patient_id,
-                budget=self.context_budget,
+                budget=await self._context_budget(request.model),
                 owner=request.owner,
             ),
         )
         return build_system_prompt(persona_prompt, documents, domain, request.system_prompt)
+
+    async def _context_budget(self, model: str) -> int:
+        """Tokens for each provider's block: fixed, or sized by ``model``'s window."""
+        if self.context_budget is not None:
+            return self.context_budget
+        try:
+            window = await self.models.context_window(model)
+        except Exception:  # an unknown window costs the sizing, not the turn
+            log.warning("cannot learn the context window of %s", model, exc_info=True)
+            window = None
+        return context_budget(window)
 
     async def _loop(
         self,

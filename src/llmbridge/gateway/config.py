@@ -293,6 +293,9 @@ class ModelRoute(_Strict):
     """Override the backend's report of whether this model can call tools."""
     max_tokens: int | None = Field(None, gt=0)
     """The most output tokens to ask of this model; larger requests are clamped."""
+    context_length: int | None = Field(None, gt=0)
+    """The model's context window in tokens, when its backend does not report it (or
+    reports it wrong); the agent sizes its domain context from it."""
     fallbacks: tuple[FallbackTarget, ...] = ()
     """Tried in order when this route's backend fails before answering."""
 
@@ -318,8 +321,10 @@ class AgentConfig(_Strict):
     """The model of turns that name none; ``None``: the default backend's model."""
     history_budget: int = Field(3000, ge=0)
     """Tokens of conversation history (pins, summaries, messages) sent per turn."""
+    summaries: bool = True
+    """Summarise older exchanges of long sessions in the background."""
     summary_model: str | None = None
-    """Summarise long sessions in the background with this model (``None``: off)."""
+    """The model that writes summaries; ``None``: each session's own model."""
     web_search: bool | None = None
     """Offer the ``web_search`` tool (Tavily); ``None``: when ``TAVILY_API_KEY`` is set."""
     max_document_bytes: int = Field(2_000_000, gt=0)

@@ -45,6 +45,7 @@ from llmbridge.agent.api import (
     PinIn,
     SessionIn,
     SessionPatch,
+    SummaryIn,
     document_view,
     hit_view,
     message_view,
@@ -434,6 +435,26 @@ async def list_summaries(request: Request) -> Response:
     return _json({"summaries": [summary_view(s) for s in summaries]})
 
 
+async def create_summary(request: Request) -> Response:
+    """Summarise the session's older messages now (the body, ``{"model"?}``, may be
+    left out): 201 with ``{"summary": ...}``, or 200 with ``{"summary": null}`` when
+    everything but the last exchange is summarised already."""
+    runtime, owner = _runtime(request)
+    raw: Any = {}
+    if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
+        raw = await _body(request)
+    body = parse(SummaryIn, raw)
+    summary = await runtime.service.summarise(
+        request.path_params["session_id"],
+        owner=owner,
+        model=body.model,
+        default_model=runtime.model_for,
+    )
+    if summary is None:
+        return _json({"summary": None})
+    return _json({"summary": summary_view(summary)}, 201)
+
+
 # -- documents ------------------------------------------------------------------------
 
 
@@ -619,6 +640,7 @@ routes = [
     _route(_SESSION + "/pins", list_pins, "GET"),
     _route(_SESSION + "/pins/{pin_id:int}", delete_pin, "DELETE"),
     _route(_SESSION + "/summaries", list_summaries, "GET"),
+    _route(_SESSION + "/summaries", create_summary, "POST"),
     _route("/agent/documents", create_document, "POST"),
     _route("/agent/documents", list_documents, "GET"),
     _route("/agent/documents/search", search_documents, "GET"),
