@@ -1,7 +1,7 @@
 """Tool calling for models that have none: one JSON decision (seed 000).
 
 A backend model without native tools (the embedded model; an Ollama model whose
-capabilities lack ``tools``; later, OpenCode) is asked a single question: given the
+capabilities lack ``tools``; OpenCode) is asked a single question: given the
 tools, the system context and the recent conversation, reply with one JSON object,
 either ``tool_call`` (a tool name and arguments), ``answer`` (an answer from a tool
 result) or ``chat`` (a conversational reply). The decision becomes the neutral events
@@ -10,15 +10,16 @@ of a real tool call or of a text reply, so every dialect's client gets real tool
 The decision is read while it is generated (``json_stream.FieldStreamer``): the text
 of an ``answer`` or ``chat`` streams to the client as the backend writes it, decoded
 from its JSON string; a tool call is held back and emitted once, complete.
-``ResponseStart`` waits for the first output, so a decision that fails before any
-still ends in a fallback or in an error before the first event.
+``ResponseStart`` waits for the first output, so an unusable decision can still end
+in a fallback, and a failure before any output in an error before the first event
+(an HTTP error status, not an in-stream error).
 
 Parsing tolerates code fences and prose around the JSON. A tool name spelt like one
 offered but for case and separators (``GetTime``) is that tool; a tool that was never
 offered becomes ``unknown`` (the seed's rule, so the client can say so). Arguments are
 healed and checked against the tool's schema with the same code as every other tool
-call (``tool_healing``); keys a schema with ``additionalProperties: false`` forbids
-are dropped.
+call (``tool_healing``); keys the tool does not declare are dropped unless its schema
+allows others.
 
 An agent loop must end (issue 12, item 2). When the conversation ends with tool
 results, the decision prompt shows them as the results of the current request
@@ -331,10 +332,13 @@ def _offered(name: object, tools: Sequence[ToolDefinition]) -> ToolDefinition | 
 
 
 def _allowed(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """``arguments`` without the keys the tool's schema forbids: small models invent
-    parameters (often copied from the prompt's examples) that the client would reject."""
+    """``arguments`` without the keys the tool does not declare. Small models invent
+    parameters, often copied from the prompt's examples, that the client would reject
+    or misread. A schema that declares no ``properties``, or allows others
+    (``additionalProperties`` true or a schema), keeps every key. (``false`` alone
+    cannot be the test: the Ollama client drops ``additionalProperties`` from tools.)"""
     properties = schema.get("properties")
-    if schema.get("additionalProperties") is not False or not isinstance(properties, dict):
+    if not isinstance(properties, dict) or schema.get("additionalProperties") not in (None, False):
         return arguments
     extra = [key for key in arguments if key not in properties]
     if extra:
