@@ -58,6 +58,7 @@ from llmbridge.core.request import (
     ThinkingConfig,
 )
 from llmbridge.core.response import StopReason
+from tests.embedded_reference import direct_reply
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -233,20 +234,29 @@ async def test_stream_follows_the_event_grammar(backend: EmbeddedBackend) -> Non
     assert timings.load_ns == 0  # loaded by start()
 
 
+_STOP_REASONS = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}
+
+
 @pytest.mark.embedded
-async def test_answers_a_simple_question(backend: EmbeddedBackend) -> None:
-    # With the template's built-in system prompt SmolLM2 rambles; with any system
-    # prompt of our own it answers.
+async def test_answers_as_the_model_called_directly_does(backend: EmbeddedBackend) -> None:
+    # What the model knows depends on the CPU and the llama.cpp build (issue 12): the
+    # answer must be the one the same model gives in this process, whatever it says.
+    system, question = "You are a helpful assistant.", "What is the capital of France?"
     request = ChatRequest(
         model="smollm2",
         messages=(
-            Message("system", (TextPart("You are a helpful assistant."),)),
-            Message("user", (TextPart("What is the capital of France?"),)),
+            Message("system", (TextPart(system),)),
+            Message("user", (TextPart(question),)),
         ),
         params=GenerationParams(max_tokens=16, temperature=0.0),
     )
     response = await accumulate(backend.chat(request))
-    assert "Paris" in response.message.text
+    direct = direct_reply(
+        [{"role": "system", "content": system}, {"role": "user", "content": question}],
+        max_tokens=16,
+    )
+    assert direct.text and response.message.text == direct.text
+    assert response.stop_reason == _STOP_REASONS[direct.finish_reason]
 
 
 @pytest.mark.embedded
@@ -267,12 +277,17 @@ async def test_accumulated_reply_matches_the_stream_at_temperature_zero(
 
 
 @pytest.mark.embedded
-async def test_end_of_turn_stops_before_max_tokens(backend: EmbeddedBackend) -> None:
-    request = chat_request("Reply with only the word yes.", max_tokens=64)
-    response = await accumulate(backend.chat(request))
-    assert response.stop_reason == StopReason.END_TURN
-    assert response.usage.output_tokens is not None
-    assert 0 < response.usage.output_tokens < 64
+async def test_stop_reason_and_usage_are_the_models(backend: EmbeddedBackend) -> None:
+    # Whether the model ends its turn within 64 tokens is its own affair (it varies
+    # with the CPU); the backend must report what happened: end of turn or the limit,
+    # and the tokens generated, as the same model called directly reports them.
+    question = "Reply with only the word yes."
+    response = await accumulate(backend.chat(chat_request(question, max_tokens=64)))
+    direct = direct_reply([{"role": "user", "content": question}], max_tokens=64)
+    assert response.message.text == direct.text
+    assert response.stop_reason == _STOP_REASONS[direct.finish_reason]
+    assert response.usage.output_tokens == direct.completion_tokens
+    assert response.usage.output_tokens is not None and 0 < response.usage.output_tokens <= 64
 
 
 @pytest.mark.embedded
