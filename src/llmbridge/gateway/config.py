@@ -485,7 +485,6 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
             raise ConfigError("'agent' must be a mapping of agent settings")
         raw["agent"] = {**agent, "database": overrides["db"]}
     _apply_opencode_overrides(raw, overrides)
-    _apply_embedded_overrides(raw, overrides)
     shortcuts: tuple[tuple[str, str | None, str | None], ...] = (
         ("ollama", overrides.get("ollama_url"), None),
         ("openai", overrides.get("openai_url"), overrides.get("openai_key")),
@@ -501,6 +500,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
             entry["api_key"] = api_key
         backends[kind] = entry
         raw["default_backend"] = kind
+    _apply_embedded_overrides(raw, overrides)  # last: a shortcut replaces the default
 
 
 _EMBEDDED_OVERRIDES = {
