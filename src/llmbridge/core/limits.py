@@ -29,6 +29,7 @@ __all__ = [
     "ENCODER_MAX_DEPTH",
     "INT_RANGE",
     "RequestLimits",
+    "check_conversation_counts",
     "check_count",
     "check_encodable",
     "count_error",
@@ -109,6 +110,19 @@ def check_count(items: object, limit: int, *, path: str, setting: str, noun: str
     the type checks that follow)."""
     if isinstance(items, list) and len(items) > limit:
         raise count_error(path, len(items), limit, setting, noun)
+
+
+def check_conversation_counts(body: dict[str, Any], limits: RequestLimits) -> list[Any]:
+    """The ``messages`` and ``tools`` count limits every chat dialect shares; returns
+    the messages (empty when absent or not a list) for the dialect's own part count."""
+    messages = body.get("messages")
+    check_count(
+        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
+    )
+    check_count(
+        body.get("tools"), limits.max_tools, path="tools", setting="max_tools", noun="tools"
+    )
+    return messages if isinstance(messages, list) else []
 
 
 def check_encodable(value: Any, path: str, max_depth: int = DEFAULT_LIMITS.max_json_depth) -> None:

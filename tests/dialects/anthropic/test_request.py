@@ -236,9 +236,7 @@ def test_tools_keep_their_extra_fields() -> None:
         name="Bash",
         description="Run a command",
         input_schema={"type": "object", "properties": {"command": {"type": "string"}}},
-        provider_details={
-            "anthropic": {"cache_control": {"type": "ephemeral"}, "strict": True}
-        },
+        provider_details={"anthropic": {"cache_control": {"type": "ephemeral"}, "strict": True}},
     )
     assert req.tools[1].provider_details == {
         "anthropic": {"type": "web_search_20250305", "max_uses": 5}

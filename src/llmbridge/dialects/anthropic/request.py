@@ -42,7 +42,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
-from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits, check_count, count_error
+from llmbridge.core.limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_conversation_counts,
+    check_count,
+    count_error,
+)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -158,15 +164,10 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
     """The count limits, checked before validation so an oversized body costs little."""
     if not isinstance(body, dict):
         return
-    messages = body.get("messages")
-    check_count(
-        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
-    )
-    tools = body.get("tools")
-    check_count(tools, limits.max_tools, path="tools", setting="max_tools", noun="tools")
+    messages = check_conversation_counts(body, limits)
     most = limits.max_parts_per_message
     check_count(body.get("system"), most, path="system", setting=_PARTS, noun="blocks")
-    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+    for index, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue

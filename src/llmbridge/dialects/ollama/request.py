@@ -19,6 +19,7 @@ from llmbridge.core.ids import new_id
 from llmbridge.core.limits import (
     DEFAULT_LIMITS,
     RequestLimits,
+    check_conversation_counts,
     check_count,
     check_encodable,
     count_error,
@@ -197,13 +198,7 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
     """Count limits, checked before validation so an oversized body costs little."""
     if not isinstance(body, dict):
         return
-    messages = body.get("messages")
-    check_count(
-        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
-    )
-    tools = body.get("tools")
-    check_count(tools, limits.max_tools, path="tools", setting="max_tools", noun="tools")
-    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+    for index, message in enumerate(check_conversation_counts(body, limits)):
         parts = message_weight(message, _PART_KEYS) - 1
         if parts > limits.max_parts_per_message:
             where = f"messages.{index}"

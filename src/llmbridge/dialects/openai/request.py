@@ -18,7 +18,7 @@ from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.limits import (
     DEFAULT_LIMITS,
     RequestLimits,
-    check_count,
+    check_conversation_counts,
     check_encodable,
     count_error,
 )
@@ -235,12 +235,7 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
             param="messages",
             code="empty_array",
         )
-    check_count(
-        messages, limits.max_messages, path="messages", setting="max_messages", noun="messages"
-    )
-    tools = body.get("tools")
-    check_count(tools, limits.max_tools, path="tools", setting="max_tools", noun="tools")
-    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+    for index, message in enumerate(check_conversation_counts(body, limits)):
         if message_weight(message, _PART_KEYS) - 1 > limits.max_parts_per_message:
             raise count_error(
                 f"messages.{index}",
