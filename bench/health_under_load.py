@@ -127,7 +127,7 @@ async def _probe(http: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> 
 async def _post_repeatedly(
     http: aiohttp.ClientSession, url: str, raw: bytes, seconds: float
 ) -> list[tuple[int, float]]:
-    results = []
+    results: list[tuple[int, float]] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline or not results:
         started = time.perf_counter()
