@@ -140,6 +140,15 @@ def test_retry_after_is_parsed_in_both_forms() -> None:
     assert delay is not None and 25 <= delay <= 31
 
 
+def test_retry_after_in_digits_other_than_ascii_is_ignored() -> None:
+    # str.isdigit() is true for "²" and "١٢٠" (Arabic-Indic), which float() refuses
+    # or misreads: neither is delta-seconds (RFC 9110 10.2.3 says DIGIT, i.e. ASCII).
+    assert parse_retry_after("²") is None
+    assert parse_retry_after("1²") is None
+    assert parse_retry_after("١٢٠") is None
+    assert parse_retry_after(" 7 ") == 7.0
+
+
 # -- the faults ------------------------------------------------------------------------
 
 

@@ -52,7 +52,8 @@ class AnthropicBackend(Backend):
         await self._http.aclose()
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        body = dialect.encode_chat_request(replace(request, stream=True))
+        # Encoded off the event loop when the request is large (backends/http.py).
+        body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
         async with self._http.stream("/v1/messages", body) as chunks:
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event

@@ -48,7 +48,8 @@ class OllamaBackend(Backend):
     async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         # Always stream from the backend: a non-streaming reply is the gateway's
         # accumulation of the same events, so both paths behave identically.
-        body = dialect.encode_chat_request(replace(request, stream=True))
+        # Encoded off the event loop when the request is large (backends/http.py).
+        body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
         async with self._http.stream("/api/chat", body) as chunks:
             async for event in dialect.decode_chat_stream(dialect.split_ndjson_lines(chunks)):
                 yield event

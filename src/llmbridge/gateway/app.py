@@ -81,6 +81,7 @@ def build_backend(name: str, config: BackendConfig, server: ServerConfig | None 
         read=config.read_timeout,
         total=config.total_timeout,
         max_connections=config.max_connections,
+        offload_bytes=(server or ServerConfig()).limits.offload_bytes,
     )
     if config.type == "anthropic":
         import os

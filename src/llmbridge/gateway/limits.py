@@ -54,20 +54,32 @@ def _limits(limits: RequestLimits | int) -> RequestLimits:
     return RequestLimits(max_body_bytes=limits)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, or a 413 naming ``server.max_body_bytes``."""
+async def read_body(request: Request, limit: int) -> bytes | bytearray:
+    """The raw body, or a 413 naming ``server.max_body_bytes``.
+
+    A body that arrives in one piece is that piece. A longer one is gathered into a
+    ``bytearray`` as it arrives, not joined at the end: joining 32 MB is one call that
+    held the event loop 20-100 ms (a fresh allocation, then a copy), where each append
+    takes microseconds (issue 13, ``bench/health_under_load.py``)."""
     declared = request.headers.get("content-length")
     # isascii(): str.isdigit() is true for superscript digits, which int() refuses.
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise size_error("request body", int(declared), limit, "server.max_body_bytes")
-    chunks: list[bytes] = []
+    first = b""
+    gathered: bytearray | None = None
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise size_error("request body", None, limit, "server.max_body_bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if gathered is not None:
+            gathered += chunk
+        elif first:
+            gathered = bytearray(first)
+            gathered += chunk
+        else:
+            first = chunk
+    return first if gathered is None else gathered
 
 
 async def read_json(request: Request, limits: RequestLimits | int) -> Any:
@@ -91,15 +103,15 @@ async def read_chat(
 
 
 def _parse_and_decode(
-    raw: bytes, limits: RequestLimits, decode: Callable[[Any, RequestLimits], T]
+    raw: bytes | bytearray, limits: RequestLimits, decode: Callable[[Any, RequestLimits], T]
 ) -> T:
     return decode(parse_json(raw, limits), limits)
 
 
-def parse_json(raw: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> Any:
+def parse_json(raw: bytes | bytearray, limits: RequestLimits = DEFAULT_LIMITS) -> Any:
     """``raw`` parsed, after ``scan_json``; a 400 for what is not JSON, naming the
     field where a number is infinite (``1e999``)."""
-    if not raw.strip():
+    if not raw or raw.isspace():  # not raw.strip(), which copies a bytearray whole
         raise InvalidRequestError("request body is empty; expected a JSON object")
     scan_json(raw, limits)
     try:
@@ -110,7 +122,7 @@ def parse_json(raw: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> Any:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
 
 
-def _name_the_infinite_number(raw: bytes, limits: RequestLimits) -> None:
+def _name_the_infinite_number(raw: bytes | bytearray, limits: RequestLimits) -> None:
     """Raise the 400 that names where ``raw`` holds a number too large for a double."""
     try:
         # The standard library reads 1e999 as inf and 10**400 as an int: both are
@@ -121,7 +133,7 @@ def _name_the_infinite_number(raw: bytes, limits: RequestLimits) -> None:
     check_encodable(value, "", limits.max_json_depth)
 
 
-def scan_json(raw: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> None:
+def scan_json(raw: bytes | bytearray, limits: RequestLimits = DEFAULT_LIMITS) -> None:
     """Check the nesting depth and the number of items of the JSON text ``raw``
     before it is parsed: a 400 naming ``max_json_depth`` or ``max_json_items``.
 
@@ -168,7 +180,7 @@ def scan_json(raw: bytes, limits: RequestLimits = DEFAULT_LIMITS) -> None:
         candidate = (quote + 1, pos - 1) if depth == 1 else None
 
 
-def _string_end(raw: bytes, pos: int) -> int:
+def _string_end(raw: bytes | bytearray, pos: int) -> int:
     """The index after the closing quote of the string whose text starts at ``pos``."""
     find = raw.find
     while True:
@@ -183,7 +195,7 @@ def _string_end(raw: bytes, pos: int) -> int:
         pos = close + 1
 
 
-def _deep(raw: bytes, key: str, limits: RequestLimits) -> InvalidRequestError:
+def _deep(raw: bytes | bytearray, key: str, limits: RequestLimits) -> InvalidRequestError:
     """The depth error, naming the deep field's whole path where the body is small
     enough to parse for it (orjson reads up to 1024 levels), else its top-level key."""
     if len(raw) <= _FALLBACK_PARSE_BYTES:

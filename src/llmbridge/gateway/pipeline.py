@@ -32,6 +32,7 @@ from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, Strea
 from llmbridge.core.limits import RequestLimits
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_size import larger_than
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER, apply_thinking_policy, can_think
@@ -321,7 +322,12 @@ async def serve_chat(
         if isinstance(first, ResponseStart):
             tokens = first.input_tokens
             if tokens is None and codec.announces_input_tokens:
-                tokens = count_request_tokens(chat)  # Anthropic's message_start estimate
+                # Anthropic's message_start estimate, a word count over the whole
+                # prompt: off the event loop for a large one (core/request_size.py).
+                if larger_than(chat, state.limits.offload_bytes):
+                    tokens = await asyncio.to_thread(count_request_tokens, chat)
+                else:
+                    tokens = count_request_tokens(chat)
             first = replace(first, model=chat.model, input_tokens=tokens)
         return first
 
