@@ -52,7 +52,8 @@ def gateway_over_opencode(
     sock = RunningServer.reserve()
     port = sock.getsockname()[1]
     settings: dict[str, Any] = {
-        "server": {"port": port},
+        # health_cache_s 0: the tests read /health right after killing the server.
+        "server": {"port": port, "health_cache_s": 0},
         "backends": {
             **{name: {"type": "scripted"} for name in others},
             "opencode": {

@@ -48,7 +48,10 @@ def server(backend: EmbeddedBackend) -> Iterator[RunningServer]:
     # retries: 0, so that a crash before the reply's first token shows as the 503 the
     # backend reports (with the default one retry, the gateway would serve it again on
     # the new worker, which is what a user wants, and not what this test looks at).
-    with running_gateway({"embedded": backend}, resilience={"retries": 0}) as running:
+    # health_cache_s 0: /health is read right after a crash, and must show it.
+    with running_gateway(
+        {"embedded": backend}, resilience={"retries": 0}, server={"health_cache_s": 0}
+    ) as running:
         yield running
 
 

@@ -9,10 +9,13 @@ well-behaved client can be one.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +23,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from llmbridge.backends.base import BackendHealth
 from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
@@ -274,6 +278,57 @@ def test_health_without_keys_configured_gives_the_details(scripted: ScriptedBack
     with running_gateway({"dead": _dead_backend()}, server={"api_keys": [KEY]}) as gateway:
         down = httpx.get(f"{gateway.url}/health")
     assert down.status_code == 503 and down.json() == {"status": "down"}
+
+
+class _CountedProbes(ScriptedBackend):
+    """A scripted backend whose health probe counts its calls and can be held open."""
+
+    def __init__(self) -> None:
+        super().__init__("counted")
+        self.probes = 0
+        self.gate = threading.Event()
+        self.gate.set()
+
+    async def health(self) -> BackendHealth:
+        self.probes += 1
+        # The gate is set from the test's thread, not the server's loop.
+        await asyncio.to_thread(self.gate.wait, 10)
+        return BackendHealth(ok=True, detail="probed")
+
+
+def test_health_reuses_a_probe_for_health_cache_s() -> None:
+    backend = _CountedProbes()
+    with running_gateway({"counted": backend}, server={"health_cache_s": 3600}) as gateway:
+        bodies = [httpx.get(f"{gateway.url}/health").json() for _ in range(5)]
+    assert backend.probes == 1
+    assert all(b["backends"]["counted"]["detail"] == "probed" for b in bodies)
+
+
+def test_health_probes_every_time_with_health_cache_s_zero() -> None:
+    backend = _CountedProbes()
+    with running_gateway({"counted": backend}, server={"health_cache_s": 0}) as gateway:
+        for _ in range(3):
+            assert httpx.get(f"{gateway.url}/health").status_code == 200
+    assert backend.probes == 3
+
+
+def test_callers_during_a_probe_share_it() -> None:
+    backend = _CountedProbes()
+    backend.gate.clear()  # the probe waits until every caller has arrived
+    with (
+        running_gateway({"counted": backend}, server={"health_cache_s": 0}) as gateway,
+        concurrent.futures.ThreadPoolExecutor(8) as pool,
+    ):
+        calls = [pool.submit(httpx.get, f"{gateway.url}/health") for _ in range(8)]
+        for _ in range(500):  # bounded wait for the first probe to start
+            if backend.probes:
+                break
+            time.sleep(0.01)
+        time.sleep(0.3)  # let the other callers arrive while the probe is held
+        backend.gate.set()
+        statuses = [call.result(timeout=10).status_code for call in calls]
+    assert statuses == [200] * 8
+    assert backend.probes < 8
 
 
 # -- a backend that trickles: the total deadline ----------------------------------------

@@ -11,6 +11,7 @@ backend and serves any model name. Example file::
       max_header_bytes: 65536         # 431 above; with max_headers: 100 fields
       header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
       body_timeout: 60                # seconds for the body, then 408
+      health_cache_s: 1               # /health reuses a backend probe this long
       limits:                         # per request (docs/RELIABILITY.md, "Limits")
         max_messages: 10000           # 400 above each of these
         max_tools: 512
@@ -138,6 +139,11 @@ class ServerConfig(_Strict):
     the headers; then 408 and the connection is closed."""
     body_timeout: float = Field(60.0, gt=0)
     """Seconds from the end of the headers to the end of the body; then 408."""
+    health_cache_s: float = Field(1.0, ge=0)
+    """How long ``/health`` reuses a backend's last probe (0: probe on every call).
+    Load balancers poll it often and anyone may call it: probing each backend on
+    every call would pass that load on, and make ``/health`` as slow as the busiest
+    backend."""
 
 
 class EmbeddedBackendConfig(_Strict):

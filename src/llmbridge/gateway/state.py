@@ -12,6 +12,7 @@ from llmbridge.backends.base import Backend
 from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.auth import KeyChecker
 from llmbridge.gateway.config import GatewayConfig
+from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.router import ModelRouter
 
@@ -36,10 +37,13 @@ class GatewayState:
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""
+    health: HealthProbes = field(init=False)
+    """The backends' probes for ``/health``, each reused for ``server.health_cache_s``."""
 
     def __post_init__(self) -> None:
         server = self.config.server
         self.limits = server.limits.request_limits(server.max_body_bytes)
+        self.health = HealthProbes(server.health_cache_s)
 
     @property
     def max_body(self) -> int:

@@ -18,7 +18,6 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from llmbridge import __version__
-from llmbridge.backends.base import Backend, BackendHealth
 from llmbridge.core.errors import AuthenticationError
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
@@ -26,8 +25,6 @@ from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_json
 from llmbridge.gateway.state import state_of
 
 __all__ = ["routes"]
-
-_HEALTH_TIMEOUT = 5.0
 
 
 async def root(request: Request) -> Response:
@@ -40,15 +37,6 @@ async def hello(request: Request) -> Response:
     # (shared/reference/captured/README.md): an empty 200, as for "HEAD /" (GET too,
     # so the probe can be tried by hand).
     return Response(status_code=200)
-
-
-async def _probe(backend: Backend) -> BackendHealth:
-    try:
-        return await asyncio.wait_for(backend.health(), _HEALTH_TIMEOUT)
-    except TimeoutError:
-        return BackendHealth(ok=False, detail=f"no answer within {_HEALTH_TIMEOUT:g}s")
-    except Exception as exc:  # noqa: BLE001 - a failing probe is a result, not an error
-        return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
 
 
 def _may_see_details(request: Request) -> bool:
@@ -64,7 +52,7 @@ async def health(request: Request) -> Response:
     reachable. Without a valid key (when keys are configured), the status alone."""
     state = state_of(request)
     names = list(state.backends)
-    results = await asyncio.gather(*(_probe(state.backends[n]) for n in names))
+    results = await asyncio.gather(*(state.health.probe(n, state.backends[n]) for n in names))
     any_ok = any(r.ok for r in results)
     status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
     code = 200 if any_ok else 503
