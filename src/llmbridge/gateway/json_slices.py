@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["CHUNK_BYTES", "loads_in_slices"]
+__all__ = ["CHUNK_BYTES", "loads_in_slices", "string_end"]
 
 CHUNK_BYTES = 64 * 1024
 """Array elements are parsed together up to about this many bytes (well under a
@@ -112,7 +112,7 @@ def _layout(raw: bytes | bytearray) -> list[_Member]:
                 return scanner.members
         if quote < 0:
             break
-        pos = _string_end(raw, quote + 1)
+        pos = string_end(raw, quote + 1)
         if pos < 0:
             raise _Irregular  # unterminated: the whole parse reports it
         scanner.string((quote, pos))
@@ -220,7 +220,7 @@ def _expect_only_whitespace(raw: bytes | bytearray, pos: int) -> None:
         raise _Irregular
 
 
-def _string_end(raw: bytes | bytearray, pos: int) -> int:
+def string_end(raw: bytes | bytearray, pos: int) -> int:
     """The index after the closing quote of the string whose text starts at ``pos``."""
     find = raw.find
     while True:

@@ -34,7 +34,7 @@ from llmbridge.core.limits import (
     depth_error,
     size_error,
 )
-from llmbridge.gateway.json_slices import loads_in_slices
+from llmbridge.gateway.json_slices import loads_in_slices, string_end
 
 __all__ = ["parse_json", "read_body", "read_chat", "read_json", "scan_json"]
 
@@ -43,7 +43,6 @@ T = TypeVar("T")
 _BRACKETS = b"[]{}"
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
 _OPENERS = frozenset(b"[{")
-_BACKSLASH = 0x5C
 _FALLBACK_PARSE_BYTES = 1024 * 1024
 """Bodies up to this size that orjson refuses for an infinite number are parsed again
 with the standard library (which reads ``1e999`` as infinity) to name the field."""
@@ -184,25 +183,10 @@ def scan_json(raw: bytes | bytearray, limits: RequestLimits = DEFAULT_LIMITS) ->
                 raise _items_error(max_items)
         if quote < 0:
             return
-        pos = _string_end(raw, quote + 1)
+        pos = string_end(raw, quote + 1)
         if pos < 0:
             return  # an unterminated string: the parser says so
         candidate = (quote + 1, pos - 1) if depth == 1 else None
-
-
-def _string_end(raw: bytes | bytearray, pos: int) -> int:
-    """The index after the closing quote of the string whose text starts at ``pos``."""
-    find = raw.find
-    while True:
-        close = find(b'"', pos)
-        if close < 0:
-            return -1
-        back = close - 1
-        while raw[back] == _BACKSLASH:
-            back -= 1
-        if (close - 1 - back) % 2 == 0:  # an even run of backslashes escapes nothing
-            return close + 1
-        pos = close + 1
 
 
 def _deep(raw: bytes | bytearray, key: str, limits: RequestLimits) -> InvalidRequestError:
