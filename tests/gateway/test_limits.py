@@ -332,3 +332,15 @@ def test_generate_images_are_checked_too(gateway: RunningServer) -> None:
     body = {"model": "scripted", "prompt": "look", "images": ["abc"], "stream": False}
     message = error(Dialect.OLLAMA, post(gateway, "/api/generate", body))
     assert message == "images.0: illegal base64 data at input byte 3"
+
+
+def test_an_ollama_image_that_only_looks_like_a_data_url_is_a_400(gateway: RunningServer) -> None:
+    # "data:" without ";base64," is no data URL: checked whole, as the decoder reads it,
+    # never as an empty payload that passes.
+    content = {"role": "user", "content": "look", "images": ["data:not base64 !!"]}
+    message = error(
+        Dialect.OLLAMA, post(gateway, "/api/chat", body_for(Dialect.OLLAMA, messages=[content]))
+    )
+    assert message == "messages.0.images.0: illegal base64 data at input byte 4"
+    url = {"role": "user", "content": "look", "images": [f"data:image/png;base64,{PNG}"]}
+    assert post(gateway, "/api/chat", body_for(Dialect.OLLAMA, messages=[url])).status_code == 200

@@ -11,9 +11,18 @@ from __future__ import annotations
 import binascii
 import re
 
-__all__ = ["first_bad_base64_byte", "is_base64"]
+__all__ = ["first_bad_base64_byte", "is_base64", "split_base64_data_url"]
 
 _ALPHABET = re.compile(r"[^A-Za-z0-9+/=]")
+
+
+def split_base64_data_url(url: str) -> tuple[str | None, str] | None:
+    """``(media type, payload)`` of a ``data:<type>[;params];base64,<payload>`` URL
+    (RFC 2397; the media type ``None`` when empty), or ``None`` for anything else."""
+    header, comma, payload = url.partition(",")
+    if comma and header.startswith("data:") and header.endswith(";base64"):
+        return header[5:-7].split(";")[0] or None, payload
+    return None
 
 
 def is_base64(data: str, *, line_breaks: bool = False) -> bool:

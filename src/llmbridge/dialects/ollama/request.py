@@ -42,6 +42,7 @@ from llmbridge.core.request import (
     ThinkingConfig,
 )
 from llmbridge.core.tool_arguments import parse_tool_arguments
+from llmbridge.dialects.images import split_base64_data_url
 from llmbridge.dialects.ollama.types import (
     ChatMessage,
     ChatRequestBody,
@@ -329,10 +330,9 @@ def _decode_tool_call(call: ToolCall, path: str, limits: RequestLimits) -> ToolC
 
 def _image_part(image: str) -> ImagePart:
     media_type: str | None = None
-    if image.startswith("data:") and ";base64," in image:
-        # Ollama itself wants bare base64; accept a data URL from lenient clients.
-        header, image = image[5:].split(";base64,", 1)
-        media_type = header or None
+    # Ollama itself wants bare base64; accept a data URL from lenient clients.
+    if (parsed := split_base64_data_url(image)) is not None:
+        media_type, image = parsed
     if media_type is None:
         media_type = next((mt for sig, mt in _IMAGE_SIGNATURES if image.startswith(sig)), None)
     return ImagePart(data=image, media_type=media_type)

@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from llmbridge.core.response import StopReason, Timings, Usage
-from llmbridge.dialects.images import first_bad_base64_byte, is_base64
+from llmbridge.dialects.images import first_bad_base64_byte, is_base64, split_base64_data_url
 
 __all__ = [
     "THINK_LEVELS",
@@ -76,7 +76,10 @@ WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
 def _check_image(value: str) -> str:
     # Ollama's Go decoder reads ``images`` as []byte, so bad base64 is a 400 there, in
     # these words; data URLs are accepted from lenient clients (``request._image_part``).
-    data = value.partition(";base64,")[2] if value.startswith("data:") else value
+    # The same reading as the decoder's: a "data:" string that is not a base64 data
+    # URL is checked whole (and fails), never let through as an empty payload.
+    parsed = split_base64_data_url(value)
+    data = value if parsed is None else parsed[1]
     if not is_base64(data, line_breaks=True):
         raise PydanticCustomError(
             "base64",

@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.dialects.images import is_base64
+from llmbridge.dialects.images import is_base64, split_base64_data_url
 from llmbridge.dialects.validation import BodyErrors, validate_in_slices
 
 __all__ = [
@@ -112,8 +112,9 @@ class TextContentPart(_OpenAIModel):
 
 def _check_data_url(url: str) -> str:
     """A ``data:...;base64,`` URL must hold valid, non-empty base64 (OpenAI's 400s)."""
-    header, comma, payload = url.partition(",")
-    if comma and header.startswith("data:") and header.endswith(";base64"):
+    parsed = split_base64_data_url(url)
+    if parsed is not None:
+        payload = parsed[1]
         if not payload:
             raise PydanticCustomError(
                 "invalid_base64",
