@@ -236,9 +236,9 @@ class DocumentStore:
             raise DocumentTooLargeError(size, self.max_bytes)
 
     async def _prepare(self, content: str, chunk_tokens: int) -> tuple[str, PreparedIndex]:
-        self.check_size(content)
-        content = storable_text(content)
-        return content, await asyncio.to_thread(prepare_index, content, chunk_tokens)
+        """The content as stored, and its index, made in a worker thread (both walk the
+        whole text)."""
+        return await asyncio.to_thread(_storable_and_indexed, content, chunk_tokens)
 
     async def add(
         self,
@@ -250,6 +250,7 @@ class DocumentStore:
         owner: str | None = None,
     ) -> int:
         """Store and index a document; returns its id."""
+        self.check_size(content)
         content, prepared = await self._prepare(content, chunk_tokens)
         async with self.store.writing() as db:
             document = Document(
@@ -512,3 +513,8 @@ def _bm25(
         norm = tf + BM25_K1 * (1 - BM25_B + BM25_B * length / average)
         scores[chunk_id] = scores.get(chunk_id, 0.0) + idf * tf * (BM25_K1 + 1) / norm
     return scores
+
+
+def _storable_and_indexed(content: str, chunk_tokens: int) -> tuple[str, PreparedIndex]:
+    content = storable_text(content)
+    return content, prepare_index(content, chunk_tokens)

@@ -45,10 +45,6 @@ class SessionLocks:
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
 
-    def __len__(self) -> int:
-        """Sessions with a turn running or waiting."""
-        return len(self._entries)
-
     @asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[None]:
         """Hold ``session_id``'s lock (waiting for the turns before it)."""

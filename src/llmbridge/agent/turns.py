@@ -67,10 +67,6 @@ class TurnGate:
         self._busy.pop(key, None)
         self._idle_event(key).set()
 
-    def busy(self, model: str) -> int:
-        """Turns in flight on ``model``'s backend."""
-        return self._busy.get(self.key(model), 0)
-
     async def wait_idle(self, model: str) -> None:
         """Return once no turn is in flight on ``model``'s backend."""
         key = self.key(model)

@@ -219,10 +219,12 @@ class EmbeddedBackend(Backend):
                 texts: list[str] = []
                 done: dict[str, Any] | None = None
                 for item in await call.batch():
+                    if isinstance(item, tuple):  # a token: the hot path, checked first
+                        texts.append(item[1])
+                        continue
                     message = raise_failure(item)
-                    if isinstance(message, tuple):
-                        texts.append(message[1])
-                    elif message.get("op") == "started":
+                    assert isinstance(message, dict)  # tokens were taken above
+                    if message.get("op") == "started":
                         prompt_tokens = message.get("prompt_tokens")
                         parts = PartsManager()
                         yield ResponseStart(

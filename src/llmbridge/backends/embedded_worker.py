@@ -351,7 +351,7 @@ class _Worker:
             group, count = llama.embed(
                 inputs[start:stop], normalize=True, truncate=True, return_count=True
             )
-            vectors.extend([float(x) for x in vector] for vector in group)
+            vectors.extend(group)  # lists of Python floats already (llama_cpp.Llama.embed)
             tokens += int(count)
             start = stop
         return vectors, tokens

@@ -158,10 +158,6 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-async def _close_session(session: aiohttp.ClientSession) -> None:
-    await session.close()
-
-
 def _encode_json(encode: Callable[[ChatRequest], object], request: ChatRequest) -> bytes:
     return orjson.dumps(encode(request))
 
@@ -231,7 +227,7 @@ class HTTPTransport:
         self.base_url = base_url.rstrip("/")
         self.settings = settings
         self._headers = headers or {}
-        self._sessions = LoopBound(self._new_session, _close_session)
+        self._sessions = LoopBound(self._new_session, aiohttp.ClientSession.close)
         self._timeout = aiohttp.ClientTimeout(
             # sock_connect, not connect: aiohttp's `connect` also covers waiting for a
             # free pooled connection, which made a burst beyond the pool size time out.

@@ -46,7 +46,6 @@ __all__ = [
     "RateLimitError",
     "RequestTimeoutError",
     "RequestTooLargeError",
-    "ToolDecisionError",
     "UnsupportedFeatureError",
 ]
 
@@ -198,12 +197,6 @@ class BackendProtocolError(BackendError):
     """The backend answered with something that is not valid in its dialect."""
 
     default_status = 502
-
-
-class ToolDecisionError(BackendProtocolError):
-    """Tool-call emulation got nothing usable: no decision, and no answer from the
-    fallbacks (features/tool_emulation.py). Ollama renders it in seed 000's shape, a
-    final chat frame with ``done_reason: "error"``."""
 
 
 class BackendHTTPError(BackendError):

@@ -199,14 +199,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     )
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    return error_response(dialect_for_path(request.url.path), exc, new_request_id())
-
-
-async def _bridge_error(request: Request, exc: Exception) -> Response:
-    # An LLMBridgeError no route caught (a 408 from BodyDeadline, say) is an answer,
-    # not a bug: rendered here it is not re-raised to uvicorn's traceback log as the
-    # catch-all Exception handler's would be.
+async def _render_error(request: Request, exc: Exception) -> Response:
     return error_response(dialect_for_path(request.url.path), exc, new_request_id())
 
 
@@ -291,8 +284,12 @@ def create_app(
         exception_handlers={
             HTTPException: _http_exception,
             ClientDisconnect: _client_disconnected,
-            LLMBridgeError: _bridge_error,
-            Exception: _unexpected,
+            # An LLMBridgeError no route caught (a 408 from BodyDeadline, say) is an
+            # answer, not a bug: under its own key starlette renders it in
+            # ExceptionMiddleware, and it is not re-raised to uvicorn's traceback log as
+            # the catch-all Exception entry (ServerErrorMiddleware) would be.
+            LLMBridgeError: _render_error,
+            Exception: _render_error,
         },
         lifespan=lifespan,
     )

@@ -54,13 +54,6 @@ time (``json_slices``): one ``orjson.loads`` of 32 MB, or of 500k items, holds t
 interpreter 54-64 ms even in a worker thread; a slice holds it well under 1 ms."""
 
 
-def _limits(limits: RequestLimits | int) -> RequestLimits:
-    """Routes that know only the size limit (``state.max_body``) get the defaults."""
-    if isinstance(limits, RequestLimits):
-        return limits
-    return RequestLimits(max_body_bytes=limits)
-
-
 async def read_body(request: Request, limit: int) -> bytes | bytearray:
     """The raw body, or a 413 naming ``server.max_body_bytes``.
 
@@ -89,13 +82,13 @@ async def read_body(request: Request, limit: int) -> bytes | bytearray:
     return first if gathered is None else gathered
 
 
-async def read_json(request: Request, limits: RequestLimits | int) -> Any:
+async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request body decoded as JSON, or a 400/413 ``LLMBridgeError``."""
-    limits = _limits(limits)
-    raw = await read_body(request, limits.max_body_bytes)
-    if len(raw) > limits.offload_bytes:
-        return await asyncio.to_thread(parse_json, raw, limits)
-    return parse_json(raw, limits)
+    return await read_chat(request, limits, _as_parsed)
+
+
+def _as_parsed(body: Any, limits: RequestLimits) -> Any:
+    return body
 
 
 async def read_chat(
@@ -106,7 +99,7 @@ async def read_chat(
     raw = await read_body(request, limits.max_body_bytes)
     if len(raw) > limits.offload_bytes:
         return await asyncio.to_thread(_parse_and_decode, raw, limits, decode)
-    return decode(parse_json(raw, limits), limits)
+    return _parse_and_decode(raw, limits, decode)
 
 
 def _parse_and_decode(

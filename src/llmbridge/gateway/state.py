@@ -45,10 +45,6 @@ class GatewayState:
         self.limits = server.limits.request_limits(server.max_body_bytes)
         self.health = HealthProbes(server.health_cache_s)
 
-    @property
-    def max_body(self) -> int:
-        return self.config.server.max_body_bytes
-
 
 def state_of(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.gateway

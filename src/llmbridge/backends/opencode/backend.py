@@ -131,12 +131,17 @@ class _Deadlines:
     seconds from the last event heard. Both within ``total``, when it is set.
     """
 
-    __slots__ = ("last_event", "sent", "timeouts")
+    __slots__ = ("idle_stage", "last_event", "prompt_stage", "sent", "timeouts", "total_stage")
 
     def __init__(self, timeouts: OpenCodeTimeouts, sent: float) -> None:
         self.timeouts = timeouts
         self.sent = sent
         self.last_event = sent
+        # Worded once: next() runs for every event, and the words are rarely needed.
+        self.idle_stage = f"sent nothing more for {timeouts.idle:g} s while replying"
+        self.prompt_stage = f"did not start its reply within {timeouts.prompt:g} s"
+        total = timeouts.total
+        self.total_stage = "" if total is None else f"did not finish its reply within {total:g} s"
 
     def heard(self, now: float) -> None:
         self.last_event = now
@@ -145,14 +150,11 @@ class _Deadlines:
         """Seconds left until the nearest deadline, and the timeout's wording."""
         t = self.timeouts
         if produced:
-            at = self.last_event + t.idle
-            stage = f"sent nothing more for {t.idle:g} s while replying"
+            at, stage = self.last_event + t.idle, self.idle_stage
         else:
-            at = self.sent + t.prompt
-            stage = f"did not start its reply within {t.prompt:g} s"
+            at, stage = self.sent + t.prompt, self.prompt_stage
         if t.total is not None and self.sent + t.total < at:
-            at = self.sent + t.total
-            stage = f"did not finish its reply within {t.total:g} s"
+            at, stage = self.sent + t.total, self.total_stage
         return at - now, stage
 
 

@@ -1,16 +1,15 @@
 """Errors in Ollama's shape: ``{"error": "<message>"}``, for HTTP bodies and in-stream lines.
 
 Ollama has no error types or codes; the HTTP status (chosen by the gateway from the
-error's class) carries the kind. A failed tool-call emulation also carries seed 000's
-final-frame fields (``done: true``, ``done_reason: "error"`` and the error as the
-assistant's message), for clients that read the body rather than the status.
+error's class) carries the kind. A failure after the reply began is seed 000's final
+frame instead (``done_reason: "error"``), written by ``stream.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmbridge.core.errors import LLMBridgeError, ToolDecisionError
+from llmbridge.core.errors import LLMBridgeError
 
 __all__ = ["error_body"]
 
@@ -22,11 +21,4 @@ def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:
     gateway sends it in a header instead.
     """
     del request_id  # part of the dialect contract; Ollama's body has no place for it
-    if isinstance(err, ToolDecisionError):
-        return {
-            "message": {"role": "assistant", "content": f"Error: {err.message}"},
-            "done": True,
-            "done_reason": "error",
-            "error": err.message,
-        }
     return {"error": err.message}

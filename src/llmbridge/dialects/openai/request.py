@@ -43,6 +43,7 @@ from llmbridge.core.request import (
     effort_for_budget,
 )
 from llmbridge.core.tool_arguments import parse_tool_arguments
+from llmbridge.dialects.images import split_base64_data_url
 from llmbridge.dialects.openai.response import encode_tool_call
 from llmbridge.dialects.openai.types import (
     AssistantMessage,
@@ -236,10 +237,11 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
             code="empty_array",
         )
     for index, message in enumerate(check_conversation_counts(body, limits)):
-        if message_weight(message, _PART_KEYS) - 1 > limits.max_parts_per_message:
+        parts = message_weight(message, _PART_KEYS) - 1
+        if parts > limits.max_parts_per_message:
             raise count_error(
                 f"messages.{index}",
-                message_weight(message, _PART_KEYS) - 1,
+                parts,
                 limits.max_parts_per_message,
                 "max_parts_per_message",
                 "content parts and tool calls",
@@ -336,10 +338,10 @@ def _decode_user_part(part: TextContentPart | ImageContentPart) -> Part:
     if isinstance(part, TextContentPart):
         return TextPart(part.text)
     url = part.image_url.url
-    header, comma, payload = url.partition(",")
-    if comma and header.startswith("data:") and header.endswith(";base64"):
-        media_type = header[5:-7].split(";")[0]
-        return ImagePart(data=payload, media_type=media_type or None)
+    parsed = split_base64_data_url(url)
+    if parsed is not None:
+        media_type, payload = parsed
+        return ImagePart(data=payload, media_type=media_type)
     return ImagePart(url=url)
 
 

@@ -151,7 +151,7 @@ def _runtime(request: Request) -> tuple[AgentRuntime, str | None]:
 
 
 async def _body(request: Request) -> Any:
-    return await read_json(request, state_of(request).max_body)
+    return await read_json(request, state_of(request).limits)
 
 
 def _check_parameters(request: Request) -> None:
