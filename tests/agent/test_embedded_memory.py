@@ -21,7 +21,7 @@ from llmbridge.agent.store import AgentStore
 from llmbridge.backends.base import Backend
 from llmbridge.gateway.app import build_backend
 from llmbridge.gateway.config import load_config
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
 
 pytestmark = pytest.mark.embedded
 

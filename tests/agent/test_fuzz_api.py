@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 
 from llmbridge.backends.scripted import ScriptedBackend
-from llmbridge.gateway.render import Dialect
+from llmbridge.web.render import Dialect
 from tests.agent.serving import agent_gateway, sse_events
 from tests.fuzz.agent_strategies import AGENT_REQUESTS, AgentCall
 from tests.fuzz.shapes import assert_error_shape, assert_no_traceback

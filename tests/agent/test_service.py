@@ -37,7 +37,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError, ModelNotFoundError
 from llmbridge.core.messages import ToolResultPart
 from llmbridge.gateway.config import GatewayConfig
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 

@@ -48,7 +48,7 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.config import AgentConfig, GatewayConfig
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
 from tests.agent.serving import agent_gateway
 
 SUMMARY_TEXT = "They counted turns."

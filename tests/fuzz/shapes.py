@@ -1,7 +1,7 @@
 """What every fuzzed reply must look like: errors in the caller's dialect, no traceback.
 
 Shared by ``test_schemathesis.py`` and ``test_dialect_requests.py``. The dialect of a
-path is the gateway's own rule (``gateway.render.dialect_for_path``); the shapes are
+path is the gateway's own rule (``web.render.dialect_for_path``); the shapes are
 those of ``dialects/*/errors.py``, checked strictly (no stray keys) so a body that an
 official client could not parse as an error fails here.
 """
@@ -16,7 +16,7 @@ import orjson
 
 from llmbridge.dialects.anthropic.errors import error_type_for_status
 from llmbridge.dialects.openai.errors import error_type
-from llmbridge.gateway.render import Dialect, dialect_for_path
+from llmbridge.web.render import Dialect, dialect_for_path
 
 __all__ = ["assert_error_shape", "assert_no_traceback", "dialect_for_path"]
 

@@ -39,7 +39,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic, ollama, openai
-from llmbridge.gateway.limits import parse_json
+from llmbridge.web.bodies import parse_json
 from tests.conftest import RunningServer
 from tests.fuzz.shapes import assert_error_shape, assert_no_traceback, dialect_for_path
 from tests.fuzz.strategies import BODIES, ENCODINGS, encode, mutated

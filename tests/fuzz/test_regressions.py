@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.gateway.render import Dialect
+from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer
 from tests.fuzz.shapes import assert_error_shape
 

@@ -48,10 +48,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from llmbridge.backends.scripted import ScriptedBackend
-from llmbridge.gateway.auth import OPEN_PATHS
 from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_document
-from llmbridge.gateway.render import Dialect
 from llmbridge.gateway.routes import anthropic, ollama, openai, system
+from llmbridge.web.auth import OPEN_PATHS
+from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, running_gateway
 from tests.fuzz.schemathesis_hooks import dialect_errors
 from tests.fuzz.shapes import assert_error_shape

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmbridge.gateway import json_slices
-from llmbridge.gateway.json_slices import loads_in_slices
+from llmbridge.web import json_slices
+from llmbridge.web.json_slices import loads_in_slices
 
 scalars = (
     st.none()

@@ -24,7 +24,7 @@ import pytest
 from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.scripted import ScriptedBackend
-from llmbridge.gateway.render import Dialect
+from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 from tests.fuzz.shapes import assert_error_shape
 from tests.upstream import Canned, FakeUpstream

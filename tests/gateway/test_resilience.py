@@ -22,7 +22,7 @@ from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError, BackendHTTPError, BackendUnavailableError
-from llmbridge.gateway.resilience import RetryPolicy, is_transient
+from llmbridge.serving.resilience import RetryPolicy, is_transient
 from tests.conftest import RunningServer, running_gateway
 from tests.upstream import Canned, FakeUpstream
 

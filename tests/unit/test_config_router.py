@@ -9,7 +9,7 @@ import pytest
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.core.errors import ModelNotFoundError
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
 
 
 def test_no_configuration_serves_everything_from_the_embedded_model() -> None:

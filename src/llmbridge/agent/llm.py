@@ -22,7 +22,7 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.gateway.pipeline import TOOLS_HEADER, prepare
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
 
 __all__ = ["ModelGateway"]
 

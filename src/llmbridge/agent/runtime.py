@@ -32,7 +32,7 @@ from llmbridge.agent.tools import TAVILY_API_KEY_ENV, ToolRegistry, web_search_t
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
 from llmbridge.gateway.config import AgentConfig
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
 
 __all__ = ["AgentRuntime", "default_tools"]
 

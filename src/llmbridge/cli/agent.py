@@ -247,7 +247,7 @@ async def _chat(
     from llmbridge.agent.runtime import AgentRuntime
     from llmbridge.core.errors import LLMBridgeError
     from llmbridge.gateway.app import build_backend
-    from llmbridge.gateway.router import ModelRouter
+    from llmbridge.serving.router import ModelRouter
 
     backends = {n: build_backend(n, b, config.server) for n, b in config.backends.items()}
     runtime: AgentRuntime | None = None

@@ -15,7 +15,7 @@ __all__ = ["models"]
 
 async def _collect(config: Any) -> tuple[list[ModelInfo], list[str]]:
     from llmbridge.gateway.app import build_backend
-    from llmbridge.gateway.router import ModelRouter
+    from llmbridge.serving.router import ModelRouter
 
     backends = {name: build_backend(name, cfg) for name, cfg in config.backends.items()}
     try:

@@ -128,7 +128,7 @@ def serve(
     # and keep what exists at startup out of future collections.
     gc.set_threshold(50_000, 20, 20)
     gc.freeze()
-    # Large requests are parsed, decoded and encoded in worker threads (gateway/limits.py,
+    # Large requests are parsed, decoded and encoded in worker threads (web/bodies.py,
     # backends/http.py); meanwhile the event loop waits up to the switch interval for the
     # GIL each time it wakes. 1 ms instead of 5 halved /health's median while one is
     # processed (docs/PERFORMANCE.md); with no worker thread busy it changes nothing.

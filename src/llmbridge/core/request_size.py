@@ -4,7 +4,7 @@ Work that grows with a request (encoding it for the backend, counting its tokens
 the interpreter for as long as it takes: 0.2-0.4 s for the largest bodies the limits
 allow (docs/PERFORMANCE.md, "/health while a large request is read"). The gateway does
 such work in a worker thread for requests above ``RequestLimits.offload_bytes``, the
-threshold the raw body is judged by when it is read (gateway/limits.py). Past the
+threshold the raw body is judged by when it is read (web/bodies.py). Past the
 decoder only the neutral request is left, so its size is estimated here instead: the
 text it carries plus a flat allowance per message, part and tool. The walk stops as
 soon as the threshold is passed, so it costs a few microseconds for a small request

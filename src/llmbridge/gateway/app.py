@@ -25,7 +25,6 @@ from llmbridge.core.errors import (
     NotFoundError,
 )
 from llmbridge.core.models import ModelInfo
-from llmbridge.gateway.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
 from llmbridge.gateway.config import (
     BackendConfig,
     GatewayConfig,
@@ -33,10 +32,11 @@ from llmbridge.gateway.config import (
     ServerConfig,
 )
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
-from llmbridge.gateway.render import dialect_for_path, error_response, new_request_id
-from llmbridge.gateway.router import ModelRouter
 from llmbridge.gateway.routes import agent, anthropic, ollama, openai, system
 from llmbridge.gateway.state import GatewayState
+from llmbridge.serving.router import ModelRouter
+from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
+from llmbridge.web.render import dialect_for_path, error_response, new_request_id
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry

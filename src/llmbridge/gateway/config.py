@@ -38,7 +38,7 @@ backend and serves any model name. Example file::
     restrict_models: false            # true: unknown names get a 404 instead
     thinking: drop                    # or strict: thinking for a model that cannot think is a 400
     tokenizer: words                  # or backend: exact counts where the backend can tokenize
-    resilience:                       # before the first byte only (gateway/resilience.py)
+    resilience:                       # before the first byte only (serving/resilience.py)
       retries: 1                      # transient failures (refused, 429, 5xx) per backend
       backoff_ms: 100
       max_retry_after_s: 5            # a longer Retry-After is passed to the client
@@ -271,7 +271,7 @@ class FallbackTarget(_Strict):
 
 
 class ResilienceConfig(_Strict):
-    """Retries, fallbacks and circuit breaking (gateway/resilience.py)."""
+    """Retries, fallbacks and circuit breaking (serving/resilience.py)."""
 
     retries: int = Field(1, ge=0, le=5)
     """Retries on the same backend of a transient failure before the first byte."""

@@ -7,7 +7,7 @@ pydantic wire types (``dialects/*/types.py``) through ``model_json_schema()``, t
 ``$defs`` hoisted into ``components/schemas`` under a dialect prefix (``OllamaTool``,
 ``OpenAITool`` and ``AnthropicTool`` are different shapes). Replies are described
 loosely (the keys every client reads, anything else allowed); every 4xx/5xx is the error
-body of the route's dialect (``gateway/render.py``): ``/api/*`` Ollama, ``/v1/messages*``
+body of the route's dialect (``web/render.py``): ``/api/*`` Ollama, ``/v1/messages*``
 Anthropic, the rest OpenAI. The fuzz tests (tests/fuzz/) drive every operation from this document.
 
 Authentication: when ``server.api_keys`` is set, every path but ``/`` and ``/health``
@@ -30,9 +30,9 @@ from llmbridge.dialects.anthropic import types as anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.ollama import types as ollama
 from llmbridge.dialects.openai import types as openai
-from llmbridge.gateway.auth import OPEN_PATHS
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
-from llmbridge.gateway.render import Dialect, dialect_for_path
+from llmbridge.web.auth import OPEN_PATHS
+from llmbridge.web.render import Dialect, dialect_for_path
 
 __all__ = ["OPENAPI_PATH", "openapi_document", "openapi_json"]
 

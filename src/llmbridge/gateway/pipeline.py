@@ -41,13 +41,13 @@ from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.gateway.config import ModelRoute
-from llmbridge.gateway.limits import read_chat
 from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
-from llmbridge.gateway.resilience import CircuitBreaker, is_transient
-from llmbridge.gateway.router import ModelRouter, Resolved
 from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
+from llmbridge.serving.resilience import CircuitBreaker, is_transient
+from llmbridge.serving.router import ModelRouter, Resolved
+from llmbridge.web.bodies import read_chat
+from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
+from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
 __all__ = ["ChatCodec", "chat_endpoint", "serve_chat"]
 
@@ -190,7 +190,7 @@ def _backend_events(resolved: Resolved, prepared: ChatRequest, emulated: bool) -
 
 class _Opener:
     """Gets a reply's first event, retrying and falling back while nothing has been
-    sent to the client (gateway/resilience.py). ``events`` is then the live stream."""
+    sent to the client (serving/resilience.py). ``events`` is then the live stream."""
 
     __slots__ = ("changed", "chat", "events", "first_prepared", "resolved", "router", "state")
 
@@ -418,7 +418,7 @@ def chat_endpoint(
         state = state_of(request)
         request_id = new_request_id()
         try:
-            # Large bodies are parsed and decoded off the event loop (gateway/limits.py).
+            # Large bodies are parsed and decoded off the event loop (web/bodies.py).
             chat = await read_chat(request, state.limits, decode)
             if shortcut is not None and (early := shortcut(state, chat)) is not None:
                 return early

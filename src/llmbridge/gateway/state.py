@@ -10,11 +10,11 @@ from starlette.requests import Request
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.limits import RequestLimits
-from llmbridge.gateway.auth import KeyChecker
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.gateway.router import ModelRouter
+from llmbridge.serving.router import ModelRouter
+from llmbridge.web.auth import KeyChecker
 
 if TYPE_CHECKING:  # the agent imports the gateway's pipeline, which imports this module
     from llmbridge.agent.runtime import AgentRuntime

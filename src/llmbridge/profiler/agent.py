@@ -110,7 +110,7 @@ class AgentSessionProvider:
         from llmbridge.agent.store.repository import AgentStore
         from llmbridge.gateway.app import build_backend
         from llmbridge.gateway.config import GatewayConfig
-        from llmbridge.gateway.router import ModelRouter
+        from llmbridge.serving.router import ModelRouter
 
         raw: dict[str, Any] = {}
         if self.gateway_url:

@@ -1,7 +1,7 @@
 """Who may see and change what: the ``owner`` of agent rows.
 
 With the gateway's API keys on, every row an HTTP caller creates records its
-``owner``: a hash of the key (``gateway.auth.key_identity``), never the key. The
+``owner``: a hash of the key (``web.auth.key_identity``), never the key. The
 rules, applied by every owner-aware read and write of the store:
 
 - ``owner=None`` means *unscoped*: auth is off, or the caller is the CLI talking to

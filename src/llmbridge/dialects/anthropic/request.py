@@ -123,7 +123,7 @@ _UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Translate a ``/v1/messages`` body into a ``ChatRequest``.
 
-    ``body`` is parsed JSON that has passed ``gateway.limits.parse_json`` (its depth
+    ``body`` is parsed JSON that has passed ``web.bodies.parse_json`` (its depth
     and size); ``limits`` bounds the messages, tools and blocks here.
 
     Raises:

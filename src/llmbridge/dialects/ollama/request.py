@@ -109,7 +109,7 @@ _IMAGE_SIGNATURES = (
 def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Validate and translate an ``/api/chat`` body.
 
-    ``body`` is parsed JSON that has passed ``gateway.limits.parse_json`` (its depth
+    ``body`` is parsed JSON that has passed ``web.bodies.parse_json`` (its depth
     and size); ``limits`` bounds the messages, tools and parts here.
 
     Raises:

@@ -141,7 +141,7 @@ _IMAGE_MAGIC = (
 def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) -> ChatRequest:
     """Validate an OpenAI chat-completion body and translate it to the core request.
 
-    ``body`` is parsed JSON that has passed ``gateway.limits.parse_json`` (its depth
+    ``body`` is parsed JSON that has passed ``web.bodies.parse_json`` (its depth
     and size); ``limits`` bounds the messages, tools and parts here.
 
     Raises:

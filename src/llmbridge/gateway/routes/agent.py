@@ -81,11 +81,11 @@ from llmbridge.core.errors import (
 )
 from llmbridge.dialects.framing import dumps, sse_event
 from llmbridge.dialects.openai.errors import error_type
-from llmbridge.gateway.auth import caller_identity
-from llmbridge.gateway.limits import read_json
-from llmbridge.gateway.render import Dialect, error_response, new_request_id, to_bridge_error
 from llmbridge.gateway.state import state_of
-from llmbridge.gateway.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
+from llmbridge.web.auth import caller_identity
+from llmbridge.web.bodies import read_json
+from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
+from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
 __all__ = ["routes"]
 

@@ -12,10 +12,10 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.limits import read_chat
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
-from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import state_of
+from llmbridge.web.bodies import read_chat
+from llmbridge.web.render import Dialect, error_response, new_request_id
 
 __all__ = ["routes"]
 

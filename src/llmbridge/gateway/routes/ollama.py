@@ -18,11 +18,11 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint
-from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.gateway.streaming import ClientDisconnected, run_until_disconnect
+from llmbridge.web.bodies import read_json
+from llmbridge.web.render import Dialect, error_response, new_request_id
+from llmbridge.web.streaming import ClientDisconnected, run_until_disconnect
 
 __all__ = ["OLLAMA_VERSION", "routes"]
 

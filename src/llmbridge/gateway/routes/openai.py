@@ -17,11 +17,11 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.limits import read_json
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
-from llmbridge.gateway.render import Dialect, error_response, new_request_id
 from llmbridge.gateway.state import state_of
-from llmbridge.gateway.streaming import ClientDisconnected, run_until_disconnect
+from llmbridge.web.bodies import read_json
+from llmbridge.web.render import Dialect, error_response, new_request_id
+from llmbridge.web.streaming import ClientDisconnected, run_until_disconnect
 
 __all__ = ["routes"]
 

@@ -34,7 +34,7 @@ from llmbridge.core.limits import (
     depth_error,
     size_error,
 )
-from llmbridge.gateway.json_slices import loads_in_slices, string_end
+from llmbridge.web.json_slices import loads_in_slices, string_end
 
 __all__ = ["parse_json", "read_body", "read_chat", "read_json", "scan_json"]
 

@@ -4,7 +4,7 @@ Resolution order: an exact route name or alias; then glob routes in file order;
 then the default backend (with ``default_model``, or the requested name passed on);
 with ``restrict_models`` an unmatched name is a ``ModelNotFoundError`` instead.
 The router also holds what serving needs per backend beyond the name: its circuit
-breaker, the retry policy and each route's fallbacks (gateway/resilience.py).
+breaker, the retry policy and each route's fallbacks (serving/resilience.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.config import GatewayConfig, ModelRoute
-from llmbridge.gateway.resilience import CircuitBreaker, RetryPolicy
+from llmbridge.serving.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["ModelRouter", "Resolved"]
 
@@ -85,7 +85,7 @@ class ModelRouter:
         return Resolved(name, self.default_backend, self.default_model or name)
 
     def fallbacks(self, resolved: Resolved) -> list[Resolved]:
-        """Where ``resolved`` falls back to, in order (gateway/resilience.py)."""
+        """Where ``resolved`` falls back to, in order (serving/resilience.py)."""
         targets = resolved.route.fallbacks if resolved.route else self._default_fallbacks
         name = resolved.public_name
         return [Resolved(name, self.backends[t.backend], t.model or name) for t in targets]
