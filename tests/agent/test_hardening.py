@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -339,7 +339,7 @@ async def test_a_value_the_database_refuses_is_an_unstorable_value_error(
 class AnsweringBackend(ScriptedBackend):
     """Answers ``question N`` with ``answer to question N``, in a few chunks."""
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         question = request.messages[-1].text
         # Queued and taken in the same step (no await between): no other turn's script.
         self.enqueue(Script(text=["answer ", "to ", question], chunk_delay=0.001))

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ class Writer(ScriptedBackend):
     def __init__(self, name: str, **options: Any) -> None:
         super().__init__(name, default=Script(text=["ok"]), **options)
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         if _is_summary(request):
             self.enqueue(Script(text=[SUMMARY_TEXT]))
         async for event in super().chat(request):
@@ -85,7 +85,7 @@ class OneAtATime(Writer):
         self.release = asyncio.Event()
         self.summary_started = asyncio.Event()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         kind = "summary" if _is_summary(request) else "turn"
         async with self.lock:
             self.log.append(f"{kind} start")

@@ -233,7 +233,7 @@ def test_a_self_provider_points_at_the_gateway_with_its_first_key() -> None:
     assert spawn.providers["far"] == OpenCodeProvider(
         base_url="http://10.0.0.1:8000/v1", api_key="far-key"
     )
-    assert backend.pool.size == 0 and backend.native_tools is False
+    assert backend.pool.size == 0 and backend.capabilities.tools is False
 
 
 def test_a_self_provider_without_gateway_keys_has_none() -> None:

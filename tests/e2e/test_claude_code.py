@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -294,7 +294,7 @@ class BashLoopBackend(ScriptedBackend):
     the Bash call, then the final text once it carries the tool's result; anything
     else gets the default script's harmless text."""
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         if any(tool.name == "Bash" for tool in request.tools):
             if any(message.role == "tool" for message in request.messages):
                 self.enqueue(Script(text=[FINAL_TEXT]))
@@ -408,7 +408,7 @@ class DecidingModel(ScriptedBackend):
     (features/tool_emulation.py) with a Bash call, then, once the prompt shows the
     command's output, with the final answer. OpenCode itself is offered no tools."""
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         prompt = request.messages[-1].text if request.messages else ""
         if "Available tools:" in prompt and "Bash" in prompt:
             if f"[Bash result: {MARKER}" in prompt:

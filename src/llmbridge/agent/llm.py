@@ -15,7 +15,7 @@ window (the route's ``context_length``, else what the backend reports).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
@@ -51,7 +51,7 @@ class ModelGateway:
         info = await self.router.model_info(resolved)
         return info.context_length if info is not None and info.context_length else None
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream the reply to ``request`` (``request.model`` is the public name).
         Closing this stream closes the backend's."""
         resolved = self.router.resolve(request.model)

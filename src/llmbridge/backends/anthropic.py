@@ -8,10 +8,10 @@ dropped on the way out. Signatures that are sent pass through byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
@@ -30,7 +30,10 @@ class AnthropicBackend(Backend):
     """Speaks the Messages API to ``base_url`` (with or without a trailing ``/v1``)."""
 
     kind = "anthropic"
-    native_tool_choice = True
+    capabilities = Capabilities(
+        tool_choice=True,
+        sampling=frozenset({"max_tokens", "temperature", "top_p", "top_k", "stop"}),
+    )
 
     def __init__(
         self,
@@ -51,7 +54,7 @@ class AnthropicBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
         async with self._http.stream("/v1/messages", body) as chunks:

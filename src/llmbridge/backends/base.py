@@ -10,17 +10,47 @@ errors the backend itself reports mid-stream are yielded as ``StreamError``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
+from llmbridge.core.stream import EventStream
 
-__all__ = ["Backend", "BackendHealth"]
+__all__ = ["OPENAI_SAMPLING", "Backend", "BackendHealth", "Capabilities"]
+
+OPENAI_SAMPLING = frozenset(
+    {"max_tokens", "temperature", "top_p", "stop", "seed", "frequency_penalty", "presence_penalty"}
+)
+"""The sampling parameters of OpenAI's chat completions API."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do, as the serving layer needs to know it to fit a request
+    (serving/prepare.py). Every decision that differs between backends reads one of
+    these, never the backend's ``kind`` (a label for logs and ``/health``)."""
+
+    tools: bool = True
+    """Takes tool definitions at all; ``False`` (OpenCode, a plain LLM) means every
+    request with tools goes through features/tool_emulation."""
+    tool_choice: bool = False
+    """Enforces ``tool_choice`` itself (else features/tool_choice instructs the model)."""
+    model_capabilities: bool = False
+    """``show_model`` reports the model's own capabilities (Ollama's ``/api/show``)
+    rather than a default: only then does "no ``tools``" mean the model has none."""
+    thinking_effort: bool = True
+    """Takes a thinking effort level for every model. ``False`` (Ollama): a plain
+    on/off, except for the families features/thinking knows to take levels."""
+    sampling: frozenset[str] = field(default=OPENAI_SAMPLING)
+    """The ``GenerationParams`` fields it takes natively (``extra`` entries count by
+    their own names). serving/params.py converts or drops the others."""
+    fim: bool = False
+    """Completes a prefix and a suffix (fill-in-the-middle)."""
+    tokenizer: bool = False
+    """``count_tokens`` gives exact counts in the model's own tokens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +70,8 @@ class Backend(ABC):
     """
 
     kind: ClassVar[str]
-    native_tool_choice: ClassVar[bool] = False
-    """Whether the backend enforces ``tool_choice`` itself (see features/tool_choice)."""
-    native_tools: ClassVar[bool] = True
-    """Whether the backend can take tools at all; ``False`` (OpenCode, used as a plain
-    LLM) means every request with tools goes through features/tool_emulation."""
-    reports_capabilities: ClassVar[bool] = False
-    """Whether ``show_model`` capabilities are the model's own (Ollama's ``/api/show``)
-    rather than a default: only then does "no ``tools``" mean the model has none."""
+    """A label for logs and ``/health``; decisions read ``capabilities``."""
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -59,7 +83,7 @@ class Backend(ABC):
         """Release resources. Called once at shutdown."""
 
     @abstractmethod
-    def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    def chat(self, request: ChatRequest) -> EventStream:
         """Stream the reply to ``request`` as neutral events."""
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
@@ -70,6 +94,7 @@ class Backend(ABC):
 
     @property
     def can_embed(self) -> bool:
+        """Computes embeddings (it overrides ``embed``)."""
         return type(self).embed is not Backend.embed
 
     @abstractmethod

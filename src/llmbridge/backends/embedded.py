@@ -49,11 +49,11 @@ import importlib
 import importlib.metadata
 import importlib.util
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Capabilities
 from llmbridge.backends.embedded_process import (
     Call,
     WorkerInfo,
@@ -135,7 +135,11 @@ class EmbeddedBackend(Backend):
     """A GGUF model run by llama.cpp in a supervised worker process (module docstring)."""
 
     kind = "embedded"
-    reports_capabilities = True
+    capabilities = Capabilities(
+        model_capabilities=True,
+        sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty"},
+        tokenizer=True,
+    )
 
     def __init__(
         self,
@@ -206,7 +210,7 @@ class EmbeddedBackend(Backend):
         tokens = reply.get("tokens")
         return None if tokens is None else int(tokens)
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         started = time.perf_counter_ns()
         command = self._chat_command(request)
         _, load_ns = await self.workers.ready()  # a load is waited for outside the line

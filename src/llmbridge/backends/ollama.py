@@ -7,10 +7,10 @@ gateway reports (tools, thinking, vision, context length) is what Ollama reports
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
@@ -26,7 +26,11 @@ class OllamaBackend(Backend):
     """Speaks Ollama's native API to ``base_url`` (e.g. ``http://127.0.0.1:11434``)."""
 
     kind = "ollama"
-    reports_capabilities = True
+    capabilities = Capabilities(
+        model_capabilities=True,
+        thinking_effort=False,
+        sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty", "num_ctx"},
+    )
 
     def __init__(
         self,
@@ -45,7 +49,7 @@ class OllamaBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Always stream from the backend: a non-streaming reply is the gateway's
         # accumulation of the same events, so both paths behave identically.
         # Encoded off the event loop when the request is large (backends/http.py).

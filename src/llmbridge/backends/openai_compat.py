@@ -5,11 +5,11 @@ Adding another such server is configuration (a base URL and a key), not code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.models import ModelInfo
@@ -37,7 +37,7 @@ class OpenAICompatBackend(Backend):
     """Speaks OpenAI chat completions to ``base_url``."""
 
     kind = "openai"
-    native_tool_choice = True
+    capabilities = Capabilities(tool_choice=True)
 
     def __init__(
         self,
@@ -55,7 +55,7 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
         async with self._http.stream("chat/completions", body) as chunks:

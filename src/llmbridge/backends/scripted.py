@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Capabilities
 from llmbridge.core.errors import BackendError, LLMBridgeError
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.ids import new_id
@@ -57,7 +57,11 @@ class Script:
 
 class ScriptedBackend(Backend):
     kind = "scripted"
-    reports_capabilities = True
+    # A test double takes every parameter, so a test sees exactly what was sent.
+    capabilities = Capabilities(
+        model_capabilities=True,
+        sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty", "num_ctx"},
+    )
 
     def __init__(
         self,
@@ -81,13 +85,13 @@ class ScriptedBackend(Backend):
         """``time.monotonic()`` of each cancellation (how fast a hang-up reaches us)."""
         self.completed = 0
         self._embeds = can_embed_vectors
-        self.capabilities = capabilities
+        self.model_capabilities = capabilities
         self.context_length = context_length
 
     def enqueue(self, *scripts: Script) -> None:
         self.queue.extend(scripts)
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
         script = self.queue.popleft() if self.queue else self.default
         if script.fail_before is not None:
@@ -167,7 +171,7 @@ class ScriptedBackend(Backend):
             name=model,
             backend=self.name,
             backend_model=model,
-            capabilities=self.capabilities,
+            capabilities=self.model_capabilities,
             context_length=self.context_length,
             family="scripted",
         )

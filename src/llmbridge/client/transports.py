@@ -18,7 +18,7 @@ use ``OllamaBackend`` and ``OpenAICompatBackend`` as they are). Two more live he
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
@@ -102,7 +102,7 @@ class OpenAISDKTransport:
     async def aclose(self) -> None:
         await self._clients.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         body = openai_dialect.encode_chat_request(replace(request, stream=True))
         model, messages = body.pop("model"), body.pop("messages")
         del body["stream"]

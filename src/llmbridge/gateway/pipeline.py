@@ -134,11 +134,11 @@ def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute
     (OpenCode); else the route's ``tools`` setting; else the backend's report where it
     reports capabilities (Ollama, the embedded model); else yes: OpenAI-compatible
     servers and Anthropic take tools natively."""
-    if not backend.native_tools:
+    if not backend.capabilities.tools:
         return False
     if route is not None and route.tools is not None:
         return route.tools
-    if backend.reports_capabilities and info is not None:
+    if backend.capabilities.model_capabilities and info is not None:
         return "tools" in info.capabilities
     return True
 
@@ -174,7 +174,7 @@ async def prepare(
     if limits and wanted is not None and wanted > min(limits):
         # Claude Code asks for 32000 and more; a backend may reject or mis-size that.
         chat = replace(chat, params=replace(chat.params, max_tokens=min(limits)))
-    chat = apply_tool_choice(chat, native=backend.native_tool_choice)
+    chat = apply_tool_choice(chat, native=backend.capabilities.tool_choice)
     if chat.tools and not has_native_tools(backend, info, route):
         headers[TOOLS_HEADER] = "emulated"
     return chat, headers

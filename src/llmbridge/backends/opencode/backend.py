@@ -24,7 +24,7 @@ background (sessions.py). Each request logs its latency breakdown (the seed's
 first token, completion, convert, cleanup.
 
 Tools: OpenCode's own are off on every prompt and in its configuration; this backend
-reports ``native_tools = False``, so the gateway emulates tool calling over it
+reports ``Capabilities(tools=False)``, so the gateway emulates tool calling over it
 (features/tool_emulation.py) for every client that offers tools.
 """
 
@@ -39,7 +39,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.backends.opencode.events import EventHub
 from llmbridge.backends.opencode.prompt import (
@@ -179,7 +179,8 @@ class OpenCodeBackend(Backend):
     """Serves chat from an OpenCode server, spawned (``spawn``) or by ``url``."""
 
     kind = "opencode"
-    native_tools = False
+    # A plain prompt: no tools (emulated), and its agent configuration sets sampling.
+    capabilities = Capabilities(tools=False, sampling=frozenset())
 
     def __init__(
         self,
@@ -315,7 +316,7 @@ class OpenCodeBackend(Backend):
 
     # -- chat ---------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         for attempt in (1, 2):
             try:
                 # aclosing: a client that hangs up closes the inner generators now, so
