@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from llmbridge.backends.ollama import OllamaBackend
+from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.core.errors import UnsupportedFeatureError
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.models import ModelInfo
@@ -51,34 +53,41 @@ def test_budget_to_effort(budget: int | None, effort: str) -> None:
     assert effort_for_budget(budget) == effort
 
 
-def test_policy_per_backend_kind() -> None:
+def test_policy_per_backend_capability() -> None:
     budget = ThinkingConfig(budget_tokens=31999)
+    on_off = OllamaBackend.capabilities.thinking_effort  # Ollama: on/off but for gpt-oss
+    assert on_off is False
     ollama, dropped = apply_thinking_policy(
-        request("qwen3:8b", budget), capable=True, policy="drop", backend_kind="ollama"
+        request("qwen3:8b", budget), capable=True, policy="drop", effort_levels=on_off
     )
     assert ollama.thinking == ThinkingConfig(budget_tokens=31999, effort=None)  # think: true
     assert not dropped
     levelled, _ = apply_thinking_policy(
-        request("gpt-oss:20b", budget), capable=True, policy="drop", backend_kind="ollama"
+        request("gpt-oss:20b", budget), capable=True, policy="drop", effort_levels=on_off
     )
     assert levelled.thinking is not None and levelled.thinking.effort == "high"
+    levels = OpenAICompatBackend.capabilities.thinking_effort
+    assert levels is True
     compat, _ = apply_thinking_policy(
-        request("o3", budget), capable=True, policy="drop", backend_kind="openai"
+        request("o3", budget), capable=True, policy="drop", effort_levels=levels
     )
     assert compat.thinking is not None and compat.thinking.effort == "high"
+    any_model, _ = apply_thinking_policy(
+        request("qwen3:8b", budget), capable=True, policy="drop", effort_levels=levels
+    )
+    assert any_model.thinking is not None and any_model.thinking.effort == "high"
     dropped_request, dropped = apply_thinking_policy(
-        request("llama3.2", budget), capable=False, policy="drop", backend_kind="ollama"
+        request("llama3.2", budget), capable=False, policy="drop", effort_levels=on_off
     )
     assert dropped and dropped_request.thinking is None
     with pytest.raises(UnsupportedFeatureError, match="thinking_not_supported"):
         apply_thinking_policy(
-            request("llama3.2", budget), capable=False, policy="strict", backend_kind="ollama"
+            request("llama3.2", budget), capable=False, policy="strict", effort_levels=on_off
         )
     unchanged = request("llama3.2", None)
-    assert apply_thinking_policy(unchanged, capable=False, policy="strict", backend_kind="x") == (
-        unchanged,
-        False,
-    )
+    assert apply_thinking_policy(
+        unchanged, capable=False, policy="strict", effort_levels=levels
+    ) == (unchanged, False)
 
 
 def test_family_flags_and_policy_flags() -> None:

@@ -43,8 +43,8 @@ THINKING_CAPABLE_PREFIXES = ("qwen3", "deepseek-r1", "magistral", "nemotron", "g
 
 THINKING_HEADER = "x-llmbridge-thinking"
 
-# Ollama accepts think levels ("low" / "medium" / "high") only for these families;
-# every other thinking model takes a plain boolean.
+# A backend without effort levels (Ollama) accepts think levels ("low" / "medium" /
+# "high") only for these families; every other thinking model takes a plain boolean.
 _LEVELLED_PREFIXES = ("gpt-oss",)
 
 
@@ -78,9 +78,14 @@ def apply_thinking_policy(
     *,
     capable: bool,
     policy: ThinkingPolicy,
-    backend_kind: str,
+    effort_levels: bool,
 ) -> tuple[ChatRequest, bool]:
     """The request as the backend should get it, and whether thinking was dropped.
+
+    ``effort_levels`` is the backend's ``capabilities.thinking_effort``: ``True``, it
+    takes an effort level for every model (derived from the budget when none was
+    asked); ``False`` (Ollama), thinking is a plain on/off except for the families
+    known to take levels.
 
     Raises:
         UnsupportedFeatureError: ``strict`` policy and a model that cannot think.
@@ -98,11 +103,11 @@ def apply_thinking_policy(
             )
         log.info("model %s cannot think: serving the request without thinking", request.model)
         return replace(request, thinking=None), True
-    return replace(request, thinking=_for_backend(thinking, request.model, backend_kind)), False
+    return replace(request, thinking=_for_backend(thinking, request.model, effort_levels)), False
 
 
-def _for_backend(thinking: ThinkingConfig, model: str, backend_kind: str) -> ThinkingConfig:
+def _for_backend(thinking: ThinkingConfig, model: str, effort_levels: bool) -> ThinkingConfig:
     effort = thinking.effort or effort_for_budget(thinking.budget_tokens)
-    if backend_kind == "ollama" and not _base_name(model).startswith(_LEVELLED_PREFIXES):
+    if not effort_levels and not _base_name(model).startswith(_LEVELLED_PREFIXES):
         return replace(thinking, effort=None)  # a plain `think: true`
     return replace(thinking, effort=effort)

@@ -165,7 +165,7 @@ async def prepare(
             chat,
             capable=capable,
             policy="strict" if thinking_policy == "strict" else "drop",
-            backend_kind=backend.kind,
+            effort_levels=backend.capabilities.thinking_effort,
         )
         if dropped:
             headers[THINKING_HEADER] = "dropped"
