@@ -18,6 +18,7 @@ from llmbridge.core.messages import Message, Part, TextPart, ThinkingPart, ToolC
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.dialects.anthropic.types import PROVIDER
+from llmbridge.dialects.fields import ReplyFields, int_or_none, str_or_none
 
 __all__ = [
     "anthropic_tool_id",
@@ -55,6 +56,10 @@ _DECODED_STOP_REASONS = {
 """Anthropic's stop reasons in neutral terms; the inexact ones are also kept raw."""
 
 _EXACT_STOP_REASONS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use"})
+
+_MALFORMED = "the Anthropic backend sent a malformed message: "
+_FIELDS = ReplyFields(lambda field, expected: f"{_MALFORMED}{field} is not {expected}")
+"""Readers of a message's fields (``content.0.text is not a string``)."""
 
 
 # -- shared spellings -----------------------------------------------------------------
@@ -97,16 +102,11 @@ def decode_usage(raw: object) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
     return Usage(
-        input_tokens=_count(raw, "input_tokens"),
-        output_tokens=_count(raw, "output_tokens"),
-        cache_read_input_tokens=_count(raw, "cache_read_input_tokens"),
-        cache_creation_input_tokens=_count(raw, "cache_creation_input_tokens"),
+        input_tokens=int_or_none(raw.get("input_tokens")),
+        output_tokens=int_or_none(raw.get("output_tokens")),
+        cache_read_input_tokens=int_or_none(raw.get("cache_read_input_tokens")),
+        cache_creation_input_tokens=int_or_none(raw.get("cache_creation_input_tokens")),
     )
-
-
-def _count(raw: dict[str, Any], key: str) -> int | None:
-    value = raw.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def encode_usage(usage: Usage) -> dict[str, int]:
@@ -198,13 +198,12 @@ def decode_chat_response(body: object) -> ChatResponse:
         if (part := decode_block(block, f"content.{position}")) is not None
     ]
     raw_stop = body.get("stop_reason")
-    stop_sequence = body.get("stop_sequence")
     return ChatResponse(
         id=message_id_,
         model=str(body.get("model") or ""),
         message=Message(role="assistant", parts=tuple(parts)),
         stop_reason=decode_stop_reason(raw_stop),
-        stop_sequence=stop_sequence if isinstance(stop_sequence, str) else None,
+        stop_sequence=str_or_none(body.get("stop_sequence")),
         usage=decode_usage(body.get("usage")),
         created=time.time(),
         provider_details=(
@@ -221,37 +220,29 @@ def decode_block(block: object, where: str) -> Part | None:
     Raises:
         BackendProtocolError: a known block type misses a field.
     """
-    if not isinstance(block, dict):
-        raise _malformed(f"{where} is not an object")
+    block = _FIELDS.required_object(block, where)
     kind = block.get("type")
     if kind == "text":
-        return TextPart(_string(block, "text", where))
+        return TextPart(_FIELDS.required_string(block.get("text"), f"{where}.text"))
     if kind == "thinking":
         return ThinkingPart(
-            _string(block, "thinking", where),
-            signature=_string(block, "signature", where) or None,
+            _FIELDS.required_string(block.get("thinking"), f"{where}.thinking"),
+            signature=_FIELDS.required_string(block.get("signature"), f"{where}.signature") or None,
             provider=PROVIDER,
         )
     if kind == "redacted_thinking":
-        return ThinkingPart("", redacted=_string(block, "data", where), provider=PROVIDER)
+        redacted = _FIELDS.required_string(block.get("data"), f"{where}.data")
+        return ThinkingPart("", redacted=redacted, provider=PROVIDER)
     if kind == "tool_use":
-        arguments = block.get("input", {})
-        if not isinstance(arguments, dict):
-            raise _malformed(f"{where}.input is not an object")
         return ToolCallPart(
-            id=_string(block, "id", where), name=_string(block, "name", where), arguments=arguments
+            id=_FIELDS.required_string(block.get("id"), f"{where}.id"),
+            name=_FIELDS.required_string(block.get("name"), f"{where}.name"),
+            arguments=_FIELDS.required_object(block.get("input", {}), f"{where}.input"),
         )
     # server_tool_use, web_search_tool_result...: the API ran those tools itself;
     # the core has nothing to carry them in and no client of ours asked for them.
     return None
 
 
-def _string(block: dict[str, Any], key: str, where: str) -> str:
-    value = block.get(key)
-    if not isinstance(value, str):
-        raise _malformed(f"{where}.{key} is not a string")
-    return value
-
-
 def _malformed(detail: str) -> BackendProtocolError:
-    return BackendProtocolError(f"the Anthropic backend sent a malformed message: {detail}")
+    return BackendProtocolError(_MALFORMED + detail)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import orjson
@@ -49,6 +50,7 @@ from llmbridge.dialects.anthropic.response import (
     thinking_omitted,
 )
 from llmbridge.dialects.anthropic.types import PROVIDER
+from llmbridge.dialects.fields import ReplyFields, object_or_empty, str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
 
 __all__ = ["decode_chat_stream", "encode_chat_stream", "error_event"]
@@ -372,7 +374,7 @@ class _Decoder:
         if kind == "content_block_delta":
             return self._block_delta(data)
         if kind == "content_block_stop":
-            self.blocks.pop(_int(data, "index", kind), None)
+            self.blocks.pop(_fields(kind).required_int(data.get("index"), "index"), None)
             return self._renumber(self.parts.finish())
         if kind == "message_delta":
             return self._message_delta(data)
@@ -381,16 +383,16 @@ class _Decoder:
         return []  # ping, and event types newer than this module
 
     def _message_start(self, data: dict[str, Any]) -> list[StreamEvent]:
-        message = data.get("message")
-        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
-            raise _malformed("message_start", "'message.id' is missing")
+        fields = _fields("message_start")
+        message = fields.required_object(data.get("message"), "message")
+        message_id_ = fields.required_string(message.get("id"), "message.id")
         if self.started:
             return []
         self.started = True
         self.usage = decode_usage(message.get("usage"))
         return [
             ResponseStart(
-                id=message["id"],
+                id=message_id_,
                 model=str(message.get("model") or ""),
                 created=time.time(),
                 input_tokens=self.usage.input_tokens,
@@ -398,27 +400,28 @@ class _Decoder:
         ]
 
     def _block_start(self, data: dict[str, Any]) -> list[StreamEvent]:
-        index = _int(data, "index", "content_block_start")
-        block = data.get("content_block")
-        if not isinstance(block, dict):
-            raise _malformed("content_block_start", "'content_block' is missing")
+        fields = _fields("content_block_start")
+        index = fields.required_int(data.get("index"), "index")
+        block = fields.required_object(data.get("content_block"), "content_block")
         events = self._renumber(self.parts.finish())
         kind = block.get("type")
         if kind == "text":
             self.blocks[index] = ("text", "")
-            events += self._renumber(self.parts.text(_str(block, "text", kind)))
+            events += self._renumber(self.parts.text(_text(block, "text", kind)))
         elif kind == "thinking":
             self.blocks[index] = ("thinking", "")
-            events += self._renumber(self.parts.thinking(_str(block, "thinking", kind)))
-            events += self._renumber(self.parts.signature(_str(block, "signature", kind)))
+            events += self._renumber(self.parts.thinking(_text(block, "thinking", kind)))
+            events += self._renumber(self.parts.signature(_text(block, "signature", kind)))
         elif kind == "redacted_thinking":
             self.blocks[index] = ("redacted_thinking", "")
-            data_ = _str(block, "data", kind, None)
+            data_ = _fields(kind).required_string(block.get("data"), "data")
             part = ThinkingPart("", redacted=data_, provider=PROVIDER)
             events += [PartStart(self.next_index, part), PartEnd(self.next_index, part)]
             self.next_index += 1
         elif kind == "tool_use":
-            call_id, name = _str(block, "id", kind, None), _str(block, "name", kind, None)
+            fields = _fields(kind)
+            call_id = fields.required_string(block.get("id"), "id")
+            name = fields.required_string(block.get("name"), "name")
             self.blocks[index] = ("tool_use", call_id)
             events += self._renumber(self.parts.tool_call_fragment(index, call_id, name, None))
             if isinstance(block.get("input"), dict) and block["input"]:
@@ -432,22 +435,21 @@ class _Decoder:
         return events
 
     def _block_delta(self, data: dict[str, Any]) -> list[StreamEvent]:
-        index = _int(data, "index", "content_block_delta")
-        delta = data.get("delta")
-        if not isinstance(delta, dict):
-            raise _malformed("content_block_delta", "'delta' is missing")
+        fields = _fields("content_block_delta")
+        index = fields.required_int(data.get("index"), "index")
+        delta = fields.required_object(data.get("delta"), "delta")
         block = self.blocks.get(index)
         if block is None:
             raise _malformed("content_block_delta", f"block {index} was never started")
         kind = delta.get("type")
         if kind == "text_delta":
-            return self._renumber(self.parts.text(_str(delta, "text", kind)))
+            return self._renumber(self.parts.text(_text(delta, "text", kind)))
         if kind == "thinking_delta":
-            return self._renumber(self.parts.thinking(_str(delta, "thinking", kind)))
+            return self._renumber(self.parts.thinking(_text(delta, "thinking", kind)))
         if kind == "signature_delta":
-            return self._renumber(self.parts.signature(_str(delta, "signature", kind)))
+            return self._renumber(self.parts.signature(_text(delta, "signature", kind)))
         if kind == "input_json_delta" and block[0] == "tool_use":
-            fragment = _str(delta, "partial_json", kind)
+            fragment = _text(delta, "partial_json", kind)
             return self._renumber(self.parts.tool_call_fragment(index, block[1], None, fragment))
         return []  # citations_delta and newer kinds
 
@@ -455,8 +457,7 @@ class _Decoder:
         delta = data.get("delta")
         if isinstance(delta, dict):
             self.stop_reason = delta.get("stop_reason")
-            sequence = delta.get("stop_sequence")
-            self.stop_sequence = sequence if isinstance(sequence, str) else None
+            self.stop_sequence = str_or_none(delta.get("stop_sequence"))
         events = self._renumber(self.parts.finish())
         # message_delta usage is cumulative: it replaces, it does not add.
         self.usage = self.usage.merged(decode_usage(data.get("usage")))
@@ -476,8 +477,7 @@ class _Decoder:
 
     def _error(self, data: dict[str, Any]) -> StreamError:
         self.finished = True
-        error = data.get("error")
-        error = error if isinstance(error, dict) else {}
+        error = object_or_empty(data.get("error"))
         error_type = str(error.get("type") or "api_error")
         message = str(error.get("message") or "the Anthropic backend reported an error")
         return StreamError(
@@ -505,20 +505,21 @@ class _Decoder:
         return out
 
 
-def _int(data: dict[str, Any], key: str, kind: object) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _malformed(kind, f"{key!r} is not an integer")
-    return value
+@cache
+def _fields(kind: str) -> ReplyFields:
+    """Readers of one event or block type's fields (``'index' is not an integer``)."""
+    return ReplyFields(
+        lambda field, expected: _MALFORMED.format(kind, f"{field!r} is not {expected}")
+    )
 
 
-def _str(data: dict[str, Any], key: str, kind: object, default: str | None = "") -> str:
-    """``data[key]``, a string; ``default`` when absent (``None``: it is required)."""
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        raise _malformed(kind, f"{key!r} is not a string")
-    return value
+def _text(data: dict[str, Any], key: str, kind: str) -> str:
+    """The text ``data[key]`` of a ``kind`` block or delta; absent or null is ``""``."""
+    return _fields(kind).optional_string(data.get(key), key) or ""
+
+
+_MALFORMED = "the Anthropic stream sent a malformed {} event: {}"
 
 
 def _malformed(kind: object, detail: str) -> BackendProtocolError:
-    return BackendProtocolError(f"the Anthropic stream sent a malformed {kind} event: {detail}")
+    return BackendProtocolError(_MALFORMED.format(kind, detail))

@@ -15,6 +15,7 @@ from typing import Any
 
 from llmbridge.core.errors import BackendProtocolError
 from llmbridge.core.models import Capability, ModelInfo
+from llmbridge.dialects.fields import int_or_none, nonempty_str, object_or_empty
 from llmbridge.dialects.ollama.types import parse_rfc3339, rfc3339
 
 __all__ = ["decode_show", "decode_tags", "encode_ps", "encode_show", "encode_tags"]
@@ -156,8 +157,7 @@ def decode_tags(body: object) -> list[ModelInfo]:
         name = (entry.get("name") or entry.get("model")) if isinstance(entry, dict) else None
         if not isinstance(entry, dict) or not isinstance(name, str) or not name:
             raise BackendProtocolError(f"Ollama listed a model without a name: {entry!r:.200}")
-        wire = entry.get("details")
-        wire_details: dict[str, Any] = wire if isinstance(wire, dict) else {}
+        wire_details = object_or_empty(entry.get("details"))
         extra = {key: wire_details[key] for key in _DETAIL_KEYS if wire_details.get(key)}
         extra.update((key, entry[key]) for key in _ENTRY_KEYS if entry.get(key))
         models.append(
@@ -166,14 +166,14 @@ def decode_tags(body: object) -> list[ModelInfo]:
                 backend_model=name,
                 capabilities=_capabilities(entry.get("capabilities")),
                 # /api/ps has it beside the details; newer /api/tags inside them.
-                context_length=_int(entry.get("context_length"))
-                or _int(wire_details.get("context_length")),
-                family=_str(wire_details.get("family")),
-                parameter_size=_str(wire_details.get("parameter_size")),
-                quantization_level=_str(wire_details.get("quantization_level")),
-                format=_str(wire_details.get("format")),
-                size=_int(entry.get("size")),
-                digest=_str(entry.get("digest")),
+                context_length=int_or_none(entry.get("context_length"))
+                or int_or_none(wire_details.get("context_length")),
+                family=nonempty_str(wire_details.get("family")),
+                parameter_size=nonempty_str(wire_details.get("parameter_size")),
+                quantization_level=nonempty_str(wire_details.get("quantization_level")),
+                format=nonempty_str(wire_details.get("format")),
+                size=int_or_none(entry.get("size")),
+                digest=nonempty_str(entry.get("digest")),
                 modified_at=parse_rfc3339(entry.get("modified_at")),
                 details=extra,
             )
@@ -191,11 +191,9 @@ def decode_show(name: str, body: object) -> ModelInfo:
     """
     if not isinstance(body, dict):
         raise BackendProtocolError("Ollama's show reply is not a JSON object")
-    wire = body.get("details")
-    wire_details: dict[str, Any] = wire if isinstance(wire, dict) else {}
-    info = body.get("model_info")
-    model_info: dict[str, Any] = info if isinstance(info, dict) else {}
-    architecture = _str(model_info.get("general.architecture"))
+    wire_details = object_or_empty(body.get("details"))
+    model_info = object_or_empty(body.get("model_info"))
+    architecture = nonempty_str(model_info.get("general.architecture"))
     extra = {key: body[key] for key in _SHOW_KEYS if body.get(key)}
     extra.update((key, wire_details[key]) for key in _DETAIL_KEYS if wire_details.get(key))
     return ModelInfo(
@@ -203,24 +201,24 @@ def decode_show(name: str, body: object) -> ModelInfo:
         backend_model=name,
         capabilities=_capabilities(body.get("capabilities")),
         context_length=_context_length(model_info, architecture),
-        family=_str(wire_details.get("family")) or architecture,
-        parameter_size=_str(wire_details.get("parameter_size")),
-        quantization_level=_str(wire_details.get("quantization_level")),
-        format=_str(wire_details.get("format")),
+        family=nonempty_str(wire_details.get("family")) or architecture,
+        parameter_size=nonempty_str(wire_details.get("parameter_size")),
+        quantization_level=nonempty_str(wire_details.get("quantization_level")),
+        format=nonempty_str(wire_details.get("format")),
         modified_at=parse_rfc3339(body.get("modified_at")),
-        template=_str(body.get("template")),
+        template=nonempty_str(body.get("template")),
         details=extra,
     )
 
 
 def _context_length(model_info: dict[str, Any], architecture: str | None) -> int | None:
     if architecture is not None:
-        exact = _int(model_info.get(f"{architecture}.context_length"))
+        exact = int_or_none(model_info.get(f"{architecture}.context_length"))
         if exact is not None:
             return exact
     for key, value in model_info.items():
-        if key.endswith(".context_length") and _int(value) is not None:
-            return _int(value)
+        if key.endswith(".context_length") and int_or_none(value) is not None:
+            return int_or_none(value)
     return None
 
 
@@ -230,13 +228,3 @@ def _capabilities(value: object) -> frozenset[Capability]:
     # Capabilities the core does not model (``image``, ``audio``) are left out.
     known = frozenset(cap for cap in _CAPABILITIES if cap in value)
     return known or _DEFAULT_CAPABILITIES
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value)

@@ -14,6 +14,7 @@ from llmbridge.core.accumulate import accumulate_sync
 from llmbridge.core.errors import BackendProtocolError
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import ChatResponse, EmbedResponse, Timings
+from llmbridge.dialects.fields import int_or_none, is_number, str_or_none
 from llmbridge.dialects.ollama.stream import ChatFrameDecoder
 from llmbridge.dialects.ollama.types import done_reason, metrics, rfc3339
 
@@ -110,23 +111,15 @@ def decode_embed_response(body: object) -> EmbedResponse:
         raise BackendProtocolError("Ollama's embed reply has no 'embeddings' list")
     embeddings: list[tuple[float, ...]] = []
     for vector in vectors:
-        if not isinstance(vector, list) or not all(_is_number(x) for x in vector):
+        if not isinstance(vector, list) or not all(is_number(x) for x in vector):
             raise BackendProtocolError("Ollama sent an embedding that is not a list of numbers")
         embeddings.append(tuple(float(x) for x in vector))
-    model = body.get("model")
     return EmbedResponse(
-        model=model if isinstance(model, str) else "",
+        model=str_or_none(body.get("model")) or "",
         embeddings=tuple(embeddings),
-        input_tokens=_int(body.get("prompt_eval_count")),
+        input_tokens=int_or_none(body.get("prompt_eval_count")),
         timings=Timings(
-            total_ns=_int(body.get("total_duration")), load_ns=_int(body.get("load_duration"))
+            total_ns=int_or_none(body.get("total_duration")),
+            load_ns=int_or_none(body.get("load_duration")),
         ),
     )
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -41,6 +41,7 @@ from llmbridge.core.messages import ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Timings, Usage
+from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
 from llmbridge.dialects.framing import dumps, escape_line_breaks, ndjson_line
 from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339, rfc3339
 
@@ -256,11 +257,10 @@ class ChatFrameDecoder:
         if not self._started:
             self._started = True
             created = parse_rfc3339(frame.get("created_at"))
-            model = frame.get("model")
             events.append(
                 ResponseStart(
                     id=new_id("chatcmpl-"),
-                    model=model if isinstance(model, str) else "",
+                    model=str_or_none(frame.get("model")) or "",
                     created=created if created is not None else time.time(),
                 )
             )
@@ -277,25 +277,16 @@ class ChatFrameDecoder:
         return events
 
     def _message(self, message: object) -> list[StreamEvent]:
-        if not isinstance(message, dict):
-            raise BackendProtocolError("Ollama sent a 'message' that is not an object")
+        message = _FIELDS.required_object(message, "message")
         events = self._parts.thinking(_text(message, "thinking"))
         events.extend(self._parts.text(_text(message, "content")))
-        calls = message.get("tool_calls")
-        if calls is None:
-            return events
-        if not isinstance(calls, list):
-            raise BackendProtocolError("Ollama sent 'tool_calls' that is not a list")
-        for call in calls:
+        for call in _FIELDS.optional_list(message.get("tool_calls"), "tool_calls"):
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise BackendProtocolError(f"Ollama sent a malformed tool call: {call!r:.200}")
-            call_id = call.get("id")
             events.extend(
                 self._parts.tool_call(
-                    function["name"],
-                    function.get("arguments") or {},
-                    call_id if isinstance(call_id, str) and call_id else None,
+                    function["name"], function.get("arguments") or {}, nonempty_str(call.get("id"))
                 )
             )
         return events
@@ -310,27 +301,22 @@ class ChatFrameDecoder:
         return ResponseEnd(
             stop_reason=stop,
             usage=Usage(
-                input_tokens=_count(frame, "prompt_eval_count"),
-                output_tokens=_count(frame, "eval_count"),
+                input_tokens=int_or_none(frame.get("prompt_eval_count")),
+                output_tokens=int_or_none(frame.get("eval_count")),
             ),
             timings=Timings(
-                total_ns=_count(frame, "total_duration"),
-                load_ns=_count(frame, "load_duration"),
-                prompt_eval_ns=_count(frame, "prompt_eval_duration"),
-                eval_ns=_count(frame, "eval_duration"),
+                total_ns=int_or_none(frame.get("total_duration")),
+                load_ns=int_or_none(frame.get("load_duration")),
+                prompt_eval_ns=int_or_none(frame.get("prompt_eval_duration")),
+                eval_ns=int_or_none(frame.get("eval_duration")),
             ),
         )
 
 
+_FIELDS = ReplyFields(lambda field, expected: f"Ollama sent a '{field}' that is not {expected}")
+"""Readers of a frame's fields (``Ollama sent a 'content' that is not a string``)."""
+
+
 def _text(obj: dict[str, Any], key: str) -> str:
-    value = obj.get(key)
-    if value is None or isinstance(value, str):
-        return value or ""
-    raise BackendProtocolError(f"Ollama sent a non-string '{key}'")
-
-
-def _count(frame: dict[str, Any], key: str) -> int | None:
-    value = frame.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value)
+    """The text ``obj[key]``; absent or null is ``""``."""
+    return _FIELDS.optional_string(obj.get(key), key) or ""

@@ -11,6 +11,7 @@ from typing import Any
 
 from llmbridge.core.errors import BackendProtocolError
 from llmbridge.core.models import ModelInfo
+from llmbridge.dialects.fields import nonempty_str, number_or_none, str_or_none
 
 __all__ = ["decode_models", "encode_model", "encode_models"]
 
@@ -41,17 +42,16 @@ def decode_models(body: object) -> list[ModelInfo]:
         raise BackendProtocolError("the backend's model list has no 'data' array")
     models: list[ModelInfo] = []
     for position, item in enumerate(items):
-        model_id = item.get("id") if isinstance(item, dict) else None
-        if not isinstance(model_id, str) or not model_id:
+        model_id = nonempty_str(item.get("id")) if isinstance(item, dict) else None
+        if model_id is None:
             raise BackendProtocolError(f"the backend's model list entry {position} has no id")
-        created = item.get("created")
-        owned_by = item.get("owned_by")
+        owned_by = str_or_none(item.get("owned_by"))
         models.append(
             ModelInfo(
                 name=model_id,
                 backend_model=model_id,
-                modified_at=float(created) if isinstance(created, int | float) else None,
-                details={"owned_by": owned_by} if isinstance(owned_by, str) else {},
+                modified_at=number_or_none(item.get("created")),
+                details={"owned_by": owned_by} if owned_by is not None else {},
             )
         )
     return models

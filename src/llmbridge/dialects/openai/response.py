@@ -22,6 +22,14 @@ from llmbridge.core.messages import Message, Part, TextPart, ThinkingPart, ToolC
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import ChatResponse, EmbedResponse, StopReason, Usage
 from llmbridge.core.tool_arguments import parse_tool_arguments
+from llmbridge.dialects.fields import (
+    ReplyFields,
+    int_or_none,
+    is_number,
+    number_or_none,
+    object_or_empty,
+    str_or_none,
+)
 
 __all__ = [
     "decode_chat_response",
@@ -32,6 +40,7 @@ __all__ = [
     "encode_tool_call",
     "encode_usage",
     "finish_reason_for",
+    "reply_created",
     "response_id",
     "stop_reason_for",
 ]
@@ -53,6 +62,9 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 _KNOWN_RESPONSE_FIELDS = frozenset({"id", "object", "created", "model", "choices", "usage"})
 
+_FIELDS = ReplyFields(lambda field, expected: f"the backend's {field} is not {expected}")
+"""Readers of a reply's fields (``the backend's choices[0].message is not a JSON object``)."""
+
 
 # -- shared mappings ----------------------------------------------------------------
 
@@ -65,6 +77,12 @@ def finish_reason_for(stop_reason: StopReason, saw_tool_call: bool) -> str:
 def stop_reason_for(finish_reason: str | None) -> StopReason:
     """The core stop reason for a ``finish_reason`` (unknown or missing: end of turn)."""
     return _STOP_REASONS.get(finish_reason or "", StopReason.END_TURN)
+
+
+def reply_created(value: object) -> float:
+    """A reply's ``created`` (Unix seconds); now when it is missing or not a number."""
+    created = number_or_none(value)
+    return created if created is not None else time.time()
 
 
 def response_id(core_id: str) -> str:
@@ -90,12 +108,11 @@ def decode_usage(value: object) -> Usage:
     """Read a ``usage`` object; missing or malformed counts stay unknown."""
     if not isinstance(value, dict):
         return Usage()
-    details = value.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    details = object_or_empty(value.get("prompt_tokens_details"))
     return Usage(
-        input_tokens=_count(value.get("prompt_tokens")),
-        output_tokens=_count(value.get("completion_tokens")),
-        cache_read_input_tokens=_count(cached),
+        input_tokens=int_or_none(value.get("prompt_tokens")),
+        output_tokens=int_or_none(value.get("completion_tokens")),
+        cache_read_input_tokens=int_or_none(details.get("cached_tokens")),
     )
 
 
@@ -155,17 +172,16 @@ def decode_chat_response(body: object) -> ChatResponse:
     Raises:
         BackendProtocolError: the body is not a chat completion.
     """
-    data = _object(body, "the response")
+    data = _FIELDS.required_object(body, "response")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BackendProtocolError("the backend's chat completion has no choices")
-    choice = _object(choices[0], "choices[0]")
-    parts = _decode_message(_object(choice.get("message"), "choices[0].message"))
-    finish_reason = _optional_str(choice.get("finish_reason"), "choices[0].finish_reason")
+    choice = _FIELDS.required_object(choices[0], "choices[0]")
+    parts = _decode_message(_FIELDS.required_object(choice.get("message"), "choices[0].message"))
+    finish_reason = _FIELDS.optional_string(choice.get("finish_reason"), "choices[0].finish_reason")
     stop_reason = stop_reason_for(finish_reason)
     # vLLM names the stop string that ended generation in a non-standard field.
-    matched = choice.get("stop_reason")
-    stop_sequence = matched if isinstance(matched, str) and finish_reason == "stop" else None
+    stop_sequence = str_or_none(choice.get("stop_reason")) if finish_reason == "stop" else None
     if stop_sequence is not None:
         stop_reason = StopReason.STOP_SEQUENCE
     if any(isinstance(part, ToolCallPart) for part in parts):
@@ -175,15 +191,14 @@ def decode_chat_response(body: object) -> ChatResponse:
         for key, value in data.items()
         if key not in _KNOWN_RESPONSE_FIELDS and value is not None
     }
-    created = data.get("created")
     return ChatResponse(
-        id=_optional_str(data.get("id"), "id") or new_id("chatcmpl-"),
-        model=_optional_str(data.get("model"), "model") or "",
+        id=_FIELDS.optional_string(data.get("id"), "id") or new_id("chatcmpl-"),
+        model=_FIELDS.optional_string(data.get("model"), "model") or "",
         message=Message("assistant", tuple(parts)),
         stop_reason=stop_reason,
         stop_sequence=stop_sequence,
         usage=decode_usage(data.get("usage")),
-        created=float(created) if isinstance(created, int | float) else time.time(),
+        created=reply_created(data.get("created")),
         provider_details={"openai": extras} if extras else None,
     )
 
@@ -192,8 +207,10 @@ def _decode_message(message: dict[str, Any]) -> list[Part]:
     parts: list[Part] = []
     # reasoning_content: DeepSeek, LiteLLM; reasoning: vLLM >= 0.11, Ollama. Servers
     # in transition send both with the same text, so take one, not their sum.
-    reasoning = _optional_str(message.get("reasoning_content"), "message.reasoning_content")
-    reasoning = reasoning or _optional_str(message.get("reasoning"), "message.reasoning")
+    reasoning = _FIELDS.optional_string(
+        message.get("reasoning_content"), "message.reasoning_content"
+    )
+    reasoning = reasoning or _FIELDS.optional_string(message.get("reasoning"), "message.reasoning")
     if reasoning:
         parts.append(ThinkingPart(reasoning))
     content = message.get("content")
@@ -203,22 +220,19 @@ def _decode_message(message: dict[str, Any]) -> list[Part]:
             for item in content
             if isinstance(item, dict) and isinstance(item.get("text"), str)
         )
-    text = _optional_str(content, "message.content")
+    text = _FIELDS.optional_string(content, "message.content")
     if text:
         parts.append(TextPart(text))
-    calls = message.get("tool_calls")
-    if calls is None:
-        calls = []
-    if not isinstance(calls, list):
-        raise BackendProtocolError("the backend's message.tool_calls is not a list")
+    calls = _FIELDS.optional_list(message.get("tool_calls"), "message.tool_calls")
     for position, call in enumerate(calls):
         where = f"message.tool_calls[{position}]"
-        function = _object(_object(call, where).get("function"), f"{where}.function")
-        name = _optional_str(function.get("name"), f"{where}.function.name")
+        call = _FIELDS.required_object(call, where)
+        function = _FIELDS.required_object(call.get("function"), f"{where}.function")
+        name = _FIELDS.optional_string(function.get("name"), f"{where}.function.name")
         if not name:
             raise BackendProtocolError(f"the backend's {where} has no function name")
         arguments, raw = parse_tool_arguments(function.get("arguments"))
-        call_id = _optional_str(call.get("id"), f"{where}.id") or new_id("call_")
+        call_id = _FIELDS.optional_string(call.get("id"), f"{where}.id") or new_id("call_")
         parts.append(ToolCallPart(call_id, name, arguments, raw))
     return parts
 
@@ -246,23 +260,20 @@ def decode_embed_response(body: object) -> EmbedResponse:
     Raises:
         BackendProtocolError: the body is not an embeddings list.
     """
-    data = _object(body, "the embeddings response")
+    data = _FIELDS.required_object(body, "embeddings response")
     items = data.get("data")
     if not isinstance(items, list):
         raise BackendProtocolError("the backend's embeddings response has no data list")
     indexed: list[tuple[int, tuple[float, ...]]] = []
     for position, item in enumerate(items):
-        entry = _object(item, f"data[{position}]")
-        index = entry.get("index", position)
-        if not isinstance(index, int):
-            raise BackendProtocolError(f"the backend's data[{position}].index is not a number")
+        entry = _FIELDS.required_object(item, f"data[{position}]")
+        index = _FIELDS.required_int(entry.get("index", position), f"data[{position}].index")
         indexed.append((index, _vector(entry.get("embedding"), position)))
     indexed.sort(key=lambda pair: pair[0])
-    usage = data.get("usage")
     return EmbedResponse(
-        model=_optional_str(data.get("model"), "model") or "",
+        model=_FIELDS.optional_string(data.get("model"), "model") or "",
         embeddings=tuple(vector for _, vector in indexed),
-        input_tokens=_count(usage.get("prompt_tokens")) if isinstance(usage, dict) else None,
+        input_tokens=int_or_none(object_or_empty(data.get("usage")).get("prompt_tokens")),
     )
 
 
@@ -274,27 +285,6 @@ def _vector(value: object, position: int) -> tuple[float, ...]:
             raise BackendProtocolError(
                 f"the backend's data[{position}].embedding is not base64 float32"
             ) from exc
-    if not isinstance(value, list) or not all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in value
-    ):
+    if not isinstance(value, list) or not all(is_number(x) for x in value):
         raise BackendProtocolError(f"the backend's data[{position}].embedding is not a vector")
     return tuple(float(x) for x in value)
-
-
-# -- checks -------------------------------------------------------------------------
-
-
-def _object(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BackendProtocolError(f"the backend's {where} is not a JSON object")
-    return value
-
-
-def _optional_str(value: object, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise BackendProtocolError(f"the backend's {where} is not a string")
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

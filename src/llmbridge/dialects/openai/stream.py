@@ -40,12 +40,14 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
+from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
 from llmbridge.dialects.framing import SSE_DONE, escape_line_breaks, sse_event
 from llmbridge.dialects.openai.errors import error_body
 from llmbridge.dialects.openai.response import (
     decode_usage,
     encode_usage,
     finish_reason_for,
+    reply_created,
     response_id,
     stop_reason_for,
 )
@@ -274,14 +276,8 @@ class _StreamDecoder:
             events.append(_response_start(chunk))
         if chunk.get("usage") is not None:
             self._usage = self._usage.merged(decode_usage(chunk["usage"]))
-        choices = chunk.get("choices")
-        if choices is None:
-            choices = []
-        if not isinstance(choices, list):
-            raise BackendProtocolError("the backend's chunk has a 'choices' that is not a list")
-        for choice in choices:
-            if not isinstance(choice, dict):
-                raise BackendProtocolError("the backend's chunk has a choice that is not an object")
+        for choice in _FIELDS.optional_list(chunk.get("choices"), "choices"):
+            choice = _FIELDS.required_object(choice, "choices[]")
             if choice.get("index", 0) != 0:
                 continue  # llmbridge asks for one choice
             # The delta first: a chunk may carry content and finish_reason together.
@@ -290,8 +286,8 @@ class _StreamDecoder:
             if reason is not None:
                 self._finish_reason = str(reason)
                 # vLLM names the stop string that ended generation (non-standard).
-                matched = choice.get("stop_reason")
-                if isinstance(matched, str) and reason == "stop":
+                matched = str_or_none(choice.get("stop_reason"))
+                if matched is not None and reason == "stop":
                     self._stop_sequence = matched
         return events
 
@@ -317,8 +313,7 @@ class _StreamDecoder:
 def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
     if delta is None:
         return []
-    if not isinstance(delta, dict):
-        raise BackendProtocolError("the backend's chunk has a delta that is not an object")
+    delta = _FIELDS.required_object(delta, "delta")
     events: list[StreamEvent] = []
     # reasoning_content: DeepSeek, LiteLLM; reasoning: vLLM >= 0.11, Ollama. Servers
     # in transition send both with the same text, so take one, not their sum.
@@ -328,26 +323,15 @@ def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
     content = _text(delta, "content")
     if content:
         events.extend(parts.text(content))
-    calls = delta.get("tool_calls")
-    if calls is None:
-        calls = []
-    if not isinstance(calls, list):
-        raise BackendProtocolError("the backend's delta.tool_calls is not a list")
-    for call in calls:
-        if not isinstance(call, dict):
-            raise BackendProtocolError("the backend's delta.tool_calls has a non-object entry")
-        function = call.get("function")
-        if function is None:
-            function = {}
-        if not isinstance(function, dict):
-            raise BackendProtocolError("the backend's tool call function is not an object")
-        index = call.get("index")
+    for call in _FIELDS.optional_list(delta.get("tool_calls"), "delta.tool_calls"):
+        call = _FIELDS.required_object(call, "delta.tool_calls[]")
+        function = _FIELDS.optional_object(call.get("function"), "delta.tool_calls[].function")
         arguments = function.get("arguments")
         if arguments is not None and not isinstance(arguments, str):
             arguments = _dumps(arguments).decode()  # an object, as some servers send
         events.extend(
             parts.tool_call_fragment(
-                index if isinstance(index, int) else None,
+                int_or_none(call.get("index")),
                 _text(call, "id") or None,  # "" is no id: the call continues
                 _text(function, "name") or None,
                 arguments,
@@ -357,21 +341,19 @@ def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
 
 
 def _response_start(chunk: dict[str, Any]) -> ResponseStart:
-    chunk_id = chunk.get("id")
-    model = chunk.get("model")
-    created = chunk.get("created")
     return ResponseStart(
-        id=chunk_id if isinstance(chunk_id, str) and chunk_id else new_id("chatcmpl-"),
-        model=model if isinstance(model, str) else "",
-        created=float(created) if isinstance(created, int | float) else time.time(),
+        id=nonempty_str(chunk.get("id")) or new_id("chatcmpl-"),
+        model=str_or_none(chunk.get("model")) or "",
+        created=reply_created(chunk.get("created")),
     )
 
 
+_FIELDS = ReplyFields(lambda field, expected: f"the backend's '{field}' is not {expected}")
+"""Readers of a chunk's fields (``the backend's 'content' is not a string``)."""
+
+
 def _text(obj: dict[str, Any], key: str) -> str | None:
-    value = obj.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    raise BackendProtocolError(f"the backend's '{key}' is not a string")
+    return _FIELDS.optional_string(obj.get(key), key)
 
 
 def _loads(data: str) -> dict[str, Any]:
@@ -402,7 +384,7 @@ def _in_band_error(payload: object) -> BackendError:
         message = payload.get("message")
         raw_code = payload.get("code")
         code = str(raw_code) if raw_code is not None else None
-        text = message if isinstance(message, str) and message else str(payload)
+        text = nonempty_str(message) or str(payload)
     else:
         text = str(payload) if payload else "the backend reported an error"
     return BackendError(text, code=code)
