@@ -6,6 +6,7 @@ bounded poll, everything on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
 )
 from llmbridge.core.events import (
+    PartDelta,
     ResponseEnd,
     ResponseStart,
     StreamEvent,
@@ -139,6 +141,25 @@ async def test_a_stream_lost_after_output_fails_without_a_retry(
     assert sum(isinstance(e, ResponseStart) for e in received) == 1
     (sid,) = fake.prompted()
     assert len(fake.prompts) == 1
+    await eventually(deleted(fake, sid))
+    assert fake.cleanup_of(sid)[0] == f"POST /session/{sid}/abort"
+
+
+async def test_hanging_up_ends_the_turns_subscription_before_close_returns(
+    fake: FakeOpenCode, backend: OpenCodeBackend
+) -> None:
+    # The turn's inner generator holds the session's event subscription; closing the
+    # outer stream closes it too (aclosing), not at garbage collection.
+    fake.prompts.append(
+        Prompt(events=lambda sid: [*opening(sid), delta(sid, "a"), delta(sid, "b")])
+    )
+    stream = backend.chat(chat_request())
+    async with aclosing(stream):
+        async for item in stream:
+            if isinstance(item, PartDelta):
+                break
+    (sid,) = fake.prompted()
+    assert sid not in backend.hub._queues
     await eventually(deleted(fake, sid))
     assert fake.cleanup_of(sid)[0] == f"POST /session/{sid}/abort"
 

@@ -8,6 +8,7 @@ import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.client import EventType, OllamaAdapter, heal_tool_input
+from llmbridge.core.errors import BackendError
 from tests.client.conftest import DONE, chunk, collect, kinds
 from tests.conftest import RunningServer
 from tests.upstream import Canned, FakeUpstream
@@ -44,6 +45,17 @@ async def test_breaking_out_of_an_sdk_stream_then_calling_again(
                 break
         again = await collect(adapter.call("go"))
     assert kinds(again) == ["TOKEN", "METADATA", "END"]
+
+
+async def test_an_error_that_stops_chat_closes_the_backend_stream_before_raising() -> None:
+    # The in-band error stops the accumulation with the backend's stream suspended
+    # after it; ``chat`` closes that stream (aclosing) before the error reaches us.
+    backend = ScriptedBackend()
+    backend.enqueue(Script(text=["a", "b", "c"], fail_after=1, in_band=True))
+    async with OllamaAdapter.from_backend(backend, default_model="m") as adapter:
+        with pytest.raises(BackendError, match="scripted failure mid-stream"):
+            await adapter.chat("go")
+        assert backend.cancelled == 1 and backend.completed == 0
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ history.
 
 ``Summariser``: once a session has ``threshold`` unsummarised messages beyond the
 ``keep_recent`` newest, the oldest run of them is sent to a model (any
-``ChatFn``: a backend's ``chat`` or the gateway's pipeline) and the reply is stored
+``core.stream.ChatFn``: a backend's ``chat`` or the gateway's pipeline) and the reply is stored
 as a summary with the ids of the messages it covers. The model is the summariser's
 own when it has one (``agent.summary_model``), else the one each call names: the
 session's own model, so summaries need no configuration. ``force`` (the API's
@@ -54,21 +54,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from llmbridge.agent.store import AgentStore, PinRecord, StoredMessage, SummaryRecord
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.accumulate import accumulate
-from llmbridge.core.events import StreamEvent
 from llmbridge.core.messages import Message, Role, TextPart
 from llmbridge.core.request import ChatRequest, GenerationParams
+from llmbridge.core.stream import ChatFn
 from llmbridge.features.token_count import count_message_tokens, count_text_tokens
 
 __all__ = [
     "FALLBACK_MESSAGES",
     "HISTORY_INSTRUCTION",
-    "ChatFn",
     "MemoryBuilder",
     "MemoryConfig",
     "MemoryContext",
@@ -79,10 +79,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("llmbridge.agent.memory")
-
-ChatFn = Callable[[ChatRequest], AsyncIterator[StreamEvent]]
-"""Anything that streams neutral events for a request: ``Backend.chat``, or
-``agent.llm.ModelGateway.chat`` (the gateway's pipeline)."""
 
 # -- the seed's labels -------------------------------------------------------------
 
@@ -531,7 +527,10 @@ class Summariser:
             # Model tokens are not the counter's tokens; leave room, then cut below.
             params=GenerationParams(max_tokens=limit * 2, temperature=self.config.temperature),
         )
-        response = await accumulate(self.chat(request))
+        # aclosing: a turn that cancels the summary, or an error event, ends the
+        # backend's call now (the embedded model's turn is free at once).
+        async with aclosing(self.chat(request)) as events:
+            response = await accumulate(events)
         return truncate_to_tokens(response.message.text.strip(), limit)
 
     async def summarise_pending(

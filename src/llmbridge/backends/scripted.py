@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,8 +102,9 @@ class ScriptedBackend(Backend):
             last_user = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
             texts = [last_user]
         try:
-            async for event in self._play(request, script, texts):
-                yield event
+            async with aclosing(self._play(request, script, texts)) as events:
+                async for event in events:
+                    yield event
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled += 1
             self.cancelled_at.append(time.monotonic())
@@ -110,7 +112,7 @@ class ScriptedBackend(Backend):
 
     async def _play(
         self, request: ChatRequest, script: Script, texts: list[str]
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         parts = PartsManager()
         yield ResponseStart(
             id=new_id("scripted-"),

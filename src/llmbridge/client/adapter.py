@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any, Self
@@ -41,9 +41,9 @@ from llmbridge.client.transports import (
     ollama_openai_url,
 )
 from llmbridge.core.accumulate import accumulate
-from llmbridge.core.events import StreamEvent as NeutralEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse
+from llmbridge.core.stream import EventStream
 
 __all__ = ["DEFAULT_OLLAMA_URL", "OllamaAdapter"]
 
@@ -293,7 +293,7 @@ class OllamaAdapter:
             yield StreamEvent(EventType.END)
             return
 
-        def open_stream() -> AsyncIterator[NeutralEvent]:
+        def open_stream() -> EventStream:
             return self.engine.chat(request)
 
         events = art_events(
@@ -318,8 +318,11 @@ class OllamaAdapter:
         tools: Sequence[ToolSchema] | None = None,
         provider_config: RuntimeConfig = None,
         **params: Any,
-    ) -> AsyncIterator[NeutralEvent]:
+    ) -> EventStream:
         """The engine's neutral events (``llmbridge.core.events``) for one request.
+
+        Close the stream (``contextlib.aclosing``) when stopping before its end, so the
+        provider's connection is released at once.
 
         Raises:
             AdapterError: at once, for a configuration or prompt error.
@@ -350,9 +353,6 @@ class OllamaAdapter:
         events = self.stream(
             prompt, model=model, tools=tools, provider_config=provider_config, **params
         )
-        try:
+        # aclosing: an error that stops the accumulation closes the stream now.
+        async with aclosing(events):
             return await accumulate(events)
-        finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()  # an error stopped the accumulation: close the stream now

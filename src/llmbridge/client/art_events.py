@@ -13,7 +13,8 @@ event, and ``END`` is always last.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from typing import Any
 
 from llmbridge.client.events import (
@@ -42,6 +43,7 @@ from llmbridge.core.events import StreamEvent as NeutralEvent
 from llmbridge.core.messages import Message, Part, TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import Usage
+from llmbridge.core.stream import EventStream
 from llmbridge.dialects.openai.response import finish_reason_for
 from llmbridge.features.token_count import (
     count_message_tokens,
@@ -56,7 +58,7 @@ END = StreamEvent(EventType.END)
 
 
 async def art_events(
-    open_stream: Callable[[], AsyncIterator[NeutralEvent]],
+    open_stream: Callable[[], EventStream],
     request: ChatRequest,
     *,
     streaming: bool,
@@ -72,21 +74,18 @@ async def art_events(
     """
     run = _Run(request, call_context, started, neutral_stop_reasons)
     error: StreamEvent | None = None
-    stream: AsyncIterator[NeutralEvent] | None = None
     try:
-        stream = open_stream()
-        async for event in stream:
-            out = run.feed(event, streaming)
-            if out is not None:
-                yield out
+        # aclosing: an error or a consumer that stops closes the provider's HTTP stream
+        # now, not at garbage collection.
+        async with aclosing(open_stream()) as stream:
+            async for event in stream:
+                out = run.feed(event, streaming)
+                if out is not None:
+                    yield out
         for out in run.finish(streaming):
             yield out
     except Exception as exc:  # noqa: BLE001 - the seed's contract: errors are events
         error = StreamEvent(EventType.ERROR, provider_error(exc))
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()  # close the provider's HTTP stream now, not at GC time
     if error is not None:
         yield error
     yield END

@@ -1,7 +1,8 @@
 """How the adapter reaches a model: engines that turn a ``ChatRequest`` into neutral events.
 
-An engine is anything with ``chat(request) -> AsyncIterator[core.events.StreamEvent]``
-and ``aclose()``: exactly the ``backends.base.Backend`` contract, so every llmbridge
+An engine is anything whose ``chat`` is a ``core.stream.ChatFn`` (a request in, a
+closeable ``EventStream`` of neutral events out) and that has ``aclose()`` for its
+connections: exactly the ``backends.base.Backend`` contract, so every llmbridge
 backend is an engine (the native Ollama, OpenAI-compatible and gateway constructors
 use ``OllamaBackend`` and ``OpenAICompatBackend`` as they are). Two more live here:
 
@@ -12,8 +13,8 @@ use ``OllamaBackend`` and ``OpenAICompatBackend`` as they are). Two more live he
   exceptions are mapped to ``core.errors`` here and nowhere else. Its HTTP client
   belongs to one event loop, so there is one ``AsyncOpenAI`` per loop
   (``backends.loop_bound``), as there is one aiohttp pool per loop in the backends.
-- ``AnthropicTransport``: ``/v1/messages`` through the gateway's shared aiohttp
-  transport and the Anthropic codecs (llmbridge has no Anthropic backend class yet).
+- ``AnthropicTransport``: ``/v1/messages``, the ``backends.anthropic.AnthropicBackend``
+  under the adapter's own name.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.stream import EventStream
 from llmbridge.dialects import openai as openai_dialect
 from llmbridge.dialects.framing import aiter_sse
 
@@ -51,9 +53,12 @@ _DRAIN_LIMIT = 64 * 1024
 
 
 class ChatEngine(Protocol):
-    """What the adapter needs from a backend (``backends.base.Backend`` satisfies it)."""
+    """What the adapter needs from a backend (``backends.base.Backend`` satisfies it).
 
-    def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+    More than a ``ChatFn``: the adapter owns its engine and closes its connections
+    (``aclose``). ``engine.chat`` itself is a ``ChatFn``."""
+
+    def chat(self, request: ChatRequest) -> EventStream: ...
 
     async def aclose(self) -> None: ...
 

@@ -55,7 +55,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -78,6 +79,7 @@ from llmbridge.core.messages import Message, TextPart, ToolDefinition, ToolResul
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, ResponseFormat
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.core.stream import ChatFn
 from llmbridge.features.apology import apology
 from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.rule_selection import select_tool
@@ -349,9 +351,10 @@ def _allowed(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any
 # -- the emulated reply -------------------------------------------------------------
 
 
-async def _generate(backend_chat: Any, request: ChatRequest) -> ChatResponse:
-    response: ChatResponse = await accumulate(backend_chat(request))
-    return response
+async def _generate(backend_chat: ChatFn, request: ChatRequest) -> ChatResponse:
+    # aclosing: an error event stops the accumulation; the backend's call ends now.
+    async with aclosing(backend_chat(request)) as events:
+        return await accumulate(events)
 
 
 def _conversation_request(
@@ -425,11 +428,12 @@ class _Reply:
 
 
 async def emulate_tool_calls(
-    backend_chat: Any, request: ChatRequest, *, clock: Clock = _local_now
-) -> AsyncIterator[StreamEvent]:
+    backend_chat: ChatFn, request: ChatRequest, *, clock: Clock = _local_now
+) -> AsyncGenerator[StreamEvent, None]:
     """The reply to ``request`` (which offers tools) from a backend without tools.
 
-    ``backend_chat`` is the backend's ``chat`` method. The decision is read as it is
+    ``backend_chat`` is the backend's ``chat`` method (or anything else that streams a
+    request's reply). The decision is read as it is
     generated: the text of a ``chat`` or ``answer`` streams as the backend writes it,
     while a tool call is held back and emitted as one complete call at the end. A
     backend error before any output is raised as it is (module docstring). Closing
@@ -454,13 +458,13 @@ async def emulate_tool_calls(
     content = FieldStreamer("content", gate="action", accept=("answer", "chat"))
     generation = Accumulator()
     failure: LLMBridgeError | None = None
-    events = backend_chat(decision_request)
     try:
-        async for event in events:
-            generation.add(event)  # raises the error of an in-band StreamError
-            if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
-                for out in reply.stream_text(content.feed(event.delta.text)):
-                    yield out
+        async with aclosing(backend_chat(decision_request)) as events:
+            async for event in events:
+                generation.add(event)  # raises the error of an in-band StreamError
+                if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
+                    for out in reply.stream_text(content.feed(event.delta.text)):
+                        yield out
         decided = generation.response()
     except LLMBridgeError as exc:
         if not reply.started:
@@ -469,10 +473,6 @@ async def emulate_tool_calls(
             log.info("the tool decision failed: %s", exc.message)
             raise
         failure = exc
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
     if reply.started:
         for out in _end_streamed(reply, content, failure, generation.usage):
             yield out
@@ -515,7 +515,7 @@ def _end_streamed(
 
 
 async def _decide(
-    backend_chat: Any, request: ChatRequest, text: str, now: datetime
+    backend_chat: ChatFn, request: ChatRequest, text: str, now: datetime
 ) -> tuple[Decision, Usage | None]:
     """The decision in the model's reply ``text`` when it is usable, else a fallback's;
     with the usage of the fallback's generation, when one ran."""
@@ -548,7 +548,7 @@ def _usable(decision: Decision, turn: Turn) -> bool:
 
 
 async def _fallback(
-    backend_chat: Any, request: ChatRequest, turn: Turn, now: datetime
+    backend_chat: ChatFn, request: ChatRequest, turn: Turn, now: datetime
 ) -> tuple[Decision, Usage | None]:
     """Seed 000's fallbacks after the decision (module docstring, steps 2 to 5). A
     backend error in the generation is raised as it is (step 6)."""

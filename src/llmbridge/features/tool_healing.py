@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from jsonschema.validators import Draft202012Validator, validator_for
 
 from llmbridge.core.events import PartEnd, StreamEvent
 from llmbridge.core.messages import ToolCallPart, ToolDefinition
+from llmbridge.core.stream import EventStream
 
 __all__ = ["HealResult", "heal_arguments", "heal_tool_calls"]
 
@@ -82,8 +84,8 @@ def heal_arguments(
 
 
 async def heal_tool_calls(
-    events: AsyncIterator[StreamEvent], tools: Sequence[ToolDefinition]
-) -> AsyncIterator[StreamEvent]:
+    events: EventStream, tools: Sequence[ToolDefinition]
+) -> AsyncGenerator[StreamEvent, None]:
     """Pass ``events`` through, healing the arguments of each finished tool call.
 
     Each ``PartEnd`` of a ``ToolCallPart`` is replaced by one whose ``arguments`` are
@@ -94,7 +96,7 @@ async def heal_tool_calls(
     ``events`` (so a client disconnect still reaches the backend).
     """
     schemas: dict[str, dict[str, Any]] | None = None
-    try:
+    async with aclosing(events):
         async for event in events:
             if isinstance(event, PartEnd):
                 part = event.part
@@ -105,10 +107,6 @@ async def heal_tool_calls(
                     if healed is not part:
                         event = PartEnd(event.index, healed)
             yield event
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def _heal_part(

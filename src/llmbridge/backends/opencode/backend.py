@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -359,12 +359,14 @@ class OpenCodeBackend(Backend):
         breakdown.session_id = sid
         finished = False
         try:
-            async for event in self._run_turn(sid, request, body, breakdown):
-                # The turn is over once its end is out: a streaming consumer stops
-                # reading there, and closing this generator then is no cancellation
-                # (no abort for a session that finished, and the outcome stays ok).
-                finished = finished or isinstance(event, ResponseEnd)
-                yield event
+            # aclosing: closing this generator ends the turn's event subscription now.
+            async with aclosing(self._run_turn(sid, request, body, breakdown)) as turn_events:
+                async for event in turn_events:
+                    # The turn is over once its end is out: a streaming consumer stops
+                    # reading there, and closing this generator then is no cancellation
+                    # (no abort for a session that finished, and the outcome stays ok).
+                    finished = finished or isinstance(event, ResponseEnd)
+                    yield event
             finished = True
         except BaseException as exc:
             if not finished:
@@ -377,7 +379,7 @@ class OpenCodeBackend(Backend):
 
     async def _run_turn(
         self, sid: str, request: ChatRequest, body: dict[str, Any], breakdown: LatencyBreakdown
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         clock = time.perf_counter
         turn = Turn(self.name)
         started = False
