@@ -19,6 +19,7 @@ NaN and the infinities as ``null``. Checked when the request is decoded, such da
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +33,10 @@ __all__ = [
     "check_conversation_counts",
     "check_count",
     "check_encodable",
+    "check_message_parts",
     "count_error",
     "depth_error",
+    "message_parts",
     "size_error",
 ]
 
@@ -123,6 +126,30 @@ def check_conversation_counts(body: dict[str, Any], limits: RequestLimits) -> li
         body.get("tools"), limits.max_tools, path="tools", setting="max_tools", noun="tools"
     )
     return messages if isinstance(messages, list) else []
+
+
+def message_parts(message: object, part_keys: Sequence[str]) -> int:
+    """The parts of a message as sent: the length of each list it holds under
+    ``part_keys`` (``images`` and ``tool_calls`` in Ollama's messages)."""
+    parts = 0
+    if isinstance(message, dict):
+        for key in part_keys:
+            items = message.get(key)
+            if isinstance(items, list):
+                parts += len(items)
+    return parts
+
+
+def check_message_parts(
+    messages: list[Any], limits: RequestLimits, part_keys: Sequence[str], noun: str
+) -> None:
+    """A 400 naming the first message with more than ``max_parts_per_message`` parts
+    (counted by ``message_parts``; ``noun`` says what they are, ``images and tool calls``)."""
+    most = limits.max_parts_per_message
+    for index, message in enumerate(messages):
+        parts = message_parts(message, part_keys)
+        if parts > most:
+            raise count_error(f"messages.{index}", parts, most, "max_parts_per_message", noun)
 
 
 def check_encodable(value: Any, path: str, max_depth: int = DEFAULT_LIMITS.max_json_depth) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmbridge.core.errors import LLMBridgeError
+from llmbridge.dialects.validation import path_prefixed
 
-__all__ = ["error_body", "error_type_for_status"]
+__all__ = ["VALIDATION_WORDING", "error_body", "error_type_for_status"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -42,3 +43,16 @@ def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:
         "error": {"type": error_type_for_status(err.status_code), "message": err.message},
         "request_id": request_id,
     }
+
+
+def _either(reasons: list[str]) -> str:
+    """A union's reasons as one: ``Input should be a valid string or a valid list``."""
+    prefix = "Input should be "
+    if len(reasons) > 1 and all(reason.startswith(prefix) for reason in reasons):
+        reasons = [reasons[0], *(reason.removeprefix(prefix) for reason in reasons[1:])]
+    return " or ".join(reasons)
+
+
+VALIDATION_WORDING = path_prefixed(_either)
+"""A body that fails validation: ``messages.0.content: Input should be a valid string or
+a valid list``; an unknown block type is ``messages.0.content.1: unknown type 'video'``."""

@@ -61,6 +61,7 @@ from llmbridge.core.messages import (
     ToolResultPart,
 )
 from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat, ThinkingConfig
+from llmbridge.dialects.anthropic.errors import VALIDATION_WORDING
 from llmbridge.dialects.anthropic.types import (
     PROVIDER,
     ContentBlockSource,
@@ -81,8 +82,8 @@ from llmbridge.dialects.anthropic.types import (
     ToolChoiceTool,
     ToolResultBlock,
     ToolUseBlock,
-    validate_body,
 )
+from llmbridge.dialects.validation import validate_body
 
 __all__ = ["decode_chat_request", "decode_count_tokens_request", "encode_chat_request"]
 
@@ -133,7 +134,9 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         UnsupportedFeatureError: a block the core cannot carry (a PDF document).
     """
     _check_counts(body, limits)
-    parsed = validate_body(MessagesRequestBody, body, slice_field="messages")
+    parsed = validate_body(
+        MessagesRequestBody, body, VALIDATION_WORDING, slice_field="messages", part_keys=_BLOCKS
+    )
     _require_messages(parsed)
     params = GenerationParams(
         max_tokens=parsed.max_tokens,
@@ -150,7 +153,9 @@ def decode_count_tokens_request(
 ) -> ChatRequest:
     """Translate a ``/v1/messages/count_tokens`` body (no ``max_tokens``)."""
     _check_counts(body, limits)
-    parsed = validate_body(CountTokensRequestBody, body, slice_field="messages")
+    parsed = validate_body(
+        CountTokensRequestBody, body, VALIDATION_WORDING, slice_field="messages", part_keys=_BLOCKS
+    )
     _require_messages(parsed)
     return _chat_request(parsed, GenerationParams(), stream=False)
 
@@ -179,6 +184,8 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
 
 
 _PARTS = "max_parts_per_message"
+_BLOCKS = ("content",)
+"""The list of a message that weighs its slice of validation (``dialects/validation``)."""
 
 
 def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: bool) -> ChatRequest:

@@ -13,14 +13,12 @@ built as plain dicts by the codecs: pydantic stays off the streaming hot path.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
-from llmbridge.core.errors import InvalidRequestError
 from llmbridge.dialects.images import is_base64
-from llmbridge.dialects.validation import BodyErrors, validate_in_slices
 
 __all__ = [
     "PROVIDER",
@@ -56,7 +54,6 @@ __all__ = [
     "ToolUseBlock",
     "URLImageSource",
     "URLPDFSource",
-    "validate_body",
 ]
 
 
@@ -438,69 +435,3 @@ class MessagesRequestBody(ConversationBody):
 
 class CountTokensRequestBody(ConversationBody):
     """The body of ``POST /v1/messages/count_tokens`` (no ``max_tokens``)."""
-
-
-# -- validation ---------------------------------------------------------------------
-
-_Body = TypeVar("_Body", bound=BaseModel)
-
-
-def validate_body(model: type[_Body], body: object, slice_field: str | None = None) -> _Body:
-    """Validate a decoded JSON body.
-
-    Raises:
-        InvalidRequestError: the body is not an object, or a field is wrong; the
-            message and ``param`` name the field as a dotted path
-            (``messages.2.content.0.id``).
-    """
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    try:
-        if slice_field is None:
-            return model.model_validate(body)
-        # The list ``slice_field`` a slice at a time (dialects/validation.py).
-        return validate_in_slices(model, body, slice_field, ("content",))
-    except ValidationError as exc:
-        raise _invalid(exc.errors(include_url=False), body) from exc
-    except BodyErrors as exc:
-        raise _invalid(exc.errors, body) from exc
-
-
-def _invalid(errors: list[ErrorDetails], body: dict[str, Any]) -> InvalidRequestError:
-    # A union (``str | list[block]``) reports one error per member; the deepest one
-    # is where the client actually went wrong.
-    best = max(errors, key=lambda e: len(e["loc"]))
-    path = _field_path(best["loc"], body)
-    if best["type"] == "union_tag_invalid":
-        message = f"unknown type {best.get('ctx', {}).get('tag')!r}"
-    else:
-        same = list(dict.fromkeys(e["msg"] for e in errors if _field_path(e["loc"], body) == path))
-        prefix = "Input should be "
-        if len(same) > 1 and all(msg.startswith(prefix) for msg in same):
-            same = [same[0], *(msg.removeprefix(prefix) for msg in same[1:])]
-        message = " or ".join(same)
-    return InvalidRequestError(f"{path}: {message}" if path else message, param=path or None)
-
-
-def _field_path(loc: tuple[int | str, ...], body: Any) -> str:
-    """``messages.0.content.2.id`` from a pydantic location.
-
-    Pydantic puts union member tags (``str``, ``list[...]``, ``tool_use``) into the
-    location; walking the input alongside keeps only the real keys and indexes.
-    """
-    parts: list[str] = []
-    current = body
-    for position, item in enumerate(loc):
-        found, current = _step(current, item)
-        if not found and not (isinstance(current, dict) and position == len(loc) - 1):
-            continue  # a union member tag (a missing field's name is the last item)
-        parts.append(str(item))
-    return ".".join(parts)
-
-
-def _step(current: Any, item: int | str) -> tuple[bool, Any]:
-    if isinstance(current, dict) and isinstance(item, str) and item in current:
-        return True, current[item]
-    if isinstance(current, list) and isinstance(item, int) and 0 <= item < len(current):
-        return True, current[item]
-    return False, current

@@ -10,8 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from llmbridge.core.errors import LLMBridgeError
+from llmbridge.dialects.validation import path_prefixed
 
-__all__ = ["error_body"]
+__all__ = ["VALIDATION_WORDING", "error_body"]
+
+VALIDATION_WORDING = path_prefixed(lambda reasons: reasons[0])
+"""A body that fails validation: ``messages.0.role: Field required``, the first reason."""
 
 
 def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:

@@ -9,10 +9,7 @@ the body llmbridge sends to a real Ollama server. Fields the core does not model
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
-
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from typing import Any, Literal
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
 from llmbridge.core.ids import new_id
@@ -21,8 +18,7 @@ from llmbridge.core.limits import (
     RequestLimits,
     check_conversation_counts,
     check_count,
-    check_encodable,
-    count_error,
+    check_message_parts,
 )
 from llmbridge.core.messages import (
     ImagePart,
@@ -41,8 +37,9 @@ from llmbridge.core.request import (
     ResponseFormat,
     ThinkingConfig,
 )
-from llmbridge.core.tool_arguments import parse_tool_arguments
+from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url
+from llmbridge.dialects.ollama.errors import VALIDATION_WORDING
 from llmbridge.dialects.ollama.types import (
     ChatMessage,
     ChatRequestBody,
@@ -53,7 +50,7 @@ from llmbridge.dialects.ollama.types import (
     Tool,
     ToolCall,
 )
-from llmbridge.dialects.validation import BodyErrors, message_weight, validate_in_slices
+from llmbridge.dialects.validation import validate_body
 
 __all__ = [
     "decode_chat_request",
@@ -63,8 +60,6 @@ __all__ = [
     "encode_chat_request",
     "encode_embed_request",
 ]
-
-_Body = TypeVar("_Body", bound=BaseModel)
 
 # Options with a canonical field in GenerationParams; every other option goes to ``extra``.
 _CORE_OPTIONS = frozenset(
@@ -118,7 +113,9 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
             dotted path (``messages.0.role``).
     """
     _check_counts(body, limits)
-    parsed = _validate(ChatRequestBody, body, slice_field="messages")
+    parsed = validate_body(
+        ChatRequestBody, body, VALIDATION_WORDING, slice_field="messages", part_keys=_PART_KEYS
+    )
     return ChatRequest(
         model=parsed.model,
         messages=_decode_messages(parsed.messages or [], limits),
@@ -143,7 +140,7 @@ def decode_generate_request(body: object, limits: RequestLimits = DEFAULT_LIMITS
         images = body.get("images")
         where = "images"
         check_count(images, limits.max_parts_per_message, path=where, setting=_PARTS, noun=where)
-    parsed = _validate(GenerateRequestBody, body)
+    parsed = validate_body(GenerateRequestBody, body, VALIDATION_WORDING)
     messages: list[Message] = []
     if parsed.system:
         messages.append(Message(role="system", parts=(TextPart(parsed.system),)))
@@ -167,7 +164,7 @@ def decode_generate_request(body: object, limits: RequestLimits = DEFAULT_LIMITS
 
 def decode_embed_request(body: object) -> EmbedRequest:
     """Validate and translate an ``/api/embed`` body."""
-    parsed = _validate(EmbedRequestBody, body)
+    parsed = validate_body(EmbedRequestBody, body, VALIDATION_WORDING)
     inputs = (parsed.input,) if isinstance(parsed.input, str) else tuple(parsed.input)
     return EmbedRequest(
         model=parsed.model,
@@ -184,7 +181,7 @@ def decode_show_request(body: object) -> str:
         InvalidRequestError: not an object, a field of the wrong type (Ollama's Go
             decoder rejects ``"verbose": "yes"`` too), or no model named.
     """
-    name = _validate(ShowRequestBody, body).model_name
+    name = validate_body(ShowRequestBody, body, VALIDATION_WORDING).model_name
     if not name:
         raise InvalidRequestError("'model' is required", param="model")
     return name
@@ -197,54 +194,9 @@ _PARTS = "max_parts_per_message"
 
 def _check_counts(body: object, limits: RequestLimits) -> None:
     """Count limits, checked before validation so an oversized body costs little."""
-    if not isinstance(body, dict):
-        return
-    for index, message in enumerate(check_conversation_counts(body, limits)):
-        parts = message_weight(message, _PART_KEYS) - 1
-        if parts > limits.max_parts_per_message:
-            where = f"messages.{index}"
-            noun = "images and tool calls"
-            raise count_error(where, parts, limits.max_parts_per_message, _PARTS, noun)
-
-
-def _validate(model: type[_Body], body: object, slice_field: str | None = None) -> _Body:
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    try:
-        if slice_field is None:
-            return model.model_validate(body)
-        return validate_in_slices(model, body, slice_field, _PART_KEYS)
-    except ValidationError as exc:
-        raise _invalid(exc.errors(include_url=False), body) from exc
-    except BodyErrors as exc:
-        raise _invalid(exc.errors, body) from exc
-
-
-def _invalid(errors: list[ErrorDetails], body: dict[str, Any]) -> InvalidRequestError:
-    """The first validation error, as a message naming the field's dotted path."""
-    error = errors[0]
-    path = ".".join(str(item) for item in _field_path(error["loc"], body, error["type"]))
-    message = error["msg"]
-    if error["type"] == "value_error":
-        message = str(error.get("ctx", {}).get("error", message))
-    return InvalidRequestError(f"{path}: {message}" if path else message, param=path or None)
-
-
-def _field_path(loc: tuple[int | str, ...], body: Any, error_type: str) -> list[int | str]:
-    # pydantic adds union-member tags (``str``, ``dict[str,any]``) to ``loc``; keep only
-    # the steps that exist in the input, plus the name of a missing field.
-    path: list[int | str] = []
-    current: Any = body
-    last = len(loc) - 1
-    for position, item in enumerate(loc):
-        in_list = isinstance(item, int) and isinstance(current, list) and 0 <= item < len(current)
-        in_dict = isinstance(current, dict) and item in current
-        if in_list or in_dict:
-            current = current[item]
-            path.append(item)
-        elif error_type == "missing" and position == last and isinstance(current, dict):
-            path.append(item)
-    return path
+    if isinstance(body, dict):
+        messages = check_conversation_counts(body, limits)
+        check_message_parts(messages, limits, _PART_KEYS, "images and tool calls")
 
 
 def _decode_messages(
@@ -316,10 +268,9 @@ def _message(
 
 
 def _decode_tool_call(call: ToolCall, path: str, limits: RequestLimits) -> ToolCallPart:
-    arguments, raw = parse_tool_arguments(call.function.arguments)
-    if isinstance(call.function.arguments, str) and arguments:
-        # Parsed here, from a string: the body's depth check never saw inside it.
-        check_encodable(arguments, f"{path}.function.arguments", limits.max_json_depth)
+    arguments, raw = parse_request_tool_arguments(
+        call.function.arguments, f"{path}.function.arguments", limits.max_json_depth
+    )
     return ToolCallPart(
         id=call.id or new_id("call_"),
         name=call.function.name,

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmbridge.core.errors import LLMBridgeError
+from llmbridge.dialects.validation import ErrorWording, json_type
 
-__all__ = ["error_body", "error_type"]
+__all__ = ["VALIDATION_WORDING", "error_body", "error_type"]
 
 _TYPES_BY_STATUS = {
     400: "invalid_request_error",
@@ -49,3 +50,19 @@ def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:
             "code": err.code,
         }
     }
+
+
+def _invalid(where: str, reasons: list[str]) -> str:
+    return f"Invalid '{where}': {'; '.join(reasons)}." if where else f"{'; '.join(reasons)}."
+
+
+VALIDATION_WORDING = ErrorWording(
+    not_an_object=lambda body: f"The request body must be a JSON object, not {json_type(body)}.",
+    invalid=_invalid,
+    missing=lambda where: f"Missing required parameter: '{where}'.",
+    unsupported_tag=lambda where, value, expected: (
+        f"Invalid value for '{where}': {value!r}. Supported values are: {expected}."
+    ),
+)
+"""A body that fails validation, in the API's words: ``Missing required parameter:
+'messages.0.role'.``, ``Invalid 'stream': Input should be a valid boolean.``"""

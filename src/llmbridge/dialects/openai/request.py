@@ -10,7 +10,7 @@ when the backend speaks OpenAI too, so an OpenAI-to-OpenAI trip loses nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 
@@ -19,8 +19,7 @@ from llmbridge.core.limits import (
     DEFAULT_LIMITS,
     RequestLimits,
     check_conversation_counts,
-    check_encodable,
-    count_error,
+    check_message_parts,
 )
 from llmbridge.core.messages import (
     ImagePart,
@@ -42,8 +41,9 @@ from llmbridge.core.request import (
     ThinkingConfig,
     effort_for_budget,
 )
-from llmbridge.core.tool_arguments import parse_tool_arguments
+from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url
+from llmbridge.dialects.openai.errors import VALIDATION_WORDING
 from llmbridge.dialects.openai.response import encode_tool_call
 from llmbridge.dialects.openai.types import (
     AssistantMessage,
@@ -60,12 +60,11 @@ from llmbridge.dialects.openai.types import (
     SystemMessage,
     TextContentPart,
     UserMessage,
-    validate_body,
 )
 from llmbridge.dialects.openai.types import (
     ResponseFormat as WireResponseFormat,
 )
-from llmbridge.dialects.validation import message_weight
+from llmbridge.dialects.validation import validate_body
 
 __all__ = [
     "decode_chat_request",
@@ -151,7 +150,14 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
             asks for more than one choice.
     """
     _check_counts(body, limits)
-    wire, data = validate_body(ChatCompletionRequestBody, body, slice_field="messages")
+    wire = validate_body(
+        ChatCompletionRequestBody,
+        body,
+        VALIDATION_WORDING,
+        slice_field="messages",
+        part_keys=_PART_KEYS,
+    )
+    data = cast("dict[str, Any]", body)  # an object: validate_body accepted it
     _check_ranges(wire)
     if wire.n is not None and wire.n != 1:
         raise InvalidRequestError(
@@ -198,7 +204,7 @@ def decode_embed_request(body: object) -> EmbedRequest:
         InvalidRequestError: not an object, a bad field, an empty input, or token
             arrays as input (llmbridge embeds text only).
     """
-    wire, _ = validate_body(EmbeddingRequestBody, body)
+    wire = validate_body(EmbeddingRequestBody, body, VALIDATION_WORDING)
     inputs = [wire.input] if isinstance(wire.input, str) else wire.input
     if not inputs:
         raise InvalidRequestError("Invalid 'input': must not be empty.", param="input")
@@ -236,16 +242,8 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
             param="messages",
             code="empty_array",
         )
-    for index, message in enumerate(check_conversation_counts(body, limits)):
-        parts = message_weight(message, _PART_KEYS) - 1
-        if parts > limits.max_parts_per_message:
-            raise count_error(
-                f"messages.{index}",
-                parts,
-                limits.max_parts_per_message,
-                "max_parts_per_message",
-                "content parts and tool calls",
-            )
+    messages = check_conversation_counts(body, limits)
+    check_message_parts(messages, limits, _PART_KEYS, "content parts and tool calls")
 
 
 def _check_ranges(wire: ChatCompletionRequestBody) -> None:
@@ -324,11 +322,10 @@ def _decode_assistant(
     elif wire.content:
         parts.extend(TextPart(part.text) for part in wire.content if part.text)
     for position, call in enumerate(wire.tool_calls or ()):
-        arguments, raw = parse_tool_arguments(call.function.arguments)
-        if isinstance(call.function.arguments, str) and arguments:
-            # Parsed here, from a string: the body's depth check never saw inside it.
-            where = f"{path}.tool_calls.{position}.function.arguments"
-            check_encodable(arguments, where, limits.max_json_depth)
+        where = f"{path}.tool_calls.{position}.function.arguments"
+        arguments, raw = parse_request_tool_arguments(
+            call.function.arguments, where, limits.max_json_depth
+        )
         parts.append(ToolCallPart(call.id, call.function.name, arguments, raw))
         tool_names[call.id] = call.function.name
     return Message("assistant", tuple(parts), name=wire.name)

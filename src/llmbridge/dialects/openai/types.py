@@ -7,34 +7,21 @@ sends is silently dropped: ``request.py`` moves what the core does not model int
 ``0`` for a boolean), as the API is. Only inbound bodies are modelled here; replies
 from servers and the bodies llmbridge sends are plain dicts built and read by the codecs.
 
-``validate_body`` turns pydantic's errors into ``InvalidRequestError`` naming the field
-path (``messages.0.content.1.image_url.url``). That relies on a convention kept in
-this module: tagged unions (message ``role``, content part ``type``,
-``response_format.type``) use callable discriminators whose tags are the member class
-names, so every union label in an error location is capitalised or bracketed and only
-field names and indexes are lowercase.
+Tagged unions (message ``role``, content part ``type``, ``response_format.type``) use
+``validation.tag_discriminator``, so a missing or unknown tag is one error naming the
+tag field and its values (``Invalid value for 'messages.0.role': 'bot'. Supported
+values are: ...``), in the words ``errors.VALIDATION_WORDING`` gives it.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    ValidationError,
-    WithJsonSchema,
-)
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Tag, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
-from llmbridge.core.errors import InvalidRequestError
 from llmbridge.dialects.images import is_base64, split_base64_data_url
-from llmbridge.dialects.validation import BodyErrors, validate_in_slices
+from llmbridge.dialects.validation import tag_discriminator
 
 __all__ = [
     "AssistantMessage",
@@ -62,42 +49,15 @@ __all__ = [
     "ToolCallFunction",
     "ToolMessage",
     "UserMessage",
-    "validate_body",
 ]
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
-
-_INVALID_TAG = "invalid_tag"
-"""The pydantic error type raised when a tagged union's tag is missing or unknown."""
-_M = TypeVar("_M", bound=BaseModel)
 
 
 class _OpenAIModel(BaseModel):
     # Strict, as OpenAI's API is: lax pydantic read ``"max_tokens": true`` as 1 and
     # ``"parallel_tool_calls": 0.0`` as false (found by tests/fuzz).
     model_config = ConfigDict(extra="allow", strict=True)
-
-
-class _ErrorContext(dict[str, int | str | float]):
-    """An error context that can sit in a ``X | None`` annotation (unions hash members)."""
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(sorted(self.items())))
-
-
-def _discriminator(field: str, tags: dict[str, str]) -> Discriminator:
-    """Pick a union member by ``field``; the error names the field and its values."""
-
-    def pick(value: Any) -> str | None:
-        raw = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
-        return tags.get(raw) if isinstance(raw, str) else None
-
-    return Discriminator(
-        pick,
-        custom_error_type=_INVALID_TAG,
-        custom_error_message=f"'{field}' is missing or not one of the supported values",
-        custom_error_context=_ErrorContext(field=field, expected=", ".join(map(repr, tags))),
-    )
 
 
 # -- content parts ------------------------------------------------------------------
@@ -144,7 +104,7 @@ class ImageContentPart(_OpenAIModel):
 ContentPart = Annotated[
     Annotated[TextContentPart, Tag("TextContentPart")]
     | Annotated[ImageContentPart, Tag("ImageContentPart")],
-    _discriminator("type", {"text": "TextContentPart", "image_url": "ImageContentPart"}),
+    tag_discriminator("type", {"text": "TextContentPart", "image_url": "ImageContentPart"}),
 ]
 
 # -- messages -----------------------------------------------------------------------
@@ -225,7 +185,7 @@ ChatMessage = Annotated[
     | Annotated[UserMessage, Tag("UserMessage")]
     | Annotated[AssistantMessage, Tag("AssistantMessage")]
     | Annotated[ToolMessage, Tag("ToolMessage")],
-    _discriminator(
+    tag_discriminator(
         "role",
         {
             "system": "SystemMessage",
@@ -312,7 +272,7 @@ ResponseFormat = Annotated[
     Annotated[ResponseFormatText, Tag("ResponseFormatText")]
     | Annotated[ResponseFormatJSONObject, Tag("ResponseFormatJSONObject")]
     | Annotated[ResponseFormatJSONSchema, Tag("ResponseFormatJSONSchema")],
-    _discriminator(
+    tag_discriminator(
         "type",
         {
             "text": "ResponseFormatText",
@@ -404,103 +364,3 @@ class EmbeddingRequestBody(_OpenAIModel):
     "Vector encoding; llmbridge always answers with floats."
     user: str | None = None
     "An end-user identifier."
-
-
-# -- validation ---------------------------------------------------------------------
-
-
-def validate_body(
-    model: type[_M], body: object, slice_field: str | None = None
-) -> tuple[_M, dict[str, Any]]:
-    """Validate a decoded JSON body against ``model`` (the list ``slice_field``, when
-    given, a slice at a time: dialects/validation.py).
-
-    Returns:
-        The model and the body as a dict (for the fields ``extra="allow"`` kept).
-
-    Raises:
-        InvalidRequestError: ``body`` is not an object, or a field is missing or wrong;
-            ``param`` is the field's dotted path.
-    """
-    if not isinstance(body, dict):
-        raise InvalidRequestError(
-            f"The request body must be a JSON object, not {_json_type(body)}."
-        )
-    try:
-        if slice_field is None:
-            return model.model_validate(body), body
-        return validate_in_slices(model, body, slice_field, ("content", "tool_calls")), body
-    except ValidationError as exc:
-        raise _invalid_request(exc.errors(include_url=False), body) from exc
-    except BodyErrors as exc:
-        raise _invalid_request(exc.errors, body) from exc
-
-
-_FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-_TYPE_LABELS = frozenset({"str", "int", "float", "bool", "none"})
-
-
-def _invalid_request(errors: list[ErrorDetails], data: dict[str, Any]) -> InvalidRequestError:
-    """The most specific of pydantic's errors, as an InvalidRequestError naming the path.
-
-    When a union fails, pydantic reports one error per member; the deepest location
-    is the member the client most likely meant.
-    """
-    paths = [_clean_path(error["loc"]) for error in errors]
-    deepest = max(paths, key=len)
-    param = ".".join(map(str, deepest)) or None
-    chosen = [error for error, path in zip(errors, paths, strict=True) if path == deepest]
-    first = chosen[0]
-    if first["type"] == _INVALID_TAG:
-        return _invalid_tag(deepest, first["ctx"], data)
-    if first["type"] == "missing":
-        return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param)
-    reasons = "; ".join(dict.fromkeys(error["msg"] for error in chosen))
-    return InvalidRequestError(f"Invalid '{param}': {reasons}.", param=param)
-
-
-def _invalid_tag(
-    path: tuple[str | int, ...], ctx: dict[str, Any], data: dict[str, Any]
-) -> InvalidRequestError:
-    where = ".".join(map(str, path))
-    value: Any = data
-    try:
-        for key in path:
-            value = value[key]
-    except (KeyError, IndexError, TypeError):
-        value = None
-    if not isinstance(value, dict):
-        return InvalidRequestError(
-            f"Invalid '{where}': expected an object, got {_json_type(value)}.", param=where
-        )
-    field = ctx["field"]
-    param = f"{where}.{field}"
-    if field not in value:
-        return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param)
-    return InvalidRequestError(
-        f"Invalid value for '{param}': {value[field]!r}. Supported values are: {ctx['expected']}.",
-        param=param,
-    )
-
-
-def _clean_path(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
-    """Drop pydantic's union labels (``str``, ``list[...]``, class names) from ``loc``."""
-    return tuple(
-        item
-        for item in loc
-        if isinstance(item, int) or (_FIELD_NAME.fullmatch(item) and item not in _TYPE_LABELS)
-    )
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object" if isinstance(value, dict) else type(value).__name__
