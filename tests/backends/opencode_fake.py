@@ -109,6 +109,8 @@ class FakeOpenCode:
         self.providers = providers if providers is not None else [{"id": "p", "models": {"m": {}}}]
         self.config_model = config_model
         self.event_connections = 0
+        self.create_delays: deque[float] = deque()
+        """Seconds to wait before answering each next session creation (then at once)."""
 
     def __enter__(self) -> FakeOpenCode:
         self._server.__enter__()
@@ -176,6 +178,8 @@ class FakeOpenCode:
         sid = f"ses_{next(self._ids):04d}"
         asked = orjson.loads(await request.body())
         self.calls.append(Call("POST", "/session", {"request": asked, "id": sid}))
+        if self.create_delays:
+            await asyncio.sleep(self.create_delays.popleft())
         return self._json({"id": sid, "slug": sid, "title": SESSION_TITLE, "version": "1.18.33"})
 
     async def _providers(self, request: Request) -> Response:

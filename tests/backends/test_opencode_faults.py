@@ -1,7 +1,12 @@
 """The ``opencode`` backend against a fake OpenCode server (opencode_fake.py):
 completion, a lost event stream, a lost warm session, provider errors, deadlines,
 permission and question requests. Every deadline is under a second, every wait a
-bounded poll, everything on 127.0.0.1."""
+bounded poll, everything on 127.0.0.1.
+
+Only the serving layer retries (issue 14: the backend used to retry inside too, so
+one failure could be retried twice over): each transient failure is shown failing
+the backend alone at once, with one prompt, and retried once in a new session
+through ``Models.chat`` (``resilience.retries`` 1, the default)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import pytest
 
 from llmbridge.backends.opencode import OpenCodeBackend
 from llmbridge.core.errors import (
+    BackendError,
     BackendHTTPError,
     BackendTimeoutError,
     BackendUnavailableError,
@@ -23,7 +29,11 @@ from llmbridge.core.events import (
     ResponseStart,
     StreamEvent,
 )
+from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason
+from llmbridge.serving.config import ServingConfig
+from llmbridge.serving.models import Models
+from llmbridge.serving.resilience import is_transient
 from tests.backends.opencode_fake import (
     DROP,
     Event,
@@ -42,6 +52,39 @@ from tests.backends.opencode_fake import (
     session_error,
     text_of,
 )
+
+
+class Tally:
+    """A ServingObserver: the retries and fallbacks serving made, by backend."""
+
+    def __init__(self) -> None:
+        self.retries: list[str] = []
+        self.fallbacks: list[str] = []
+
+    def retry(self, backend: str) -> None:
+        self.retries.append(backend)
+
+    def fallback(self, backend: str) -> None:
+        self.fallbacks.append(backend)
+
+
+def served(fake: FakeOpenCode, backend: OpenCodeBackend) -> tuple[Models, Tally]:
+    """``backend`` behind the serving layer, as the gateway and the agent call it:
+    the default resilience policy (one retry), without the pause before it."""
+    config = ServingConfig.model_validate(
+        {
+            "backends": {backend.name: {"type": "opencode", "url": fake.url}},
+            "resilience": {"backoff_ms": 0},
+        }
+    )
+    tally = Tally()
+    return Models(config, {backend.name: backend}, observer=tally), tally
+
+
+async def collect_served(models: Models, request: ChatRequest | None = None) -> list[StreamEvent]:
+    async with aclosing(models.chat(request or chat_request())) as events:
+        return [event async for event in events]
+
 
 # -- completion ------------------------------------------------------------------------
 
@@ -114,30 +157,69 @@ async def test_a_turn_without_text_still_answers(
 async def test_a_stream_lost_before_output_is_retried_in_a_new_session(
     fake: FakeOpenCode, backend: OpenCodeBackend
 ) -> None:
+    models, tally = served(fake, backend)
     fake.prompts.append(Prompt(events=lambda sid: [*opening(sid), DROP]))
     fake.prompts.append(Prompt(events=reply("second", " time")))
-    events = await collect(backend)
+    events = await collect_served(models)
     assert text_of(events) == "second time"
+    assert tally.retries == ["oc"]
     first, second = fake.prompted()
     assert first != second
     assert fake.event_connections == 2  # the hub reconnected
     await eventually(deleted(fake, first))
     assert fake.cleanup_of(first) == [f"POST /session/{first}/abort", f"DELETE /session/{first}"]
     await eventually(deleted(fake, second))
-    assert backend.breakdowns[0].outcome == "retried (BackendUnavailableError)"
+    assert backend.breakdowns[0].outcome == "BackendUnavailableError"
     assert backend.breakdowns[1].outcome == "ok"
+
+
+def _stream_lost(sid: str) -> list[Event | str]:
+    return [*opening(sid), DROP]
+
+
+def _retryable_provider_error(sid: str) -> list[Event | str]:
+    return session_error(api_error(503, True))(sid)
+
+
+@pytest.mark.parametrize(
+    ("script", "error", "words"),
+    [
+        (Prompt(events=_stream_lost), BackendUnavailableError, "event stream was lost"),
+        (Prompt(status=404), BackendUnavailableError, "is gone"),
+        (Prompt(events=_retryable_provider_error), BackendHTTPError, r"provider failed \(503\)"),
+    ],
+    ids=["stream-lost", "session-gone", "retryable-provider-error"],
+)
+async def test_the_backend_alone_never_retries_a_transient_failure(
+    fake: FakeOpenCode,
+    backend: OpenCodeBackend,
+    script: Prompt,
+    error: type[BackendError],
+    words: str,
+) -> None:
+    fake.prompts.extend([script, Prompt(events=reply("must not be used"))])
+    with pytest.raises(error, match=words) as info:
+        await collect(backend)
+    assert is_transient(info.value)  # the serving layer's to retry
+    (sid,) = fake.prompted()
+    assert len(fake.prompts) == 1
+    await eventually(deleted(fake, sid))
+    assert backend.breakdowns[0].outcome == error.__name__
 
 
 async def test_a_stream_lost_after_output_fails_without_a_retry(
     fake: FakeOpenCode, backend: OpenCodeBackend
 ) -> None:
+    models, tally = served(fake, backend)
     fake.prompts.append(Prompt(events=lambda sid: [*opening(sid), delta(sid, "partial"), DROP]))
     fake.prompts.append(Prompt(events=reply("must not be used")))
     received: list[StreamEvent] = []
     with pytest.raises(BackendUnavailableError, match="event stream was lost"):
-        async for item in backend.chat(chat_request()):
-            received.append(item)
+        async with aclosing(models.chat(chat_request())) as events:
+            async for item in events:
+                received.append(item)
     assert text_of(received) == "partial"
+    assert tally.retries == []
     assert sum(isinstance(e, ResponseStart) for e in received) == 1
     (sid,) = fake.prompted()
     assert len(fake.prompts) == 1
@@ -171,11 +253,13 @@ async def test_a_vanished_warm_session_is_replaced(fake: FakeOpenCode) -> None:
     opencode = make_backend(fake.url, pool_size=2)
     await opencode.start()
     try:
+        models, tally = served(fake, opencode)
         await eventually(lambda: len(fake.created()) == 2)
         fake.prompts.append(Prompt(status=404))
         fake.prompts.append(Prompt(events=reply("fine")))
-        events = await collect(opencode)
+        events = await collect_served(models)
         assert text_of(events) == "fine"
+        assert tally.retries == ["oc"]
         first, second = fake.prompted()
         assert first != second
         assert {first, second} <= set(fake.created())
@@ -188,14 +272,56 @@ async def test_a_second_missing_session_surfaces_the_error(fake: FakeOpenCode) -
     opencode = make_backend(fake.url, pool_size=2)
     await opencode.start()
     try:
+        models, _ = served(fake, opencode)
         await eventually(lambda: len(fake.created()) == 2)
         fake.prompts.extend([Prompt(status=404), Prompt(status=404), Prompt(events=reply("x"))])
-        with pytest.raises(BackendHTTPError) as info:
-            await collect(opencode)
-        assert info.value.backend_status == 404
+        with pytest.raises(BackendUnavailableError, match="is gone") as info:
+            await collect_served(models)
+        # OpenCode's 404 is about its session, not the caller's request: a 503.
+        assert info.value.status_code == 503
+        assert isinstance(info.value.__cause__, BackendHTTPError)
+        assert info.value.__cause__.backend_status == 404
         assert len(fake.prompted()) == 2 and len(fake.prompts) == 1
         for sid in fake.prompted():
             await eventually(deleted(fake, sid))
+    finally:
+        await opencode.aclose()
+
+
+# -- a session not created in time ---------------------------------------------------------
+
+
+async def test_a_session_not_created_in_time_fails_the_backend_alone_at_once(
+    fake: FakeOpenCode,
+) -> None:
+    opencode = make_backend(fake.url, prompt=0.3)
+    await opencode.start()
+    try:
+        fake.create_delays.append(1.0)
+        fake.prompts.append(Prompt(events=reply("must not be used")))
+        with pytest.raises(
+            BackendUnavailableError, match=r"did not create a session within 0\.3 s"
+        ) as info:
+            await collect(opencode)
+        assert is_transient(info.value) and info.value.status_code == 503
+        assert len(fake.created()) == 1 and fake.prompted() == []
+    finally:
+        await opencode.aclose()
+
+
+async def test_a_session_not_created_in_time_is_retried_by_serving(
+    fake: FakeOpenCode,
+) -> None:
+    opencode = make_backend(fake.url, prompt=0.3)
+    await opencode.start()
+    try:
+        models, tally = served(fake, opencode)
+        fake.create_delays.append(1.0)
+        fake.prompts.append(Prompt(events=reply("second session")))
+        assert text_of(await collect_served(models)) == "second session"
+        assert tally.retries == ["oc"]
+        _slow, fast = fake.created()
+        assert fake.prompted() == [fast]
     finally:
         await opencode.aclose()
 
@@ -217,31 +343,38 @@ def api_error(status: int, retryable: bool) -> dict[str, Any]:
 async def test_a_retryable_provider_error_before_output_is_retried_once(
     fake: FakeOpenCode, backend: OpenCodeBackend
 ) -> None:
+    models, tally = served(fake, backend)
     fake.prompts.append(Prompt(events=session_error(api_error(503, True))))
     fake.prompts.append(Prompt(events=reply("recovered")))
-    assert text_of(await collect(backend)) == "recovered"
-    assert len(fake.prompted()) == 2
+    assert text_of(await collect_served(models)) == "recovered"
+    assert len(fake.prompted()) == 2 and tally.retries == ["oc"]
 
 
 async def test_a_retryable_error_twice_surfaces(
     fake: FakeOpenCode, backend: OpenCodeBackend
 ) -> None:
-    fake.prompts.extend([Prompt(events=session_error(api_error(429, True)))] * 2)
+    models, tally = served(fake, backend)
+    fake.prompts.extend([Prompt(events=session_error(api_error(429, True)))] * 3)
     with pytest.raises(BackendHTTPError) as info:
-        await collect(backend)
+        await collect_served(models)
     assert info.value.status_code == 429
-    assert len(fake.prompted()) == 2
+    assert len(fake.prompted()) == 2 and tally.retries == ["oc"]  # once, not twice over
 
 
+@pytest.mark.parametrize("status", [400, 500])
 async def test_a_non_retryable_provider_error_is_not_retried(
-    fake: FakeOpenCode, backend: OpenCodeBackend
+    fake: FakeOpenCode, backend: OpenCodeBackend, status: int
 ) -> None:
-    fake.prompts.append(Prompt(events=session_error(api_error(400, False))))
+    """Not even a provider 500, which serving would retry by its status: OpenCode
+    said a retry will not help."""
+    models, tally = served(fake, backend)
+    fake.prompts.append(Prompt(events=session_error(api_error(status, False))))
     fake.prompts.append(Prompt(events=reply("must not be used")))
     with pytest.raises(BackendHTTPError) as info:
-        await collect(backend)
-    assert info.value.status_code == 400 and info.value.backend_status == 400
-    assert "provider failed (400)" in info.value.message
+        await collect_served(models)
+    assert info.value.backend_status == status
+    assert f"provider failed ({status})" in info.value.message
+    assert tally.retries == []
     (sid,) = fake.prompted()
     await eventually(deleted(fake, sid))
     assert fake.cleanup_of(sid) == [f"POST /session/{sid}/abort", f"DELETE /session/{sid}"]
@@ -253,13 +386,15 @@ async def test_a_retryable_error_after_output_is_not_retried(
     def events(sid: str) -> list[Event | str]:
         return [*opening(sid), delta(sid, "half"), *session_error(api_error(503, True))(sid)[-2:]]
 
+    models, tally = served(fake, backend)
     fake.prompts.append(Prompt(events=events))
     received: list[StreamEvent] = []
     with pytest.raises(BackendHTTPError):
-        async for item in backend.chat(chat_request()):
-            received.append(item)
+        async with aclosing(models.chat(chat_request())) as stream:
+            async for item in stream:
+                received.append(item)
     assert text_of(received) == "half"
-    assert len(fake.prompted()) == 1
+    assert len(fake.prompted()) == 1 and tally.retries == []
 
 
 # -- deadlines ---------------------------------------------------------------------------
@@ -271,14 +406,16 @@ async def test_silence_times_out_and_the_session_is_aborted_then_deleted(
     opencode = make_backend(fake.url, prompt=0.3, idle=1.0)
     await opencode.start()
     try:
+        models, tally = served(fake, opencode)
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(BackendTimeoutError) as info:
-            await collect(opencode)
+            await collect_served(models)
         assert 0.25 < loop.time() - started < 1.5
         assert info.value.status_code == 504
         assert "did not start its reply within 0.3 s" in info.value.message
-        (sid,) = fake.prompted()  # a timeout is not retried
+        (sid,) = fake.prompted()  # a timeout is not retried, by serving either
+        assert tally.retries == []
         await eventually(deleted(fake, sid))
         assert fake.cleanup_of(sid) == [f"POST /session/{sid}/abort", f"DELETE /session/{sid}"]
         assert opencode.breakdowns[0].outcome == "BackendTimeoutError"

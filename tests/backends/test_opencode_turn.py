@@ -27,6 +27,7 @@ from llmbridge.core.messages import (
     TextPart,
 )
 from llmbridge.core.response import StopReason
+from llmbridge.serving.resilience import is_transient
 
 SID = "ses_1"
 
@@ -205,6 +206,9 @@ def test_busy_and_retry_do_not_end_the_turn_and_retry_is_remembered() -> None:
     )
     assert not turn.done
     assert turn.retry_message == "Cannot connect to API"
+    assert turn.retry_report  # the last event was a retry report: no sign of progress
+    turn.feed(status("busy"))
+    assert not turn.retry_report
 
 
 def test_usage_is_summed_over_the_steps_of_a_turn() -> None:
@@ -266,26 +270,36 @@ def _api_error(status: int | None, retryable: bool) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("status", "retryable", "mapped"),
-    [(400, False, 400), (429, True, 429), (500, True, 502), (503, False, 503), (401, False, 401)],
+    [
+        (400, False, 400),
+        (429, True, 429),
+        (500, True, 502),
+        (503, False, 503),
+        (401, False, 401),
+        (408, True, 408),
+    ],
 )
 def test_api_errors_keep_the_providers_status(status: int, retryable: bool, mapped: int) -> None:
     failure = opencode_error(_api_error(status, retryable), "oc")
-    assert failure is not None
-    assert isinstance(failure.error, BackendHTTPError)
-    assert failure.error.backend_status == status
-    assert failure.error.status_code == mapped
-    assert failure.error.backend == "oc"
+    assert isinstance(failure, BackendHTTPError)
+    assert failure.backend_status == status
+    assert failure.status_code == mapped
+    assert failure.backend == "oc"
     assert failure.retryable is retryable
-    assert "provider said no" in failure.error.message
+    assert "provider said no" in failure.message
+    # Only the serving layer retries, and it follows OpenCode's isRetryable over the
+    # status: a provider 503 OpenCode will not retry is not retried; a 408 it will is.
+    assert is_transient(failure) is retryable
 
 
-def test_an_api_error_without_a_status_is_a_backend_error() -> None:
-    failure = opencode_error(_api_error(None, True), "oc")
+@pytest.mark.parametrize("retryable", [True, False])
+def test_an_api_error_without_a_status_is_a_backend_error(retryable: bool) -> None:
+    failure = opencode_error(_api_error(None, retryable), "oc")
     assert failure is not None
-    assert type(failure.error) is BackendError
-    assert failure.error.status_code == 502
-    assert failure.retryable
-    assert "provider said no" in failure.error.message
+    assert type(failure) is BackendError
+    assert failure.status_code == 502
+    assert failure.retryable is retryable and is_transient(failure) is retryable
+    assert "provider said no" in failure.message
 
 
 @pytest.mark.parametrize(
@@ -330,10 +344,10 @@ def test_opencode_errors_map_to_gateway_errors(
 ) -> None:
     failure = opencode_error(error, "oc")
     assert failure is not None
-    assert type(failure.error) is cls
-    assert failure.error.status_code == status
-    assert words in failure.error.message
-    assert not failure.retryable
+    assert type(failure) is cls
+    assert failure.status_code == status
+    assert words in failure.message
+    assert not is_transient(failure)  # only what OpenCode marks isRetryable is retried
 
 
 @pytest.mark.parametrize("error", [None, "text", {"name": "MessageOutputLengthError"}])
@@ -345,7 +359,7 @@ def test_session_error_fails_and_ends_the_turn() -> None:
     turn = Turn("oc")
     feed_all(turn, [event("session.error", sessionID=SID, error=_api_error(400, False))])
     assert turn.done
-    assert turn.failure is not None and isinstance(turn.failure.error, BackendHTTPError)
+    assert isinstance(turn.failure, BackendHTTPError)
 
 
 def test_an_assistant_message_error_is_the_failure_and_the_first_one_wins() -> None:
@@ -357,9 +371,8 @@ def test_an_assistant_message_error_is_the_failure_and_the_first_one_wins() -> N
             event("session.error", sessionID=SID, error=_api_error(500, False)),
         ],
     )
-    assert turn.failure is not None
-    assert isinstance(turn.failure.error, BackendHTTPError)
-    assert turn.failure.error.backend_status == 429 and turn.failure.retryable
+    assert isinstance(turn.failure, BackendHTTPError)
+    assert turn.failure.backend_status == 429 and turn.failure.retryable
 
 
 def test_permission_and_question_requests_are_collected_to_reject() -> None:

@@ -155,6 +155,10 @@ class BackendError(LLMBridgeError):
         retry_after: seconds the backend (or the gateway's circuit breaker) asks
             callers to wait before trying again, when it said; sent on as
             ``Retry-After``.
+        retryable: whether sending the request again may succeed, when the backend's
+            upstream said so itself (OpenCode's ``isRetryable`` on a provider error);
+            ``None``: the serving layer judges by class and status
+            (serving/resilience.py ``is_transient``).
     """
 
     default_status = 502
@@ -167,10 +171,12 @@ class BackendError(LLMBridgeError):
         status_code: int | None = None,
         code: str | None = None,
         retry_after: float | None = None,
+        retryable: bool | None = None,
     ) -> None:
         super().__init__(message, status_code=status_code, code=code)
         self.backend = backend
         self.retry_after = retry_after
+        self.retryable = retryable
 
 
 class BackendUnavailableError(BackendError):
@@ -220,12 +226,14 @@ class BackendHTTPError(BackendError):
         backend: str | None = None,
         body: Any = None,
         retry_after: float | None = None,
+        retryable: bool | None = None,
     ) -> None:
         super().__init__(
             message,
             backend=backend,
             status_code=_map_backend_status(backend_status),
             retry_after=retry_after,
+            retryable=retryable,
         )
         self.backend_status = backend_status
         self.body = body

@@ -8,7 +8,9 @@ of a reply reaches the client, a failure is not final:
   503, 504, 529) is retried on the same target up to ``retries`` times, after
   ``backoff_ms`` doubled each time, or after the backend's ``Retry-After`` when it
   asks for at most ``max_retry_after_s``; a timeout is not retried on the same target
-  (it already took the whole deadline);
+  (it already took the whole deadline); when the backend's upstream said itself
+  whether a failure is worth retrying (``BackendError.retryable``: OpenCode's
+  ``isRetryable``), its verdict decides instead of the status;
 - then the next target is tried; a caller mistake (400, 401, 404, 413...) is final at
   once, as it would be on every target.
 
@@ -50,6 +52,10 @@ _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 
 def is_transient(error: LLMBridgeError) -> bool:
     """Whether the same request may succeed if sent again (or elsewhere)."""
+    if isinstance(error, BackendError) and error.retryable is not None:
+        # The backend's upstream judged it (OpenCode's isRetryable): its verdict wins
+        # over the status, e.g. a provider 500 it will not retry is not retried here.
+        return error.retryable
     if isinstance(error, BackendHTTPError):
         return error.backend_status in _TRANSIENT_STATUSES
     if isinstance(error, BackendProtocolError):

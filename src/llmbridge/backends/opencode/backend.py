@@ -13,10 +13,15 @@ past any of them, the session is aborted and the request fails with a 504 (or an
 in-stream error once output has been sent). The seed polled for at most 30 s in all,
 which cut a long reply that was streaming steadily (Claude Code writing a file):
 its 30 s is the idle deadline here.
-Transient failures (the server unreachable or restarted, the event stream lost, a
-warm session gone, a provider error OpenCode marks retryable) are retried once, only
-while nothing has been sent towards the client: the first event is held back until
-there is output. A spawned server that died is restarted once before a request fails.
+The backend never retries: only the serving layer does (serving/models.py, its
+``resilience.retries``), and only before the reply's first event, which this backend
+holds back until there is output. It raises each failure so that
+``serving.resilience.is_transient`` judges it: the server unreachable or restarted,
+the event stream lost, a session not created within ``prompt`` seconds and a warm
+session gone are ``BackendUnavailableError`` (transient); a provider error OpenCode
+reports carries OpenCode's ``isRetryable`` as ``BackendError.retryable``; a deadline
+missed after the prompt is a ``BackendTimeoutError``, not retried. A spawned server
+that died is restarted once before a request fails.
 
 Sessions come from a warm pool and are deleted (aborted first if unfinished) in the
 background (sessions.py). Each request logs its latency breakdown (the seed's
@@ -52,7 +57,6 @@ from llmbridge.backends.opencode.server import AGENT_NAME, OpenCodeServer, Spawn
 from llmbridge.backends.opencode.sessions import SessionPool
 from llmbridge.backends.opencode.turn import Turn, as_dict
 from llmbridge.core.errors import (
-    BackendError,
     BackendHTTPError,
     BackendTimeoutError,
     BackendUnavailableError,
@@ -119,8 +123,6 @@ class LatencyBreakdown:
 def _outcome(exc: BaseException) -> str:
     if isinstance(exc, GeneratorExit | asyncio.CancelledError):
         return "cancelled"
-    if isinstance(exc, _Retry):
-        return f"retried ({type(exc.error).__name__})"
     return type(exc).__name__
 
 
@@ -156,23 +158,6 @@ class _Deadlines:
         if t.total is not None and self.sent + t.total < at:
             at, stage = self.sent + t.total, self.total_stage
         return at - now, stage
-
-
-def _is_retry_report(event: dict[str, Any]) -> bool:
-    """OpenCode's ``session.status`` ``retry``: the provider is not answering."""
-    if event.get("type") != "session.status":
-        return False
-    props = event.get("properties")
-    status = props.get("status") if isinstance(props, dict) else None
-    return isinstance(status, dict) and status.get("type") == "retry"
-
-
-class _Retry(Exception):
-    """A transient failure before any output: the request may be tried again."""
-
-    def __init__(self, error: LLMBridgeError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 class OpenCodeBackend(Backend):
@@ -316,50 +301,36 @@ class OpenCodeBackend(Backend):
 
     # -- chat ---------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
-        for attempt in (1, 2):
-            try:
-                # aclosing: a client that hangs up closes the inner generators now, so
-                # the session's abort and deletion start at once, not at GC time.
-                async with aclosing(self._prompt(request)) as events:
-                    async for event in events:
-                        yield event
-                return
-            except _Retry as retry:
-                if attempt == 2:
-                    raise retry.error from None
-                log.warning(
-                    "backend %s: %s; retrying (nothing was sent yet)", self.name, retry.error
-                )
-
     def _model_for(self, name: str) -> ModelRef:
         known = None if self._providers is None else set(self._providers)
         return resolve_model(name, self.default_model or self._server_default, known)
 
-    async def _prompt(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """One prompt in a session of its own; no retry here (module docstring)."""
         breakdown = LatencyBreakdown()
         clock = time.perf_counter
         began = clock()
         body = prompt_body(request, self._model_for(request.model), self._agent)
         breakdown.parse = clock() - began
+        await self._ensure_ready()  # BackendUnavailableError when the server is not there
+        began = clock()
         try:
-            await self._ensure_ready()
-            began = clock()
             async with asyncio.timeout(self.timeouts.prompt):
                 sid, breakdown.pooled = await self.pool.acquire()
-        except TimeoutError:
-            raise _Retry(
-                self._timeout(f"did not create a session within {self.timeouts.prompt:g} s")
-            ) from None
-        except BackendHTTPError:
-            raise
-        except BackendError as exc:  # unreachable, restarted, dropped: worth one more try
-            raise _Retry(exc) from exc
+        except (TimeoutError, BackendTimeoutError) as exc:
+            # Nothing was prompted yet: the server is not taking work, and a second try
+            # may find it back (unlike a prompt's deadline, which is not retried).
+            raise BackendUnavailableError(
+                f"backend '{self.name}': OpenCode did not create a session within "
+                f"{self.timeouts.prompt:g} s",
+                backend=self.name,
+            ) from exc
         breakdown.session = clock() - began
         breakdown.session_id = sid
         finished = False
         try:
-            # aclosing: closing this generator ends the turn's event subscription now.
+            # aclosing: a client that hangs up ends the turn's event subscription now,
+            # so the session's abort and deletion start at once, not at GC time.
             async with aclosing(self._run_turn(sid, request, body, breakdown)) as turn_events:
                 async for event in turn_events:
                     # The turn is over once its end is out: a streaming consumer stops
@@ -393,11 +364,14 @@ class OpenCodeBackend(Backend):
                     f"did not accept the prompt within {self.timeouts.prompt:g} s"
                 ) from None
             except BackendHTTPError as exc:
-                if exc.backend_status == 404:  # the warm session is gone: take another
-                    raise _Retry(exc) from exc
-                raise
-            except BackendError as exc:
-                raise _Retry(exc) from exc
+                if exc.backend_status != 404:
+                    raise
+                # Not the caller's 404: the warm session is gone (OpenCode restarted, or
+                # deleted it), and a retry takes another one.
+                raise BackendUnavailableError(
+                    f"backend '{self.name}': OpenCode's session {sid} is gone ({exc.message})",
+                    backend=self.name,
+                ) from exc
             breakdown.prompt = clock() - sent
             deadlines = _Deadlines(self.timeouts, sent)
             while not turn.done:
@@ -406,15 +380,13 @@ class OpenCodeBackend(Backend):
                 converting = clock()
                 out = turn.feed(event)
                 breakdown.convert += clock() - converting
-                if not _is_retry_report(event):
+                if not turn.retry_report:
                     deadlines.heard(converting)
                 if turn.to_reject:
                     self._reject(turn.to_reject)
                     turn.to_reject = []
                 if turn.failure is not None:
-                    if turn.failure.retryable and not started:
-                        raise _Retry(turn.failure.error)
-                    raise turn.failure.error
+                    raise turn.failure
                 if out:
                     if not started:
                         started = True
@@ -444,11 +416,10 @@ class OpenCodeBackend(Backend):
         else:
             event = queue.get_nowait()
         if event is None:
-            error = BackendUnavailableError(
+            raise BackendUnavailableError(
                 f"backend '{self.name}': the connection to OpenCode's event stream was lost",
                 backend=self.name,
             )
-            raise _Retry(error) if not turn.produced else error
         return event
 
     def _timeout(self, stage: str, retrying: str | None = None) -> BackendTimeoutError:

@@ -12,6 +12,10 @@ Text and reasoning stream as OpenCode produces them. A part's final text is comp
 with what its deltas delivered, and any missing tail is sent, so a provider that does
 not stream (or a lost delta) still yields the whole reply. Permission and question
 requests are collected for the backend to reject: OpenCode runs no tools for us.
+
+A failure OpenCode reports carries its verdict on retrying as
+``BackendError.retryable`` (``isRetryable`` on a provider's API error; no for every
+other failure), so the serving layer retries exactly the failures OpenCode would.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from llmbridge.core.events import ResponseEnd, StreamEvent
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.response import StopReason, Usage
 
-__all__ = ["Turn", "TurnFailure", "as_dict", "opencode_error"]
+__all__ = ["Turn", "as_dict", "opencode_error"]
 
 log = logging.getLogger("llmbridge.opencode")
 
@@ -41,15 +45,9 @@ _STOP_REASONS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class TurnFailure:
-    error: LLMBridgeError
-    retryable: bool = False
-    """OpenCode said the provider call may succeed if tried again."""
-
-
-def opencode_error(error: Any, backend: str) -> TurnFailure | None:
-    """An OpenCode ``error`` object as a gateway error (``None``: not a failure)."""
+def opencode_error(error: Any, backend: str) -> LLMBridgeError | None:
+    """An OpenCode ``error`` object as a gateway error (``None``: not a failure).
+    A ``BackendError`` is retryable only when OpenCode marked it ``isRetryable``."""
     if not isinstance(error, dict):
         return None
     name = str(error.get("name") or "UnknownError")
@@ -61,33 +59,36 @@ def opencode_error(error: Any, backend: str) -> TurnFailure | None:
         status = data.get("statusCode")
         retryable = bool(data.get("isRetryable"))
         if isinstance(status, int) and status >= 400:
-            return TurnFailure(
-                BackendHTTPError(
-                    f"backend '{backend}': OpenCode's model provider returned HTTP "
-                    f"{status}: {message}",
-                    backend_status=status,
-                    backend=backend,
-                ),
-                retryable,
+            return BackendHTTPError(
+                f"backend '{backend}': OpenCode's model provider returned HTTP {status}: {message}",
+                backend_status=status,
+                backend=backend,
+                retryable=retryable,
             )
-        return TurnFailure(
-            BackendError(f"backend '{backend}': OpenCode's model call failed: {message}"),
-            retryable,
+        return BackendError(
+            f"backend '{backend}': OpenCode's model call failed: {message}",
+            backend=backend,
+            retryable=retryable,
         )
     if name == "ContextOverflowError":
-        return TurnFailure(ContextLengthError(f"OpenCode: {message}"))
+        return ContextLengthError(f"OpenCode: {message}")
     if name == "ProviderAuthError":
         provider = data.get("providerID", "?")
-        return TurnFailure(
-            BackendError(
-                f"backend '{backend}': OpenCode's provider '{provider}' rejected its "
-                f"credentials: {message}",
-                backend=backend,
-            )
+        return BackendError(
+            f"backend '{backend}': OpenCode's provider '{provider}' rejected its "
+            f"credentials: {message}",
+            backend=backend,
+            retryable=False,
         )
     if name == "MessageAbortedError":
-        return TurnFailure(BackendError(f"backend '{backend}': OpenCode aborted the reply"))
-    return TurnFailure(BackendError(f"backend '{backend}': OpenCode reported {name}: {message}"))
+        return BackendError(
+            f"backend '{backend}': OpenCode aborted the reply", backend=backend, retryable=False
+        )
+    return BackendError(
+        f"backend '{backend}': OpenCode reported {name}: {message}",
+        backend=backend,
+        retryable=False,
+    )
 
 
 @dataclass(slots=True)
@@ -104,9 +105,12 @@ class Turn:
     backend: str
     parts: PartsManager = field(default_factory=PartsManager)
     done: bool = False
-    failure: TurnFailure | None = None
+    failure: LLMBridgeError | None = None
     retry_message: str | None = None
     """OpenCode's last "retrying the provider" message (shown if the turn times out)."""
+    retry_report: bool = False
+    """Whether the last event fed was such a report: no sign of progress, so it does
+    not hold off the backend's idle deadline."""
     to_reject: list[tuple[str, str]] = field(default_factory=list)
     """``("permission" | "question", request id)`` for the backend to refuse."""
     produced: bool = False
@@ -117,6 +121,7 @@ class Turn:
     _length_stop: bool = False
 
     def feed(self, event: dict[str, Any]) -> list[StreamEvent]:
+        self.retry_report = False
         kind = event.get("type")
         props = event.get("properties")
         if not isinstance(props, dict):
@@ -197,6 +202,7 @@ class Turn:
         if status.get("type") == "idle":
             self.done = True
         elif status.get("type") == "retry":
+            self.retry_report = True
             self.retry_message = str(status.get("message") or "")
             log.info(
                 "backend %s: OpenCode is retrying its provider (attempt %s): %s",
