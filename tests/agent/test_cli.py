@@ -18,8 +18,8 @@ from llmbridge.backends.base import Backend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.features.token_count import count_message_tokens
-from llmbridge.gateway import app as gateway_app
 from llmbridge.gateway.config import load_config
+from llmbridge.serving import build as serving_build
 
 REPLY = "Noted, I will remember."
 
@@ -130,7 +130,7 @@ def test_chat_continues_a_session_with_its_memory_within_budget(
 ) -> None:
     backend = ScriptedBackend("s", default=Script(text=[" ".join(["word"] * 60)]))
     # The CLI builds its backends from the configuration; hand it this one to watch.
-    monkeypatch.setattr(gateway_app, "build_backend", lambda *args, **kwargs: backend)
+    monkeypatch.setattr(serving_build, "build_backend", lambda *args, **kwargs: backend)
     first = "\n".join([*(f"turn {n}" for n in range(10)), "/pin Mary takes metformin at 8"])
     result = _run("agent", "chat", "--config", str(config), "--db", db, input=first + "\n")
     assert result.exit_code == 0, result.output
@@ -173,12 +173,13 @@ def test_chat_reports_a_backend_failure_and_goes_on(
     from llmbridge.core.errors import BackendUnavailableError
 
     backend = ScriptedBackend("s")
-    backend.enqueue(Script(fail_before=BackendUnavailableError("connection refused")))
+    # The try and the serving layer's one retry both fail.
+    backend.enqueue(*[Script(fail_before=BackendUnavailableError("connection refused"))] * 2)
 
     def build(*args: Any, **kwargs: Any) -> Backend:
         return backend
 
-    monkeypatch.setattr(gateway_app, "build_backend", build)
+    monkeypatch.setattr(serving_build, "build_backend", build)
     result = _run(
         "agent", "chat", "--config", str(config), "--db", db, input="first\nsecond\n/quit\n"
     )
@@ -193,7 +194,8 @@ def test_the_db_option_sets_the_agent_database(tmp_path: Path) -> None:
     assert load_config(None, {"db": "postgresql://u@h/agent"}).agent.database == (
         "postgresql://u@h/agent"
     )
-    assert load_config(None).agent.database is None
+    default = load_config(None, environ={"XDG_DATA_HOME": str(tmp_path)}).agent.database
+    assert default == str(tmp_path / "llmbridge" / "agent.db")
     serve_help = _run("serve", "--help").stdout
     assert "--db" in serve_help and "LLMBRIDGE_DB" in serve_help
     assert "chat" in _run("agent", "--help").stdout

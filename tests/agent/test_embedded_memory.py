@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from llmbridge.agent.llm import ModelGateway
 from llmbridge.agent.memory import (
     PINS_PREFIX,
     SUMMARIES_PREFIX,
@@ -18,10 +17,8 @@ from llmbridge.agent.memory import (
     SummariserConfig,
 )
 from llmbridge.agent.store import AgentStore
-from llmbridge.backends.base import Backend
-from llmbridge.gateway.app import build_backend
 from llmbridge.gateway.config import load_config
-from llmbridge.serving.router import ModelRouter
+from llmbridge.serving.models import Models, open_models
 
 pytestmark = pytest.mark.embedded
 
@@ -36,21 +33,13 @@ CHAT = [
 
 
 @pytest.fixture
-async def gateway() -> AsyncIterator[ModelGateway]:
+async def gateway() -> AsyncIterator[Models]:
     config = load_config(None)  # what `llmbridge serve` builds with no flags: embedded
-    backends: dict[str, Backend] = {
-        name: build_backend(name, backend) for name, backend in config.backends.items()
-    }
-    try:
-        yield ModelGateway(ModelRouter(config, backends))
-    finally:
-        for backend in backends.values():
-            await backend.aclose()
+    async with open_models(config) as models:
+        yield models
 
 
-async def test_the_embedded_model_writes_summaries(
-    store: AgentStore, gateway: ModelGateway
-) -> None:
+async def test_the_embedded_model_writes_summaries(store: AgentStore, gateway: Models) -> None:
     session = await store.create_session()
     ids = [(await store.add_message(session.id, role, text)).id for role, text in CHAT]
     await store.add_pin(session.id, "Mary is allergic to penicillin.")

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
-from llmbridge.agent.llm import ModelGateway
+from llmbridge.agent.eldercare import EldercareProvider
 from llmbridge.agent.memory import RECENT_PREFIX, Summariser, SummariserConfig
 from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS
 from llmbridge.agent.service import (
@@ -25,7 +24,7 @@ from llmbridge.agent.service import (
     AgentToolResult,
 )
 from llmbridge.agent.settings import AgentSettings
-from llmbridge.agent.store import AgentStore, NotFoundError
+from llmbridge.agent.store import AgentStore
 from llmbridge.agent.tools import (
     SEARCHING_ONLINE,
     SearchResult,
@@ -34,15 +33,16 @@ from llmbridge.agent.tools import (
     web_search_tool,
 )
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.core.errors import BackendError, ModelNotFoundError
+from llmbridge.core.errors import BackendError, ModelNotFoundError, NotFoundError
 from llmbridge.core.messages import ToolResultPart
 from llmbridge.gateway.config import GatewayConfig
-from llmbridge.serving.router import ModelRouter
+from llmbridge.serving.models import Models
+from tests.agent.factories import EldercareFactory
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
-def _models(native: ScriptedBackend, plain: ScriptedBackend | None = None) -> ModelGateway:
+def _models(native: ScriptedBackend, plain: ScriptedBackend | None = None) -> Models:
     backends: dict[str, Any] = {native.name: native}
     routes = []
     if plain is not None:
@@ -56,7 +56,7 @@ def _models(native: ScriptedBackend, plain: ScriptedBackend | None = None) -> Mo
             "restrict_models": False,
         }
     )
-    return ModelGateway(ModelRouter(config, backends))
+    return Models(config, backends)
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ async def test_persona_settings_and_prompt(
     assert request.messages[0].text == (
         f"You are a compassionate eldercare nurse.\n\nBe brief.\n\n{FOCUS_INSTRUCTIONS}"
     )
-    session = await store.get_session(reply.session_id)
+    session = await store.find_session(reply.session_id)
     assert session is not None and session.persona_id == "nurse"
     # The session remembers its persona.
     await service.run_agent(AgentRequest("Again", model="scripted", session_id=session.id))
@@ -140,7 +140,7 @@ async def test_unknown_models_and_personas_store_nothing(store: AgentStore) -> N
     config = GatewayConfig.model_validate(
         {"backends": {"native": {"type": "scripted"}}, "restrict_models": True}
     )
-    strict = AgentService(store, ModelGateway(ModelRouter(config, {"native": native})))
+    strict = AgentService(store, Models(config, {"native": native}))
     with pytest.raises(ModelNotFoundError):
         await strict.run_agent(AgentRequest("hi", model="no-such-model"))
     loose = AgentService(store, _models(native))
@@ -168,7 +168,7 @@ async def test_documents_and_domain_context_in_the_seed_order(
 ) -> None:
     documents = DocumentStore(store)
     await documents.add("Metformin leaflet", "Metformin is taken with meals to limit nausea.")
-    records = EldercareRecords(store)
+    records = EldercareFactory(store)
     mary = await records.add_patient("Mary Smith", conditions=["Diabetes"])
     await records.add_medication(mary, "Metformin", dosage="500mg", side_effects=["Nausea"])
     await store.put_persona("nurse", name="Nurse", prompt="You are a nurse.")
@@ -384,7 +384,8 @@ async def test_a_cancelled_turn_keeps_its_partial_answer(
 async def test_a_failure_before_any_output_keeps_only_the_question(
     service: AgentService, store: AgentStore, native: ScriptedBackend
 ) -> None:
-    native.enqueue(Script(fail_before=BackendError("backend down")))
+    # Transient: the serving layer retries once (resilience.retries), so fail both.
+    native.enqueue(*[Script(fail_before=BackendError("backend down"))] * 2)
     with pytest.raises(BackendError):
         await service.run_agent(AgentRequest("hello?", model="m", session_id="s1"))
     stored = await store.last_messages("s1", 10)

@@ -1,5 +1,6 @@
 """Persona settings: validation, the seed's merge order, and what each backend gets
-under its own names (through the real dialect encoders)."""
+under its own names (fitted by serving/params.py with each backend's real
+capabilities, then through the real dialect encoders)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llmbridge.agent.settings import (
-    AgentSettings,
-    generation_params,
-    merge_settings,
-    repeat_penalty_to_frequency_penalty,
-)
+from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
+from llmbridge.backends.anthropic import AnthropicBackend
+from llmbridge.backends.base import Capabilities
+from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.ollama import OllamaBackend
+from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.core.messages import Message, TextPart
-from llmbridge.core.request import ChatRequest
+from llmbridge.core.request import ChatRequest, GenerationParams
 from llmbridge.dialects.ollama.request import encode_chat_request as encode_ollama
 from llmbridge.dialects.openai.request import encode_chat_request as encode_openai
+from llmbridge.serving.params import fit_params, repeat_penalty_to_frequency_penalty
+
+OLLAMA = OllamaBackend.capabilities
+OPENAI = OpenAICompatBackend.capabilities
 
 # -- repeat_penalty -> frequency_penalty -----------------------------------------------
 
@@ -113,16 +118,20 @@ PERSONA = AgentSettings(
 )
 
 
-def _request(settings: AgentSettings, kind: str) -> ChatRequest:
+def _params(settings: AgentSettings, capabilities: Capabilities) -> GenerationParams:
+    return fit_params(generation_params(settings), capabilities)[0]
+
+
+def _request(settings: AgentSettings, capabilities: Capabilities) -> ChatRequest:
     return ChatRequest(
         model="m",
         messages=(Message("user", (TextPart("hi"),)),),
-        params=generation_params(settings, kind),
+        params=_params(settings, capabilities),
     )
 
 
 def test_ollama_gets_repeat_penalty_in_options() -> None:
-    body = encode_ollama(_request(PERSONA, "ollama"))
+    body = encode_ollama(_request(PERSONA, OLLAMA))
     assert body["options"] == {
         "num_predict": 64,
         "temperature": 0.5,
@@ -137,7 +146,7 @@ def test_ollama_gets_repeat_penalty_in_options() -> None:
 
 
 def test_openai_gets_the_converted_frequency_penalty() -> None:
-    body = encode_openai(_request(PERSONA, "openai"))
+    body = encode_openai(_request(PERSONA, OPENAI))
     assert body["frequency_penalty"] == 0.1906
     assert "repeat_penalty" not in body and "presence_penalty" not in body
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"]) == (
@@ -150,16 +159,16 @@ def test_openai_gets_the_converted_frequency_penalty() -> None:
 
 def test_an_explicit_frequency_penalty_wins() -> None:
     settings = merge_settings(PERSONA, AgentSettings(frequency_penalty=0.0))
-    assert generation_params(settings, "openai").frequency_penalty == 0.0
-    assert generation_params(settings, "ollama").repeat_penalty == 1.1
+    assert _params(settings, OPENAI).frequency_penalty == 0.0
+    assert _params(settings, OLLAMA).repeat_penalty == 1.1
 
 
 def test_anthropic_gets_no_penalties_and_others_no_num_ctx() -> None:
     settings = merge_settings(PERSONA, AgentSettings(presence_penalty=0.5))
-    params = generation_params(settings, "anthropic")
+    params = _params(settings, AnthropicBackend.capabilities)
     assert params.repeat_penalty is None
     assert params.frequency_penalty is None and params.presence_penalty is None
     assert params.top_k == 40 and params.num_ctx is None
-    embedded = generation_params(settings, "embedded")
+    embedded = _params(settings, EmbeddedBackend.capabilities)
     assert embedded.repeat_penalty == 1.1 and embedded.num_ctx is None
     assert embedded.extra == {"repeat_last_n": 64}

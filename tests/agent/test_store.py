@@ -13,30 +13,34 @@ from sqlalchemy import text
 
 from llmbridge.agent.store import (
     AgentStore,
-    NotFoundError,
     current_revision,
-    default_sqlite_path,
     head_revision,
     make_engine,
     migrate,
     resolve_url,
 )
 from llmbridge.agent.store.models import Base
+from llmbridge.core.errors import NotFoundError
+from llmbridge.gateway.config import load_config
 
 # -- URLs ----------------------------------------------------------------------------
 
 
-def test_urls_default_to_a_sqlite_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert default_sqlite_path() == tmp_path / "llmbridge" / "agent.db"
-    url = resolve_url()
+def test_the_default_database_is_a_sqlite_file_under_xdg_data_home(tmp_path: Path) -> None:
+    # The configuration reader fills it in; the store never reads the environment.
+    config = load_config(None, environ={"XDG_DATA_HOME": str(tmp_path)})
+    assert config.agent.database == str(tmp_path / "llmbridge" / "agent.db")
+    url = resolve_url(config.agent.database)
     assert url.drivername == "sqlite+aiosqlite"
     assert url.database == str(tmp_path / "llmbridge" / "agent.db")
+    home = load_config(None, environ={}).agent.database
+    assert home == str(Path.home() / ".local" / "share" / "llmbridge" / "agent.db")
+    with pytest.raises(ValueError, match="no agent database"):
+        resolve_url(None)
 
 
-def test_urls_from_the_environment_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLMBRIDGE_DB", "postgres://u:p@db.example:5433/agent")
-    env = resolve_url()
+def test_urls_from_arguments() -> None:
+    env = resolve_url("postgres://u:p@db.example:5433/agent")
     assert (env.drivername, env.host, env.port, env.database) == (
         "postgresql+asyncpg",
         "db.example",
@@ -93,11 +97,13 @@ async def test_personas_round_trip(any_store: AgentStore) -> None:
     )
     assert stored.settings == {"temperature": 0.3}
     await any_store.put_persona("nurse", name="Nurse", prompt="Kind nurse.", settings={})
-    again = await any_store.get_persona("nurse")
+    again = await any_store.find_persona("nurse")
     assert again is not None and again.prompt == "Kind nurse." and again.settings == {}
     assert [p.id for p in await any_store.list_personas()] == ["nurse"]
     assert await any_store.delete_persona("nurse")
-    assert await any_store.get_persona("nurse") is None
+    assert await any_store.find_persona("nurse") is None
+    with pytest.raises(NotFoundError, match="no persona 'nurse'"):
+        await any_store.get_persona("nurse")
 
 
 async def test_messages_keep_their_order_and_reads_are_bounded(any_store: AgentStore) -> None:

@@ -23,13 +23,13 @@ from typing import Any
 import httpx
 import pytest
 
+from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.context import (
     DEFAULT_CONTEXT_BUDGET,
     MAX_CONTEXT_BUDGET,
     MIN_CONTEXT_BUDGET,
     context_budget,
 )
-from llmbridge.agent.eldercare import EldercareRecords
 from llmbridge.agent.memory import (
     SUMMARIES_PREFIX,
     SUMMARY_SYSTEM_PROMPT,
@@ -47,8 +47,9 @@ from llmbridge.core.errors import BackendError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.gateway.config import AgentConfig, GatewayConfig
-from llmbridge.serving.router import ModelRouter
+from llmbridge.gateway.config import GatewayConfig
+from llmbridge.serving.models import Models
+from tests.agent.factories import EldercareFactory
 from tests.agent.serving import agent_gateway
 
 SUMMARY_TEXT = "They counted turns."
@@ -116,8 +117,8 @@ async def _runtime(
             "agent": {"database": str(database), **agent},
         }
     )
-    router = ModelRouter(config, {backend.name: backend})
-    return await AgentRuntime.open(config.agent, router, tools=ToolRegistry())
+    models = Models(config, {backend.name: backend})
+    return await AgentRuntime.open(config.agent, models, tools=ToolRegistry())
 
 
 async def _fill(store: AgentStore, session_id: str, count: int) -> list[int]:
@@ -316,7 +317,8 @@ async def test_post_names_the_model_and_reports_its_failure(db: str) -> None:
             for n in range(3):
                 await client.post(f"/agent/sessions/{session_id}/messages", json={"input": f"{n}"})
             url = f"/agent/sessions/{session_id}/summaries"
-            chat.enqueue(Script(fail_before=BackendError("model down")))
+            # The try and the serving layer's one retry both fail.
+            chat.enqueue(*[Script(fail_before=BackendError("model down"))] * 2)
             failed = await client.post(url, json={"model": "writer"})
             assert failed.status_code >= 500 and "model down" in failed.json()["error"]["message"]
             assert (await client.get(url)).json()["summaries"] == []
@@ -338,7 +340,7 @@ def test_the_context_budget_follows_the_window() -> None:
 
 
 async def _patient_with_many_medications(store: AgentStore) -> int:
-    records = EldercareRecords(store)
+    records = EldercareFactory(store)
     mary = await records.add_patient("Mary Smith", conditions=["Hypertension"])
     for n in range(45):  # ~25 tokens a line: far more than a small model can take
         await records.add_medication(

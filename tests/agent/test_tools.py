@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmbridge.agent.runtime import default_tools
 from llmbridge.agent.tools import (
     SEARCHING_ONLINE,
     SearchError,
@@ -21,6 +22,7 @@ from llmbridge.agent.tools import (
     web_search_tool,
 )
 from llmbridge.core.messages import ToolCallPart
+from llmbridge.gateway.config import load_config
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -144,16 +146,22 @@ async def test_tavily_failures_are_search_errors() -> None:
         await _tavily(unreachable).search("q", 3)
 
 
-async def test_web_search_without_a_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+async def test_web_search_without_a_key_is_a_clear_error() -> None:
     with pytest.raises(SearchNotConfiguredError, match="set TAVILY_API_KEY"):
-        TavilySearch.from_env()
+        TavilySearch("")
     registry = ToolRegistry([web_search_tool()])
     result = await registry.execute(ToolCallPart("1", "web_search", {"query": "news"}))
     assert result.is_error
     assert "web_search is not configured: set TAVILY_API_KEY" in result.content
-    monkeypatch.setenv("TAVILY_API_KEY", "tvly-from-env")
-    assert TavilySearch.from_env().api_key == "tvly-from-env"
+
+
+def test_the_tavily_key_comes_from_the_environment_through_the_reader() -> None:
+    # gateway.config.load_config is the one place the environment is read.
+    config = load_config(None, environ={"TAVILY_API_KEY": " tvly-from-env "})
+    assert config.agent.tavily_api_key == "tvly-from-env"
+    assert "web_search" in default_tools(config.agent)
+    assert load_config(None, environ={}).agent.tavily_api_key is None
+    assert len(default_tools(load_config(None, environ={}).agent)) == 0
 
 
 async def test_web_search_with_a_pluggable_provider() -> None:

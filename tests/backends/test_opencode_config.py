@@ -21,13 +21,9 @@ from llmbridge.backends.opencode.prompt import (
 )
 from llmbridge.backends.opencode.server import AGENT_NAME, basic_auth, server_config
 from llmbridge.cli import cli
-from llmbridge.gateway.app import build_backend
-from llmbridge.gateway.config import (
-    ConfigError,
-    OpenCodeBackendConfig,
-    ServerConfig,
-    load_config,
-)
+from llmbridge.gateway.config import ConfigError, ServerConfig, load_config
+from llmbridge.serving.build import build_backend
+from llmbridge.serving.config import OpenCodeBackendConfig
 
 MODEL = ModelRef("p", "m")
 
@@ -131,7 +127,7 @@ def test_deadline_settings_reach_the_backend() -> None:
     config = OpenCodeBackendConfig.model_validate(
         {"type": "opencode", "url": "http://127.0.0.1:4096", "model": "p/m"}
     )
-    backend = build_backend("oc", config, ServerConfig())
+    backend = build_backend("oc", config, ServerConfig().serving_host())
     assert isinstance(backend, OpenCodeBackend)
     # Seed 000's 20 / 30 / 5 s; the 30 s is the idle deadline, and no total by default.
     assert backend.timeouts == OpenCodeTimeouts(prompt=20, idle=30, total=None, delete=5)
@@ -143,7 +139,7 @@ def test_deadline_settings_reach_the_backend() -> None:
             "total_timeout": 600,
         }
     )
-    backend = build_backend("oc", config, ServerConfig())
+    backend = build_backend("oc", config, ServerConfig().serving_host())
     assert isinstance(backend, OpenCodeBackend)
     assert (backend.timeouts.idle, backend.timeouts.total) == (45, 600)
 
@@ -218,7 +214,7 @@ def test_a_self_provider_points_at_the_gateway_with_its_first_key() -> None:
         }
     )
     server = ServerConfig(host="0.0.0.0", port=12345, api_keys=("first", "second"))
-    backend = build_backend("oc", config, server)
+    backend = build_backend("oc", config, server.serving_host())
     assert isinstance(backend, OpenCodeBackend)
     spawn = backend.server.spawn
     assert spawn is not None and backend.server.spawned and backend.server.url is None
@@ -240,17 +236,18 @@ def test_a_self_provider_without_gateway_keys_has_none() -> None:
     config = OpenCodeBackendConfig.model_validate(
         {"type": "opencode", "providers": {"gw": {"url": "self"}}}
     )
-    backend = build_backend("oc", config, ServerConfig(host="127.0.0.2", port=8080))
+    backend = build_backend("oc", config, ServerConfig(host="127.0.0.2", port=8080).serving_host())
     assert isinstance(backend, OpenCodeBackend) and backend.server.spawn is not None
     provider = backend.server.spawn.providers["gw"]
     assert provider.base_url == "http://127.0.0.2:8080/v1" and provider.api_key is None
 
 
-def test_a_url_backend_takes_its_password_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("OPENCODE_SERVER_PASSWORD", "from-env")
-    config = OpenCodeBackendConfig(type="opencode", url="http://127.0.0.1:4096/")
+def test_a_url_backend_takes_its_password_from_the_environment() -> None:
+    # The reader (gateway.config.load_config) is the one place the environment is read.
+    environ = {"OPENCODE_SERVER_PASSWORD": "from-env"}
+    loaded = load_config(None, {"opencode_url": "http://127.0.0.1:4096/"}, environ)
+    config = loaded.backends["opencode"]
+    assert isinstance(config, OpenCodeBackendConfig) and config.password == "from-env"
     backend = build_backend("oc", config)
     assert isinstance(backend, OpenCodeBackend)
     assert not backend.server.spawned and backend.server.url == "http://127.0.0.1:4096"

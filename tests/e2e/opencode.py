@@ -19,8 +19,9 @@ import pytest
 
 from llmbridge.backends.base import Backend
 from llmbridge.backends.opencode import OpenCodeBackend
-from llmbridge.gateway.app import build_backend, create_app
+from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import GatewayConfig
+from llmbridge.serving.build import build_backend
 from tests.conftest import RunningServer
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -68,7 +69,7 @@ def gateway_over_opencode(
         "default_backend": "opencode",
     }
     config = GatewayConfig.model_validate(settings)
-    backend = build_backend("opencode", config.backends["opencode"], config.server)
+    backend = build_backend("opencode", config.backends["opencode"], config.server.serving_host())
     assert isinstance(backend, OpenCodeBackend)
     app = create_app(config, backends={**others, "opencode": backend})
     with RunningServer(app, sock=sock) as server:

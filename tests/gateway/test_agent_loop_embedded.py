@@ -20,8 +20,9 @@ import pytest
 
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
-from llmbridge.gateway.app import build_backend, create_app
+from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import load_config
+from llmbridge.serving.build import build_backends
 from tests.conftest import RunningServer
 from tests.gateway.agent_loop import DIALECTS, Dialect, Round, run_agent_loop
 
@@ -64,9 +65,7 @@ class Counted:
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[RunningServer, Counted]]:
     config = load_config(None)
-    backends = {
-        name: build_backend(name, cfg, config.server) for name, cfg in config.backends.items()
-    }
+    backends = build_backends(config, config.server.serving_host())
     counter = Counted()
     for backend in backends.values():
         backend.chat = counter.wrap(backend.chat)  # type: ignore[method-assign]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import orjson
 import pytest
 
@@ -322,3 +323,46 @@ def test_anthropic_stream_reports_a_backend_failure_mid_stream(
         ) as stream,
     ):
         list(stream.text_stream)
+
+
+def test_an_ollama_repeat_penalty_reaches_an_openai_backend_as_frequency_penalty(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    """Parameters are fitted to the backend for gateway clients exactly as for agent
+    turns (serving/params.py): an OpenAI-compatible server has no repeat_penalty, so it
+    gets the converted frequency_penalty, and the reply says what was fitted."""
+    fake, _ = upstream
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    for _ in range(2):
+        fake.queue.append(
+            Canned(
+                media_type="text/event-stream",
+                chunks=sse(
+                    base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
+                    base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                    "[DONE]",
+                ),
+            )
+        )
+    reply = ollama_client(gateway.url).chat(
+        model="oai-x",
+        messages=[{"role": "user", "content": "hi"}],
+        options={"repeat_penalty": 1.1, "top_k": 5},
+    )
+    assert reply.message.content == "ok"
+    sent = orjson.loads(fake.bodies[-1])
+    assert sent["frequency_penalty"] == 0.1906  # 2 * ln(1.1), rounded
+    assert "repeat_penalty" not in sent and "top_k" not in sent
+    # An explicit frequency_penalty wins over the conversion; the header names both.
+    raw = httpx.post(
+        f"{gateway.url}/api/chat",
+        json={
+            "model": "oai-x",
+            "stream": False,
+            "messages": [{"role": "user", "content": "hi"}],
+            "options": {"repeat_penalty": 1.5, "frequency_penalty": 0.25},
+        },
+    )
+    assert raw.status_code == 200, raw.text
+    assert orjson.loads(fake.bodies[-1])["frequency_penalty"] == 0.25
+    assert raw.headers["x-llmbridge-params"] == "repeat_penalty"

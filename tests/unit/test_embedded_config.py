@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from llmbridge.backends.embedded import EmbeddedBackend
 from llmbridge.cli.options import config_options, load_from_options
-from llmbridge.gateway.app import build_backend
-from llmbridge.gateway.config import ConfigError, EmbeddedBackendConfig, load_config
+from llmbridge.gateway.config import ConfigError, load_config
+from llmbridge.serving.build import build_backend
+from llmbridge.serving.config import EmbeddedBackendConfig
 
 
 def test_defaults_with_no_configuration() -> None:

@@ -1,17 +1,16 @@
 """The agent service wired as the gateway and the CLI run it.
 
-``AgentRuntime.open(config.agent, router)`` migrates and opens the store
-(``config.agent.database``, else ``$LLMBRIDGE_DB``, else the default SQLite file),
-and builds the service over the gateway's own router (``ModelGateway``: the
-pipeline's ``prepare``, so models without native tools get them emulated), with the
-document store, the eldercare provider, the ``web_search`` tool when Tavily is
-configured, and the background summariser (unless ``agent.summaries`` is off), which
+``AgentRuntime.open(config.agent, models)`` migrates and opens the store
+(``config.agent.database``), and builds the service over the serving layer's
+``Models`` (the gateway's own way to call a model: models without native tools get
+them emulated, failures are retried and fall back), with the document store, the
+eldercare provider, the ``web_search`` tool when a Tavily key is configured, and the background summariser (unless ``agent.summaries`` is off), which
 writes with ``agent.summary_model``, else each session's own model. Turns and
 summaries share one ``TurnGate`` keyed by backend, so a summary never holds a reply
 back. ``aclose`` stops the summariser and closes the database.
 
 The gateway opens one in its lifespan (``gateway/app.py``) and serves it under
-``/agent/`` (``gateway/routes/agent.py``); ``llmbridge agent`` (``cli/agent.py``) opens
+``/agent/``; ``llmbridge agent`` (``cli/agent.py``) opens
 one on the same database and talks to it directly.
 """
 
@@ -19,20 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass, field
 
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
-from llmbridge.agent.llm import ModelGateway
 from llmbridge.agent.memory import MemoryConfig, Summariser
 from llmbridge.agent.service import AgentService
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.tools import TAVILY_API_KEY_ENV, ToolRegistry, web_search_tool
+from llmbridge.agent.tools import ToolRegistry, web_search_tool
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
-from llmbridge.gateway.config import AgentConfig
-from llmbridge.serving.router import ModelRouter
+from llmbridge.agent.config import AgentConfig
+from llmbridge.serving.models import Models
 
 __all__ = ["AgentRuntime", "default_tools"]
 
@@ -40,12 +37,12 @@ log = logging.getLogger("llmbridge.agent")
 
 
 def default_tools(config: AgentConfig) -> ToolRegistry:
-    """``web_search`` when asked for, or (unset) when ``TAVILY_API_KEY`` is set: a
+    """``web_search`` when asked for, or (unset) when a Tavily key is configured: a
     tool that can only fail would cost every turn a round."""
     wanted = config.web_search
     if wanted is None:
-        wanted = bool(os.environ.get(TAVILY_API_KEY_ENV))
-    return ToolRegistry([web_search_tool()] if wanted else [])
+        wanted = bool(config.tavily_api_key)
+    return ToolRegistry([web_search_tool(api_key=config.tavily_api_key)] if wanted else [])
 
 
 @dataclass(slots=True)
@@ -54,7 +51,7 @@ class AgentRuntime:
     service: AgentService
     documents: DocumentStore
     eldercare: EldercareRecords
-    models: ModelGateway
+    models: Models
     config: AgentConfig
     summariser: Summariser | None = None
     _default_model: str | None = None
@@ -64,14 +61,12 @@ class AgentRuntime:
     async def open(
         cls,
         config: AgentConfig,
-        router: ModelRouter,
+        models: Models,
         *,
-        thinking_policy: str = "drop",
         tools: ToolRegistry | None = None,
     ) -> AgentRuntime:
         """Migrate and open the database, and build the service (module docstring)."""
         store = await AgentStore.open(config.database)
-        models = ModelGateway(router, thinking_policy=thinking_policy)
         documents = DocumentStore(store, max_bytes=config.max_document_bytes)
         turns = TurnGate(models.backend_name)
         summariser = None
@@ -95,7 +90,7 @@ class AgentRuntime:
             models=models,
             config=config,
             summariser=summariser,
-            _default_model=config.model or router.default_model,
+            _default_model=config.model or models.router.default_model,
         )
 
     async def model_for(self, requested: str | None) -> str:

@@ -10,8 +10,8 @@ A turn:
 
 1. The model is resolved first (an unknown model or persona fails before anything
    is stored). Settings merge persona first, then the request
-   (``settings.merge_settings``), and are mapped to the resolved backend's names
-   (``settings.generation_params``).
+   (``settings.merge_settings``) into neutral parameters
+   (``settings.generation_params``); the serving layer fits them to the backend.
 2. The user message is stored (committed) before generation.
 3. The prompt: the system prompt in the seed's order (``prompt``: persona,
    documents, domain context from the context providers, custom prompt, focus
@@ -53,12 +53,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
-
-from sqlalchemy.exc import IntegrityError
 
 from llmbridge.agent.context import (
     ContextProvider,
@@ -74,7 +72,6 @@ from llmbridge.agent.session_locks import SessionLocks
 from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.store import (
     AgentStore,
-    NotFoundError,
     PersonaRecord,
     PinRecord,
     SessionRecord,
@@ -84,11 +81,12 @@ from llmbridge.agent.store import (
 from llmbridge.agent.tools import ToolRegistry
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.accumulate import Accumulator
-from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.events import PartDelta, StreamEvent, TextDelta
+from llmbridge.core.errors import InvalidRequestError, NotFoundError
+from llmbridge.core.events import PartDelta, TextDelta
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat
 from llmbridge.core.response import Usage
+from llmbridge.core.stream import EventStream
 
 __all__ = [
     "AgentDelta",
@@ -111,15 +109,14 @@ FINAL_ROUND_NOTE = (
 
 
 class ModelCaller(Protocol):
-    """How the agent reaches models: ``agent.llm.ModelGateway`` (the gateway's pipeline)."""
-
-    def backend_kind(self, model: str) -> str: ...
+    """How the agent reaches models: ``serving.models.Models``, the gateway's own way
+    (request preparation, emulated tools, retries, fallbacks, the breaker)."""
 
     def backend_name(self, model: str) -> str: ...
 
     async def context_window(self, model: str) -> int | None: ...
 
-    def chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+    def chat(self, request: ChatRequest) -> EventStream: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,11 +302,9 @@ class AgentService:
     async def personas(self, *, owner: str | None = None) -> list[PersonaRecord]:
         return await self.store.list_personas(owner=owner)
 
-    async def persona(self, persona_id: str, *, owner: str | None = None) -> PersonaRecord:
-        found = await self.store.get_persona(persona_id, owner=owner)
-        if found is None:
-            raise NotFoundError(f"no persona {persona_id!r}")
-        return found
+    async def get_persona(self, persona_id: str, *, owner: str | None = None) -> PersonaRecord:
+        """A persona ``owner`` may see (``NotFoundError`` for any other)."""
+        return await self.store.get_persona(persona_id, owner=owner)
 
     async def update_persona(
         self,
@@ -344,25 +339,20 @@ class AgentService:
     ) -> SessionRecord:
         """A new session of ``owner``'s, with a persona and a patient it may see."""
         await self._check_references(persona_id, patient_id, owner)
-        try:
-            return await self.store.create_session(
-                name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
-            )
-        except IntegrityError as exc:  # the persona or patient was deleted meanwhile
-            raise NotFoundError("the persona or patient was deleted") from exc
+        # A persona or patient deleted meanwhile: the store's NotFoundError.
+        return await self.store.create_session(
+            name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
+        )
 
-    async def session(self, session_id: str, *, owner: str | None = None) -> SessionRecord:
+    async def get_session(self, session_id: str, *, owner: str | None = None) -> SessionRecord:
         """``owner``'s session ``session_id`` (``NotFoundError`` for anyone else's)."""
-        found = await self.store.get_session(session_id, owner=owner)
-        if found is None:
-            raise NotFoundError(f"no session {session_id!r}")
-        return found
+        return await self.store.get_session(session_id, owner=owner)
 
     async def update_session(
         self, session_id: str, *, owner: str | None = None, **fields: Any
     ) -> SessionRecord:
         """Set the ``name``, ``persona_id`` or ``patient_id`` of ``owner``'s session."""
-        await self.session(session_id, owner=owner)
+        await self.get_session(session_id, owner=owner)
         await self._check_references(fields.get("persona_id"), fields.get("patient_id"), owner)
         return await self.store.update_session(session_id, owner=owner, **fields)
 
@@ -385,7 +375,7 @@ class AgentService:
         limit: int = 100,
     ) -> list[StoredMessage]:
         """Up to ``limit`` messages after ``after_id``, oldest first."""
-        await self.session(session_id, owner=owner)
+        await self.get_session(session_id, owner=owner)
         return await self.store.first_messages(session_id, limit, after_id=after_id)
 
     async def add_pin(
@@ -397,19 +387,19 @@ class AgentService:
         message_id: int | None = None,
     ) -> PinRecord:
         """Pin a fact to ``owner``'s session (optionally the message it came from)."""
-        await self.session(session_id, owner=owner)
-        if message_id is not None and await self.store.get_message(session_id, message_id) is None:
-            raise NotFoundError(f"no message {message_id} in session {session_id!r}")
+        await self.get_session(session_id, owner=owner)
+        if message_id is not None:
+            await self.store.get_message(session_id, message_id)
         return await self.store.add_pin(session_id, content, message_id=message_id)
 
     async def pins(
         self, session_id: str, *, owner: str | None = None, limit: int = 1000
     ) -> list[PinRecord]:
-        await self.session(session_id, owner=owner)
+        await self.get_session(session_id, owner=owner)
         return await self.store.pins(session_id, limit)
 
     async def delete_pin(self, session_id: str, pin_id: int, *, owner: str | None = None) -> None:
-        await self.session(session_id, owner=owner)
+        await self.get_session(session_id, owner=owner)
         if not await self.store.delete_pin(pin_id, session_id=session_id):
             raise NotFoundError(f"no pin {pin_id} in session {session_id!r}")
 
@@ -417,7 +407,7 @@ class AgentService:
         self, session_id: str, *, owner: str | None = None, limit: int = 100
     ) -> list[SummaryRecord]:
         """Up to ``limit`` newest summaries, oldest first."""
-        await self.session(session_id, owner=owner)
+        await self.get_session(session_id, owner=owner)
         return await self.store.last_summaries(session_id, limit)
 
     async def summarise(
@@ -432,7 +422,7 @@ class AgentService:
         oldest unsummarised messages but the last exchange. The model: ``model``, else
         the summariser's, else the session's own (its last answer's), else
         ``default_model(None)``. ``None`` when there is nothing to summarise."""
-        await self.session(session_id, owner=owner)
+        await self.get_session(session_id, owner=owner)
         summariser = self.summariser or Summariser(self.store, self.models.chat)
         chosen = model or summariser.model or await self._session_model(session_id)
         if chosen is None and default_model is not None:
@@ -441,7 +431,7 @@ class AgentService:
             raise InvalidRequestError(
                 "no model to summarise with: name one ('model')", param="model"
             )
-        self.models.backend_kind(chosen)  # an unknown model fails before any work
+        self.models.backend_name(chosen)  # an unknown model fails before any work
         return await summariser.summarise_once(session_id, model=chosen, force=True)
 
     async def _session_model(self, session_id: str) -> str | None:
@@ -453,9 +443,9 @@ class AgentService:
         self, persona_id: str | None, patient_id: int | None, owner: str | None
     ) -> None:
         if persona_id is not None:
-            await self.persona(persona_id, owner=owner)
+            await self.get_persona(persona_id, owner=owner)
         if patient_id is not None:
-            await EldercareRecords(self.store).patient(patient_id, owner=owner)
+            await EldercareRecords(self.store).get_patient(patient_id, owner=owner)
 
     # -- turns --------------------------------------------------------------------------
 
@@ -488,10 +478,10 @@ class AgentService:
 
     async def run_agent_stream(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         """One turn, streamed (module docstring)."""
-        kind = self.models.backend_kind(request.model)  # an unknown model fails here
+        self.models.backend_name(request.model)  # an unknown model fails before any work
         backend = self.turns.begin(request.model)
         try:
-            turn = self._turn(request, kind)
+            turn = self._turn(request)
             serialised = self.session_locks.serialise(request.session_id, turn)
             async with aclosing(serialised) as events:
                 async for event in events:
@@ -499,14 +489,14 @@ class AgentService:
         finally:
             self.turns.end(backend)
 
-    async def _turn(self, request: AgentRequest, kind: str) -> AsyncGenerator[AgentEvent, None]:
+    async def _turn(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
         persona = await self._persona(request.persona_id, request.owner)
         session = await self._session(request)
         if persona is None and session.persona_id:
             persona = await self._persona(session.persona_id, None)
         stored_settings = AgentSettings.model_validate(persona.settings) if persona else None
         settings = merge_settings(stored_settings, request.settings)
-        params = generation_params(settings, kind)
+        params = generation_params(settings)
         text = request.input.strip()
         user = await self.store.add_message(session.id, "user", text)
         yield AgentStart(session.id, user.id)
@@ -542,10 +532,7 @@ class AgentService:
     async def _persona(self, persona_id: str | None, owner: str | None) -> PersonaRecord | None:
         if not persona_id:
             return None
-        persona = await self.store.get_persona(persona_id, owner=owner)
-        if persona is None:
-            raise NotFoundError(f"no persona {persona_id!r}")
-        return persona
+        return await self.store.get_persona(persona_id, owner=owner)
 
     async def _session(self, request: AgentRequest) -> SessionRecord:
         name = request.input.strip()[:80]
@@ -617,18 +604,13 @@ class AgentService:
             )
             turn.rounds += 1
             accumulator = Accumulator()
-            stream = self.models.chat(chat)
-            try:
+            async with aclosing(self.models.chat(chat)) as stream:
                 async for event in stream:
                     accumulator.add(event)  # raises a StreamError's error
                     if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
                         turn.answer.append(event.delta.text)
                         turn.shown.append(event.delta.text)
                         yield AgentDelta(event.delta.text)
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
             response = accumulator.response()
             turn.add_usage(response.usage)
             calls = response.message.tool_calls

@@ -9,16 +9,15 @@ schema, a handler's exception or a timeout become an error result the model read
 so the loop can go on and the model can say what went wrong.
 
 ``web_search`` is built in, over a pluggable ``SearchProvider``. The default provider
-is Tavily, configured by ``TAVILY_API_KEY``; without it, ``TavilySearch.from_env``
-raises ``SearchNotConfiguredError`` saying how to configure it, and a
-``web_search_tool()`` without a provider returns that message as the tool's error
-result. Running it shows the seed's ``[SEARCHING_ONLINE]`` marker to the user.
+is Tavily, with the key the configuration holds (``agent.tavily_api_key``, read
+from ``TAVILY_API_KEY`` by gateway/config.py); without one, ``TavilySearch`` raises
+``SearchNotConfiguredError`` saying how to configure it, and a ``web_search_tool()``
+without a provider or key returns that message as the tool's error result. Running it shows the seed's ``[SEARCHING_ONLINE]`` marker to the user.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -199,11 +198,6 @@ class TavilySearch:
         self.timeout = timeout
         self._client = client
 
-    @classmethod
-    def from_env(cls, **kwargs: Any) -> TavilySearch:
-        """Tavily with ``$TAVILY_API_KEY``; ``SearchNotConfiguredError`` without it."""
-        return cls(os.environ.get(TAVILY_API_KEY_ENV, "").strip(), **kwargs)
-
     async def search(self, query: str, max_results: int) -> list[SearchResult]:
         body = {"query": query, "max_results": max_results, "search_depth": self.search_depth}
         headers = {"Authorization": f"Bearer {self.api_key}"}
@@ -254,13 +248,18 @@ def format_results(query: str, results: Sequence[SearchResult]) -> str:
     return "\n".join(lines)
 
 
-def web_search_tool(provider: SearchProvider | None = None, *, max_results: int = 5) -> Tool:
-    """The built-in ``web_search`` tool over ``provider`` (default: Tavily from the
-    environment, looked up when the tool runs, so a key set later is picked up)."""
+def web_search_tool(
+    provider: SearchProvider | None = None,
+    *,
+    api_key: str | None = None,
+    max_results: int = 5,
+) -> Tool:
+    """The built-in ``web_search`` tool over ``provider`` (default: Tavily with
+    ``api_key``; without a key each call's result is the error saying how to set one)."""
 
     async def handler(arguments: dict[str, Any]) -> str:
         query = str(arguments["query"])
-        chosen = provider if provider is not None else TavilySearch.from_env()
+        chosen = provider if provider is not None else TavilySearch((api_key or "").strip())
         return format_results(query, await chosen.search(query, max_results))
 
     return Tool(

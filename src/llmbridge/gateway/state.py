@@ -1,23 +1,19 @@
-"""What every route needs: the router, the metrics and the limits of one gateway."""
+"""What every route needs: the models (serving/models.py), the metrics and the limits
+of one gateway."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
-from llmbridge.backends.base import Backend
 from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.serving.router import ModelRouter
+from llmbridge.serving.models import Models
 from llmbridge.web.auth import KeyChecker
-
-if TYPE_CHECKING:  # the agent imports the gateway's pipeline, which imports this module
-    from llmbridge.agent.runtime import AgentRuntime
 
 __all__ = ["GatewayState", "state_of"]
 
@@ -25,15 +21,11 @@ __all__ = ["GatewayState", "state_of"]
 @dataclass(slots=True)
 class GatewayState:
     config: GatewayConfig
-    backends: dict[str, Backend]
-    router: ModelRouter
+    models: Models
+    """Every configured model (``models.router`` resolves names, ``models.backends``)."""
     keys: KeyChecker
-    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    metrics: GatewayMetrics
     started_at: float = field(default_factory=time.time)
-    agent: AgentRuntime | None = None
-    """The agent service, once the lifespan opened its database (``routes/agent.py``)."""
-    agent_error: str | None = None
-    """Why the agent service is not there (its database could not be opened)."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""

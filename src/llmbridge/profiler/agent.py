@@ -1,10 +1,11 @@
 """The agent-service ``SessionProvider``: the same scenarios, run on ``llmbridge.agent``.
 
 The agent service runs in process, over its own store (a temporary SQLite file
-unless the scenarios file names a database) and the gateway's model pipeline
-(``agent.llm.ModelGateway``): by default the zero-configuration gateway (the
-embedded model), or, with ``gateway_url``, a running llmbridge reached as an
-OpenAI-compatible backend. Every session uses the scenarios file's persona.
+unless the scenarios file names a database) and the serving layer's ``Models``
+(``serving.models.open_models``, the gateway's own way to call a model): by
+default the zero-configuration gateway (the embedded model), or, with
+``gateway_url``, a running llmbridge reached as an OpenAI-compatible backend.
+Every session uses the scenarios file's persona.
 
 The trace is recorded live from ``run_agent_stream``'s events, with this process's
 clock: a ``turn_boundary`` when a prompt starts and when the model answers after a
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
@@ -44,6 +44,7 @@ from llmbridge.profiler.types import (
     TraceEvent,
     TraceEventType,
 )
+from llmbridge.serving.models import Models
 
 __all__ = ["AgentSessionProvider"]
 
@@ -95,7 +96,7 @@ class AgentSessionProvider:
         self.prices = dict(prices or {})
         self.config: ProviderConfig | None = None
         self._service: Any = None
-        self._backends: dict[str, Backend] = {}
+        self._models: Models | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._persona_id: str | None = None
         self._recorders: dict[str, _Recorder] = {}
@@ -105,24 +106,19 @@ class AgentSessionProvider:
         self.config = config
         if self._service is not None:
             return
-        from llmbridge.agent.llm import ModelGateway
         from llmbridge.agent.service import AgentService
         from llmbridge.agent.store.repository import AgentStore
-        from llmbridge.gateway.app import build_backend
-        from llmbridge.gateway.config import GatewayConfig
-        from llmbridge.serving.router import ModelRouter
+        from llmbridge.serving.config import ServingConfig
+        from llmbridge.serving.models import open_models
 
         raw: dict[str, Any] = {}
         if self.gateway_url:
             url = self.gateway_url.rstrip("/") + "/v1"
             raw = {"backends": {"gateway": {"type": "openai", "url": url}}}
-        gateway = GatewayConfig.model_validate(raw)
-        self._backends = {n: build_backend(n, c) for n, c in gateway.backends.items()}
-        for backend in self._backends.values():
-            try:
-                await backend.start()
-            except LLMBridgeError as exc:
-                raise ProviderError(f"backend {backend.name} did not start: {exc.message}") from exc
+        models = self._models = open_models(ServingConfig.model_validate(raw))
+        await models.start()
+        for name, exc in models.failed_to_start.items():
+            raise ProviderError(f"backend {name} did not start: {exc.message}") from exc
         database = self.settings.database
         if database is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="llmbridge-profile-agent-")
@@ -136,15 +132,15 @@ class AgentSessionProvider:
             prompt=str(persona.get("prompt", "")),
             settings=dict(persona.get("settings") or {}),
         )
-        self._service = AgentService(store, ModelGateway(ModelRouter(gateway, self._backends)))
+        self._service = AgentService(store, models)
 
     async def shutdown(self) -> None:
         if self._service is not None:
             await self._service.store.close()
             self._service = None
-        for backend in self._backends.values():
-            await backend.aclose()
-        self._backends = {}
+        if self._models is not None:
+            await self._models.aclose()
+            self._models = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
 from llmbridge.core.models import ModelInfo
-from llmbridge.gateway.config import GatewayConfig, ModelRoute
+from llmbridge.serving.config import ModelRoute, ServingConfig
 from llmbridge.serving.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["ModelRouter", "Resolved"]
@@ -43,7 +43,7 @@ class ModelRouter:
     INFO_TTL = 300.0
     """Seconds a backend's report about a model is reused."""
 
-    def __init__(self, config: GatewayConfig, backends: dict[str, Backend]) -> None:
+    def __init__(self, config: ServingConfig, backends: dict[str, Backend]) -> None:
         self.backends = backends
         self.restrict = config.restrict_models
         self._exact: dict[str, ModelRoute] = {}

@@ -3,12 +3,14 @@
 ``models`` (the tables), ``engine`` (URLs, the engine, SQLite setup), ``migrate``
 (Alembic, in process), ``records`` (the plain values callers get),
 ``repository.AgentStore`` (reads and writes of the conversation tables), ``access``
-(who may see and change what: the ``owner`` of a row) and ``values`` (what the
-databases can hold, and their refusals mapped to ``UnstorableValueError``).
+(who may see and change what: the ``owner`` of a row), ``values`` (what the
+databases can hold) and ``errors`` (the store's boundary: every database failure
+raised as a ``core.errors`` class, so callers never see SQLAlchemy's exceptions).
+Lookups follow one rule: ``find_*`` returns ``None`` for a row that is not there
+(or not the caller's), ``get_*`` raises ``core.errors.NotFoundError``.
 """
 
-from llmbridge.agent.store.access import ConflictError, SharedRecordError
-from llmbridge.agent.store.engine import DB_ENV, default_sqlite_path, make_engine, resolve_url
+from llmbridge.agent.store.engine import make_engine, resolve_url
 from llmbridge.agent.store.migrate import current_revision, head_revision, migrate
 from llmbridge.agent.store.records import (
     MessageStatus,
@@ -18,25 +20,19 @@ from llmbridge.agent.store.records import (
     StoredMessage,
     SummaryRecord,
 )
-from llmbridge.agent.store.repository import AgentStore, NotFoundError
-from llmbridge.agent.store.values import MAX_ID, UnstorableValueError
+from llmbridge.agent.store.repository import AgentStore
+from llmbridge.agent.store.values import MAX_ID
 
 __all__ = [
-    "DB_ENV",
     "MAX_ID",
     "AgentStore",
-    "ConflictError",
     "MessageStatus",
-    "NotFoundError",
     "PersonaRecord",
     "PinRecord",
     "SessionRecord",
-    "SharedRecordError",
     "StoredMessage",
     "SummaryRecord",
-    "UnstorableValueError",
     "current_revision",
-    "default_sqlite_path",
     "head_revision",
     "make_engine",
     "migrate",

@@ -1,8 +1,8 @@
 """Where the agent's data lives: database URLs and the async engine.
 
-The default is a SQLite file (``$XDG_DATA_HOME/llmbridge/agent.db``, else
-``~/.local/share/llmbridge/agent.db``); ``LLMBRIDGE_DB`` or an explicit URL selects
-another file or a PostgreSQL server. Accepted spellings:
+The database is named by the configuration (``agent.database``; gateway/config.py
+fills in the default file, ``$XDG_DATA_HOME/llmbridge/agent.db``, and ``--db`` /
+``LLMBRIDGE_DB`` set it). Accepted spellings:
 
 - a path (``./agent.db``, ``/var/lib/llmbridge/agent.db``) or ``sqlite:///path``
   (``sqlite+aiosqlite`` is filled in), or ``sqlite://`` / ``:memory:`` for a private
@@ -23,7 +23,6 @@ read-then-write transaction takes the write lock up front instead of failing wit
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,30 +32,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 __all__ = [
-    "DB_ENV",
-    "default_sqlite_path",
     "make_engine",
     "resolve_url",
     "write_engine",
 ]
 
-DB_ENV = "LLMBRIDGE_DB"
-"""Environment variable naming the agent database (a path or a URL)."""
-
 _BEGIN_OPTION = "llmbridge_sqlite_begin"
 BUSY_TIMEOUT_MS = 10_000
 
 
-def default_sqlite_path() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "llmbridge" / "agent.db"
-
-
-def resolve_url(url: str | Path | None = None) -> URL:
-    """The SQLAlchemy async URL for ``url``, ``$LLMBRIDGE_DB`` or the default file."""
-    raw = str(url) if url is not None else os.environ.get(DB_ENV) or None
-    if raw is None:
-        return make_url(f"sqlite+aiosqlite:///{default_sqlite_path()}")
+def resolve_url(url: str | Path | None) -> URL:
+    """The SQLAlchemy async URL for ``url`` (a path or a URL, module docstring)."""
+    if url is None or not str(url):
+        raise ValueError(
+            "no agent database: set agent.database in the configuration, --db or LLMBRIDGE_DB"
+        )
+    raw = str(url)
     if raw in (":memory:", "sqlite://", "sqlite:///:memory:"):
         return make_url("sqlite+aiosqlite://")
     if "://" not in raw:

@@ -37,9 +37,9 @@ async def count_tokens(request: Request) -> Response:
     request_id = new_request_id()
     try:
         chat = await read_chat(request, state.limits, anthropic.decode_count_tokens_request)
-        resolved = state.router.resolve(chat.model)
+        resolved = state.models.router.resolve(chat.model)
         counted = None
-        if state.config.tokenizer == "backend":
+        if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
             backend_chat = replace(chat, model=resolved.backend_model)
             counted = await resolved.backend.count_tokens(backend_chat)
     except LLMBridgeError as exc:

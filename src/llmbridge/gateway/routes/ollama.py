@@ -65,7 +65,7 @@ def _load_reply(generate: bool) -> Shortcut:
     def shortcut(state: GatewayState, chat: ChatRequest) -> Response | None:
         if chat.messages:
             return None
-        state.router.resolve(chat.model)  # an unknown model is still an error
+        state.models.router.resolve(chat.model)  # an unknown model is still an error
         now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         body: dict[str, object] = {"model": chat.model, "created_at": now}
         if generate:
@@ -80,14 +80,14 @@ def _load_reply(generate: bool) -> Shortcut:
 
 async def tags(request: Request) -> Response:
     state = state_of(request)
-    return _json(ollama.encode_tags(await state.router.list_models()))
+    return _json(ollama.encode_tags(await state.models.router.list_models()))
 
 
 async def show(request: Request) -> Response:
     state = state_of(request)
     try:
         name = ollama.decode_show_request(await read_json(request, state.limits))
-        info = await state.router.show(name)
+        info = await state.models.router.show(name)
     except LLMBridgeError as exc:
         return error_response(Dialect.OLLAMA, exc, new_request_id())
     return _json(ollama.encode_show(info))
@@ -96,7 +96,7 @@ async def show(request: Request) -> Response:
 async def ps(request: Request) -> Response:
     state = state_of(request)
     running = []
-    for backend in state.backends.values():
+    for backend in state.models.backends.values():
         try:
             running.extend(await backend.running_models())
         except LLMBridgeError:
@@ -114,7 +114,7 @@ async def embed(request: Request) -> Response:
     started = time.perf_counter_ns()
     try:
         embed_request = ollama.decode_embed_request(await read_json(request, state.limits))
-        resolved = state.router.resolve(embed_request.model)
+        resolved = state.models.router.resolve(embed_request.model)
         # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
         work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
         result = await run_until_disconnect(request.receive, work)

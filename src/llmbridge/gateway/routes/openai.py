@@ -47,11 +47,11 @@ async def list_models(request: Request) -> Response:
     state = state_of(request)
     if _asks_anthropic(request):
         try:
-            models = await state.router.list_models()
+            models = await state.models.router.list_models()
             return _json(anthropic_models.encode_model_page(models, request.query_params))
         except LLMBridgeError as exc:
             return error_response(Dialect.ANTHROPIC, exc, new_request_id())
-    return _json(openai.encode_models(await state.router.list_models()))
+    return _json(openai.encode_models(await state.models.router.list_models()))
 
 
 async def get_model(request: Request) -> Response:
@@ -60,12 +60,12 @@ async def get_model(request: Request) -> Response:
     anthropic = _asks_anthropic(request)
     encode = anthropic_models.encode_model if anthropic else openai.encode_model
     try:
-        for info in await state.router.list_models():
+        for info in await state.models.router.list_models():
             if info.name == model_id:
                 return _json(encode(info))
         # Not listed, but servable (a glob route or the default backend): say so.
-        resolved = state.router.resolve(model_id)
-        info = await state.router.show(model_id)
+        resolved = state.models.router.resolve(model_id)
+        info = await state.models.router.show(model_id)
         return _json(encode(replace(info, backend=resolved.backend.name)))
     except LLMBridgeError as exc:
         dialect = Dialect.ANTHROPIC if anthropic else Dialect.OPENAI
@@ -77,7 +77,7 @@ async def embeddings(request: Request) -> Response:
     request_id = new_request_id()
     try:
         embed_request = openai.decode_embed_request(await read_json(request, state.limits))
-        resolved = state.router.resolve(embed_request.model)
+        resolved = state.models.router.resolve(embed_request.model)
         # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
         work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
         result = await run_until_disconnect(request.receive, work)

@@ -51,8 +51,9 @@ async def health(request: Request) -> Response:
     """The gateway is up; each backend's reachability. 503 when no backend is
     reachable. Without a valid key (when keys are configured), the status alone."""
     state = state_of(request)
-    names = list(state.backends)
-    results = await asyncio.gather(*(state.health.probe(n, state.backends[n]) for n in names))
+    configured = state.models.backends
+    names = list(configured)
+    results = await asyncio.gather(*(state.health.probe(n, configured[n]) for n in names))
     any_ok = any(r.ok for r in results)
     status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
     code = 200 if any_ok else 503
@@ -60,11 +61,11 @@ async def health(request: Request) -> Response:
         return Response(dumps({"status": status}), status_code=code, media_type="application/json")
     backends = {
         name: {
-            "kind": state.backends[name].kind,
+            "kind": configured[name].kind,
             "ok": result.ok,
             "detail": result.detail,
             "latency_ms": None if result.latency_ms is None else round(result.latency_ms, 2),
-            "circuit": state.router.breakers[name].state,
+            "circuit": state.models.router.breakers[name].state,
         }
         for name, result in zip(names, results, strict=True)
     }

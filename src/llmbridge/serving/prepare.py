@@ -1,0 +1,102 @@
+"""Fitting a request to the backend its model resolved to, saying what changed.
+
+``prepare`` is what every caller's request goes through before its backend sees
+it: the backend's model name; thinking per the policy (features/thinking.py);
+``max_tokens`` clamped to the model's limit; sampling parameters fitted to what the
+backend takes (serving/params.py); tool choice in a form the backend honours
+(features/tool_choice.py); and, for a model without native tools, the decision to
+emulate them (features/tool_emulation.py). What changed comes back as ``Changes``,
+data the gateway turns into response headers and the agent may log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from llmbridge.backends.base import Backend
+from llmbridge.core.models import ModelInfo
+from llmbridge.core.request import ChatRequest
+from llmbridge.features.thinking import apply_thinking_policy, can_think
+from llmbridge.features.tool_choice import apply_tool_choice
+from llmbridge.serving.config import ModelRoute
+from llmbridge.serving.params import fit_params
+from llmbridge.serving.router import ModelRouter, Resolved
+
+__all__ = ["Changes", "Prepared", "has_native_tools", "prepare"]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What serving changed in a request, or about who answered it."""
+
+    thinking_dropped: bool = False
+    """The model cannot think; the request was served without thinking."""
+    tools_emulated: bool = False
+    """The model has no native tools; tool calls are emulated by prompting."""
+    max_tokens: int | None = None
+    """``max_tokens`` was clamped to this (the model's or the route's limit)."""
+    params: tuple[str, ...] = ()
+    """Sampling parameters converted or dropped for this backend."""
+    fallback: str | None = None
+    """``backend/model`` of the fallback that served the reply, if one did."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready for ``target``'s backend."""
+
+    request: ChatRequest
+    target: Resolved
+    changes: Changes
+
+
+def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute | None) -> bool:
+    """Whether the model calls tools itself: never on a backend without tools
+    (OpenCode); else the route's ``tools`` setting; else the backend's report where it
+    reports the model's own capabilities (Ollama, the embedded model); else yes:
+    OpenAI-compatible servers and Anthropic take tools natively."""
+    capabilities = backend.capabilities
+    if not capabilities.tools:
+        return False
+    if route is not None and route.tools is not None:
+        return route.tools
+    if capabilities.model_capabilities and info is not None:
+        return "tools" in info.capabilities
+    return True
+
+
+async def prepare(
+    chat: ChatRequest, target: Resolved, router: ModelRouter, thinking_policy: str
+) -> Prepared:
+    """``chat`` (naming a public model) as ``target``'s backend should get it."""
+    backend, route = target.backend, target.route
+    capabilities = backend.capabilities
+    chat = replace(chat, model=target.backend_model)
+    wants_thinking = chat.thinking is not None and chat.thinking.enabled
+    info = None
+    if wants_thinking or chat.params.max_tokens is not None or chat.tools:
+        info = await router.model_info(target)
+    dropped = False
+    if wants_thinking:
+        capable = can_think(chat.model, info, route.thinking if route else None)
+        chat, dropped = apply_thinking_policy(
+            chat,
+            capable=capable,
+            policy="strict" if thinking_policy == "strict" else "drop",
+            effort_levels=capabilities.thinking_effort,
+        )
+    params, fitted = fit_params(chat.params, capabilities)
+    limits = [x for x in (route and route.max_tokens, info and info.context_length) if x]
+    clamped = None
+    if limits and params.max_tokens is not None and params.max_tokens > min(limits):
+        # Claude Code asks for 32000 and more; a backend may reject or mis-size that.
+        clamped = min(limits)
+        params = replace(params, max_tokens=clamped)
+    if params is not chat.params:
+        chat = replace(chat, params=params)
+    chat = apply_tool_choice(chat, native=capabilities.tool_choice)
+    emulated = bool(chat.tools) and not has_native_tools(backend, info, route)
+    changes = Changes(
+        thinking_dropped=dropped, tools_emulated=emulated, max_tokens=clamped, params=fitted
+    )
+    return Prepared(chat, target, changes)
