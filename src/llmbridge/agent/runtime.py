@@ -4,8 +4,8 @@
 (``config.agent.database``), and builds the service over the serving layer's
 ``Models`` (the gateway's own way to call a model: models without native tools get
 them emulated, failures are retried and fall back), with the document store, the
-eldercare provider, the ``web_search`` tool when a Tavily key is configured, and the background summariser (unless ``agent.summaries`` is off), which
-writes with ``agent.summary_model``, else each session's own model. Turns and
+eldercare provider, the ``web_search`` tool when a Tavily key is configured, and
+the background summariser (unless ``agent.summaries`` is off), which writes with ``agent.summary_model``, else each session's own model. Turns and
 summaries share one ``TurnGate`` keyed by backend, so a summary never holds a reply
 back. ``aclose`` stops the summariser and closes the database.
 
@@ -20,6 +20,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
 from llmbridge.agent.memory import MemoryConfig, Summariser
@@ -28,7 +29,6 @@ from llmbridge.agent.store import AgentStore
 from llmbridge.agent.tools import ToolRegistry, web_search_tool
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
-from llmbridge.agent.config import AgentConfig
 from llmbridge.serving.models import Models
 
 __all__ = ["AgentRuntime", "default_tools"]

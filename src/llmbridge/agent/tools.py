@@ -12,7 +12,8 @@ so the loop can go on and the model can say what went wrong.
 is Tavily, with the key the configuration holds (``agent.tavily_api_key``, read
 from ``TAVILY_API_KEY`` by gateway/config.py); without one, ``TavilySearch`` raises
 ``SearchNotConfiguredError`` saying how to configure it, and a ``web_search_tool()``
-without a provider or key returns that message as the tool's error result. Running it shows the seed's ``[SEARCHING_ONLINE]`` marker to the user.
+without a provider or key returns that message as the tool's error result. Running
+it shows the seed's ``[SEARCHING_ONLINE]`` marker to the user.
 """
 
 from __future__ import annotations
