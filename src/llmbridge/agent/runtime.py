@@ -4,10 +4,11 @@
 (``config.agent.database``), and builds the service over the serving layer's
 ``Models`` (the gateway's own way to call a model: models without native tools get
 them emulated, failures are retried and fall back), with the document store, the
-eldercare provider, the ``web_search`` tool when a Tavily key is configured, and
-the background summariser (unless ``agent.summaries`` is off), which writes with ``agent.summary_model``, else each session's own model. Turns and
-summaries share one ``TurnGate`` keyed by backend, so a summary never holds a reply
-back. ``aclose`` stops the summariser and closes the database.
+eldercare provider, the ``web_search`` tool when a Tavily key is configured, and the
+background summariser (unless ``agent.summaries`` is off), which writes with
+``agent.summary_model``, else each session's own model. Turns and summaries share one
+``TurnGate`` keyed by backend, so a summary never holds a reply back. ``aclose`` stops
+the summariser and closes the database.
 
 The gateway opens one in its lifespan (``gateway/app.py``) and serves it under
 ``/agent/``; ``llmbridge agent`` (``cli/agent.py``) opens
