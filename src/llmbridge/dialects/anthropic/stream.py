@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
 import orjson
@@ -374,7 +373,8 @@ class _Decoder:
         if kind == "content_block_delta":
             return self._block_delta(data)
         if kind == "content_block_stop":
-            self.blocks.pop(_fields(kind).required_int(data.get("index"), "index"), None)
+            index = _FIELDS.required_int(data.get("index"), "content_block_stop.index")
+            self.blocks.pop(index, None)
             return self._renumber(self.parts.finish())
         if kind == "message_delta":
             return self._message_delta(data)
@@ -383,9 +383,8 @@ class _Decoder:
         return []  # ping, and event types newer than this module
 
     def _message_start(self, data: dict[str, Any]) -> list[StreamEvent]:
-        fields = _fields("message_start")
-        message = fields.required_object(data.get("message"), "message")
-        message_id_ = fields.required_string(message.get("id"), "message.id")
+        message = _FIELDS.required_object(data.get("message"), "message_start.message")
+        message_id_ = _FIELDS.required_string(message.get("id"), "message_start.message.id")
         if self.started:
             return []
         self.started = True
@@ -400,28 +399,31 @@ class _Decoder:
         ]
 
     def _block_start(self, data: dict[str, Any]) -> list[StreamEvent]:
-        fields = _fields("content_block_start")
-        index = fields.required_int(data.get("index"), "index")
-        block = fields.required_object(data.get("content_block"), "content_block")
+        index = _FIELDS.required_int(data.get("index"), "content_block_start.index")
+        block = _FIELDS.required_object(
+            data.get("content_block"), "content_block_start.content_block"
+        )
         events = self._renumber(self.parts.finish())
         kind = block.get("type")
         if kind == "text":
             self.blocks[index] = ("text", "")
-            events += self._renumber(self.parts.text(_text(block, "text", kind)))
+            text = _FIELDS.optional_string(block.get("text"), "text.text") or ""
+            events += self._renumber(self.parts.text(text))
         elif kind == "thinking":
             self.blocks[index] = ("thinking", "")
-            events += self._renumber(self.parts.thinking(_text(block, "thinking", kind)))
-            events += self._renumber(self.parts.signature(_text(block, "signature", kind)))
+            thinking = _FIELDS.optional_string(block.get("thinking"), "thinking.thinking") or ""
+            signature = _FIELDS.optional_string(block.get("signature"), "thinking.signature")
+            events += self._renumber(self.parts.thinking(thinking))
+            events += self._renumber(self.parts.signature(signature or ""))
         elif kind == "redacted_thinking":
             self.blocks[index] = ("redacted_thinking", "")
-            data_ = _fields(kind).required_string(block.get("data"), "data")
+            data_ = _FIELDS.required_string(block.get("data"), "redacted_thinking.data")
             part = ThinkingPart("", redacted=data_, provider=PROVIDER)
             events += [PartStart(self.next_index, part), PartEnd(self.next_index, part)]
             self.next_index += 1
         elif kind == "tool_use":
-            fields = _fields(kind)
-            call_id = fields.required_string(block.get("id"), "id")
-            name = fields.required_string(block.get("name"), "name")
+            call_id = _FIELDS.required_string(block.get("id"), "tool_use.id")
+            name = _FIELDS.required_string(block.get("name"), "tool_use.name")
             self.blocks[index] = ("tool_use", call_id)
             events += self._renumber(self.parts.tool_call_fragment(index, call_id, name, None))
             if isinstance(block.get("input"), dict) and block["input"]:
@@ -435,21 +437,24 @@ class _Decoder:
         return events
 
     def _block_delta(self, data: dict[str, Any]) -> list[StreamEvent]:
-        fields = _fields("content_block_delta")
-        index = fields.required_int(data.get("index"), "index")
-        delta = fields.required_object(data.get("delta"), "delta")
+        index = _FIELDS.required_int(data.get("index"), "content_block_delta.index")
+        delta = _FIELDS.required_object(data.get("delta"), "content_block_delta.delta")
         block = self.blocks.get(index)
         if block is None:
             raise _malformed("content_block_delta", f"block {index} was never started")
         kind = delta.get("type")
         if kind == "text_delta":
-            return self._renumber(self.parts.text(_text(delta, "text", kind)))
+            text = _FIELDS.optional_string(delta.get("text"), "text_delta.text") or ""
+            return self._renumber(self.parts.text(text))
         if kind == "thinking_delta":
-            return self._renumber(self.parts.thinking(_text(delta, "thinking", kind)))
+            thinking = _FIELDS.optional_string(delta.get("thinking"), "thinking_delta.thinking")
+            return self._renumber(self.parts.thinking(thinking or ""))
         if kind == "signature_delta":
-            return self._renumber(self.parts.signature(_text(delta, "signature", kind)))
+            signature = _FIELDS.optional_string(delta.get("signature"), "signature_delta.signature")
+            return self._renumber(self.parts.signature(signature or ""))
         if kind == "input_json_delta" and block[0] == "tool_use":
-            fragment = _text(delta, "partial_json", kind)
+            field = "input_json_delta.partial_json"
+            fragment = _FIELDS.optional_string(delta.get("partial_json"), field) or ""
             return self._renumber(self.parts.tool_call_fragment(index, block[1], None, fragment))
         return []  # citations_delta and newer kinds
 
@@ -505,21 +510,18 @@ class _Decoder:
         return out
 
 
-@cache
-def _fields(kind: str) -> ReplyFields:
-    """Readers of one event or block type's fields (``'index' is not an integer``)."""
-    return ReplyFields(
-        lambda field, expected: _MALFORMED.format(kind, f"{field!r} is not {expected}")
-    )
-
-
-def _text(data: dict[str, Any], key: str, kind: str) -> str:
-    """The text ``data[key]`` of a ``kind`` block or delta; absent or null is ``""``."""
-    return _fields(kind).optional_string(data.get(key), key) or ""
-
-
 _MALFORMED = "the Anthropic stream sent a malformed {} event: {}"
 
 
 def _malformed(kind: object, detail: str) -> BackendProtocolError:
     return BackendProtocolError(_MALFORMED.format(kind, detail))
+
+
+def _field_wording(field: str, expected: str) -> str:
+    kind, _, key = field.partition(".")
+    return _MALFORMED.format(kind, f"{key!r} is not {expected}")
+
+
+_FIELDS = ReplyFields(_field_wording)
+"""Readers of events' and blocks' fields, each named ``<event or block type>.<key>``
+(``text_delta.text``) and worded ``malformed text_delta event: 'text' is not a string``."""

@@ -268,8 +268,10 @@ class ChatFrameDecoder:
         if message is not None:
             events.extend(self._message(message))
         else:
-            events.extend(self._parts.thinking(_text(frame, "thinking")))
-            events.extend(self._parts.text(_text(frame, "response")))
+            thinking = _FIELDS.optional_string(frame.get("thinking"), "thinking")
+            events.extend(self._parts.thinking(thinking or ""))
+            response = _FIELDS.optional_string(frame.get("response"), "response")
+            events.extend(self._parts.text(response or ""))
         if frame.get("done") is True or final:
             events.extend(self._parts.finish())
             events.append(self._end(frame))
@@ -278,9 +280,14 @@ class ChatFrameDecoder:
 
     def _message(self, message: object) -> list[StreamEvent]:
         message = _FIELDS.required_object(message, "message")
-        events = self._parts.thinking(_text(message, "thinking"))
-        events.extend(self._parts.text(_text(message, "content")))
-        for call in _FIELDS.optional_list(message.get("tool_calls"), "tool_calls"):
+        thinking = _FIELDS.optional_string(message.get("thinking"), "thinking")
+        events = self._parts.thinking(thinking or "")
+        text = _FIELDS.optional_string(message.get("content"), "content")
+        events.extend(self._parts.text(text or ""))
+        calls = message.get("tool_calls")
+        if calls is None:  # most frames: text only
+            return events
+        for call in _FIELDS.optional_list(calls, "tool_calls"):
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise BackendProtocolError(f"Ollama sent a malformed tool call: {call!r:.200}")
@@ -315,8 +322,3 @@ class ChatFrameDecoder:
 
 _FIELDS = ReplyFields(lambda field, expected: f"Ollama sent a '{field}' that is not {expected}")
 """Readers of a frame's fields (``Ollama sent a 'content' that is not a string``)."""
-
-
-def _text(obj: dict[str, Any], key: str) -> str:
-    """The text ``obj[key]``; absent or null is ``""``."""
-    return _FIELDS.optional_string(obj.get(key), key) or ""

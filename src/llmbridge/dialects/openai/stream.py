@@ -317,13 +317,17 @@ def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
     events: list[StreamEvent] = []
     # reasoning_content: DeepSeek, LiteLLM; reasoning: vLLM >= 0.11, Ollama. Servers
     # in transition send both with the same text, so take one, not their sum.
-    reasoning = _text(delta, "reasoning_content") or _text(delta, "reasoning")
+    reasoning = _FIELDS.optional_string(delta.get("reasoning_content"), "reasoning_content")
+    reasoning = reasoning or _FIELDS.optional_string(delta.get("reasoning"), "reasoning")
     if reasoning:
         events.extend(parts.thinking(reasoning))
-    content = _text(delta, "content")
+    content = _FIELDS.optional_string(delta.get("content"), "content")
     if content:
         events.extend(parts.text(content))
-    for call in _FIELDS.optional_list(delta.get("tool_calls"), "delta.tool_calls"):
+    calls = delta.get("tool_calls")
+    if calls is None:  # most chunks: text only
+        return events
+    for call in _FIELDS.optional_list(calls, "delta.tool_calls"):
         call = _FIELDS.required_object(call, "delta.tool_calls[]")
         function = _FIELDS.optional_object(call.get("function"), "delta.tool_calls[].function")
         arguments = function.get("arguments")
@@ -332,8 +336,8 @@ def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
         events.extend(
             parts.tool_call_fragment(
                 int_or_none(call.get("index")),
-                _text(call, "id") or None,  # "" is no id: the call continues
-                _text(function, "name") or None,
+                _FIELDS.optional_string(call.get("id"), "id") or None,  # "": the call continues
+                _FIELDS.optional_string(function.get("name"), "name") or None,
                 arguments,
             )
         )
@@ -350,10 +354,6 @@ def _response_start(chunk: dict[str, Any]) -> ResponseStart:
 
 _FIELDS = ReplyFields(lambda field, expected: f"the backend's '{field}' is not {expected}")
 """Readers of a chunk's fields (``the backend's 'content' is not a string``)."""
-
-
-def _text(obj: dict[str, Any], key: str) -> str | None:
-    return _FIELDS.optional_string(obj.get(key), key)
 
 
 def _loads(data: str) -> dict[str, Any]:
