@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -21,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llmbridge.core.accumulate import Accumulator
-from llmbridge.core.errors import BackendError, LLMBridgeError
+from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
@@ -191,9 +190,8 @@ async def serve_chat(
         if not isinstance(exc, LLMBridgeError) or tracker.status == 200:
             tracker.error(error)
         tracker.finish()
+        # web/render.py adds Retry-After for an error that carries one.
         failed = change_headers((reply.prepared if reply else prepared).changes)
-        if isinstance(error, BackendError) and error.retry_after is not None:
-            failed["retry-after"] = str(math.ceil(error.retry_after))
         return error_response(codec.dialect, error, request_id, headers=failed)
 
     assert reply is not None
