@@ -7,10 +7,11 @@ from datetime import UTC, date, datetime, timedelta
 
 from llmbridge.agent.context import ContextRequest, gather_context
 from llmbridge.agent.documents import DocumentStore, chunk_text, terms
-from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
+from llmbridge.agent.eldercare import EldercareProvider
 from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS, build_system_prompt
 from llmbridge.agent.store import AgentStore
 from llmbridge.features.token_count import count_text_tokens
+from tests.agent.factories import EldercareFactory
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 
@@ -83,7 +84,7 @@ async def test_document_context_fits_the_budget(store: AgentStore) -> None:
 
 
 async def _mary(store: AgentStore) -> int:
-    records = EldercareRecords(store)
+    records = EldercareFactory(store)
     mary = await records.add_patient(
         "Mary Smith",
         birth_date=date(1943, 6, 1),

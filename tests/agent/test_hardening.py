@@ -20,8 +20,9 @@ import pytest
 
 import llmbridge.agent.documents as documents_module
 from llmbridge.agent.documents import DocumentStore, PreparedIndex, prepare_index
-from llmbridge.agent.store import MAX_ID, AgentStore, UnstorableValueError
+from llmbridge.agent.store import MAX_ID, AgentStore
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from tests.agent.serving import agent_gateway, sse_events
@@ -310,7 +311,6 @@ async def test_the_store_keeps_text_it_cannot_hold_as_replacement_characters(
     documents = DocumentStore(any_store)
     document_id = await documents.add("ti\x00tle", "body\x00text about insulin", source="s\x00")
     document = await documents.get(document_id)
-    assert document is not None
     assert (document.title, document.content, document.source) == (
         "ti\ufffdtle",
         "body\ufffdtext about insulin",
@@ -319,18 +319,20 @@ async def test_the_store_keeps_text_it_cannot_hold_as_replacement_characters(
     assert [h.document_id for h in await documents.search("insulin")] == [document_id]
 
 
-async def test_a_value_the_database_refuses_is_an_unstorable_value_error(
+async def test_a_value_the_database_refuses_is_an_invalid_request(
     any_store: AgentStore,
 ) -> None:
-    """The safety net under the HTTP checks: one exception for both drivers' refusals."""
+    """The safety net under the HTTP checks: one exception for both drivers' refusals,
+    a 400 (``agent/store/errors.py``)."""
     session = await any_store.create_session()
-    with pytest.raises(UnstorableValueError):
-        await any_store.get_message(session.id, BEYOND)
-    with pytest.raises(UnstorableValueError):
-        await DocumentStore(any_store).get(BEYOND)
-    with pytest.raises(UnstorableValueError):
+    with pytest.raises(InvalidRequestError) as refused:
+        await any_store.find_message(session.id, BEYOND)
+    assert refused.value.status_code == 400
+    with pytest.raises(InvalidRequestError):
+        await DocumentStore(any_store).find(BEYOND)
+    with pytest.raises(InvalidRequestError):
         await any_store.add_pin(session.id, "fact", message_id=BEYOND)
-    assert await any_store.get_message(session.id, MAX_ID) is None
+    assert await any_store.find_message(session.id, MAX_ID) is None
 
 
 # -- one turn at a time per session ------------------------------------------------------

@@ -11,13 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from llmbridge.agent.memory import PINS_PREFIX, RECENT_PREFIX
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.tools import Tool, ToolRegistry
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.core.errors import BackendError, BackendUnavailableError
+from llmbridge.core.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConflictError,
+    ServiceUnavailableError,
+)
 from llmbridge.features.token_count import count_message_tokens
 from tests.agent.serving import agent_gateway, sse_events
 from tests.conftest import RunningServer
@@ -84,7 +90,8 @@ async def test_personas_and_sessions_round_trip(client: httpx.AsyncClient) -> No
     assert persona["shared"] is True  # auth is off
     named = await client.post("/agent/personas", json={"name": "Cook", "id": "cook"})
     assert named.status_code == 201 and named.json()["id"] == "cook"
-    _error(await client.post("/agent/personas", json={"name": "Again", "id": "cook"}), 409)
+    taken = _error(await client.post("/agent/personas", json={"name": "Again", "id": "cook"}), 409)
+    assert (taken["message"], taken["code"]) == ("persona id 'cook' is taken", "conflict")
 
     listed = (await client.get("/agent/personas")).json()["personas"]
     assert [p["name"] for p in listed] == ["Cook", "Nurse"]
@@ -565,7 +572,7 @@ async def test_sessions_belong_to_the_key_that_created_them(
     # Stored: the key's hash, never the key.
     store = await AgentStore.open(db)
     try:
-        session = await store.get_session(session_id)
+        session = await store.find_session(session_id)
         assert session is not None and session.owner is not None
         assert KEY_A not in session.owner and len(session.owner) == 32
     finally:
@@ -709,10 +716,21 @@ def test_the_agent_can_be_turned_off(db: str, backend: ScriptedBackend) -> None:
     assert not Path(db).exists()  # and its database is never opened
 
 
-def test_backend_errors_keep_their_status() -> None:
-    from llmbridge.gateway.routes.agent import agent_error
+def test_errors_keep_their_status_and_a_bug_its_secret() -> None:
+    """The agent's routes classify nothing (agent/routes.py): the store's and the
+    backends' core errors are rendered as they come; anything else is a bug, a 500
+    that does not show its message."""
+    from llmbridge.web.render import Dialect, error_response
 
-    assert agent_error(BackendError("x")).status_code == 502
-    assert agent_error(BackendUnavailableError("x")).status_code == 503
-    assert agent_error(RuntimeError("boom")).status_code == 500
-    assert "boom" not in agent_error(RuntimeError("boom")).message
+    def rendered(exc: BaseException) -> tuple[int, dict[str, Any]]:
+        response = error_response(Dialect.OPENAI, exc, "req_1")
+        return response.status_code, orjson.loads(bytes(response.body))["error"]
+
+    assert rendered(BackendError("x"))[0] == 502
+    assert rendered(BackendUnavailableError("x"))[0] == 503
+    status, error = rendered(ServiceUnavailableError("the agent database is unavailable"))
+    assert (status, error["type"]) == (503, "api_error")
+    status, error = rendered(ConflictError("persona id 'cook' is taken"))
+    assert (status, error["code"]) == (409, "conflict")
+    status, error = rendered(RuntimeError("boom"))
+    assert status == 500 and "boom" not in error["message"]

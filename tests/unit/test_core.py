@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from llmbridge.core.accumulate import accumulate_sync
-from llmbridge.core.errors import BackendHTTPError, ContextLengthError, ModelNotFoundError
+from llmbridge.core.errors import (
+    BackendError,
+    BackendHTTPError,
+    ConflictError,
+    ContextLengthError,
+    InternalError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    ModelNotFoundError,
+    ServiceUnavailableError,
+    error_for_status,
+)
 from llmbridge.core.events import (
     PartDelta,
     PartEnd,
@@ -119,3 +130,21 @@ def test_error_statuses() -> None:
     assert BackendHTTPError("e", backend_status=429).status_code == 429
     assert BackendHTTPError("e", backend_status=529).status_code == 503
     assert BackendHTTPError("e", backend_status=418).status_code == 400
+    assert ConflictError("id taken").status_code == 409
+    assert ConflictError("id taken").code == "conflict"
+    # A database that is down is no model backend: no breaker, no fallback.
+    assert ServiceUnavailableError("db down").status_code == 503
+    assert not isinstance(ServiceUnavailableError("db down"), BackendError)
+
+
+def test_a_framework_status_becomes_the_class_of_the_tree() -> None:
+    """starlette's HTTPException statuses (gateway/app.py): the tree's class where it
+    has one, else a 4xx InvalidRequestError or an InternalError keeping the status."""
+    assert type(error_for_status(405, "no")) is MethodNotAllowedError
+    assert type(error_for_status(409, "no")) is ConflictError
+    assert type(error_for_status(503, "no")) is ServiceUnavailableError
+    teapot = error_for_status(418, "short and stout")
+    assert type(teapot) is InvalidRequestError and teapot.status_code == 418
+    gateway = error_for_status(502, "bad gateway")
+    assert type(gateway) is InternalError and gateway.status_code == 502
+    assert error_for_status(400, "bad").message == "bad"

@@ -1,4 +1,4 @@
-"""The JSON shapes of the agent's HTTP API (``gateway/routes/agent.py``).
+"""The JSON shapes of the agent's HTTP API (``agent/routes.py``).
 
 Request bodies are pydantic models that refuse unknown fields and wrong types
 (booleans must be JSON booleans; strings are never made from numbers);

@@ -16,7 +16,8 @@ a database switch changes no result.
   index at query time, so adding a document needs no re-indexing of the others.
 - **Size and the event loop.** A document's content is at most ``max_bytes``
   (UTF-8; ``agent.max_document_bytes``, default ``MAX_DOCUMENT_BYTES``), else
-  ``DocumentTooLargeError`` (HTTP 413 naming the limit): indexing costs time in
+  ``DocumentTooLargeError`` (a ``core.errors.RequestTooLargeError``, HTTP 413
+  naming the limit): indexing costs time in
   proportion to the words, and SQLite holds its one write lock meanwhile. The
   CPU-bound part (splitting, counting terms: ``prepare_index``) runs in a worker
   thread before the write transaction opens, and the rows go in as Core
@@ -26,7 +27,8 @@ a database switch changes no result.
   them) are stored as U+FFFD (``store.values``).
 - **Owners.** Every read and write takes the caller's ``owner`` (``store.access``):
   a key searches and lists its own documents and the shared ones, and changes only
-  its own; ``None`` (auth off, the CLI) is unscoped.
+  its own; ``None`` (auth off, the CLI) is unscoped. ``find`` returns ``None`` for a
+  document the caller cannot see, ``get`` raises ``NotFoundError``.
 - **Context.** ``document_context`` gives the best passages within a token budget,
   labelled with their document's title; documents named explicitly (the seed's
   ``fileIds``) are searched alone, and when nothing in them matches, their opening
@@ -48,10 +50,11 @@ from typing import Any
 from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmbridge.agent.store import AgentStore, NotFoundError
+from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.agent.store.models import Document, DocumentChunk, DocumentTerm, utcnow
 from llmbridge.agent.store.values import storable_text
+from llmbridge.core.errors import NotFoundError, RequestTooLargeError
 from llmbridge.features.token_count import count_text_tokens
 
 __all__ = [
@@ -172,13 +175,14 @@ class DocumentRecord:
     content: str | None = None
 
 
-class DocumentTooLargeError(ValueError):
-    """A document over the size limit (HTTP 413)."""
+class DocumentTooLargeError(RequestTooLargeError):
+    """A document over the size limit (HTTP 413, naming ``content``)."""
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(
             f"content: the document is {size} bytes (UTF-8), over the limit of {limit} "
-            "bytes (agent.max_document_bytes)"
+            "bytes (agent.max_document_bytes)",
+            param="content",
         )
         self.size = size
         self.limit = limit
@@ -302,13 +306,20 @@ class DocumentStore:
             await db.flush()
             return _record(document)
 
-    async def get(self, document_id: int, *, owner: str | None = None) -> DocumentRecord | None:
-        """The document with its content, if ``owner`` may see it."""
+    async def find(self, document_id: int, *, owner: str | None = None) -> DocumentRecord | None:
+        """The document with its content, if ``owner`` may see it, else ``None``."""
         async with self.store.reading() as db:
             document = await db.get(Document, document_id)
             if document is None or not sees(document.owner, owner, shared=True):
                 return None
             return _record(document)
+
+    async def get(self, document_id: int, *, owner: str | None = None) -> DocumentRecord:
+        """The document with its content, or ``NotFoundError`` when ``find`` finds none."""
+        found = await self.find(document_id, owner=owner)
+        if found is None:
+            raise NotFoundError(f"no document {document_id}")
+        return found
 
     async def documents(
         self, *, owner: str | None = None, limit: int = 100, offset: int = 0

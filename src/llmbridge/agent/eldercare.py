@@ -1,11 +1,13 @@
 """The eldercare domain: its records, and the context provider that picks from them.
 
 ``EldercareRecords`` writes and reads patients, caregivers, medications (with their
-schedules and side effects), vitals and appointments: the typed ``add_*`` helpers,
-and the field-mapping CRUD the HTTP API uses (``create_patient`` ... ,
-``create_record(kind, ...)`` ...), scoped by ``owner`` (``store.access``): a key sees
-its own patients and the shared ones, changes only its own, and a patient's records
-follow the patient. The provider sees the patients of the turn's owner only.
+schedules and side effects), vitals and appointments by field mappings (the HTTP
+API's CRUD: ``create_patient`` ... , ``create_record(kind, ...)`` ...), scoped by
+``owner`` (``store.access``): a key sees its own patients and the shared ones,
+changes only its own, and a patient's records follow the patient; ``get_patient``
+and ``get_record`` raise ``NotFoundError`` for one the caller cannot see. The
+provider sees the patients of the turn's owner only. (Typed writers for tests are
+in ``tests/agent/factories.py``.)
 
 ``EldercareProvider`` is the seed's ``EldercareContextService``: for each input it
 chooses the patient (the session's patient; else patients named in the input; else
@@ -24,14 +26,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmbridge.agent.context import ContextRequest
-from llmbridge.agent.store import AgentStore, NotFoundError
+from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.agent.store.models import (
     Appointment,
@@ -42,6 +44,7 @@ from llmbridge.agent.store.models import (
     Vital,
     utcnow,
 )
+from llmbridge.core.errors import NotFoundError
 from llmbridge.features.token_count import count_text_tokens
 
 __all__ = ["RECORD_KINDS", "EldercareProvider", "EldercareRecords"]
@@ -119,123 +122,6 @@ class EldercareRecords:
     def __init__(self, store: AgentStore) -> None:
         self.store = store
 
-    async def add_patient(
-        self,
-        name: str,
-        *,
-        birth_date: date | None = None,
-        conditions: Sequence[str] = (),
-        allergies: Sequence[str] = (),
-        notes: str = "",
-        owner: str | None = None,
-    ) -> int:
-        row = Patient(
-            name=name,
-            birth_date=birth_date,
-            conditions=list(conditions),
-            allergies=list(allergies),
-            notes=notes,
-            created_at=utcnow(),
-            owner=owner,
-        )
-        async with self.store.writing() as db:
-            db.add(row)
-        return row.id
-
-    async def add_caregiver(
-        self,
-        patient_id: int,
-        name: str,
-        *,
-        relationship: str = "",
-        phone: str | None = None,
-        is_primary: bool = False,
-    ) -> int:
-        row = Caregiver(
-            patient_id=patient_id,
-            name=name,
-            relationship=relationship,
-            phone=phone,
-            is_primary=is_primary,
-        )
-        async with self.store.writing() as db:
-            db.add(row)
-        return row.id
-
-    async def add_medication(
-        self,
-        patient_id: int,
-        name: str,
-        *,
-        dosage: str = "",
-        frequency: str = "",
-        times: Sequence[str] = (),
-        purpose: str = "",
-        side_effects: Sequence[str] = (),
-        prescriber: str | None = None,
-        active: bool = True,
-    ) -> int:
-        row = Medication(
-            patient_id=patient_id,
-            name=name,
-            dosage=dosage,
-            frequency=frequency,
-            times=list(times),
-            purpose=purpose,
-            side_effects=list(side_effects),
-            prescriber=prescriber,
-            active=active,
-        )
-        async with self.store.writing() as db:
-            db.add(row)
-        return row.id
-
-    async def record_vital(
-        self,
-        patient_id: int,
-        kind: str,
-        value: float,
-        *,
-        unit: str = "",
-        secondary_value: float | None = None,
-        measured_at: datetime | None = None,
-        note: str = "",
-    ) -> int:
-        row = Vital(
-            patient_id=patient_id,
-            kind=kind,
-            value=value,
-            secondary_value=secondary_value,
-            unit=unit,
-            measured_at=measured_at or utcnow(),
-            note=note,
-        )
-        async with self.store.writing() as db:
-            db.add(row)
-        return row.id
-
-    async def add_appointment(
-        self,
-        patient_id: int,
-        provider: str,
-        scheduled_at: datetime,
-        *,
-        specialty: str = "",
-        location: str = "",
-        notes: str = "",
-    ) -> int:
-        row = Appointment(
-            patient_id=patient_id,
-            provider=provider,
-            scheduled_at=scheduled_at,
-            specialty=specialty,
-            location=location,
-            notes=notes,
-        )
-        async with self.store.writing() as db:
-            db.add(row)
-        return row.id
-
     # -- CRUD by field mappings (the HTTP API; fields are validated by the caller) ----
 
     async def patients(
@@ -252,7 +138,7 @@ class EldercareRecords:
         async with self.store.reading() as db:
             return [_fields(row) for row in await db.scalars(query)]
 
-    async def patient(self, patient_id: int, *, owner: str | None = None) -> dict[str, Any]:
+    async def get_patient(self, patient_id: int, *, owner: str | None = None) -> dict[str, Any]:
         async with self.store.reading() as db:
             return _fields(await _patient(db, patient_id, owner))
 
@@ -303,7 +189,7 @@ class EldercareRecords:
             )
             return [_fields(row) for row in await db.scalars(query)]
 
-    async def record(
+    async def get_record(
         self, kind: str, patient_id: int, record_id: int, *, owner: str | None = None
     ) -> dict[str, Any]:
         async with self.store.reading() as db:

@@ -51,15 +51,14 @@ def sessions() -> None:
 
 def _run(work: Callable[[], Awaitable[T]]) -> T:
     """Run ``work``, turning the agent's own failures into CLI errors."""
-    from llmbridge.agent.store import ConflictError, NotFoundError
     from llmbridge.core.errors import LLMBridgeError
 
     try:
         return asyncio.run(_as_coroutine(work))
-    except (NotFoundError, ConflictError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    except LLMBridgeError as exc:
+    except LLMBridgeError as exc:  # the store's too (agent/store/errors.py)
         raise click.ClickException(exc.message) from exc
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 async def _as_coroutine(work: Callable[[], Awaitable[T]]) -> T:
@@ -198,14 +197,12 @@ def sessions_create(
     persona_id: str | None, title: str, config_path: str | None, **shortcuts: Any
 ) -> None:
     """Create a session; prints its id."""
-    from llmbridge.agent.store import NotFoundError
-
     config = load_from_options(config_path, **shortcuts)
 
     async def work() -> str:
         async with _store(config) as store:
-            if persona_id and await store.get_persona(persona_id) is None:
-                raise NotFoundError(f"no persona {persona_id!r}")
+            if persona_id:
+                await store.get_persona(persona_id)  # NotFoundError: "no persona ..."
             session = await store.create_session(name=title, persona_id=persona_id)
         return session.id
 
@@ -261,7 +258,7 @@ async def _chat(
         runtime = await AgentRuntime.open(config.agent, router, thinking_policy=config.thinking)
         service = runtime.service
         if session_id:
-            session = await service.session(session_id)
+            session = await service.get_session(session_id)
         else:
             session = await service.create_session(name=title, persona_id=persona_id)
         model_name = await runtime.model_for(model)

@@ -12,10 +12,13 @@ with ``raise ... from exc``; the gateway renders these in the caller's dialect.
     ├── PermissionDeniedError           403
     ├── NotFoundError                   404  unknown route or resource
     │   └── ModelNotFoundError          404  no backend serves this model name
+    ├── MethodNotAllowedError           405  the route exists, not with this method
     ├── RequestTimeoutError             408  the request was not received in time
+    ├── ConflictError                   409  the resource cannot be created as asked (id taken)
     ├── RequestTooLargeError            413  body over the configured limit
     ├── RateLimitError                  429
     ├── InternalError                   500  a bug in llmbridge
+    ├── ServiceUnavailableError         503  a service llmbridge needs is down (a database)
     └── BackendError                    502  the backend failed
         ├── BackendUnavailableError     503  unreachable (connection refused, DNS, ...)
         │   └── BackendBusyError        503  at capacity: its queue is full, or the wait ran out
@@ -36,17 +39,21 @@ __all__ = [
     "BackendProtocolError",
     "BackendTimeoutError",
     "BackendUnavailableError",
+    "ConflictError",
     "ContextLengthError",
     "InternalError",
     "InvalidRequestError",
     "LLMBridgeError",
+    "MethodNotAllowedError",
     "ModelNotFoundError",
     "NotFoundError",
     "PermissionDeniedError",
     "RateLimitError",
     "RequestTimeoutError",
     "RequestTooLargeError",
+    "ServiceUnavailableError",
     "UnsupportedFeatureError",
+    "error_for_status",
 ]
 
 
@@ -123,10 +130,26 @@ class ModelNotFoundError(NotFoundError):
         self.model = model
 
 
+class MethodNotAllowedError(LLMBridgeError):
+    """The route exists, but not for this HTTP method."""
+
+    default_status = 405
+
+
 class RequestTimeoutError(LLMBridgeError):
     """The client did not send its whole request in time (gateway/read_limits.py)."""
 
     default_status = 408
+
+
+class ConflictError(LLMBridgeError):
+    """The resource cannot be created or changed as asked: its id is taken, or it
+    collides with one already stored (the agent store's unique constraints)."""
+
+    default_status = 409
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message, param=param, code="conflict")
 
 
 class RequestTooLargeError(LLMBridgeError):
@@ -145,6 +168,14 @@ class InternalError(LLMBridgeError):
     """An unexpected failure inside llmbridge (a bug). The message never holds a traceback."""
 
     default_status = 500
+
+
+class ServiceUnavailableError(LLMBridgeError):
+    """A service llmbridge itself depends on is down or unreachable: the agent's
+    database, say. Not a ``BackendError``: a model backend's failures count against
+    its circuit breaker and trigger fallbacks; this does neither."""
+
+    default_status = 503
 
 
 class BackendError(LLMBridgeError):
@@ -247,3 +278,31 @@ def _map_backend_status(status: int) -> int:
     if 400 <= status < 500:
         return 400
     return 502
+
+
+_BY_STATUS: dict[int, type[LLMBridgeError]] = {
+    400: InvalidRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    405: MethodNotAllowedError,
+    408: RequestTimeoutError,
+    409: ConflictError,
+    413: RequestTooLargeError,
+    429: RateLimitError,
+    500: InternalError,
+    503: ServiceUnavailableError,
+}
+
+
+def error_for_status(status: int, message: str) -> LLMBridgeError:
+    """The error of this tree for an HTTP status a framework chose (starlette's
+    ``HTTPException``): the most general class with that status; a status the tree
+    does not name is an ``InvalidRequestError`` (4xx) or an ``InternalError``
+    (anything else) answering with that status."""
+    known = _BY_STATUS.get(status)
+    if known is not None:
+        return known(message)
+    if 400 <= status < 500:
+        return InvalidRequestError(message, status_code=status)
+    return InternalError(message, status_code=status)

@@ -17,12 +17,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmbridge.agent import routes as agent_api
+from llmbridge.agent.routes import MountedAgent
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import (
     AuthenticationError,
-    InvalidRequestError,
     LLMBridgeError,
+    MethodNotAllowedError,
     NotFoundError,
+    error_for_status,
 )
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.config import (
@@ -32,7 +35,7 @@ from llmbridge.gateway.config import (
     ServerConfig,
 )
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
-from llmbridge.gateway.routes import agent, anthropic, ollama, openai, system
+from llmbridge.gateway.routes import anthropic, ollama, openai, system
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.router import ModelRouter
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
@@ -147,19 +150,22 @@ def _build_opencode(name: str, config: OpenCodeBackendConfig, server: ServerConf
     return OpenCodeBackend(name, spawn=spawn, **common)
 
 
-async def _open_agent(state: GatewayState, tools: ToolRegistry | None) -> None:
-    """Migrate and open the agent database. A failure is logged and leaves the rest of
-    the gateway serving; ``/agent/...`` then answers 503 with the reason."""
+async def _open_agent(
+    mounted: MountedAgent, state: GatewayState, tools: ToolRegistry | None
+) -> None:
+    """Migrate and open the agent database into ``mounted`` (``app.state.agent``, what
+    ``agent/routes.py`` reads). A failure is logged and leaves the rest of the gateway
+    serving; ``/agent/...`` then answers 503 with the reason."""
     from llmbridge.agent.runtime import AgentRuntime
 
     config = state.config
     try:
-        state.agent = await AgentRuntime.open(
+        mounted.runtime = await AgentRuntime.open(
             config.agent, state.router, thinking_policy=config.thinking, tools=tools
         )
     except Exception as exc:  # noqa: BLE001 - reported on every /agent request instead
         # Clients get the kind of failure only: the details may name the database.
-        state.agent_error = type(exc).__name__
+        mounted.error = type(exc).__name__
         log.error("the agent service is unavailable: %s: %s", type(exc).__name__, exc)
 
 
@@ -189,11 +195,11 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         error = NotFoundError(f"no route for {request.method} {request.url.path}")
     elif exc.status_code == 405:
-        error = InvalidRequestError(
-            f"method {request.method} is not allowed on {request.url.path}", status_code=405
+        error = MethodNotAllowedError(
+            f"method {request.method} is not allowed on {request.url.path}"
         )
     else:
-        error = LLMBridgeError(str(exc.detail), status_code=exc.status_code)
+        error = error_for_status(exc.status_code, str(exc.detail))
     return error_response(
         dialect, error, new_request_id(), headers=dict(exc.headers) if exc.headers else None
     )
@@ -251,6 +257,8 @@ def create_app(
         config=config, backends=backends, router=ModelRouter(config, backends), keys=keys
     )
 
+    agent = MountedAgent(state.limits)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         for backend in backends.values():
@@ -260,25 +268,25 @@ def create_app(
                 # Keep serving the other backends; /health reports this one as down.
                 log.error("backend %s failed to start: %s", backend.name, exc.message)
         if config.agent.enabled:
-            await _open_agent(state, agent_tools)
+            await _open_agent(agent, state, agent_tools)
         if on_ready is not None:
             on_ready(await state.router.list_models())
         try:
             yield
         finally:
-            if state.agent is not None:
+            if agent.runtime is not None:
                 try:
-                    await state.agent.aclose()
+                    await agent.runtime.aclose()
                 except Exception:
                     log.exception("the agent store failed to close")
-                state.agent = None
+                agent.runtime = None
             for backend in backends.values():
                 try:
                     await backend.aclose()
                 except Exception:
                     log.exception("backend %s failed to close", backend.name)
 
-    agent_routes = agent.routes if config.agent.enabled else []
+    agent_routes = agent_api.routes if config.agent.enabled else []
     app = Starlette(
         routes=[*system.routes, *ollama.routes, *openai.routes, *anthropic.routes, *agent_routes],
         exception_handlers={
@@ -294,6 +302,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gateway = state
+    app.state.agent = agent  # what agent/routes.py reads
     app.add_middleware(_AuthMiddleware, keys=keys)
 
     def body_timed_out(scope: Scope) -> None:

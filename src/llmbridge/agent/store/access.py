@@ -9,13 +9,13 @@ rules, applied by every owner-aware read and write of the store:
   have no owner.
 - **Sessions are private.** A key sees only the sessions it created; any other
   session (another key's, or one created without a key) does not exist for it: the
-  store raises ``NotFoundError``, which the API answers with a 404, not a 403, so a
-  session's existence never leaks.
+  store raises ``core.errors.NotFoundError`` (404, not 403), so a session's
+  existence never leaks.
 - **Personas, documents and patients** (with a patient's caregivers, medications,
   vitals and appointments) are the key's own, or *shared*: created without a key
   (auth off, the CLI). A key sees its own and the shared ones, and can use them, but
   can change or delete only its own: writing a shared row raises
-  ``SharedRecordError`` (403).
+  ``core.errors.PermissionDeniedError`` (403).
 """
 
 from __future__ import annotations
@@ -24,22 +24,14 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, or_, true
 
+from llmbridge.core.errors import PermissionDeniedError
+
 __all__ = [
-    "ConflictError",
-    "SharedRecordError",
     "check_writable",
     "private_to",
     "sees",
     "visible_to",
 ]
-
-
-class ConflictError(ValueError):
-    """The row cannot be created as asked: its id is taken (HTTP 409)."""
-
-
-class SharedRecordError(PermissionError):
-    """A shared row (created without a key) written by a key (HTTP 403)."""
 
 
 def visible_to(column: Any, owner: str | None) -> ColumnElement[bool]:
@@ -67,10 +59,10 @@ def sees(row_owner: str | None, owner: str | None, *, shared: bool) -> bool:
 
 
 def check_writable(row_owner: str | None, owner: str | None, what: str) -> None:
-    """Raise ``SharedRecordError`` when ``owner`` may see the row but not change it.
-    Call only for rows that are visible to ``owner``."""
+    """Raise ``PermissionDeniedError`` when ``owner`` may see the row but not change
+    it (a shared row written by a key). Call only for rows visible to ``owner``."""
     if owner is not None and row_owner != owner:
-        raise SharedRecordError(
+        raise PermissionDeniedError(
             f"{what} is shared (created without an API key) and can only be changed "
             "with auth off or through the CLI"
         )

@@ -11,8 +11,13 @@ indexes, so their cost depends on the budget, never on the length of the history
 
 Values (``store.values``): the text of messages, summaries and pins is stored with
 U+0000 and unpaired surrogates replaced by U+FFFD (a model's answer is never lost
-to an encoding), and every transaction raises a database's refusal of a value as
-``UnstorableValueError``.
+to an encoding).
+
+Errors (``store.errors``): every transaction raises only ``core.errors``: a refused
+value is an ``InvalidRequestError``, an id in use a ``ConflictError``, a row that
+refers to one not there a ``NotFoundError``, a database that is down a
+``ServiceUnavailableError``. Lookups: ``find_*`` returns ``None`` when the row is
+not there or not the caller's; ``get_*`` raises ``NotFoundError`` then.
 """
 
 from __future__ import annotations
@@ -25,17 +30,16 @@ from typing import Any
 
 from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from llmbridge.agent.store.access import (
-    ConflictError,
     check_writable,
     private_to,
     sees,
     visible_to,
 )
 from llmbridge.agent.store.engine import make_engine, write_engine
+from llmbridge.agent.store.errors import mapped_errors
 from llmbridge.agent.store.migrate import migrate
 from llmbridge.agent.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
 from llmbridge.agent.store.records import (
@@ -46,10 +50,11 @@ from llmbridge.agent.store.records import (
     StoredMessage,
     SummaryRecord,
 )
-from llmbridge.agent.store.values import mapped_errors, storable, storable_text
+from llmbridge.agent.store.values import storable, storable_text
+from llmbridge.core.errors import ConflictError, NotFoundError
 from llmbridge.features.token_count import count_text_tokens
 
-__all__ = ["AgentStore", "NotFoundError"]
+__all__ = ["AgentStore"]
 
 _MESSAGE_COLUMNS = (
     MessageRow.id,
@@ -83,10 +88,6 @@ _PIN_COLUMNS = (
     Pin.created_at,
     Pin.message_id,
 )
-
-
-class NotFoundError(LookupError):
-    """A persona, session or other row the caller named does not exist."""
 
 
 class AgentStore:
@@ -125,9 +126,13 @@ class AgentStore:
                 yield session
 
     @asynccontextmanager
-    async def writing(self) -> AsyncIterator[AsyncSession]:
-        """A write transaction, committed on exit (rolled back on an exception)."""
-        with mapped_errors():
+    async def writing(
+        self, *, conflict: str | None = None, missing: str | None = None
+    ) -> AsyncIterator[AsyncSession]:
+        """A write transaction, committed on exit (rolled back on an exception).
+        ``conflict`` and ``missing`` word the ``ConflictError`` of a unique violation
+        and the ``NotFoundError`` of a foreign-key one (``store.errors``)."""
+        with mapped_errors(conflict=conflict, missing=missing):
             async with self._write() as session, session.begin():
                 yield session
 
@@ -194,11 +199,8 @@ class AgentStore:
             created_at=now,
             updated_at=now,
         )
-        try:
-            async with self.writing() as db:
-                db.add(row)
-        except IntegrityError as exc:
-            raise ConflictError(f"persona id {row.id!r} is taken") from exc
+        async with self.writing(conflict=f"persona id {row.id!r} is taken") as db:
+            db.add(row)
         return _persona(row)
 
     async def update_persona(
@@ -226,14 +228,22 @@ class AgentStore:
             await db.flush()
             return _persona(row)
 
-    async def get_persona(
+    async def find_persona(
         self, persona_id: str, *, owner: str | None = None
     ) -> PersonaRecord | None:
+        """The persona, or ``None`` when it does not exist or ``owner`` may not see it."""
         async with self.reading() as db:
             row = await db.get(Persona, persona_id)
             if row is None or not sees(row.owner, owner, shared=True):
                 return None
             return _persona(row)
+
+    async def get_persona(self, persona_id: str, *, owner: str | None = None) -> PersonaRecord:
+        """The persona, or ``NotFoundError`` when ``find_persona`` finds none."""
+        found = await self.find_persona(persona_id, owner=owner)
+        if found is None:
+            raise NotFoundError(f"no persona {persona_id!r}")
+        return found
 
     async def list_personas(self, *, owner: str | None = None) -> list[PersonaRecord]:
         query = (
@@ -277,11 +287,12 @@ class AgentStore:
             created_at=now,
             updated_at=now,
         )
-        async with self.writing() as db:
+        taken = f"session id {row.id!r} is taken"
+        async with self.writing(conflict=taken, missing="no such persona or patient") as db:
             db.add(row)
         return _session(row)
 
-    async def get_session(
+    async def find_session(
         self, session_id: str, *, owner: str | None = None
     ) -> SessionRecord | None:
         """The session, or ``None`` when it does not exist or is not ``owner``'s."""
@@ -290,6 +301,14 @@ class AgentStore:
             if row is None or not sees(row.owner, owner, shared=False):
                 return None
             return _session(row)
+
+    async def get_session(self, session_id: str, *, owner: str | None = None) -> SessionRecord:
+        """The session, or ``NotFoundError`` when ``find_session`` finds none (another
+        owner's session answers exactly like one that does not exist)."""
+        found = await self.find_session(session_id, owner=owner)
+        if found is None:
+            raise NotFoundError(f"no session {session_id!r}")
+        return found
 
     async def ensure_session(
         self,
@@ -303,21 +322,21 @@ class AgentStore:
         """The session ``session_id``, created first if it does not exist yet (two
         callers creating it at once both get the one row). Another owner's session
         raises ``NotFoundError``."""
-        existing = await self._any_session(session_id)
+        existing = await self._find_any_session(session_id)
         if existing is None:
             try:
                 return await self.create_session(
                     session_id, name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
                 )
-            except IntegrityError:
-                existing = await self._any_session(session_id)
+            except ConflictError:  # created meanwhile by another caller
+                existing = await self._find_any_session(session_id)
                 if existing is None:
                     raise
         if not sees(existing.owner, owner, shared=False):
             raise NotFoundError(f"no session {session_id!r}")
         return existing
 
-    async def _any_session(self, session_id: str) -> SessionRecord | None:
+    async def _find_any_session(self, session_id: str) -> SessionRecord | None:
         async with self.reading() as db:
             row = await db.get(SessionRow, session_id)
             return _session(row) if row is not None else None
@@ -330,18 +349,16 @@ class AgentStore:
         unknown = set(fields) - {"name", "persona_id", "patient_id"}
         if unknown:
             raise ValueError(f"sessions have no field(s) {sorted(unknown)}")
-        try:
-            async with self.writing() as db:
-                row = await db.get(SessionRow, session_id)
-                if row is None or not sees(row.owner, owner, shared=False):
-                    raise NotFoundError(f"no session {session_id!r}")
-                for name, value in fields.items():
-                    setattr(row, name, value)
-                row.updated_at = utcnow()
-                await db.flush()
-                return _session(row)
-        except IntegrityError as exc:  # a persona or patient deleted meanwhile
-            raise NotFoundError(f"no such persona or patient ({exc.orig})") from exc
+        # A persona or patient deleted meanwhile: a foreign-key violation.
+        async with self.writing(missing="no such persona or patient") as db:
+            row = await db.get(SessionRow, session_id)
+            if row is None or not sees(row.owner, owner, shared=False):
+                raise NotFoundError(f"no session {session_id!r}")
+            for name, value in fields.items():
+                setattr(row, name, value)
+            row.updated_at = utcnow()
+            await db.flush()
+            return _session(row)
 
     async def list_sessions(
         self, limit: int = 100, offset: int = 0, *, owner: str | None = None
@@ -396,15 +413,12 @@ class AgentStore:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
         )
-        try:
-            async with self.writing() as db:
-                db.add(row)
-                await db.flush()
-                await db.execute(
-                    update(SessionRow).where(SessionRow.id == session_id).values(updated_at=now)
-                )
-        except IntegrityError as exc:
-            raise NotFoundError(f"no session {session_id!r}") from exc
+        async with self.writing(missing=f"no session {session_id!r}") as db:
+            db.add(row)
+            await db.flush()
+            await db.execute(
+                update(SessionRow).where(SessionRow.id == session_id).values(updated_at=now)
+            )
         return _message_from_row(row)
 
     async def last_messages(
@@ -427,13 +441,20 @@ class AgentStore:
         rows = await self._rows(query, conn)
         return [_message(r) for r in reversed(rows)]
 
-    async def get_message(self, session_id: str, message_id: int) -> StoredMessage | None:
-        """Message ``message_id`` if it belongs to ``session_id``."""
+    async def find_message(self, session_id: str, message_id: int) -> StoredMessage | None:
+        """Message ``message_id`` if it belongs to ``session_id``, else ``None``."""
         query = select(*_MESSAGE_COLUMNS).where(
             MessageRow.session_id == session_id, MessageRow.id == message_id
         )
         rows = await self._rows(query, None)
         return _message(rows[0]) if rows else None
+
+    async def get_message(self, session_id: str, message_id: int) -> StoredMessage:
+        """Message ``message_id`` of ``session_id``, or ``NotFoundError``."""
+        found = await self.find_message(session_id, message_id)
+        if found is None:
+            raise NotFoundError(f"no message {message_id} in session {session_id!r}")
+        return found
 
     async def first_messages(
         self, session_id: str, limit: int, *, after_id: int | None = None
@@ -488,7 +509,7 @@ class AgentStore:
         try:
             async with self.writing() as db:
                 db.add(row)
-        except IntegrityError:
+        except (ConflictError, NotFoundError):  # summarised meanwhile, or session deleted
             return None
         return _summary_from_row(row)
 
@@ -531,11 +552,9 @@ class AgentStore:
             token_count=count_text_tokens(content),
             created_at=utcnow(),
         )
-        try:
-            async with self.writing() as db:
-                db.add(row)
-        except IntegrityError as exc:
-            raise NotFoundError(f"no session {session_id!r} (or message {message_id})") from exc
+        missing = f"no session {session_id!r} (or message {message_id})"
+        async with self.writing(missing=missing) as db:
+            db.add(row)
         return PinRecord(
             row.id, row.session_id, row.content, row.token_count, row.created_at, row.message_id
         )

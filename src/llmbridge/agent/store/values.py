@@ -1,4 +1,4 @@
-"""What the agent's databases can hold, and the one place their refusals are mapped.
+"""What the agent's databases can hold, and what the store does about the rest.
 
 Both databases refuse some values Python holds without complaint, and each refusal
 used to surface as a 500:
@@ -26,27 +26,22 @@ Two policies, one per kind of input:
 
 Anything else a database refuses as a value (an ``OverflowError``, a ``DataError``
 or an error of PostgreSQL's SQLSTATE class 22, "data exception") is raised from the
-store as ``UnstorableValueError`` (HTTP 400) by ``mapped_errors``, the one place
-those are translated, so no route needs to know either driver's exceptions.
+store as ``core.errors.InvalidRequestError`` (HTTP 400) by ``store.errors``, the one
+place a database's exceptions are translated, so no route needs to know either
+driver's exceptions.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-
-from sqlalchemy.exc import DataError, DBAPIError, StatementError
 
 __all__ = [
     "MAX_ID",
     "REPLACEMENT",
-    "UnstorableValueError",
     "as_utc",
-    "mapped_errors",
     "storable",
     "storable_text",
     "unstorable_text",
@@ -59,10 +54,6 @@ REPLACEMENT = "\ufffd"
 """What stands in for a character the store cannot hold."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-class UnstorableValueError(ValueError):
-    """A value the database cannot hold (HTTP 400)."""
 
 
 def unstorable_text(text: str) -> str | None:
@@ -110,32 +101,3 @@ def as_utc(value: datetime) -> datetime:
         return value.astimezone(UTC)
     except OverflowError:
         raise ValueError("must fall within years 1-9999 once converted to UTC") from None
-
-
-@contextmanager
-def mapped_errors() -> Iterator[None]:
-    """Raise a database's refusal of a value as ``UnstorableValueError``."""
-    try:
-        yield
-    except OverflowError as exc:  # sqlite3: "Python int too large to convert to SQLite INTEGER"
-        raise UnstorableValueError(f"a value is out of the database's range: {exc}") from exc
-    except DBAPIError as exc:
-        # SQLSTATE class 22 is PostgreSQL's "data exception": U+0000 in text (22021),
-        # an int64 asyncpg cannot send (22000), a number out of range (22003).
-        if not isinstance(exc, DataError) and not _sqlstate(exc).startswith("22"):
-            raise
-        raise UnstorableValueError(f"the database refused a value: {_first_line(exc)}") from exc
-    except StatementError as exc:
-        # A bind parameter the driver could not even send (a str it cannot encode).
-        if isinstance(exc.orig, OverflowError | UnicodeError):
-            raise UnstorableValueError(f"the database refused a value: {exc.orig}") from exc
-        raise
-
-
-def _sqlstate(exc: DBAPIError) -> str:
-    return str(getattr(exc.orig, "sqlstate", None) or "")
-
-
-def _first_line(exc: DBAPIError) -> str:
-    text = str(exc.orig) if exc.orig is not None else str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,5 +1,10 @@
 """The agent service's HTTP API under ``/agent/`` (docs/AGENT.md), JSON in and out.
 
+The gateway mounts ``routes`` and puts a ``MountedAgent`` on ``app.state.agent``:
+the runtime once its database is open (or why it could not be), and the request
+limits. Nothing here imports the gateway: only ``core``, ``dialects``, ``web`` and
+the agent's own modules.
+
 Personas, sessions, a session's messages (a turn: ``POST .../messages``, streamed as
 Server-Sent Events when asked), pins and summaries, documents, and the eldercare
 records (patients and their caregivers, medications, vitals, appointments).
@@ -16,20 +21,22 @@ limit, or a document over ``agent.max_document_bytes``), 503 when a backend or t
 agent's database is down. Input is checked here before any handler runs: a path or
 query parameter holding U+0000, an integer path id beyond 64 bits, or a query
 integer that is not plain ASCII digits (``"²"`` passes ``str.isdigit``) is a 400
-naming the parameter; bodies are checked by ``agent.api.parse``. ``agent_error`` is
-the one place the agent's own exceptions become HTTP errors. In a stream, a failure
-after the first event is an ``event: error``; the partial answer is stored marked
-``incomplete``, as it is when the client disconnects (which stops generation).
+naming the parameter; bodies are checked by ``agent.api.parse``. Nothing is
+classified here: the store, the documents and the service raise ``core.errors``
+already (``agent/store/errors.py`` maps the database's failures, once), and
+``web.render`` renders them; anything else is a bug, logged there and answered as a
+500. In a stream, a failure after the first event is an ``event: error``; the
+partial answer is stored marked ``incomplete``, as it is when the client
+disconnects (which stops generation).
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -58,7 +65,6 @@ from llmbridge.agent.api import (
     summary_view,
     unstorable_field,
 )
-from llmbridge.agent.documents import DocumentTooLargeError
 from llmbridge.agent.eldercare import RECORD_KINDS
 from llmbridge.agent.runtime import AgentRuntime
 from llmbridge.agent.service import (
@@ -70,26 +76,17 @@ from llmbridge.agent.service import (
     AgentToolCall,
     AgentToolResult,
 )
-from llmbridge.agent.store import MAX_ID, ConflictError, SharedRecordError, UnstorableValueError
-from llmbridge.agent.store import NotFoundError as MissingRecordError
-from llmbridge.core.errors import (
-    InvalidRequestError,
-    LLMBridgeError,
-    NotFoundError,
-    PermissionDeniedError,
-    RequestTooLargeError,
-)
+from llmbridge.agent.store import MAX_ID
+from llmbridge.core.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
+from llmbridge.core.limits import RequestLimits
 from llmbridge.dialects.framing import dumps, sse_event
 from llmbridge.dialects.openai.errors import error_type
-from llmbridge.gateway.state import state_of
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
-__all__ = ["routes"]
-
-log = logging.getLogger("llmbridge.gateway.agent")
+__all__ = ["MountedAgent", "routes"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -99,24 +96,23 @@ MAX_PAGE = 1000
 # -- plumbing -------------------------------------------------------------------------
 
 
-def agent_error(exc: BaseException) -> LLMBridgeError:
-    """The agent's own failures as the gateway's errors (anything else: 500, logged)."""
-    if isinstance(exc, LLMBridgeError):
-        return exc
-    if isinstance(exc, MissingRecordError):
-        return NotFoundError(str(exc))
-    if isinstance(exc, ConflictError):
-        return LLMBridgeError(str(exc), status_code=409, code="conflict")
-    if isinstance(exc, SharedRecordError):
-        return PermissionDeniedError(str(exc))
-    if isinstance(exc, UnstorableValueError):
-        return InvalidRequestError(str(exc))
-    if isinstance(exc, DocumentTooLargeError):
-        return RequestTooLargeError(str(exc), param="content")
-    if isinstance(exc, OperationalError | InterfaceError):
-        log.error("agent database error: %s", exc)
-        return LLMBridgeError("the agent database is unavailable", status_code=503)
-    return to_bridge_error(exc)
+@dataclass(slots=True)
+class MountedAgent:
+    """What an app that mounts ``routes`` puts on ``app.state.agent``."""
+
+    limits: RequestLimits
+    """What one request may hold (the gateway's ``server.max_body_bytes`` and limits)."""
+    runtime: AgentRuntime | None = None
+    """The agent service, once its database is open (``None`` until then, or for good
+    when it could not be opened)."""
+    error: str | None = None
+    """Why ``runtime`` is not there: the kind of failure only (its details, which may
+    name the database server, are in the log)."""
+
+
+def _mounted(request: Request) -> MountedAgent:
+    mounted: MountedAgent = request.app.state.agent
+    return mounted
 
 
 def _endpoint(handler: Handler) -> Handler:
@@ -129,7 +125,7 @@ def _endpoint(handler: Handler) -> Handler:
         except ClientDisconnected:
             return Response(status_code=499)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
-            return error_response(Dialect.OPENAI, agent_error(exc), new_request_id())
+            return error_response(Dialect.OPENAI, exc, new_request_id())
 
     return endpoint
 
@@ -140,18 +136,17 @@ def _json(body: object, status_code: int = 200) -> Response:
 
 def _runtime(request: Request) -> tuple[AgentRuntime, str | None]:
     """The agent service and the caller's identity (the owner of what it creates)."""
-    state = state_of(request)
-    if state.agent is None:
-        reason = f" ({state.agent_error}; see the gateway log)" if state.agent_error else ""
-        raise LLMBridgeError(
-            f"the agent service is unavailable: its database could not be opened{reason}",
-            status_code=503,
+    mounted = _mounted(request)
+    if mounted.runtime is None:
+        reason = f" ({mounted.error}; see the gateway log)" if mounted.error else ""
+        raise ServiceUnavailableError(
+            f"the agent service is unavailable: its database could not be opened{reason}"
         )
-    return state.agent, caller_identity(request)
+    return mounted.runtime, caller_identity(request)
 
 
 async def _body(request: Request) -> Any:
-    return await read_json(request, state_of(request).limits)
+    return await read_json(request, _mounted(request).limits)
 
 
 def _check_parameters(request: Request) -> None:
@@ -223,7 +218,7 @@ async def list_personas(request: Request) -> Response:
 
 async def get_persona(request: Request) -> Response:
     runtime, owner = _runtime(request)
-    persona = await runtime.service.persona(request.path_params["persona_id"], owner=owner)
+    persona = await runtime.service.get_persona(request.path_params["persona_id"], owner=owner)
     return _json(persona_view(persona))
 
 
@@ -267,7 +262,7 @@ async def list_sessions(request: Request) -> Response:
 
 async def get_session(request: Request) -> Response:
     runtime, owner = _runtime(request)
-    session = await runtime.service.session(request.path_params["session_id"], owner=owner)
+    session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
     return _json(session_view(session))
 
 
@@ -305,7 +300,7 @@ async def list_messages(request: Request) -> Response:
 async def post_message(request: Request) -> Response:
     runtime, owner = _runtime(request)
     body = parse(MessageIn, await _body(request))
-    session = await runtime.service.session(request.path_params["session_id"], owner=owner)
+    session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
     turn = AgentRequest(
         input=body.input,
         model=await runtime.model_for(body.model),
@@ -352,7 +347,7 @@ async def _stream(request: Request, runtime: AgentRuntime, turn: AgentRequest) -
             async for event in events:
                 yield _sse(event)
         except Exception as exc:  # noqa: BLE001 - the stream's own error event
-            error = agent_error(exc)
+            error = to_bridge_error(exc)
             yield sse_event(
                 {
                     "error": {
@@ -463,9 +458,7 @@ async def create_document(request: Request) -> Response:
     body = parse(DocumentIn, await _body(request))
     documents = runtime.documents
     document_id = await documents.add(body.title, body.content, source=body.source, owner=owner)
-    created = await documents.get(document_id, owner=owner)
-    assert created is not None
-    return _json(document_view(created), 201)
+    return _json(document_view(await documents.get(document_id, owner=owner)), 201)
 
 
 async def list_documents(request: Request) -> Response:
@@ -487,10 +480,7 @@ async def search_documents(request: Request) -> Response:
 
 async def get_document(request: Request) -> Response:
     runtime, owner = _runtime(request)
-    document_id = request.path_params["document_id"]
-    found = await runtime.documents.get(document_id, owner=owner)
-    if found is None:
-        raise NotFoundError(f"no document {document_id}")
+    found = await runtime.documents.get(request.path_params["document_id"], owner=owner)
     return _json(document_view(found))
 
 
@@ -534,7 +524,7 @@ async def list_patients(request: Request) -> Response:
 
 async def get_patient(request: Request) -> Response:
     runtime, owner = _runtime(request)
-    found = await runtime.eldercare.patient(request.path_params["patient_id"], owner=owner)
+    found = await runtime.eldercare.get_patient(request.path_params["patient_id"], owner=owner)
     return _json(record_view(found))
 
 
@@ -542,7 +532,7 @@ async def update_patient(request: Request) -> Response:
     runtime, owner = _runtime(request)
     patient_id = request.path_params["patient_id"]
     raw = await _body(request)
-    current = await runtime.eldercare.patient(patient_id, owner=owner)
+    current = await runtime.eldercare.get_patient(patient_id, owner=owner)
     fields = _patch(raw, PatientIn, current)
     updated = await runtime.eldercare.update_patient(patient_id, fields, owner=owner)
     return _json(record_view(updated))
@@ -585,7 +575,7 @@ async def get_record(request: Request) -> Response:
     runtime, owner = _runtime(request)
     kind = _kind(request)
     params = request.path_params
-    found = await runtime.eldercare.record(
+    found = await runtime.eldercare.get_record(
         kind, params["patient_id"], params["record_id"], owner=owner
     )
     return _json(record_view(found))
@@ -596,7 +586,7 @@ async def update_record(request: Request) -> Response:
     kind = _kind(request)
     params = request.path_params
     raw = await _body(request)
-    current = await runtime.eldercare.record(
+    current = await runtime.eldercare.get_record(
         kind, params["patient_id"], params["record_id"], owner=owner
     )
     fields = _patch(raw, RECORD_BODIES[kind], current)
