@@ -49,9 +49,9 @@ Rejected = Callable[[str], None]
 class ReadLimits:
     """The header limits (``ServerConfig`` has each one's meaning and default)."""
 
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 100
-    header_timeout: float = 10.0
+    max_header_bytes: int
+    max_headers: int
+    header_timeout: float
 
     @classmethod
     def of(cls, server: ServerConfig) -> ReadLimits:
@@ -76,7 +76,7 @@ class _HeaderLimit(Exception):
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header limits; see the module docstring."""
 
-    settings: ClassVar[_Settings] = _Settings(ReadLimits(), None)
+    settings: ClassVar[_Settings] = _Settings(ReadLimits.of(ServerConfig()), None)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
