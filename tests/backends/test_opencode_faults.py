@@ -52,20 +52,7 @@ from tests.backends.opencode_fake import (
     session_error,
     text_of,
 )
-
-
-class Tally:
-    """A ServingObserver: the retries and fallbacks serving made, by backend."""
-
-    def __init__(self) -> None:
-        self.retries: list[str] = []
-        self.fallbacks: list[str] = []
-
-    def retry(self, backend: str) -> None:
-        self.retries.append(backend)
-
-    def fallback(self, backend: str) -> None:
-        self.fallbacks.append(backend)
+from tests.serving.tally import Tally
 
 
 def served(fake: FakeOpenCode, backend: OpenCodeBackend) -> tuple[Models, Tally]:

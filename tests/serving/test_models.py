@@ -25,20 +25,7 @@ from llmbridge.core.messages import Message, TextPart, ToolDefinition
 from llmbridge.core.request import ChatRequest, GenerationParams
 from llmbridge.serving.config import ServingConfig
 from llmbridge.serving.models import Models, open_models
-
-
-class Counter:
-    """A ServingObserver that counts what it is told."""
-
-    def __init__(self) -> None:
-        self.retries: list[str] = []
-        self.fallbacks: list[str] = []
-
-    def retry(self, backend: str) -> None:
-        self.retries.append(backend)
-
-    def fallback(self, backend: str) -> None:
-        self.fallbacks.append(backend)
+from tests.serving.tally import Tally
 
 
 def _models(primary: ScriptedBackend, spare: ScriptedBackend, **extra: Any) -> Models:
@@ -58,7 +45,7 @@ def _models(primary: ScriptedBackend, spare: ScriptedBackend, **extra: Any) -> M
             **extra,
         }
     )
-    return Models(config, {primary.name: primary, spare.name: spare}, observer=Counter())
+    return Models(config, {primary.name: primary, spare.name: spare}, observer=Tally())
 
 
 def _request(model: str = "main", **fields: Any) -> ChatRequest:
@@ -83,7 +70,7 @@ async def test_a_transient_failure_is_retried_once_on_the_same_backend() -> None
         pass
     assert len(primary.requests) == 2 and not spare.requests
     assert reply.prepared.changes.fallback is None
-    assert isinstance(models.observer, Counter) and models.observer.retries == ["primary"]
+    assert isinstance(models.observer, Tally) and models.observer.retries == ["primary"]
 
 
 async def test_a_dead_primary_falls_back_and_says_so() -> None:
@@ -96,7 +83,7 @@ async def test_a_dead_primary_falls_back_and_says_so() -> None:
     assert [r.model for r in spare.requests] == ["small"]
     assert reply.prepared.changes.fallback == "spare/small"
     assert reply.prepared.target.backend is spare
-    assert isinstance(models.observer, Counter) and models.observer.fallbacks == ["spare"]
+    assert isinstance(models.observer, Tally) and models.observer.fallbacks == ["spare"]
 
 
 async def test_a_non_transient_failure_is_neither_retried_nor_fallen_back() -> None:
