@@ -43,7 +43,7 @@ async def test_the_embedded_model_writes_summaries(store: AgentStore, gateway: M
     session = await store.create_session()
     ids = [(await store.add_message(session.id, role, text)).id for role, text in CHAT]
     await store.add_pin(session.id, "Mary is allergic to penicillin.")
-    assert gateway.backend_kind("smollm2") == "embedded"
+    assert gateway.backend_name("smollm2") == "embedded"
     summariser = Summariser(
         store,
         gateway.chat,

@@ -202,7 +202,8 @@ async def test_a_backend_that_is_down_is_a_503(
     client: httpx.AsyncClient, backend: ScriptedBackend, stream: bool
 ) -> None:
     session_id = await _session(client)
-    backend.enqueue(Script(fail_before=BackendUnavailableError("connection refused")))
+    # Down for the try and for the serving layer's one retry (resilience.retries).
+    backend.enqueue(*[Script(fail_before=BackendUnavailableError("connection refused"))] * 2)
     response = await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "Hi", "stream": stream}
     )
@@ -734,3 +735,42 @@ def test_errors_keep_their_status_and_a_bug_its_secret() -> None:
     assert (status, error["code"]) == (409, "conflict")
     status, error = rendered(RuntimeError("boom"))
     assert status == 500 and "boom" not in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_dead_primary_with_a_fallback_serves_the_turn_as_it_serves_api_chat(
+    db: str, stream: bool
+) -> None:
+    """Issue 14: an agent turn reached its backend around the gateway's resilience,
+    so with a dead primary and a configured fallback ``/api/chat`` was served by the
+    fallback while ``POST /agent/sessions/{id}/messages`` answered 503."""
+    down = Script(fail_before=BackendUnavailableError("connection refused"))
+    primary = ScriptedBackend("primary", default=down)
+    spare = ScriptedBackend("spare", default=Script(text=["spare ", "answer"]))
+    routes = ({"name": "main", "backend": "primary", "fallbacks": [{"backend": "spare"}]},)
+    with agent_gateway(db, {"primary": primary, "spare": spare}, routes=routes) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            chat = await client.post(
+                "/api/chat",
+                json={
+                    "model": "main",
+                    "stream": False,
+                    "messages": [{"role": "user", "content": "Hi"}],
+                },
+            )
+            assert chat.status_code == 200 and chat.json()["message"]["content"] == "spare answer"
+            assert chat.headers["x-llmbridge-fallback"] == "spare/main"
+            session_id = await _session(client)
+            turn = await client.post(
+                f"/agent/sessions/{session_id}/messages",
+                json={"input": "Hi", "model": "main", "stream": stream},
+            )
+            assert turn.status_code == 200, turn.text
+            if stream:
+                done = [data for name, data in sse_events(turn.text) if name == "done"]
+                assert done and done[0]["reply"] == "spare answer"
+            else:
+                assert turn.json()["reply"] == "spare answer"
+            stored = await _messages(client, session_id)
+            assert [m["role"] for m in stored] == ["user", "assistant"]
+            assert stored[-1]["content"] == "spare answer"

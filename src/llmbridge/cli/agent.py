@@ -242,61 +242,62 @@ async def _chat(
     model: str | None,
 ) -> None:
     from llmbridge.agent.runtime import AgentRuntime
-    from llmbridge.core.errors import LLMBridgeError
-    from llmbridge.gateway.app import build_backend
-    from llmbridge.serving.router import ModelRouter
+    from llmbridge.serving.models import open_models
 
-    backends = {n: build_backend(n, b, config.server) for n, b in config.backends.items()}
-    runtime: AgentRuntime | None = None
-    try:
-        for backend in backends.values():
-            try:
-                await backend.start()
-            except LLMBridgeError as exc:
-                click.echo(f"backend {backend.name} failed to start: {exc.message}", err=True)
-        router = ModelRouter(config, backends)
-        runtime = await AgentRuntime.open(config.agent, router, thinking_policy=config.thinking)
-        service = runtime.service
-        if session_id:
-            session = await service.get_session(session_id)
-        else:
-            session = await service.create_session(name=title, persona_id=persona_id)
-        model_name = await runtime.model_for(model)
-        persona = session.persona_id or persona_id or "-"
-        click.echo(f"session {session.id}  model {model_name}  persona {persona}", err=True)
-        click.echo(HELP_LINE, err=True)
-        lines = _LineReader(stdin)
-        while True:
-            click.echo("you> ", nl=False)
-            line = await lines.next()
-            if line is None:
-                click.echo()
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/quit", "/exit"):
-                break
-            if text == "/pin" or text.startswith("/pin "):
-                fact = text[4:].strip()
-                if not fact:
-                    click.echo("usage: /pin TEXT", err=True)
-                    continue
-                await service.add_pin(session.id, fact)
-                click.echo("pinned.")
-                continue
-            if text.startswith("/"):
-                click.echo(f"unknown command {text.split()[0]}. {HELP_LINE}", err=True)
-                continue
-            await _turn(runtime, session.id, persona_id, model_name, text)
-            if not session.name:  # name an untitled session after its first message
-                session = await service.update_session(session.id, name=text[:80])
-    finally:
-        if runtime is not None:
+    async with open_models(config, host=config.server.serving_host()) as models:
+        for name, exc in models.failed_to_start.items():
+            click.echo(f"backend {name} failed to start: {exc.message}", err=True)
+        runtime = await AgentRuntime.open(config.agent, models)
+        try:
+            await _converse(runtime, stdin, session_id, persona_id, title, model)
+        finally:
             await runtime.aclose()
-        for backend in backends.values():
-            with contextlib.suppress(Exception):
-                await backend.aclose()
+
+
+async def _converse(
+    runtime: AgentRuntime,
+    stdin: IO[str],
+    session_id: str | None,
+    persona_id: str | None,
+    title: str,
+    model: str | None,
+) -> None:
+    """The conversation loop: a line in, the reply streamed out, until /quit or EOF."""
+    service = runtime.service
+    if session_id:
+        session = await service.get_session(session_id)
+    else:
+        session = await service.create_session(name=title, persona_id=persona_id)
+    model_name = await runtime.model_for(model)
+    persona = session.persona_id or persona_id or "-"
+    click.echo(f"session {session.id}  model {model_name}  persona {persona}", err=True)
+    click.echo(HELP_LINE, err=True)
+    lines = _LineReader(stdin)
+    while True:
+        click.echo("you> ", nl=False)
+        line = await lines.next()
+        if line is None:
+            click.echo()
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/quit", "/exit"):
+            break
+        if text == "/pin" or text.startswith("/pin "):
+            fact = text[4:].strip()
+            if not fact:
+                click.echo("usage: /pin TEXT", err=True)
+                continue
+            await service.add_pin(session.id, fact)
+            click.echo("pinned.")
+            continue
+        if text.startswith("/"):
+            click.echo(f"unknown command {text.split()[0]}. {HELP_LINE}", err=True)
+            continue
+        await _turn(runtime, session.id, persona_id, model_name, text)
+        if not session.name:  # name an untitled session after its first message
+            session = await service.update_session(session.id, name=text[:80])
 
 
 async def _turn(

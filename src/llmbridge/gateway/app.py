@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -28,126 +28,21 @@ from llmbridge.core.errors import (
     error_for_status,
 )
 from llmbridge.core.models import ModelInfo
-from llmbridge.gateway.config import (
-    BackendConfig,
-    GatewayConfig,
-    OpenCodeBackendConfig,
-    ServerConfig,
-)
+from llmbridge.gateway.config import GatewayConfig, default_agent_database
+from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
 from llmbridge.gateway.routes import anthropic, ollama, openai, system
 from llmbridge.gateway.state import GatewayState
-from llmbridge.serving.router import ModelRouter
+from llmbridge.serving.models import open_models
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
 from llmbridge.web.render import dialect_for_path, error_response, new_request_id
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry
 
-__all__ = ["build_backend", "create_app", "http_protocol"]
+__all__ = ["create_app", "http_protocol"]
 
 log = logging.getLogger("llmbridge.gateway")
-
-
-def build_backend(name: str, config: BackendConfig, server: ServerConfig | None = None) -> Backend:
-    """Instantiate one configured backend (imports are lazy: llama.cpp is optional).
-
-    ``server`` is the gateway's own address, for OpenCode providers given as ``self``.
-    """
-    if config.type == "embedded":
-        from llmbridge.backends.embedded import EmbeddedBackend
-
-        return EmbeddedBackend(
-            name,
-            model_path=config.model_path,
-            public_name=config.public_name,
-            n_ctx=config.n_ctx,
-            n_threads=config.n_threads,
-            max_output_tokens=config.max_output_tokens,
-            max_queue=config.max_queue,
-            queue_timeout=config.queue_timeout_s,
-            max_embed_inputs=config.max_embed_inputs,
-        )
-    if config.type == "scripted":
-        from llmbridge.backends.scripted import Script, ScriptedBackend
-
-        size = max(1, len(config.reply) // config.chunks)
-        chunks = [config.reply[i : i + size] for i in range(0, len(config.reply), size)]
-        script = Script(text=chunks, chunk_delay=config.chunk_delay_ms / 1000)
-        return ScriptedBackend(name, default=script, models=config.models)
-    if config.type == "opencode":
-        return _build_opencode(name, config, server or ServerConfig())
-    from llmbridge.backends.http import HTTPSettings
-
-    http = HTTPSettings(
-        connect=config.connect_timeout,
-        read=config.read_timeout,
-        total=config.total_timeout,
-        max_connections=config.max_connections,
-        offload_bytes=(server or ServerConfig()).limits.offload_bytes,
-    )
-    if config.type == "anthropic":
-        import os
-
-        from llmbridge.backends.anthropic import AnthropicBackend
-
-        key = config.api_key or os.environ.get("ANTHROPIC_API_KEY")
-        return AnthropicBackend(name, config.url, api_key=key, http=http)
-    if config.type == "ollama":
-        from llmbridge.backends.ollama import OllamaBackend
-
-        return OllamaBackend(name, config.url, api_key=config.api_key, http=http)
-    from llmbridge.backends.openai_compat import OpenAICompatBackend
-
-    return OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)
-
-
-def _build_opencode(name: str, config: OpenCodeBackendConfig, server: ServerConfig) -> Backend:
-    import os
-
-    from llmbridge.backends.opencode import (
-        OpenCodeBackend,
-        OpenCodeProvider,
-        OpenCodeTimeouts,
-        SpawnSettings,
-    )
-
-    timeouts = OpenCodeTimeouts(
-        prompt=config.prompt_timeout,
-        idle=config.idle_timeout,
-        total=config.total_timeout,
-        delete=config.delete_timeout,
-    )
-    common: dict[str, Any] = {
-        "default_model": config.model,
-        "timeouts": timeouts,
-        "pool_size": config.pool_size,
-    }
-    if config.url is not None:
-        password = config.password or os.environ.get("OPENCODE_SERVER_PASSWORD")
-        return OpenCodeBackend(name, url=config.url, password=password, **common)
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
-    own_url = f"http://{host}:{server.port}/v1"
-    own_key = server.api_keys[0] if server.api_keys else None
-    providers = {
-        pid: OpenCodeProvider(
-            base_url=own_url if p.url == "self" else p.url,
-            api_key=own_key if p.url == "self" and not p.api_key else p.api_key,
-            models={
-                mid: {k: v for k, v in limits.model_dump().items() if v is not None}
-                for mid, limits in p.models.items()
-            },
-        )
-        for pid, p in config.providers.items()
-    }
-    spawn = SpawnSettings(
-        command=config.command,
-        default_model=config.model,
-        providers=providers,
-        extra_config=config.opencode_config,
-        startup_timeout=config.startup_timeout,
-    )
-    return OpenCodeBackend(name, spawn=spawn, **common)
 
 
 async def _open_agent(
@@ -160,9 +55,10 @@ async def _open_agent(
 
     config = state.config
     try:
-        mounted.runtime = await AgentRuntime.open(
-            config.agent, state.router, thinking_policy=config.thinking, tools=tools
-        )
+        agent_config = config.agent
+        if agent_config.database is None:  # built in code, not read by load_config
+            agent_config = agent_config.model_copy(update={"database": default_agent_database()})
+        mounted.runtime = await AgentRuntime.open(agent_config, state.models, tools=tools)
     except Exception as exc:  # noqa: BLE001 - reported on every /agent request instead
         # Clients get the kind of failure only: the details may name the database.
         mounted.error = type(exc).__name__
@@ -248,29 +144,22 @@ def create_app(
     """The gateway app. ``backends`` overrides construction from config (tests);
     ``on_ready`` gets the served models once the backends have started (the banner);
     ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``)."""
-    if backends is None:
-        backends = {
-            name: build_backend(name, cfg, config.server) for name, cfg in config.backends.items()
-        }
-    keys = KeyChecker(config.server.api_keys)
-    state = GatewayState(
-        config=config, backends=backends, router=ModelRouter(config, backends), keys=keys
+    metrics = GatewayMetrics()
+    models = open_models(
+        config, host=config.server.serving_host(), backends=backends, observer=metrics
     )
+    keys = KeyChecker(config.server.api_keys)
+    state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
 
     agent = MountedAgent(state.limits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        for backend in backends.values():
-            try:
-                await backend.start()
-            except LLMBridgeError as exc:
-                # Keep serving the other backends; /health reports this one as down.
-                log.error("backend %s failed to start: %s", backend.name, exc.message)
+        await models.start()
         if config.agent.enabled:
             await _open_agent(agent, state, agent_tools)
         if on_ready is not None:
-            on_ready(await state.router.list_models())
+            on_ready(await models.list_models())
         try:
             yield
         finally:
@@ -280,11 +169,7 @@ def create_app(
                 except Exception:
                     log.exception("the agent store failed to close")
                 agent.runtime = None
-            for backend in backends.values():
-                try:
-                    await backend.aclose()
-                except Exception:
-                    log.exception("backend %s failed to close", backend.name)
+            await models.aclose()
 
     agent_routes = agent_api.routes if config.agent.enabled else []
     app = Starlette(
