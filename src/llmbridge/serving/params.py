@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields, replace
+from functools import cache
 
 from llmbridge.backends.base import Capabilities
 from llmbridge.core.request import GenerationParams
@@ -74,16 +75,21 @@ def repeat_penalty_to_frequency_penalty(repeat_penalty: float) -> float:
     return round(value, 4) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
+@cache
+def _not_taken(sampling: frozenset[str]) -> tuple[str, ...]:
+    """The neutral parameters a backend taking ``sampling`` does not take (a handful of
+    backend classes: computed once each)."""
+    return tuple(name for name in _FITTED if name not in sampling)
+
+
 def fit_params(
     params: GenerationParams, capabilities: Capabilities
 ) -> tuple[GenerationParams, tuple[str, ...]]:
     """``params`` as a backend with ``capabilities`` takes them, and the names of the
     parameters converted or dropped (empty when nothing changed: the common case
-    costs one pass over the set parameters)."""
+    looks at the few parameters the backend does not take, and builds nothing)."""
     taken = capabilities.sampling
-    unset = [
-        name for name in _FITTED if name not in taken and getattr(params, name) not in (None, ())
-    ]
+    unset = [name for name in _not_taken(taken) if getattr(params, name) not in (None, ())]
     if not unset:
         return params, ()
     changes: dict[str, object] = {}

@@ -22,7 +22,7 @@ from llmbridge.serving.config import ModelRoute
 from llmbridge.serving.params import fit_params
 from llmbridge.serving.router import ModelRouter, Resolved
 
-__all__ = ["Changes", "Prepared", "has_native_tools", "prepare"]
+__all__ = ["UNCHANGED", "Changes", "Prepared", "has_native_tools", "prepare"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,9 @@ class Changes:
     """Sampling parameters converted or dropped for this backend."""
     fallback: str | None = None
     """``backend/model`` of the fallback that served the reply, if one did."""
+
+
+UNCHANGED = Changes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,10 @@ async def prepare(
         chat = replace(chat, params=params)
     chat = apply_tool_choice(chat, native=capabilities.tool_choice)
     emulated = bool(chat.tools) and not has_native_tools(backend, info, route)
-    changes = Changes(
-        thinking_dropped=dropped, tools_emulated=emulated, max_tokens=clamped, params=fitted
-    )
+    if dropped or emulated or clamped is not None or fitted:
+        changes = Changes(
+            thinking_dropped=dropped, tools_emulated=emulated, max_tokens=clamped, params=fitted
+        )
+    else:
+        changes = UNCHANGED  # the common case builds nothing
     return Prepared(chat, target, changes)

@@ -279,10 +279,18 @@ class ChatFrameDecoder:
         return events
 
     def _message(self, message: object) -> list[StreamEvent]:
-        message = _FIELDS.required_object(message, "message")
-        thinking = _FIELDS.optional_string(message.get("thinking"), "thinking")
+        # The hot path (every frame): plain type checks; the readers only for what is
+        # not a string (None, or a malformed value they name).
+        message = (
+            message if message.__class__ is dict else _FIELDS.required_object(message, "message")
+        )
+        thinking = message.get("thinking")
+        if thinking.__class__ is not str:
+            thinking = _FIELDS.optional_string(thinking, "thinking")
         events = self._parts.thinking(thinking or "")
-        text = _FIELDS.optional_string(message.get("content"), "content")
+        text = message.get("content")
+        if text.__class__ is not str:
+            text = _FIELDS.optional_string(text, "content")
         events.extend(self._parts.text(text or ""))
         calls = message.get("tool_calls")
         if calls is None:  # most frames: text only

@@ -276,8 +276,14 @@ class _StreamDecoder:
             events.append(_response_start(chunk))
         if chunk.get("usage") is not None:
             self._usage = self._usage.merged(decode_usage(chunk["usage"]))
-        for choice in _FIELDS.optional_list(chunk.get("choices"), "choices"):
-            choice = _FIELDS.required_object(choice, "choices[]")
+        # The hot path (every chunk): plain type checks; the readers only for what is
+        # not the usual type (None, or a malformed value they name).
+        choices = chunk.get("choices")
+        if choices.__class__ is not list:
+            choices = _FIELDS.optional_list(choices, "choices")
+        for choice in choices:
+            if choice.__class__ is not dict:
+                choice = _FIELDS.required_object(choice, "choices[]")
             if choice.get("index", 0) != 0:
                 continue  # llmbridge asks for one choice
             # The delta first: a chunk may carry content and finish_reason together.
@@ -310,18 +316,27 @@ class _StreamDecoder:
         return events
 
 
+def _string(delta: dict[str, Any], key: str) -> str | None:
+    """``delta[key]``: a string, or ``None`` when absent; another type raises (named)."""
+    value = delta.get(key)
+    if value is None or value.__class__ is str:
+        return value
+    return _FIELDS.optional_string(value, key)
+
+
 def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
     if delta is None:
         return []
-    delta = _FIELDS.required_object(delta, "delta")
+    if delta.__class__ is not dict:
+        delta = _FIELDS.required_object(delta, "delta")
+    assert isinstance(delta, dict)
     events: list[StreamEvent] = []
     # reasoning_content: DeepSeek, LiteLLM; reasoning: vLLM >= 0.11, Ollama. Servers
     # in transition send both with the same text, so take one, not their sum.
-    reasoning = _FIELDS.optional_string(delta.get("reasoning_content"), "reasoning_content")
-    reasoning = reasoning or _FIELDS.optional_string(delta.get("reasoning"), "reasoning")
+    reasoning = _string(delta, "reasoning_content") or _string(delta, "reasoning")
     if reasoning:
         events.extend(parts.thinking(reasoning))
-    content = _FIELDS.optional_string(delta.get("content"), "content")
+    content = _string(delta, "content")
     if content:
         events.extend(parts.text(content))
     calls = delta.get("tool_calls")
