@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from fast_backend import DEFAULT_MODEL
-from overhead import CheckError, check_reply, request_body
+from replies import CheckError, check_reply, request_body
 
 __all__ = ["ROUTES", "Route", "anthropic_body", "check_anthropic"]
 

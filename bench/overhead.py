@@ -4,8 +4,8 @@ called directly, by the same load generator in the same run.
 This file owns the measurement: it starts ``bench/fast_backend.py`` and
 ``llmbridge serve`` (pointed at it) as subprocesses on free loopback ports, drives
 both with the same client (``bench/http_clients.py``: one shared aiohttp session, or
-httpx when aiohttp is missing), and prints how the gateway compares with the baseline
-measured alongside it. Four scenarios, each run against DIRECT (the backend) and
+httpx when aiohttp is missing), and prints how the gateway compares with the backend
+called directly alongside it. Four scenarios, each run against DIRECT (the backend) and
 GATEWAY in alternating rounds (D G G D D G ...: drift cancels), after a warm-up:
 
 - ``nonstream-c1``: one request at a time, a short reply (``--nonstream-chunks``
@@ -20,13 +20,23 @@ Beside the timings it records the CPU time of the backend, the gateway and the l
 generator per request or chunk (from /proc), and how busy the rest of the machine
 was: another process's load shows there instead of silently skewing the ratios.
 
-Every response is checked (status 200, every piece received once and in order, the
-dialect's end markers) after its timing stops; failures are counted and shown. Run
-sizes are bounded by ``--requests`` and a wall-clock cap (``--max-seconds``); both
-servers are stopped in a ``finally`` (also on Ctrl-C or SIGTERM). Results go to
-stdout as a table, to ``bench/results/overhead-<timestamp>.json``, and progress to
-stderr. Loopback only; nothing is asserted: the verdicts are ratios against the
-baseline of the same run.
+``--baseline-src DIR`` adds a third target: a second ``llmbridge serve``, the same
+command and config, run with ``PYTHONPATH=DIR`` so that it imports the ``src/``
+directory DIR of another checkout (``git worktree add /tmp/before <rev>``, then DIR is
+``/tmp/before/src``; ``bench/baseline.py`` checks that the import really resolves
+there). Rounds then rotate the three targets and reverse each order (D G B, B G D,
+G B D, ...), and the report adds the baseline against direct and this tree against
+the baseline: the difference and ratio of added cost one in flight, the throughput
+ratio at 64, and the gateway CPU per unit of each. Before/after comparisons belong in
+one run: separate runs on a shared VM differ by about 10%.
+
+Every response is checked (``bench/replies.py``: status 200, every piece received
+once and in order, the dialect's end markers) after its timing stops; failures are
+counted and shown. Run sizes are bounded by ``--requests`` and a wall-clock cap
+(``--max-seconds``); all servers are stopped in a ``finally`` (also on Ctrl-C or
+SIGTERM). Results go to stdout as a table, to
+``bench/results/overhead-<timestamp>.json``, and progress to stderr. Loopback only;
+nothing is asserted: the verdicts are ratios against direct in the same run.
 
 Run: ``.venv/bin/python bench/overhead.py [--dialect openai|ollama] [--quick]``;
 ``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile (the
@@ -47,14 +57,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
-from fast_backend import DEFAULT_MODEL, reply_pieces
+from baseline import (
+    Baseline,
+    BaselineError,
+    check_process_env,
+    prepare_baseline,
+    versus_baseline,
+)
+from fast_backend import reply_pieces
 from http_clients import BenchClient, Outcome, make_client
 from processes import (
     CLK_TCK,
@@ -67,6 +82,7 @@ from processes import (
     stop_py_spy,
     wait_ready,
 )
+from replies import CheckError, chat_path, check_reply, request_body
 
 T = TypeVar("T")
 BENCH_DIR = Path(__file__).resolve().parent
@@ -74,100 +90,6 @@ RESULTS_DIR = BENCH_DIR / "results"
 CPUS = os.cpu_count() or 1
 SCENARIO_KEYS = ("nonstream-c1", "stream-c1", "nonstream-c64", "stream-c64")
 _JSON_HEADERS = {"content-type": "application/json"}
-_PROMPT = [{"role": "user", "content": "Say something short."}]
-
-
-def request_body(dialect: str, stream: bool, pieces: int) -> bytes:
-    body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": _PROMPT, "stream": stream}
-    if dialect == "openai":
-        body["max_tokens"] = pieces
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-    else:
-        body["options"] = {"num_predict": pieces}
-    return orjson.dumps(body)
-
-
-def chat_path(dialect: str) -> str:
-    return "/v1/chat/completions" if dialect == "openai" else "/api/chat"
-
-
-class CheckError(Exception):
-    """A response that is not what the backend was scripted to say."""
-
-
-def _openai_sse(raw: bytes) -> list[str]:
-    pieces: list[str] = []
-    finish = None
-    done = False
-    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
-        data = b"\n".join(
-            line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
-        )
-        if not data:
-            continue
-        if done:
-            raise CheckError("an event after data: [DONE]")
-        if data == b"[DONE]":
-            done = True
-            continue
-        chunk = orjson.loads(data)
-        if chunk.get("object") != "chat.completion.chunk" or "error" in chunk:
-            raise CheckError(f"not a completion chunk: {data[:200]!r}")
-        for choice in chunk["choices"]:
-            content = choice.get("delta", {}).get("content")
-            if content:
-                pieces.append(content)
-            finish = choice.get("finish_reason") or finish
-    if not done or finish != "stop":
-        raise CheckError(f"stream ended without finish_reason stop and [DONE] ({finish}, {done})")
-    return pieces
-
-
-def _ollama_ndjson(raw: bytes) -> list[str]:
-    pieces: list[str] = []
-    lines = [line for line in raw.split(b"\n") if line.strip()]
-    for i, line in enumerate(lines):
-        frame = orjson.loads(line)
-        if "error" in frame:
-            raise CheckError(f"in-stream error: {frame['error']!r:.200}")
-        content = frame.get("message", {}).get("content")
-        if content:
-            pieces.append(content)
-        if frame.get("done") is not (i == len(lines) - 1):
-            raise CheckError("'done: true' is not on the last line, and only there")
-    if not lines or lines[-1].find(b'"done_reason":"stop"') < 0:
-        raise CheckError("the last line has no done_reason stop")
-    return pieces
-
-
-def _whole_reply(dialect: str, raw: bytes) -> str:
-    body = orjson.loads(raw)
-    if dialect == "openai":
-        choice = body["choices"][0]
-        if body.get("object") != "chat.completion" or choice.get("finish_reason") != "stop":
-            raise CheckError(f"not a finished chat.completion: {raw[:200]!r}")
-        return str(choice["message"]["content"])
-    if body.get("done") is not True:
-        raise CheckError(f"not a finished Ollama reply: {raw[:200]!r}")
-    return str(body["message"]["content"])
-
-
-def check_reply(dialect: str, stream: bool, raw: bytes, expected: tuple[str, ...]) -> int:
-    """The number of content chunks received; raises ``CheckError`` if anything is off."""
-    try:
-        if not stream:
-            if _whole_reply(dialect, raw) != "".join(expected):
-                raise CheckError("the reply's content differs from the script")
-            return 0
-        pieces = _openai_sse(raw) if dialect == "openai" else _ollama_ndjson(raw)
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise CheckError(f"malformed reply ({type(exc).__name__}: {exc})") from exc
-    if len(pieces) != len(expected):
-        raise CheckError(f"{len(pieces)} content chunks received, {len(expected)} expected")
-    if tuple(pieces) != expected:
-        raise CheckError("the chunks' content differs from the script")
-    return len(pieces)
 
 
 # -- load generation ----------------------------------------------------------------------
@@ -248,17 +170,38 @@ def system_busy_seconds() -> float:
     return (sum(values[:8]) - idle) / CLK_TCK
 
 
-class LoadGenerator:
-    """Sends the same requests to both targets and tallies what comes back."""
+def round_order(targets: tuple[Target, ...], index: int) -> tuple[Target, ...]:
+    """The targets' order in round ``index``. Two: D G, G D, D G, ... (ABBA). Three: each
+    rotation, then its reverse (D G B, B G D, G B D, D B G, B D G, G D B): a steady drift
+    cancels within each pair of rounds, and over six rounds every target follows every
+    other equally often."""
+    shift = (index // 2) % len(targets) if len(targets) > 2 else 0
+    order = targets[shift:] + targets[:shift]
+    return order if index % 2 == 0 else order[::-1]
 
-    def __init__(self, client: BenchClient, dialect: str, backend: Server, gateway: Server) -> None:
+
+class LoadGenerator:
+    """Sends the same requests to every target and tallies what comes back."""
+
+    def __init__(
+        self,
+        client: BenchClient,
+        dialect: str,
+        backend: Server,
+        gateway: Server,
+        baseline: Server | None = None,
+    ) -> None:
         self.client, self.dialect = client, dialect
         self.servers = {"backend": backend, "gateway": gateway}
         path = chat_path(dialect)
-        self.targets = (
+        targets = [
             Target("direct", f"http://127.0.0.1:{backend.port}{path}"),
             Target("gateway", f"http://127.0.0.1:{gateway.port}{path}"),
-        )
+        ]
+        if baseline is not None:
+            self.servers["baseline"] = baseline
+            targets.append(Target("baseline", f"http://127.0.0.1:{baseline.port}{path}"))
+        self.targets = tuple(targets)
 
     def _cpu(self) -> dict[str, float]:
         cpu = {name: server.cpu_seconds() for name, server in self.servers.items()}
@@ -287,7 +230,7 @@ class LoadGenerator:
         tally.wall += wall
         tally.batches += 1
         used = {name: value - cpu_before[name] for name, value in cpu_after.items()}
-        ours = used["backend"] + used["gateway"] + used["client"]
+        ours = sum(used[name] for name in self.servers) + used["client"]
         # Whatever else ran meanwhile (other people's tests...): a noise indicator.
         used["other"] = max(0.0, used.pop("system") - ours)
         for name, value in used.items():
@@ -317,9 +260,7 @@ class LoadGenerator:
         tallies = {t.name: Tally() for t in self.targets}
         per_round = max(1, scenario.requests // scenario.rounds)
         for index in range(scenario.rounds):
-            # ABBA order: a steady drift hits both targets alike.
-            order = self.targets if index % 2 == 0 else self.targets[::-1]
-            for target in order:
+            for target in round_order(self.targets, index):
                 if time.monotonic() > deadline:
                     log(f"{scenario.key}: time budget spent after {index} rounds; stopping early")
                     return tallies
@@ -457,7 +398,7 @@ def render_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def report(results: list[dict[str, Any]]) -> str:
+def report(results: list[dict[str, Any]], baseline: Baseline | None = None) -> str:
     head = ["scenario", "metric", "direct", "gateway", "added / ratio", "target", "result"]
     rows = [head]
     for r in results:
@@ -465,37 +406,64 @@ def report(results: list[dict[str, Any]]) -> str:
         rows.append(
             [r["key"], v["metric"], v["direct"], v["gateway"], v["added"], v["target"], v["result"]]
         )
+    names = ("direct", "gateway") if baseline is None else ("direct", "gateway", "baseline")
+    tag = "/".join(name[0] for name in names)
+    servers = "gateway" if baseline is None else "gateway / baseline"
     cpu_head = [
         "scenario",
         "per",
-        "backend d/g",
-        "gateway",
-        "client d/g",
-        "other load d/g",
-        "failures d/g",
+        f"backend {tag}",
+        servers,
+        f"client {tag}",
+        f"other load {tag}",
+        f"failures {tag}",
     ]
     cpu_rows = [cpu_head]
     for r in results:
-        d, g = r["direct"], r["gateway"]
+        runs = [r[name] for name in names]
         unit = "cpu_us_per_chunk" if r["stream"] else "cpu_us_per_request"
+        served = [r[name][unit][name] for name in names[1:]]
         cpu_rows.append(
             [
                 r["key"],
                 "chunk" if r["stream"] else "request",
-                f"{d[unit]['backend']:.1f} / {g[unit]['backend']:.1f} us",
-                f"{g[unit]['gateway']:.1f} us",
-                f"{d[unit]['client']:.1f} / {g[unit]['client']:.1f} us",
-                f"{d['other_load']:.0%} / {g['other_load']:.0%}",
-                f"{d['failures']} / {g['failures']}",
+                _joined((run[unit]["backend"] for run in runs), ".1f") + " us",
+                _joined(served, ".1f") + " us",
+                _joined((run[unit]["client"] for run in runs), ".1f") + " us",
+                _joined((run["other_load"] for run in runs), ".0%"),
+                _joined((run["failures"] for run in runs), ""),
             ]
         )
-    out = [render_table(rows), "", "CPU time per unit (d = direct run, g = gateway run):", ""]
-    out.append(render_table(cpu_rows))
+    out = [render_table(rows), ""]
+    if baseline is not None:
+        out += [f"Baseline {baseline.label()}, measured in the same rounds:", ""]
+        out += [render_table(baseline_rows(results)), ""]
+    legend = "d = direct run, g = gateway run" + ("" if baseline is None else ", b = baseline run")
+    out += [f"CPU time per unit ({legend}):", "", render_table(cpu_rows)]
     for r in results:
-        for name in ("direct", "gateway"):
+        for name in names:
             for example in r[name]["failure_examples"]:
                 out.append(f"failure {r['key']} {name}: {example}")
     return "\n".join(out)
+
+
+def _joined(values: Iterable[float], spec: str) -> str:
+    return " / ".join(format(value, spec) for value in values)
+
+
+def baseline_rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    """The baseline against direct, beside this tree's figure and the two compared."""
+    head = ["scenario", "baseline", "added / ratio", "result", "this tree", "this vs baseline"]
+    rows = [[*head, "gateway CPU this / baseline"]]
+    for r in results:
+        v, b, versus = r["verdict"], r["baseline_verdict"], r["gateway_vs_baseline"]
+        cpu = f"{versus['gateway_cpu_us']:.1f} / {versus['baseline_cpu_us']:.1f} us"
+        if versus["cpu_ratio"] is not None:
+            cpu += f" (x{versus['cpu_ratio']:.3f})"
+        rows.append(
+            [r["key"], b["gateway"], b["added"], b["result"], v["added"], versus["text"], cpu]
+        )
+    return rows
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -590,19 +558,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="load generator's HTTP client (auto: aiohttp if installed, else httpx)",
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also serve the src/ directory DIR of another checkout (e.g. made by git "
+        "worktree add) with a second gateway, measured in the same rounds, and compare",
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write the JSON file")
     args = parser.parse_args(argv)
     if args.requests is None:
         args.requests = 500 if args.quick else 10000
     if args.max_seconds is None:
-        args.max_seconds = 40.0 if args.quick else 240.0
+        # A third target takes half as long again.
+        args.max_seconds = (40.0 if args.quick else 240.0) * (1.5 if args.baseline_src else 1)
     if args.requests < 1 or args.chunks < 1 or args.nonstream_chunks < 1:
         parser.error("--requests, --chunks and --nonstream-chunks must be positive")
     return args
 
 
 async def measure(
-    args: argparse.Namespace, backend: Server, gateway: Server
+    args: argparse.Namespace,
+    backend: Server,
+    gateway: Server,
+    baseline: Server | None = None,
 ) -> list[dict[str, Any]]:
     client = make_client(args.client)
     sampler: subprocess.Popen[bytes] | None = None
@@ -616,9 +596,11 @@ async def measure(
         probe = "/v1/models" if args.dialect == "openai" else "/api/version"
         await wait_ready(client, backend, probe)
         await wait_ready(client, gateway, "/health")
-        gen = LoadGenerator(client, args.dialect, backend, gateway)
+        if baseline is not None:
+            await wait_ready(client, baseline, "/health")
+        gen = LoadGenerator(client, args.dialect, backend, gateway, baseline)
         plan = [s for s in scenarios(args) if not args.only or s.key in args.only]
-        log("warming up both targets")
+        log("warming up " + ("both targets" if baseline is None else "all three targets"))
         await gen.warm_up(plan, args.quick)
         if args.py_spy is not None:
             sampler = start_py_spy(args.py_spy, gateway.pid)
@@ -633,6 +615,10 @@ async def measure(
             tallies = await gen.run(scenario, time.monotonic() + share)
             d, g = (summarise(tallies[t], scenario) for t in ("direct", "gateway"))
             verdict = judge(scenario, d, g)
+            result: dict[str, Any] = {}
+            if baseline is not None:
+                b = summarise(tallies["baseline"], scenario)
+                result = _baseline_result(scenario, d, g, b, verdict)
             results.append(
                 {
                     "client": client.name,
@@ -646,6 +632,7 @@ async def measure(
                     "direct": d,
                     "gateway": g,
                     "verdict": verdict.__dict__,
+                    **result,
                 }
             )
         return results
@@ -655,8 +642,36 @@ async def measure(
         await client.aclose()
 
 
+def _baseline_result(
+    scenario: Scenario,
+    d: dict[str, Any],
+    g: dict[str, Any],
+    b: dict[str, Any],
+    gateway_verdict: Verdict,
+) -> dict[str, Any]:
+    """A scenario's baseline figures: its summary, its verdict against direct (as the
+    gateway's), and this tree against it."""
+    baseline_verdict = judge(scenario, d, b)
+    one = scenario.concurrency == 1
+    return {
+        "baseline": b,
+        "baseline_verdict": baseline_verdict.__dict__,
+        "gateway_vs_baseline": versus_baseline(
+            scenario.concurrency,
+            g,
+            b,
+            gateway_verdict.value if one else None,
+            baseline_verdict.value if one else None,
+        ),
+    }
+
+
 @contextlib.contextmanager
-def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, Server]]:
+def servers(
+    args: argparse.Namespace, workdir: Path, baseline: Baseline | None = None
+) -> Iterator[tuple[Server, Server, Server | None]]:
+    """The backend, this tree's gateway and, with ``baseline``, the baseline's gateway
+    (the same command and config; ``PYTHONPATH`` makes it import the baseline)."""
     started: list[Server] = []
     try:
         backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
@@ -669,7 +684,13 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, S
             launcher=args.gateway_launcher,
         )
         started.append(gateway)
-        yield backend, gateway
+        other = None
+        if baseline is not None:
+            config = gateway_config(args.dialect, backend.port)
+            other = start_gateway(workdir, config, name="baseline", env=baseline.env)
+            started.append(other)
+            check_process_env(other.pid, baseline.env)
+        yield backend, gateway, other
     finally:
         for server in reversed(started):
             server.stop()
@@ -695,24 +716,30 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
-    with (
-        tempfile.TemporaryDirectory(prefix="llmbridge-bench-") as tmp,
-        servers(args, Path(tmp)) as (backend, gateway),
-    ):
-        log(
-            f"dialect {args.dialect}: backend pid {backend.pid} on :{backend.port}, "
-            f"gateway pid {gateway.pid} on :{gateway.port}"
-        )
-        try:
-            results = _run(
-                asyncio.wait_for(measure(args, backend, gateway), args.max_seconds + 180)
+    try:
+        baseline = prepare_baseline(args.baseline_src) if args.baseline_src else None
+        with (
+            tempfile.TemporaryDirectory(prefix="llmbridge-bench-") as tmp,
+            servers(args, Path(tmp), baseline) as (backend, gateway, other),
+        ):
+            log(
+                f"dialect {args.dialect}: backend pid {backend.pid} on :{backend.port}, "
+                f"gateway pid {gateway.pid} on :{gateway.port}"
             )
-        except RuntimeError as exc:
-            log(str(exc))
-            return 2
-        except TimeoutError:
-            log("hard time cap reached; stopping")
-            return 3
+            if baseline is not None and other is not None:
+                log(
+                    f"baseline pid {other.pid} on :{other.port} imports {baseline.module} "
+                    f"({baseline.label()})"
+                )
+            results = _run(
+                asyncio.wait_for(measure(args, backend, gateway, other), args.max_seconds + 180)
+            )
+    except (RuntimeError, BaselineError) as exc:
+        log(str(exc))
+        return 2
+    except TimeoutError:
+        log("hard time cap reached; stopping")
+        return 3
     document = {
         "benchmark": "overhead",
         "command": command.strip(),
@@ -732,6 +759,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "scenarios": results,
     }
+    if baseline is not None:
+        document["baseline"] = baseline.describe()
     print(
         f"\nllmbridge gateway overhead, dialect {args.dialect}, {os.cpu_count()} CPUs, "
         f"{args.chunks} chunks per stream, {args.nonstream_chunks} per non-streamed reply, "
@@ -739,7 +768,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if document["profiled"]:
         print("NOTE: the gateway was profiled during this run; its timings are inflated.\n")
-    print(report(results))
+    if baseline is not None:
+        print(f"baseline: {baseline.label()}, module {baseline.module}\n")
+    print(report(results, baseline))
     if not args.no_save:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         path = (

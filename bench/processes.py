@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,11 +52,20 @@ class Server:
     log_path: Path
 
     @classmethod
-    def start(cls, name: str, port: int, argv: list[str], log_dir: Path) -> Server:
+    def start(
+        cls,
+        name: str,
+        port: int,
+        argv: list[str],
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> Server:
+        """``env``: variables set on top of this process's environment."""
         log_path = log_dir / f"{name}.log"
         with log_path.open("wb") as out:
             process = subprocess.Popen(
                 argv,
+                env={**os.environ, **env} if env else None,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -147,12 +157,15 @@ def start_gateway(
     name: str = "gateway",
     profile: Path | None = None,
     launcher: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Server:
-    """``llmbridge serve`` on a free loopback port with ``config_text`` as its config."""
+    """``llmbridge serve`` on a free loopback port with ``config_text`` as its config;
+    ``env`` adds to its environment (``PYTHONPATH`` for a baseline checkout)."""
     port = free_port()
     config = workdir / f"{name}.yaml"
     config.write_text(config_text)
-    return Server.start(name, port, gateway_argv(config, port, profile, launcher), workdir)
+    argv = gateway_argv(config, port, profile, launcher)
+    return Server.start(name, port, argv, workdir, env)
 
 
 def gateway_argv(
