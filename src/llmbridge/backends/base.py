@@ -31,7 +31,8 @@ OPENAI_SAMPLING = frozenset(
 class Capabilities:
     """What a backend can do, as the serving layer needs to know it to fit a request
     (serving/prepare.py). Every decision that differs between backends reads one of
-    these, never the backend's ``kind`` (a label for logs and ``/health``)."""
+    these, never the backend's ``kind`` (a label for logs and ``/health``).
+    Embeddings are ``Backend.can_embed``: true exactly when the class implements them."""
 
     tools: bool = True
     """Takes tool definitions at all; ``False`` (OpenCode, a plain LLM) means every

@@ -155,21 +155,20 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await models.start()
-        if config.agent.enabled:
-            await _open_agent(agent, state, agent_tools)
-        if on_ready is not None:
-            on_ready(await models.list_models())
-        try:
-            yield
-        finally:
-            if agent.runtime is not None:
-                try:
-                    await agent.runtime.aclose()
-                except Exception:
-                    log.exception("the agent store failed to close")
-                agent.runtime = None
-            await models.aclose()
+        async with models:  # started here, closed at shutdown (serving/models.py)
+            if config.agent.enabled:
+                await _open_agent(agent, state, agent_tools)
+            if on_ready is not None:
+                on_ready(await models.list_models())
+            try:
+                yield
+            finally:
+                if agent.runtime is not None:
+                    try:
+                        await agent.runtime.aclose()
+                    except Exception:
+                        log.exception("the agent store failed to close")
+                    agent.runtime = None
 
     agent_routes = agent_api.routes if config.agent.enabled else []
     app = Starlette(

@@ -181,11 +181,15 @@ async def serve_chat(
             # One disconnect watcher for the whole non-streamed request.
             response = await run_until_disconnect(request.receive, completed())
     except ClientDisconnected:
-        # Opening closed its stream when cancelled; a non-streamed reply's stream was
-        # closed by _accumulate.
+        # An opening cancelled closes its own stream; an opened one is closed here
+        # (a no-op when _accumulate already did).
+        if reply is not None:
+            await reply.rest.aclose()
         tracker.finish(499)
         return Response(status_code=499)
     except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
+        if reply is not None:
+            await reply.rest.aclose()
         error = to_bridge_error(exc)
         if not isinstance(exc, LLMBridgeError) or tracker.status == 200:
             tracker.error(error)
