@@ -208,15 +208,27 @@ def invalid_request(
     return InvalidRequestError(wording.invalid(where, reasons), param=where or None)
 
 
-def tag_discriminator(field: str, tags: dict[str, str]) -> Discriminator:
+def tag_discriminator(
+    field: str,
+    tags: dict[str, str],
+    *,
+    missing: str | None = None,
+    other: str | None = None,
+) -> Discriminator:
     """A tagged union's discriminator picking the member by ``body[field]`` (``tags``
     maps each value to the member's ``Tag`` name). A missing or unknown value is
     reported by ``invalid_request`` as the field ``<union>.<field>`` with the values
-    it takes, rather than as one error per member."""
+    it takes, rather than as one error per member. ``missing`` names the member for
+    an object without the field (Responses input items default to ``message``);
+    ``other`` the member for any other string value (Responses' hosted tools)."""
 
     def pick(value: Any) -> str | None:
         raw = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
-        return tags.get(raw) if isinstance(raw, str) else None
+        if raw is None and missing is not None and isinstance(value, dict):
+            return missing
+        if isinstance(raw, str):
+            return tags.get(raw, other)
+        return None
 
     return Discriminator(
         pick,

@@ -1,0 +1,396 @@
+"""Wire types of the body clients send to ``POST /v1/responses`` (OpenAI's Responses API).
+
+Field names are exactly the API's (platform.openai.com/docs/api-reference/responses/create),
+each with a one-line docstring; the shapes were checked against the requests Codex CLI
+0.169.0 and the OpenAI Agents SDK 0.24.0 send (shared/reference/captured/) and against
+the openai SDK's ``types/responses``. Every model allows extra fields, so a newer client's
+additions are tolerated rather than refused; validation is strict about types, as the
+API is. Only the inbound body is modelled: replies are plain dicts built by the codecs.
+
+Tagged unions use ``validation.tag_discriminator``: an input item without ``type`` is a
+``message`` (the Agents SDK sends ``{"role", "content"}``), and a tool of any type other
+than ``function``, ``custom`` or ``namespace`` is a hosted tool (``web_search``,
+``image_generation``...), which llmbridge leaves out of what the backend sees.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Tag
+
+from llmbridge.dialects.validation import tag_discriminator
+
+__all__ = [
+    "CustomTool",
+    "CustomToolCallItem",
+    "CustomToolCallOutputItem",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "FunctionTool",
+    "HostedTool",
+    "InputContentPart",
+    "InputImagePart",
+    "InputItem",
+    "InputMessageItem",
+    "InputTextPart",
+    "NamespaceTool",
+    "OutputTextPart",
+    "ReasoningConfig",
+    "ReasoningEffort",
+    "ReasoningItem",
+    "RefusalPart",
+    "ResponsesRequestBody",
+    "SummaryText",
+    "TextConfig",
+    "TextFormat",
+    "Tool",
+    "ToolChoiceObject",
+]
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class _ResponsesModel(BaseModel):
+    # Strict like dialects/openai/types.py: no "1" for a number, no 0 for a boolean.
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+# -- content parts ------------------------------------------------------------------
+
+
+class InputTextPart(_ResponsesModel):
+    type: Literal["input_text"]
+    "Always ``input_text``."
+    text: str
+    "The text."
+
+
+class OutputTextPart(_ResponsesModel):
+    type: Literal["output_text"]
+    "Always ``output_text`` (an earlier assistant reply sent back)."
+    text: str
+    "The text."
+    annotations: list[Any] | None = None
+    "Citations of the reply (ignored)."
+
+
+class RefusalPart(_ResponsesModel):
+    type: Literal["refusal"]
+    "Always ``refusal``."
+    refusal: str
+    "The model's refusal, sent back as assistant text."
+
+
+class InputImagePart(_ResponsesModel):
+    type: Literal["input_image"]
+    "Always ``input_image``."
+    image_url: str | None = None
+    "An ``http(s)`` URL or a ``data:<media type>;base64,<data>`` URL."
+    file_id: str | None = None
+    "An uploaded file's id (llmbridge stores no files: refused)."
+    detail: str | None = None
+    "Requested detail: ``auto``, ``low`` or ``high`` (ignored)."
+
+
+InputContentPart = Annotated[
+    Annotated[InputTextPart, Tag("InputTextPart")]
+    | Annotated[OutputTextPart, Tag("OutputTextPart")]
+    | Annotated[RefusalPart, Tag("RefusalPart")]
+    | Annotated[InputImagePart, Tag("InputImagePart")],
+    tag_discriminator(
+        "type",
+        {
+            "input_text": "InputTextPart",
+            "output_text": "OutputTextPart",
+            "refusal": "RefusalPart",
+            "input_image": "InputImagePart",
+        },
+    ),
+]
+
+# -- input items --------------------------------------------------------------------
+
+
+class InputMessageItem(_ResponsesModel):
+    type: Literal["message"] = "message"
+    "Always ``message`` (may be left out)."
+    role: Literal["user", "developer", "system", "assistant"]
+    "Who speaks; ``developer`` and ``system`` are instructions."
+    content: str | list[InputContentPart]
+    "Text, or a list of text and image parts."
+    id: str | None = None
+    "The item's id, when the client kept it (ignored)."
+    status: str | None = None
+    "The item's status, when sent back (ignored)."
+
+
+class FunctionCallItem(_ResponsesModel):
+    type: Literal["function_call"]
+    "Always ``function_call``: a call the model made earlier."
+    call_id: str
+    "The call's id, echoed by the ``function_call_output`` that answers it."
+    name: str
+    "The function's name."
+    arguments: str
+    "The arguments, a JSON string."
+    namespace: str | None = None
+    "The ``namespace`` tool the function belongs to."
+    id: str | None = None
+    "The item's id (ignored)."
+    status: str | None = None
+    "The item's status (ignored)."
+
+
+class FunctionCallOutputItem(_ResponsesModel):
+    type: Literal["function_call_output"]
+    "Always ``function_call_output``: a function's result."
+    call_id: str
+    "The id of the call this answers."
+    output: str | list[InputContentPart]
+    "The result: text, or a list of content parts (their text is kept)."
+    id: str | None = None
+    "The item's id (ignored)."
+    status: str | None = None
+    "The item's status (ignored)."
+
+
+class CustomToolCallItem(_ResponsesModel):
+    type: Literal["custom_tool_call"]
+    "Always ``custom_tool_call``: a call of a ``custom`` tool made earlier."
+    call_id: str
+    "The call's id, echoed by the ``custom_tool_call_output`` that answers it."
+    name: str
+    "The custom tool's name."
+    input: str
+    "The freeform input the model wrote (a patch, say)."
+    namespace: str | None = None
+    "The ``namespace`` tool the custom tool belongs to."
+    id: str | None = None
+    "The item's id (ignored)."
+    status: str | None = None
+    "The item's status (ignored)."
+
+
+class CustomToolCallOutputItem(_ResponsesModel):
+    type: Literal["custom_tool_call_output"]
+    "Always ``custom_tool_call_output``: a custom tool's result."
+    call_id: str
+    "The id of the call this answers."
+    output: str | list[InputContentPart]
+    "The result: text, or a list of content parts (their text is kept)."
+    id: str | None = None
+    "The item's id (ignored)."
+
+
+class SummaryText(_ResponsesModel):
+    type: Literal["summary_text"] = "summary_text"
+    "Always ``summary_text``."
+    text: str
+    "A summary of the model's reasoning."
+
+
+class ReasoningText(_ResponsesModel):
+    type: str = "reasoning_text"
+    "``reasoning_text`` (or ``text``)."
+    text: str
+    "The reasoning itself."
+
+
+class ReasoningItem(_ResponsesModel):
+    type: Literal["reasoning"]
+    "Always ``reasoning``: the model's reasoning in an earlier turn."
+    summary: list[SummaryText] = Field(default_factory=list)
+    "Summaries of the reasoning, as the server gave them."
+    content: list[ReasoningText] | None = None
+    "The reasoning text itself, where a server gives it."
+    encrypted_content: str | None = None
+    "Opaque reasoning state; kept only when llmbridge issued it (request.py)."
+    id: str | None = None
+    "The item's id (ignored)."
+    status: str | None = None
+    "The item's status (ignored)."
+
+
+InputItem = Annotated[
+    Annotated[InputMessageItem, Tag("InputMessageItem")]
+    | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
+    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")]
+    | Annotated[CustomToolCallItem, Tag("CustomToolCallItem")]
+    | Annotated[CustomToolCallOutputItem, Tag("CustomToolCallOutputItem")]
+    | Annotated[ReasoningItem, Tag("ReasoningItem")],
+    tag_discriminator(
+        "type",
+        {
+            "message": "InputMessageItem",
+            "function_call": "FunctionCallItem",
+            "function_call_output": "FunctionCallOutputItem",
+            "custom_tool_call": "CustomToolCallItem",
+            "custom_tool_call_output": "CustomToolCallOutputItem",
+            "reasoning": "ReasoningItem",
+        },
+        missing="InputMessageItem",
+    ),
+]
+
+# -- tools --------------------------------------------------------------------------
+
+
+class FunctionTool(_ResponsesModel):
+    type: Literal["function"]
+    "Always ``function``."
+    name: str
+    "The function's name."
+    description: str | None = None
+    "What the function does, for the model."
+    parameters: dict[str, Any] | None = None
+    "A JSON Schema object for the arguments."
+    strict: bool | None = None
+    "Whether the model must follow the schema exactly."
+
+
+class CustomTool(_ResponsesModel):
+    type: Literal["custom"]
+    "Always ``custom``: a tool whose input is free text (Codex's ``apply_patch``)."
+    name: str
+    "The tool's name."
+    description: str | None = None
+    "What the tool does, for the model."
+    format: dict[str, Any] | None = None
+    "``{type: text}`` or ``{type: grammar, syntax, definition}``: what the input looks like."
+
+
+NamespacedTool = Annotated[
+    Annotated[FunctionTool, Tag("FunctionTool")] | Annotated[CustomTool, Tag("CustomTool")],
+    tag_discriminator("type", {"function": "FunctionTool", "custom": "CustomTool"}),
+]
+
+
+class NamespaceTool(_ResponsesModel):
+    type: Literal["namespace"]
+    "Always ``namespace``: function and custom tools grouped under one name."
+    name: str
+    "The namespace's name, joined to each tool's name for the backend (``ns__tool``)."
+    description: str | None = None
+    "What the namespace is for (added to each tool's description)."
+    tools: list[NamespacedTool]
+    "The tools inside the namespace."
+
+
+class HostedTool(_ResponsesModel):
+    type: str
+    "A tool OpenAI runs itself (``web_search``, ``image_generation``, ``file_search``...)."
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("FunctionTool")]
+    | Annotated[CustomTool, Tag("CustomTool")]
+    | Annotated[NamespaceTool, Tag("NamespaceTool")]
+    | Annotated[HostedTool, Tag("HostedTool")],
+    tag_discriminator(
+        "type",
+        {"function": "FunctionTool", "custom": "CustomTool", "namespace": "NamespaceTool"},
+        other="HostedTool",
+    ),
+]
+
+
+class ToolChoiceObject(_ResponsesModel):
+    type: str
+    "``function``, ``custom``, ``allowed_tools``, or a hosted tool's type."
+    name: str | None = None
+    "The function or custom tool the model must call."
+    mode: str | None = None
+    "For ``allowed_tools``: ``auto`` or ``required``."
+
+
+# -- options ------------------------------------------------------------------------
+
+
+class ReasoningConfig(_ResponsesModel):
+    effort: ReasoningEffort | None = None
+    "How much the model should reason; ``none`` turns reasoning off."
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    "Whether to summarise the reasoning (llmbridge streams the reasoning it gets)."
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    "The older name of ``summary``."
+
+
+class TextFormat(_ResponsesModel):
+    type: Literal["text", "json_object", "json_schema"]
+    "``text``, ``json_object`` (any JSON object) or ``json_schema``."
+    name: str | None = None
+    "The schema's name (``json_schema``)."
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    "The JSON Schema the output must match (``schema`` on the wire)."
+    description: str | None = None
+    "What the format is for."
+    strict: bool | None = None
+    "Whether the output must follow the schema exactly."
+
+
+class TextConfig(_ResponsesModel):
+    format: TextFormat | None = None
+    "The output's format."
+    verbosity: str | None = None
+    "``low``, ``medium`` or ``high`` (ignored)."
+
+
+# -- the body -----------------------------------------------------------------------
+
+
+class ResponsesRequestBody(_ResponsesModel):
+    """``POST /v1/responses``."""
+
+    model: str
+    "The model to use."
+    input: str | list[InputItem]
+    "A user message as a string, or the whole conversation as items."
+    instructions: str | None = None
+    "A system (developer) message placed before the input."
+    tools: list[Tool] | None = None
+    "Tools the model may call."
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceObject | None = None
+    "Whether and which tool the model must call."
+    parallel_tool_calls: bool | None = None
+    "Whether the model may call several tools in one turn."
+    max_output_tokens: int | None = None
+    "Maximum tokens to generate, reasoning included."
+    temperature: float | None = None
+    "Sampling temperature, 0 to 2."
+    top_p: float | None = None
+    "Nucleus sampling probability mass."
+    reasoning: ReasoningConfig | None = None
+    "Reasoning effort and summary."
+    text: TextConfig | None = None
+    "The output's format (``text.format``)."
+    stream: bool | None = None
+    "Stream the reply as server-sent events."
+    store: bool | None = None
+    "Whether to keep the response for ``previous_response_id`` (llmbridge keeps none)."
+    include: list[str] | None = None
+    "Extra output: ``reasoning.encrypted_content`` is honoured, the rest ignored."
+    previous_response_id: str | None = None
+    "Continue a stored response (refused: llmbridge is stateless)."
+    conversation: str | dict[str, Any] | None = None
+    "Continue a stored conversation (refused: llmbridge is stateless)."
+    background: bool | None = None
+    "Run in the background and poll (refused when true)."
+    prompt_cache_key: str | None = None
+    "A cache routing hint (ignored)."
+    metadata: dict[str, str] | None = None
+    "Key-value pairs echoed in the response."
+    client_metadata: dict[str, Any] | None = None
+    "Codex's per-turn metadata (ignored)."
+    user: str | None = None
+    "An end-user identifier (echoed)."
+    safety_identifier: str | None = None
+    "An end-user identifier (ignored)."
+    service_tier: str | None = None
+    "Processing tier (ignored)."
+    truncation: str | None = None
+    "``auto`` or ``disabled`` (ignored: an over-long input is a 400)."
+    top_logprobs: int | None = None
+    "Log probabilities per token (ignored)."
+    max_tool_calls: int | None = None
+    "A cap on hosted tool calls (ignored: llmbridge runs none)."
