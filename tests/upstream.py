@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -41,10 +42,17 @@ class FakeUpstream:
         """What the health probe (``/api/version``) answers."""
         self.probes = 0
         """(host, port) of the connection each request came on."""
+        self.paths: list[str] = []
+        """The path of each request that took a canned reply, in order."""
+        self.show: dict[str, object] | None = None
+        """What ``/api/show`` answers (404 when ``None``: the model's details unknown)."""
         self.app = Starlette(
             routes=[
                 Route("/api/chat", self._reply, methods=["POST"]),
                 Route("/v1/chat/completions", self._reply, methods=["POST"]),
+                Route("/api/generate", self._reply, methods=["POST"]),
+                Route("/v1/completions", self._reply, methods=["POST"]),
+                Route("/api/show", self._show, methods=["POST"]),
                 Route("/api/version", self._version, methods=["GET"]),
                 Route("/api/tags", self._tags, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
@@ -53,6 +61,7 @@ class FakeUpstream:
 
     async def _reply(self, request: Request) -> Response:
         self.bodies.append(await request.body())
+        self.paths.append(request.url.path)
         if request.client is not None:
             self.peers.append((request.client.host, request.client.port))
         canned = self.queue.popleft() if self.queue else Canned(status=500, chunks=[b"{}"])
@@ -74,6 +83,11 @@ class FakeUpstream:
         if not self.healthy:
             return Response(b'{"error":"down"}', status_code=503, media_type="application/json")
         return Response(b'{"version":"0.12.0"}', media_type="application/json")
+
+    async def _show(self, request: Request) -> Response:
+        if self.show is None:
+            return Response(b'{"error":"model not found"}', status_code=404)
+        return Response(orjson.dumps(self.show), media_type="application/json")
 
     async def _tags(self, request: Request) -> Response:
         return Response(b'{"models":[]}', media_type="application/json")

@@ -348,6 +348,7 @@ OTHER_ROUTES: list[tuple[str, str, Callable[[str], dict[str, Any]]]] = [
     ("ollama", "/api/embed", lambda m: {"model": m, "input": "hi"}),
     ("ollama", "/api/show", lambda m: {"model": m}),
     ("openai", "/v1/embeddings", lambda m: {"model": m, "input": "hi"}),
+    ("openai", "/v1/completions", lambda m: {"model": m, "prompt": "hi"}),
     (
         "anthropic",
         "/v1/messages/count_tokens",

@@ -34,9 +34,13 @@ Code asks for ``max_tokens: 64000`` on every request, so an uncapped reply held 
 one model for nearly five minutes about once in twenty. It is also clamped to the
 context left after the prompt. A prompt that does not fit raises ``ContextLengthError``
 before the first event. ``num_ctx`` is ignored: the context is allocated once, at load.
-Tools and thinking are not supported natively by this model and are ignored for now
-(tool-call emulation is a separate feature); earlier tool calls and results are
-rendered as text (see ``embedded_prompt``). Embeddings use mean pooling, vectors
+Completions (``ChatRequest.completion``: legacy completions, Ollama's ``raw``) take
+the prompt without the chat template; a ``suffix`` is filled in the middle when the
+GGUF has FIM tokens (its model info then says ``insert``; SmolLM2-135M has none, so
+there a suffix is refused by the serving layer). Tools and thinking are not
+supported natively by this model and are ignored for now (tool-call emulation is a
+separate feature); earlier tool calls and results are rendered as text (see
+``embedded_prompt``). Embeddings use mean pooling, vectors
 L2-normalised.
 """
 
@@ -138,6 +142,7 @@ class EmbeddedBackend(Backend):
     capabilities = Capabilities(
         model_capabilities=True,
         sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty"},
+        fim=True,  # when the GGUF has FIM tokens: its model info then says "insert"
         tokenizer=True,
     )
 
@@ -263,11 +268,13 @@ class EmbeddedBackend(Backend):
         max_tokens = request.params.max_tokens
         cap = self.max_output_tokens
         options["max_tokens"] = cap if max_tokens is None else min(max_tokens, cap)
-        command: dict[str, Any] = {
-            "op": "chat",
-            "messages": to_llama_messages(request.messages),
-            "options": options,
-        }
+        command: dict[str, Any] = {"op": "chat", "options": options}
+        completion = request.completion
+        if completion is not None and (completion.raw or completion.suffix is not None):
+            # The prompt as it stands, or a fill-in-the-middle prompt (embedded_worker).
+            command["completion"] = {"prompt": completion.prompt, "suffix": completion.suffix}
+        else:
+            command["messages"] = to_llama_messages(request.messages)
         fmt = request.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.schema is not None:
             # Sent as a checked grammar, never as a schema for llama-cpp-python to
@@ -360,7 +367,9 @@ class EmbeddedBackend(Backend):
             name=self.public_name,
             backend=self.name,
             backend_model=self.public_name,
-            capabilities=frozenset({"completion", "embedding"}),
+            capabilities=frozenset(
+                {"completion", "embedding", "insert"} if info.fim else {"completion", "embedding"}
+            ),
             context_length=self.n_ctx,
             family=metadata.get("general.architecture", "llama"),
             parameter_size=metadata.get("general.size_label"),

@@ -76,6 +76,8 @@ class WorkerInfo:
     n_embd: int
     metadata: dict[str, str]
     load_ns: int
+    fim: bool = False
+    """The model's vocabulary has fill-in-the-middle tokens."""
 
 
 class Call:
@@ -258,6 +260,7 @@ class WorkerProcess:
             n_embd=int(message["n_embd"]),
             metadata=dict(message["metadata"]),
             load_ns=int(message["load_ns"]),
+            fim=message.get("fim") is True,
         )
         log.info("embedded model loaded in worker pid %d in %.2f s", info.pid, info.load_ns / 1e9)
         if not self.ready.done():

@@ -20,6 +20,11 @@ KV cache; the gateway sends one at a time anyway), embeddings to another (a seco
 never waits for a generation. ``cancel`` sets the request's flag, which a generation
 checks at every token and an embedding batch between groups of inputs.
 
+A ``chat`` command with ``completion`` (``prompt``, ``suffix``) completes text rather
+than a conversation: the prompt without the chat template, or, with a suffix, the
+GGUF's fill-in-the-middle tokens around prefix and suffix (``completion_tokens``);
+``ready`` says whether the vocabulary has them (``fim``).
+
 Replies per request id: ``started`` (prompt size, at the first token), text frames
 (one per token: written at once, since a client is waiting for it), then one terminal
 message: ``done`` (``cancelled`` true when stopped early), ``failed`` (an error as
@@ -53,7 +58,7 @@ from llmbridge.core.errors import (
     LLMBridgeError,
 )
 
-__all__ = ["EMBED_CONTEXT", "context_error", "main"]
+__all__ = ["EMBED_CONTEXT", "completion_tokens", "context_error", "main"]
 
 EMBED_CONTEXT = 2048
 """Tokens per input the embedding instance reads (longer inputs are truncated)."""
@@ -75,6 +80,48 @@ class _ChatModel:
     llama: Any
     formatter: Any | None
     """The GGUF's chat template (``Jinja2ChatFormatter``), to count prompt tokens."""
+    fim: tuple[int, int, int] | None = None
+    """The vocabulary's fill-in-the-middle tokens (prefix, suffix, middle), if it has
+    them all (SmolLM2-135M has none; code models such as Qwen2.5-Coder do)."""
+
+
+def _fim_tokens(llama: Any) -> tuple[int, int, int] | None:
+    """The GGUF's FIM token ids as llama.cpp reads them (``tokenizer.ggml.fim_*_token_id``
+    or the tokens it recognises by text), or None when one is missing."""
+    llama_cpp = importlib.import_module("llama_cpp")
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        ids = (
+            int(llama_cpp.llama_vocab_fim_pre(vocab)),
+            int(llama_cpp.llama_vocab_fim_suf(vocab)),
+            int(llama_cpp.llama_vocab_fim_mid(vocab)),
+        )
+    except AttributeError:  # a llama-cpp-python without the FIM accessors
+        return None
+    return ids if min(ids) >= 0 else None
+
+
+def completion_tokens(
+    llama: Any, fim: tuple[int, int, int] | None, command: dict[str, Any]
+) -> list[int]:
+    """The prompt of a completion command as tokens: the text as it stands (special
+    tokens parsed, as llama.cpp's server does), or for a ``suffix`` llama.cpp's own
+    infill order, ``<PRE> prefix <SUF> suffix <MID>`` (its ``format_infill``)."""
+    prompt = str(command["prompt"])
+    suffix = command.get("suffix")
+    if suffix is None:
+        return list(llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+    if fim is None:
+        raise InvalidRequestError(
+            "'suffix' (fill-in-the-middle) is not supported: the embedded model's GGUF "
+            "has no fill-in-the-middle tokens",
+            param="suffix",
+        )
+    pre, suf, mid = fim
+    bos = list(llama.tokenize(b"", add_bos=True, special=False))  # [BOS] if the model adds one
+    prefix_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=False)
+    suffix_tokens = llama.tokenize(str(suffix).encode("utf-8"), add_bos=False, special=False)
+    return [*bos, pre, *prefix_tokens, suf, *suffix_tokens, mid]
 
 
 class _Worker:
@@ -131,7 +178,7 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001 - counting falls back to llama.cpp's check
             print(f"embedded worker: cannot render the chat template: {exc}", file=sys.stderr)
             formatter = None
-        self._chat = _ChatModel(llama, formatter)
+        self._chat = _ChatModel(llama, formatter, _fim_tokens(llama))
         self._loaded.set()
         metadata = {str(k): str(v) for k, v in llama.metadata.items()}
         self.send(
@@ -143,6 +190,7 @@ class _Worker:
                     "n_ctx": int(llama.n_ctx()),
                     "n_embd": int(llama.n_embd()),
                     "metadata": metadata,
+                    "fim": self._chat.fim is not None,
                     "load_ns": time.perf_counter_ns() - started,
                 }
             )
@@ -223,8 +271,14 @@ class _Worker:
             self.reply(request_id, "done", cancelled=True, output_tokens=0)
             return
         llama = model.llama
-        messages = command["messages"]
+        completion = command.get("completion")
         options = dict(command["options"])
+        if completion is not None and "response_format" in options:
+            # create_completion has no response_format: JSON as llama.cpp's grammar.
+            options.pop("response_format")
+            command.setdefault(
+                "grammar", importlib.import_module("llama_cpp.llama_grammar").JSON_GBNF
+            )
         if (grammar := command.get("grammar")) is not None:
             # Checked by llama.cpp's own parser, NULL checked (embedded_schema.py).
             if (problem := grammar_error(llama, grammar)) is not None:
@@ -233,7 +287,12 @@ class _Worker:
             grammars = importlib.import_module("llama_cpp.llama_grammar")
             options["grammar"] = grammars.LlamaGrammar.from_string(grammar, verbose=False)
         n_ctx = int(llama.n_ctx())
-        prompt_tokens = count_prompt_tokens(llama, model.formatter, messages)
+        if completion is None:
+            messages = command["messages"]
+            prompt_tokens = count_prompt_tokens(llama, model.formatter, messages)
+        else:
+            tokens = completion_tokens(llama, model.fim, completion)
+            prompt_tokens = len(tokens)
         if prompt_tokens is not None:
             if prompt_tokens >= n_ctx:
                 raise context_error(prompt_tokens, n_ctx)
@@ -241,7 +300,10 @@ class _Worker:
         begun = time.perf_counter_ns()
         first_token: int | None = None
         finish_reason: str | None = None
-        stream = llama.create_chat_completion(messages=messages, stream=True, **options)
+        if completion is None:
+            stream = llama.create_chat_completion(messages=messages, stream=True, **options)
+        else:
+            stream = llama.create_completion(prompt=tokens, stream=True, **options)
         try:
             for chunk in stream:
                 if cancel.is_set():
@@ -252,7 +314,8 @@ class _Worker:
                     first_token = time.perf_counter_ns()
                     self.reply(request_id, "started", prompt_tokens=prompt_tokens)
                 choice = chunk["choices"][0]
-                if text := choice["delta"].get("content"):
+                text = choice["delta"].get("content") if completion is None else choice["text"]
+                if text:
                     self.send(pack_text(request_id, text))
                 finish_reason = choice.get("finish_reason") or finish_reason
         finally:

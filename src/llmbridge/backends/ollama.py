@@ -1,4 +1,5 @@
-"""A real Ollama server as a backend, over its native API (``/api/chat``).
+"""A real Ollama server as a backend, over its native API (``/api/chat``, and
+``/api/generate`` for completions and fill-in-the-middle).
 
 Model list and capabilities come from ``/api/tags`` and ``/api/show``, so what the
 gateway reports (tools, thinking, vision, context length) is what Ollama reports.
@@ -30,6 +31,7 @@ class OllamaBackend(Backend):
         model_capabilities=True,
         thinking_effort=False,
         sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty", "num_ctx"},
+        fim=True,  # /api/generate's suffix, for models whose /api/show says "insert"
     )
 
     def __init__(
@@ -53,8 +55,14 @@ class OllamaBackend(Backend):
         # Always stream from the backend: a non-streaming reply is the gateway's
         # accumulation of the same events, so both paths behave identically.
         # Encoded off the event loop when the request is large (backends/http.py).
-        body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
-        async with self._http.stream("/api/chat", body) as chunks:
+        # A completion (legacy completions, /api/generate) goes to /api/generate:
+        # the prompt as it stands, a suffix filled through the model's template.
+        if request.completion is not None:
+            path, encode = "/api/generate", dialect.encode_generate_request
+        else:
+            path, encode = "/api/chat", dialect.encode_chat_request
+        body = await self._http.encode(replace(request, stream=True), encode)
+        async with self._http.stream(path, body) as chunks:
             async for event in dialect.decode_chat_stream(dialect.split_ndjson_lines(chunks)):
                 yield event
 

@@ -1,6 +1,7 @@
 """Any OpenAI-compatible ``/v1`` server as a backend (OpenAI, vLLM, llama.cpp, Ollama's /v1).
 
-Adding another such server is configuration (a base URL and a key), not code.
+Adding another such server is configuration (a base URL and a key), not code. Chats go
+to ``chat/completions``; completions and fill-in-the-middle to ``completions``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class OpenAICompatBackend(Backend):
     """Speaks OpenAI chat completions to ``base_url``."""
 
     kind = "openai"
-    capabilities = Capabilities(tool_choice=True)
+    capabilities = Capabilities(tool_choice=True, fim=True)  # /v1/completions' suffix
 
     def __init__(
         self,
@@ -57,8 +58,16 @@ class OpenAICompatBackend(Backend):
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
-        body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
-        async with self._http.stream("chat/completions", body) as chunks:
+        # A raw completion or a fill-in-the-middle goes to /v1/completions, which takes
+        # the prompt as it stands (vLLM, llama.cpp, OpenAI); a templated one (Ollama's
+        # /api/generate without raw) is a chat like any other.
+        completion = request.completion
+        if completion is not None and (completion.raw or completion.suffix is not None):
+            path, encode = "completions", dialect.encode_completion_request
+        else:
+            path, encode = "chat/completions", dialect.encode_chat_request
+        body = await self._http.encode(replace(request, stream=True), encode)
+        async with self._http.stream(path, body) as chunks:
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event
 

@@ -62,6 +62,7 @@ class ScriptedBackend(Backend):
     capabilities = Capabilities(
         model_capabilities=True,
         sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty", "num_ctx"},
+        fim=True,  # for the models constructed with the "insert" capability
     )
 
     def __init__(

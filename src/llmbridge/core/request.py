@@ -13,6 +13,7 @@ from llmbridge.core.messages import Message, ToolChoice, ToolDefinition
 
 __all__ = [
     "ChatRequest",
+    "Completion",
     "EmbedRequest",
     "GenerationParams",
     "ResponseFormat",
@@ -76,6 +77,26 @@ class ResponseFormat:
 
 
 @dataclass(frozen=True, slots=True)
+class Completion:
+    """Complete a text rather than answer a conversation (OpenAI ``/v1/completions``,
+    Ollama ``/api/generate``). The request's messages still hold ``prompt`` as its
+    user message, so a backend that only chats serves it as one; a backend that
+    completes text (``Capabilities.fim`` for ``suffix``) reads this instead."""
+
+    prompt: str
+    suffix: str | None = None
+    """Text after the gap (fill-in-the-middle): the model writes what goes between
+    ``prompt`` and this. ``None`` (an empty suffix too): a plain completion."""
+    raw: bool = True
+    """The prompt is the model's whole input, without its chat template (OpenAI's
+    ``/v1/completions``, Ollama's ``raw: true``). ``False``: the backend may template
+    it as a user message (Ollama's ``/api/generate`` default)."""
+    echo: bool = False
+    """The caller wants the prompt repeated before the completion (OpenAI ``echo``);
+    the front adds it, backends never see it."""
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A chat request in neutral form.
 
@@ -96,6 +117,8 @@ class ChatRequest:
     keep_alive: str | int | None = None
     provider_details: dict[str, Any] | None = None
     """Dialect fields the core does not model, keyed by dialect name."""
+    completion: Completion | None = None
+    """Set when the caller asked to complete a text (``Completion``), not to chat."""
 
 
 @dataclass(frozen=True, slots=True)

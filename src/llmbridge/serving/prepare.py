@@ -4,9 +4,11 @@
 it: the backend's model name; thinking per the policy (features/thinking.py);
 ``max_tokens`` clamped to the model's limit; sampling parameters fitted to what the
 backend takes (serving/params.py); tool choice in a form the backend honours
-(features/tool_choice.py); and, for a model without native tools, the decision to
-emulate them (features/tool_emulation.py). What changed comes back as ``Changes``,
-data the gateway turns into response headers and the agent may log.
+(features/tool_choice.py); for a model without native tools, the decision to
+emulate them (features/tool_emulation.py); and a fill-in-the-middle ``suffix``
+refused (400 naming ``suffix``) where the backend or model cannot fill a gap. What
+changed comes back as ``Changes``, data the gateway turns into response headers and
+the agent may log.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmbridge.backends.base import Backend
+from llmbridge.core.errors import UnsupportedFeatureError
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.thinking import apply_thinking_policy, can_think
@@ -68,6 +71,26 @@ def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute
     return True
 
 
+def _check_fill_in_middle(backend: Backend, info: ModelInfo | None) -> None:
+    """A ``suffix`` needs a backend that fills a gap natively (``Capabilities.fim``)
+    and, where the backend reports the model's own capabilities, a model that says
+    ``insert`` (Ollama's name for it; the embedded model's GGUF has FIM tokens).
+    Serving it as a plain completion would write text that ignores the suffix."""
+    capabilities = backend.capabilities
+    if not capabilities.fim:
+        raise UnsupportedFeatureError(
+            f"'suffix' (fill-in-the-middle) is not supported by backend '{backend.name}' "
+            f"({backend.kind}); send the request without a suffix",
+            param="suffix",
+        )
+    if capabilities.model_capabilities and info is not None and "insert" not in info.capabilities:
+        raise UnsupportedFeatureError(
+            f"'suffix' (fill-in-the-middle) is not supported by model '{info.backend_model}' "
+            f"on backend '{backend.name}': it has no fill-in-the-middle tokens or template",
+            param="suffix",
+        )
+
+
 async def prepare(
     chat: ChatRequest, target: Resolved, router: ModelRouter, thinking_policy: str
 ) -> Prepared:
@@ -76,9 +99,12 @@ async def prepare(
     capabilities = backend.capabilities
     chat = replace(chat, model=target.backend_model)
     wants_thinking = chat.thinking is not None and chat.thinking.enabled
+    fills_gap = chat.completion is not None and chat.completion.suffix is not None
     info = None
-    if wants_thinking or chat.params.max_tokens is not None or chat.tools:
+    if wants_thinking or chat.params.max_tokens is not None or chat.tools or fills_gap:
         info = await router.model_info(target)
+    if fills_gap:
+        _check_fill_in_middle(backend, info)
     dropped = False
     if wants_thinking:
         capable = can_think(chat.model, info, route.thinking if route else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from llmbridge.core.messages import (
 )
 from llmbridge.core.request import (
     ChatRequest,
+    Completion,
     EmbedRequest,
     GenerationParams,
     ResponseFormat,
@@ -29,6 +31,7 @@ from llmbridge.dialects.ollama import (
     decode_generate_request,
     encode_chat_request,
     encode_embed_request,
+    encode_generate_request,
 )
 
 PNG = (
@@ -345,15 +348,57 @@ def test_generate_prompt_system_and_images() -> None:
     assert req.params.max_tokens == 5
     assert req.thinking == ThinkingConfig(effort="low")
     assert req.response_format == ResponseFormat(type="json")
-    assert req.provider_details == {
-        "ollama": {"suffix": "END", "template": "{{ .Prompt }}", "context": [1, 2, 3], "raw": True}
-    }
+    assert req.completion == Completion(prompt="describe", suffix="END", raw=True)
+    assert req.provider_details == {"ollama": {"template": "{{ .Prompt }}", "context": [1, 2, 3]}}
 
 
 def test_generate_empty_prompt_loads_the_model() -> None:
     req = decode_generate_request({"model": "llama3.2", "prompt": ""})
     assert req.messages == ()
+    assert req.completion is None
     assert req.stream is True
+
+
+def test_generate_is_a_templated_completion_unless_raw() -> None:
+    req = decode_generate_request({"model": "m", "prompt": "hi", "suffix": ""})
+    assert req.completion == Completion(prompt="hi", raw=False)  # an empty suffix: none
+
+
+def test_generate_empty_prompt_with_suffix_fills_the_gap() -> None:
+    req = decode_generate_request({"model": "m", "prompt": "", "suffix": "}"})
+    assert req.completion == Completion(prompt="", suffix="}", raw=False)
+    assert [m.text for m in req.messages] == [""]  # generated, not a model load
+
+
+def test_encode_generate_request() -> None:
+    req = ChatRequest(
+        model="qwen2.5-coder",
+        messages=(
+            Message(role="system", parts=(TextPart("code only"),)),
+            Message(role="user", parts=(TextPart("def f("), ImagePart(data=PNG))),
+        ),
+        params=GenerationParams(max_tokens=8, stop=("\n",)),
+        keep_alive="5m",
+        provider_details={"ollama": {"template": "{{ .Prompt }}", "think": False}},
+        completion=Completion(prompt="def f(", suffix="):"),
+    )
+    assert encode_generate_request(req) == {
+        "model": "qwen2.5-coder",
+        "prompt": "def f(",
+        "suffix": "):",
+        "stream": False,
+        "system": "code only",
+        "images": [PNG],
+        "options": {"num_predict": 8, "stop": ["\n"]},
+        "think": False,
+        "keep_alive": "5m",
+        "template": "{{ .Prompt }}",
+    }
+    plain = replace(req, completion=Completion(prompt="def f("), provider_details=None)
+    encoded = encode_generate_request(plain)
+    assert encoded["raw"] is True and "suffix" not in encoded
+    templated = replace(req, completion=Completion(prompt="hi", raw=False))
+    assert "raw" not in encode_generate_request(templated)
 
 
 def test_generate_invalid() -> None:

@@ -23,6 +23,7 @@ from llmbridge.dialects.ollama.request import (
     decode_show_request,
     encode_chat_request,
     encode_embed_request,
+    encode_generate_request,
 )
 from llmbridge.dialects.ollama.response import (
     decode_chat_response,
@@ -54,6 +55,7 @@ __all__ = [
     "encode_chat_stream",
     "encode_embed_request",
     "encode_embed_response",
+    "encode_generate_request",
     "encode_generate_response",
     "encode_ps",
     "encode_show",

@@ -1,10 +1,14 @@
 """Ollama request bodies <-> neutral requests: ``/api/chat``, ``/api/generate``, ``/api/embed``.
 
+A backend sends a completion request (``ChatRequest.completion``) as ``/api/generate``
+(``encode_generate_request``), where Ollama fills the gap before a ``suffix`` with the
+model's own template.
+
 Decoding validates a client's body against ``types`` and translates it to a
 ``ChatRequest`` / ``EmbedRequest`` (for ``/api/show``, the model name); encoding builds
 the body llmbridge sends to a real Ollama server. Fields the core does not model
-(``truncate``, ``shift``, ``logprobs``, ``suffix``, unknown fields, ...) ride along in
-``provider_details["ollama"]``. Ollama has no ``tool_choice``, so it is not sent.
+(``truncate``, ``shift``, ``logprobs``, ``template``, unknown fields, ...) ride along
+in ``provider_details["ollama"]``. Ollama has no ``tool_choice``, so it is not sent.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from llmbridge.core.messages import (
 )
 from llmbridge.core.request import (
     ChatRequest,
+    Completion,
     EmbedRequest,
     GenerationParams,
     ResponseFormat,
@@ -59,6 +64,7 @@ __all__ = [
     "decode_show_request",
     "encode_chat_request",
     "encode_embed_request",
+    "encode_generate_request",
 ]
 
 # Options with a canonical field in GenerationParams; every other option goes to ``extra``.
@@ -133,8 +139,10 @@ def decode_generate_request(body: object, limits: RequestLimits = DEFAULT_LIMITS
     """Validate and translate an ``/api/generate`` body into a chat request.
 
     ``system`` becomes a system message and ``prompt`` (with ``images``) a user
-    message. An empty prompt is valid (Ollama just loads the model) and decodes to a
-    request with no messages; the caller decides what to do with it.
+    message; ``prompt``, ``suffix`` and ``raw`` also make the request's ``Completion``,
+    which backends that complete text read (fill-in-the-middle with a ``suffix``).
+    An empty prompt without a suffix is valid (Ollama just loads the model) and
+    decodes to a request with no messages; the caller decides what to do with it.
     """
     if isinstance(body, dict):
         images = body.get("images")
@@ -144,10 +152,14 @@ def decode_generate_request(body: object, limits: RequestLimits = DEFAULT_LIMITS
     messages: list[Message] = []
     if parsed.system:
         messages.append(Message(role="system", parts=(TextPart(parsed.system),)))
-    user_parts: list[Part] = [TextPart(parsed.prompt)] if parsed.prompt else []
+    suffix = parsed.suffix or None  # Ollama ignores an empty suffix too
+    prompt = parsed.prompt or ""
+    user_parts: list[Part] = [TextPart(prompt)] if prompt or suffix is not None else []
     user_parts.extend(_image_part(image) for image in parsed.images or [])
+    completion = None
     if user_parts:
         messages.append(Message(role="user", parts=tuple(user_parts)))
+        completion = Completion(prompt=prompt, suffix=suffix, raw=parsed.raw is True)
     return ChatRequest(
         model=parsed.model,
         messages=tuple(messages),
@@ -157,8 +169,9 @@ def decode_generate_request(body: object, limits: RequestLimits = DEFAULT_LIMITS
         response_format=_decode_format(parsed.format),
         keep_alive=_decode_keep_alive(parsed.keep_alive),
         provider_details=_provider_details(
-            parsed, exclude=frozenset({"prompt", "system", "images"})
+            parsed, exclude=frozenset({"prompt", "suffix", "raw", "system", "images"})
         ),
+        completion=completion,
     )
 
 
@@ -405,6 +418,59 @@ def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
     for key, value in details.items():
         if key not in body and key not in _GENERATE_ONLY and key != "think":
             body[key] = value
+    return body
+
+
+def encode_generate_request(req: ChatRequest) -> dict[str, Any]:
+    """The ``/api/generate`` body llmbridge sends to a real Ollama server for a
+    completion request (``req.completion``).
+
+    ``raw`` is sent only for a plain completion: Ollama fills in the middle through
+    the model's template (its ``.Suffix``), which raw mode skips. System messages
+    become ``system``; the user message's images become ``images``; ``template`` and
+    ``context`` from an Ollama caller go back as sent.
+
+    Raises:
+        InvalidRequestError: ``req`` carries no ``Completion`` (a caller's bug).
+        UnsupportedFeatureError: an image is given by remote URL.
+    """
+    completion = req.completion
+    if completion is None:
+        raise InvalidRequestError("a completion request needs a prompt", param="prompt")
+    body: dict[str, Any] = {"model": req.model, "prompt": completion.prompt, "stream": req.stream}
+    if completion.suffix is not None:
+        body["suffix"] = completion.suffix
+    elif completion.raw:
+        body["raw"] = True
+    system = "\n\n".join(m.text for m in req.messages if m.role == "system" and m.text)
+    if system:
+        body["system"] = system
+    images = [
+        _encode_image(part, position)
+        for position, message in enumerate(req.messages)
+        if message.role == "user"
+        for part in message.parts
+        if isinstance(part, ImagePart)
+    ]
+    if images:
+        body["images"] = images
+    options = _encode_options(req.params)
+    if options:
+        body["options"] = options
+    details: dict[str, Any] = dict((req.provider_details or {}).get("ollama") or {})
+    if req.thinking is not None:
+        body["think"] = (req.thinking.effort or True) if req.thinking.enabled else False
+    elif details.get("think") is False:
+        body["think"] = False
+    fmt = req.response_format
+    if fmt is not None and fmt.type == "json_schema" and fmt.schema is not None:
+        body["format"] = fmt.schema
+    elif fmt is not None and fmt.type != "text":
+        body["format"] = "json"
+    if req.keep_alive is not None:
+        body["keep_alive"] = req.keep_alive
+    for key, value in details.items():
+        body.setdefault(key, value)
     return body
 
 

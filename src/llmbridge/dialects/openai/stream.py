@@ -10,7 +10,9 @@ through ``PartsManager``. It copes with the quirks of real servers: reasoning un
 ``reasoning_content`` or ``reasoning``, parallel tool calls that all claim index 0
 (Ollama, ollama/ollama#16212), content and ``finish_reason`` in one chunk, a
 ``finish_reason`` of ``stop`` after tool calls, and usage in a trailing
-``choices: []`` chunk (platform.openai.com/docs/api-reference/chat-streaming).
+``choices: []`` chunk (platform.openai.com/docs/api-reference/chat-streaming). It
+reads a legacy ``/v1/completions`` stream too: its chunks carry ``choices[].text``
+where chat chunks carry ``choices[].delta``.
 """
 
 from __future__ import annotations
@@ -287,7 +289,11 @@ class _StreamDecoder:
             if choice.get("index", 0) != 0:
                 continue  # llmbridge asks for one choice
             # The delta first: a chunk may carry content and finish_reason together.
-            events.extend(_delta_events(self._parts, choice.get("delta")))
+            delta = choice.get("delta")
+            if delta is None and "text" in choice:
+                # A legacy /v1/completions chunk (dialects/openai/completions.py).
+                delta = {"content": choice["text"]}
+            events.extend(_delta_events(self._parts, delta))
             reason = choice.get("finish_reason")
             if reason is not None:
                 self._finish_reason = str(reason)

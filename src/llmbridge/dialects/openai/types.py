@@ -1,4 +1,5 @@
-"""Wire types of the OpenAI API bodies clients send: chat completions and embeddings.
+"""Wire types of the OpenAI API bodies clients send: chat completions, legacy
+completions and embeddings.
 
 Field names are exactly the API's (platform.openai.com/docs/api-reference/chat/create),
 each with a one-line docstring. Every model allows extra fields, so nothing a client
@@ -27,6 +28,7 @@ __all__ = [
     "AssistantMessage",
     "ChatCompletionRequestBody",
     "ChatMessage",
+    "CompletionRequestBody",
     "ContentPart",
     "DeveloperMessage",
     "EmbeddingRequestBody",
@@ -338,6 +340,58 @@ class ChatCompletionRequestBody(_OpenAIModel):
     "Processing tier (passed through)."
     store: bool | None = None
     "Whether OpenAI stores the completion (passed through)."
+
+
+class CompletionRequestBody(_OpenAIModel):
+    """``POST /v1/completions`` (the legacy completions API; docs/COMPLETIONS.md)."""
+
+    model: str
+    "The model to use."
+    prompt: Annotated[
+        str | list[str] | list[int] | list[list[int]],
+        # What ``decode_completion_request`` takes: parsed as the API does, refused after.
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+                ]
+            }
+        ),
+    ]
+    "The text to complete (one string; a list of one string is the same)."
+    suffix: str | None = None
+    "Text after the completion: fill-in-the-middle."
+    max_tokens: int | None = None
+    "Maximum tokens to generate (the API's default is 16)."
+    temperature: float | None = None
+    "Sampling temperature, 0 to 2."
+    top_p: float | None = None
+    "Nucleus sampling probability mass."
+    stop: str | list[str] | None = None
+    "Up to 4 sequences where generation stops."
+    seed: int | None = None
+    "Seed for best-effort deterministic sampling."
+    frequency_penalty: float | None = None
+    "Penalty for tokens by how often they appeared, -2.0 to 2.0."
+    presence_penalty: float | None = None
+    "Penalty for tokens that appeared at all, -2.0 to 2.0."
+    n: Annotated[int | None, WithJsonSchema({"enum": [1, None]})] = None
+    "How many completions to generate; llmbridge generates one."
+    best_of: Annotated[int | None, WithJsonSchema({"enum": [1, None]})] = None
+    "Candidates to generate server-side; llmbridge generates one."
+    echo: bool | None = None
+    "Repeat the prompt before the completion."
+    logprobs: Annotated[int | None, WithJsonSchema({"type": "null"})] = None
+    "Log probabilities of the most likely tokens; llmbridge returns none (a 400)."
+    stream: bool | None = None
+    "Stream the reply as server-sent events."
+    stream_options: StreamOptions | None = None
+    "Streaming options; only meaningful with ``stream: true``."
+    logit_bias: dict[str, float] | None = None
+    "Token id to bias, -100 to 100 (passed through)."
+    user: str | None = None
+    "An end-user identifier (passed through)."
 
 
 class EmbeddingRequestBody(_OpenAIModel):
