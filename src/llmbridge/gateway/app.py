@@ -31,7 +31,7 @@ from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
-from llmbridge.gateway.routes import anthropic, completions, ollama, openai, system
+from llmbridge.gateway.routes import anthropic, completions, ollama, openai, responses, system
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.models import open_models
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
@@ -176,6 +176,7 @@ def create_app(
             *system.routes,
             *ollama.routes,
             *openai.routes,
+            *responses.routes,
             *completions.routes,
             *anthropic.routes,
             *agent_routes,
