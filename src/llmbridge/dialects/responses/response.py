@@ -81,7 +81,10 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
     output = usage.output_tokens or 0
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": usage.cache_read_input_tokens or 0},
+        "input_tokens_details": {
+            "cached_tokens": usage.cache_read_input_tokens or 0,
+            "cache_write_tokens": usage.cache_creation_input_tokens or 0,
+        },
         "output_tokens": output,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + output,
