@@ -30,7 +30,7 @@ from typing import Any
 from llmbridge.backends.embedded import default_model_path
 from llmbridge.backends.embedded_prompt import DEFAULT_SYSTEM_PROMPT
 
-__all__ = ["DirectReply", "direct_reply"]
+__all__ = ["DirectReply", "direct_completion", "direct_reply"]
 
 N_CTX = 8192
 """The embedded backend's default context (``EmbeddedBackendConfig.n_ctx``)."""
@@ -65,5 +65,19 @@ def direct_reply(messages: list[dict[str, str]], *, max_tokens: int, **options: 
     return DirectReply(
         text=choice["message"]["content"] or "",
         finish_reason=choice["finish_reason"],
+        completion_tokens=result["usage"]["completion_tokens"],
+    )
+
+
+def direct_completion(prompt: str, *, max_tokens: int) -> DirectReply:
+    """The model's greedy continuation of ``prompt`` as it stands, without the chat
+    template, as the worker completes a legacy completion (``create_completion``)."""
+    llama = _llama()
+    llama.reset()
+    result = llama.create_completion(prompt=prompt, temperature=0.0, max_tokens=max_tokens)
+    choice = result["choices"][0]
+    return DirectReply(
+        text=choice["text"],
+        finish_reason=choice["finish_reason"] or "stop",
         completion_tokens=result["usage"]["completion_tokens"],
     )
