@@ -30,6 +30,7 @@ from llmbridge.dialects.anthropic import types as anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.ollama import types as ollama
 from llmbridge.dialects.openai import types as openai
+from llmbridge.dialects.responses import types as responses
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
 from llmbridge.web.auth import OPEN_PATHS
 from llmbridge.web.render import Dialect, dialect_for_path
@@ -150,6 +151,19 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
         usage=_OBJECT,
     ),
     "AnthropicTokenCount": _obj(("input_tokens",), input_tokens=_INT),
+    "OpenAIResponse": _obj(
+        ("id", "object", "created_at", "status", "model", "output"),
+        id=_STR,
+        object={"const": "response"},
+        created_at=_INT,
+        status={"enum": ["completed", "incomplete", "failed", "in_progress"]},
+        model=_STR,
+        output=_ARRAY,
+        usage={"type": ["object", "null"]},
+    ),
+    "OpenAIInputTokens": _obj(
+        ("object", "input_tokens"), object={"const": "response.input_tokens"}, input_tokens=_INT
+    ),
     "Health": _obj(  # without a valid key (when keys are configured): the status alone
         ("status",),
         status={"enum": ["up", "degraded", "down"]},
@@ -192,6 +206,11 @@ _OPERATIONS: tuple[_Operation, ...] = (
      "OpenAIModel", None),
     ("post", "/v1/embeddings", "openaiEmbeddings", "OpenAI embeddings.",
      openai.EmbeddingRequestBody, "OpenAIEmbeddingList", None),
+    ("post", "/v1/responses", "openaiResponses", "OpenAI Responses (stateless).",
+     responses.ResponsesRequestBody, "OpenAIResponse", _SSE),
+    ("post", "/v1/responses/input_tokens", "openaiResponsesInputTokens",
+     "Responses input token count.", responses.InputTokensRequestBody, "OpenAIInputTokens",
+     None),
     ("post", "/v1/messages", "anthropicMessages", "Anthropic Messages.",
      anthropic.MessagesRequestBody, "AnthropicMessage", _SSE),
     ("post", "/v1/messages/count_tokens", "anthropicCountTokens", "Anthropic token count.",
@@ -199,9 +218,16 @@ _OPERATIONS: tuple[_Operation, ...] = (
 )  # fmt: skip
 
 
+# The Responses API's wire types share names with chat completions' (``FunctionTool``).
+_BODY_PREFIX: dict[type[BaseModel], str] = {
+    responses.ResponsesRequestBody: "OpenAIResponses",
+    responses.InputTokensRequestBody: "OpenAIResponses",
+}
+
+
 def _body_schema(model: type[BaseModel], dialect: Dialect, schemas: JSON) -> JSON:
     """``model``'s JSON Schema with its ``$defs`` moved into ``schemas`` (prefixed)."""
-    prefix = _PREFIX[dialect]
+    prefix = _BODY_PREFIX.get(model, _PREFIX[dialect])
     schema = model.model_json_schema(ref_template=f"#/components/schemas/{prefix}{{model}}")
     for name, definition in schema.pop("$defs", {}).items():
         if schemas.setdefault(prefix + name, definition) != definition:

@@ -34,6 +34,7 @@ __all__ = [
     "InputItem",
     "InputMessageItem",
     "InputTextPart",
+    "InputTokensRequestBody",
     "NamespaceTool",
     "OutputTextPart",
     "ReasoningConfig",
@@ -394,3 +395,10 @@ class ResponsesRequestBody(_ResponsesModel):
     "Log probabilities per token (ignored)."
     max_tool_calls: int | None = None
     "A cap on hosted tool calls (ignored: llmbridge runs none)."
+
+
+class InputTokensRequestBody(ResponsesRequestBody):
+    """``POST /v1/responses/input_tokens``: the same body, ``model`` optional."""
+
+    model: str | None = None  # type: ignore[assignment]
+    "The model whose tokenizer counts (the default backend's when left out)."
