@@ -1,11 +1,12 @@
 """The gateway's OpenAPI 3.1 description, served at ``GET /openapi.json``.
 
 One operation per route the gateway always serves (``routes/system.py``, ``ollama.py``,
-``openai.py``, ``anthropic.py``); the agent service's ``/agent/...`` routes, on only when
-configured (docs/AGENT.md), are not described yet. Request bodies are the dialects' own
-pydantic wire types (``dialects/*/types.py``) through ``model_json_schema()``, their
-``$defs`` hoisted into ``components/schemas`` under a dialect prefix (``OllamaTool``,
-``OpenAITool`` and ``AnthropicTool`` are different shapes). Replies are described
+``openai.py``, ``completions.py``, ``anthropic.py``); the agent service's ``/agent/...``
+routes, on only when configured (docs/AGENT.md), are not described yet. Request bodies
+are the dialects' own pydantic wire types (``dialects/*/types.py``) through
+``model_json_schema()``, their ``$defs`` hoisted into ``components/schemas`` under a
+dialect prefix (``OllamaTool``, ``OpenAITool`` and ``AnthropicTool`` are different
+shapes). Replies are described
 loosely (the keys every client reads, anything else allowed); every 4xx/5xx is the error
 body of the route's dialect (``web/render.py``): ``/api/*`` Ollama, ``/v1/messages*``
 Anthropic, the rest OpenAI. The fuzz tests (tests/fuzz/) drive every operation from this document.
@@ -140,6 +141,18 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
         model=_STR,
         usage=_OBJECT,
     ),
+    "OpenAICompletion": _obj(
+        ("id", "object", "created", "model", "choices"),
+        id=_STR,
+        object={"const": "text_completion"},
+        created=_INT,
+        model=_STR,
+        choices={
+            "type": "array",
+            "items": _obj(("text", "index", "finish_reason"), text=_STR, index=_INT),
+        },
+        usage=_OBJECT,
+    ),
     "AnthropicMessage": _obj(
         ("id", "type", "role", "model", "content", "stop_reason", "usage"),
         id=_STR,
@@ -206,6 +219,8 @@ _OPERATIONS: tuple[_Operation, ...] = (
      "OpenAIModel", None),
     ("post", "/v1/embeddings", "openaiEmbeddings", "OpenAI embeddings.",
      openai.EmbeddingRequestBody, "OpenAIEmbeddingList", None),
+    ("post", "/v1/completions", "openaiCompletions", "OpenAI legacy completion (FIM: suffix).",
+     openai.CompletionRequestBody, "OpenAICompletion", _SSE),
     ("post", "/v1/responses", "openaiResponses", "OpenAI Responses (stateless).",
      responses.ResponsesRequestBody, "OpenAIResponse", _SSE),
     ("post", "/v1/responses/input_tokens", "openaiResponsesInputTokens",
