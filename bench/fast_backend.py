@@ -4,7 +4,8 @@ the gateway against.
 It owns nothing but speed and wire-correctness: a raw ASGI app (no framework) run by
 uvicorn with uvloop and httptools, whose every response body is encoded once and then
 replayed from a cache, so the time spent here per request and per chunk is as small
-as Python allows. It speaks just enough of two APIs for the gateway's HTTP backends:
+as Python allows. It speaks just enough of three APIs for the gateway's HTTP backends
+and for ``bench/overhead.py``'s direct calls:
 
 - OpenAI: ``POST /v1/chat/completions`` (a JSON completion, or an SSE stream of
   ``chat.completion.chunk`` events: one per content piece, a finish chunk, a usage
@@ -13,11 +14,18 @@ as Python allows. It speaks just enough of two APIs for the gateway's HTTP backe
 - Ollama: ``POST /api/chat`` (NDJSON, one line per piece plus the ``done`` line, or
   one JSON object with ``"stream": false``), ``GET /api/tags``, ``GET /api/version``,
   ``POST /api/show`` and ``GET /api/ps``.
+- OpenAI Responses: ``POST /v1/responses`` (a ``response`` object, or an SSE stream with
+  the event grammar llmbridge's encoder emits, ``dialects/responses/stream.py``:
+  ``response.created``, ``response.in_progress``, ``response.output_item.added``,
+  ``response.content_part.added``, one ``response.output_text.delta`` per piece,
+  ``response.output_text.done``, ``response.content_part.done``,
+  ``response.output_item.done``, ``response.completed`` with usage; each event its own
+  write, numbered by ``sequence_number`` from 0).
 
 A reply has ``--chunks`` pieces unless the request asks for fewer or more
 (``max_completion_tokens`` / ``max_tokens`` for OpenAI, ``options.num_predict`` for
-Ollama); piece ``i`` is ``reply_pieces(n)[i]``, which the load generator uses to
-check what it received.
+Ollama, ``max_output_tokens`` for Responses); piece ``i`` is ``reply_pieces(n)[i]``,
+which the load generator uses to check what it received.
 
 Run: ``python bench/fast_backend.py --port 8001 --chunks 200`` (loopback only).
 """
@@ -96,6 +104,8 @@ class _Reply:
 
 
 _JSON = b"application/json"
+_SSE = b"text/event-stream"
+_CHAT_PATHS = frozenset(("/v1/chat/completions", "/api/chat", "/v1/responses"))
 
 
 class FastBackend:
@@ -162,7 +172,7 @@ class FastBackend:
         if scope["type"] != "http":
             return
         key = (scope["method"], scope["path"])
-        if key[0] == "POST" and key[1] in ("/v1/chat/completions", "/api/chat"):
+        if key[0] == "POST" and key[1] in _CHAT_PATHS:
             body = await _read_body(receive)
             await self._chat(key[1], body).send(send, self.interval)
             return
@@ -179,6 +189,9 @@ class FastBackend:
             options = request.get("options") or {}
             n = _size(options.get("num_predict"), self.default_chunks)
             kind = "ollama-stream" if request.get("stream", True) else "ollama-json"
+        elif path == "/v1/responses":
+            n = _size(request.get("max_output_tokens"), self.default_chunks)
+            kind = "responses-stream" if request.get("stream") else "responses-json"
         else:
             limit = request.get("max_completion_tokens") or request.get("max_tokens")
             n = _size(limit, self.default_chunks)
@@ -199,11 +212,17 @@ class FastBackend:
             return _Reply(_JSON, [orjson.dumps(self._openai_completion(pieces))], stream=False)
         if kind.startswith("openai-stream"):
             return _Reply(
-                b"text/event-stream",
+                _SSE,
                 self._openai_stream(pieces, kind.endswith("usage")),
                 stream=True,
                 eof_apart=self.eof_apart,
             )
+        if kind == "responses-json":
+            response = self._responses_object(pieces, "completed")
+            return _Reply(_JSON, [orjson.dumps(response)], stream=False)
+        if kind == "responses-stream":
+            events = self._responses_stream(pieces)
+            return _Reply(_SSE, events, stream=True, eof_apart=self.eof_apart)
         if kind == "ollama-json":
             return _Reply(_JSON, [orjson.dumps(self._ollama_final(n, "".join(pieces)))], False)
         lines = [self._ollama_line(piece) for piece in pieces]
@@ -251,6 +270,83 @@ class FastBackend:
         out.append(b"data: [DONE]\n\n")
         return out
 
+    def _responses_object(self, pieces: tuple[str, ...] | None, status: str) -> dict[str, Any]:
+        """A Responses ``response`` object: finished with ``pieces`` as its one message,
+        or (``pieces`` None) as it stands before any output."""
+        output = [] if pieces is None else [self._responses_message(pieces, "completed")]
+        usage = None
+        if pieces is not None:
+            usage = {
+                "input_tokens": PROMPT_TOKENS,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": len(pieces),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": PROMPT_TOKENS + len(pieces),
+            }
+        return {
+            "id": _RESPONSE_ID,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "max_output_tokens": None,
+            "metadata": {},
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": False,
+            "temperature": None,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": None,
+            "truncation": "disabled",
+            "usage": usage,
+            "user": None,
+        }
+
+    @staticmethod
+    def _responses_message(pieces: tuple[str, ...], status: str) -> dict[str, Any]:
+        content = [_output_text("".join(pieces))] if status == "completed" else []
+        return {
+            "id": _MESSAGE_ID,
+            "type": "message",
+            "status": status,
+            "role": "assistant",
+            "content": content,
+        }
+
+    def _responses_stream(self, pieces: tuple[str, ...]) -> list[bytes]:
+        """The events of a streamed Responses reply, one write each (as OpenAI sends
+        them), in the grammar of llmbridge's encoder for one text part."""
+        events: list[bytes] = []
+
+        def event(kind: str, **payload: Any) -> None:
+            data = {"type": kind, "sequence_number": len(events), **payload}
+            events.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n")
+
+        ids = {"item_id": _MESSAGE_ID, "output_index": 0, "content_index": 0}
+        started = self._responses_object(None, "in_progress")
+        event("response.created", response=started)
+        event("response.in_progress", response=started)
+        item = self._responses_message(pieces, "in_progress")
+        event("response.output_item.added", output_index=0, item=item)
+        event("response.content_part.added", **ids, part=_output_text(""))
+        for piece in pieces:
+            event("response.output_text.delta", **ids, delta=piece, logprobs=[])
+        text = "".join(pieces)
+        event("response.output_text.done", **ids, text=text, logprobs=[])
+        event("response.content_part.done", **ids, part=_output_text(text))
+        item = self._responses_message(pieces, "completed")
+        event("response.output_item.done", output_index=0, item=item)
+        event("response.completed", response=self._responses_object(pieces, "completed"))
+        return events
+
     def _ollama_line(self, piece: str) -> bytes:
         frame = {
             "model": self.model,
@@ -274,6 +370,14 @@ class FastBackend:
             "eval_count": n,
             "eval_duration": n * 1_000,
         }
+
+
+_RESPONSE_ID = "resp_bench"
+_MESSAGE_ID = "msg_bench"
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
 def _size(value: object, default: int) -> int:

@@ -38,7 +38,12 @@ SIGTERM). Results go to stdout as a table, to
 ``bench/results/overhead-<timestamp>.json``, and progress to stderr. Loopback only;
 nothing is asserted: the verdicts are ratios against direct in the same run.
 
-Run: ``.venv/bin/python bench/overhead.py [--dialect openai|ollama] [--quick]``;
+``--dialect`` is the API both targets are called in: ``openai`` (chat completions),
+``ollama``, or ``responses`` (``POST /v1/responses``; the fast backend serves it too, so
+DIRECT is the same dialect, while the gateway reaches the fast backend through an
+``openai`` (chat completions) backend: the Responses front's cost, decode to encode).
+
+Run: ``.venv/bin/python bench/overhead.py [--dialect openai|ollama|responses] [--quick]``;
 ``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile (the
 timings of such a run are then not comparable), ``bench/profile_summary.py`` reads
 the result. docs/PERFORMANCE.md has the method and the results.
@@ -74,6 +79,7 @@ from http_clients import BenchClient, Outcome, make_client
 from processes import (
     CLK_TCK,
     Server,
+    backend_type,
     gateway_config,
     log,
     start_fast_backend,
@@ -82,7 +88,7 @@ from processes import (
     stop_py_spy,
     wait_ready,
 )
-from replies import CheckError, chat_path, check_reply, request_body
+from replies import DIALECTS, CheckError, chat_path, check_reply, request_body
 
 T = TypeVar("T")
 BENCH_DIR = Path(__file__).resolve().parent
@@ -500,7 +506,13 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dialect", choices=("openai", "ollama"), default="openai")
+    parser.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        default="openai",
+        help="the API both targets are called in (responses: POST /v1/responses, with the "
+        "gateway's backend speaking chat completions)",
+    )
     parser.add_argument(
         "--requests",
         type=int,
@@ -593,7 +605,7 @@ async def measure(
             "so the concurrency-64 direct figures are capped by the load generator"
         )
     try:
-        probe = "/v1/models" if args.dialect == "openai" else "/api/version"
+        probe = "/api/version" if args.dialect == "ollama" else "/v1/models"
         await wait_ready(client, backend, probe)
         await wait_ready(client, gateway, "/health")
         if baseline is not None:
@@ -746,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "dialect": args.dialect,
+        "gateway_backend_type": backend_type(args.dialect),
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "code": _code_version(),
         "client": getattr(args, "client_used", args.client),
@@ -762,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     if baseline is not None:
         document["baseline"] = baseline.describe()
     print(
-        f"\nllmbridge gateway overhead, dialect {args.dialect}, {os.cpu_count()} CPUs, "
+        f"\nllmbridge gateway overhead, dialect {args.dialect} (gateway backend type "
+        f"{document['gateway_backend_type']}), {os.cpu_count()} CPUs, "
         f"{args.chunks} chunks per stream, {args.nonstream_chunks} per non-streamed reply, "
         f"client {document['client']}\n"
     )

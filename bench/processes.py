@@ -128,14 +128,24 @@ async def wait_ready(
     )
 
 
-def gateway_config(dialect: str, backend_port: int) -> str:
-    url = f"http://127.0.0.1:{backend_port}" + ("/v1" if dialect == "openai" else "")
+def backend_type(dialect: str) -> str:
+    """The gateway's backend type for a benchmarked front ``dialect``: the same dialect,
+    except behind the Responses front, where the backend is the fast backend's chat
+    completions (``openai``), the type every OpenAI-compatible server is reached by."""
+    return "openai" if dialect == "responses" else dialect
+
+
+def gateway_config(dialect: str, backend_port: int, backend: str | None = None) -> str:
+    """A gateway config with one backend, the fast backend on ``backend_port``, of type
+    ``backend`` (default ``backend_type(dialect)``), and the bench model routed to it."""
+    kind = backend or backend_type(dialect)
+    url = f"http://127.0.0.1:{backend_port}" + ("" if kind == "ollama" else "/v1")
     return (
         "server:\n"
         "  host: 127.0.0.1\n"
         "  log_level: warning\n"
         "backends:\n"
-        f"  bench: {{type: {dialect}, url: '{url}'}}\n"
+        f"  bench: {{type: {kind}, url: '{url}'}}\n"
         "models:\n"
         f"  - {{name: {DEFAULT_MODEL}, backend: bench}}\n"
         "default_backend: bench\n"

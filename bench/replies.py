@@ -1,7 +1,10 @@
 """The requests ``bench/overhead.py`` (and ``bench/compare.py``) send, and the checks
 of what comes back: every piece the backend was scripted to say received once and in
 order, with the dialect's end markers (OpenAI SSE and ``[DONE]``, Ollama's ``done``
-line), or a whole reply with the same content. A check runs after the timing stops.
+line, a Responses stream's ``response.completed`` as its last event), or a whole reply
+with the same content. A check runs after the timing stops.
+
+Dialects: ``openai`` (chat completions), ``ollama`` and ``responses`` (OpenAI Responses).
 """
 
 from __future__ import annotations
@@ -13,9 +16,22 @@ import orjson
 from fast_backend import DEFAULT_MODEL
 
 _PROMPT = [{"role": "user", "content": "Say something short."}]
+_CHAT_PATHS = {
+    "openai": "/v1/chat/completions",
+    "ollama": "/api/chat",
+    "responses": "/v1/responses",
+}
+DIALECTS = tuple(_CHAT_PATHS)
+_RESPONSES_ENDS = frozenset(
+    ("response.completed", "response.incomplete", "response.failed", "error")
+)
 
 
 def request_body(dialect: str, stream: bool, pieces: int) -> bytes:
+    if dialect == "responses":
+        # The same prompt as an input item list; max_output_tokens sets the length.
+        responses = {"model": DEFAULT_MODEL, "input": _PROMPT, "stream": stream}
+        return orjson.dumps({**responses, "max_output_tokens": pieces})
     body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": _PROMPT, "stream": stream}
     if dialect == "openai":
         body["max_tokens"] = pieces
@@ -27,7 +43,7 @@ def request_body(dialect: str, stream: bool, pieces: int) -> bytes:
 
 
 def chat_path(dialect: str) -> str:
-    return "/v1/chat/completions" if dialect == "openai" else "/api/chat"
+    return _CHAT_PATHS[dialect]
 
 
 class CheckError(Exception):
@@ -79,8 +95,65 @@ def _ollama_ndjson(raw: bytes) -> list[str]:
     return pieces
 
 
+def _responses_sse(raw: bytes) -> list[str]:
+    """The text deltas of a Responses stream, checking its frame: every event named
+    (``event:``) as its ``type``, ``sequence_number`` 0, 1, 2, ... with no gap,
+    ``response.created`` first and ``response.completed`` last, and the completed
+    response's text equal to the deltas joined."""
+    pieces: list[str] = []
+    completed: dict[str, Any] | None = None
+    sequence = 0
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name = b""
+        data_lines = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                data_lines.append(line[5:].lstrip(b" "))
+            elif line.startswith(b"event:"):
+                name = line[6:].strip()
+        if not data_lines:
+            continue
+        if completed is not None:
+            raise CheckError("an event after response.completed")
+        event = orjson.loads(b"\n".join(data_lines))
+        kind = event["type"]
+        if kind.encode() != name:
+            raise CheckError(f"event: {name!r} carries type {kind!r}")
+        if event.get("sequence_number") != sequence:
+            raise CheckError(f"sequence_number {event.get('sequence_number')}, {sequence} expected")
+        if sequence == 0 and kind != "response.created":
+            raise CheckError(f"the first event is {kind}, not response.created")
+        sequence += 1
+        if kind == "response.output_text.delta":
+            pieces.append(event["delta"])
+        elif kind in _RESPONSES_ENDS:
+            if kind != "response.completed":
+                raise CheckError(f"the stream ended with {kind}: {block[:200]!r}")
+            completed = event["response"]
+    if completed is None:
+        raise CheckError("the stream ended without response.completed")
+    if _response_text(completed) != "".join(pieces):
+        raise CheckError("response.completed's text differs from the deltas")
+    return pieces
+
+
+def _response_text(response: dict[str, Any]) -> str:
+    """The text of a completed Responses ``response`` object."""
+    if response.get("object") != "response" or response.get("status") != "completed":
+        raise CheckError(f"not a completed response: status {response.get('status')!r}")
+    return "".join(
+        part["text"]
+        for item in response["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
+
+
 def _whole_reply(dialect: str, raw: bytes) -> str:
     body = orjson.loads(raw)
+    if dialect == "responses":
+        return _response_text(body)
     if dialect == "openai":
         choice = body["choices"][0]
         if body.get("object") != "chat.completion" or choice.get("finish_reason") != "stop":
@@ -98,7 +171,8 @@ def check_reply(dialect: str, stream: bool, raw: bytes, expected: tuple[str, ...
             if _whole_reply(dialect, raw) != "".join(expected):
                 raise CheckError("the reply's content differs from the script")
             return 0
-        pieces = _openai_sse(raw) if dialect == "openai" else _ollama_ndjson(raw)
+        stream_pieces = {"openai": _openai_sse, "responses": _responses_sse}
+        pieces = stream_pieces.get(dialect, _ollama_ndjson)(raw)
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise CheckError(f"malformed reply ({type(exc).__name__}: {exc})") from exc
     if len(pieces) != len(expected):
