@@ -39,9 +39,9 @@ SIGTERM). Results go to stdout as a table, to
 nothing is asserted: the verdicts are ratios against direct in the same run.
 
 ``--dialect`` is the API both targets are called in: ``openai`` (chat completions),
-``ollama``, or ``responses`` (``POST /v1/responses``; the fast backend serves it too, so
-DIRECT is the same dialect, while the gateway reaches the fast backend through an
-``openai`` (chat completions) backend: the Responses front's cost, decode to encode).
+``ollama`` or ``responses`` (``POST /v1/responses``, which the fast backend serves too).
+The gateway reaches the fast backend through a backend of the same type, or ``openai``
+(chat completions) behind ``responses``; ``--gateway-backend`` picks another.
 
 Run: ``.venv/bin/python bench/overhead.py [--dialect openai|ollama|responses] [--quick]``;
 ``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile (the
@@ -510,8 +510,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dialect",
         choices=DIALECTS,
         default="openai",
-        help="the API both targets are called in (responses: POST /v1/responses, with the "
-        "gateway's backend speaking chat completions)",
+        help="the API both targets are called in (responses: POST /v1/responses)",
+    )
+    parser.add_argument(
+        "--gateway-backend",
+        choices=("openai", "ollama", "openai_responses"),
+        default=None,
+        help="the type of the gateway's backend (default: the dialect's own; openai "
+        "behind --dialect responses)",
     )
     parser.add_argument(
         "--requests",
@@ -580,6 +586,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-save", action="store_true", help="do not write the JSON file")
     args = parser.parse_args(argv)
+    args.gateway_backend = args.gateway_backend or backend_type(args.dialect)
     if args.requests is None:
         args.requests = 500 if args.quick else 10000
     if args.max_seconds is None:
@@ -691,14 +698,14 @@ def servers(
         profile = args.profile_gateway.resolve() if args.profile_gateway else None
         gateway = start_gateway(
             workdir,
-            gateway_config(args.dialect, backend.port),
+            gateway_config(args.dialect, backend.port, args.gateway_backend),
             profile=profile,
             launcher=args.gateway_launcher,
         )
         started.append(gateway)
         other = None
         if baseline is not None:
-            config = gateway_config(args.dialect, backend.port)
+            config = gateway_config(args.dialect, backend.port, args.gateway_backend)
             other = start_gateway(workdir, config, name="baseline", env=baseline.env)
             started.append(other)
             check_process_env(other.pid, baseline.env)
@@ -758,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "dialect": args.dialect,
-        "gateway_backend_type": backend_type(args.dialect),
+        "gateway_backend_type": args.gateway_backend,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "code": _code_version(),
         "client": getattr(args, "client_used", args.client),
