@@ -80,6 +80,10 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
         from llmbridge.backends.ollama import OllamaBackend
 
         return OllamaBackend(name, config.url, api_key=config.api_key, http=http)
+    if config.type == "openai_responses":
+        from llmbridge.backends.openai_responses import OpenAIResponsesBackend
+
+        return OpenAIResponsesBackend(name, config.url, api_key=config.api_key, http=http)
     from llmbridge.backends.openai_compat import OpenAICompatBackend
 
     return OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)

@@ -61,7 +61,11 @@ class EmbeddedBackendConfig(Strict):
 
 
 class HTTPBackendConfig(Strict):
-    type: Literal["ollama", "openai"]
+    """An Ollama server (``ollama``), an OpenAI-compatible ``/v1`` server (``openai``,
+    chat completions) or a server of OpenAI's Responses API (``openai_responses``,
+    ``/v1/responses``: OpenAI, Ollama >= 0.13, vLLM, LiteLLM, another llmbridge)."""
+
+    type: Literal["ollama", "openai", "openai_responses"]
     url: str
     api_key: str | None = None
     connect_timeout: float = Field(10.0, gt=0)
