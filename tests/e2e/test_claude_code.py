@@ -21,7 +21,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.events import StreamEvent
@@ -30,6 +29,7 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import GatewayConfig, load_config
 from tests.conftest import RunningServer, running_gateway
+from tests.e2e.recording import Recorder
 
 E2E_DIR = Path(__file__).resolve().parent
 CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
@@ -150,72 +150,6 @@ def _text(output: str | bytes | None) -> str:
     if isinstance(output, bytes):
         return output.decode(errors="replace")
     return output or ""
-
-
-# -- recording the HTTP exchanges -----------------------------------------------------
-
-
-@dataclass
-class Exchange:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    request: bytes = b""
-    status: int | None = None
-    response: bytes = b""
-
-    def body(self) -> dict[str, object]:
-        loaded: dict[str, object] = json.loads(self.request)
-        return loaded
-
-    def streamed_text(self) -> str:
-        """The text deltas of an Anthropic event stream."""
-        text = []
-        for line in self.response.decode().splitlines():
-            if line.startswith("data:"):
-                event = json.loads(line[len("data:") :])
-                if event["type"] == "content_block_delta" and "text" in event["delta"]:
-                    text.append(event["delta"]["text"])
-        return "".join(text)
-
-
-class Recorder:
-    """Passes every request through to ``app`` and keeps a copy of both directions."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.exchanges: list[Exchange] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        exchange = Exchange(
-            method=scope["method"],
-            path=scope["path"],
-            query=scope["query_string"].decode(),
-            headers={k.decode(): v.decode() for k, v in scope["headers"]},
-        )
-        self.exchanges.append(exchange)
-
-        async def keep_request() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                exchange.request += message.get("body", b"")
-            return message
-
-        async def keep_response(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                exchange.status = message["status"]
-            elif message["type"] == "http.response.body":
-                exchange.response += message.get("body", b"")
-            await send(message)
-
-        await self.app(scope, keep_request, keep_response)
-
-    def messages_calls(self) -> list[Exchange]:
-        return [e for e in self.exchanges if e.method == "POST" and e.path == "/v1/messages"]
 
 
 # -- the zero-configuration gateway: the embedded model answers ---------------------

@@ -1,0 +1,381 @@
+"""OpenAI's Codex CLI end to end: the real ``codex exec``, pinned in
+``tests/e2e/package.json`` (``@openai/codex``, whose Linux binary comes as an optional
+dependency) and installed by ``make test``, against the gateway's ``/v1/responses`` on
+loopback (issue 15).
+
+Codex is configured as a user would: a custom model provider in
+``$CODEX_HOME/config.toml`` with ``wire_api = "responses"`` (the only value 0.169.0
+accepts) and no ``env_key`` (the gateway takes no key, and Codex then sends none). It
+runs fully offline: ``HOME`` and ``CODEX_HOME`` are fresh temporary directories, and the
+one thing that reaches for other hosts in ``codex exec`` 0.169.0, the curated plugins
+sync at start (``api.github.com``, then ``chatgpt.com``; seen with ``strace -e
+connect,sendto``), is switched off with ``features.plugins = false``; update checks
+and analytics are off too. With that, its only connection is to the gateway.
+
+What Codex 0.169.0 sends (``../shared/reference/captured/``): streamed requests with
+``developer`` and ``user`` messages, flat ``function`` tools (its shell tool is
+``exec_command`` with one string ``cmd``), a ``namespace`` (``multi_agent_v1``) and the
+hosted ``web_search``, ``store: false`` and ``reasoning.encrypted_content`` in
+``include``. A tool's result comes back as a ``function_call_output`` with the whole
+conversation (no ``previous_response_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.messages import ToolCallPart, ToolResultPart
+from llmbridge.core.request import ChatRequest
+from llmbridge.gateway.app import create_app, http_protocol
+from llmbridge.gateway.config import GatewayConfig
+from tests.conftest import RunningServer
+from tests.e2e.recording import Exchange, Recorder
+
+E2E_DIR = Path(__file__).resolve().parent
+CODEX = E2E_DIR / "node_modules" / ".bin" / "codex"
+_PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
+    "dependencies"
+]
+PINNED: str = _PINS["@openai/codex"]
+TIMEOUT = 120  # seconds per Codex run; each takes about a second
+MODEL = "codex-e2e"  # what Codex asks for; the gateway routes it to the scripted backend
+BACKEND_MODEL = "scripted"
+SHELL_TOOL = "exec_command"  # Codex 0.169.0's shell tool: {"cmd": "<a shell command>"}
+
+
+# -- the CLI --------------------------------------------------------------------------
+
+
+def _environment(home: Path) -> dict[str, str]:
+    """A minimal environment, so nothing from the caller's shell (keys, proxies, Codex
+    settings) reaches the CLI; everything it writes stays under ``home``."""
+    tmp = home / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "CODEX_HOME": str(home / "codex"),
+        "TMPDIR": str(tmp),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+
+
+def _write_config(home: Path, base_url: str) -> None:
+    """``$CODEX_HOME/config.toml``: the gateway as Codex's model provider."""
+    codex_home = home / "codex"
+    codex_home.mkdir(exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        f"""\
+model = "{MODEL}"
+model_provider = "llmbridge"
+approval_policy = "never"           # exec's default too: never ask, run or refuse
+check_for_update_on_startup = false
+
+[model_providers.llmbridge]
+name = "llmbridge"
+base_url = "{base_url}/v1"
+wire_api = "responses"
+request_max_retries = 0             # a failed request is a test failure, not a retry
+stream_max_retries = 0
+
+[features]
+plugins = false                     # the curated plugins sync reaches api.github.com
+
+[analytics]
+enabled = false
+
+[sandbox_workspace_write]
+# The temporary directories are under /tmp, which workspace-write leaves writable by
+# default: excluded, only the working directory is, so a write beside it must fail.
+exclude_slash_tmp = true
+exclude_tmpdir_env_var = true
+""",
+        encoding="utf-8",
+    )
+
+
+@dataclass
+class CodexRun:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def report(self) -> str:
+        return (
+            f"codex {' '.join(repr(a) for a in self.args)}\n"
+            f"exit code {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON lines ``codex exec --json`` printed."""
+        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+    def agent_messages(self) -> list[str]:
+        return [
+            str(event["item"]["text"])
+            for event in self.events()
+            if event["type"] == "item.completed" and event["item"]["type"] == "agent_message"
+        ]
+
+
+@pytest.fixture(scope="session")
+def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
+    setup = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
+    if not os.access(CODEX, os.X_OK):
+        pytest.fail(f"Codex CLI is not installed at {CODEX}.\n{setup}", pytrace=False)
+    home = tmp_path_factory.mktemp("codex-version")
+    done = subprocess.run(
+        [str(CODEX), "--version"],
+        env=_environment(home),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    if done.stdout.strip() != f"codex-cli {PINNED}":
+        pytest.fail(
+            f"{CODEX} is {done.stdout.strip()!r} (exit code {done.returncode}), "
+            f"but tests/e2e/package.json pins @openai/codex {PINNED}.\n{setup}\n{done.stderr}",
+            pytrace=False,
+        )
+    return CODEX
+
+
+def run_codex(codex: Path, home: Path, workdir: Path, base_url: str, args: list[str]) -> CodexRun:
+    """``codex exec <args>`` in ``workdir``, against the gateway at ``base_url``."""
+    _write_config(home, base_url)
+    argv = ["exec", "--skip-git-repo-check", "--cd", str(workdir), *args]
+    try:
+        done = subprocess.run(
+            [str(codex), *argv],
+            env=_environment(home),
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,  # exec reads a piped stdin as more prompt
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        partial = CodexRun(argv, -1, _text(exc.stdout), _text(exc.stderr))
+        pytest.fail(f"Codex did not finish within {TIMEOUT} s\n{partial.report()}")
+    return CodexRun(argv, done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+# -- the gateway ----------------------------------------------------------------------
+
+
+@contextmanager
+def recorded_gateway(backend: ScriptedBackend) -> Iterator[tuple[RunningServer, Recorder]]:
+    """The gateway over ``backend``, with Codex's model name routed to it, served as
+    ``llmbridge serve`` serves it and every HTTP exchange kept."""
+    config = {
+        "backends": {"scripted": {"type": "scripted"}},
+        "default_backend": "scripted",
+        "models": [{"name": MODEL, "backend": "scripted", "model": BACKEND_MODEL}],
+    }
+    app = create_app(GatewayConfig.model_validate(config), {"scripted": backend})
+    recorder = Recorder(app)
+    with RunningServer(recorder, http=http_protocol(app)) as server:
+        yield server, recorder
+
+
+def _describe(requests: list[ChatRequest]) -> str:
+    lines = []
+    for number, request in enumerate(requests):
+        tools = [tool.name for tool in request.tools]
+        lines.append(f"request {number}: model={request.model!r} tools={tools}")
+        for message in request.messages:
+            lines.append(f"    {message.role}: {message.parts!r:.300}")
+    return "\n".join(lines)
+
+
+def _report(run: CodexRun, recorder: Recorder, backend: ScriptedBackend) -> str:
+    exchanges = [(e.method, e.path, e.status) for e in recorder.exchanges]
+    return (
+        f"{run.report()}\n--- exchanges ---\n{exchanges}\n"
+        f"--- what the backend received ---\n{_describe(backend.requests)}"
+    )
+
+
+def _items(call: Exchange, kind: str) -> list[dict[str, Any]]:
+    """The ``input`` items of type ``kind`` in a ``/v1/responses`` request."""
+    items = call.body()["input"]
+    assert isinstance(items, list)
+    return [item for item in items if item.get("type") == kind]
+
+
+def _completed_usage(call: Exchange) -> dict[str, Any]:
+    """``usage`` of the ``response.completed`` event the gateway streamed back."""
+    completed = [e for e in call.sse_events() if e.get("type") == "response.completed"]
+    assert len(completed) == 1, call.response.decode(errors="replace")
+    usage: dict[str, Any] = completed[0]["response"]["usage"]
+    return usage
+
+
+# -- a plain answer -------------------------------------------------------------------
+
+ANSWER = "The gateway answered Codex."
+
+
+def test_prints_the_backends_answer(codex: Path, tmp_path: Path) -> None:
+    """``codex exec "<prompt>"`` prints what the backend said, exits 0, and its real
+    request (tools, hosted tools, namespaces, ``store: false``) was served as is."""
+    backend = ScriptedBackend("scripted", default=Script(text=["The gateway", " answered Codex."]))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    prompt = "Say something"
+    with recorded_gateway(backend) as (server, recorder):
+        run = run_codex(codex, tmp_path, workdir, server.url, [prompt])
+    report = _report(run, recorder, backend)
+
+    assert run.returncode == 0, report
+    assert run.stdout.strip() == ANSWER, report  # exec prints the last message on stdout
+
+    # Codex's only traffic: one streamed POST /v1/responses, answered 200.
+    assert [(e.method, e.path, e.status) for e in recorder.exchanges] == [
+        ("POST", "/v1/responses", 200)
+    ], report
+    call = recorder.exchanges[0]
+    assert call.headers["user-agent"].startswith(f"codex_exec/{PINNED} "), report
+    assert call.response_headers["content-type"].startswith("text/event-stream"), report
+    body = call.body()
+    assert body["model"] == MODEL and body["stream"] is True and body["store"] is False
+    assert "previous_response_id" not in body  # Codex sends the whole conversation
+    tools = body["tools"]
+    assert isinstance(tools, list)
+    kinds = {tool["type"] for tool in tools}
+    assert {"function", "namespace", "web_search"} <= kinds, kinds
+    assert any(t["type"] == "function" and t["name"] == SHELL_TOOL for t in tools), tools
+    user_texts = [
+        part["text"]
+        for item in _items(call, "message")
+        if item["role"] == "user"
+        for part in item["content"]
+    ]
+    assert user_texts[-1] == prompt, user_texts
+    # The hosted tool no backend here runs is left out, and the reply says so.
+    assert "web_search" in call.response_headers["x-llmbridge-ignored-tools"].split(","), report
+
+    # What the backend got: Codex's tools as functions, namespaces flattened, no hosted
+    # tool, the routed model name, the prompt last.
+    assert len(backend.requests) == 1, report
+    seen = backend.requests[0]
+    assert seen.model == BACKEND_MODEL, report
+    names = [tool.name for tool in seen.tools]
+    assert SHELL_TOOL in names and "web_search" not in names, names
+    namespace = next(t for t in tools if t["type"] == "namespace")
+    assert {f"{namespace['name']}__{t['name']}" for t in namespace["tools"]} <= set(names)
+    assert seen.messages[-1].role == "user" and seen.messages[-1].text == prompt, report
+
+
+# -- a tool turn: the backend calls Codex's shell tool, Codex runs it sandboxed ---------
+
+MARKER = "llmbridge-e2e-42"  # only a shell that ran the command prints 42
+FINAL_TEXT = "The command wrote out.txt."
+
+
+class ShellLoopBackend(ScriptedBackend):
+    """Replies by what the request holds, so any extra request Codex might make cannot
+    take the scripted turns: a request offering the shell tool gets the shell call,
+    then the final text once it carries the tool's result; anything else gets the
+    default script's harmless text."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__("scripted", default=Script(text=["(nothing scripted for this request)"]))
+        self.command = command
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if any(tool.name == SHELL_TOOL for tool in request.tools):
+            if any(message.role == "tool" for message in request.messages):
+                self.enqueue(Script(text=[FINAL_TEXT]))
+            else:
+                self.enqueue(Script(text=[], tool_calls=[(SHELL_TOOL, {"cmd": self.command})]))
+        async for event in super().chat(request):
+            yield event
+
+
+def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
+    codex: Path, tmp_path: Path
+) -> None:
+    """The backend calls ``exec_command``; Codex runs it in its workspace-write sandbox
+    (bubblewrap) in a temporary working directory, sends the output back as a
+    ``function_call_output``, and prints the backend's final answer. The sandbox is
+    real: the same command's write beside the working directory is refused."""
+    workdir = tmp_path / "work"
+    outside = tmp_path / "outside"
+    workdir.mkdir()
+    outside.mkdir()
+    escape = outside / "escape.txt"
+    command = f"echo llmbridge-e2e-$((6*7)) | tee out.txt; echo escaped > {escape}"
+    backend = ShellLoopBackend(command)
+    with recorded_gateway(backend) as (server, recorder):
+        run = run_codex(
+            codex,
+            tmp_path,
+            workdir,
+            server.url,
+            ["--json", "--sandbox", "workspace-write", "Run the marker command"],
+        )
+    report = _report(run, recorder, backend)
+
+    assert run.returncode == 0, report
+    assert run.agent_messages()[-1:] == [FINAL_TEXT], report
+    # The command ran, in the working directory, and nowhere else.
+    assert (workdir / "out.txt").read_text(encoding="utf-8") == MARKER + "\n", report
+    assert not escape.exists(), f"the sandbox let a write outside the workspace through\n{report}"
+
+    calls = recorder.calls("/v1/responses")
+    assert [e.status for e in recorder.exchanges] == [200, 200], report
+    assert len(calls) == 2 and len(backend.requests) == 2, report
+
+    # The second request, on the wire: the call as the gateway streamed it, then its
+    # output with the same call_id, carrying what the shell printed.
+    follow_up = calls[1]
+    (sent_call,) = _items(follow_up, "function_call")
+    (sent_output,) = _items(follow_up, "function_call_output")
+    assert sent_call["name"] == SHELL_TOOL, sent_call
+    assert json.loads(sent_call["arguments"]) == {"cmd": command}, sent_call
+    assert sent_output["call_id"] == sent_call["call_id"], sent_output
+    assert MARKER in sent_output["output"], sent_output
+    streamed = [e for e in calls[0].sse_events() if e.get("type") == "response.output_item.done"]
+    assert [e["item"]["call_id"] for e in streamed] == [sent_call["call_id"]], streamed
+
+    # The same, as the backend got it: the assistant's call, then the tool's result.
+    messages = list(backend.requests[1].messages)
+    index = next(i for i, m in enumerate(messages) if m.role == "tool")
+    assert index > 0 and messages[index - 1].role == "assistant", report
+    tool_calls = [p for p in messages[index - 1].parts if isinstance(p, ToolCallPart)]
+    results = [p for p in messages[index].parts if isinstance(p, ToolResultPart)]
+    assert len(tool_calls) == 1 and len(results) == 1, report
+    assert tool_calls[0].name == SHELL_TOOL and tool_calls[0].arguments == {"cmd": command}
+    assert results[0].tool_call_id == tool_calls[0].id, report
+    assert MARKER in results[0].content, report
+
+    # What Codex counted for the turn is what the gateway reported, summed.
+    (turn,) = [e for e in run.events() if e["type"] == "turn.completed"]
+    usages = [_completed_usage(call) for call in calls]
+    assert turn["usage"]["input_tokens"] == sum(u["input_tokens"] for u in usages), report
+    assert turn["usage"]["output_tokens"] == sum(u["output_tokens"] for u in usages), report
