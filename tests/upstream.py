@@ -1,4 +1,4 @@
-"""A fake HTTP upstream (Ollama or OpenAI-compatible) that answers with canned bytes.
+"""A fake HTTP upstream (Ollama, OpenAI-compatible or Responses) that answers with canned bytes.
 
 Used where a real backend cannot misbehave on demand: error statuses, garbage
 output, streams cut off mid-way, a server that never answers. Each request takes
@@ -52,6 +52,7 @@ class FakeUpstream:
                 Route("/v1/chat/completions", self._reply, methods=["POST"]),
                 Route("/api/generate", self._reply, methods=["POST"]),
                 Route("/v1/completions", self._reply, methods=["POST"]),
+                Route("/v1/responses", self._reply, methods=["POST"]),
                 Route("/api/show", self._show, methods=["POST"]),
                 Route("/api/version", self._version, methods=["GET"]),
                 Route("/api/tags", self._tags, methods=["GET"]),
