@@ -59,10 +59,10 @@ from llmbridge.dialects.fields import (
     ReplyFields,
     int_or_none,
     nonempty_str,
-    number_or_none,
     object_or_empty,
     str_or_none,
 )
+from llmbridge.dialects.openai.response import reply_created
 from llmbridge.dialects.responses.carried import PROVIDER, carry
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT
 
@@ -200,12 +200,11 @@ class _StreamDecoder:
             return []
         self.started = True
         response = self.response
-        created = number_or_none(response.get("created_at"))
         return [
             ResponseStart(
                 id=nonempty_str(response.get("id")) or new_id("resp_"),
                 model=str_or_none(response.get("model")) or "",
-                created=created if created is not None else 0.0,
+                created=reply_created(response.get("created_at")),
             )
         ]
 
@@ -378,14 +377,13 @@ def decode_chat_response(body: object, *, origin: str | None = None) -> ChatResp
         stop = StopReason.TOOL_USE
     else:
         stop = StopReason.END_TURN
-    created = number_or_none(data.get("created_at"))
     return ChatResponse(
         id=nonempty_str(data.get("id")) or new_id("resp_"),
         model=str_or_none(data.get("model")) or "",
         message=Message("assistant", tuple(parts)),
         stop_reason=stop,
         usage=decode_usage(data.get("usage")),
-        created=created if created is not None else 0.0,
+        created=reply_created(data.get("created_at")),
     )
 
 
