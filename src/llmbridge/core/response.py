@@ -40,6 +40,9 @@ class Usage:
     output_tokens: int | None = None
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    """Of ``output_tokens``, those spent reasoning, when the backend says (OpenAI's
+    ``completion_tokens_details`` / ``output_tokens_details``)."""
 
     def merged(self, other: Usage) -> Usage:
         """``other``'s known values win; unknown ones keep ours."""
@@ -52,6 +55,7 @@ class Usage:
             cache_creation_input_tokens=_pick(
                 other.cache_creation_input_tokens, self.cache_creation_input_tokens
             ),
+            reasoning_tokens=_pick(other.reasoning_tokens, self.reasoning_tokens),
         )
 
 

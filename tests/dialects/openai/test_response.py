@@ -169,7 +169,9 @@ def test_decode_openai_reply() -> None:
         created=1741569952.0,
         message=Message("assistant", (TextPart("Hello! How can I assist you today?"),)),
         stop_reason=StopReason.END_TURN,
-        usage=Usage(input_tokens=19, output_tokens=10, cache_read_input_tokens=0),
+        usage=Usage(
+            input_tokens=19, output_tokens=10, cache_read_input_tokens=0, reasoning_tokens=0
+        ),
         provider_details={"openai": {"service_tier": "default"}},
     )
 

@@ -74,7 +74,9 @@ async def test_reasoning_under_reasoning_content_with_usage_on_finish_chunk() ->
         ThinkingPart("9.11 < 9.9 because .90 > .11"),
         TextPart("9.9 is larger."),
     )
-    assert response.usage == Usage(input_tokens=15, output_tokens=42, cache_read_input_tokens=0)
+    assert response.usage == Usage(
+        input_tokens=15, output_tokens=42, cache_read_input_tokens=0, reasoning_tokens=30
+    )
     assert response.id == "5f3a9c1e-0b7d-4c52-9d0e-2f8a7b6c1d00"
 
 
@@ -121,7 +123,9 @@ async def test_usage_from_the_include_usage_chunk() -> None:
     events = await decode_events([fixture_bytes("include_usage.sse")])
     end = events[-1]
     assert isinstance(end, ResponseEnd)
-    assert end.usage == Usage(input_tokens=21, output_tokens=3, cache_read_input_tokens=16)
+    assert end.usage == Usage(
+        input_tokens=21, output_tokens=3, cache_read_input_tokens=16, reasoning_tokens=0
+    )
     assert end.stop_reason is StopReason.END_TURN
 
 

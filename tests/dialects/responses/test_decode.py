@@ -88,6 +88,7 @@ async def test_text_with_usage_and_cached_tokens() -> None:
             output_tokens=7,
             cache_read_input_tokens=32,
             cache_creation_input_tokens=0,
+            reasoning_tokens=0,
         ),
     )
 
@@ -296,3 +297,18 @@ async def test_llmbridge_own_stream_decodes_back_to_the_same_reply() -> None:
     # The front sealed the signature into encrypted_content; it comes back carried.
     sealed = recover(thinking.signature, "up")
     assert sealed is not None and sealed.startswith("llmbridge.v1.")
+
+
+async def test_reasoning_tokens_are_read_and_sent_on() -> None:
+    """A Responses server's ``output_tokens_details.reasoning_tokens`` reaches the core
+    (``Usage.reasoning_tokens``) and every front that reports it: the Responses
+    front's ``output_tokens_details`` and chat completions' ``completion_tokens_details``."""
+    from llmbridge.dialects.openai.response import encode_usage as chat_usage
+    from llmbridge.dialects.responses.response import encode_usage as responses_usage
+
+    events = await decode([fixture("reasoning_summary_encrypted.sse")])
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and end.usage.reasoning_tokens == 64
+    assert responses_usage(end.usage)["output_tokens_details"] == {"reasoning_tokens": 64}
+    assert chat_usage(end.usage)["completion_tokens_details"] == {"reasoning_tokens": 64}
+    assert "completion_tokens_details" not in chat_usage(Usage(output_tokens=3))

@@ -101,6 +101,8 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
     }
     if usage.cache_read_input_tokens is not None:
         encoded["prompt_tokens_details"] = {"cached_tokens": usage.cache_read_input_tokens}
+    if usage.reasoning_tokens is not None:
+        encoded["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
     return encoded
 
 
@@ -109,10 +111,12 @@ def decode_usage(value: object) -> Usage:
     if not isinstance(value, dict):
         return Usage()
     details = object_or_empty(value.get("prompt_tokens_details"))
+    completion = object_or_empty(value.get("completion_tokens_details"))
     return Usage(
         input_tokens=int_or_none(value.get("prompt_tokens")),
         output_tokens=int_or_none(value.get("completion_tokens")),
         cache_read_input_tokens=int_or_none(details.get("cached_tokens")),
+        reasoning_tokens=int_or_none(completion.get("reasoning_tokens")),
     )
 
 

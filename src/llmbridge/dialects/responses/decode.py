@@ -90,11 +90,13 @@ def decode_usage(value: object) -> Usage:
     if not isinstance(value, dict):
         return Usage()
     details = object_or_empty(value.get("input_tokens_details"))
+    output = object_or_empty(value.get("output_tokens_details"))
     return Usage(
         input_tokens=int_or_none(value.get("input_tokens")),
         output_tokens=int_or_none(value.get("output_tokens")),
         cache_read_input_tokens=int_or_none(details.get("cached_tokens")),
         cache_creation_input_tokens=int_or_none(details.get("cache_write_tokens")),
+        reasoning_tokens=int_or_none(output.get("reasoning_tokens")),
     )
 
 

@@ -75,8 +75,9 @@ def incomplete_reason(stop_reason: StopReason) -> str | None:
 
 
 def encode_usage(usage: Usage) -> dict[str, Any]:
-    """The ``usage`` object; unknown counts are 0 (the fields are required).
-    ``reasoning_tokens`` is 0: the core's usage does not separate them."""
+    """The ``usage`` object; unknown counts are 0 (the fields are required), so
+    ``reasoning_tokens`` is 0 unless the backend reported it (OpenAI-compatible and
+    Responses servers do)."""
     prompt = usage.input_tokens or 0
     output = usage.output_tokens or 0
     return {
@@ -86,7 +87,7 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
             "cache_write_tokens": usage.cache_creation_input_tokens or 0,
         },
         "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": prompt + output,
     }
 
@@ -103,7 +104,8 @@ def envelope(
     error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``response`` object: what the request asked for, echoed, and the output."""
-    echo: dict[str, Any] = request_details(request).get("echo") or {}
+    details = request_details(request)
+    echo: dict[str, Any] = details.get("echo") or {}
     body: dict[str, Any] = {
         "id": resp_id,
         "object": "response",
@@ -118,9 +120,9 @@ def envelope(
         "model": request.model,
         "output": output,
         "parallel_tool_calls": echo.get("parallel_tool_calls", True),
-        "previous_response_id": None,
+        "previous_response_id": details.get("previous_response_id"),
         "reasoning": echo.get("reasoning") or {"effort": None, "summary": None},
-        "store": False,  # llmbridge keeps nothing, whatever was asked
+        "store": bool(details.get("stored")),  # set by the gateway when it stores it
         "temperature": echo.get("temperature"),
         "text": echo.get("text") or {"format": {"type": "text"}},
         "tool_choice": echo.get("tool_choice", "auto"),
@@ -202,11 +204,28 @@ def call_arguments(call: ToolCallPart) -> str:
 
 def custom_input(call: ToolCallPart) -> str:
     """A custom tool call's freeform input: its one string argument, or, when the model
-    wrote something else, its arguments as text (never dropped)."""
+    wrote something else, its arguments as text (never dropped).
+
+    The tool has exactly one argument, so a lone string under another name is the
+    input; so is the whole input written as bare text (a JSON string, or the patch
+    itself), which tool healing keeps as ``{"raw": text}`` (features/tool_healing.py)."""
     value = call.arguments.get(CUSTOM_INPUT)
     if isinstance(value, str) and call.raw_arguments is None:
         return value
+    if call.raw_arguments is None and len(call.arguments) == 1:
+        (name, only), *_ = call.arguments.items()
+        if isinstance(only, str):
+            return _string_literal(only) if name == "raw" else only
     return call_arguments(call)
+
+
+def _string_literal(text: str) -> str:
+    """``text`` decoded when it is a JSON string literal, else ``text`` itself."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    return value if isinstance(value, str) else text
 
 
 def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, Any]:
