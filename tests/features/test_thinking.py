@@ -98,3 +98,21 @@ def test_family_flags_and_policy_flags() -> None:
     assert routes["claude-*sonnet*"] == ("embedded", "qwen3:8b", ("sonnet",))
     assert routes["claude-*haiku*"] == ("embedded", "qwen3:0.6b", ("haiku",))
     assert config.thinking == "strict"
+
+
+@pytest.mark.parametrize(
+    ("model", "capable"),
+    [
+        ("gpt-5-codex", True),
+        ("gpt-5.1", True),
+        ("o3-mini", True),
+        ("o4-mini", True),
+        ("gpt-oss:20b", True),
+        ("gpt-4.1-mini", False),
+        ("openai/gpt-5", True),  # prefixes apply to the model's own name
+    ],
+)
+def test_openai_reasoning_models_can_think(model: str, capable: bool) -> None:
+    """Codex and the Agents SDK send ``reasoning.effort`` to these; with the default drop
+    policy it would otherwise be removed before an OpenAI backend saw it."""
+    assert can_think(model, None) is capable

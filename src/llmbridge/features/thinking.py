@@ -38,8 +38,24 @@ log = logging.getLogger("llmbridge.thinking")
 
 ThinkingPolicy = Literal["drop", "strict"]
 
-THINKING_CAPABLE_PREFIXES = ("qwen3", "deepseek-r1", "magistral", "nemotron", "glm4", "qwq")
-"""Seed 001's list: Ollama model families that can think, by name prefix."""
+THINKING_CAPABLE_PREFIXES = (
+    "qwen3",
+    "deepseek-r1",
+    "magistral",
+    "nemotron",
+    "glm4",
+    "qwq",
+    "gpt-oss",
+    "gpt-5",
+    "o1",
+    "o3",
+    "o4",
+    "codex-",
+)
+"""Model families that can think, by name prefix: seed 001's Ollama families, then
+OpenAI's reasoning models (``gpt-oss``, ``gpt-5*`` with its Codex models, the ``o``
+series), so a Responses client's ``reasoning.effort`` reaches them (issue 15) when no
+backend reports capabilities and no route says otherwise."""
 
 THINKING_HEADER = "x-llmbridge-thinking"
 
