@@ -270,11 +270,6 @@ def test_json_schema_format(client: openai.OpenAI, scripted: ScriptedBackend) ->
             "input.0.type",
             "Invalid value for 'input.0.type': 'telepathy'.",
         ),
-        (
-            {"input": "hi", "previous_response_id": "resp_1"},
-            "previous_response_id",
-            "stateless",
-        ),
         ({"input": "hi", "temperature": 3}, "temperature", "above maximum value"),
     ],
 )

@@ -174,6 +174,12 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
         output=_ARRAY,
         usage={"type": ["object", "null"]},
     ),
+    "OpenAIResponseDeleted": _obj(
+        ("id", "object", "deleted"),
+        id=_STR,
+        object={"const": "response.deleted"},
+        deleted={"const": True},
+    ),
     "OpenAIInputTokens": _obj(
         ("object", "input_tokens"), object={"const": "response.input_tokens"}, input_tokens=_INT
     ),
@@ -221,8 +227,14 @@ _OPERATIONS: tuple[_Operation, ...] = (
      openai.EmbeddingRequestBody, "OpenAIEmbeddingList", None),
     ("post", "/v1/completions", "openaiCompletions", "OpenAI legacy completion (FIM: suffix).",
      openai.CompletionRequestBody, "OpenAICompletion", _SSE),
-    ("post", "/v1/responses", "openaiResponses", "OpenAI Responses (stateless).",
+    ("post", "/v1/responses", "openaiResponses",
+     "OpenAI Responses (stored unless store is false, with the agent store on).",
      responses.ResponsesRequestBody, "OpenAIResponse", _SSE),
+    ("get", "/v1/responses/{response_id}", "openaiResponsesRetrieve",
+     "A stored response (the caller's key's own).", None, "OpenAIResponse", None),
+    ("delete", "/v1/responses/{response_id}", "openaiResponsesDelete",
+     "Delete a stored response (the caller's key's own).", None, "OpenAIResponseDeleted",
+     None),
     ("post", "/v1/responses/input_tokens", "openaiResponsesInputTokens",
      "Responses input token count.", responses.InputTokensRequestBody, "OpenAIInputTokens",
      None),
@@ -291,10 +303,11 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
             "description": "No backend is reachable.",
             "content": {"application/json": {"schema": _ref("Health")}},
         }
-    if "{model_id}" in path:
-        operation["parameters"] = [
-            {"name": "model_id", "in": "path", "required": True, "schema": _STR}
-        ]
+    for name in ("model_id", "response_id"):
+        if "{" + name + "}" in path:
+            operation["parameters"] = [
+                {"name": name, "in": "path", "required": True, "schema": _STR}
+            ]
     if body is not None:
         operation["requestBody"] = {
             "required": True,

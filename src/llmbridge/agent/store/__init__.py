@@ -2,7 +2,8 @@
 
 ``models`` (the tables), ``engine`` (URLs, the engine, SQLite setup), ``migrate``
 (Alembic, in process), ``records`` (the plain values callers get),
-``repository.AgentStore`` (reads and writes of the conversation tables), ``access``
+``repository.AgentStore`` (reads and writes of the conversation tables),
+``responses.ResponseStore`` (the Responses API's stored responses), ``access``
 (who may see and change what: the ``owner`` of a row), ``values`` (what the
 databases can hold) and ``errors`` (the store's boundary: every database failure
 raised as a ``core.errors`` class, so callers never see SQLAlchemy's exceptions).
@@ -16,11 +17,13 @@ from llmbridge.agent.store.records import (
     MessageStatus,
     PersonaRecord,
     PinRecord,
+    ResponseRecord,
     SessionRecord,
     StoredMessage,
     SummaryRecord,
 )
 from llmbridge.agent.store.repository import AgentStore
+from llmbridge.agent.store.responses import ResponseStore
 from llmbridge.agent.store.values import MAX_ID
 
 __all__ = [
@@ -29,6 +32,8 @@ __all__ = [
     "MessageStatus",
     "PersonaRecord",
     "PinRecord",
+    "ResponseRecord",
+    "ResponseStore",
     "SessionRecord",
     "StoredMessage",
     "SummaryRecord",

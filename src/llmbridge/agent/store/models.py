@@ -8,6 +8,8 @@ Retrieval: ``documents``, split into ``document_chunks`` with an inverted index 
 their terms in ``document_terms`` (portable keyword search, see ``agent.documents``).
 Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and side
 effects), ``vitals``, ``appointments``.
+Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
+``store.responses``).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``store.access`` has the rules).
@@ -54,6 +56,7 @@ __all__ = [
     "Patient",
     "Persona",
     "Pin",
+    "ResponseRow",
     "SessionRow",
     "Summary",
     "UTCDateTime",
@@ -344,3 +347,29 @@ class Appointment(Base):
     scheduled_at: Mapped[datetime] = mapped_column()
     notes: Mapped[str] = mapped_column(Text, default="")
     status: Mapped[str] = mapped_column(String(20), default="scheduled")
+
+
+# -- Responses API ------------------------------------------------------------------
+
+
+class ResponseRow(Base):
+    """A response ``POST /v1/responses`` stored (``store.responses``): the conversation
+    it answered and what it answered, private to the key that created it."""
+
+    __tablename__ = "responses"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    """The response's id as the client got it (``resp_...``)."""
+    owner: Mapped[str | None] = mapped_column(String(64), default=None)
+    """The API key that created it (``store.access``): only that key sees it."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    model: Mapped[str] = mapped_column(String(200))
+    instructions: Mapped[str | None] = mapped_column(Text, default=None)
+    """The request's ``instructions`` (not carried into a continuation, as OpenAI does)."""
+    input: Mapped[list[Any]] = mapped_column(JSON)
+    """The conversation so far: every input item, a continued response's included."""
+    output: Mapped[list[Any]] = mapped_column(JSON)
+    """The response's output items."""
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The rest of the response object as created (status, the echoed request fields)."""

@@ -8,8 +8,10 @@ assistant turn produced (``reasoning``, assistant ``message``, ``function_call``
 to echo or to shape its items (custom and namespaced tools, hosted tools left out,
 whether to return ``encrypted_content``) rides in ``provider_details["responses"]``.
 
-llmbridge keeps no responses, so ``previous_response_id`` and ``conversation`` are a
-400 naming the field (Ollama answers the same): send the whole conversation.
+``previous_response_id`` and ``conversation`` are a 400 naming the field (Ollama
+answers the same): send the whole conversation. With the agent store on, the gateway
+resolves ``previous_response_id`` before decoding (``continuation.py``) and the body it
+decodes no longer has it.
 """
 
 from __future__ import annotations

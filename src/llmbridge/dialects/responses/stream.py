@@ -31,7 +31,7 @@ and Codex report) and then ``response.failed`` with the items finished so far.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -72,10 +72,16 @@ __all__ = ["encode_chat_stream"]
 
 
 async def encode_chat_stream(
-    events: AsyncIterator[StreamEvent], request: ChatRequest
+    events: AsyncIterator[StreamEvent],
+    request: ChatRequest,
+    on_end: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncIterator[bytes]:
-    """SSE bytes of a Responses stream for an event stream (grammar above)."""
-    encoder = _StreamEncoder(request)
+    """SSE bytes of a Responses stream for an event stream (grammar above).
+
+    ``on_end`` gets the response object of ``response.completed`` or
+    ``response.incomplete`` before the bytes of that event are yielded (the gateway
+    stores it then, so a client that reads the event can at once retrieve it)."""
+    encoder = _StreamEncoder(request, on_end)
     async for event in events:
         chunk = encoder.encode(event)
         if chunk:
@@ -118,8 +124,11 @@ class _OpenItem:
 class _StreamEncoder:
     """The state of one encoded stream: ``encode`` returns the bytes for each event."""
 
-    def __init__(self, request: ChatRequest) -> None:
+    def __init__(
+        self, request: ChatRequest, on_end: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self._request = request
+        self._on_end = on_end
         self._seq = 0
         self._id = ""
         self._created = 0.0
@@ -173,10 +182,13 @@ class _StreamEncoder:
         reason = incomplete_reason(event.stop_reason)
         if reason is not None:
             response = self._envelope("incomplete", usage=usage, incomplete=reason)
-            return self._event("response.incomplete", {"response": response})
-        return self._event(
-            "response.completed", {"response": self._envelope("completed", usage=usage)}
-        )
+            kind = "response.incomplete"
+        else:
+            response = self._envelope("completed", usage=usage)
+            kind = "response.completed"
+        if self._on_end is not None:
+            self._on_end(response)
+        return self._event(kind, {"response": response})
 
     def fail(self, error: LLMBridgeError) -> bytes:
         """The ``error`` event and ``response.failed``: the stream's last events."""

@@ -1,4 +1,15 @@
-"""OpenAI's Responses API: ``POST /v1/responses`` and ``POST /v1/responses/input_tokens``.
+"""OpenAI's Responses API: ``POST /v1/responses``, ``POST /v1/responses/input_tokens``,
+and, with the agent store, ``GET`` and ``DELETE /v1/responses/{response_id}``.
+
+Stateful responses (docs/RESPONSES.md, "Stateful responses"): with the agent store on
+(``agent.enabled``, its default) a response is stored unless the request says
+``"store": false``: saved once it is complete (``response.completed`` or
+``response.incomplete``; for a stream, before that event is sent), owned by the
+caller's key (``web.auth.caller_identity``), in ``agent.store.responses``.
+``previous_response_id`` loads one and puts its conversation and output before the new
+input (``dialects/responses/continuation.py``); another key's response is a 404 like a
+missing one. With the store off, ``previous_response_id`` stays the dialect's 400. A
+failed save is logged and never costs the client its answer.
 
 Errors are OpenAI's body (``web/render.py`` renders every ``/v1/*`` path but Anthropic's
 that way, which is also the Responses API's). Besides the ``x-llmbridge-*`` headers of
@@ -10,22 +21,41 @@ runs, and ``x-llmbridge-dropped-reasoning`` counts reasoning items whose
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmbridge.core.errors import LLMBridgeError
+from llmbridge.agent.routes import MountedAgent
+from llmbridge.agent.store.responses import ResponseStore
+from llmbridge.core.errors import LLMBridgeError, NotFoundError, ServiceUnavailableError
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import ChatResponse
 from llmbridge.dialects import responses
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.responses.continuation import (
+    PREVIOUS_RESPONSE_ID,
+    continued_body,
+    input_items,
+    marked,
+)
 from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_tokens_request
 from llmbridge.features.token_count import count_request_tokens
 from llmbridge.gateway.pipeline import ChatCodec, serve_chat
-from llmbridge.gateway.state import state_of
-from llmbridge.web.bodies import read_chat
+from llmbridge.gateway.state import GatewayState, state_of
+from llmbridge.web.auth import caller_identity
+from llmbridge.web.bodies import parse_json, read_body
 from llmbridge.web.render import Dialect, error_response, new_request_id
+
+log = logging.getLogger("llmbridge.gateway")
 
 __all__ = ["IGNORED_TOOLS_HEADER", "routes"]
 
@@ -55,14 +85,158 @@ def dialect_headers(chat: ChatRequest) -> dict[str, str]:
 async def create_response(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
+    owner = caller_identity(request)
     try:
-        # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-        chat = await read_chat(request, state.limits, responses.decode_chat_request)
+        chat, body, previous = await _decoded(request, state, responses.decode_chat_request)
+        store = _store_if_open(request)
     except LLMBridgeError as exc:
         return error_response(Dialect.OPENAI, exc, request_id)
-    response = await serve_chat(request, chat, RESPONSES, state=state, request_id=request_id)
+    keep = store is not None and body.get("store") is not False
+    if keep or previous is not None:
+        chat = marked(chat, stored=keep, previous_response_id=previous)
+    keeper = _Keeper(store, owner, body) if keep and store is not None else None
+    codec = RESPONSES if keeper is None else keeper.codec
+    response = await serve_chat(request, chat, codec, state=state, request_id=request_id)
+    if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
+        await keeper.save(keeper.ended)
     response.headers.update(dialect_headers(chat))
     return response
+
+
+async def retrieve_response(request: Request) -> Response:
+    """``GET /v1/responses/{response_id}``: the stored response object."""
+    request_id = new_request_id()
+    response_id = request.path_params["response_id"]
+    try:
+        stored = await _store_for(request, response_id).get(response_id, caller_identity(request))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OPENAI, exc, request_id)
+    return _json(stored.response_object(), request_id)
+
+
+async def delete_response(request: Request) -> Response:
+    """``DELETE /v1/responses/{response_id}``."""
+    request_id = new_request_id()
+    response_id = request.path_params["response_id"]
+    try:
+        await _store_for(request, response_id).delete(response_id, caller_identity(request))
+    except LLMBridgeError as exc:
+        return error_response(Dialect.OPENAI, exc, request_id)
+    deleted = {"id": response_id, "object": "response.deleted", "deleted": True}
+    return _json(deleted, request_id)
+
+
+def _json(body: object, request_id: str) -> Response:
+    return Response(
+        dumps(body), media_type="application/json", headers={"x-request-id": request_id}
+    )
+
+
+# -- the stored responses ----------------------------------------------------------
+
+
+def _store_if_open(request: Request) -> ResponseStore | None:
+    """The stored responses, or ``None`` when the agent store is off or not open."""
+    mounted: MountedAgent = request.app.state.agent
+    if not state_of(request).config.agent.enabled or mounted.runtime is None:
+        return None
+    return ResponseStore(mounted.runtime.store)
+
+
+def _store_for(request: Request, response_id: str) -> ResponseStore:
+    """The stored responses, for a request that needs them: 404 when the store is off
+    (no response can exist), 503 when it is on but its database did not open."""
+    if not state_of(request).config.agent.enabled:
+        raise NotFoundError(
+            f"Response with id {response_id!r} not found: llmbridge stores responses only "
+            "with the agent store on (agent.enabled)."
+        )
+    store = _store_if_open(request)
+    if store is None:
+        mounted: MountedAgent = request.app.state.agent
+        reason = f" ({mounted.error}; see the gateway log)" if mounted.error else ""
+        raise ServiceUnavailableError(
+            f"stored responses are unavailable: the agent database could not be opened{reason}"
+        )
+    return store
+
+
+Decode = Callable[[Any, RequestLimits], ChatRequest]
+
+
+async def _decoded(
+    request: Request, state: GatewayState, decode: Decode
+) -> tuple[ChatRequest, dict[str, Any], str | None]:
+    """The body decoded (and the body itself), continued from its
+    ``previous_response_id`` when responses are stored (then also returned).
+
+    As ``web.bodies.read_chat`` does, a large body is parsed and decoded off the event
+    loop; so is every continued one, whose stored conversation may be long."""
+    limits = state.limits
+    raw = await read_body(request, limits.max_body_bytes)
+    offload = len(raw) > limits.offload_bytes
+    body = await asyncio.to_thread(parse_json, raw, limits) if offload else parse_json(raw, limits)
+    previous = body.get(PREVIOUS_RESPONSE_ID) if isinstance(body, dict) else None
+    if isinstance(previous, str) and state.config.agent.enabled:
+        owner = caller_identity(request)
+        stored = await _store_for(request, previous).get(
+            previous, owner, param=PREVIOUS_RESPONSE_ID
+        )
+        body = continued_body(body, stored.input, stored.output)
+        offload = True
+    else:
+        # Without the store, the dialect's 400 names the field (docs/RESPONSES.md).
+        previous = None
+    chat = await asyncio.to_thread(decode, body, limits) if offload else decode(body, limits)
+    return chat, body, previous
+
+
+class _Keeper:
+    """Stores one response once it is complete: the route's codec with the encoders
+    wrapped to catch the response object."""
+
+    def __init__(self, store: ResponseStore, owner: str | None, body: dict[str, Any]) -> None:
+        self.store, self.owner, self.body = store, owner, body
+        self.ended: dict[str, Any] | None = None
+        """The object of a reply that was not streamed, to store after encoding."""
+        self.codec = replace(
+            RESPONSES, encode_response=self._encode_response, encode_stream=self._encode_stream
+        )
+
+    def _encode_response(self, reply: ChatResponse, chat: ChatRequest) -> dict[str, Any]:
+        self.ended = responses.encode_chat_response(reply, chat)
+        return self.ended
+
+    async def _encode_stream(
+        self, events: AsyncIterator[StreamEvent], chat: ChatRequest
+    ) -> AsyncIterator[bytes]:
+        ended: list[dict[str, Any]] = []
+        async for chunk in responses.encode_chat_stream(events, chat, ended.append):
+            if ended:  # stored before the client reads response.completed
+                await self.save(ended.pop())
+            yield chunk
+
+    async def save(self, response: dict[str, Any]) -> None:
+        """Store ``response``; a failure is logged, and the client keeps its answer."""
+        try:
+            await self.store.put(
+                response["id"],
+                model=response["model"],
+                created_at=datetime.fromtimestamp(response["created_at"], UTC),
+                instructions=self.body.get("instructions"),
+                input=input_items(self.body.get("input")),
+                output=response["output"],
+                usage=response["usage"],
+                response={k: v for k, v in response.items() if k not in ("output", "usage")},
+                owner=self.owner,
+            )
+        except Exception as exc:  # noqa: BLE001 - the answer is delivered all the same
+            log.error(
+                "response %s was not stored: %s: %s",
+                response.get("id"),
+                type(exc).__name__,
+                getattr(exc, "message", exc),
+            )
 
 
 async def input_tokens(request: Request) -> Response:
@@ -70,7 +244,7 @@ async def input_tokens(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
     try:
-        chat = await read_chat(request, state.limits, decode_input_tokens_request)
+        chat, _, _ = await _decoded(request, state, decode_input_tokens_request)
         resolved = state.models.router.resolve(chat.model)
         counted = None
         if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
@@ -90,4 +264,6 @@ async def input_tokens(request: Request) -> Response:
 routes = [
     Route("/v1/responses", create_response, methods=["POST"]),
     Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
 ]
