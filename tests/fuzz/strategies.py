@@ -386,6 +386,151 @@ ANTHROPIC_MESSAGES = obj(
 )
 ANTHROPIC_COUNT_TOKENS = obj(*_A_CONVERSATION)
 
+# -- OpenAI Responses ---------------------------------------------------------------
+
+_R_PART = rarely(
+    st.one_of(
+        obj({"type": st.sampled_from(["input_text", "output_text"]), "text": TEXT}),
+        obj(
+            {"type": const("input_image")},
+            {"image_url": URL, "detail": pick(["auto", "low", "high"], ["max"])},
+        ),
+    ),
+    obj({"type": st.sampled_from(["input_file", "input_audio", "refusal", ""])}),
+    6,
+)
+_R_CALL_ID = st.one_of(st.sampled_from(["call_1", "call_2"]), TEXT)
+_R_ITEM = rarely(
+    st.one_of(
+        obj(
+            {
+                "role": pick(["user", "developer", "system", "assistant"], ["tool", "USER", ""]),
+                "content": st.one_of(TEXT, lists(_R_PART)),
+            },
+            {"type": const("message"), "id": TEXT, "status": TEXT},
+        ),
+        obj(
+            {
+                "type": const("function_call"),
+                "call_id": _R_CALL_ID,
+                "name": TEXT,
+                "arguments": ARGUMENTS,
+            },
+            {"id": TEXT, "namespace": TEXT, "status": TEXT},
+        ),
+        obj(
+            {
+                "type": const("function_call_output"),
+                "call_id": _R_CALL_ID,
+                "output": st.one_of(TEXT, lists(_R_PART)),
+            }
+        ),
+        obj(
+            {"type": const("custom_tool_call"), "call_id": _R_CALL_ID, "name": TEXT, "input": TEXT},
+            {"id": TEXT},
+        ),
+        obj({"type": const("custom_tool_call_output"), "call_id": _R_CALL_ID, "output": TEXT}),
+        obj(
+            {
+                "type": const("reasoning"),
+                "summary": lists(obj({"type": const("summary_text"), "text": TEXT})),
+            },
+            {
+                "id": TEXT,
+                "encrypted_content": TEXT,
+                "content": lists(obj({"type": const("reasoning_text"), "text": TEXT})),
+            },
+        ),
+    ),
+    obj({"type": st.sampled_from(["item_reference", "web_search_call", "telepathy", ""])}),
+    8,
+)
+_R_FUNCTION = obj(
+    {"type": const("function"), "name": TEXT},
+    {"description": TEXT, "parameters": SCHEMA, "strict": BOOL},
+)
+_R_TOOL = rarely(
+    st.one_of(
+        _R_FUNCTION,
+        obj(
+            {"type": const("custom"), "name": TEXT},
+            {
+                "description": TEXT,
+                "format": st.one_of(
+                    obj({"type": const("text")}),
+                    obj(
+                        {
+                            "type": const("grammar"),
+                            "syntax": pick(["lark", "regex"], ["peg"]),
+                            "definition": TEXT,
+                        }
+                    ),
+                ),
+            },
+        ),
+        obj(
+            {"type": const("namespace"), "name": TEXT, "tools": lists(_R_FUNCTION)},
+            {"description": TEXT},
+        ),
+    ),
+    # hosted tools: left out with a header, never a 400
+    obj({"type": st.sampled_from(["web_search", "image_generation", "local_shell", ""])}),
+    4,
+)
+_R_CONVERSATION = (
+    {"model": MODEL, "input": st.one_of(TEXT, lists(_R_ITEM, 4, min_size=1))},
+    {
+        "instructions": TEXT,
+        "tools": lists(_R_TOOL),
+        "tool_choice": st.one_of(
+            pick(["none", "auto", "required"], ["any"]),
+            obj({"type": pick(["function", "custom"], ["tool"]), "name": TEXT}),
+        ),
+        "parallel_tool_calls": BOOL,
+        "reasoning": obj(
+            {},
+            {
+                "effort": pick(["minimal", "low", "medium", "high", None], ["ultra"]),
+                "summary": pick(["auto", "concise", "detailed", None], ["long"]),
+            },
+        ),
+        "text": obj(
+            {},
+            {
+                "format": st.one_of(
+                    obj({"type": pick(["text", "json_object"], ["xml"])}),
+                    obj(
+                        {"type": const("json_schema"), "name": TEXT, "schema": SCHEMA},
+                        {"strict": BOOL},
+                    ),
+                ),
+                "verbosity": pick(["low", "medium", "high"], ["loud"]),
+            },
+        ),
+    },
+)
+OPENAI_RESPONSES = obj(
+    {**_R_CONVERSATION[0], "stream": BOOL},  # always there: half the replies are streams
+    {
+        **_R_CONVERSATION[1],
+        "max_output_tokens": INT,
+        "temperature": FLOAT,
+        "top_p": FLOAT,
+        "store": BOOL,
+        "include": lists(pick(["reasoning.encrypted_content"], ["message.output_text.logprobs"])),
+        "prompt_cache_key": TEXT,
+        "metadata": st.dictionaries(TEXT, TEXT, max_size=2),
+        "client_metadata": st.dictionaries(TEXT, JUNK, max_size=2),
+        "user": TEXT,
+        # mostly null: a stored id is looked up before the body is decoded (404 if unknown)
+        "previous_response_id": rarely(st.none(), TEXT, 6),
+    },
+)
+OPENAI_RESPONSES_INPUT_TOKENS = obj(
+    {"input": _R_CONVERSATION[0]["input"]},
+    {"model": MODEL, **_R_CONVERSATION[1]},  # the model may be left out here
+)
+
 BODIES: dict[str, Strategy] = {
     "/api/chat": OLLAMA_CHAT,
     "/api/generate": OLLAMA_GENERATE,
@@ -395,6 +540,8 @@ BODIES: dict[str, Strategy] = {
     "/v1/embeddings": OPENAI_EMBEDDINGS,
     "/v1/messages": ANTHROPIC_MESSAGES,
     "/v1/messages/count_tokens": ANTHROPIC_COUNT_TOKENS,
+    "/v1/responses": OPENAI_RESPONSES,
+    "/v1/responses/input_tokens": OPENAI_RESPONSES_INPUT_TOKENS,
 }
 """A valid-looking (then wild) body per path the gateway takes one on."""
 

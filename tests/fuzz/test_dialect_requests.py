@@ -11,6 +11,10 @@ backend, as raw bytes, to each route that takes a body. For every reply:
   well-formed reply (a JSON object, or an NDJSON / SSE stream that ends properly, with
   the dialect's in-stream error when the backend failed mid-stream).
 
+The Responses routes are fuzzed the same way; their decoder is also run in-process on
+the same bodies, where it may raise only ``InvalidRequestError`` naming the field
+(``param``) of any body that is a JSON object (issue 15).
+
 Deterministic (``derandomize``, no example database). ``FUZZ_MAX_EXAMPLES`` raises the
 number of bodies per route.
 """
@@ -35,14 +39,17 @@ from llmbridge.core.errors import (
     BackendProtocolError,
     BackendTimeoutError,
     BackendUnavailableError,
+    InvalidRequestError,
     LLMBridgeError,
+    NotFoundError,
 )
 from llmbridge.core.request import ChatRequest
-from llmbridge.dialects import anthropic, ollama, openai
+from llmbridge.dialects import anthropic, ollama, openai, responses
+from llmbridge.dialects.responses.request import decode_input_tokens_request
 from llmbridge.web.bodies import parse_json
 from tests.conftest import RunningServer
 from tests.fuzz.shapes import assert_error_shape, assert_no_traceback, dialect_for_path
-from tests.fuzz.strategies import BODIES, ENCODINGS, encode, mutated
+from tests.fuzz.strategies import BODIES, ENCODINGS, OPENAI_RESPONSES, encode, mutated
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "250"))
 
@@ -55,7 +62,17 @@ DECODERS: dict[str, Callable[[object], Any]] = {
     "/v1/embeddings": openai.decode_embed_request,
     "/v1/messages": anthropic.decode_chat_request,
     "/v1/messages/count_tokens": anthropic.decode_count_tokens_request,
+    "/v1/responses": responses.decode_chat_request,
+    "/v1/responses/input_tokens": decode_input_tokens_request,
 }
+RESPONSES_PATHS = ("/v1/responses", "/v1/responses/input_tokens")
+CHAT_ROUTES = (
+    "/api/chat",
+    "/api/generate",
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/responses",
+)
 
 SCRIPTS = st.one_of(
     st.none(),
@@ -79,7 +96,14 @@ def _expected_status(path: str, raw: bytes) -> tuple[int, Any]:
     """What the gateway should answer, by its own JSON parser and decoder; and the
     decoded request, when there is one."""
     try:
-        decoded = DECODERS[path](parse_json(raw))  # what limits.read_json / read_chat do
+        body = parse_json(raw)
+        if path in RESPONSES_PATHS and isinstance(body, dict):
+            previous = body.get("previous_response_id")
+            if isinstance(previous, str):
+                # The agent store is on (its default): the stored response is looked
+                # up before the body is decoded, and no fuzzed id was ever stored.
+                return NotFoundError.default_status, None
+        decoded = DECODERS[path](body)  # what limits.read_json / read_chat do
     except LLMBridgeError as exc:
         return exc.status_code, None
     return 200, decoded
@@ -150,6 +174,20 @@ def _anthropic_stream(response: httpx.Response, fails_mid_stream: bool) -> None:
         assert orjson.loads(data)["type"] == name, (name, data)
 
 
+def _responses_stream(response: httpx.Response, fails_mid_stream: bool) -> None:
+    events = _sse(response)
+    payloads = [orjson.loads(data) for _, data in events]
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads))), payloads
+    assert all(p["type"] == name for (name, _), p in zip(events, payloads, strict=True))
+    names = [name for name, _ in events]
+    assert names[:2] == ["response.created", "response.in_progress"], names
+    if fails_mid_stream:
+        assert names[-2:] == ["error", "response.failed"], names
+    else:
+        assert names[-1] in ("response.completed", "response.incomplete"), names
+        assert payloads[-1]["response"]["status"] in ("completed", "incomplete"), payloads[-1]
+
+
 def _check_reply(path: str, request: Any, response: httpx.Response, fails_mid: bool) -> None:
     stream = isinstance(request, ChatRequest) and request.stream
     stream = stream and not _loads_only(path, request)
@@ -159,6 +197,8 @@ def _check_reply(path: str, request: Any, response: httpx.Response, fails_mid: b
         return _openai_stream(response, fails_mid)
     if stream and path == "/v1/messages":
         return _anthropic_stream(response, fails_mid)
+    if stream and path == "/v1/responses":
+        return _responses_stream(response, fails_mid)
     body = response.json()
     assert isinstance(body, dict), body
     if path in ("/api/chat", "/api/generate"):
@@ -175,6 +215,12 @@ def _check_reply(path: str, request: Any, response: httpx.Response, fails_mid: b
     elif path == "/v1/messages":
         assert body["type"] == "message" and body["role"] == "assistant", body
         assert all(block["type"] != "error" for block in body["content"]), body
+    elif path == "/v1/responses":
+        assert body["object"] == "response" and body["status"] != "failed", body
+        assert isinstance(body["output"], list) and body["id"].startswith("resp_"), body
+    elif path == "/v1/responses/input_tokens":
+        assert body["object"] == "response.input_tokens", body
+        assert isinstance(body["input_tokens"], int) and body["input_tokens"] >= 0, body
     else:
         assert isinstance(body["input_tokens"], int) and body["input_tokens"] >= 0, body
     return None
@@ -195,7 +241,7 @@ def client(gateway: RunningServer) -> Iterator[httpx.Client]:
 @pytest.mark.parametrize("path", list(BODIES))
 def test_wild_requests(client: httpx.Client, scripted: ScriptedBackend, path: str) -> None:
     dialect = dialect_for_path(path)
-    chat_route = path in ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/messages")
+    chat_route = path in CHAT_ROUTES
 
     @settings(
         max_examples=MAX_EXAMPLES,
@@ -233,3 +279,18 @@ def test_wild_requests(client: httpx.Client, scripted: ScriptedBackend, path: st
         _check_reply(path, request, response, fails_mid)
 
     fuzz()
+
+
+@settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None)
+@given(body=mutated(OPENAI_RESPONSES))
+def test_responses_decoder_raises_only_errors_naming_a_field(body: Any) -> None:
+    """In-process, no gateway: every body the Responses decoder refuses is an
+    ``InvalidRequestError`` (a 400 in OpenAI's shape), never another exception, and it
+    names the field at fault whenever the body is an object to have fields."""
+    try:
+        responses.decode_chat_request(body)
+    except InvalidRequestError as exc:
+        assert exc.status_code == 400
+        assert exc.message
+        if isinstance(body, dict):
+            assert exc.param, (exc.message, body)
