@@ -2,8 +2,9 @@
 
 Backend streams with the argument shapes small models send (a JSON string, doubly
 escaped, only in the final frame, parallel calls that all claim index 0) are decoded,
-healed by ``heal_tool_calls`` and encoded for each front; the official ``openai``,
-``anthropic`` and ``ollama`` clients must then read the same healed objects.
+healed by ``heal_tool_calls`` and encoded for each front; the official ``openai``
+(chat completions and Responses), ``anthropic`` and ``ollama`` clients must then read
+the same healed objects.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from llmbridge.dialects.ollama import decode_chat_stream as ollama_decode
 from llmbridge.dialects.ollama import encode_chat_stream as ollama_encode
 from llmbridge.dialects.openai.stream import decode_chat_stream as openai_decode
 from llmbridge.dialects.openai.stream import encode_chat_stream as openai_encode
+from llmbridge.dialects.responses import encode_chat_stream as responses_encode
 from llmbridge.features.tool_healing import heal_tool_calls
 from tests.dialects.openai.helpers import official_client, sse_events
 
@@ -147,6 +149,19 @@ async def openai_front(events: AsyncIterator[StreamEvent]) -> Calls:
     return [(c.function.name, json.loads(c.function.arguments)) for c in calls]
 
 
+async def responses_front(events: AsyncIterator[StreamEvent]) -> Calls:
+    body = await body_of(responses_encode(events, REQUEST))
+    async with (
+        official_client(body, content_type="text/event-stream") as client,
+        client.responses.stream(model="public", input="go") as stream,
+    ):
+        response = await stream.get_final_response()
+    assert response.status == "completed"
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert len(calls) == len(response.output)
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
 async def anthropic_front(events: AsyncIterator[StreamEvent]) -> Calls:
     body = await body_of(anthropic_encode(events, REQUEST))
 
@@ -195,7 +210,9 @@ Front = Callable[[AsyncIterator[StreamEvent]], Awaitable[Calls]]
 
 @pytest.mark.parametrize("source", [from_ollama, from_openai], ids=["ollama", "openai"])
 @pytest.mark.parametrize(
-    "front", [openai_front, anthropic_front, ollama_front], ids=["openai", "anthropic", "ollama"]
+    "front",
+    [openai_front, responses_front, anthropic_front, ollama_front],
+    ids=["openai", "responses", "anthropic", "ollama"],
 )
 async def test_every_client_reads_the_healed_calls(source: Source, front: Front) -> None:
     assert await front(heal_tool_calls(source(), TOOLS)) == EXPECTED
