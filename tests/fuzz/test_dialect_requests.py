@@ -117,7 +117,13 @@ def _loads_only(path: str, chat: ChatRequest) -> bool:
 def _backend_status(path: str, script: Script | None, chat: ChatRequest) -> int:
     """The status a chat request answered by ``script`` gets (200 when it succeeds or
     fails only after the first byte of a stream)."""
-    if script is None or _loads_only(path, chat):
+    if _loads_only(path, chat):
+        return 200
+    if chat.completion is not None and chat.completion.suffix:
+        # Fill-in-the-middle: the scripted backend has no FIM, so preparation refuses
+        # it (400 naming ``suffix``) before any backend call.
+        return 400
+    if script is None:
         return 200
     if script.fail_before is not None:
         return script.fail_before.status_code
