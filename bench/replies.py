@@ -30,7 +30,9 @@ _RESPONSES_ENDS = frozenset(
 def request_body(dialect: str, stream: bool, pieces: int) -> bytes:
     if dialect == "responses":
         # The same prompt as an input item list; max_output_tokens sets the length.
-        responses = {"model": DEFAULT_MODEL, "input": _PROMPT, "stream": stream}
+        # store: false, as Codex sends it: the figures measure translation, not the
+        # agent store's write of each response (docs/RESPONSES.md, Stateful responses).
+        responses = {"model": DEFAULT_MODEL, "input": _PROMPT, "stream": stream, "store": False}
         return orjson.dumps({**responses, "max_output_tokens": pieces})
     body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": _PROMPT, "stream": stream}
     if dialect == "openai":
