@@ -167,6 +167,24 @@ def test_a_streamed_response_is_stored_before_it_completes(
     ]
 
 
+def test_input_tokens_counts_the_continued_conversation(
+    server: RunningServer, backend: ScriptedBackend
+) -> None:
+    client = openai_client(server.url, KEYS[0])
+    backend.enqueue(Script(text=["a long answer " * 20]))
+    first = client.responses.create(model="scripted", input="question " * 20)
+    alone = client.responses.input_tokens.count(model="scripted", input="next")
+    continued = client.responses.input_tokens.count(
+        model="scripted", input="next", previous_response_id=first.id
+    )
+    assert alone.input_tokens < continued.input_tokens
+    with pytest.raises(openai.NotFoundError) as caught:
+        openai_client(server.url, KEYS[1]).responses.input_tokens.count(
+            model="scripted", input="next", previous_response_id=first.id
+        )
+    assert caught.value.param == "previous_response_id"
+
+
 def test_store_false_keeps_nothing(server: RunningServer, backend: ScriptedBackend) -> None:
     client = openai_client(server.url, KEYS[0])
     backend.enqueue(Script(text=["not kept"]), Script(text=["not kept either"]))
