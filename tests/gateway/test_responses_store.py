@@ -234,3 +234,27 @@ def test_a_failed_save_still_delivers_the_answer(
         assert events[-1].response.output_text == "streamed, still here"
         failures = [r for r in caplog.records if "was not stored" in r.getMessage()]
         assert len(failures) == 2
+
+
+@pytest.mark.parametrize("mode", ["explicit", "off"])
+def test_the_operator_chooses_which_responses_are_kept(
+    tmp_path: Path, backend: ScriptedBackend, mode: str
+) -> None:
+    """``agent.store_responses``: ``explicit`` keeps only ``"store": true`` replies (the
+    Agents SDK leaves ``store`` out: its turns are then not written), ``off`` none."""
+    database = str(tmp_path / "agent.db")
+    with agent_gateway(database, {"scripted": backend}, store_responses=mode) as server:
+        client = openai_client(server.url)
+        backend.enqueue(Script(text=["unasked"]), Script(text=["asked"]))
+        unasked = client.responses.create(model="scripted", input="hi")
+        asked = client.responses.create(model="scripted", input="hi", store=True)
+        assert unasked.store is False
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unasked.id)
+        if mode == "explicit":
+            assert asked.store is True
+            assert client.responses.retrieve(asked.id).output_text == "asked"
+        else:
+            assert asked.store is False
+            with pytest.raises(openai.NotFoundError):
+                client.responses.retrieve(asked.id)

@@ -6,6 +6,8 @@ fills in what comes from the environment (the default database file, the Tavily 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from llmbridge.serving.config import Strict
@@ -34,6 +36,12 @@ class AgentConfig(Strict):
     tavily_api_key: str | None = None
     """The key ``web_search`` uses; defaults to the ``TAVILY_API_KEY`` environment
     variable (read by gateway.config's reader)."""
+    store_responses: Literal["default", "explicit", "off"] = "default"
+    """Which ``/v1/responses`` replies are kept for ``previous_response_id`` and ``GET``
+    (docs/RESPONSES.md, "Stateful responses"): ``default`` every one unless the request
+    says ``"store": false`` (OpenAI's API default, which clients that continue by id
+    rely on); ``explicit`` only those that say ``"store": true``; ``off`` none (each
+    save costs a database write, about 2 ms of CPU on SQLite)."""
     max_document_bytes: int = Field(2_000_000, gt=0)
     """The largest document content (UTF-8 bytes) ``/agent/documents`` indexes; over
     it, a 413 naming this limit (``agent.documents.MAX_DOCUMENT_BYTES``)."""

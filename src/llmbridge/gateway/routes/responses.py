@@ -3,7 +3,8 @@ and, with the agent store, ``GET`` and ``DELETE /v1/responses/{response_id}``.
 
 Stateful responses (docs/RESPONSES.md, "Stateful responses"): with the agent store on
 (``agent.enabled``, its default) a response is stored unless the request says
-``"store": false``: saved once it is complete (``response.completed`` or
+``"store": false`` (``agent.store_responses``: ``explicit`` keeps only those that say
+``"store": true``, ``off`` none): saved once it is complete (``response.completed`` or
 ``response.incomplete``; for a stream, before that event is sent), owned by the
 caller's key (``web.auth.caller_identity``), in ``agent.store.responses``.
 ``previous_response_id`` loads one and puts its conversation and output before the new
@@ -32,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.routes import MountedAgent
 from llmbridge.agent.store.responses import ResponseStore
 from llmbridge.core.errors import LLMBridgeError, NotFoundError, ServiceUnavailableError
@@ -91,7 +93,7 @@ async def create_response(request: Request) -> Response:
         store = _store_if_open(request)
     except LLMBridgeError as exc:
         return error_response(Dialect.OPENAI, exc, request_id)
-    keep = store is not None and body.get("store") is not False
+    keep = store is not None and _asked_to_keep(body.get("store"), state.config.agent)
     if keep or previous is not None:
         chat = marked(chat, stored=keep, previous_response_id=previous)
     keeper = _Keeper(store, owner, body) if keep and store is not None else None
@@ -133,6 +135,13 @@ def _json(body: object, request_id: str) -> Response:
 
 
 # -- the stored responses ----------------------------------------------------------
+
+
+def _asked_to_keep(store: object, config: AgentConfig) -> bool:
+    """Whether a reply is kept, by the request's ``store`` and ``agent.store_responses``."""
+    if config.store_responses == "default":
+        return store is not False
+    return config.store_responses == "explicit" and store is True
 
 
 def _store_if_open(request: Request) -> ResponseStore | None:
