@@ -44,6 +44,7 @@ from llmbridge.core.request import ChatRequest, Completion, GenerationParams
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.dialects.framing import SSE_DONE, escape_line_breaks, sse_event
 from llmbridge.dialects.openai.errors import VALIDATION_WORDING, error_body
+from llmbridge.dialects.openai.request import Ranges, check_ranges
 from llmbridge.dialects.openai.response import encode_usage
 from llmbridge.dialects.openai.types import CompletionRequestBody
 from llmbridge.dialects.validation import validate_body
@@ -85,7 +86,7 @@ _MODELLED = frozenset(
 )
 
 # (field, lowest, highest, OpenAI's kind of number): the ranges OpenAI's API enforces.
-_RANGES: tuple[tuple[str, float, float | None, str], ...] = (
+_RANGES: Ranges = (
     ("max_tokens", 1, None, "integer"),
     ("temperature", 0, 2, "decimal"),
     ("top_p", 0, 1, "decimal"),
@@ -115,7 +116,7 @@ def decode_completion_request(body: object, limits: RequestLimits = DEFAULT_LIMI
     """
     wire = validate_body(CompletionRequestBody, body, VALIDATION_WORDING)
     data = cast("dict[str, Any]", body)  # an object: validate_body accepted it
-    _check_ranges(wire)
+    check_ranges(wire, _RANGES)
     for name in ("n", "best_of"):
         value = getattr(wire, name)
         if value is not None and value != 1:
@@ -178,32 +179,6 @@ def _prompt(value: str | list[str] | list[int] | list[list[int]]) -> str:
     raise InvalidRequestError(
         "Invalid 'prompt': token arrays are not supported; send text.", param="prompt"
     )
-
-
-def _check_ranges(wire: CompletionRequestBody) -> None:
-    """What OpenAI's API rejects that the types let through, in its words."""
-    if not wire.model:
-        raise InvalidRequestError("you must provide a model parameter", param="model")
-    for name, low, high, kind in _RANGES:
-        value = getattr(wire, name)
-        if value is None:
-            continue
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # "got -5", as OpenAI writes the number the client sent
-        if value < low:
-            raise InvalidRequestError(
-                f"Invalid '{name}': {kind} below minimum value. "
-                f"Expected a value >= {low}, but got {value} instead.",
-                param=name,
-                code=f"{kind}_below_min_value",
-            )
-        if high is not None and value > high:
-            raise InvalidRequestError(
-                f"Invalid '{name}': {kind} above maximum value. "
-                f"Expected a value <= {high}, but got {value} instead.",
-                param=name,
-                code=f"{kind}_above_max_value",
-            )
 
 
 # -- encode: core -> client body ----------------------------------------------------

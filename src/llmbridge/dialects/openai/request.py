@@ -67,6 +67,8 @@ from llmbridge.dialects.openai.types import (
 from llmbridge.dialects.validation import validate_body
 
 __all__ = [
+    "Ranges",
+    "check_ranges",
     "decode_chat_request",
     "decode_embed_request",
     "encode_chat_request",
@@ -158,7 +160,7 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         part_keys=_PART_KEYS,
     )
     data = cast("dict[str, Any]", body)  # an object: validate_body accepted it
-    _check_ranges(wire)
+    check_ranges(wire, _RANGES)
     if wire.n is not None and wire.n != 1:
         raise InvalidRequestError(
             f"Invalid 'n': {wire.n}. llmbridge generates exactly one choice; 'n' must be 1.",
@@ -220,7 +222,7 @@ _PART_KEYS = ("content", "tool_calls")
 """The lists of a message that count as its parts (``max_parts_per_message``)."""
 
 # (field, lowest, highest, OpenAI's kind of number): the ranges OpenAI's API enforces.
-_RANGES: tuple[tuple[str, float, float | None, str], ...] = (
+_RANGES: Ranges = (
     ("max_tokens", 1, None, "integer"),
     ("max_completion_tokens", 1, None, "integer"),
     ("temperature", 0, 2, "decimal"),
@@ -246,11 +248,16 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
     check_message_parts(messages, limits, _PART_KEYS, "content parts and tool calls")
 
 
-def _check_ranges(wire: ChatCompletionRequestBody) -> None:
-    """What OpenAI's API rejects that the types let through, in its words."""
-    if not wire.model:
+Ranges = tuple[tuple[str, float, float | None, str], ...]
+"""``(field, minimum, maximum or None, "integer" | "decimal")`` of a request body."""
+
+
+def check_ranges(wire: BaseModel, ranges: Ranges) -> None:
+    """What OpenAI's APIs reject that the types let through, in their words: no model,
+    or a number outside its range (chat completions, completions and Responses alike)."""
+    if not getattr(wire, "model", None):
         raise InvalidRequestError("you must provide a model parameter", param="model")
-    for name, low, high, kind in _RANGES:
+    for name, low, high, kind in ranges:
         value = getattr(wire, name)
         if value is None:
             continue

@@ -44,6 +44,7 @@ from llmbridge.core.request import (
 )
 from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url
+from llmbridge.dialects.openai.request import Ranges, check_ranges
 from llmbridge.dialects.responses.errors import VALIDATION_WORDING
 from llmbridge.dialects.responses.reasoning import open_reasoning
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT, ToolShapes, decode_tools, flat_name
@@ -94,7 +95,7 @@ _PART_KEYS = ("content",)
 """The list of an input item that counts as its parts (``max_parts_per_message``)."""
 
 # (field, lowest, highest, OpenAI's kind of number): the ranges OpenAI's API enforces.
-_RANGES: tuple[tuple[str, float, float | None, str], ...] = (
+_RANGES: Ranges = (
     ("max_output_tokens", 1, None, "integer"),
     ("temperature", 0, 2, "decimal"),
     ("top_p", 0, 1, "decimal"),
@@ -134,7 +135,7 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         ResponsesRequestBody, body, VALIDATION_WORDING, slice_field="input", part_keys=_PART_KEYS
     )
     data = cast("dict[str, Any]", body)  # an object: validate_body accepted it
-    _check_ranges(wire)
+    check_ranges(wire, _RANGES)
     _check_stateless(wire)
     tools = decode_tools(wire.tools)
     messages: list[Message] = []
@@ -194,30 +195,6 @@ def _check_counts(body: object, limits: RequestLimits) -> None:
     )
     if isinstance(items, list):
         check_message_parts(items, limits, _PART_KEYS, "content parts")
-
-
-def _check_ranges(wire: ResponsesRequestBody) -> None:
-    """What OpenAI's API rejects that the types let through, in its words."""
-    if not wire.model:
-        raise InvalidRequestError("you must provide a model parameter", param="model")
-    for name, low, high, kind in _RANGES:
-        value = getattr(wire, name)
-        if value is None:
-            continue
-        if value < low:
-            raise InvalidRequestError(
-                f"Invalid '{name}': {kind} below minimum value. "
-                f"Expected a value >= {low}, but got {value} instead.",
-                param=name,
-                code=f"{kind}_below_min_value",
-            )
-        if high is not None and value > high:
-            raise InvalidRequestError(
-                f"Invalid '{name}': {kind} above maximum value. "
-                f"Expected a value <= {high}, but got {value} instead.",
-                param=name,
-                code=f"{kind}_above_max_value",
-            )
 
 
 def _check_stateless(wire: ResponsesRequestBody) -> None:
