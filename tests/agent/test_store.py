@@ -80,6 +80,20 @@ async def test_migrate_is_idempotent_and_serialised(db_url: str) -> None:
         await engine.dispose()
 
 
+async def test_concurrent_first_starts_on_a_new_sqlite_file_all_migrate(tmp_path: Path) -> None:
+    """Three processes' worth of first starts on new files: switching a new file to WAL
+    on connect made all but one fail with "database is locked" (SQLite answers that race
+    without its busy handler); migrate waits it out (store/migrate.py ``_connect``)."""
+    for attempt in range(15):
+        path = tmp_path / f"new-{attempt}.db"
+        await asyncio.gather(migrate(path), migrate(path), migrate(path))
+        engine = make_engine(path)
+        try:
+            assert await current_revision(engine) == head_revision()
+        finally:
+            await engine.dispose()
+
+
 async def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: AgentStore) -> None:
     async with store.engine.connect() as conn:
         assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"

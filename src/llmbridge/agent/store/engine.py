@@ -94,11 +94,14 @@ def _setup_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
+        # busy_timeout first: switching a new file to WAL takes a lock, and a second
+        # process starting at the same moment (two workers migrating) must wait for
+        # it rather than fail at once with "database is locked".
         for pragma in (
+            f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
             "PRAGMA journal_mode=WAL",
             "PRAGMA foreign_keys=ON",
             "PRAGMA synchronous=NORMAL",
-            f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
         ):
             cursor.execute(pragma)
         cursor.close()

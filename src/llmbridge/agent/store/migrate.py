@@ -9,6 +9,8 @@ starting at once upgrade one after the other instead of racing.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 from alembic import command
@@ -17,9 +19,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmbridge.agent.store.engine import make_engine, write_engine
+from llmbridge.agent.store.engine import BUSY_TIMEOUT_MS, make_engine, write_engine
 
 __all__ = ["MIGRATIONS", "alembic_config", "current_revision", "head_revision", "migrate"]
 
@@ -46,13 +49,32 @@ async def migrate(target: str | Path | URL | AsyncEngine | None = None) -> None:
     from ``resolve_url``) to the newest schema. Safe to call on every start."""
     engine = target if isinstance(target, AsyncEngine) else make_engine(target)
     try:
-        async with write_engine(engine).begin() as conn:
-            if conn.dialect.name == "postgresql":
-                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
-            await conn.run_sync(_upgrade)
+        conn = await _connect(write_engine(engine))
+        try:
+            async with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
+                await conn.run_sync(_upgrade)
+        finally:
+            await conn.close()
     finally:
         if engine is not target:
             await engine.dispose()
+
+
+async def _connect(engine: AsyncEngine) -> AsyncConnection:
+    """A connection, waiting out the one race the busy timeout cannot: two processes
+    opening a new SQLite file at once both switch it to WAL on connect, and SQLite
+    answers the second "database is locked" at once, without its busy handler (its
+    deadlock avoidance). Once the file is in WAL mode the switch is a no-op."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return await engine.connect()
+        except OperationalError as exc:
+            if "database is locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
 
 
 def _upgrade(connection: Connection) -> None:
