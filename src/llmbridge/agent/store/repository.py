@@ -103,11 +103,14 @@ class AgentStore:
     async def open(
         cls, url: str | Path | URL | None = None, *, run_migrations: bool = True
     ) -> AgentStore:
-        """Connect to ``url`` (see ``engine.resolve_url``) and migrate it to the newest schema."""
+        """Connect to ``url`` (see ``engine.resolve_url``) and migrate it to the newest
+        schema. A database that cannot be reached is a ``ServiceUnavailableError`` like
+        any other store failure (store/errors.py), not the driver's own exception."""
         engine = make_engine(url)
         if run_migrations:
             try:
-                await migrate(engine)
+                with mapped_errors():
+                    await migrate(engine)
             except BaseException:
                 await engine.dispose()
                 raise
