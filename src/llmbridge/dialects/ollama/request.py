@@ -400,6 +400,17 @@ def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
     }
     if req.tools:
         body["tools"] = [_encode_tool(tool) for tool in req.tools]
+    details = _encode_shared(req, body)
+    for key, value in details.items():
+        if key not in body and key not in _GENERATE_ONLY and key != "think":
+            body[key] = value
+    return body
+
+
+def _encode_shared(req: ChatRequest, body: dict[str, Any]) -> dict[str, Any]:
+    """What ``/api/chat`` and ``/api/generate`` bodies share, set on ``body``: options,
+    ``think``, ``format`` and ``keep_alive``. Returns the caller's other Ollama fields
+    (``provider_details``) for the endpoint to pass on as it allows."""
     options = _encode_options(req.params)
     if options:
         body["options"] = options
@@ -415,10 +426,7 @@ def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
         body["format"] = "json"
     if req.keep_alive is not None:
         body["keep_alive"] = req.keep_alive
-    for key, value in details.items():
-        if key not in body and key not in _GENERATE_ONLY and key != "think":
-            body[key] = value
-    return body
+    return details
 
 
 def encode_generate_request(req: ChatRequest) -> dict[str, Any]:
@@ -454,21 +462,7 @@ def encode_generate_request(req: ChatRequest) -> dict[str, Any]:
     ]
     if images:
         body["images"] = images
-    options = _encode_options(req.params)
-    if options:
-        body["options"] = options
-    details: dict[str, Any] = dict((req.provider_details or {}).get("ollama") or {})
-    if req.thinking is not None:
-        body["think"] = (req.thinking.effort or True) if req.thinking.enabled else False
-    elif details.get("think") is False:
-        body["think"] = False
-    fmt = req.response_format
-    if fmt is not None and fmt.type == "json_schema" and fmt.schema is not None:
-        body["format"] = fmt.schema
-    elif fmt is not None and fmt.type != "text":
-        body["format"] = "json"
-    if req.keep_alive is not None:
-        body["keep_alive"] = req.keep_alive
+    details = _encode_shared(req, body)
     for key, value in details.items():
         body.setdefault(key, value)
     return body

@@ -287,17 +287,9 @@ ResponseFormat = Annotated[
 # -- bodies -------------------------------------------------------------------------
 
 
-class ChatCompletionRequestBody(_OpenAIModel):
-    """``POST /v1/chat/completions``."""
+class _Sampling(_OpenAIModel):
+    """The sampling fields chat completions and legacy completions share."""
 
-    model: str
-    "The model to use."
-    messages: list[ChatMessage] = Field(min_length=1)
-    "The conversation so far (at least one message)."
-    max_tokens: int | None = None
-    "Maximum tokens to generate (deprecated by OpenAI in favour of the next field)."
-    max_completion_tokens: int | None = None
-    "Maximum tokens to generate, reasoning included."
     temperature: float | None = None
     "Sampling temperature, 0 to 2."
     top_p: float | None = None
@@ -310,6 +302,19 @@ class ChatCompletionRequestBody(_OpenAIModel):
     "Penalty for tokens by how often they appeared, -2.0 to 2.0."
     presence_penalty: float | None = None
     "Penalty for tokens that appeared at all, -2.0 to 2.0."
+
+
+class ChatCompletionRequestBody(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    model: str
+    "The model to use."
+    messages: list[ChatMessage] = Field(min_length=1)
+    "The conversation so far (at least one message)."
+    max_tokens: int | None = None
+    "Maximum tokens to generate (deprecated by OpenAI in favour of the next field)."
+    max_completion_tokens: int | None = None
+    "Maximum tokens to generate, reasoning included."
     n: Annotated[int | None, WithJsonSchema({"enum": [1, None]})] = None
     "How many choices to generate; llmbridge only generates one (``decode_chat_request``)."
     stream: bool | None = None
@@ -342,7 +347,7 @@ class ChatCompletionRequestBody(_OpenAIModel):
     "Whether OpenAI stores the completion (passed through)."
 
 
-class CompletionRequestBody(_OpenAIModel):
+class CompletionRequestBody(_Sampling):
     """``POST /v1/completions`` (the legacy completions API; docs/COMPLETIONS.md)."""
 
     model: str
@@ -364,18 +369,6 @@ class CompletionRequestBody(_OpenAIModel):
     "Text after the completion: fill-in-the-middle."
     max_tokens: int | None = None
     "Maximum tokens to generate (the API's default is 16)."
-    temperature: float | None = None
-    "Sampling temperature, 0 to 2."
-    top_p: float | None = None
-    "Nucleus sampling probability mass."
-    stop: str | list[str] | None = None
-    "Up to 4 sequences where generation stops."
-    seed: int | None = None
-    "Seed for best-effort deterministic sampling."
-    frequency_penalty: float | None = None
-    "Penalty for tokens by how often they appeared, -2.0 to 2.0."
-    presence_penalty: float | None = None
-    "Penalty for tokens that appeared at all, -2.0 to 2.0."
     n: Annotated[int | None, WithJsonSchema({"enum": [1, None]})] = None
     "How many completions to generate; llmbridge generates one."
     best_of: Annotated[int | None, WithJsonSchema({"enum": [1, None]})] = None
