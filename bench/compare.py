@@ -70,14 +70,8 @@ import litellm_proxy
 from compare_routes import ROUTES, Route
 from fast_backend import reply_pieces
 from http_clients import BenchClient, Outcome, make_client
-from overhead import (
-    Scenario,
-    Tally,
-    percentile,
-    render_table,
-    summarise,
-    system_busy_seconds,
-)
+from overhead import system_busy_seconds
+from overhead_stats import Scenario, Tally, percentile, render_table, summarise
 from proc_tree import ProcessTree
 from processes import (
     Server,
