@@ -39,6 +39,7 @@ __all__ = [
     "JSONSchema",
     "NamedToolChoice",
     "NamedToolChoiceFunction",
+    "OpenAIWireModel",
     "ReasoningEffort",
     "ResponseFormat",
     "ResponseFormatJSONObject",
@@ -56,7 +57,9 @@ __all__ = [
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
-class _OpenAIModel(BaseModel):
+class OpenAIWireModel(BaseModel):
+    """The base of every OpenAI request body type (chat, completions, Responses)."""
+
     # Strict, as OpenAI's API is: lax pydantic read ``"max_tokens": true`` as 1 and
     # ``"parallel_tool_calls": 0.0`` as false (found by tests/fuzz).
     model_config = ConfigDict(extra="allow", strict=True)
@@ -65,7 +68,7 @@ class _OpenAIModel(BaseModel):
 # -- content parts ------------------------------------------------------------------
 
 
-class TextContentPart(_OpenAIModel):
+class TextContentPart(OpenAIWireModel):
     type: Literal["text"]
     "Always ``text``."
     text: str
@@ -89,14 +92,14 @@ def _check_data_url(url: str) -> str:
     return url
 
 
-class ImageURL(_OpenAIModel):
+class ImageURL(OpenAIWireModel):
     url: Annotated[str, AfterValidator(_check_data_url)]
     "An ``http(s)`` URL or a ``data:<media type>;base64,<data>`` URL."
     detail: str | None = None
     "Requested image detail: ``auto``, ``low`` or ``high``."
 
 
-class ImageContentPart(_OpenAIModel):
+class ImageContentPart(OpenAIWireModel):
     type: Literal["image_url"]
     "Always ``image_url``."
     image_url: ImageURL
@@ -112,14 +115,14 @@ ContentPart = Annotated[
 # -- messages -----------------------------------------------------------------------
 
 
-class ToolCallFunction(_OpenAIModel):
+class ToolCallFunction(OpenAIWireModel):
     name: str
     "The function's name."
     arguments: str | dict[str, Any] = ""
     "The arguments as a JSON string (some clients send an object, which is accepted)."
 
 
-class ToolCall(_OpenAIModel):
+class ToolCall(OpenAIWireModel):
     id: str
     "The call's id, echoed by the ``tool`` message that answers it."
     type: Literal["function"] = "function"
@@ -128,7 +131,7 @@ class ToolCall(_OpenAIModel):
     "What to call."
 
 
-class SystemMessage(_OpenAIModel):
+class SystemMessage(OpenAIWireModel):
     role: Literal["system"]
     "Always ``system``."
     content: str | list[TextContentPart]
@@ -137,7 +140,7 @@ class SystemMessage(_OpenAIModel):
     "An optional name for the participant."
 
 
-class DeveloperMessage(_OpenAIModel):
+class DeveloperMessage(OpenAIWireModel):
     role: Literal["developer"]
     "Always ``developer`` (the newer name of ``system`` for reasoning models)."
     content: str | list[TextContentPart]
@@ -146,7 +149,7 @@ class DeveloperMessage(_OpenAIModel):
     "An optional name for the participant."
 
 
-class UserMessage(_OpenAIModel):
+class UserMessage(OpenAIWireModel):
     role: Literal["user"]
     "Always ``user``."
     content: str | list[ContentPart]
@@ -155,7 +158,7 @@ class UserMessage(_OpenAIModel):
     "An optional name for the participant."
 
 
-class AssistantMessage(_OpenAIModel):
+class AssistantMessage(OpenAIWireModel):
     role: Literal["assistant"]
     "Always ``assistant``."
     content: str | list[TextContentPart] | None = None
@@ -172,7 +175,7 @@ class AssistantMessage(_OpenAIModel):
     "Reasoning text (vLLM >= 0.11, Ollama); not part of OpenAI's own API."
 
 
-class ToolMessage(_OpenAIModel):
+class ToolMessage(OpenAIWireModel):
     role: Literal["tool"]
     "Always ``tool``."
     content: str | list[TextContentPart]
@@ -202,7 +205,7 @@ ChatMessage = Annotated[
 # -- tools --------------------------------------------------------------------------
 
 
-class FunctionDefinition(_OpenAIModel):
+class FunctionDefinition(OpenAIWireModel):
     name: str
     "The function's name."
     description: str | None = None
@@ -213,19 +216,19 @@ class FunctionDefinition(_OpenAIModel):
     "Whether the model must follow the schema exactly (Structured Outputs)."
 
 
-class FunctionTool(_OpenAIModel):
+class FunctionTool(OpenAIWireModel):
     type: Literal["function"]
     "Always ``function``."
     function: FunctionDefinition
     "The function."
 
 
-class NamedToolChoiceFunction(_OpenAIModel):
+class NamedToolChoiceFunction(OpenAIWireModel):
     name: str
     "The function the model must call."
 
 
-class NamedToolChoice(_OpenAIModel):
+class NamedToolChoice(OpenAIWireModel):
     type: Literal["function"]
     "Always ``function``."
     function: NamedToolChoiceFunction
@@ -235,14 +238,14 @@ class NamedToolChoice(_OpenAIModel):
 # -- options ------------------------------------------------------------------------
 
 
-class StreamOptions(_OpenAIModel):
+class StreamOptions(OpenAIWireModel):
     include_usage: bool | None = None
     "Send one extra chunk with ``choices: []`` and the usage before ``data: [DONE]``."
     include_obfuscation: bool | None = None
     "Pad chunks with an ``obfuscation`` field (ignored by llmbridge)."
 
 
-class JSONSchema(_OpenAIModel):
+class JSONSchema(OpenAIWireModel):
     name: str
     "The schema's name."
     description: str | None = None
@@ -253,17 +256,17 @@ class JSONSchema(_OpenAIModel):
     "Whether the output must follow the schema exactly."
 
 
-class ResponseFormatText(_OpenAIModel):
+class ResponseFormatText(OpenAIWireModel):
     type: Literal["text"]
     "Plain text output."
 
 
-class ResponseFormatJSONObject(_OpenAIModel):
+class ResponseFormatJSONObject(OpenAIWireModel):
     type: Literal["json_object"]
     "Any JSON object (the older JSON mode)."
 
 
-class ResponseFormatJSONSchema(_OpenAIModel):
+class ResponseFormatJSONSchema(OpenAIWireModel):
     type: Literal["json_schema"]
     "Output matching ``json_schema`` (Structured Outputs)."
     json_schema: JSONSchema
@@ -287,7 +290,7 @@ ResponseFormat = Annotated[
 # -- bodies -------------------------------------------------------------------------
 
 
-class _Sampling(_OpenAIModel):
+class _Sampling(OpenAIWireModel):
     """The sampling fields chat completions and legacy completions share."""
 
     temperature: float | None = None
@@ -387,7 +390,7 @@ class CompletionRequestBody(_Sampling):
     "An end-user identifier (passed through)."
 
 
-class EmbeddingRequestBody(_OpenAIModel):
+class EmbeddingRequestBody(OpenAIWireModel):
     """``POST /v1/embeddings``."""
 
     model: str

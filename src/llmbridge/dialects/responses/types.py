@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Tag
+from pydantic import Field, Tag
 
+from llmbridge.dialects.openai.types import OpenAIWireModel, ReasoningEffort
 from llmbridge.dialects.validation import tag_discriminator
 
 __all__ = [
@@ -49,25 +50,18 @@ __all__ = [
     "ToolChoiceObject",
 ]
 
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
-
-
-class _ResponsesModel(BaseModel):
-    # Strict like dialects/openai/types.py: no "1" for a number, no 0 for a boolean.
-    model_config = ConfigDict(extra="allow", strict=True)
-
 
 # -- content parts ------------------------------------------------------------------
 
 
-class InputTextPart(_ResponsesModel):
+class InputTextPart(OpenAIWireModel):
     type: Literal["input_text"]
     "Always ``input_text``."
     text: str
     "The text."
 
 
-class OutputTextPart(_ResponsesModel):
+class OutputTextPart(OpenAIWireModel):
     type: Literal["output_text"]
     "Always ``output_text`` (an earlier assistant reply sent back)."
     text: str
@@ -76,14 +70,14 @@ class OutputTextPart(_ResponsesModel):
     "Citations of the reply (ignored)."
 
 
-class RefusalPart(_ResponsesModel):
+class RefusalPart(OpenAIWireModel):
     type: Literal["refusal"]
     "Always ``refusal``."
     refusal: str
     "The model's refusal, sent back as assistant text."
 
 
-class InputImagePart(_ResponsesModel):
+class InputImagePart(OpenAIWireModel):
     type: Literal["input_image"]
     "Always ``input_image``."
     image_url: str | None = None
@@ -113,7 +107,7 @@ InputContentPart = Annotated[
 # -- input items --------------------------------------------------------------------
 
 
-class InputMessageItem(_ResponsesModel):
+class InputMessageItem(OpenAIWireModel):
     type: Literal["message"] = "message"
     "Always ``message`` (may be left out)."
     role: Literal["user", "developer", "system", "assistant"]
@@ -126,7 +120,7 @@ class InputMessageItem(_ResponsesModel):
     "The item's status, when sent back (ignored)."
 
 
-class FunctionCallItem(_ResponsesModel):
+class FunctionCallItem(OpenAIWireModel):
     type: Literal["function_call"]
     "Always ``function_call``: a call the model made earlier."
     call_id: str
@@ -143,7 +137,7 @@ class FunctionCallItem(_ResponsesModel):
     "The item's status (ignored)."
 
 
-class FunctionCallOutputItem(_ResponsesModel):
+class FunctionCallOutputItem(OpenAIWireModel):
     type: Literal["function_call_output"]
     "Always ``function_call_output``: a function's result."
     call_id: str
@@ -156,7 +150,7 @@ class FunctionCallOutputItem(_ResponsesModel):
     "The item's status (ignored)."
 
 
-class CustomToolCallItem(_ResponsesModel):
+class CustomToolCallItem(OpenAIWireModel):
     type: Literal["custom_tool_call"]
     "Always ``custom_tool_call``: a call of a ``custom`` tool made earlier."
     call_id: str
@@ -173,7 +167,7 @@ class CustomToolCallItem(_ResponsesModel):
     "The item's status (ignored)."
 
 
-class CustomToolCallOutputItem(_ResponsesModel):
+class CustomToolCallOutputItem(OpenAIWireModel):
     type: Literal["custom_tool_call_output"]
     "Always ``custom_tool_call_output``: a custom tool's result."
     call_id: str
@@ -184,21 +178,21 @@ class CustomToolCallOutputItem(_ResponsesModel):
     "The item's id (ignored)."
 
 
-class SummaryText(_ResponsesModel):
+class SummaryText(OpenAIWireModel):
     type: Literal["summary_text"] = "summary_text"
     "Always ``summary_text``."
     text: str
     "A summary of the model's reasoning."
 
 
-class ReasoningText(_ResponsesModel):
+class ReasoningText(OpenAIWireModel):
     type: str = "reasoning_text"
     "``reasoning_text`` (or ``text``)."
     text: str
     "The reasoning itself."
 
 
-class ReasoningItem(_ResponsesModel):
+class ReasoningItem(OpenAIWireModel):
     type: Literal["reasoning"]
     "Always ``reasoning``: the model's reasoning in an earlier turn."
     summary: list[SummaryText] = Field(default_factory=list)
@@ -237,7 +231,7 @@ InputItem = Annotated[
 # -- tools --------------------------------------------------------------------------
 
 
-class FunctionTool(_ResponsesModel):
+class FunctionTool(OpenAIWireModel):
     type: Literal["function"]
     "Always ``function``."
     name: str
@@ -250,7 +244,7 @@ class FunctionTool(_ResponsesModel):
     "Whether the model must follow the schema exactly."
 
 
-class CustomTool(_ResponsesModel):
+class CustomTool(OpenAIWireModel):
     type: Literal["custom"]
     "Always ``custom``: a tool whose input is free text (Codex's ``apply_patch``)."
     name: str
@@ -267,7 +261,7 @@ NamespacedTool = Annotated[
 ]
 
 
-class NamespaceTool(_ResponsesModel):
+class NamespaceTool(OpenAIWireModel):
     type: Literal["namespace"]
     "Always ``namespace``: function and custom tools grouped under one name."
     name: str
@@ -278,7 +272,7 @@ class NamespaceTool(_ResponsesModel):
     "The tools inside the namespace."
 
 
-class HostedTool(_ResponsesModel):
+class HostedTool(OpenAIWireModel):
     type: str
     "A tool OpenAI runs itself (``web_search``, ``image_generation``, ``file_search``...)."
 
@@ -296,7 +290,7 @@ Tool = Annotated[
 ]
 
 
-class ToolChoiceObject(_ResponsesModel):
+class ToolChoiceObject(OpenAIWireModel):
     type: str
     "``function``, ``custom``, ``allowed_tools``, or a hosted tool's type."
     name: str | None = None
@@ -308,7 +302,7 @@ class ToolChoiceObject(_ResponsesModel):
 # -- options ------------------------------------------------------------------------
 
 
-class ReasoningConfig(_ResponsesModel):
+class ReasoningConfig(OpenAIWireModel):
     effort: ReasoningEffort | None = None
     "How much the model should reason; ``none`` turns reasoning off."
     summary: Literal["auto", "concise", "detailed"] | None = None
@@ -317,7 +311,7 @@ class ReasoningConfig(_ResponsesModel):
     "The older name of ``summary``."
 
 
-class TextFormat(_ResponsesModel):
+class TextFormat(OpenAIWireModel):
     type: Literal["text", "json_object", "json_schema"]
     "``text``, ``json_object`` (any JSON object) or ``json_schema``."
     name: str | None = None
@@ -330,7 +324,7 @@ class TextFormat(_ResponsesModel):
     "Whether the output must follow the schema exactly."
 
 
-class TextConfig(_ResponsesModel):
+class TextConfig(OpenAIWireModel):
     format: TextFormat | None = None
     "The output's format."
     verbosity: str | None = None
@@ -340,7 +334,7 @@ class TextConfig(_ResponsesModel):
 # -- the body -----------------------------------------------------------------------
 
 
-class ResponsesRequestBody(_ResponsesModel):
+class ResponsesRequestBody(OpenAIWireModel):
     """``POST /v1/responses``."""
 
     model: str
