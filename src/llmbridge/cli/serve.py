@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import ipaddress
 import logging
+import re
 import sys
 from typing import Any
 
@@ -19,6 +21,35 @@ from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
 __all__ = ["serve"]
 
 log = logging.getLogger("llmbridge")
+
+
+_QUERY_KEY = re.compile(r"([?&]key=)[^&\s]*")
+
+
+class RedactQueryKeys(logging.Filter):
+    """Takes API keys out of uvicorn's access log: Gemini clients may send theirs as
+    ``?key=`` (web/auth.py), and uvicorn logs the path with its query string. Every
+    ``key=`` value in the record's arguments (the request line) becomes ``REDACTED``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _QUERY_KEY.sub(r"\1REDACTED", arg) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
+        if isinstance(record.msg, str):
+            record.msg = _QUERY_KEY.sub(r"\1REDACTED", record.msg)
+        return True
+
+
+def access_log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with ``RedactQueryKeys`` on its access log."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_query_keys"] = {"()": RedactQueryKeys}
+    config["loggers"]["uvicorn.access"]["filters"] = ["redact_query_keys"]
+    return config
 
 
 def _is_loopback(host: str) -> bool:
@@ -140,6 +171,7 @@ def serve(
         port=server.port,
         log_level=server.log_level,
         access_log=access_log,
+        log_config=access_log_config(),
         loop="uvloop" if sys.platform != "win32" else "asyncio",
         # httptools with header size, count and read-time limits (gateway/read_limits.py)
         http=http_protocol(app),

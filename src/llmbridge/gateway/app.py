@@ -76,7 +76,8 @@ class _AuthMiddleware:
         if scope["type"] == "http" and self.keys.enabled and scope["path"] not in OPEN_PATHS:
             try:
                 # Which key matched: the caller's identity (the agent API's owner).
-                scope[KEY_IDENTITY] = self.keys.check(Headers(scope=scope))
+                query = scope.get("query_string", b"")  # Gemini clients' ?key=
+                scope[KEY_IDENTITY] = self.keys.check(Headers(scope=scope), query)
             except AuthenticationError as exc:
                 response = error_response(dialect_for_path(scope["path"]), exc, new_request_id())
                 await response(scope, receive, send)

@@ -1,8 +1,11 @@
 """API-key authentication: off by default, on when keys are configured.
 
-A key is accepted from ``Authorization: Bearer <key>`` (OpenAI, Ollama clients) or
-``x-api-key`` (Anthropic clients), compared in constant time against every
-configured key. Keys are never logged.
+A key is accepted from ``Authorization: Bearer <key>`` (OpenAI, Ollama clients),
+``x-api-key`` (Anthropic clients), ``x-goog-api-key`` or the ``key`` query parameter
+(Gemini clients: the google-genai SDKs send the header, Google's REST examples and some
+tools the parameter), compared in constant time against every configured key. Keys are
+never logged; ``llmbridge serve`` takes ``key=`` values out of its access log
+(cli/serve.py).
 
 The key a request matched is its caller's identity: ``key_identity(key)``, a prefix of
 the key's SHA-256 (never the key itself), is put in the ASGI scope by the gateway's
@@ -16,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, QueryParams
 from starlette.requests import HTTPConnection
 
 from llmbridge.core.errors import AuthenticationError
@@ -51,20 +54,24 @@ class KeyChecker:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def check(self, headers: Headers) -> str | None:
-        """The identity (``key_identity``) of the key the request carries, ``None``
-        with auth off; ``AuthenticationError`` unless it carries a valid key."""
+    def check(self, headers: Headers, query_string: bytes = b"") -> str | None:
+        """The identity (``key_identity``) of the key the request carries (in its
+        headers, or ``query_string``'s ``key``), ``None`` with auth off;
+        ``AuthenticationError`` unless it carries a valid key."""
         if not self._keys:
             return None
-        presented = headers.get("x-api-key")
+        presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
         if presented is None:
             auth = headers.get("authorization", "")
             scheme, _, value = auth.partition(" ")
             if scheme.lower() == "bearer":
                 presented = value.strip()
+        if not presented and b"key=" in query_string:
+            presented = QueryParams(query_string).get("key")
         if not presented:
             raise AuthenticationError(
-                "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+                "missing API key: send 'Authorization: Bearer <key>', 'x-api-key: <key>' "
+                "or 'x-goog-api-key: <key>'"
             )
         candidate = presented.encode()
         # Compare against every key so the time taken does not reveal which matched.

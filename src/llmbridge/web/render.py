@@ -1,8 +1,11 @@
 """Errors rendered in the caller's dialect, with the right status code.
 
 Which dialect a request speaks is decided by its path: ``/api/*`` is Ollama,
-``/v1/messages*`` is Anthropic, any other ``/v1/*`` is OpenAI. Everything else
-(``/health``, ``/metrics``) answers in OpenAI's shape, the most widely parsed one.
+``/v1/messages*`` is Anthropic, ``/v1beta/*`` and ``/v1/models/{model}:{method}`` for one
+of Gemini's methods (``generateContent``...) are Gemini, any other ``/v1/*`` is OpenAI.
+Everything else (``/health``, ``/metrics``) answers in OpenAI's shape, the most widely
+parsed one. (Gemini's ``GET /v1/models`` shares its path with OpenAI's: its route,
+gateway/routes/gemini.py, renders its own errors by the client's headers.)
 Unexpected exceptions are logged with their traceback here and reach the client
 only as a generic ``InternalError`` message: never a traceback.
 """
@@ -20,8 +23,16 @@ from llmbridge.core.errors import BackendError, InternalError, LLMBridgeError
 from llmbridge.core.ids import new_id
 from llmbridge.dialects import anthropic, ollama, openai
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.gemini import errors as gemini_errors
 
-__all__ = ["Dialect", "dialect_for_path", "error_response", "new_request_id", "to_bridge_error"]
+__all__ = [
+    "GEMINI_METHODS",
+    "Dialect",
+    "dialect_for_path",
+    "error_response",
+    "new_request_id",
+    "to_bridge_error",
+]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -30,6 +41,19 @@ class Dialect(StrEnum):
     OLLAMA = "ollama"
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
+
+
+GEMINI_METHODS = frozenset(
+    {
+        "generateContent",
+        "streamGenerateContent",
+        "countTokens",
+        "embedContent",
+        "batchEmbedContents",
+    }
+)
+"""The methods Gemini's ``POST /{v1beta|v1}/models/{model}:{method}`` routes serve."""
 
 
 def dialect_for_path(path: str) -> Dialect:
@@ -37,6 +61,12 @@ def dialect_for_path(path: str) -> Dialect:
         return Dialect.OLLAMA
     if path.startswith("/v1/messages"):
         return Dialect.ANTHROPIC
+    if path.startswith("/v1beta/") or path == "/v1beta":
+        return Dialect.GEMINI
+    # Model names may hold colons (``qwen3:8b``): the method is after the last one, and
+    # only a Gemini method makes an OpenAI path (``GET /v1/models/qwen3:8b``) Gemini's.
+    if path.startswith("/v1/models/") and path.rpartition(":")[2] in GEMINI_METHODS:
+        return Dialect.GEMINI
     return Dialect.OPENAI
 
 
@@ -57,6 +87,8 @@ def error_body(dialect: Dialect, error: LLMBridgeError, request_id: str) -> dict
         return ollama.error_body(error, request_id)
     if dialect is Dialect.ANTHROPIC:
         return anthropic.error_body(error, request_id)
+    if dialect is Dialect.GEMINI:
+        return gemini_errors.error_body(error, request_id)
     return openai.error_body(error, request_id)
 
 
