@@ -45,12 +45,15 @@ class IterationRecord:
     trace: dict[str, Any] | None = None
     spans: list[dict[str, Any]] = field(default_factory=list)
     invariant_problems: list[str] = field(default_factory=list)
+    provider: str = ""
+    """The ``SessionProvider.id`` that ran it (``profile compare`` tells runs apart by it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
             "model": self.model,
             "mode": self.mode,
+            "provider": self.provider,
             "iteration": self.iteration,
             "session_id": self.session_id,
             "passed": self.passed,
@@ -132,6 +135,7 @@ async def _run_iteration(
         trace=trace.to_dict() if trace is not None else None,
         spans=trace_spans(trace, config, provider.id) if trace is not None else [],
         invariant_problems=check_invariants(trace) if trace is not None else [],
+        provider=provider.id,
     )
 
 
