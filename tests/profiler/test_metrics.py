@@ -206,6 +206,6 @@ def test_summary_and_reports() -> None:
     assert "| single_turn | gw/scripted | default | 2/2 (100%) |" in markdown
     assert "tool_error [gw/scripted default] #0: checks failed: contains: Paris" in markdown
     page = html_report(summary, records)
-    assert page.startswith("<!doctype html>") and page.count("<svg") == 2
+    assert page.startswith("<!doctype html>") and page.count('class="chart"') == 2
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
     assert "FAIL" in page and "single_turn" in page

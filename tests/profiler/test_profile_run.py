@@ -191,6 +191,7 @@ def test_agent_service_run_with_otlp_export(
     model.enqueue(Script(text=["Bonjour", " !"]), Script(text=["Au revoir."]))
     spec = {
         "models": ["scripted"],
+        "prices": {"scripted": {"input": 1.0, "output": 2.0}},
         "agent": {"persona": {"name": "french", "prompt": "Always answer in French."}},
         "scenarios": [
             {
@@ -224,5 +225,11 @@ def test_agent_service_run_with_otlp_export(
         "turn_boundary",
         "text_output",
     ]
+    # Each prompt's priced cost rides on its step, as its tokens do (the HTML timeline).
+    boundaries = [e for e in record["trace"]["events"] if e["type"] == "turn_boundary"]
+    assert [b["cost_usd"] for b in boundaries] == [
+        p["cost"]["total_usd"] for p in record["prompts"]
+    ]
+    assert all(p["cost"]["total_usd"] > 0 for p in record["prompts"])
     assert "Always answer in French." in model.requests[-1].messages[0].text
     assert receiver.bodies and b"invoke_agent" in b"".join(receiver.bodies)

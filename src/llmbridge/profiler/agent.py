@@ -28,6 +28,7 @@ from typing import Any
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.modes import combine_instructions
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
 from llmbridge.profiler.trace import build_summary, group_turns
 from llmbridge.profiler.types import (
@@ -146,9 +147,17 @@ class AgentSessionProvider:
             self._tmp = None
 
     async def create_session(
-        self, *, system_instructions: str | None, scenario_id: str, iteration: int
+        self,
+        *,
+        system_instructions: str | None,
+        scenario_id: str,
+        iteration: int,
+        workspace: Path | None = None,
     ) -> SessionHandle:
-        if self._service is None:
+        # ``workspace`` is not used: the agent service's only built-in tool is
+        # web_search, it has no filesystem tools, so a scenario's workspace checks see
+        # the workspace as its setup left it (docs/PROFILER.md, "Workspaces").
+        if self._service is None or self.config is None:
             raise ProviderError("init() first")
         record = await self._service.store.create_session(
             f"profile-{uuid.uuid4().hex[:12]}",
@@ -156,7 +165,9 @@ class AgentSessionProvider:
             persona_id=self._persona_id,
         )
         self._recorders[record.id] = _Recorder()
-        self._system[record.id] = system_instructions
+        self._system[record.id] = combine_instructions(
+            self.config.system_instructions, system_instructions
+        )
         return SessionHandle(record.id, self.id, time.time(), scenario_id, iteration)
 
     async def prompt(
@@ -235,8 +246,11 @@ class AgentSessionProvider:
             error = exc.message
         total = (time.perf_counter() - started) * 1000
         recorder.close_turn(None)
-        # The agent reports the prompt's usage whole: it goes on the first boundary.
-        self._set_tokens(recorder, first_boundary, tokens)
+        price = self.prices.get(self.config.model)
+        cost = cost_of(tokens, price) if price is not None else CostMetrics()
+        # The agent reports the prompt's usage whole: it (and its cost, when priced) goes on
+        # the first boundary.
+        self._set_tokens(recorder, first_boundary, tokens, cost)
         if timed_out:
             recorder.events.append(
                 TraceEvent("error", recorder.turn, _now_ms(), error=f"timeout after {timeout:g} s")
@@ -244,7 +258,6 @@ class AgentSessionProvider:
         elif error:
             recorder.events.append(TraceEvent("error", recorder.turn, _now_ms(), error=error))
         reason: CompletionReason = "timeout" if timed_out else "error" if error else "stop"
-        price = self.prices.get(self.config.model)
         result = PromptResult(
             text="".join(pieces),
             metrics=PromptMetrics(
@@ -255,7 +268,7 @@ class AgentSessionProvider:
                     tools_ms=_tool_times(records),
                 ),
                 tool_calls=tuple(records),
-                cost=cost_of(tokens, price) if price is not None else CostMetrics(),
+                cost=cost,
             ),
             completion_reason=reason,
             error=error,
@@ -300,7 +313,9 @@ class AgentSessionProvider:
             error=event.content if event.is_error else None,
         )
 
-    def _set_tokens(self, recorder: _Recorder, index: int, tokens: TokenMetrics) -> None:
+    def _set_tokens(
+        self, recorder: _Recorder, index: int, tokens: TokenMetrics, cost: CostMetrics
+    ) -> None:
         old = recorder.events[index]
         recorder.events[index] = TraceEvent(
             "turn_boundary",
@@ -309,6 +324,7 @@ class AgentSessionProvider:
             old.duration_ms,
             status=old.status,
             tokens=tokens,
+            cost_usd=cost.total_usd if cost.source != "none" else None,
         )
 
     async def export_session(self, handle: SessionHandle) -> SessionTrace:

@@ -2,7 +2,7 @@
 trace builder), grouped into turns, with the invariants every trace must meet.
 
 Each assistant message is one LLM step and one turn: it opens with a
-``turn_boundary`` carrying the step's time and tokens. Its parts become events in
+``turn_boundary`` carrying the step's time, tokens and reported cost. Its parts become events in
 order: ``reasoning`` (consecutive reasoning parts, which OpenCode may split, are
 merged; a reasoning part after text stays separate, so reasoning/text boundaries are
 kept), ``text_output`` (empty text is no output), ``tool_call`` followed by its
@@ -70,6 +70,16 @@ def _span(time: Any) -> tuple[float | None, float | None]:
         return None, None
     duration = end - start if isinstance(end, int | float) else None
     return float(start), None if duration is None else float(duration)
+
+
+def _cost(value: Any) -> float | None:
+    """A step's reported cost (OpenCode's ``info.cost``, US dollars), if it has one.
+
+    OpenCode reports 0 for a model it has no price for, so 0 is "not reported", as in
+    ``metrics.prompt_result`` (which then prices the prompt from the price table)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def error_text(error: Any) -> str:
@@ -154,6 +164,7 @@ def _step_events(message: Message, turn: int) -> list[TraceEvent]:
             duration_ms=duration,
             status=info.get("finish") if isinstance(info.get("finish"), str) else None,
             tokens=message_tokens(info),
+            cost_usd=_cost(info.get("cost")),
         )
     ]
     for part in message.get("parts") or []:

@@ -44,6 +44,9 @@ class ProviderConfig:
     """``PROVIDER/MODEL`` for OpenCode; a gateway model name for the agent service."""
     mode: str = "default"
     system_instructions: str | None = None
+    """The mode's instructions (``modes.ModeResolver``), before each scenario's own."""
+    agent: str | None = None
+    """The OpenCode agent the mode's prompts go to; ``None``: OpenCode's default."""
     environment: dict[str, str] = field(default_factory=dict)
     """Mode-specific variables added to a clean environment."""
     permission: Literal["allow", "deny", "ask-reject"] = "deny"
@@ -154,6 +157,8 @@ class TraceEvent:
     tokens: TokenMetrics | None = None
     """On ``turn_boundary``: the step's tokens."""
     error: str | None = None
+    cost_usd: float | None = None
+    """On ``turn_boundary``: the step's cost in US dollars, where it is known."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "turn": self.turn}
@@ -166,6 +171,8 @@ class TraceEvent:
             out["tokens"] = self.tokens.to_dict()
         if self.error is not None:
             out["error"] = self.error
+        if self.cost_usd is not None:
+            out["cost_usd"] = self.cost_usd
         return out
 
 
