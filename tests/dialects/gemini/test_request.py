@@ -36,9 +36,9 @@ from llmbridge.dialects.gemini.request import (
     decode_embed_request,
 )
 
-CAPTURED = Path(
-    "/work/shared/reference/captured/gemini-cli-0.61.0-streamGenerateContent-request.json"
-)
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "gemini"
+CAPTURED = FIXTURES / "request_gemini_cli_0_61_0_stream.json"
+"""Gemini CLI 0.61.0's request as captured (shared/reference/captured/)."""
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n-not-really-").decode()
 
 
