@@ -1,4 +1,5 @@
-"""``llmbridge profile run``: run a scenarios file and write traces, metrics and reports."""
+"""``llmbridge profile``: ``run`` a scenarios file and write traces, metrics and reports;
+``compare`` run directories with intervals and p-values."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def profile() -> None:
     "--otlp-endpoint",
     help="Also send the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318/v1/traces).",
 )
+@click.option(
+    "--keep-workspaces",
+    is_flag=True,
+    help="Leave each iteration's workspace in place (its path is in traces.jsonl).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 def run(
     scenarios: Path,
@@ -56,6 +62,7 @@ def run(
     opencode_command: str,
     gateway_url: str | None,
     otlp_endpoint: str | None,
+    keep_workspaces: bool,
     quiet: bool,
 ) -> None:
     """Run SCENARIOS (YAML) across its models, modes and iterations."""
@@ -89,7 +96,14 @@ def run(
 
         try:
             result = asyncio.run(
-                run_scenarios(spec, session_provider, configs, out, progress=advance)
+                run_scenarios(
+                    spec,
+                    session_provider,
+                    configs,
+                    out,
+                    progress=advance,
+                    keep_workspaces=keep_workspaces,
+                )
             )
         except Exception as exc:  # the CLI reports failures, never a traceback
             raise click.ClickException(f"the run failed: {exc}") from exc
@@ -111,3 +125,41 @@ def run(
         json.dumps({"out": str(out), "iterations": len(result.records), "passed": passed}),
         err=quiet,
     )
+
+
+@profile.command("compare")
+@click.argument("runs", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for comparison.json and comparison.md [default: compare-A-vs-B... "
+    "next to the first run].",
+)
+def compare(runs: tuple[Path, ...], out: Path | None) -> None:
+    """Compare run directories (from `profile run`): each against the first.
+
+    Per scenario and overall: the pass-rate difference with its 95% interval, and the
+    duration, token and cost differences with bootstrap 95% intervals and a
+    permutation-test p-value.
+    """
+    from rich.console import Console
+
+    from llmbridge.profiler.compare import CompareError, compare_runs, report_dict
+    from llmbridge.profiler.compare_report import comparison_markdown, print_comparison
+
+    if len(runs) < 2:
+        raise click.UsageError("compare needs at least two run directories")
+    try:
+        comparisons = compare_runs(runs)
+    except CompareError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if out is None:
+        names = "-vs-".join(path.resolve().name for path in runs)
+        out = runs[0].resolve().parent / f"compare-{names}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(
+        json.dumps(report_dict(comparisons), indent=2), encoding="utf-8"
+    )
+    (out / "comparison.md").write_text(comparison_markdown(comparisons), encoding="utf-8")
+    print_comparison(comparisons, Console())
+    click.echo(json.dumps({"out": str(out), "comparisons": len(comparisons)}))

@@ -169,10 +169,12 @@ def bootstrap_mean_difference(
     groups = _strata(a, b, strata)
     rng = random.Random(seed)
     differences = []
+    # sum()/len rather than fmean: this loop is the comparison's whole cost.
+    sized = [(xs, len(xs), ys, len(ys)) for xs, ys in groups]
     for _ in range(resamples):
         total = 0.0
-        for xs, ys in groups:
-            total += fmean(rng.choices(ys, k=len(ys))) - fmean(rng.choices(xs, k=len(xs)))
+        for xs, nx, ys, ny in sized:
+            total += sum(rng.choices(ys, k=ny)) / ny - sum(rng.choices(xs, k=nx)) / nx
         differences.append(total / len(groups))
     differences.sort()
     tail = (1 - confidence) / 2
@@ -233,7 +235,7 @@ def permutation_p_value(
         total = 0.0
         for values, k in zip(pooled, sizes, strict=True):
             shuffled = rng.sample(values, len(values))
-            total += fmean(shuffled[k:]) - fmean(shuffled[:k])
+            total += sum(shuffled[k:]) / (len(values) - k) - sum(shuffled[:k]) / k
         if abs(total / len(pooled)) >= threshold:
             extreme += 1
     return (extreme + 1) / (resamples + 1)
