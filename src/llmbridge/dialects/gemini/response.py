@@ -26,6 +26,8 @@ A reply is ``{"candidates": [{"content": {"role": "model", "parts": [...]},
 
 from __future__ import annotations
 
+import base64
+import binascii
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -55,8 +57,10 @@ __all__ = [
     "encode_function_call",
     "encode_usage",
     "response_id",
+    "signature_from_wire",
     "signature_part",
     "thoughts_shown",
+    "wire_signature",
 ]
 
 PROVIDER = "gemini"
@@ -210,8 +214,48 @@ def signature_part(signature: str, thought: bool) -> dict[str, Any]:
     """A part that carries only a signature (nothing followed the thinking it signs),
     as Gemini itself sends one: empty text, marked a thought when it closes thought text."""
     if thought:
-        return {"text": "", "thought": True, "thoughtSignature": signature}
-    return {"text": "", "thoughtSignature": signature}
+        return {"text": "", "thought": True, "thoughtSignature": wire_signature(signature)}
+    return {"text": "", "thoughtSignature": wire_signature(signature)}
+
+
+_WRAPPED = b"llmbridge.signature:"
+"""What a signature that is not base64 is wrapped in (then base64-encoded) on the wire."""
+
+
+def wire_signature(signature: str) -> str:
+    """``signature`` as a ``thoughtSignature`` every client can hold.
+
+    The field is ``bytes`` in Google's API (base64 in JSON), and the google-genai SDK
+    validates it so: a value that is not base64 fails the whole reply
+    (``Data should be valid base64``). Google's own signatures are canonical base64
+    and pass unchanged; ours (``GEMINI.carry``'s ``llmbridge.gemini.v1.<tag>.<token>``,
+    the Responses backend's carried tokens) are wrapped, and ``signature_from_wire``
+    unwraps them when the client sends them back. The SDK re-encodes the bytes it
+    decoded, so only a canonical base64 string comes back byte for byte.
+    """
+    if _canonical_base64(signature):
+        return signature
+    return base64.b64encode(_WRAPPED + signature.encode()).decode()
+
+
+def signature_from_wire(wire: str) -> str:
+    """The signature a ``thoughtSignature`` stands for: ``wire_signature`` undone."""
+    if not wire.startswith("bGxtYnJpZGdlLnNpZ25hdHVyZT"):  # base64 of _WRAPPED's start
+        return wire
+    try:
+        raw = base64.b64decode(wire, validate=True)
+        if raw.startswith(_WRAPPED):
+            return raw[len(_WRAPPED) :].decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    return wire
+
+
+def _canonical_base64(value: str) -> bool:
+    try:
+        return base64.b64encode(base64.b64decode(value, validate=True)).decode() == value
+    except (binascii.Error, ValueError):
+        return False
 
 
 # -- encoding -------------------------------------------------------------------------
@@ -259,7 +303,7 @@ def encode_parts(parts: Sequence[Part], request: ChatRequest) -> list[dict[str, 
         if wire is None:
             continue  # images and tool results are not model output
         if pending:
-            wire["thoughtSignature"], pending = pending, None
+            wire["thoughtSignature"], pending = wire_signature(pending), None
         out.append(wire)
     if pending:
         place_signature(out, pending, show)
@@ -270,7 +314,7 @@ def place_signature(out: list[dict[str, Any]], signature: str, show: bool) -> No
     """Put ``signature`` where no non-thinking part follows its thinking: on the thought
     part just emitted, else on a new part of its own."""
     if show and out and out[-1].get("thought") is True and "thoughtSignature" not in out[-1]:
-        out[-1]["thoughtSignature"] = signature
+        out[-1]["thoughtSignature"] = wire_signature(signature)
     else:
         out.append(signature_part(signature, thought=False))
 
@@ -353,7 +397,8 @@ class PartReader:
         events: list[StreamEvent] = []
         if self._thinking != "open":  # no thought open, or it is signed already
             events += self.finish()
-        events += self.manager.signature(GEMINI.carry(self.origin, signature))
+        token = signature_from_wire(signature)  # another llmbridge's wrapping undone
+        events += self.manager.signature(GEMINI.carry(self.origin, token))
         self._thinking = "signed"
         return events
 

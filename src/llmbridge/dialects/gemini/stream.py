@@ -58,6 +58,7 @@ from llmbridge.dialects.gemini.response import (
     response_id,
     signature_part,
     thoughts_shown,
+    wire_signature,
 )
 
 __all__ = ["decode_chat_stream", "encode_chat_stream", "encode_chat_stream_array"]
@@ -243,7 +244,7 @@ class _Encoder:
         ``_tail``. ``b""`` when there is nothing to send."""
         if self._pending is not None:
             if parts:
-                parts[0]["thoughtSignature"] = self._pending
+                parts[0]["thoughtSignature"] = wire_signature(self._pending)
             else:
                 parts = [signature_part(self._pending, thought=self._last_thought)]
             self._pending = None
