@@ -31,7 +31,15 @@ from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
-from llmbridge.gateway.routes import anthropic, completions, ollama, openai, responses, system
+from llmbridge.gateway.routes import (
+    anthropic,
+    completions,
+    gemini,
+    ollama,
+    openai,
+    responses,
+    system,
+)
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.models import open_models
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
@@ -176,10 +184,13 @@ def create_app(
         routes=[
             *system.routes,
             *ollama.routes,
+            # Before OpenAI's: Gemini's GET /v1/models answers only Gemini clients.
+            *gemini.routes,
             *openai.routes,
             *responses.routes,
             *completions.routes,
             *anthropic.routes,
+            *gemini.unknown_methods,
             *agent_routes,
         ],
         exception_handlers={

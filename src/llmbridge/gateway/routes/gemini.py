@@ -1,0 +1,269 @@
+"""Google's Gemini API (``generativelanguage``): ``POST /{v1beta|v1}/models/{model}:{method}``
+for ``generateContent``, ``streamGenerateContent``, ``countTokens``, ``embedContent`` and
+``batchEmbedContents``, and ``GET /{v1beta|v1}/models[/{model}]``.
+
+The model is the path between ``models/`` and the LAST colon: model names may hold colons
+(Ollama's ``qwen3:8b``) and slashes. Some clients send the colon as ``%3A``; uvicorn
+decodes the path before routing, so both arrive alike. A leading ``models/`` or
+``tunedModels/`` left in the name is dropped. Any other method after the colon is a 404
+in Gemini's shape naming it (``unknown_methods``, registered after every other route).
+
+``streamGenerateContent?alt=sse`` streams server-sent events; without ``alt=sse`` the
+reply is one JSON array written as it is generated, which the Google SDKs also read
+(dialects/gemini/stream.py). Errors before the reply starts are HTTP errors in Google's
+shape (web/render.py), after it the last event or array element.
+
+``GET /v1/models`` is also OpenAI's (and Anthropic's by header): it is answered here only
+for a Gemini client, one that sends ``x-goog-api-key``, ``x-goog-api-client`` or a ``key``
+query parameter (``_GeminiClientRoute``); every other request goes on to OpenAI's route
+unchanged. ``/v1beta`` is Gemini's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
+
+from llmbridge.core.errors import (
+    InvalidRequestError,
+    LLMBridgeError,
+    MethodNotAllowedError,
+    NotFoundError,
+)
+from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.response import EmbedResponse
+from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.gemini import models as gemini_models
+from llmbridge.dialects.gemini import request as gemini_request
+from llmbridge.dialects.gemini import response as gemini_response
+from llmbridge.dialects.gemini import stream as gemini_stream
+from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.state import state_of
+from llmbridge.web.bodies import read_chat, read_json
+from llmbridge.web.render import GEMINI_METHODS, Dialect, error_response, new_request_id
+from llmbridge.web.streaming import ClientDisconnected, run_until_disconnect
+
+__all__ = ["routes", "unknown_methods"]
+
+_PREFIXES = ("/v1beta", "/v1")
+_MODEL_PREFIXES = ("models/", "tunedModels/")
+
+
+def _codec(method: str, encode_stream: Any, media_type: str) -> ChatCodec:
+    return ChatCodec(
+        dialect=Dialect.GEMINI,
+        endpoint=f"/v1beta/models/{{model}}:{method}",  # one metrics label for both prefixes
+        encode_stream=encode_stream,
+        encode_response=gemini_response.encode_chat_response,
+        stream_media_type=media_type,
+    )
+
+
+GENERATE = _codec("generateContent", gemini_stream.encode_chat_stream, "text/event-stream")
+STREAM_SSE = _codec("streamGenerateContent", gemini_stream.encode_chat_stream, "text/event-stream")
+# Without alt=sse: one JSON array, sent element by element as the reply is generated.
+STREAM_ARRAY = _codec(
+    "streamGenerateContent", gemini_stream.encode_chat_stream_array, "application/json"
+)
+
+
+def _headers(request_id: str) -> dict[str, str]:
+    return {"x-request-id": request_id}
+
+
+def _json(body: object, request_id: str) -> Response:
+    return Response(dumps(body), media_type="application/json", headers=_headers(request_id))
+
+
+def _model_name(raw: str) -> str:
+    """The model a path names: ``models/`` or ``tunedModels/`` dropped, never empty."""
+    for prefix in _MODEL_PREFIXES:
+        if raw.startswith(prefix):
+            raw = raw[len(prefix) :]
+            break
+    if not raw:
+        raise InvalidRequestError("the path names no model: expected models/{model}", param="model")
+    return raw
+
+
+async def generate_content(request: Request) -> Response:
+    """``:generateContent`` and ``:streamGenerateContent`` (``alt=sse``: SSE)."""
+    state = state_of(request)
+    request_id = new_request_id()
+    stream = request.url.path.endswith(":streamGenerateContent")
+    if not stream:
+        codec = GENERATE
+    elif request.query_params.get("alt") == "sse":
+        codec = STREAM_SSE
+    else:
+        codec = STREAM_ARRAY
+    try:
+        model = _model_name(request.path_params["model"])
+        decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
+        chat = await read_chat(request, state.limits, decode)
+    except LLMBridgeError as exc:
+        return error_response(Dialect.GEMINI, exc, request_id)
+    return await serve_chat(request, chat, codec, state=state, request_id=request_id)
+
+
+async def count_tokens(request: Request) -> Response:
+    """``{"totalTokens": N}``: seed 001's word / four-character estimate over every part
+    and tool declaration; with ``tokenizer: backend``, the backend's exact count where
+    it can tokenize (the embedded model can), the estimate where it cannot."""
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        model = _model_name(request.path_params["model"])
+        decode: Callable[[Any, RequestLimits], ChatRequest] = partial(
+            gemini_request.decode_count_tokens_request, model=model
+        )
+        chat = await read_chat(request, state.limits, decode)
+        resolved = state.models.router.resolve(chat.model)
+        counted = None
+        if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
+            counted = await resolved.backend.count_tokens(
+                replace(chat, model=resolved.backend_model)
+            )
+    except LLMBridgeError as exc:
+        return error_response(Dialect.GEMINI, exc, request_id)
+    total = count_request_tokens(chat) if counted is None else counted
+    return _json({"totalTokens": total}, request_id)
+
+
+async def _embed(
+    request: Request,
+    decode: Callable[..., EmbedRequest],
+    encode: Callable[[EmbedResponse], dict[str, Any]],
+) -> Response:
+    """One embedding request through the backend the model resolves to, as
+    routes/openai.py's ``/v1/embeddings`` does."""
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        model = _model_name(request.path_params["model"])
+        embed_request = decode(await read_json(request, state.limits), model=model)
+        resolved = state.models.router.resolve(embed_request.model)
+        # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
+        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+        result = await run_until_disconnect(request.receive, work)
+    except ClientDisconnected:
+        return Response(status_code=499)
+    except LLMBridgeError as exc:
+        return error_response(Dialect.GEMINI, exc, request_id)
+    return _json(encode(result), request_id)
+
+
+async def embed_content(request: Request) -> Response:
+    return await _embed(
+        request, gemini_request.decode_embed_request, gemini_models.encode_embed_response
+    )
+
+
+async def batch_embed_contents(request: Request) -> Response:
+    return await _embed(
+        request,
+        gemini_request.decode_batch_embed_request,
+        gemini_models.encode_batch_embed_response,
+    )
+
+
+async def unknown_method(request: Request) -> Response:
+    """A method after the colon that llmbridge does not serve: a 404 naming it."""
+    served = ", ".join(sorted(GEMINI_METHODS))
+    error = NotFoundError(
+        f"method '{request.path_params['method']}' is not found for POST models/{{model}}:"
+        f"{{method}}; llmbridge serves {served}"
+    )
+    return error_response(Dialect.GEMINI, error, new_request_id())
+
+
+async def list_models(request: Request) -> Response:
+    """``{"models": [...], "nextPageToken"?}``, paged by ``pageSize`` / ``pageToken``."""
+    state = state_of(request)
+    request_id = new_request_id()
+    try:
+        models = await state.models.router.list_models()
+        return _json(gemini_models.encode_model_list(models, request.query_params), request_id)
+    except LLMBridgeError as exc:
+        return error_response(Dialect.GEMINI, exc, request_id)
+
+
+async def get_model(request: Request) -> Response:
+    """One model: listed, or servable (a glob route or the default backend)."""
+    state = state_of(request)
+    request_id = new_request_id()
+    raw = request.path_params["model"]
+    try:
+        if raw.rpartition(":")[2] in GEMINI_METHODS:  # GET models/x:generateContent
+            raise MethodNotAllowedError(f"method GET is not allowed on {request.url.path}")
+        name = _model_name(raw)
+        for info in await state.models.router.list_models():
+            if info.name == name:
+                return _json(gemini_models.encode_model(info), request_id)
+        resolved = state.models.router.resolve(name)
+        info = await state.models.router.show(name)
+        return _json(
+            gemini_models.encode_model(replace(info, backend=resolved.backend.name)), request_id
+        )
+    except LLMBridgeError as exc:
+        return error_response(Dialect.GEMINI, exc, request_id)
+
+
+def is_gemini_client(scope: Scope) -> bool:
+    """A request from a Gemini client: the google-genai SDKs and Gemini CLI send
+    ``x-goog-api-key`` and ``x-goog-api-client``; REST callers may put the key in
+    ``?key=``. No OpenAI or Anthropic client sends any of them."""
+    for name, _ in scope.get("headers", ()):
+        if name in (b"x-goog-api-key", b"x-goog-api-client"):
+            return True
+    query: bytes = scope.get("query_string", b"")
+    return query.startswith(b"key=") or b"&key=" in query
+
+
+class _GeminiClientRoute(Route):
+    """A route that matches only requests from a Gemini client (``is_gemini_client``):
+    any other goes on to the next route with the same path (OpenAI's ``/v1/models``)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http" and not is_gemini_client(scope):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
+_HANDLERS = {
+    "generateContent": generate_content,
+    "streamGenerateContent": generate_content,
+    "countTokens": count_tokens,
+    "embedContent": embed_content,
+    "batchEmbedContents": batch_embed_contents,
+}
+assert set(_HANDLERS) == GEMINI_METHODS
+
+routes = [
+    *(
+        # {model:path}: slashes and colons; the regex is greedy, so the method is
+        # what follows the last colon.
+        Route(f"{prefix}/models/{{model:path}}:{method}", handler, methods=["POST"])
+        for prefix in _PREFIXES
+        for method, handler in _HANDLERS.items()
+    ),
+    Route("/v1beta/models", list_models, methods=["GET"]),
+    Route("/v1beta/models/{model:path}", get_model, methods=["GET"]),
+    _GeminiClientRoute("/v1/models", list_models, methods=["GET"]),
+    _GeminiClientRoute("/v1/models/{model:path}", get_model, methods=["GET"]),
+]
+
+unknown_methods = [
+    Route(f"{prefix}/models/{{model:path}}:{{method}}", unknown_method, methods=["POST"])
+    for prefix in _PREFIXES
+]
+"""Any other method after the colon: registered after every other route."""
