@@ -28,6 +28,7 @@ from typing import Any
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.modes import combine_instructions
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
 from llmbridge.profiler.trace import build_summary, group_turns
 from llmbridge.profiler.types import (
@@ -146,9 +147,17 @@ class AgentSessionProvider:
             self._tmp = None
 
     async def create_session(
-        self, *, system_instructions: str | None, scenario_id: str, iteration: int
+        self,
+        *,
+        system_instructions: str | None,
+        scenario_id: str,
+        iteration: int,
+        workspace: Path | None = None,
     ) -> SessionHandle:
-        if self._service is None:
+        # ``workspace`` is not used: the agent service's only built-in tool is
+        # web_search, it has no filesystem tools, so a scenario's workspace checks see
+        # the workspace as its setup left it (docs/PROFILER.md, "Workspaces").
+        if self._service is None or self.config is None:
             raise ProviderError("init() first")
         record = await self._service.store.create_session(
             f"profile-{uuid.uuid4().hex[:12]}",
@@ -156,7 +165,9 @@ class AgentSessionProvider:
             persona_id=self._persona_id,
         )
         self._recorders[record.id] = _Recorder()
-        self._system[record.id] = system_instructions
+        self._system[record.id] = combine_instructions(
+            self.config.system_instructions, system_instructions
+        )
         return SessionHandle(record.id, self.id, time.time(), scenario_id, iteration)
 
     async def prompt(

@@ -1,13 +1,15 @@
 """The ``SessionProvider`` contract (seed 004): what the eval runner drives.
 
 A provider is initialised for one (mode, model) group, creates a fresh session per
-scenario iteration, sends prompts with a deadline, exports the session as a trace,
-and destroys it. ``PromptTimeoutError`` carries what was measured up to the deadline,
-so a timed-out iteration is still recorded.
+scenario iteration (working in the iteration's workspace, when it has one), sends
+prompts with a deadline, exports the session as a trace, and destroys it.
+``PromptTimeoutError`` carries what was measured up to the deadline, so a timed-out
+iteration is still recorded.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from llmbridge.profiler.types import (
@@ -37,8 +39,18 @@ class SessionProvider(Protocol):
         """Get ready for one (mode, model) group; may reuse what an earlier init made."""
 
     async def create_session(
-        self, *, system_instructions: str | None, scenario_id: str, iteration: int
-    ) -> SessionHandle: ...
+        self,
+        *,
+        system_instructions: str | None,
+        scenario_id: str,
+        iteration: int,
+        workspace: Path | None = None,
+    ) -> SessionHandle:
+        """A fresh session. ``system_instructions`` are the scenario's; the provider
+        puts the mode's (``ProviderConfig.system_instructions``) before them
+        (``modes.combine_instructions``). ``workspace``: the directory the agent's
+        tools work in, when the scenario has one."""
+        ...
 
     async def prompt(
         self,

@@ -1,11 +1,13 @@
 """The eval runner: scenarios x iterations x modes x models, recorded and summarised.
 
 For each (model, mode) group the provider is initialised once; each iteration of each
-scenario gets a fresh session, its prompts in order (a timeout or a provider failure
-ends the iteration, recorded as such), the session's exported trace, its checks, and
-is destroyed. Every iteration is one line of ``traces.jsonl`` (the prompt results,
-the checks, the trace and its OpenTelemetry spans), written as it finishes, so an
-interrupted run keeps what it measured. ``summary.json`` holds, per scenario, model
+scenario gets a fresh session (and, when the scenario declares one or checks one, a
+fresh workspace: workspace.py), its prompts in order (a timeout or a provider failure
+ends the iteration, recorded as such), the session's exported trace, and is
+destroyed; then its checks run, and the workspace is removed unless it is kept.
+Every iteration is one line of ``traces.jsonl`` (the prompt results, the checks,
+the trace and its OpenTelemetry spans), written as it finishes, so an interrupted
+run keeps what it measured. ``summary.json`` holds, per scenario, model
 and mode: the pass rate, mean +- standard error and p50 / p95 of the duration and the
 tokens, time to first token, cost, and the completion reasons.
 """
@@ -24,9 +26,15 @@ from typing import Any
 
 from llmbridge.profiler.otel import trace_spans
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
-from llmbridge.profiler.scenarios import CheckResult, Scenario, ScenarioFile, evaluate
+from llmbridge.profiler.scenarios import CheckResult, Scenario, ScenarioFile
 from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig
+from llmbridge.profiler.workspace import (
+    WorkspaceError,
+    evaluate_all,
+    prepare_workspace,
+    remove_workspace,
+)
 
 __all__ = ["IterationRecord", "RunResult", "run_scenarios", "summarise"]
 
@@ -45,6 +53,8 @@ class IterationRecord:
     trace: dict[str, Any] | None = None
     spans: list[dict[str, Any]] = field(default_factory=list)
     invariant_problems: list[str] = field(default_factory=list)
+    workspace: str | None = None
+    """The iteration's workspace, when it was kept (``--keep-workspaces``)."""
     provider: str = ""
     """The ``SessionProvider.id`` that ran it (``profile compare`` tells runs apart by it)."""
 
@@ -63,6 +73,7 @@ class IterationRecord:
             "trace": self.trace,
             "invariant_problems": self.invariant_problems,
             "spans": self.spans,
+            "workspace": self.workspace,
         }
 
 
@@ -95,11 +106,55 @@ async def _run_iteration(
     config: ProviderConfig,
     iteration: int,
     default_timeout: float,
+    keep_workspace: bool = False,
+) -> IterationRecord:
+    workspace: Path | None = None
+    if scenario.needs_workspace:
+        label = f"{scenario.id}-{iteration}"
+        try:
+            workspace = await prepare_workspace(scenario.workspace, label=label)
+        except WorkspaceError as exc:
+            if not keep_workspace:
+                await remove_workspace(exc.path)
+            return IterationRecord(
+                scenario=scenario.id,
+                model=config.model,
+                mode=config.mode,
+                iteration=iteration,
+                session_id="",
+                prompts=[],
+                checks=[],
+                passed=False,
+                error=f"workspace setup failed: {exc}",
+                workspace=str(exc.path) if keep_workspace else None,
+            )
+    try:
+        record = await _run_session(
+            provider, scenario, config, iteration, default_timeout, workspace
+        )
+    finally:
+        if workspace is not None and not keep_workspace:
+            await remove_workspace(workspace)
+    if workspace is not None and keep_workspace:
+        record.workspace = str(workspace)
+    return record
+
+
+async def _run_session(
+    provider: SessionProvider,
+    scenario: Scenario,
+    config: ProviderConfig,
+    iteration: int,
+    default_timeout: float,
+    workspace: Path | None,
 ) -> IterationRecord:
     results: list[PromptResult] = []
     error: str | None = None
     handle = await provider.create_session(
-        system_instructions=scenario.system, scenario_id=scenario.id, iteration=iteration
+        system_instructions=scenario.system,
+        scenario_id=scenario.id,
+        iteration=iteration,
+        workspace=workspace,
     )
     try:
         for text in scenario.turns:
@@ -120,7 +175,8 @@ async def _run_iteration(
             await provider.destroy_session(handle)
         except ProviderError as exc:
             error = error or f"could not destroy the session: {exc}"
-    checks = evaluate(scenario.checks, results)
+    # After destroy_session: the agent can no longer change the workspace under a check.
+    checks = await evaluate_all(scenario.checks, results, workspace)
     completed = bool(results) and all(r.completion_reason in ("stop", "length") for r in results)
     return IterationRecord(
         scenario=scenario.id,
@@ -145,9 +201,13 @@ async def run_scenarios(
     configs: Sequence[ProviderConfig],
     out: Path,
     progress: Progress | None = None,
+    *,
+    keep_workspaces: bool = False,
 ) -> RunResult:
     """Run every scenario for each config (one per model and mode), writing
-    ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end."""
+    ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end.
+    ``keep_workspaces`` leaves each iteration's workspace in place (its path is in
+    the record) instead of removing it."""
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
     records: list[IterationRecord] = []
     with (out / "traces.jsonl").open("w", encoding="utf-8") as sink:
@@ -157,7 +217,12 @@ async def run_scenarios(
                 for scenario in spec.scenarios:
                     for iteration in range(spec.iterations):
                         record = await _run_iteration(
-                            provider, scenario, config, iteration, spec.timeout
+                            provider,
+                            scenario,
+                            config,
+                            iteration,
+                            spec.timeout,
+                            keep_workspaces,
                         )
                         records.append(record)
                         sink.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmbridge.profiler.modes import ModeResolver, Permission, order_groups
 from llmbridge.profiler.provider import SessionProvider
 from llmbridge.profiler.scenarios import ScenarioFile
 from llmbridge.profiler.types import ProviderConfig
@@ -27,22 +28,20 @@ def make_provider(
 
 
 def configs_for(kind: str, spec: ScenarioFile) -> list[ProviderConfig]:
-    """One configuration per (model, mode) group, in the file's order."""
+    """One configuration per (model, mode) group, each mode resolved by the
+    ``ModeResolver``: in the file's order, except that the groups which can share an
+    OpenCode server (the same model and environment) run one after another."""
     options: dict[str, object] = {}
-    permission = "deny"
+    permission: Permission = "deny"
     environment: dict[str, str] = {}
     if kind == "opencode":
         settings = spec.opencode
         options = {"endpoint": settings.endpoint, "opencode_config": settings.opencode_config}
         permission, environment = settings.permission, dict(settings.environment)
-    return [
-        ProviderConfig(
-            model=model,
-            mode=mode,
-            environment=environment,
-            permission=permission,  # type: ignore[arg-type]
-            options=options,
-        )
+    resolver = ModeResolver(spec.modes, environment)
+    configs = [
+        resolver.config(mode, model, permission=permission, options=options)
         for model in spec.models
-        for mode in spec.modes
+        for mode in spec.mode_names
     ]
+    return order_groups(configs)

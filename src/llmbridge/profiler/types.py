@@ -44,6 +44,9 @@ class ProviderConfig:
     """``PROVIDER/MODEL`` for OpenCode; a gateway model name for the agent service."""
     mode: str = "default"
     system_instructions: str | None = None
+    """The mode's instructions (``modes.ModeResolver``), before each scenario's own."""
+    agent: str | None = None
+    """The OpenCode agent the mode's prompts go to; ``None``: OpenCode's default."""
     environment: dict[str, str] = field(default_factory=dict)
     """Mode-specific variables added to a clean environment."""
     permission: Literal["allow", "deny", "ask-reject"] = "deny"
