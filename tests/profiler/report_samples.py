@@ -204,3 +204,24 @@ def sample_runs(root: Path) -> tuple[Path, Path]:
             _scaled(error, 1.05 + 0.1 * ((i + 2) % 4), "gw/model-b"),
         ]
     return write_run(root / "run-a", a), write_run(root / "run-b", b)
+
+
+def main(out: Path) -> None:
+    """Write the sample pages behind docs/profiler-report.png into ``out``."""
+    from llmbridge.profiler.compare import compare_runs, report_dict
+    from llmbridge.profiler.html_report import html_comparison, html_report
+
+    records = sample_records()[:-1]  # the docs show the real sessions, not the hostile one
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.html").write_text(html_report(summarise(records), records), "utf-8")
+    runs = sample_runs(out / "runs")
+    (out / "comparison.html").write_text(
+        html_comparison(report_dict(compare_runs(list(runs)))), "utf-8"
+    )
+    print(f"wrote {out / 'report.html'} and {out / 'comparison.html'}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "profile-sample"))

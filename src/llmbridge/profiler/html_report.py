@@ -337,6 +337,11 @@ def _timeline(trace: dict[str, Any] | None) -> str:
     note = ""
     if not timed:
         note = '<p class="note">This trace records no times: its steps are listed without bars.</p>'
+    if all(s.cost_usd is None for s in steps):
+        note += (
+            '<p class="note">No step carries a cost: the backend reported none per step '
+            "(each prompt's cost, from the backend or the price table, is listed above).</p>"
+        )
     head = (
         f'<div class="tl-head"><span>step</span>{axis}<span>duration / status</span>'
         '<span class="num">tokens</span><span class="num">cost (USD)</span></div>'
