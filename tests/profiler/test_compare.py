@@ -261,6 +261,8 @@ def test_cli_writes_json_and_markdown_and_prints_an_80_column_table(
     assert "| build | ms | 102 | 305 | +202 | [+200, +206] | 0.0022 |" in markdown
     assert "| fix | pass | 3/3 | 1/3 | -67 pts | [-94, +6] pts |" in markdown
     assert "| overall | USD | 0.000500 | 0.000500 | +0.000000 |" in markdown
+    page = (out / "comparison.html").read_text()
+    assert page.startswith("<!doctype html>") and "run-m1" in page
     *table, last = result.output.splitlines()
     assert json.loads(last) == {"out": str(out), "comparisons": 1}  # for scripts, like `run`
     assert max(len(line) for line in table) <= 80

@@ -132,8 +132,8 @@ def run(
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Directory for comparison.json and comparison.md [default: compare-A-vs-B... "
-    "next to the first run].",
+    help="Directory for comparison.json, comparison.md and comparison.html [default: "
+    "compare-A-vs-B... next to the first run].",
 )
 def compare(runs: tuple[Path, ...], out: Path | None) -> None:
     """Compare run directories (from `profile run`): each against the first.
@@ -146,6 +146,7 @@ def compare(runs: tuple[Path, ...], out: Path | None) -> None:
 
     from llmbridge.profiler.compare import CompareError, compare_runs, report_dict
     from llmbridge.profiler.compare_report import comparison_markdown, print_comparison
+    from llmbridge.profiler.html_report import html_comparison
 
     if len(runs) < 2:
         raise click.UsageError("compare needs at least two run directories")
@@ -157,9 +158,9 @@ def compare(runs: tuple[Path, ...], out: Path | None) -> None:
         names = "-vs-".join(path.resolve().name for path in runs)
         out = runs[0].resolve().parent / f"compare-{names}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "comparison.json").write_text(
-        json.dumps(report_dict(comparisons), indent=2), encoding="utf-8"
-    )
+    report = report_dict(comparisons)
+    (out / "comparison.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (out / "comparison.md").write_text(comparison_markdown(comparisons), encoding="utf-8")
+    (out / "comparison.html").write_text(html_comparison(report), encoding="utf-8")
     print_comparison(comparisons, Console())
     click.echo(json.dumps({"out": str(out), "comparisons": len(comparisons)}))

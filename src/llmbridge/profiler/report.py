@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -51,14 +52,31 @@ def _row(item: dict[str, Any]) -> list[str]:
     ]
 
 
+def _terminal_row(item: dict[str, Any]) -> list[str]:
+    """The same figures as ``_row``, stacked so that five columns hold them."""
+    d, t, f = item["duration_ms"], item["tokens"], item["ttft_ms"]
+    return [
+        f"{item['scenario']}\n{item['model']}\n{item['mode']}",
+        f"{item['passed']}/{item['iterations']}\n{item['pass_rate']:.0%}",
+        f"{_num(d['mean'])} ± {_num(d['stderr'])}\n{_num(d['p50'])} / {_num(d['p95'])}\n"
+        f"{_num(f['p50'])}",
+        f"{_num(t['mean'])} ± {_num(t['stderr'])}\n{_num(t['p50'])} / {_num(t['p95'])}",
+        f"{item['cost_usd']['total']:.6f}",
+    ]
+
+
 def print_summary(summary: Sequence[dict[str, Any]], console: Console | None = None) -> None:
-    table = Table(title="llmbridge profile")
-    for column in _COLUMNS:
-        table.add_column(
-            column, justify="left" if column in ("scenario", "model", "mode") else "right"
-        )
+    """The summary in an 80-column terminal: one row per group, its scenario, model and
+    mode stacked in the first cell and each measure's figures stacked in its own, so
+    names wrap (``overflow="fold"``) instead of being cut to ``capi…``."""
+    table = Table(title="llmbridge profile", box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False)
+    table.add_column("scenario\nmodel\nmode", overflow="fold", ratio=1)
+    table.add_column("pass", justify="right", overflow="fold")
+    table.add_column("ms mean ± se\np50 / p95\nTTFT p50", justify="right", overflow="fold")
+    table.add_column("tokens mean ± se\np50 / p95", justify="right", overflow="fold")
+    table.add_column("USD", justify="right", overflow="fold")
     for item in summary:
-        table.add_row(*_row(item))
+        table.add_row(*_terminal_row(item))
     (console or Console()).print(table)
 
 
