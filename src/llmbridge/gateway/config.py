@@ -25,6 +25,7 @@ backend and serves any model name. Example file::
                 total_timeout: 1800}  # the whole call, streaming included (default: none)
       vllm: {type: openai, url: "http://127.0.0.1:8000/v1", api_key: "..."}
       claude: {type: anthropic}       # api.anthropic.com, key from ANTHROPIC_API_KEY
+      gemini: {type: gemini}          # generativelanguage.googleapis.com, key from GEMINI_API_KEY
     models:                           # first match wins; exact names before globs
       - {name: "qwen3", backend: gpu-box, model: "qwen3:8b", aliases: ["qwen"]}
       - {name: "claude-*", backend: gpu-box, model: "qwen3:8b"}
@@ -150,6 +151,7 @@ class GatewayConfig(ServingConfig):
 
 ENVIRONMENT = {
     "ANTHROPIC_API_KEY": "the key of Anthropic backends that set none",
+    "GEMINI_API_KEY": "the key of Gemini backends that set none",
     "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
     "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
     "XDG_DATA_HOME": "where the default agent database lives (llmbridge/agent.db under it)",
@@ -322,6 +324,7 @@ def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) ->
 
 _BACKEND_SECRETS = {
     "anthropic": ("api_key", "ANTHROPIC_API_KEY", False),
+    "gemini": ("api_key", "GEMINI_API_KEY", False),
     "opencode": ("password", "OPENCODE_SERVER_PASSWORD", True),  # spawned: it makes its own
 }
 

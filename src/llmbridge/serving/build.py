@@ -76,6 +76,10 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
         from llmbridge.backends.anthropic import AnthropicBackend
 
         return AnthropicBackend(name, config.url, api_key=config.api_key, http=http)
+    if config.type == "gemini":
+        from llmbridge.backends.gemini import GeminiBackend
+
+        return GeminiBackend(name, config.url, api_key=config.api_key, http=http)
     if config.type == "ollama":
         from llmbridge.backends.ollama import OllamaBackend
 

@@ -21,6 +21,7 @@ __all__ = [
     "EmbeddedBackendConfig",
     "FallbackTarget",
     "FamilyTarget",
+    "GeminiBackendConfig",
     "HTTPBackendConfig",
     "ModelRoute",
     "OpenCodeBackendConfig",
@@ -85,6 +86,20 @@ class AnthropicBackendConfig(Strict):
     url: str = "https://api.anthropic.com"
     api_key: str | None = None
     """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+    total_timeout: float | None = Field(None, gt=0)
+    max_connections: int = Field(4096, gt=0)
+
+
+class GeminiBackendConfig(Strict):
+    """Google's Gemini API (AI Studio's ``generativelanguage``), or any server with a
+    Gemini front (another llmbridge): backends/gemini.py, docs/GEMINI.md."""
+
+    type: Literal["gemini"]
+    url: str = "https://generativelanguage.googleapis.com"
+    api_key: str | None = None
+    """Defaults to the ``GEMINI_API_KEY`` environment variable."""
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
     total_timeout: float | None = Field(None, gt=0)
@@ -156,6 +171,7 @@ BackendConfig = Annotated[
     EmbeddedBackendConfig
     | HTTPBackendConfig
     | AnthropicBackendConfig
+    | GeminiBackendConfig
     | OpenCodeBackendConfig
     | ScriptedBackendConfig,
     Field(discriminator="type"),

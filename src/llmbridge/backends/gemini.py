@@ -1,0 +1,222 @@
+"""Google's Gemini API (the ``generativelanguage`` API of Google AI Studio) as a backend.
+
+Chats go to ``/v1beta/models/{model}:streamGenerateContent?alt=sse``, always streamed
+(a non-streamed reply is the gateway's accumulation of the same events), through the
+Gemini dialect's client side (``dialects/gemini/request.py``, ``stream.py``). The key
+travels in the ``x-goog-api-key`` header, never in the URL's ``?key=``: URLs end up in
+logs and error messages, headers do not.
+
+Thought signatures: Gemini attaches an opaque ``thoughtSignature`` to parts of a
+reply and wants it back on the same part in the next request (a thinking model's tool
+loop fails without it: "Function call is missing a thought_signature"). The decoder
+carries it in a thinking part's signature tagged with this backend's name
+(``dialects/gemini/thoughts.py``), and the encoder sends back only this backend's own,
+as the ``openai_responses`` backend does with encrypted reasoning.
+
+Also here: the paged model list (``GET /v1beta/models``), one model's details for the
+serving layer's capability checks (Gemini reports ``thinking`` per model),
+embeddings through ``:batchEmbedContents``, and exact token counts through
+``:countTokens``. Google's error body (``{"error": {"code", "message", "status"}}``)
+becomes a ``BackendHTTPError`` with Google's message (``backends/http.py``); a 429's
+``RetryInfo.retryDelay``, Google's way of saying ``Retry-After``, becomes its
+``retry_after``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+from functools import partial
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from llmbridge.backends.base import Backend, BackendHealth, Capabilities
+from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.core.errors import BackendHTTPError, BackendProtocolError
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.models import ModelInfo
+from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.response import EmbedResponse
+from llmbridge.dialects.framing import aiter_sse
+from llmbridge.dialects.gemini import models as gemini_models
+from llmbridge.dialects.gemini import request as gemini_request
+from llmbridge.dialects.gemini import stream as gemini_stream
+
+__all__ = ["GEMINI_URL", "GeminiBackend", "model_path", "resource_name", "retry_delay"]
+
+log = logging.getLogger("llmbridge.backends.gemini")
+
+GEMINI_URL = "https://generativelanguage.googleapis.com"
+API_VERSION = "v1beta"
+"""Thinking, ``parametersJsonSchema`` and thought signatures exist only in v1beta."""
+
+PAGE_SIZE = 1000
+"""Models per page of ``GET /v1beta/models`` (the API's maximum)."""
+MAX_PAGES = 20
+"""Pages read at most: a server that keeps answering ``nextPageToken`` cannot hold a
+model listing forever."""
+
+_COUNTED_FIELDS = ("contents", "systemInstruction", "tools", "toolConfig")
+"""What ``:countTokens`` counts of a request: the prompt, not how to sample the reply."""
+
+
+def resource_name(model: str) -> str:
+    """Google's name for ``model``: ``models/{model}``. A leading ``models/`` is
+    accepted (Google's own spelling); ``tunedModels/...`` keeps its collection."""
+    if model.startswith("tunedModels/"):
+        return model
+    return "models/" + model.removeprefix("models/")
+
+
+def model_path(model: str, method: str | None = None) -> str:
+    """``/v1beta/models/{model}:{method}`` (no method: the model itself). The name is
+    quoted, so a ``:`` in it (an Ollama tag behind another llmbridge) cannot be read
+    as the method."""
+    path = f"/{API_VERSION}/{quote(resource_name(model), safe='/')}"
+    return path if method is None else f"{path}:{method}"
+
+
+class GeminiBackend(Backend):
+    """Speaks the Gemini API to ``base_url`` (with or without a trailing ``/v1beta``)."""
+
+    kind = "gemini"
+    # toolConfig enforces the tool choice; thinkingConfig takes a budget, which the
+    # encoder derives from an effort level; generationConfig has all of these.
+    capabilities = Capabilities(
+        tool_choice=True,
+        thinking_effort=True,
+        sampling=frozenset(
+            {
+                "max_tokens",
+                "temperature",
+                "top_p",
+                "top_k",
+                "stop",
+                "seed",
+                "frequency_penalty",
+                "presence_penalty",
+            }
+        ),
+        tokenizer=True,
+    )
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str = GEMINI_URL,
+        *,
+        api_key: str | None = None,
+        http: HTTPSettings | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.base_url = base_url.rstrip("/").removesuffix(f"/{API_VERSION}").removesuffix("/v1")
+        headers = {"x-goog-api-key": api_key} if api_key else None
+        self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
+        self._encode = partial(gemini_request.encode_chat_request, origin=name)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        # Encoded off the event loop when the request is large (backends/http.py).
+        body = await self._http.encode(replace(request, stream=True), self._encode)
+        path = model_path(request.model, "streamGenerateContent") + "?alt=sse"
+        try:
+            async with self._http.stream(path, body) as chunks:
+                events = gemini_stream.decode_chat_stream(aiter_sse(chunks), origin=self.name)
+                async for event in events:
+                    yield event
+        except BackendHTTPError as exc:
+            _add_retry_delay(exc)
+            raise
+
+    async def embed(self, request: EmbedRequest) -> EmbedResponse:
+        body = gemini_request.encode_embed_request(request)
+        path = model_path(request.model, "batchEmbedContents")
+        try:
+            reply = await self._http.request_json("POST", path, body)
+        except BackendHTTPError as exc:
+            _add_retry_delay(exc)
+            raise
+        return replace(gemini_models.decode_batch_embed_response(reply), model=request.model)
+
+    async def count_tokens(self, request: ChatRequest) -> int | None:
+        """Google's own count of the prompt (system instruction and tools included),
+        from ``:countTokens`` with the request as a ``generateContentRequest``."""
+        body = gemini_request.encode_chat_request(request, origin=self.name)
+        counted: dict[str, Any] = {k: body[k] for k in _COUNTED_FIELDS if k in body}
+        counted["model"] = resource_name(request.model)
+        path = model_path(request.model, "countTokens")
+        reply = await self._http.request_json("POST", path, {"generateContentRequest": counted})
+        total = reply.get("totalTokens") if isinstance(reply, dict) else None
+        if isinstance(total, bool) or not isinstance(total, int):
+            raise BackendProtocolError(
+                f"backend '{self.name}' sent a countTokens reply without totalTokens",
+                backend=self.name,
+            )
+        return total
+
+    async def list_models(self) -> list[ModelInfo]:
+        models: list[ModelInfo] = []
+        query = {"pageSize": str(PAGE_SIZE)}
+        for _ in range(MAX_PAGES):
+            reply = await self._http.request_json(
+                "GET", f"/{API_VERSION}/models?{urlencode(query)}"
+            )
+            models.extend(gemini_models.decode_models(reply))
+            token = reply.get("nextPageToken") if isinstance(reply, dict) else None
+            if not isinstance(token, str) or not token:
+                break
+            query["pageToken"] = token
+        else:
+            log.warning("backend %s: model list cut at %d pages", self.name, MAX_PAGES)
+        # The router matches configured routes on backend_model.
+        return [
+            replace(m, backend=self.name, backend_model=m.backend_model or m.name) for m in models
+        ]
+
+    async def show_model(self, model: str) -> ModelInfo:
+        """``GET /v1beta/models/{model}``: one request, rather than the whole paged
+        list, for the serving layer's capability check (whether the model thinks)."""
+        reply = await self._http.request_json("GET", model_path(model))
+        found = gemini_models.decode_models({"models": [reply]})
+        if not found:
+            raise BackendProtocolError(
+                f"backend '{self.name}' described model '{model}' without a name",
+                backend=self.name,
+            )
+        return replace(found[0], name=model, backend=self.name, backend_model=model)
+
+    async def health(self) -> BackendHealth:
+        verdict, _ = await self._http.probe(f"/{API_VERSION}/models?pageSize=1")
+        return verdict
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+
+
+def _add_retry_delay(exc: BackendHTTPError) -> None:
+    """Give ``exc`` a ``retry_after`` from Google's ``RetryInfo`` detail when no
+    ``Retry-After`` header said it: a 429 from the Gemini API carries
+    ``{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}`` in
+    ``error.details`` (a protobuf Duration in JSON: seconds with an ``s``)."""
+    if exc.retry_after is None:
+        exc.retry_after = retry_delay(exc.body)
+
+
+def retry_delay(body: object) -> float | None:
+    """Seconds in a Google error body's ``RetryInfo.retryDelay``, if it has one."""
+    error = body.get("error") if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else ():
+        if not isinstance(detail, dict) or not str(detail.get("@type", "")).endswith(
+            "google.rpc.RetryInfo"
+        ):
+            continue
+        delay = detail.get("retryDelay")
+        match = _DURATION.match(delay) if isinstance(delay, str) else None
+        if match:
+            return float(match.group(1))
+    return None

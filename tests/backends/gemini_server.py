@@ -1,0 +1,204 @@
+"""A scripted Gemini-protocol server on loopback, for the ``gemini`` backend's tests.
+
+Google's API cannot be reached from tests, nor made to misbehave on demand: this server
+answers the routes the backend calls, in the wire shapes of the Gemini API (v1beta, as
+google-genai 3.3.0 reads them), records every request (path, query, headers, JSON body),
+and answers each ``:streamGenerateContent`` / ``:batchEmbedContents`` / ``:countTokens``
+with the next queued ``Reply``: a status, headers and the bytes of the body (SSE events
+for a stream, built by ``sse``). ``GET /v1beta/models`` serves ``pages`` by
+``pageToken``; ``GET /v1beta/models/{model}`` serves ``models``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.conftest import RunningServer
+
+Json = dict[str, Any]
+
+
+@dataclass
+class Reply:
+    """One canned answer."""
+
+    status: int = 200
+    chunks: list[bytes] = field(default_factory=list)
+    media_type: str = "text/event-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Seen:
+    """One request as the server received it."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+
+
+def sse(*chunks: Json | bytes) -> Reply:
+    """A ``streamGenerateContent?alt=sse`` reply: each chunk one ``data:`` event, framed
+    as Google frames them (``\\r\\n\\r\\n`` between events); bytes are sent as given."""
+    return Reply(
+        chunks=[
+            c if isinstance(c, bytes) else b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks
+        ]
+    )
+
+
+def json_reply(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(
+        status=status,
+        chunks=[orjson.dumps(body)],
+        media_type="application/json",
+        headers=headers or {},
+    )
+
+
+def google_error(
+    code: int, message: str, status: str, *, details: list[Json] | None = None, **headers: str
+) -> Reply:
+    """Google's error body, ``{"error": {"code", "message", "status", "details"?}}``."""
+    error: Json = {"code": code, "message": message, "status": status}
+    if details is not None:
+        error["details"] = details
+    return json_reply({"error": error}, code, {k.replace("_", "-"): v for k, v in headers.items()})
+
+
+def chunk(
+    *parts: Json,
+    finish: str | None = None,
+    usage: Json | None = None,
+    model: str = "gemini-2.5-flash",
+) -> Json:
+    """One ``GenerateContentResponse`` chunk: ``parts`` of the model's turn, and the
+    ``finishReason`` / ``usageMetadata`` when given."""
+    candidate: Json = {"index": 0}
+    if parts:
+        candidate["content"] = {"role": "model", "parts": list(parts)}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    body: Json = {"candidates": [candidate], "modelVersion": model, "responseId": "resp-1"}
+    if usage is not None:
+        body["usageMetadata"] = usage
+    return body
+
+
+def model_entry(name: str, *, thinking: bool = True, embeds: bool = False) -> Json:
+    """A ``Model`` as ``GET /v1beta/models`` lists it."""
+    methods = (
+        ["batchEmbedContents", "embedContent"]
+        if embeds
+        else [
+            "generateContent",
+            "countTokens",
+            "createCachedContent",
+            "batchGenerateContent",
+        ]
+    )
+    entry: Json = {
+        "name": f"models/{name}",
+        "version": "001",
+        "displayName": name,
+        "description": f"{name}, scripted",
+        "inputTokenLimit": 1048576,
+        "outputTokenLimit": 65536,
+        "supportedGenerationMethods": methods,
+    }
+    if thinking and not embeds:
+        entry["thinking"] = True
+    return entry
+
+
+class GeminiServer:
+    def __init__(self) -> None:
+        self.queue: deque[Reply] = deque()
+        self.seen: list[Seen] = []
+        self.pages: dict[str, Json] = {"": {"models": []}}
+        """``GET /v1beta/models`` answers by ``pageToken`` ("" for the first page)."""
+        self.models: dict[str, Json] = {}
+        """``GET /v1beta/models/{name}`` answers; a name not here is a 404."""
+        self.app = Starlette(
+            routes=[
+                Route("/v1beta/models", self._list, methods=["GET"]),
+                Route("/v1beta/models/{rest:path}", self._model, methods=["GET", "POST"]),
+            ]
+        )
+
+    def reset(self) -> None:
+        self.queue.clear()
+        self.seen.clear()
+        self.pages = {"": {"models": []}}
+        self.models = {}
+
+    def enqueue(self, *replies: Reply) -> None:
+        self.queue.extend(replies)
+
+    @property
+    def last(self) -> Seen:
+        return self.seen[-1]
+
+    def calls(self, method: str) -> list[Seen]:
+        """The requests made to ``:{method}`` (``streamGenerateContent``...), in order."""
+        return [s for s in self.seen if s.path.endswith(f":{method}")]
+
+    async def _record(self, request: Request) -> None:
+        raw = await request.body()
+        self.seen.append(
+            Seen(
+                method=request.method,
+                # raw_path: what the client sent, before the server decodes %3A / %2F.
+                path=request.scope["raw_path"].decode("ascii"),
+                query=dict(request.query_params),
+                headers=dict(request.headers),
+                body=orjson.loads(raw) if raw else None,
+            )
+        )
+
+    async def _list(self, request: Request) -> Response:
+        await self._record(request)
+        page = self.pages.get(request.query_params.get("pageToken", ""))
+        if page is None:
+            return _respond(google_error(400, "Invalid page token.", "INVALID_ARGUMENT"))
+        return _respond(json_reply(page))
+
+    async def _model(self, request: Request) -> Response:
+        await self._record(request)
+        if request.method == "GET":
+            name = str(request.path_params["rest"])
+            if name not in self.models:
+                return _respond(google_error(404, f"models/{name} is not found.", "NOT_FOUND"))
+            return _respond(json_reply(self.models[name]))
+        if not self.queue:
+            return _respond(google_error(500, "nothing scripted", "INTERNAL"))
+        return _respond(self.queue.popleft())
+
+
+def _respond(reply: Reply) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        for piece in reply.chunks:
+            yield piece
+
+    return StreamingResponse(
+        body(), status_code=reply.status, media_type=reply.media_type, headers=reply.headers
+    )
+
+
+@contextmanager
+def running_gemini_server() -> Iterator[tuple[GeminiServer, RunningServer]]:
+    server = GeminiServer()
+    with RunningServer(server.app) as running:
+        yield server, running

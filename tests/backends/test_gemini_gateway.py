@@ -1,0 +1,250 @@
+"""The ``gemini`` backend behind the gateway: clients of the other dialects (the
+official ``anthropic`` and ``ollama`` SDKs, as Claude Code and Ollama apps are) on a
+Gemini model, configured as ``type: gemini`` and served by the scripted
+Gemini-protocol server on loopback; and its configuration (``GEMINI_API_KEY``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from llmbridge.backends.gemini import GeminiBackend
+from llmbridge.gateway.config import load_config
+from llmbridge.serving.build import build_backends
+from llmbridge.serving.config import ServingConfig
+from tests.backends.gemini_server import (
+    GeminiServer,
+    chunk,
+    google_error,
+    model_entry,
+    running_gemini_server,
+    sse,
+)
+from tests.conftest import RunningServer, anthropic_client, ollama_client, running_gateway
+
+MODEL = "gemini-2.5-flash"
+KEY = "AIza-gateway-key"
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+USAGE = {"promptTokenCount": 12, "candidatesTokenCount": 4, "totalTokenCount": 16}
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[tuple[GeminiServer, RunningServer]]:
+    """The gateway with one backend, built from ``type: gemini`` as a file would say it."""
+    with running_gemini_server() as (server, upstream):
+        config = ServingConfig.model_validate(
+            {"backends": {"gem": {"type": "gemini", "url": upstream.url, "api_key": KEY}}}
+        )
+        backends = build_backends(config)
+        with running_gateway(backends, resilience={"retries": 0, "breaker_failures": 0}) as front:
+            yield server, front
+
+
+@pytest.fixture
+def server(stack: tuple[GeminiServer, RunningServer]) -> GeminiServer:
+    stack[0].reset()
+    stack[0].models = {MODEL: model_entry(MODEL)}
+    return stack[0]
+
+
+@pytest.fixture
+def gateway(stack: tuple[GeminiServer, RunningServer]) -> RunningServer:
+    return stack[1]
+
+
+def test_an_anthropic_client_runs_a_tool_loop_on_a_gemini_model(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+    server.enqueue(
+        sse(
+            chunk({"text": "Checking. "}),
+            chunk({**call, "thoughtSignature": "c2lnLWdhdGV3YXk="}, finish="STOP", usage=USAGE),
+        ),
+        sse(chunk({"text": "Sunny in Paris."}, finish="STOP", usage=USAGE)),
+    )
+    client = anthropic_client(gateway.url)
+    question = {"role": "user", "content": "Weather in Paris?"}
+    with client.messages.stream(
+        model=MODEL, max_tokens=256, tools=[WEATHER], messages=[question]
+    ) as stream:
+        first = stream.get_final_message()
+    assert first.stop_reason == "tool_use"
+    tool_use = next(b for b in first.content if b.type == "tool_use")
+    assert (tool_use.name, tool_use.input) == ("get_weather", {"city": "Paris"})
+    assert (first.usage.input_tokens, first.usage.output_tokens) == (12, 4)
+    sent = server.calls("streamGenerateContent")[-1]
+    assert sent.headers["x-goog-api-key"] == KEY and "key" not in sent.query
+    assert sent.body["tools"][0]["functionDeclarations"][0]["name"] == "get_weather"
+
+    second = client.messages.create(
+        model=MODEL,
+        max_tokens=256,
+        tools=[WEATHER],
+        messages=[
+            question,
+            # the whole assistant turn back, the block carrying the signature included
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": tool_use.id, "content": "sunny"}
+                ],
+            },
+        ],
+    )
+    assert [b.type for b in second.content] == ["text"]
+    assert second.content[0].text == "Sunny in Paris."
+    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    # Gemini got its own signature back, on the part it came with.
+    assert contents[1]["parts"] == [
+        {"text": "Checking. "},
+        {**call, "thoughtSignature": "c2lnLWdhdGV3YXk="},
+    ]
+    answer = contents[2]["parts"][0]["functionResponse"]
+    assert (answer["name"], answer["response"]) == ("get_weather", {"output": "sunny"})
+
+
+def test_thinking_reaches_gemini_and_its_thoughts_come_back_to_an_anthropic_client(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    thought = {"text": "weigh options", "thought": True, "thoughtSignature": "dGhvdWdodA=="}
+    server.enqueue(
+        sse(chunk(thought), chunk({"text": "Use a set."}, finish="STOP", usage=USAGE)),
+        sse(chunk({"text": "Done."}, finish="STOP")),
+    )
+    client = anthropic_client(gateway.url)
+    question = {"role": "user", "content": "How do I dedupe a list?"}
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    with client.messages.stream(
+        model=MODEL, max_tokens=4096, thinking=thinking, messages=[question]
+    ) as stream:
+        first = stream.get_final_message()
+    # The model's own description ("thinking": true) let the request's thinking through.
+    config = server.calls("streamGenerateContent")[-1].body["generationConfig"]
+    assert config["thinkingConfig"] == {"includeThoughts": True, "thinkingBudget": 2048}
+    assert [b.type for b in first.content] == ["thinking", "text"]
+    assert first.content[0].thinking == "weigh options"
+
+    client.messages.create(
+        model=MODEL,
+        max_tokens=4096,
+        thinking=thinking,
+        messages=[
+            question,
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": "And keep the order?"},
+        ],
+    )
+    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    # The signature goes back on the next part; the thought's text is not sent.
+    assert contents[1] == {
+        "role": "model",
+        "parts": [{"text": "Use a set.", "thoughtSignature": "dGhvdWdodA=="}],
+    }
+
+
+def test_an_ollama_client_runs_a_tool_loop_on_a_gemini_model(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    server.enqueue(
+        sse(
+            chunk(
+                {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}}, finish="STOP"
+            )
+        ),
+        sse(chunk({"text": "Rainy."}, finish="STOP")),
+    )
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": WEATHER["input_schema"],
+        },
+    }
+    client = ollama_client(gateway.url)
+    question = {"role": "user", "content": "Weather in Rome?"}
+    first = client.chat(model=MODEL, messages=[question], tools=[tool])
+    calls = first.message.tool_calls or []
+    assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Rome"})
+    ]
+    second = client.chat(
+        model=MODEL,
+        messages=[
+            question,
+            first.message,
+            {"role": "tool", "tool_name": "get_weather", "content": "rainy"},
+        ],
+        tools=[tool],
+    )
+    assert second.message.content == "Rainy."
+    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    assert contents[2]["parts"][0]["functionResponse"]["response"] == {"output": "rainy"}
+
+
+def test_googles_429_reaches_the_client_as_a_429_with_retry_after(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}
+    server.enqueue(
+        google_error(429, "Resource has been exhausted.", "RESOURCE_EXHAUSTED", details=[retry])
+    )
+    with pytest.raises(anthropic.RateLimitError, match="Resource has been exhausted") as caught:
+        anthropic_client(gateway.url).messages.create(
+            model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert caught.value.response.headers["retry-after"] == "30"
+
+
+def test_the_gemini_models_are_listed_to_an_ollama_client(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    server.pages = {"": {"models": [model_entry(MODEL), model_entry("gemini-2.5-pro")]}}
+    names = [m.model for m in ollama_client(gateway.url).list().models]
+    assert {MODEL, "gemini-2.5-pro"} <= set(names)
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+def test_configured_as_type_gemini() -> None:
+    config = ServingConfig.model_validate({"backends": {"g": {"type": "gemini"}}})
+    backend = build_backends(config)["g"]
+    assert isinstance(backend, GeminiBackend)
+    assert backend.kind == "gemini"
+    assert backend.base_url == "https://generativelanguage.googleapis.com"
+
+
+def test_the_key_comes_from_gemini_api_key_when_the_file_sets_none(tmp_path: Path) -> None:
+    environ = {"GEMINI_API_KEY": "from-env", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:1"}
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "backends:\n"
+        "  g: {type: gemini}\n"
+        "  h: {type: gemini, api_key: from-file, url: 'http://10.0.0.9:8080/v1beta'}\n",
+        encoding="utf-8",
+    )
+    loaded = load_config(path, {}, environ)
+    g, h = loaded.backends["g"], loaded.backends["h"]
+    assert g.type == "gemini" and h.type == "gemini"
+    assert g.api_key == "from-env"
+    # GOOGLE_GEMINI_BASE_URL is Gemini CLI's variable (where the CLI finds us), not ours
+    assert g.url == "https://generativelanguage.googleapis.com"
+    assert (h.api_key, h.url) == ("from-file", "http://10.0.0.9:8080/v1beta")
+    built = build_backends(loaded)["h"]
+    assert isinstance(built, GeminiBackend) and built.base_url == "http://10.0.0.9:8080"
