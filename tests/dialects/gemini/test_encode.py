@@ -465,3 +465,36 @@ def test_decode_of_encode_gives_the_request_back(request: ChatRequest) -> None:
     assert back.thinking == request.thinking
     assert back.response_format == request.response_format
     assert back.model == request.model
+
+
+def test_a_signature_a_gemini_client_sends_back_reaches_the_backend_that_issued_it() -> None:
+    # Gemini CLI -> gateway -> gemini backend "g": the client holds the carried signature
+    # the gateway gave it; decoded byte for byte, it goes to "g" as Google's own token.
+    carried = GEMINI.carry("g", "dG9rZW4=")
+    client_body = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "go"}]},
+            {
+                "role": "model",
+                "parts": [
+                    {"text": "plan", "thought": True},
+                    {"functionCall": {"name": "ls", "args": {}}, "thoughtSignature": carried},
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"name": "ls", "response": {"output": "a"}}}],
+            },
+        ]
+    }
+    request = decode_chat_request(client_body, model="gemini-2.5-pro", stream=True)
+    sent = encode_chat_request(request, origin="g")
+    assert sent["contents"][1] == {
+        "role": "model",
+        "parts": [{"functionCall": {"name": "ls", "args": {}}, "thoughtSignature": "dG9rZW4="}],
+    }
+    elsewhere = encode_chat_request(request, origin="another-gemini")
+    assert elsewhere["contents"][1] == {
+        "role": "model",
+        "parts": [{"functionCall": {"name": "ls", "args": {}}}],
+    }
