@@ -9,12 +9,19 @@ the paged model list, embeddings, token counts and the health probe.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
 
-from llmbridge.backends.gemini import MAX_PAGES, GeminiBackend, model_path, retry_delay
+from llmbridge.backends.gemini import (
+    MAX_PAGES,
+    SKIP_SIGNATURE,
+    GeminiBackend,
+    model_path,
+    retry_delay,
+)
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.errors import BackendHTTPError, LLMBridgeError
 from llmbridge.core.events import PartDelta, StreamError, StreamEvent, TextDelta
@@ -261,6 +268,40 @@ async def test_a_signature_another_backend_issued_is_not_sent(
     assert body["contents"][1]["parts"] == [
         {"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}
     ]
+
+
+async def test_gemini_3_gets_googles_placeholder_where_a_call_lost_its_signature(
+    server: GeminiServer, backend: GeminiBackend
+) -> None:
+    """Gemini 3 refuses a function call sent back without its signature; a client that
+    cannot carry one (Ollama's) gets Google's documented placeholder instead, and a
+    turn with its own signature keeps it."""
+    own = ThinkingPart("", signature=GEMINI.carry("gem", "b3du"), provider="gemini")
+
+    def turn(call_id: str, *parts: ThinkingPart) -> tuple[Message, Message]:
+        call = ToolCallPart(id=call_id, name="get_weather", arguments={"city": "Oslo"})
+        second = ToolCallPart(id=call_id + "b", name="get_weather", arguments={"city": "Bergen"})
+        results = tuple(
+            ToolResultPart(tool_call_id=c.id, content="cold", name="get_weather")
+            for c in (call, second)
+        )
+        return (
+            Message(role="assistant", parts=(*parts, call, second)),
+            Message(role="tool", parts=results),
+        )
+
+    history = (user("Oslo?"), *turn("call_1"), *turn("call_2", own))
+    for model, placeholder in (("gemini-3-pro-preview", True), (MODEL, False), ("qwen3:8b", False)):
+        server.enqueue(sse(chunk({"text": "ok"}, finish="STOP")))
+        await reply_to(backend, replace(ask(*history, tools=(WEATHER,)), model=model))
+        model_turns = [c["parts"] for c in server.last.body["contents"] if c["role"] == "model"]
+        first, second = model_turns
+        # only the first call of a step carries a signature, as in Gemini's own replies
+        assert [p.get("thoughtSignature") for p in first] == [
+            SKIP_SIGNATURE if placeholder else None,
+            None,
+        ]
+        assert [p.get("thoughtSignature") for p in second] == ["b3du", None]
 
 
 # -- errors before the stream -----------------------------------------------------------

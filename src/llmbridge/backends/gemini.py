@@ -11,7 +11,11 @@ reply and wants it back on the same part in the next request (a thinking model's
 loop fails without it: "Function call is missing a thought_signature"). The decoder
 carries it in a thinking part's signature tagged with this backend's name
 (``dialects/gemini/thoughts.py``), and the encoder sends back only this backend's own,
-as the ``openai_responses`` backend does with encrypted reasoning.
+as the ``openai_responses`` backend does with encrypted reasoning. Gemini 3 models
+refuse a tool call in the history without its signature (HTTP 400 "Function call is
+missing a thought_signature"), and most clients (Ollama's, OpenAI's chat completions)
+cannot carry one: for those models a model turn whose calls lost their signature gets
+Google's documented placeholder instead (``SKIP_SIGNATURE``).
 
 Also here: the paged model list (``GET /v1beta/models``), one model's details for the
 serving layer's capability checks (Gemini reports ``thinking`` per model),
@@ -44,7 +48,16 @@ from llmbridge.dialects.gemini import models as gemini_models
 from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import stream as gemini_stream
 
-__all__ = ["GEMINI_URL", "GeminiBackend", "model_path", "resource_name", "retry_delay"]
+__all__ = [
+    "GEMINI_URL",
+    "SKIP_SIGNATURE",
+    "GeminiBackend",
+    "encode_for_google",
+    "model_path",
+    "resource_name",
+    "retry_delay",
+    "validates_signatures",
+]
 
 log = logging.getLogger("llmbridge.backends.gemini")
 
@@ -60,6 +73,40 @@ model listing forever."""
 
 _COUNTED_FIELDS = ("contents", "systemInstruction", "tools", "toolConfig")
 """What ``:countTokens`` counts of a request: the prompt, not how to sample the reply."""
+
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""The placeholder signature Google documents for a function call whose real signature
+is lost (https://ai.google.dev/gemini-api/docs/thought-signatures, "FAQs"): the
+Vercel AI SDK (vercel/ai#15560) and Strands (strands-agents/sdk-python#1298) send it
+the same way."""
+_UNVALIDATED = ("gemini-1", "gemini-2")
+"""Model generations that do not validate thought signatures (they get no placeholder)."""
+
+
+def validates_signatures(model: str) -> bool:
+    """Whether ``model`` refuses a function call sent back without its signature: the
+    Gemini models from 3 on. A name that is not a Gemini model's (another llmbridge's
+    ``qwen3:8b`` behind a Gemini front) is left alone."""
+    name = model.removeprefix("models/")
+    return name.startswith("gemini-") and not name.startswith(_UNVALIDATED)
+
+
+def encode_for_google(request: ChatRequest, *, origin: str) -> dict[str, Any]:
+    """The dialect's ``generateContent`` body for ``request``, and, for a model that
+    validates signatures, ``SKIP_SIGNATURE`` on the first ``functionCall`` of each model
+    turn that carries no signature at all (Google validates the first call of each
+    step; a turn with a real signature keeps it)."""
+    body = gemini_request.encode_chat_request(request, origin=origin)
+    if not validates_signatures(request.model):
+        return body
+    for turn in body.get("contents", ()):
+        parts = turn.get("parts") or []
+        if turn.get("role") != "model" or any("thoughtSignature" in p for p in parts):
+            continue
+        first_call = next((p for p in parts if "functionCall" in p), None)
+        if first_call is not None:
+            first_call["thoughtSignature"] = SKIP_SIGNATURE
+    return body
 
 
 def resource_name(model: str) -> str:
@@ -114,7 +161,7 @@ class GeminiBackend(Backend):
         self.base_url = base_url.rstrip("/").removesuffix(f"/{API_VERSION}").removesuffix("/v1")
         headers = {"x-goog-api-key": api_key} if api_key else None
         self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
-        self._encode = partial(gemini_request.encode_chat_request, origin=name)
+        self._encode = partial(encode_for_google, origin=name)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -145,7 +192,7 @@ class GeminiBackend(Backend):
     async def count_tokens(self, request: ChatRequest) -> int | None:
         """Google's own count of the prompt (system instruction and tools included),
         from ``:countTokens`` with the request as a ``generateContentRequest``."""
-        body = gemini_request.encode_chat_request(request, origin=self.name)
+        body = self._encode(request)
         counted: dict[str, Any] = {k: body[k] for k in _COUNTED_FIELDS if k in body}
         counted["model"] = resource_name(request.model)
         path = model_path(request.model, "countTokens")
