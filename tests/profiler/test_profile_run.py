@@ -140,7 +140,9 @@ def test_opencode_run_writes_traces_metrics_and_reports(
     assert summary["capital"]["pass_rate"] == 1.0 and summary["slow"]["pass_rate"] == 0.0
     assert summary["slow"]["completion_reasons"] == {"timeout": 1}
     page = (out / "report.html").read_text()
-    assert page.count("<svg") == 2 and "capital" in page
+    # Duration, tokens and cost charts (the price table gives a cost), a timeline per iteration.
+    assert page.count('class="chart"') == 3 and "capital" in page
+    assert page.count('class="timeline"') == len(records)
     assert "| capital | gw/scripted | default | 1/1 (100%) |" in (out / "report.md").read_text()
 
 
