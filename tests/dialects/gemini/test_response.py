@@ -35,6 +35,7 @@ from llmbridge.core.messages import (
 )
 from llmbridge.core.request import ChatRequest, ThinkingConfig
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.dialects.gemini.request import decode_chat_request, encode_chat_request
 from llmbridge.dialects.gemini.response import (
     decode_chat_response,
     decode_finish_reason,
@@ -494,3 +495,52 @@ def test_response_round_trip(resp: ChatResponse) -> None:
     decoded = decode_chat_response(body, origin=ORIGIN)
     assert decoded_meaning(decoded) == meaning(resp, ORIGIN)
     assert decoded.id == resp.id
+
+
+def test_sdk_sends_a_carried_signature_back_to_the_backend_that_issued_it() -> None:
+    """Gemini backend "g" -> gateway -> the google-genai SDK -> next turn -> "g" again:
+    the carried signature is wrapped as base64 on the way out (the SDK holds it as
+    bytes) and unwrapped when the SDK's next request is decoded."""
+    carried = GEMINI.carry("g", "dG9rZW4=")
+    resp = dataclasses.replace(
+        SIGNED,
+        message=Message(
+            "assistant",
+            (ThinkingPart("", signature=carried), ToolCallPart("call_1", "ls", {})),
+        ),
+    )
+    reply = sdk_response(encode_chat_response(resp, gemini_request()))
+    bodies: list[Any] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(orjson.loads(request.content))
+        return httpx.Response(200, json=encode_chat_response(SIGNED, gemini_request()))
+
+    client = genai.Client(
+        api_key="test-key",
+        http_options=genai_types.HttpOptions(
+            base_url="http://127.0.0.1:9",
+            httpx_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        ),
+    )
+    model_turn = reply.candidates[0].content  # type: ignore[index]
+    assert model_turn is not None
+    tool_result = genai_types.Part.from_function_response(name="ls", response={"output": "a"})
+    client.models.generate_content(
+        model="gemini-2.5-pro",
+        contents=[
+            genai_types.Content(role="user", parts=[genai_types.Part(text="go")]),
+            model_turn,
+            genai_types.Content(role="user", parts=[tool_result]),
+        ],
+    )
+    request = decode_chat_request(bodies[0], model="gemini-2.5-pro", stream=False)
+    signatures = [
+        part.signature
+        for message in request.messages
+        for part in message.parts
+        if isinstance(part, ThinkingPart)
+    ]
+    assert signatures == [carried]
+    sent = encode_chat_request(request, origin="g")
+    assert sent["contents"][1]["parts"][0]["thoughtSignature"] == "dG9rZW4="

@@ -46,6 +46,7 @@ from llmbridge.core.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from llmbridge.dialects.gemini.response import signature_from_wire
 from llmbridge.dialects.gemini.thoughts import GEMINI
 from llmbridge.dialects.gemini.types import PROVIDER, Content
 from llmbridge.dialects.gemini.types import Part as WirePart
@@ -150,7 +151,8 @@ class ContentDecoder:
             path = f"contents.{index}.parts.{position}"
             if part.function_response is not None:
                 raise self.error(path, "functionResponse parts belong in user turns")
-            signature = part.thought_signature or None
+            # The gateway wrapped a signature that is not base64 (response.wire_signature).
+            signature = signature_from_wire(part.thought_signature or "") or None
             if part.thought:
                 # A thought summary: its text and its signature are one thinking part.
                 provider = PROVIDER if signature else None
