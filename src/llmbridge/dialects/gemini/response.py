@@ -21,6 +21,9 @@ A reply is ``{"candidates": [{"content": {"role": "model", "parts": [...]},
   Gemini CLI drops thought parts from its history (``processStreamResponse`` in
   gemini-cli-core keeps ``!part.thought`` only), so a signature on a thought part
   would never come back.
+- ``thoughtSignature`` is ``bytes`` in Google's API, and the google-genai SDK refuses a
+  reply whose signature is not base64; a signature that is not (a carried one) goes out
+  wrapped (``wire_signature``) and comes back unwrapped (``signature_from_wire``).
 - Thought text is sent only when the client asked ``includeThoughts``.
 """
 
@@ -47,6 +50,7 @@ from llmbridge.dialects.gemini.thoughts import GEMINI
 __all__ = [
     "PROVIDER",
     "PartReader",
+    "ReplyReader",
     "client_sent_ids",
     "decode_chat_response",
     "decode_error",
@@ -55,7 +59,9 @@ __all__ = [
     "encode_chat_response",
     "encode_finish_reason",
     "encode_function_call",
+    "encode_parts",
     "encode_usage",
+    "place_signature",
     "response_id",
     "signature_from_wire",
     "signature_part",
