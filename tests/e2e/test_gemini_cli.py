@@ -1,0 +1,428 @@
+"""Google's Gemini CLI end to end: the real ``gemini -p``, pinned in
+``tests/e2e/package.json`` (``@google/gemini-cli``) and installed by ``make test``,
+against the gateway's Gemini API (``/v1beta/models/{model}:streamGenerateContent``) on
+loopback (issue 16).
+
+Gemini CLI is configured as a user would point it at llmbridge (docs/GEMINI.md, "Gemini
+CLI"): ``GOOGLE_GEMINI_BASE_URL`` is the gateway, ``GEMINI_API_KEY`` any key, and
+``security.auth.selectedType: "gemini-api-key"`` in ``~/.gemini/settings.json``, with a
+fresh temporary ``HOME``. It runs fully offline: the one thing that reaches for another
+host in 0.61.0 is the usage statistics logger (a DNS lookup of ``play.googleapis.com``,
+seen with ``strace -f -e connect,sendmmsg``), switched off with
+``privacy.usageStatisticsEnabled: false``; telemetry, update checks, IDE integration and
+the sandbox are off too. With that, its only connection is to the gateway.
+
+The model is named (``--model``): with the default ``auto``, 0.61.0 first asks
+``gemini-3.5-flash-lite:generateContent`` for a JSON "complexity score" to choose between
+its Pro and Flash models (and retries five times, with backoff, when the reply is not that
+JSON). A named model skips that router: one ``streamGenerateContent?alt=sse`` per turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.messages import ToolCallPart, ToolResultPart
+from llmbridge.core.request import ChatRequest
+from llmbridge.gateway.app import create_app, http_protocol
+from llmbridge.gateway.config import GatewayConfig, load_config
+from tests.conftest import RunningServer
+from tests.e2e.recording import Exchange, Recorder
+
+E2E_DIR = Path(__file__).resolve().parent
+GEMINI = E2E_DIR / "node_modules" / ".bin" / "gemini"
+_PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
+    "dependencies"
+]
+PINNED: str = _PINS["@google/gemini-cli"]
+TIMEOUT = 120  # seconds per Gemini CLI run; each takes a few seconds
+MODEL = "gemini-e2e"  # what the CLI asks for (--model); not "auto", so no router call
+API_KEY = "llmbridge-e2e-key"  # the gateway takes no key; the CLI needs one to start
+STREAM_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
+SHELL_TOOL = "run_shell_command"  # Gemini CLI 0.61.0's shell tool: {"command": "<shell>"}
+
+
+# -- the CLI --------------------------------------------------------------------------
+
+
+def _environment(home: Path, base_url: str, **extra: str) -> dict[str, str]:
+    """A minimal environment, so nothing from the caller's shell (keys, proxies, Google
+    Cloud settings) reaches the CLI; everything it writes stays under ``home``."""
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "GOOGLE_GEMINI_BASE_URL": base_url,  # http is allowed for 127.0.0.1 only
+        "GEMINI_API_KEY": API_KEY,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",  # headless: no folder trust prompt
+        "GEMINI_SANDBOX": "false",  # tools run here, not in the Docker sandbox
+        "NO_PROXY": "127.0.0.1,localhost",
+        **extra,
+    }
+
+
+def _settings(**extra: Any) -> dict[str, Any]:
+    """``~/.gemini/settings.json``: the API-key auth (required for
+    ``GOOGLE_GEMINI_BASE_URL`` to apply), and everything that would reach other hosts
+    off."""
+    return {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},  # play.googleapis.com
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "ide": {"enabled": False},
+        "tools": {"sandbox": False},
+        **extra,
+    }
+
+
+@dataclass
+class GeminiRun:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def report(self) -> str:
+        return (
+            f"gemini {' '.join(repr(a) for a in self.args)}\n"
+            f"exit code {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
+
+
+@pytest.fixture(scope="session")
+def gemini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
+    setup = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
+    if not os.access(GEMINI, os.X_OK):
+        pytest.fail(f"Gemini CLI is not installed at {GEMINI}.\n{setup}", pytrace=False)
+    home = tmp_path_factory.mktemp("gemini-version")
+    done = subprocess.run(
+        [str(GEMINI), "--version"],
+        env=_environment(home, "http://127.0.0.1:9"),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    if done.stdout.strip() != PINNED:
+        pytest.fail(
+            f"{GEMINI} is {done.stdout.strip()!r} (exit code {done.returncode}), "
+            f"but tests/e2e/package.json pins @google/gemini-cli {PINNED}.\n{setup}\n"
+            f"{done.stderr}",
+            pytrace=False,
+        )
+    return GEMINI
+
+
+def run_gemini(
+    gemini: Path,
+    home: Path,
+    workdir: Path,
+    base_url: str,
+    args: list[str],
+    settings: dict[str, Any],
+    **env: str,
+) -> GeminiRun:
+    """``gemini --model MODEL <args>`` in ``workdir``, against the gateway at ``base_url``."""
+    config_dir = home / ".gemini"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    argv = ["--model", MODEL, *args]
+    try:
+        done = subprocess.run(
+            [str(gemini), *argv],
+            env=_environment(home, base_url, **env),
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,  # with -p, a piped stdin is read as more prompt
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        partial = GeminiRun(argv, -1, _text(exc.stdout), _text(exc.stderr))
+        pytest.fail(f"Gemini CLI did not finish within {TIMEOUT} s\n{partial.report()}")
+    return GeminiRun(argv, done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+# -- what went over the wire ----------------------------------------------------------
+
+
+def _exchanges(recorder: Recorder) -> list[tuple[str, str, str, int | None]]:
+    return [(e.method, e.path, e.query, e.status) for e in recorder.exchanges]
+
+
+def _streamed_parts(call: Exchange) -> list[dict[str, Any]]:
+    """The parts of every chunk of a ``streamGenerateContent?alt=sse`` reply, in order
+    (an error event, ``{"error": ...}``, has none)."""
+    return [
+        part
+        for chunk in call.sse_events()
+        for candidate in chunk.get("candidates", [])
+        for part in candidate.get("content", {}).get("parts", [])
+    ]
+
+
+def _streamed_text(call: Exchange) -> str:
+    """The answer's text as streamed: text parts that are not thoughts."""
+    return "".join(
+        part["text"] for part in _streamed_parts(call) if "text" in part and not part.get("thought")
+    )
+
+
+def _finish_reasons(call: Exchange) -> list[str]:
+    return [
+        candidate["finishReason"]
+        for chunk in call.sse_events()
+        for candidate in chunk.get("candidates", [])
+        if "finishReason" in candidate
+    ]
+
+
+def _parts_of(body: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(role, part[key])`` for every part of ``body["contents"]`` that has ``key``."""
+    return [
+        (content["role"], part[key])
+        for content in body["contents"]
+        for part in content["parts"]
+        if key in part
+    ]
+
+
+# -- the zero-configuration gateway: the embedded model answers ---------------------
+
+SYSTEM_PROMPT = "Answer in one short sentence."
+
+
+@pytest.mark.embedded
+def test_prints_the_embedded_models_answer(gemini: Path, tmp_path: Path) -> None:
+    """``gemini -p`` on the zero-config gateway prints what the embedded model said.
+
+    Gemini CLI's own system prompt (about 30,000 characters) and tool declarations do
+    not fit the embedded model's 8192-token context, so the prompt is replaced with a
+    short one (``GEMINI_SYSTEM_MD``, the CLI's documented override) and the built-in
+    tools are switched off (``tools.core: []``); ``modelConfigs`` sets temperature 0 and
+    a short ``maxOutputTokens`` for the model, as a user tunes the CLI. What the model
+    says still depends on the CPU and the llama.cpp build (issue 12), so the answer is
+    compared with what the same request body gives, not streamed, from a fresh gateway.
+    """
+    home = tmp_path / "home"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    system_md = tmp_path / "system.md"
+    system_md.write_text(SYSTEM_PROMPT, encoding="utf-8")
+    settings = _settings(
+        tools={"sandbox": False, "core": []},
+        context={"includeDirectoryTree": False},
+        modelConfigs={
+            "overrides": [
+                {
+                    "match": {"model": MODEL},
+                    "modelConfig": {
+                        "generateContentConfig": {"temperature": 0, "maxOutputTokens": 64}
+                    },
+                }
+            ]
+        },
+    )
+    prompt = "Say hello to the gateway."
+    app = create_app(load_config(None))
+    recorder = Recorder(app)
+    with RunningServer(recorder, http=http_protocol(app)) as server:
+        run = run_gemini(
+            gemini,
+            home,
+            workdir,
+            server.url,
+            ["-p", prompt],
+            settings,
+            GEMINI_SYSTEM_MD=str(system_md),
+        )
+    report = f"{run.report()}\n--- exchanges ---\n{_exchanges(recorder)}"
+
+    assert run.returncode == 0, report
+    # The CLI's only traffic: one streamed generateContent, answered 200.
+    assert _exchanges(recorder) == [("POST", STREAM_PATH, "alt=sse", 200)], report
+    call = recorder.exchanges[0]
+    assert call.response_headers["content-type"].startswith("text/event-stream"), report
+    assert call.headers["x-goog-api-key"] == API_KEY, report
+    assert f"/{PINNED}/" in call.headers["user-agent"], call.headers
+    body = call.body()
+    # What the gateway has to cope with: the system prompt as systemInstruction, the
+    # CLI's session context and the prompt as parts of one user turn, an empty tool
+    # list, thoughts asked for.
+    assert body["systemInstruction"] == {"parts": [{"text": SYSTEM_PROMPT}], "role": "user"}
+    assert body["tools"] == [{"functionDeclarations": []}], body["tools"]
+    config = body["generationConfig"]
+    assert isinstance(config, dict)
+    assert config["temperature"] == 0 and config["maxOutputTokens"] == 64, config
+    assert config["thinkingConfig"] == {"includeThoughts": True}, config
+    contents = body["contents"]
+    assert isinstance(contents, list) and len(contents) == 1, contents
+    assert contents[0]["role"] == "user" and contents[0]["parts"][-1] == {"text": prompt}
+
+    answer = _streamed_text(call).strip()
+    assert answer, report
+    assert _finish_reasons(call) in (["STOP"], ["MAX_TOKENS"]), call.response.decode()
+    assert run.stdout.strip() == answer, report
+    # The same body through the non-streaming :generateContent of a fresh zero-config
+    # gateway (a fresh model, as this one was when the CLI asked): the same answer.
+    with RunningServer(create_app(load_config(None))) as fresh:
+        replayed = httpx.post(
+            f"{fresh.url}/v1beta/models/{MODEL}:generateContent",
+            json=body,
+            headers={"x-goog-api-key": API_KEY},
+            timeout=TIMEOUT,
+        )
+    assert replayed.status_code == 200, replayed.text
+    parts = replayed.json()["candidates"][0]["content"]["parts"]
+    text = "".join(p["text"] for p in parts if "text" in p and not p.get("thought")).strip()
+    assert text == answer, f"not streamed: {text!r}\n{report}"
+
+
+# -- a tool turn: the backend calls the CLI's shell tool, the CLI runs it -------------
+
+# The CLI refuses commands with $(...), backticks or $((...)) ("Command injection
+# detected"), so the proof that a shell ran is a pipe: only tr upper-cases the marker.
+COMMAND = "echo llmbridge-e2e | tr a-z A-Z | tee out.txt"
+MARKER = "LLMBRIDGE-E2E"
+FINAL_TEXT = "The command wrote out.txt."
+
+
+class ShellLoopBackend(ScriptedBackend):
+    """Replies by what the request holds, so any extra request the CLI might make cannot
+    take the scripted turns: a request offering the shell tool gets the shell call,
+    then the final text once it carries the tool's result; anything else gets the
+    default script's harmless text."""
+
+    def __init__(self) -> None:
+        super().__init__("scripted", default=Script(text=["(nothing scripted for this request)"]))
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if any(tool.name == SHELL_TOOL for tool in request.tools):
+            if any(message.role == "tool" for message in request.messages):
+                self.enqueue(Script(text=["The command", " wrote out.txt."]))
+            else:
+                self.enqueue(Script(text=[], tool_calls=[(SHELL_TOOL, {"command": COMMAND})]))
+        async for event in super().chat(request):
+            yield event
+
+
+@contextmanager
+def recorded_gateway(backend: ScriptedBackend) -> Iterator[tuple[RunningServer, Recorder]]:
+    """The gateway over ``backend``, with the CLI's model name routed to it, served as
+    ``llmbridge serve`` serves it and every HTTP exchange kept."""
+    config = {
+        "backends": {"scripted": {"type": "scripted"}},
+        "default_backend": "scripted",
+        "models": [{"name": MODEL, "backend": "scripted", "model": "scripted"}],
+    }
+    app = create_app(GatewayConfig.model_validate(config), {"scripted": backend})
+    recorder = Recorder(app)
+    with RunningServer(recorder, http=http_protocol(app)) as server:
+        yield server, recorder
+
+
+def _describe(requests: list[ChatRequest]) -> str:
+    lines = []
+    for number, request in enumerate(requests):
+        tools = [tool.name for tool in request.tools]
+        lines.append(f"request {number}: model={request.model!r} tools={tools}")
+        for message in request.messages:
+            lines.append(f"    {message.role}: {message.parts!r:.300}")
+    return "\n".join(lines)
+
+
+def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path) -> None:
+    """The backend calls ``run_shell_command``; the CLI (``--approval-mode yolo``, the
+    non-interactive way to approve it) runs it in its temporary workspace, sends the
+    output back as a ``functionResponse`` and prints the backend's final answer."""
+    home = tmp_path / "home"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    backend = ShellLoopBackend()
+    with recorded_gateway(backend) as (server, recorder):
+        run = run_gemini(
+            gemini,
+            home,
+            workdir,
+            server.url,
+            ["--approval-mode", "yolo", "-p", "Run the marker command"],
+            _settings(),
+        )
+    report = (
+        f"{run.report()}\n--- exchanges ---\n{_exchanges(recorder)}\n"
+        f"--- what the backend received ---\n{_describe(backend.requests)}"
+    )
+
+    assert run.returncode == 0, report
+    assert run.stdout.strip() == FINAL_TEXT, report
+    # The command ran, in the workspace.
+    assert (workdir / "out.txt").read_text(encoding="utf-8") == MARKER + "\n", report
+
+    # Two turns, both streamed, both 200, and nothing else.
+    assert _exchanges(recorder) == [("POST", STREAM_PATH, "alt=sse", 200)] * 2, report
+    first, second = recorder.exchanges
+    tools = first.body()["tools"]
+    assert isinstance(tools, list)
+    offered = [d["name"] for tool in tools for d in tool["functionDeclarations"]]
+    assert SHELL_TOOL in offered, offered  # yolo mode offers the shell tool headless
+
+    # The call as the gateway streamed it: whole, with its arguments as an object.
+    (streamed_call,) = [p["functionCall"] for p in _streamed_parts(first) if "functionCall" in p]
+    assert streamed_call["name"] == SHELL_TOOL, streamed_call
+    assert streamed_call["args"] == {"command": COMMAND}, streamed_call
+    assert _finish_reasons(first) == ["STOP"], first.response.decode()
+
+    # The second request, on the wire: the model's call, then the user turn with its
+    # functionResponse (same id, the CLI's own), carrying what the shell printed.
+    body = second.body()
+    (call_role, sent_call), *more_calls = _parts_of(body, "functionCall")
+    (result_role, sent_result), *more_results = _parts_of(body, "functionResponse")
+    assert not more_calls and not more_results, body["contents"]
+    assert call_role == "model" and result_role == "user", body["contents"]
+    assert sent_call["name"] == SHELL_TOOL and sent_call["args"] == {"command": COMMAND}
+    assert sent_result["name"] == SHELL_TOOL, sent_result
+    assert sent_result["id"] == sent_call["id"], (sent_call, sent_result)
+    assert MARKER in sent_result["response"]["output"], sent_result
+
+    # The same, as the backend got it: the assistant's call, then the tool's result.
+    assert len(backend.requests) == 2, report
+    messages = list(backend.requests[1].messages)
+    index = next(i for i, m in enumerate(messages) if m.role == "tool")
+    assert index > 0 and messages[index - 1].role == "assistant", report
+    tool_calls = [p for p in messages[index - 1].parts if isinstance(p, ToolCallPart)]
+    results = [p for p in messages[index].parts if isinstance(p, ToolResultPart)]
+    assert len(tool_calls) == 1 and len(results) == 1, report
+    assert tool_calls[0].name == SHELL_TOOL and tool_calls[0].arguments == {"command": COMMAND}
+    assert results[0].tool_call_id == tool_calls[0].id, report
+    assert results[0].name == SHELL_TOOL and not results[0].is_error, report
+    assert MARKER in results[0].content, report
+
+    # The final answer as streamed, which is what the CLI printed.
+    assert _streamed_text(second) == FINAL_TEXT, second.response.decode()
+    assert _finish_reasons(second) == ["STOP"], second.response.decode()
