@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
-from llmbridge.profiler.html_report import html_report, timeline_steps
+from llmbridge.profiler.compare import compare_runs, report_dict
+from llmbridge.profiler.html_report import html_comparison, html_report, timeline_steps
 from llmbridge.profiler.runner import summarise
 from llmbridge.profiler.svg_charts import format_value, nice_ticks
 from llmbridge.profiler.trace import build_trace
@@ -21,6 +23,7 @@ from tests.profiler.report_samples import (
     agent_trace,
     opencode_record,
     sample_records,
+    sample_runs,
 )
 
 
@@ -208,3 +211,43 @@ def test_format_value() -> None:
     assert format_value(0.5, "USD") == "$0.50"
     assert format_value(1234.0, "ms") == "1,234"
     assert format_value(0.25, "tokens") == "0.25"
+
+
+# -- the comparison page ----------------------------------------------------------------
+
+
+def test_the_comparison_page_shows_intervals_and_verdicts(tmp_path: Path) -> None:
+    a, b = sample_runs(tmp_path)
+    name = "run-a " + HOSTILE.replace("/", "")  # a directory name holds no slash
+    hostile = a.rename(a.with_name(name))
+    report = report_dict(compare_runs([hostile, b]))
+    page = html_comparison(report)
+    parsed = _parse(page)
+    assert len(parsed.having("div", "legend")) == 1
+    charts = parsed.having("svg", "interval-chart")
+    assert len(charts) == 4  # pass rate, duration, tokens, cost
+    (comparison,) = report["comparisons"]
+    groups = [*comparison["scenarios"], comparison["overall"]]
+    # One row per matched scenario and the overall one, in every chart.
+    assert len(parsed.having("g", "interval-row")) == 4 * len(groups)
+    assert len(parsed.having("line", "zero")) == 4
+    text = " ".join(parsed.text)
+    for title in ("pass rate difference, B − A (pts)", "duration difference, B − A (ms)"):
+        assert title in text
+    # The verdicts, styled by whether the interval lets the runs be told apart.
+    duration = {g["scenario"]: g["duration_ms"] for g in groups}
+    assert duration["multi_tool"]["distinguishable"] is True
+    assert duration["tool_error"]["distinguishable"] is False
+    assert "not distinguishable at this many iterations (n=4 vs 4)" in text
+    low, high = duration["multi_tool"]["ci95"]
+    assert f"[+{low:,.0f}, +{high:,.0f}]" in text
+    assert parsed.having("span", "verdict-yes") and parsed.having("span", "verdict-none")
+    # The run's name came from a directory and is shown as text only.
+    assert name not in page and "<img" not in page and "<script" not in page
+    assert not any(tag in ("img", "script", "b") for tag, _ in parsed.tags)
+    assert any(name in chunk for chunk in parsed.text)
+
+
+def test_an_empty_comparison_says_so() -> None:
+    page = html_comparison({"settings": {}, "comparisons": []})
+    assert 'id="comparison"' in page and "Nothing was compared." in page

@@ -20,7 +20,6 @@ from llmbridge.profiler.svg_charts import (
     format_value,
     interval_chart,
     legend,
-    with_unit,
 )
 
 __all__ = ["comparison_body"]
@@ -88,14 +87,19 @@ def _rate_text(side: dict[str, Any]) -> str:
     return f"{side.get('passed', 0)}/{side.get('iterations', 0)} ({shown})"
 
 
+def _signed(value: float, unit: str) -> str:
+    return ("+" if value > 0 else "") + format_value(value, unit)
+
+
 def _difference_text(metric: dict[str, Any], unit: str, factor: float = 1.0) -> str:
     difference = _float(metric.get("difference"))
     low, high = _ci(metric, factor)
     if difference is None:
         return "-"
-    text = ("+" if difference > 0 else "") + with_unit(difference * factor, unit)
+    text = _signed(difference * factor, unit) + ("" if unit == "USD" else f" {unit}")
     if low is not None and high is not None:
-        text += f" [{format_value(low, unit)}, {format_value(high, unit)}]"
+        # Signed, as comparison.md writes them: [+200, +206].
+        text += f" [{_signed(low, unit)}, {_signed(high, unit)}]"
     p = _float(metric.get("p_value"))
     if p is not None:
         text += f", p={p:.2g}" if p >= 0.001 else ", p<0.001"
@@ -104,7 +108,7 @@ def _difference_text(metric: dict[str, Any], unit: str, factor: float = 1.0) -> 
 
 def _table(groups: Sequence[dict[str, Any]]) -> str:
     head = (
-        "<tr><th>scenario</th><th>passed A → B</th><th>pass rate B − A (pp)<br>"
+        "<tr><th>scenario</th><th>passed A → B</th><th>pass rate B − A (pts)<br>"
         "[95% interval]</th>"
         + "".join(
             f"<th>{what} B − A ({unit})<br>[95% interval], p</th>" for _, what, unit in _METRICS
@@ -118,7 +122,7 @@ def _table(groups: Sequence[dict[str, Any]]) -> str:
             f'<td class="name">{_esc(_group_label(group))}</td>',
             f"<td>{_esc(_rate_text(rate.get('a') or {}))} → "
             f"{_esc(_rate_text(rate.get('b') or {}))}</td>",
-            f"<td>{_esc(_difference_text(rate, 'pp', 100.0))}<br>{_verdict(rate)}</td>",
+            f"<td>{_esc(_difference_text(rate, 'pts', 100.0))}<br>{_verdict(rate)}</td>",
         ]
         for key, _, unit in _METRICS:
             metric = group.get(key) or {}
@@ -172,7 +176,7 @@ def _one(comparison: dict[str, Any]) -> str:
         f"providers {_esc(', '.join(map(str, info.get('providers') or [])) or '-')})</li>"
         for side, info in (("A", a), ("B", b))
     )
-    charts = _chart(groups, "pass_rate", "pass rate", "pp") + "".join(
+    charts = _chart(groups, "pass_rate", "pass rate", "pts") + "".join(
         _chart(groups, key, what, unit) for key, what, unit in _METRICS
     )
     return (
@@ -191,7 +195,7 @@ def comparison_body(report: dict[str, Any]) -> str:
     how = (
         f'<p class="note">Differences are B − A: a negative duration difference means B is '
         f"faster. Intervals are {confidence:.0%}: Newcombe's hybrid Wilson interval for the "
-        f"pass-rate difference (in percentage points, pp), a percentile bootstrap "
+        f"pass-rate difference (in percentage points, pts), a percentile bootstrap "
         f"({_esc(resamples)} resamples, seeded) for the differences of means; p is a two-sided "
         f'permutation test. A grey row, "not distinguishable", means its interval covers 0: '
         f"at this many iterations the runs cannot be told apart on that measure.</p>"

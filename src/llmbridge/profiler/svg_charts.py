@@ -67,8 +67,8 @@ def format_value(value: float, unit: str) -> str:
         while text.endswith("0") and len(text.partition(".")[2]) > 2:
             text = text[:-1]
         return f"{'-' if value < 0 else ''}${text}"
-    if unit == "%":
-        return f"{value:+.0f}%" if value else "0%"
+    if unit == "pts":  # percentage points of a pass rate, whole as comparison.md has them
+        return f"{value:.0f}"
     if abs(value) >= 100 or value == int(value):
         return f"{value:,.0f}"
     return f"{value:,.{1 if abs(value) >= 10 else 2}f}"
