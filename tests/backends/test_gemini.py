@@ -397,6 +397,9 @@ async def test_the_model_list_follows_next_page_tokens(
     assert [m.name for m in models] == ["gemini-2.5-pro", MODEL, "text-embedding-004"]
     assert {m.backend for m in models} == {"gem"}
     assert [m.backend_model for m in models] == [m.name for m in models]
+    # what an Ollama client reads from /api/show before it offers tools
+    assert models[1].capabilities == {"completion", "thinking", "tools", "vision"}
+    assert models[2].capabilities == {"embedding"}
     queries = [s.query for s in server.seen]
     assert queries == [{"pageSize": "1000"}, {"pageSize": "1000", "pageToken": "p2"}]
     assert all(s.headers["x-goog-api-key"] == KEY for s in server.seen)

@@ -222,8 +222,11 @@ def test_the_gemini_models_are_listed_to_an_ollama_client(
     server: GeminiServer, gateway: RunningServer
 ) -> None:
     server.pages = {"": {"models": [model_entry(MODEL), model_entry("gemini-2.5-pro")]}}
-    names = [m.model for m in ollama_client(gateway.url).list().models]
+    client = ollama_client(gateway.url)
+    names = [m.model for m in client.list().models]
     assert {MODEL, "gemini-2.5-pro"} <= set(names)
+    # Ollama apps (Home Assistant) offer tools only to a model that says it has them.
+    assert {"tools", "thinking", "vision"} <= set(client.show(MODEL).capabilities or [])
 
 
 # -- configuration ----------------------------------------------------------------------

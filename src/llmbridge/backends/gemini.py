@@ -219,10 +219,7 @@ class GeminiBackend(Backend):
             query["pageToken"] = token
         else:
             log.warning("backend %s: model list cut at %d pages", self.name, MAX_PAGES)
-        # The router matches configured routes on backend_model.
-        return [
-            replace(m, backend=self.name, backend_model=m.backend_model or m.name) for m in models
-        ]
+        return [self._served(m, m.backend_model or m.name) for m in models]
 
     async def show_model(self, model: str) -> ModelInfo:
         """``GET /v1beta/models/{model}``: one request, rather than the whole paged
@@ -234,7 +231,21 @@ class GeminiBackend(Backend):
                 f"backend '{self.name}' described model '{model}' without a name",
                 backend=self.name,
             )
-        return replace(found[0], name=model, backend=self.name, backend_model=model)
+        return self._served(found[0], model)
+
+    def _served(self, info: ModelInfo, model: str) -> ModelInfo:
+        """``info`` as this backend serves it: under ``model`` (the router matches
+        configured routes on ``backend_model``), and, for a Gemini chat model, able to
+        call tools and read images. Google's model resource does not say so, but every
+        ``gemini-*`` model that generates content does both, and Ollama clients read
+        them from ``/api/show`` before they offer tools (Anthropic's backend says the
+        same of Claude)."""
+        capabilities = info.capabilities
+        if "completion" in capabilities and model.removeprefix("models/").startswith("gemini-"):
+            capabilities = capabilities | {"tools", "vision"}
+        return replace(
+            info, name=model, backend=self.name, backend_model=model, capabilities=capabilities
+        )
 
     async def health(self) -> BackendHealth:
         verdict, _ = await self._http.probe(f"/{API_VERSION}/models?pageSize=1")
