@@ -260,7 +260,7 @@ def test_cli_writes_json_and_markdown_and_prints_an_80_column_table(
     assert build["duration_ms"]["verdict"] in markdown
     assert "| build | ms | 102 | 305 | +202 | [+200, +206] | 0.0022 |" in markdown
     assert "| fix | pass | 3/3 | 1/3 | -67 pts | [-94, +6] pts |" in markdown
-    assert "| overall | USD | 0.000500 | 0.000500 | +0.000000 |" in markdown
+    assert "| overall | USD | 0.0005 | 0.0005 | +0.0000 |" in markdown
     page = (out / "comparison.html").read_text()
     assert page.startswith("<!doctype html>") and "run-m1" in page
     *table, last = result.output.splitlines()
@@ -268,6 +268,17 @@ def test_cli_writes_json_and_markdown_and_prints_an_80_column_table(
     assert max(len(line) for line in table) <= 80
     assert "…" not in result.output
     assert _reads_in_order("run-m1 faster than run-m2 (p=0.0022)", result.output)
+
+
+def test_micro_dollar_costs_keep_three_significant_figures(tmp_path: Path) -> None:
+    from llmbridge.profiler.compare_report import comparison_markdown
+
+    a = write_run(tmp_path / "a", {("s", "m", "x"): [(True, 1.0, 1, 3.25e-6)] * 4})
+    b = write_run(tmp_path / "b", {("s", "m", "x"): [(True, 1.0, 1, 5.5e-6)] * 4})
+    markdown = comparison_markdown(compare_runs([a, b]))
+    assert (
+        "| s | USD | 3.25e-06 | 5.5e-06 | +2.25e-06 | [+2.25e-06, +2.25e-06] | 0.029 |" in markdown
+    )
 
 
 def test_cli_default_out_is_a_sibling_of_the_first_run(two_models: tuple[Path, Path]) -> None:

@@ -2,8 +2,9 @@
 
 Both render the numbers of ``compare.Comparison`` (what ``comparison.json`` holds),
 formatted the same way: means and differences in their unit (ms and tokens whole above
-10, USD to six decimals), pass rates as passed/iterations and differences in
-percentage points, each difference B - A followed by its 95% interval in brackets.
+10; USD to four decimals, or three significant figures below a cent), pass rates as
+passed/iterations and differences in percentage points, each difference B - A
+followed by its 95% interval in brackets.
 The terminal table is one block per matched scenario (its name on a line of its own,
 wrapped, never cut) over five narrow columns; the verdict wraps within its cell.
 """
@@ -35,7 +36,11 @@ _NAMES: dict[Metric, str] = {"duration_ms": "ms", "tokens": "tokens", "cost_usd"
 def _number(value: float, metric: Metric, sign: bool = False) -> str:
     plus = "+" if sign else ""
     if metric == "cost_usd":
-        return f"{value:{plus}.6f}"
+        # Three significant figures below a cent: a small model's iteration costs
+        # micro-dollars, which six fixed decimals would show as 0.000000.
+        if value == 0 or abs(value) >= 0.01:
+            return f"{value:{plus}.4f}"
+        return f"{value:{plus}.3g}"
     return f"{value:{plus},.1f}" if abs(value) < 10 else f"{value:{plus},.0f}"
 
 
@@ -98,8 +103,9 @@ def print_comparison(comparisons: Sequence[Comparison], console: Console) -> Non
     """Each comparison as a heading and one block per matched scenario, then overall."""
     for comparison in comparisons:
         a, b = comparison.a, comparison.b
-        console.print(Text(f"A = {a.label} ({a.path})", style="bold"))
-        console.print(Text(f"B = {b.label} ({b.path})", style="bold"))
+        for name, run in (("A", a), ("B", b)):
+            where = "" if str(run.path) == run.label else f" ({run.path})"
+            console.print(Text(f"{name} = {run.label}{where}", style="bold"))
         console.print(Text(comparison.description))
         for key in comparison.unmatched_a + comparison.unmatched_b:
             console.print(Text(f"not in both runs: {' / '.join(key)}", style="dim"))
