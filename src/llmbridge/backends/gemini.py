@@ -76,7 +76,7 @@ _COUNTED_FIELDS = ("contents", "systemInstruction", "tools", "toolConfig")
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """The placeholder signature Google documents for a function call whose real signature
-is lost (https://ai.google.dev/gemini-api/docs/thought-signatures, "FAQs"): the
+is lost (https://ai.google.dev/gemini-api/docs/thought-signatures): the
 Vercel AI SDK (vercel/ai#15560) and Strands (strands-agents/sdk-python#1298) send it
 the same way."""
 _UNVALIDATED = ("gemini-1", "gemini-2")
