@@ -9,8 +9,8 @@ within its time limit; a setup that fails or overruns fails the iteration with t
 command's exit status and output. After the session the workspace checks look at
 it: ``file_exists``, ``file_contains``, ``file_matches``, and ``command`` (exit
 status 0 passes; its output's tail is kept in the result). Every command runs in
-its own process group, killed whole at its deadline, so a stray background child
-neither hangs the run nor outlives it. A path that resolves outside the workspace
+its own process group, killed whole when the command ends or at its deadline, so a
+stray background child neither hangs the run nor outlives it. A path that resolves outside the workspace
 (through a symbolic link the agent made, say) fails its check.
 """
 
@@ -25,6 +25,7 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from llmbridge.profiler.scenarios import (
     Check,
@@ -46,8 +47,6 @@ __all__ = [
 
 OUTPUT_TAIL = 4000
 """Characters of a command's output kept (its end, where failures are reported)."""
-_READ_GRACE = 1.0
-"""After a command exits, how long its output may still take to arrive."""
 _MAX_READ = 1 << 20
 """Bytes of a file the content checks read."""
 
@@ -78,44 +77,40 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
 
 
 async def run_command(command: str, cwd: Path, timeout: float) -> CommandOutcome:  # noqa: ASYNC109
-    """Run ``command`` with ``sh`` in ``cwd``, killed (its whole group) after ``timeout`` s."""
-    process = await asyncio.create_subprocess_shell(
-        command,
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
-    buffer = bytearray()
+    """Run ``command`` with ``sh`` in ``cwd``, killed (its whole group) after ``timeout`` s.
 
-    async def read() -> None:
-        assert process.stdout is not None
-        while chunk := await process.stdout.read(65536):
-            buffer.extend(chunk)
-            if len(buffer) > 2 * OUTPUT_TAIL * 4:
-                del buffer[: len(buffer) - OUTPUT_TAIL * 4]
+    The output goes to a temporary file, not a pipe: asyncio's ``wait()`` waits for
+    the pipes to close too, which a background child (``server &``) would hold open
+    past the command's own exit. Whatever the command left running is killed with it.
+    """
+    with tempfile.TemporaryFile() as sink:
+        process = await asyncio.create_subprocess_shell(
+            command,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=sink,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        exit_code: int | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                exit_code = await process.wait()
+        except TimeoutError:
+            pass
+        finally:
+            _kill_group(process)
+        if exit_code is None:
+            await process.wait()
+        text = await asyncio.to_thread(_tail, sink)
+    return CommandOutcome(exit_code, text)
 
-    reader = asyncio.create_task(read())
-    exit_code: int | None = None
-    try:
-        async with asyncio.timeout(timeout):
-            exit_code = await process.wait()
-    except TimeoutError:
-        _kill_group(process)
-        await process.wait()
-    # A background child may hold the pipe open after the shell exits: wait briefly,
-    # then end the whole group (nothing a check starts outlives it).
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(_READ_GRACE):
-            await asyncio.shield(reader)
-    _kill_group(process)
-    if not reader.done():
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-    text = buffer.decode("utf-8", errors="replace")
-    return CommandOutcome(exit_code, text[-OUTPUT_TAIL:])
+
+def _tail(sink: IO[bytes]) -> str:
+    size = sink.seek(0, os.SEEK_END)
+    # Four bytes per character at most in UTF-8: enough bytes for OUTPUT_TAIL of them.
+    sink.seek(max(size - OUTPUT_TAIL * 4, 0))
+    return sink.read().decode("utf-8", errors="replace")[-OUTPUT_TAIL:]
 
 
 def _write_files(workspace: Path, spec: Workspace) -> None:
