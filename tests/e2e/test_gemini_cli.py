@@ -203,6 +203,14 @@ def _finish_reasons(call: Exchange) -> list[str]:
     ]
 
 
+def _usage(call: Exchange) -> dict[str, Any]:
+    """The ``usageMetadata`` of a streamed reply: on its last chunk only."""
+    usages = [chunk["usageMetadata"] for chunk in call.sse_events() if "usageMetadata" in chunk]
+    assert len(usages) == 1, call.response.decode()
+    usage: dict[str, Any] = usages[0]
+    return usage
+
+
 def _parts_of(body: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
     """``(role, part[key])`` for every part of ``body["contents"]`` that has ``key``."""
     return [
@@ -360,7 +368,9 @@ def _describe(requests: list[ChatRequest]) -> str:
 def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path) -> None:
     """The backend calls ``run_shell_command``; the CLI (``--approval-mode yolo``, the
     non-interactive way to approve it) runs it in its temporary workspace, sends the
-    output back as a ``functionResponse`` and prints the backend's final answer."""
+    output back as a ``functionResponse`` and prints the backend's final answer
+    (``--output-format json``: the answer, and the tokens it counted from the gateway's
+    ``usageMetadata``)."""
     home = tmp_path / "home"
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -371,7 +381,7 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
             home,
             workdir,
             server.url,
-            ["--approval-mode", "yolo", "-p", "Run the marker command"],
+            ["--approval-mode", "yolo", "--output-format", "json", "-p", "Run the marker command"],
             _settings(),
         )
     report = (
@@ -380,7 +390,8 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
     )
 
     assert run.returncode == 0, report
-    assert run.stdout.strip() == FINAL_TEXT, report
+    printed = json.loads(run.stdout)
+    assert printed["response"] == FINAL_TEXT, report
     # The command ran, in the workspace.
     assert (workdir / "out.txt").read_text(encoding="utf-8") == MARKER + "\n", report
 
@@ -426,3 +437,12 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
     # The final answer as streamed, which is what the CLI printed.
     assert _streamed_text(second) == FINAL_TEXT, second.response.decode()
     assert _finish_reasons(second) == ["STOP"], second.response.decode()
+
+    # What the CLI counted: one successful shell call, and the two replies' usage summed.
+    stats = printed["stats"]
+    assert stats["tools"]["byName"][SHELL_TOOL]["success"] == 1, stats["tools"]
+    usages = [_usage(first), _usage(second)]
+    tokens = stats["models"][MODEL]["tokens"]
+    assert tokens["prompt"] == sum(u["promptTokenCount"] for u in usages), (tokens, usages)
+    assert tokens["candidates"] == sum(u["candidatesTokenCount"] for u in usages), tokens
+    assert tokens["total"] == sum(u["totalTokenCount"] for u in usages), (tokens, usages)
