@@ -341,10 +341,14 @@ class ShellLoopBackend(ScriptedBackend):
 
 
 @contextmanager
-def recorded_gateway(backend: ScriptedBackend) -> Iterator[tuple[RunningServer, Recorder]]:
+def recorded_gateway(
+    backend: ScriptedBackend, **settings: Any
+) -> Iterator[tuple[RunningServer, Recorder]]:
     """The gateway over ``backend``, with the CLI's model name routed to it, served as
-    ``llmbridge serve`` serves it and every HTTP exchange kept."""
+    ``llmbridge serve`` serves it and every HTTP exchange kept. ``settings`` are more
+    configuration (``server``)."""
     config = {
+        **settings,
         "backends": {"scripted": {"type": "scripted"}},
         "default_backend": "scripted",
         "models": [{"name": MODEL, "backend": "scripted", "model": "scripted"}],
@@ -446,3 +450,49 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
     assert tokens["prompt"] == sum(u["promptTokenCount"] for u in usages), (tokens, usages)
     assert tokens["candidates"] == sum(u["candidatesTokenCount"] for u in usages), tokens
     assert tokens["total"] == sum(u["totalTokenCount"] for u in usages), (tokens, usages)
+
+
+# -- a gateway that wants a key: the CLI's GEMINI_API_KEY is it ------------------------
+
+GATEWAY_KEY = "sk-gemini-e2e"
+
+
+def test_the_gateways_key_is_the_clis_api_key(gemini: Path, tmp_path: Path) -> None:
+    """With ``server.api_keys`` set, the CLI's ``GEMINI_API_KEY`` (sent as
+    ``x-goog-api-key``) is what the gateway checks: the right key is answered; a wrong
+    one is a 401 ``UNAUTHENTICATED`` in Google's shape, which the CLI reports (without
+    retrying) and exits non-zero, and the backend never sees the request."""
+    backend = ScriptedBackend("scripted", default=Script(text=["The key", " was accepted."]))
+    runs: dict[str, GeminiRun] = {}
+    with recorded_gateway(backend, server={"api_keys": [GATEWAY_KEY]}) as (server, recorder):
+        for key in (GATEWAY_KEY, "not-the-key"):
+            workdir = tmp_path / key / "work"
+            workdir.mkdir(parents=True)
+            runs[key] = run_gemini(
+                gemini,
+                tmp_path / key / "home",
+                workdir,
+                server.url,
+                ["-p", "Say something"],
+                _settings(),
+                GEMINI_API_KEY=key,
+            )
+    accepted, refused = runs[GATEWAY_KEY], runs["not-the-key"]
+    report = "\n".join(
+        [accepted.report(), refused.report(), f"--- exchanges ---\n{_exchanges(recorder)}"]
+    )
+
+    assert accepted.returncode == 0, report
+    assert accepted.stdout.strip() == "The key was accepted.", report
+    assert refused.returncode != 0, report
+    assert _exchanges(recorder) == [
+        ("POST", STREAM_PATH, "alt=sse", 200),
+        ("POST", STREAM_PATH, "alt=sse", 401),
+    ], report
+    first, second = recorder.exchanges
+    assert first.headers["x-goog-api-key"] == GATEWAY_KEY, first.headers
+    assert second.headers["x-goog-api-key"] == "not-the-key", second.headers
+    error = json.loads(second.response)["error"]
+    assert error["code"] == 401 and error["status"] == "UNAUTHENTICATED", error
+    assert "UNAUTHENTICATED" in refused.stderr, report
+    assert len(backend.requests) == 1, report
