@@ -1,7 +1,7 @@
 """``profile run``'s terminal table fits an 80-column terminal and cuts no name.
 
 The summary comes from the runner's own ``summarise`` over iterations written like a
-real run's (``test_compare.write_run``), with the long provider/model names real
+real run's (``run_dirs.write_run``), with the long provider/model names real
 agents use.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llmbridge.profiler.report import print_summary
-from tests.profiler.test_compare import SLOW, write_run
+from tests.profiler.run_dirs import SLOW, write_run
 
 GROUPS = [
     ("capital", "gw/smollm2", "plain"),
