@@ -12,10 +12,11 @@ seen with ``strace -f -e connect,sendmmsg``), switched off with
 ``privacy.usageStatisticsEnabled: false``; telemetry, update checks, IDE integration and
 the sandbox are off too. With that, its only connection is to the gateway.
 
-The model is named (``--model``): with the default ``auto``, 0.61.0 first asks
-``gemini-3.5-flash-lite:generateContent`` for a JSON "complexity score" to choose between
-its Pro and Flash models (and retries five times, with backoff, when the reply is not that
-JSON). A named model skips that router: one ``streamGenerateContent?alt=sse`` per turn.
+The model is named (``--model``) except in the test of the CLI's default, ``auto``: with
+``auto``, 0.61.0 first asks ``gemini-3.5-flash-lite:generateContent`` for a JSON
+"complexity score" to choose between its Pro and Flash models (and retries five times,
+with backoff, when the reply is not that JSON). A named model skips that router: one
+``streamGenerateContent?alt=sse`` per turn.
 """
 
 from __future__ import annotations
@@ -139,13 +140,15 @@ def run_gemini(
     base_url: str,
     args: list[str],
     settings: dict[str, Any],
+    model: str | None = MODEL,
     **env: str,
 ) -> GeminiRun:
-    """``gemini --model MODEL <args>`` in ``workdir``, against the gateway at ``base_url``."""
+    """``gemini --model <model> <args>`` in ``workdir``, against the gateway at
+    ``base_url``; ``model`` None leaves the CLI's default, ``auto``."""
     config_dir = home / ".gemini"
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
-    argv = ["--model", MODEL, *args]
+    argv = [*(["--model", model] if model else []), *args]
     try:
         done = subprocess.run(
             [str(gemini), *argv],
@@ -346,12 +349,12 @@ def recorded_gateway(
 ) -> Iterator[tuple[RunningServer, Recorder]]:
     """The gateway over ``backend``, with the CLI's model name routed to it, served as
     ``llmbridge serve`` serves it and every HTTP exchange kept. ``settings`` are more
-    configuration (``server``)."""
+    configuration (``server``) or replace the model routes (``models``)."""
     config = {
-        **settings,
         "backends": {"scripted": {"type": "scripted"}},
         "default_backend": "scripted",
         "models": [{"name": MODEL, "backend": "scripted", "model": "scripted"}],
+        **settings,
     }
     app = create_app(GatewayConfig.model_validate(config), {"scripted": backend})
     recorder = Recorder(app)
@@ -496,3 +499,72 @@ def test_the_gateways_key_is_the_clis_api_key(gemini: Path, tmp_path: Path) -> N
     assert error["code"] == 401 and error["status"] == "UNAUTHENTICATED", error
     assert "UNAUTHENTICATED" in refused.stderr, report
     assert len(backend.requests) == 1, report
+
+
+# -- the CLI's default model, auto: a router call first, then the routed turn ----------
+
+ROUTER_MODEL = "gemini-3.5-flash-lite"  # 0.61.0's NumericalClassifierStrategy
+ROUTER_FIELDS = ["complexity_reasoning", "complexity_score"]
+
+
+class RouterBackend(ScriptedBackend):
+    """Answers the CLI's routing request (the only one asking for a JSON schema) with
+    the JSON it asks for, scoring the task as simple; every other request gets the
+    default script's text."""
+
+    def __init__(self) -> None:
+        super().__init__("scripted", default=Script(text=["Routed", " and answered."]))
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if request.response_format is not None and request.response_format.type == "json_schema":
+            verdict = {"complexity_reasoning": "A greeting.", "complexity_score": 5}
+            self.enqueue(Script(text=[json.dumps(verdict)]))
+        async for event in super().chat(request):
+            yield event
+
+
+def test_the_default_auto_model_routes_through_the_gateway(gemini: Path, tmp_path: Path) -> None:
+    """Without ``--model`` (the CLI's ``auto``) and with the ``gemini-*`` names routed
+    to a backend, the CLI's router request (``:generateContent`` with a JSON schema) is
+    answered with that JSON, and the turn goes to the model the CLI chose from it."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    backend = RouterBackend()
+    routes = [{"name": "gemini-*", "backend": "scripted", "model": "scripted"}]
+    with recorded_gateway(backend, models=routes) as (server, recorder):
+        run = run_gemini(
+            gemini, tmp_path / "home", workdir, server.url, ["-p", "Say hi"], _settings(), None
+        )
+    report = (
+        f"{run.report()}\n--- exchanges ---\n{_exchanges(recorder)}\n"
+        f"--- what the backend received ---\n{_describe(backend.requests)}"
+    )
+
+    assert run.returncode == 0, report
+    assert run.stdout.strip() == "Routed and answered.", report
+    exchanges = _exchanges(recorder)
+    assert len(exchanges) == 2, report
+    assert exchanges[0] == ("POST", f"/v1beta/models/{ROUTER_MODEL}:generateContent", "", 200)
+    method, path, query, status = exchanges[1]
+    chosen = path.removeprefix("/v1beta/models/").removesuffix(":streamGenerateContent")
+    assert (method, query, status) == ("POST", "alt=sse", 200), report
+    assert chosen.startswith("gemini-") and chosen != ROUTER_MODEL, report
+
+    # The router request: JSON output with a schema, answered with that JSON.
+    router_call = recorder.exchanges[0]
+    config = router_call.body()["generationConfig"]
+    assert isinstance(config, dict)
+    assert config["responseMimeType"] == "application/json", config
+    assert config["responseJsonSchema"]["required"] == ROUTER_FIELDS, config
+    (candidate,) = json.loads(router_call.response)["candidates"]
+    verdict = json.loads("".join(part["text"] for part in candidate["content"]["parts"]))
+    assert sorted(verdict) == ROUTER_FIELDS, verdict
+
+    # As the backend got them: the schema as the JSON-schema response format, then the
+    # turn (no response format) under the backend's model name.
+    first, second = backend.requests
+    assert first.response_format is not None, report
+    assert first.response_format.type == "json_schema", first.response_format
+    assert first.response_format.schema is not None
+    assert first.response_format.schema["required"] == ROUTER_FIELDS, first.response_format
+    assert second.response_format is None and second.model == "scripted", report
