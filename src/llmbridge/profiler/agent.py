@@ -5,7 +5,8 @@ unless the scenarios file names a database) and the serving layer's ``Models``
 (``serving.models.open_models``, the gateway's own way to call a model): by
 default the zero-configuration gateway (the embedded model), or, with
 ``gateway_url``, a running llmbridge reached as an OpenAI-compatible backend.
-Every session uses the scenarios file's persona.
+Every session uses the scenarios file's persona, and its mode's instructions before
+the scenario's (a mode's environment and OpenCode agent do not apply in process).
 
 The trace is recorded live from ``run_agent_stream``'s events, with this process's
 clock: a ``turn_boundary`` when a prompt starts and when the model answers after a
