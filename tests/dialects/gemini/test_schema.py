@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from llmbridge.dialects.gemini.schema import openapi_to_json_schema
+from llmbridge.dialects.gemini.request import decode_chat_request
+from llmbridge.dialects.gemini.schema import lower_case_types, openapi_to_json_schema
 
 
 def test_upper_case_types_nested_everywhere() -> None:
@@ -160,3 +161,50 @@ def test_the_sdk_schema_converts_to_what_the_sdk_itself_means() -> None:
     ours = openapi_to_json_schema(wire)
     theirs = sdk.json_schema.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert ours == theirs
+
+
+def test_upper_case_type_names_in_json_schema_fields_are_lower_cased() -> None:
+    # Gemini CLI 0.61.0's model router sends responseJsonSchema with OpenAPI's names.
+    schema = {
+        "type": "OBJECT",
+        "properties": {
+            "reasoning": {"type": "STRING"},
+            "type": {"type": ["INTEGER", "NULL"], "enum": ["OBJECT"], "default": "STRING"},
+            "list": {"type": "ARRAY", "items": {"type": "BOOLEAN"}},
+        },
+        "anyOf": [{"type": "NUMBER"}],
+    }
+    assert lower_case_types(schema) == {
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string"},
+            # Data (enum, default) is left alone; a property named "type" is a schema.
+            "type": {"type": ["integer", "null"], "enum": ["OBJECT"], "default": "STRING"},
+            "list": {"type": "array", "items": {"type": "boolean"}},
+        },
+        "anyOf": [{"type": "number"}],
+    }
+
+
+def test_the_decoder_lower_cases_response_and_parameters_json_schemas() -> None:
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "route"}]}],
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {"name": "f", "parametersJsonSchema": {"type": "OBJECT", "properties": {}}}
+                ]
+            }
+        ],
+        "generationConfig": {
+            "responseMimeType": "application/json",
+            "responseJsonSchema": {"type": "OBJECT", "properties": {"m": {"type": "STRING"}}},
+        },
+    }
+    chat = decode_chat_request(body, model="m", stream=False)
+    assert chat.tools[0].input_schema == {"type": "object", "properties": {}}
+    assert chat.response_format is not None
+    assert chat.response_format.schema == {
+        "type": "object",
+        "properties": {"m": {"type": "string"}},
+    }

@@ -30,7 +30,7 @@ from llmbridge.core.request import (
 )
 from llmbridge.dialects.gemini.contents import ContentDecoder, encode_contents
 from llmbridge.dialects.gemini.errors import VALIDATION_WORDING
-from llmbridge.dialects.gemini.schema import openapi_to_json_schema
+from llmbridge.dialects.gemini.schema import lower_case_types, openapi_to_json_schema
 from llmbridge.dialects.gemini.types import (
     PROVIDER,
     BatchEmbedContentsRequest,
@@ -322,7 +322,7 @@ class _Decoder:
         if config.response_json_schema is not None:
             return ResponseFormat(
                 type="json_schema",
-                schema=config.response_json_schema,
+                schema=lower_case_types(config.response_json_schema),
                 param=self.prefix + "generationConfig.responseJsonSchema",
             )
         if config.response_schema is not None:
@@ -381,7 +381,7 @@ class _Decoder:
                 if not declaration.name:
                     raise self.error(f"{path}.name", "a function needs a name")
                 if declaration.parameters_json_schema is not None:
-                    schema = declaration.parameters_json_schema
+                    schema = lower_case_types(declaration.parameters_json_schema)
                 elif declaration.parameters is not None:
                     schema = openapi_to_json_schema(declaration.parameters)
                 else:

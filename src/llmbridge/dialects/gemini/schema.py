@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["openapi_to_json_schema"]
+__all__ = ["lower_case_types", "openapi_to_json_schema"]
 
 # proto3 JSON names (and their snake_case originals) -> JSON Schema keywords.
 _RENAMED = {
@@ -98,6 +98,36 @@ def openapi_to_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
             result["examples"] = [value]
         else:
             result[name] = value
+    return result
+
+
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "example"})
+"""Keywords whose values are data, not schemas: never rewritten."""
+
+
+def lower_case_types(schema: Any) -> Any:
+    """``schema`` (a ``parametersJsonSchema`` / ``responseJsonSchema``) with Google's
+    upper-case type names (``"OBJECT"``, ``"STRING"``) as JSON Schema's lower-case ones,
+    everything else as it is.
+
+    Gemini's own API accepts either spelling in these JSON Schema fields, and Gemini CLI
+    0.61.0 sends upper-case ones (its model router's ``responseJsonSchema``); a JSON Schema
+    validator or grammar compiler downstream (llama.cpp's, an OpenAI server's) knows only
+    the lower-case names and refuses the others."""
+    if isinstance(schema, list):
+        return [lower_case_types(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DATA_KEYWORDS:
+            result[key] = value
+        elif key == "type" and isinstance(value, str):
+            result[key] = _TYPES.get(value, value)
+        elif key == "type" and isinstance(value, list):
+            result[key] = [_TYPES.get(v, v) if isinstance(v, str) else v for v in value]
+        else:
+            result[key] = lower_case_types(value)
     return result
 
 
