@@ -1034,6 +1034,13 @@ def test_error_body_of_a_bad_field_names_it_in_details() -> None:
     }
 
 
+def test_a_field_the_core_names_is_named_as_gemini_knows_it() -> None:
+    # A context-length error from a backend names the core's "messages".
+    error = InvalidRequestError("the prompt is too long", param="messages")
+    violation = error_body(error, "r")["error"]["details"][0]["fieldViolations"][0]
+    assert violation["field"] == "contents"
+
+
 def test_the_sdk_reads_our_error_body() -> None:
     from google.genai import errors
 

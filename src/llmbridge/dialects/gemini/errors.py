@@ -40,6 +40,11 @@ _STATUSES = {
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
 
+_GEMINI_FIELDS = {"messages": "contents"}
+"""Fields named by the core or a backend (a context-length error names ``messages``)
+as a Gemini client knows them."""
+
+
 def status_for_http(code: int) -> str:
     """The canonical ``status`` name for an HTTP status (other 4xx:
     ``FAILED_PRECONDITION``, other 5xx and anything else: ``INTERNAL``)."""
@@ -61,7 +66,7 @@ def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:
         "status": status_for_http(err.status_code),
     }
     if err.param and 400 <= err.status_code < 500:
-        violation = {"field": err.param, "description": err.message}
+        violation = {"field": _GEMINI_FIELDS.get(err.param, err.param), "description": err.message}
         error["details"] = [{"@type": _BAD_REQUEST, "fieldViolations": [violation]}]
     return {"error": error}
 
