@@ -1,0 +1,138 @@
+"""The shared-state contract: counters every replica and worker must agree on.
+
+Owns the ``SharedState`` protocol and its two value types. Implementations:
+``state.local.LocalState`` (one process) and ``state.redis.RedisState`` (every
+replica, atomically in Redis), with ``state.failover`` serving the Redis one
+from a local fallback while Redis is unreachable.
+
+Every limit and count here is checked and updated atomically in the store
+itself, never read-modify-written by the caller: LiteLLM's per-deployment
+limits were checked in each replica's memory, so N replicas allowed N times the
+limit (the defect this layer exists to avoid).
+
+Semantics shared by every implementation:
+
+- Windows (``take``/``add``/``used``) are sliding windows of 1-second buckets,
+  exact to the second: a call at time ``t`` counts every bucket from
+  ``floor(t) - ceil(window_s) + 1`` to ``floor(t)``.
+- In-flight counts (``acquire``/``release``) never go below zero; in Redis they
+  belong to the replica that took them and vanish with it (heartbeat TTL).
+- Latency is an EWMA with alpha 0.3 (the first sample is taken as is).
+- A breaker opens when ``failures`` reaches ``threshold`` (or at once from
+  ``half_open``); ``breaker_success`` closes it and clears the failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+__all__ = ["EWMA_ALPHA", "BreakerState", "BreakerView", "SharedState", "WindowVerdict"]
+
+EWMA_ALPHA = 0.3
+"""Weight of the newest latency sample in ``observe_latency``."""
+
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowVerdict:
+    """The answer of ``SharedState.take``."""
+
+    allowed: bool
+    """Whether ``cost`` fitted in the window (and was added)."""
+    used: int
+    """Total in the window after this call (``cost`` included when allowed)."""
+    limit: int
+    """The limit the call was checked against."""
+    reset_s: float
+    """Seconds until ``cost`` would fit (0.0 when allowed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerView:
+    """A circuit breaker's shared state."""
+
+    state: BreakerState
+    """``closed`` (calls pass), ``open`` (calls refused) or ``half_open`` (one probe)."""
+    failures: int
+    """Consecutive failures since the last success."""
+    opened_at: float
+    """Unix seconds when it last opened; 0.0 when never opened."""
+
+
+class SharedState(Protocol):
+    """Counters shared by every worker and replica of a gateway."""
+
+    kind: str
+    """``"local"`` or ``"redis"``."""
+
+    @property
+    def degraded(self) -> bool:
+        """True while a Redis-backed state serves from its local fallback."""
+        ...
+
+    async def take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
+        """Add ``cost`` to the sliding window atomically if ``used + cost <= limit``."""
+        ...
+
+    async def add(self, key: str, amount: int, window_s: float) -> int:
+        """Add ``amount`` to the window unconditionally; returns the new total."""
+        ...
+
+    async def used(self, key: str, window_s: float) -> int:
+        """The window's total now."""
+        ...
+
+    async def acquire(self, key: str, limit: int | None) -> bool:
+        """In-flight +1 unless already at ``limit`` (``None``: no limit)."""
+        ...
+
+    async def release(self, key: str) -> None:
+        """In-flight -1 (never below zero)."""
+        ...
+
+    async def in_flight(self, keys: Sequence[str]) -> dict[str, int]:
+        """Current in-flight counts of ``keys`` (0 for unknown keys)."""
+        ...
+
+    async def next_index(self, key: str) -> int:
+        """A monotonically increasing counter (round robin), starting at 0."""
+        ...
+
+    async def observe_latency(self, key: str, seconds: float) -> None:
+        """Fold ``seconds`` into the key's EWMA (alpha 0.3)."""
+        ...
+
+    async def latencies(self, keys: Sequence[str]) -> dict[str, float | None]:
+        """The EWMA of each key, ``None`` when never observed."""
+        ...
+
+    async def breaker(self, name: str) -> BreakerView:
+        """The breaker's state (closed with no failures when unknown)."""
+        ...
+
+    async def breaker_failure(self, name: str, threshold: int) -> BreakerView:
+        """Count a failure; opens at ``threshold`` or at once from ``half_open``."""
+        ...
+
+    async def breaker_success(self, name: str) -> None:
+        """Close the breaker and clear its failures."""
+        ...
+
+    async def breaker_set(self, name: str, state: Literal["open", "half_open"]) -> BreakerView:
+        """Move the breaker to ``state`` (after a probe); ``open`` restamps ``opened_at``."""
+        ...
+
+    async def add_float(self, key: str, amount: float) -> float:
+        """Add to a float counter (spend, budget) with no expiry; returns the new total."""
+        ...
+
+    async def get_float(self, key: str) -> float:
+        """A float counter's value (0.0 when unknown)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and background tasks."""
+        ...
