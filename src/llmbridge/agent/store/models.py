@@ -10,6 +10,8 @@ Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and si
 effects), ``vitals``, ``appointments``.
 Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
 ``store.responses``).
+Accounts (issue 17, ``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
+with their limits) and ``usage`` (the ledger: one row per request).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``store.access`` has the rules).
@@ -45,6 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "ApiKeyRow",
     "Appointment",
     "Base",
     "Caregiver",
@@ -60,6 +63,7 @@ __all__ = [
     "SessionRow",
     "Summary",
     "UTCDateTime",
+    "UsageRow",
     "Vital",
     "utcnow",
 ]
@@ -373,3 +377,63 @@ class ResponseRow(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     response: Mapped[dict[str, Any]] = mapped_column(JSON)
     """The rest of the response object as created (status, the echoed request fields)."""
+
+
+# -- accounts (issue 17: llmbridge.accounts) ------------------------------------------
+
+
+class ApiKeyRow(Base):
+    """An API key kept in the database (``accounts.keys``): its sha256, never the key."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    """``key_...`` (``core.ids.new_id``)."""
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    """sha256 hex of the key: the lookup is by hash, so no key is compared in Python."""
+    identity: Mapped[str] = mapped_column(String(64))
+    """``web.auth.key_identity(key)``: the owner of agent rows the key creates."""
+    prefix: Mapped[str | None] = mapped_column(String(16), default=None)
+    """The key's first characters, for lists (``llmb-AbCd``)."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    rpm: Mapped[int | None] = mapped_column(Integer, default=None)
+    tpm: Mapped[int | None] = mapped_column(Integer, default=None)
+    max_parallel: Mapped[int | None] = mapped_column(Integer, default=None)
+    budget_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    models: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    """Globs of the public model names the key may use; ``None``: every model."""
+    spent_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    """What the ledger has flushed for the key (``accounts`` adds the unflushed part)."""
+
+
+class UsageRow(Base):
+    """One request in the usage ledger."""
+
+    __tablename__ = "usage"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(64), unique=True)
+    """Unique, so a retried flush never records a request twice."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    key_id: Mapped[str | None] = mapped_column(String(40), default=None, index=True)
+    """``api_keys.id``; ``None`` for a static key or no key."""
+    key_name: Mapped[str | None] = mapped_column(String(200), default=None)
+    model: Mapped[str] = mapped_column(String(200))
+    """The public model name the caller asked for."""
+    backend: Mapped[str | None] = mapped_column(String(100), default=None)
+    """The backend's kind."""
+    deployment: Mapped[str | None] = mapped_column(String(200), default=None)
+    """The configured backend that served it (after fallbacks and balancing)."""
+    endpoint: Mapped[str | None] = mapped_column(String(100), default=None)
+    status: Mapped[int] = mapped_column(Integer)
+    input_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    output_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    reasoning_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    cost_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    latency_ms: Mapped[float | None] = mapped_column(Float, default=None)
+    ttft_ms: Mapped[float | None] = mapped_column(Float, default=None)
+    streamed: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    replica: Mapped[str | None] = mapped_column(String(100), default=None)
