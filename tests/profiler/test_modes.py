@@ -30,6 +30,7 @@ from llmbridge.profiler.opencode import OpenCodeSessionProvider
 from llmbridge.profiler.runner import run_scenarios
 from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
 from llmbridge.profiler.setup import configs_for, make_provider
+from llmbridge.profiler.workspace import remove_workspace
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 
@@ -201,6 +202,9 @@ async def test_opencode_modes_reach_the_agent_and_share_a_server(
     # alpha and beta have one environment: one server for both, another for gamma.
     assert provider.spawns == 2
     marks = {mode: _read(r.workspace, "mark.txt") for mode, r in records.items()}
+    for record in result.records:
+        assert record.workspace is not None
+        await remove_workspace(Path(record.workspace))
     assert marks == {"alpha": "a", "beta": "a", "gamma": "g"}
     # Each session's first model request: the mode's instructions, then the scenario's.
     firsts = [r for r in model.requests[-6:] if len(r.messages) == 2]
