@@ -10,8 +10,8 @@ command's exit status and output. After the session the workspace checks look at
 it: ``file_exists``, ``file_contains``, ``file_matches``, and ``command`` (exit
 status 0 passes; its output's tail is kept in the result). Every command runs in
 its own process group, killed whole when the command ends or at its deadline, so a
-stray background child neither hangs the run nor outlives it. A path that resolves outside the workspace
-(through a symbolic link the agent made, say) fails its check.
+stray background child neither hangs the run nor outlives it. A path that resolves
+outside the workspace (through a symbolic link the agent made, say) fails its check.
 """
 
 from __future__ import annotations
