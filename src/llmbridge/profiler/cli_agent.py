@@ -1,0 +1,572 @@
+"""What the profiler's command-line agent providers share (Claude Code, Gemini CLI,
+Codex): their settings, a fresh HOME per session, one CLI run with the arrival time
+of each output line, and a trace built from those lines as they are mapped.
+
+A CLI agent runs once per prompt (``claude -p``, ``gemini -p``, ``codex exec``),
+printing JSON lines as it works; a later prompt of the same session resumes the
+conversation the CLI stored under its HOME. Each run is a child process in its own
+process group, with a minimal environment (so no key, proxy or setting of the
+caller's shell reaches it), stdin closed (``-p`` would read it as more prompt), and
+stderr in a file (a tool's background child holding a pipe cannot stall the run).
+At the deadline, and after every run, the whole group is killed: the CLI and
+whatever its shell tool left behind.
+
+These CLIs print no per-step clock of their own (Gemini CLI's lines carry a
+wall-clock timestamp, Claude Code's only some of them), so every line is stamped
+on arrival with this process's monotonic clock, expressed as Unix milliseconds
+(``now_ms``); a tool's duration is its call's arrival to its result's arrival, which
+includes the CLI's own work around the tool and the pipe's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from llmbridge.profiler.metrics import Price
+from llmbridge.profiler.modes import combine_instructions
+from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
+from llmbridge.profiler.trace import build_summary, group_turns
+from llmbridge.profiler.types import (
+    CompletionReason,
+    CostMetrics,
+    PromptMetrics,
+    PromptResult,
+    ProviderConfig,
+    SessionHandle,
+    SessionTrace,
+    TimingMetrics,
+    TokenMetrics,
+    ToolCallRecord,
+    TraceEvent,
+)
+
+__all__ = [
+    "CliAgentSettings",
+    "CliRun",
+    "CliSession",
+    "CliSessionProvider",
+    "OutputLine",
+    "TraceBuilder",
+    "base_environment",
+    "make_home",
+    "now_ms",
+    "prompt_result",
+    "remove_home",
+    "run_cli",
+]
+
+_STDOUT_LIMIT = 64 * 1024 * 1024
+"""Bytes in one output line: Claude Code's init line lists every tool and skill."""
+_DRAIN_SECONDS = 2.0
+"""After the CLI exits, how long its remaining output may take to arrive."""
+_TERM_GRACE_SECONDS = 3.0
+"""At the deadline: SIGTERM, then SIGKILL after this long."""
+STDERR_TAIL = 4000
+"""Characters of a run's stderr kept (its end, where failures are reported)."""
+
+
+class CliAgentSettings(BaseModel):
+    """A CLI agent's section of a scenarios file (``claude_code``, ``gemini_cli``,
+    ``codex``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = None
+    """The binary; by default the CLI's usual name on ``PATH``."""
+    endpoint: str | None = None
+    """The model endpoint's base URL (an llmbridge gateway); by default
+    ``profile run --gateway-url``."""
+    api_key: str = "llmbridge"
+    """What the CLI sends as its key (a gateway without ``api_keys`` takes any)."""
+    permission: Literal["allow", "deny", "ask-reject"] = "deny"
+    environment: dict[str, str] = Field(default_factory=dict)
+    """Variables added to the CLI's clean environment (before each mode's own)."""
+    args: tuple[str, ...] = ()
+    """More command-line arguments for every run (``[--tools, Bash]``, say)."""
+
+
+# -- the clock ------------------------------------------------------------------------
+
+_ANCHOR_UNIX_MS = time.time() * 1000
+_ANCHOR_PERF = time.perf_counter()
+
+
+def now_ms() -> float:
+    """Unix milliseconds read from the monotonic clock: differences between two
+    readings are exact even if the wall clock is adjusted meanwhile."""
+    return _ANCHOR_UNIX_MS + (time.perf_counter() - _ANCHOR_PERF) * 1000
+
+
+# -- a run ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLine:
+    at_ms: float
+    """When the line arrived (``now_ms``)."""
+    text: str
+    data: dict[str, Any] | None
+    """The line as a JSON object, ``None`` when it is not one."""
+
+    @classmethod
+    def parse(cls, at_ms: float, text: str) -> OutputLine:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        return cls(at_ms, text, value if isinstance(value, dict) else None)
+
+
+@dataclass
+class CliRun:
+    argv: list[str]
+    started_ms: float
+    ended_ms: float = 0.0
+    lines: list[OutputLine] = field(default_factory=list)
+    returncode: int | None = None
+    """``None`` when the run was killed at its deadline."""
+    stderr: str = ""
+    """Its last ``STDERR_TAIL`` characters."""
+    timed_out: bool = False
+
+    def failure(self) -> str | None:
+        """What went wrong with the process itself, if anything."""
+        if self.timed_out:
+            return None
+        if self.returncode not in (0, None):
+            tail = self.stderr.strip()[-500:]
+            return f"exit status {self.returncode}" + (f": {tail}" if tail else "")
+        return None
+
+
+def _kill_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+async def _read_lines(stream: asyncio.StreamReader, run: CliRun) -> None:
+    while line := await stream.readline():
+        text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+        if text.strip():
+            run.lines.append(OutputLine.parse(now_ms(), text))
+
+
+async def run_cli(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float,  # noqa: ASYNC109 - the prompt's deadline, passed down
+    stderr_path: Path,
+) -> CliRun:
+    """Run ``argv`` in ``cwd`` until it exits or ``timeout`` seconds pass; every stdout
+    line with its arrival time. The process group is killed afterwards either way."""
+    run = CliRun(list(argv), now_ms())
+    with stderr_path.open("wb") as sink:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=sink,
+            start_new_session=True,
+            limit=_STDOUT_LIMIT,
+        )
+    assert process.stdout is not None
+    reader = asyncio.create_task(_read_lines(process.stdout, run))
+    try:
+        async with asyncio.timeout(timeout):
+            await process.wait()
+    except TimeoutError:
+        run.timed_out = True
+        _kill_group(process, signal.SIGTERM)
+        try:
+            async with asyncio.timeout(_TERM_GRACE_SECONDS):
+                await process.wait()
+        except TimeoutError:
+            _kill_group(process, signal.SIGKILL)
+            await process.wait()
+    finally:
+        # Whatever the CLI's tools started in the background goes with it.
+        _kill_group(process, signal.SIGKILL)
+        if process.returncode is None:  # cancelled: reap it
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await asyncio.shield(process.wait())
+        try:
+            async with asyncio.timeout(_DRAIN_SECONDS):
+                await asyncio.shield(reader)
+        except TimeoutError:
+            reader.cancel()
+        except ValueError:  # a line over the limit: what came before it is kept
+            pass
+    run.ended_ms = now_ms()
+    run.returncode = None if run.timed_out else process.returncode
+    run.stderr = _tail(stderr_path)
+    return run
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as source:
+            source.seek(0, os.SEEK_END)
+            size = source.tell()
+            source.seek(max(size - STDERR_TAIL * 4, 0))
+            return source.read().decode("utf-8", errors="replace")[-STDERR_TAIL:]
+    except OSError:
+        return ""
+
+
+# -- a session's home -------------------------------------------------------------------
+
+
+def make_home(prefix: str) -> Path:
+    """A fresh temporary HOME (with its own ``tmp``): the CLI's settings, credentials
+    and stored sessions live there and go with it."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    (home / "tmp").mkdir()
+    return home
+
+
+async def remove_home(home: Path) -> None:
+    await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
+
+
+def base_environment(home: Path, *layers: Mapping[str, str]) -> dict[str, str]:
+    """A minimal environment for a CLI run under ``home``, then ``layers`` in order
+    (the CLI's own variables, the settings', the mode's)."""
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "TMPDIR": str(home / "tmp"),
+        "LANG": "C.UTF-8",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    for layer in layers:
+        environment.update(layer)
+    return environment
+
+
+# -- the trace ------------------------------------------------------------------------
+
+
+@dataclass
+class TraceBuilder:
+    """A session's ``TraceEvent``s, appended as a run's lines are mapped. Turns (LLM
+    steps) are numbered across the session's prompts."""
+
+    events: list[TraceEvent] = field(default_factory=list)
+    turn: int = -1
+    _boundary: int | None = None
+    _calls: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def open_step(self, at_ms: float) -> None:
+        self.turn += 1
+        self._boundary = len(self.events)
+        self.events.append(TraceEvent("turn_boundary", self.turn, at_ms))
+
+    @property
+    def open_boundary(self) -> int | None:
+        """The index of the open step's boundary, if a step is open."""
+        return self._boundary
+
+    def close_step(
+        self,
+        end_ms: float,
+        *,
+        tokens: TokenMetrics | None = None,
+        status: str | None = None,
+    ) -> None:
+        """End the open step at ``end_ms`` with its tokens and finish reason."""
+        if self._boundary is None:
+            return
+        old = self.events[self._boundary]
+        assert old.timestamp_ms is not None
+        self.events[self._boundary] = TraceEvent(
+            "turn_boundary",
+            old.turn,
+            old.timestamp_ms,
+            max(end_ms - old.timestamp_ms, 0.0),
+            status=status or old.status,
+            tokens=tokens if tokens is not None else old.tokens,
+        )
+        self._boundary = None
+
+    def set_step_usage(self, index: int, tokens: TokenMetrics, cost_usd: float | None) -> None:
+        """Put ``tokens`` and ``cost_usd`` on the boundary at ``index``."""
+        old = self.events[index]
+        self.events[index] = TraceEvent(
+            "turn_boundary",
+            old.turn,
+            old.timestamp_ms,
+            old.duration_ms,
+            status=old.status,
+            tokens=tokens,
+            cost_usd=cost_usd,
+        )
+
+    def content(self, kind: Literal["text_output", "reasoning"], at_ms: float, text: str) -> None:
+        """A piece of text or reasoning: merged into the step's previous event of the
+        same kind when nothing came between them."""
+        if not text:
+            return
+        last = self.events[-1] if self.events else None
+        if last is not None and last.type == kind and last.turn == self.turn:
+            start = last.timestamp_ms if last.timestamp_ms is not None else at_ms
+            self.events[-1] = TraceEvent(
+                kind, last.turn, start, at_ms - start, text=(last.text or "") + text
+            )
+        else:
+            self.events.append(TraceEvent(kind, self.turn, at_ms, 0.0, text=text))
+
+    def tool_call(self, at_ms: float, tool: str, call_id: str, arguments: Any) -> None:
+        self._calls[call_id] = (tool, at_ms)
+        self.events.append(
+            TraceEvent(
+                "tool_call",
+                self.turn,
+                at_ms,
+                tool=tool,
+                call_id=call_id,
+                status="called",
+                arguments=arguments,
+            )
+        )
+
+    def tool_result(
+        self, at_ms: float, call_id: str, output: str | None, error: str | None
+    ) -> ToolCallRecord:
+        """The call's result (``error``: it failed), timed from the call's arrival."""
+        tool, began = self._calls.pop(call_id, ("?", at_ms))
+        took = max(at_ms - began, 0.0)
+        status: Literal["completed", "error"] = "error" if error is not None else "completed"
+        self.events.append(
+            TraceEvent(
+                "error" if error is not None else "tool_result",
+                self.turn,
+                at_ms,
+                duration_ms=took,
+                text=output,
+                tool=tool,
+                call_id=call_id,
+                status=status,
+                error=error,
+            )
+        )
+        return ToolCallRecord(tool, call_id, status, took, error)
+
+    def unfinished_tools(self, at_ms: float, reason: str) -> list[ToolCallRecord]:
+        """Every call still waiting for its result ends as an error (the run ended)."""
+        return [self.tool_result(at_ms, call_id, None, reason) for call_id in list(self._calls)]
+
+    def error(self, at_ms: float, message: str) -> None:
+        self.events.append(TraceEvent("error", max(self.turn, 0), at_ms, error=message))
+
+
+def prompt_result(
+    *,
+    text: str,
+    tokens: TokenMetrics,
+    cost: CostMetrics,
+    started_ms: float,
+    ended_ms: float,
+    first_content_ms: float | None,
+    steps_ms: Sequence[float],
+    tool_calls: Sequence[ToolCallRecord],
+    reason: CompletionReason,
+    error: str | None,
+) -> PromptResult:
+    """One prompt's result from what a run's mapping measured: time to first token
+    is from the CLI's start to its first text or reasoning."""
+    tools: dict[str, float] = {}
+    for call in tool_calls:
+        tools[call.name] = tools.get(call.name, 0.0) + (call.duration_ms or 0.0)
+    timing = TimingMetrics(
+        ttft_ms=None if first_content_ms is None else first_content_ms - started_ms,
+        total_ms=ended_ms - started_ms,
+        steps_ms=tuple(steps_ms),
+        tools_ms=tools,
+    )
+    return PromptResult(
+        text=text,
+        metrics=PromptMetrics(tokens, timing, tuple(tool_calls), cost),
+        completion_reason=reason,
+        error=error,
+    )
+
+
+# -- the provider -----------------------------------------------------------------------
+
+
+@dataclass
+class CliSession:
+    """One profiled session: its HOME, where the agent works, and what it did."""
+
+    key: str
+    """The session's id: passed to the CLI (``--session-id``) where it takes one."""
+    home: Path
+    cwd: Path
+    system: str | None
+    """The mode's instructions, then the scenario's."""
+    builder: TraceBuilder = field(default_factory=TraceBuilder)
+    resume_id: str | None = None
+    """The CLI's id of the conversation, once a run has reported it."""
+    runs: list[CliRun] = field(default_factory=list)
+    """Every run's output (the fixture capture saves it)."""
+    reported_cost: float = 0.0
+    """The CLI's running total of cost, where it reports one across runs."""
+
+
+class CliSessionProvider:
+    """A ``SessionProvider`` running a command-line agent once per prompt.
+
+    Subclasses say how the CLI is called (``command_line``, ``environment``, what
+    ``prepare_home`` writes) and how a run's lines map to a ``PromptResult``
+    (``map_run``, which appends the run's events to the session's trace)."""
+
+    id = "cli"
+    default_command = ""
+    settings: CliAgentSettings
+
+    def __init__(
+        self,
+        settings: CliAgentSettings | None = None,
+        *,
+        gateway_url: str | None = None,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        self.settings = settings or CliAgentSettings()
+        self.gateway_url = gateway_url
+        self.prices = dict(prices or {})
+        self.config: ProviderConfig | None = None
+        self.command = ""
+        self.endpoint = ""
+        self.sessions: dict[str, CliSession] = {}
+
+    # -- what a subclass provides -------------------------------------------------------
+
+    def command_line(self, session: CliSession, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self, session: CliSession) -> dict[str, str]:
+        """The CLI's own variables (``base_environment`` adds the rest)."""
+        raise NotImplementedError
+
+    def prepare_home(self, session: CliSession) -> None:
+        """Write the CLI's settings under ``session.home`` (nothing by default)."""
+
+    def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
+        raise NotImplementedError
+
+    # -- the contract -----------------------------------------------------------------
+
+    @property
+    def price(self) -> Price | None:
+        return self.prices.get(self.config.model) if self.config is not None else None
+
+    async def init(self, config: ProviderConfig) -> None:
+        command = self.settings.command or self.default_command
+        found = shutil.which(command)
+        if found is None:
+            raise ProviderError(f"{self.id}: the command {command!r} was not found")
+        endpoint = self.settings.endpoint or self.gateway_url
+        if not endpoint:
+            raise ProviderError(
+                f"{self.id}: no model endpoint (set {self.id}.endpoint in the scenarios "
+                "file or pass --gateway-url)"
+            )
+        self.config, self.command, self.endpoint = config, found, endpoint.rstrip("/")
+
+    async def create_session(
+        self,
+        *,
+        system_instructions: str | None,
+        scenario_id: str,
+        iteration: int,
+        workspace: Path | None = None,
+    ) -> SessionHandle:
+        if self.config is None:
+            raise ProviderError("init() first")
+        home = make_home(f"llmbridge-profile-{self.id}-")
+        cwd = workspace
+        if cwd is None:
+            cwd = home / "work"
+            cwd.mkdir()
+        system = combine_instructions(self.config.system_instructions, system_instructions)
+        session = CliSession(str(uuid.uuid4()), home, cwd, system)
+        try:
+            self.prepare_home(session)
+        except OSError as exc:
+            await remove_home(home)
+            raise ProviderError(f"{self.id}: could not prepare its HOME: {exc}") from exc
+        self.sessions[session.key] = session
+        return SessionHandle(session.key, self.id, time.time(), scenario_id, iteration)
+
+    def _session(self, handle: SessionHandle) -> CliSession:
+        session = self.sessions.get(handle.session_id)
+        if session is None:
+            raise ProviderError(f"unknown session {handle.session_id}")
+        return session
+
+    async def prompt(
+        self,
+        handle: SessionHandle,
+        text: str,
+        timeout: float,  # noqa: ASYNC109 - seed 004's signature
+    ) -> PromptResult:
+        if self.config is None:
+            raise ProviderError("init() first")
+        session = self._session(handle)
+        number = len(session.runs)
+        environment = base_environment(
+            session.home,
+            self.environment(session),
+            self.settings.environment,
+            self.config.environment,
+        )
+        try:
+            run = await run_cli(
+                self.command_line(session, text),
+                env=environment,
+                cwd=session.cwd,
+                timeout=timeout,
+                stderr_path=session.home / f"stderr-{number}.log",
+            )
+        except OSError as exc:
+            raise ProviderError(f"{self.id} did not start: {exc}") from exc
+        session.runs.append(run)
+        result = self.map_run(session, run, timeout)
+        if run.timed_out:
+            raise PromptTimeoutError(f"the prompt did not finish within {timeout:g} s", result)
+        return result
+
+    async def export_session(self, handle: SessionHandle) -> SessionTrace:
+        session = self._session(handle)
+        events = tuple(session.builder.events)
+        turns = group_turns(events)
+        return SessionTrace(handle.session_id, events, turns, build_summary(events, turns))
+
+    async def destroy_session(self, handle: SessionHandle) -> None:
+        session = self.sessions.pop(handle.session_id, None)
+        if session is not None:
+            await remove_home(session.home)
+
+    async def shutdown(self) -> None:
+        for key in list(self.sessions):
+            await remove_home(self.sessions.pop(key).home)
