@@ -56,6 +56,7 @@ from pydantic import (
     model_validator,
 )
 
+from llmbridge.profiler.cli_agent import CliAgentSettings
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import DEFAULT_MODE, ModeSpec
 from llmbridge.profiler.types import PromptResult
@@ -273,6 +274,10 @@ class ScenarioFile(_Strict):
     timeout: float = Field(120.0, gt=0)
     opencode: OpenCodeSettings = OpenCodeSettings()
     agent: AgentSettings = AgentSettings()
+    claude_code: CliAgentSettings = CliAgentSettings()
+    """The Claude Code provider (claude_code.py)."""
+    gemini_cli: CliAgentSettings = CliAgentSettings()
+    """The Gemini CLI provider (gemini_cli.py)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     scenarios: tuple[Scenario, ...]
 
