@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from llmbridge.dialects.anthropic.errors import error_type_for_status
+from llmbridge.dialects.gemini.errors import status_for_http
 from llmbridge.dialects.openai.errors import error_type
 from llmbridge.web.render import Dialect, dialect_for_path
 
@@ -23,6 +24,8 @@ __all__ = ["assert_error_shape", "assert_no_traceback", "dialect_for_path"]
 _TRACEBACK = re.compile(rb'Traceback \(most recent call last\)|File "[^"\n]*", line \d+')
 # seed 000's failed tool decision adds these to Ollama's {"error"} (dialects/ollama/errors.py)
 _OLLAMA_TOOL_DECISION = {"error", "message", "done", "done_reason"}
+# google.rpc.Status as JSON; details only on a 400 naming a field (dialects/gemini/errors.py)
+_GEMINI_ERROR_KEYS = {"code", "message", "status", "details"}
 
 
 def assert_no_traceback(body: bytes) -> None:
@@ -52,6 +55,14 @@ def assert_error_shape(
         assert isinstance(error["message"], str) and error["message"], error
         assert error["type"] == error_type(status), (status, error)
         assert all(error[key] is None or isinstance(error[key], str) for key in ("param", "code"))
+        return error["message"]
+    if dialect is Dialect.GEMINI:
+        assert set(parsed) == {"error"}, parsed
+        error = parsed["error"]
+        assert isinstance(error, dict), error
+        assert {"code", "message", "status"} <= set(error) <= _GEMINI_ERROR_KEYS, error
+        assert error["code"] == status and error["status"] == status_for_http(status), error
+        assert isinstance(error["message"], str) and error["message"], error
         return error["message"]
     assert set(parsed) == {"type", "error", "request_id"}, parsed
     assert parsed["type"] == "error", parsed

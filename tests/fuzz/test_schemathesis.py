@@ -49,7 +49,15 @@ from schemathesis.specs.openapi.checks import (
 
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_document
-from llmbridge.gateway.routes import anthropic, completions, ollama, openai, responses, system
+from llmbridge.gateway.routes import (
+    anthropic,
+    completions,
+    gemini,
+    ollama,
+    openai,
+    responses,
+    system,
+)
 from llmbridge.web.auth import OPEN_PATHS
 from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, running_gateway
@@ -107,7 +115,7 @@ def test_every_route_is_described() -> None:
     """Adding a route means describing it (HEAD: only where a route lists it itself)."""
     served = {
         (method, route.path.replace(":path}", "}"))
-        for module in (system, ollama, openai, responses, completions, anthropic)
+        for module in (system, ollama, openai, responses, completions, anthropic, gemini)
         for route in module.routes
         for method in route.methods or ()
     }

@@ -107,6 +107,12 @@ def test_stream_without_alt_sse_is_one_json_array(
     )
     assert text == "xy"
     assert chunks[-1]["candidates"][0]["finishReason"] == "STOP"
+    url = gateway.url + "/v1beta/models/scripted:streamGenerateContent"
+    scripted.enqueue(Script(text=["x", "y"]))
+    as_json = httpx.post(url, params={"alt": "json"}, json=body).json()
+    assert [c["candidates"] for c in as_json] == [c["candidates"] for c in chunks]
+    refused = httpx.post(url, params={"alt": "proto"}, json=body)
+    assert "alt" in assert_error_shape(Dialect.GEMINI, 400, refused.content)
 
 
 def test_sse_stream_media_type(gateway: RunningServer, scripted: ScriptedBackend) -> None:
@@ -399,14 +405,15 @@ def test_embedded_function_calling(zero_config: RunningServer) -> None:
                 max_output_tokens=64,
             ),
         )
-        parts = reply.candidates[0].content.parts  # type: ignore[index,union-attr]
-        assert parts
+        dumped = reply.model_dump_json(exclude_none=True)
+        assert reply.candidates and reply.candidates[0].finish_reason is not None, dumped
+        parts = reply.candidates[0].content.parts  # type: ignore[union-attr]
+        assert parts, dumped
         for part in parts:
             if part.function_call is not None:
-                assert part.function_call.name == "get_weather"
-                assert isinstance(part.function_call.args, dict)
+                assert part.function_call.name == "get_weather", dumped
+                assert isinstance(part.function_call.args, dict), dumped
             else:
-                assert part.text
-        assert reply.candidates[0].finish_reason is not None  # type: ignore[index]
+                assert part.text, dumped
     finally:
         client.close()

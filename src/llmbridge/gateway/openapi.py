@@ -1,19 +1,23 @@
 """The gateway's OpenAPI 3.1 description, served at ``GET /openapi.json``.
 
 One operation per route the gateway always serves (``routes/system.py``, ``ollama.py``,
-``openai.py``, ``completions.py``, ``anthropic.py``); the agent service's ``/agent/...``
-routes, on only when configured (docs/AGENT.md), are not described yet. Request bodies
-are the dialects' own pydantic wire types (``dialects/*/types.py``) through
+``openai.py``, ``completions.py``, ``anthropic.py``, ``gemini.py``); the agent service's
+``/agent/...`` routes, on only when configured (docs/AGENT.md), are not described yet.
+Request bodies are the dialects' own pydantic wire types (``dialects/*/types.py``) through
 ``model_json_schema()``, their ``$defs`` hoisted into ``components/schemas`` under a
 dialect prefix (``OllamaTool``, ``OpenAITool`` and ``AnthropicTool`` are different
 shapes). Replies are described
 loosely (the keys every client reads, anything else allowed); every 4xx/5xx is the error
 body of the route's dialect (``web/render.py``): ``/api/*`` Ollama, ``/v1/messages*``
-Anthropic, the rest OpenAI. The fuzz tests (tests/fuzz/) drive every operation from this document.
+Anthropic, ``/v1beta/*`` and ``/v1/models/{model}:{method}`` Gemini, the rest OpenAI.
+Gemini's ``GET /v1/models[/{model}]`` for Gemini clients shares its path with OpenAI's
+and is not described apart (an OpenAPI path has one ``get``). The fuzz tests
+(tests/fuzz/) drive every operation from this document.
 
 Authentication: when ``server.api_keys`` is set, every path but ``/`` and ``/health``
-(``auth.OPEN_PATHS``) wants ``Authorization: Bearer <key>`` or ``x-api-key: <key>``,
-``/openapi.json`` included; with no keys configured nothing is checked.
+(``auth.OPEN_PATHS``) wants ``Authorization: Bearer <key>``, ``x-api-key: <key>``,
+``x-goog-api-key: <key>`` or ``?key=<key>``, ``/openapi.json`` included; with no keys
+configured nothing is checked.
 
 The document is built once per process (``openapi_json`` is cached).
 """
@@ -29,6 +33,7 @@ from pydantic import BaseModel
 from llmbridge import __version__
 from llmbridge.dialects.anthropic import types as anthropic
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.gemini import types as gemini
 from llmbridge.dialects.ollama import types as ollama
 from llmbridge.dialects.openai import types as openai
 from llmbridge.dialects.responses import types as responses
@@ -42,9 +47,17 @@ OPENAPI_PATH = "/openapi.json"
 
 JSON = dict[str, Any]
 
-_PREFIX = {Dialect.OLLAMA: "Ollama", Dialect.OPENAI: "OpenAI", Dialect.ANTHROPIC: "Anthropic"}
+_PREFIX = {
+    Dialect.OLLAMA: "Ollama",
+    Dialect.OPENAI: "OpenAI",
+    Dialect.ANTHROPIC: "Anthropic",
+    Dialect.GEMINI: "Gemini",
+}
 _NDJSON = "application/x-ndjson"
 _SSE = "text/event-stream"
+
+
+_SECURITY: list[JSON] = [{"bearer": []}, {"apiKey": []}]
 
 
 def _ref(name: str) -> JSON:
@@ -64,6 +77,7 @@ _INT: JSON = {"type": "integer"}
 _BOOL: JSON = {"type": "boolean"}
 _ARRAY: JSON = {"type": "array"}
 _OBJECT: JSON = {"type": "object"}
+_NUMBER: JSON = {"type": "number"}
 _VECTORS: JSON = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
 
 # -- error bodies (dialects/*/errors.py) ------------------------------------------------
@@ -85,6 +99,16 @@ _ERROR_SCHEMAS: dict[str, JSON] = {
         type={"const": "error"},
         error=_obj(("type", "message"), type=_STR, message=_STR),
         request_id=_STR,
+    ),
+    "GeminiError": _obj(
+        ("error",),
+        error=_obj(
+            ("code", "message", "status"),
+            code=_INT,
+            message=_STR,
+            status=_STR,
+            details=_ARRAY,
+        ),
     ),
 }
 
@@ -183,6 +207,40 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
     "OpenAIInputTokens": _obj(
         ("object", "input_tokens"), object={"const": "response.input_tokens"}, input_tokens=_INT
     ),
+    "GeminiGenerateContentResponse": _obj(
+        ("candidates",),
+        candidates={
+            "type": "array",
+            "items": _obj(("content",), content=_obj(("parts",), role=_STR, parts=_ARRAY)),
+        },
+        usageMetadata=_OBJECT,
+        modelVersion=_STR,
+        responseId=_STR,
+    ),
+    "GeminiCountTokensResponse": _obj(("totalTokens",), totalTokens=_INT),
+    "GeminiEmbedContentResponse": _obj(
+        ("embedding",), embedding=_obj(("values",), values={"type": "array", "items": _NUMBER})
+    ),
+    "GeminiBatchEmbedContentsResponse": _obj(
+        ("embeddings",),
+        embeddings={
+            "type": "array",
+            "items": _obj(("values",), values={"type": "array", "items": _NUMBER}),
+        },
+    ),
+    "GeminiModel": _obj(
+        ("name", "supportedGenerationMethods"),
+        name=_STR,
+        displayName=_STR,
+        inputTokenLimit=_INT,
+        outputTokenLimit=_INT,
+        supportedGenerationMethods={"type": "array", "items": _STR},
+    ),
+    "GeminiModelList": _obj(
+        ("models",),
+        models={"type": "array", "items": _ref("GeminiModel")},
+        nextPageToken=_STR,
+    ),
     "Health": _obj(  # without a valid key (when keys are configured): the status alone
         ("status",),
         status={"enum": ["up", "degraded", "down"]},
@@ -242,6 +300,32 @@ _OPERATIONS: tuple[_Operation, ...] = (
      anthropic.MessagesRequestBody, "AnthropicMessage", _SSE),
     ("post", "/v1/messages/count_tokens", "anthropicCountTokens", "Anthropic token count.",
      anthropic.CountTokensRequestBody, "AnthropicTokenCount", None),
+    ("get", "/v1beta/models", "geminiModels", "Models served (pageSize, pageToken).", None,
+     "GeminiModelList", None),
+    ("get", "/v1beta/models/{model_id}", "geminiModel", "One model (listed or servable).", None,
+     "GeminiModel", None),
+    *(
+        op
+        for version, suffix in (("/v1beta", ""), ("/v1", "V1"))
+        for op in (
+            ("post", f"{version}/models/{{model}}:generateContent",
+             f"geminiGenerateContent{suffix}", "Gemini generateContent.",
+             gemini.GenerateContentRequest, "GeminiGenerateContentResponse", None),
+            ("post", f"{version}/models/{{model}}:streamGenerateContent",
+             f"geminiStreamGenerateContent{suffix}",
+             "Gemini streamGenerateContent: SSE with alt=sse, else one JSON array.",
+             gemini.GenerateContentRequest, "GeminiGenerateContentResponse", _SSE),
+            ("post", f"{version}/models/{{model}}:countTokens", f"geminiCountTokens{suffix}",
+             "Gemini token count.", gemini.CountTokensRequest, "GeminiCountTokensResponse",
+             None),
+            ("post", f"{version}/models/{{model}}:embedContent", f"geminiEmbedContent{suffix}",
+             "Gemini embedding of one text.", gemini.EmbedContentRequest,
+             "GeminiEmbedContentResponse", None),
+            ("post", f"{version}/models/{{model}}:batchEmbedContents",
+             f"geminiBatchEmbedContents{suffix}", "Gemini embeddings of several texts.",
+             gemini.BatchEmbedContentsRequest, "GeminiBatchEmbedContentsResponse", None),
+        )
+    ),
 )  # fmt: skip
 
 
@@ -272,6 +356,8 @@ def _stream_item(media_type: str, dialect: Dialect) -> JSON:
     if dialect is Dialect.ANTHROPIC:
         json_data = {"type": "string", "contentMediaType": "application/json"}
         return _obj(("event", "data"), event=_STR, data=json_data)
+    if dialect is Dialect.GEMINI:  # every event's data is JSON; no [DONE]
+        return _obj(("data",), data={"type": "string", "contentMediaType": "application/json"})
     return _obj(("data",), data=_STR)  # OpenAI's last event is "data: [DONE]"
 
 
@@ -279,7 +365,16 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
     method, path, operation_id, summary, body, reply, streamed = op
     dialect = dialect_for_path(path)
     ok: JSON = {"description": "Success."}
-    if reply is not None:
+    if dialect is Dialect.GEMINI and streamed is not None:
+        # Always streamed: SSE with ?alt=sse, else one JSON array of the same objects
+        # (the error object last when the stream fails), which the Google SDKs read.
+        element = {"anyOf": [_ref(reply or ""), _ref("GeminiError")]}
+        ok["description"] = "Success: server-sent events with alt=sse, else a JSON array."
+        ok["content"] = {
+            "application/json": {"schema": {"type": "array", "items": element}},
+            streamed: {"schema": _stream_item(streamed, dialect)},
+        }
+    elif reply is not None:
         ok["content"] = {"application/json": {"schema": _ref(reply)}}
         if streamed is not None:
             kind = "NDJSON lines" if streamed == _NDJSON else "server-sent events"
@@ -295,7 +390,7 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
     operation: JSON = {
         "operationId": operation_id,
         "summary": summary,
-        "tags": [dialect.value if path.startswith(("/api/", "/v1/")) else "system"],
+        "tags": [dialect.value if path.startswith(("/api/", "/v1/", "/v1beta/")) else "system"],
         "responses": {"200": ok, "4XX": error, "5XX": error},
     }
     if path == "/health":
@@ -303,11 +398,14 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
             "description": "No backend is reachable.",
             "content": {"application/json": {"schema": _ref("Health")}},
         }
-    for name in ("model_id", "response_id"):
+    for name in ("model_id", "response_id", "model"):
         if "{" + name + "}" in path:
             operation["parameters"] = [
                 {"name": name, "in": "path", "required": True, "schema": _STR}
             ]
+    if path.endswith(":streamGenerateContent"):
+        alt = {"name": "alt", "in": "query", "required": False, "schema": {"enum": ["sse", "json"]}}
+        operation["parameters"].append(alt)
     if body is not None:
         operation["requestBody"] = {
             "required": True,
@@ -315,6 +413,10 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
         }
     if path in OPEN_PATHS:
         operation["security"] = []
+    elif dialect is Dialect.GEMINI:
+        # Gemini clients' own ways too. Not on OpenAI's GET /v1/models: with them it is
+        # Gemini's list (routes/gemini.py), a reply that operation does not describe.
+        operation["security"] = [{"googApiKey": []}, {"keyQuery": []}, *_SECURITY]
     return operation
 
 
@@ -336,11 +438,12 @@ def _build() -> JSON:
             "title": "llmbridge",
             "version": __version__,
             "description": (
-                "An Ollama / OpenAI / Anthropic API gateway. Errors come in the dialect "
-                "of the path: /api/* Ollama, /v1/messages* Anthropic, everything else "
-                "OpenAI. With API keys configured, every path but / and /health needs "
-                "'Authorization: Bearer <key>' or 'x-api-key: <key>'. Every GET route "
-                "also answers HEAD."
+                "An Ollama / OpenAI / Anthropic / Gemini API gateway. Errors come in the "
+                "dialect of the path: /api/* Ollama, /v1/messages* Anthropic, /v1beta/* "
+                "and /v1/models/{model}:{method} Gemini, everything else OpenAI. With API "
+                "keys configured, every path but / and /health needs 'Authorization: "
+                "Bearer <key>', 'x-api-key: <key>', 'x-goog-api-key: <key>' or "
+                "'?key=<key>'. Every GET route also answers HEAD."
             ),
         },
         "paths": paths,
@@ -350,9 +453,11 @@ def _build() -> JSON:
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+                "googApiKey": {"type": "apiKey", "in": "header", "name": "x-goog-api-key"},
+                "keyQuery": {"type": "apiKey", "in": "query", "name": "key"},
             },
         },
-        "security": [{"bearer": []}, {"apiKey": []}],
+        "security": _SECURITY,
     }
 
 

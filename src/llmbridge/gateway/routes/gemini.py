@@ -95,18 +95,25 @@ def _model_name(raw: str) -> str:
     return raw
 
 
+def _codec_for(stream: bool, alt: str | None) -> ChatCodec:
+    """``alt`` is Google's system parameter for the reply's encoding: ``sse`` streams
+    server-sent events, ``json`` (the default) one JSON array; any other is a 400."""
+    if not stream:
+        return GENERATE
+    if alt == "sse":
+        return STREAM_SSE
+    if alt is None or alt == "json":
+        return STREAM_ARRAY
+    raise InvalidRequestError(f"alt={alt!r} is not supported: use alt=sse or alt=json", param="alt")
+
+
 async def generate_content(request: Request) -> Response:
     """``:generateContent`` and ``:streamGenerateContent`` (``alt=sse``: SSE)."""
     state = state_of(request)
     request_id = new_request_id()
     stream = request.url.path.endswith(":streamGenerateContent")
-    if not stream:
-        codec = GENERATE
-    elif request.query_params.get("alt") == "sse":
-        codec = STREAM_SSE
-    else:
-        codec = STREAM_ARRAY
     try:
+        codec = _codec_for(stream, request.query_params.get("alt"))
         model = _model_name(request.path_params["model"])
         decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
         chat = await read_chat(request, state.limits, decode)
@@ -201,7 +208,7 @@ async def get_model(request: Request) -> Response:
     """One model: listed, or servable (a glob route or the default backend)."""
     state = state_of(request)
     request_id = new_request_id()
-    raw = request.path_params["model"]
+    raw = request.path_params["model_id"]
     try:
         if raw.rpartition(":")[2] in GEMINI_METHODS:  # GET models/x:generateContent
             raise MethodNotAllowedError(f"method GET is not allowed on {request.url.path}")
@@ -257,9 +264,10 @@ routes = [
         for method, handler in _HANDLERS.items()
     ),
     Route("/v1beta/models", list_models, methods=["GET"]),
-    Route("/v1beta/models/{model:path}", get_model, methods=["GET"]),
+    Route("/v1beta/models/{model_id:path}", get_model, methods=["GET"]),
     _GeminiClientRoute("/v1/models", list_models, methods=["GET"]),
-    _GeminiClientRoute("/v1/models/{model:path}", get_model, methods=["GET"]),
+    # model_id, as OpenAI's route with the same path names it (one OpenAPI operation)
+    _GeminiClientRoute("/v1/models/{model_id:path}", get_model, methods=["GET"]),
 ]
 
 unknown_methods = [
