@@ -421,3 +421,23 @@ def test_embedded_function_calling(zero_config: RunningServer) -> None:
         assert finish in (types.FinishReason.STOP, types.FinishReason.MAX_TOKENS), dumped
     finally:
         client.close()
+
+
+@pytest.mark.embedded
+def test_embedded_count_tokens_with_the_backend_tokenizer() -> None:
+    """``tokenizer: backend``: countTokens is the templated prompt in SmolLM2's own
+    tokens, what generation really uses (``promptTokenCount``)."""
+    with RunningServer(create_app(load_config(None, {"tokenizer": "backend"}))) as server:
+        client = gemini_client(server.url)
+        try:
+            counted = client.models.count_tokens(model="smollm2", contents="Hello there")
+            reply = client.models.generate_content(
+                model="smollm2",
+                contents="Hello there",
+                config=types.GenerateContentConfig(max_output_tokens=1),
+            )
+        finally:
+            client.close()
+    assert reply.usage_metadata is not None
+    assert counted.total_tokens == reply.usage_metadata.prompt_token_count
+    assert counted.total_tokens != 4  # the word rule's estimate
