@@ -1,0 +1,302 @@
+"""The usage ledger: one row per request in the ``usage`` table, written in batches
+off the request path.
+
+``UsageLedger.record(r)`` is all a request pays: it appends ``r`` to a buffer in
+memory, and adds its cost to the key's "spent, not yet flushed" counter in the shared
+state (``spend:<key_id>``), so a budget check (``api_keys.spent_usd`` plus that
+counter) sees it at once, on every replica. A background task writes the buffer
+every ``flush_interval_s`` (1 s), or as soon as ``batch_size`` (200) records wait,
+in one transaction per batch:
+
+- one ``INSERT ... ON CONFLICT (request_id) DO NOTHING RETURNING request_id``
+  (SQLite and PostgreSQL both have it), so a batch written again after a failure
+  that hid a commit, or a request id some other replica already wrote, is never
+  counted twice;
+- ``api_keys.spent_usd += cost`` for the rows that went in, summed per key, in the
+  same transaction: spend and ledger never disagree. After the commit the batch's
+  cost is taken back out of the shared counters.
+
+A failed write keeps its records at the head of the buffer and is tried again at
+the next tick (logged once per outage). The buffer is bounded (``max_buffer``): while
+the database stays down past that, the oldest records are dropped, counted in
+``dropped`` and logged. ``aclose()`` stops the task and writes what is left, so a
+graceful shutdown loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections import defaultdict, deque
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Table, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmbridge.agent.store.engine import make_engine, write_engine
+from llmbridge.agent.store.migrate import migrate
+from llmbridge.agent.store.models import ApiKeyRow, UsageRow
+from llmbridge.state.base import SharedState
+
+__all__ = ["UsageLedger", "UsageRecord", "replica_name", "spend_key"]
+
+log = logging.getLogger("llmbridge.accounts")
+
+USAGE: Table = UsageRow.__table__  # type: ignore[assignment]
+API_KEYS: Table = ApiKeyRow.__table__  # type: ignore[assignment]
+
+
+def replica_name() -> str:
+    """This process, as the ledger's ``replica`` column names it: ``hostname:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:100]
+
+
+def spend_key(key_id: str) -> str:
+    """The shared-state float counter of a key's spend (``state.add_float``)."""
+    return f"spend:{key_id}"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """One request, as the ``usage`` table keeps it (agent/store/models.py ``UsageRow``)."""
+
+    request_id: str
+    """Unique: the second write of the same request is ignored."""
+    model: str
+    """The public model name the caller asked for."""
+    status: int
+    """The HTTP status; 499 when the client left; an in-stream error's own status."""
+    created_at: datetime = field(default_factory=_now)
+    key_id: str | None = None
+    """``api_keys.id`` of a database key; ``None`` for a static key or no auth."""
+    key_name: str | None = None
+    backend: str | None = None
+    """The serving backend's kind (``ollama``, ``openai``...)."""
+    deployment: str | None = None
+    """The configured backend that served it, after fallbacks and balancing."""
+    endpoint: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    """Reasoning tokens included, as in the core's ``Usage``."""
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens read from the backend's cache."""
+    cost_usd: float | None = None
+    """From the price table; ``None`` when the model has no price."""
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+    streamed: bool | None = None
+    replica: str | None = None
+    """``hostname:pid`` of the process that served it."""
+
+
+class UsageLedger:
+    """The batched writer of ``usage`` rows (module docstring)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        spend: SharedState | None = None,
+        flush_interval_s: float = 1.0,
+        batch_size: int = 200,
+        max_buffer: int = 100_000,
+        owns_engine: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.replica = replica_name()
+        """This process (records name it in ``replica``): taken where the ledger opens,
+        in the serving process."""
+        self._writer = write_engine(engine)
+        self._spend = spend
+        self.flush_interval_s = flush_interval_s
+        self.batch_size = batch_size
+        self.max_buffer = max_buffer
+        self._owns_engine = owns_engine
+        self._buffer: deque[UsageRecord] = deque()
+        self._wake = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._spend_tasks: set[asyncio.Task[float]] = set()
+        self._failing = False
+        self._closing = False
+        self.dropped = 0
+        """Records dropped because the buffer was full while the database was down."""
+        self.flush_failures = 0
+        """Writes that failed (each retried at the next tick)."""
+        self.written = 0
+        """Rows inserted (duplicates not counted)."""
+
+    @classmethod
+    async def open(
+        cls, database: str | Path, *, spend: SharedState | None = None, **options: Any
+    ) -> UsageLedger:
+        """A started ledger on ``database`` (a URL or a SQLite path, as ``--db``),
+        migrated to the newest schema first, as the agent store is."""
+        engine = make_engine(database)
+        try:
+            await migrate(engine)
+        except BaseException:
+            await engine.dispose()
+            raise
+        ledger = cls(engine, spend=spend, owns_engine=True, **options)
+        ledger.start()
+        return ledger
+
+    @property
+    def pending(self) -> int:
+        """Records waiting to be written."""
+        return len(self._buffer)
+
+    def start(self) -> None:
+        """Start the background writer (on the running event loop)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="usage-ledger-flush"
+            )
+
+    def record(self, record: UsageRecord) -> None:
+        """Keep ``record`` for the next write; never waits for the database."""
+        if len(self._buffer) >= self.max_buffer:
+            self._buffer.popleft()
+            self._dropped(1)
+        self._buffer.append(record)
+        if len(self._buffer) >= self.batch_size:
+            self._wake.set()
+        if self._spend is not None and record.key_id is not None and record.cost_usd:
+            # The shared spend counter is what budget checks read between flushes.
+            task = asyncio.get_running_loop().create_task(
+                self._spend.add_float(spend_key(record.key_id), record.cost_usd)
+            )
+            self._spend_tasks.add(task)
+            task.add_done_callback(self._spend_done)
+
+    def _spend_done(self, task: asyncio.Task[float]) -> None:
+        self._spend_tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("usage ledger: the spend counter was not updated: %s", exc)
+
+    def _dropped(self, count: int) -> None:
+        if self.dropped == 0 or self.dropped // 1000 != (self.dropped + count) // 1000:
+            log.warning(
+                "usage ledger: buffer full (%d records) while the database is unreachable: "
+                "%d records dropped so far",
+                self.max_buffer,
+                self.dropped + count,
+            )
+        self.dropped += count
+
+    async def _run(self) -> None:
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> bool:
+        """Write what waits, a batch at a time; ``False`` when a write failed (its
+        records stay, to be tried again)."""
+        async with self._flush_lock:
+            while self._buffer:
+                batch = [
+                    self._buffer.popleft() for _ in range(min(self.batch_size, len(self._buffer)))
+                ]
+                try:
+                    self.written += await self._write(batch)
+                except asyncio.CancelledError:
+                    self._buffer.extendleft(reversed(batch))  # rolled back: write it later
+                    raise
+                except Exception as exc:  # noqa: BLE001 - kept and retried, never lost silently
+                    self._buffer.extendleft(reversed(batch))
+                    overflow = len(self._buffer) - self.max_buffer
+                    for _ in range(max(overflow, 0)):
+                        self._buffer.popleft()
+                    if overflow > 0:
+                        self._dropped(overflow)
+                    self.flush_failures += 1
+                    if not self._failing:
+                        log.warning(
+                            "usage ledger: writing %d records failed, will retry: %s: %s",
+                            len(batch),
+                            type(exc).__name__,
+                            exc,
+                        )
+                    self._failing = True
+                    return False
+                if self._failing:
+                    log.warning("usage ledger: writing works again")
+                    self._failing = False
+                await self._flushed_spend(batch)
+            return True
+
+    async def _flushed_spend(self, batch: list[UsageRecord]) -> None:
+        """Take the batch's cost out of the shared "not yet flushed" counters: it is in
+        ``api_keys.spent_usd`` now (or was already, for a request written before)."""
+        if self._spend is None:
+            return
+        spent: defaultdict[str, float] = defaultdict(float)
+        for record in batch:
+            if record.key_id is not None and record.cost_usd:
+                spent[record.key_id] += record.cost_usd
+        for key_id, amount in spent.items():
+            try:
+                await self._spend.add_float(spend_key(key_id), -amount)
+            except Exception as exc:  # noqa: BLE001 - the budget reads high until restart
+                log.warning("usage ledger: the spend counter was not updated: %s", exc)
+
+    async def _write(self, batch: list[UsageRecord]) -> int:
+        """Insert ``batch`` and add its cost to the keys' spend, in one transaction;
+        the number of rows inserted."""
+        rows = [asdict(record) for record in batch]
+        async with self._writer.begin() as conn:
+            insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+            statement = (
+                insert(USAGE)
+                .on_conflict_do_nothing(index_elements=[USAGE.c.request_id])
+                .returning(USAGE.c.request_id)
+            )
+            inserted = set((await conn.execute(statement, rows)).scalars())
+            spent: defaultdict[str, float] = defaultdict(float)
+            for record in batch:
+                if record.request_id in inserted and record.key_id and record.cost_usd:
+                    spent[record.key_id] += record.cost_usd
+            for key_id, amount in spent.items():
+                await conn.execute(
+                    update(API_KEYS)
+                    .where(API_KEYS.c.id == key_id)
+                    .values(spent_usd=API_KEYS.c.spent_usd + amount)
+                )
+        return len(inserted)
+
+    async def aclose(self, *, attempts: int = 3) -> None:
+        """Stop the writer and write what is left (tried ``attempts`` times; what
+        still cannot be written is logged as lost)."""
+        if self._task is not None:
+            # Not cancelled: a write under way finishes (or fails and keeps its records).
+            self._closing = True
+            self._wake.set()
+            await self._task
+            self._task = None
+        if self._spend_tasks:
+            await asyncio.gather(*self._spend_tasks, return_exceptions=True)
+        for attempt in range(attempts):
+            if await self.flush():
+                break
+            await asyncio.sleep(0.2 * (attempt + 1))
+        if self._buffer:
+            log.error(
+                "usage ledger: %d records could not be written at shutdown", len(self._buffer)
+            )
+        if self._owns_engine:
+            await self.engine.dispose()
