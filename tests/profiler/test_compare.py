@@ -61,10 +61,10 @@ def test_runs_differing_in_model_are_matched_by_scenario_and_mode(
 ) -> None:
     (comparison,) = compare_runs(list(two_models))
     assert comparison.differs_in == {"model": [["gw/m1"], ["gw/m2"]]}
-    assert comparison.matched_on == ["scenario", "mode"]
+    assert comparison.matched_on == ["scenario", "mode", "provider"]
     assert comparison.description == "run-m1 and run-m2 differ only in model (gw/m1 vs gw/m2)"
     assert [s.scenario for s in comparison.scenarios] == ["build", "fix"]
-    assert comparison.unmatched_a == [("only-a", "gw/m1", "default")]
+    assert comparison.unmatched_a == [("only-a", "gw/m1", "default", "opencode")]
 
     build = comparison.scenarios[0]
     duration = build.means["duration_ms"]
@@ -115,17 +115,17 @@ def test_the_report_dict_is_json_with_the_documented_shape(two_models: tuple[Pat
     assert report["baseline"] == "run-m1" and report["settings"]["difference"] == "B - A"
     (c,) = report["comparisons"]
     assert c["a"]["models"] == ["gw/m1"] and c["b"]["providers"] == ["opencode"]
-    assert c["unmatched"] == {"a": [["only-a", "gw/m1", "default"]], "b": []}
+    assert c["unmatched"] == {"a": [["only-a", "gw/m1", "default", "opencode"]], "b": []}
     build = c["scenarios"][0]
     assert set(build) == {"scenario", "a", "b", "pass_rate", "duration_ms", "tokens", "cost_usd"}
-    assert build["a"] == {"model": "gw/m1", "mode": "default"}
+    assert build["a"] == {"model": "gw/m1", "mode": "default", "provider": "opencode"}
     duration = build["duration_ms"]
     assert duration["unit"] == "ms" and duration["p_method"] == "permutation-exact"
     assert duration["a"] == {"mean": 102.5, "iterations": 6}
     assert len(duration["ci95"]) == 2 and duration["ci_method"] == "percentile-bootstrap"
     assert build["pass_rate"]["a"] == {"passed": 6, "iterations": 6, "rate": 1.0}
     assert build["cost_usd"]["unit"] == "USD" and build["tokens"]["unit"] == "tokens"
-    assert c["overall"]["a"] == {"model": "*", "mode": "*"}
+    assert c["overall"]["a"] == {"model": "*", "mode": "*", "provider": "*"}
 
 
 def test_same_models_match_exactly_and_the_provider_is_named(tmp_path: Path) -> None:

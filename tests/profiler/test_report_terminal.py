@@ -39,8 +39,8 @@ def test_the_summary_table_fits_80_columns_and_cuts_nothing(tmp_path: Path) -> N
     lines = _render(tmp_path)
     assert max(len(line) for line in lines) <= 80
     assert not any("…" in line for line in lines)
-    # Each row's first cell, line by line, spells its scenario, model and mode whole
-    # (folded where too long, never shortened).
+    # Each row's first cell, line by line, spells its provider, scenario, model and
+    # mode whole (folded where too long, never shortened).
     body = lines[next(i for i, line in enumerate(lines) if "───" in line) + 1 :]
     rows: list[str] = []
     fragments: list[str] = []
@@ -50,7 +50,7 @@ def test_the_summary_table_fits_80_columns_and_cuts_nothing(tmp_path: Path) -> N
         elif fragments:
             rows.append("".join(fragments))
             fragments = []
-    assert rows == ["".join(group) for group in GROUPS]
+    assert rows == ["opencode" + "".join(group) for group in GROUPS]
 
 
 def test_the_summary_table_keeps_every_figure(tmp_path: Path) -> None:

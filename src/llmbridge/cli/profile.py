@@ -21,10 +21,13 @@ def profile() -> None:
 @click.argument("scenarios", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--provider",
-    type=click.Choice(["opencode", "agent"]),
-    default="opencode",
-    show_default=True,
-    help="What runs the sessions: an OpenCode server, or llmbridge's agent service.",
+    "providers",
+    type=click.Choice(["opencode", "agent", "claude-code", "codex", "gemini-cli"]),
+    multiple=True,
+    help="What runs the sessions (repeatable: one run, every provider on the same "
+    "scenarios and models, one after another): an OpenCode server, llmbridge's agent "
+    "service, or the Claude Code, Codex or Gemini CLI command-line agent (on "
+    "--gateway-url's models). [default: opencode]",
 )
 @click.option(
     "--out",
@@ -38,11 +41,23 @@ def profile() -> None:
     "--model",
     "models",
     multiple=True,
-    help="Override the file's models (repeatable): PROVIDER/MODEL for OpenCode, a gateway "
-    "model name for the agent service.",
+    help="Override the file's models (repeatable): gateway model names (OpenCode gets "
+    "gw/NAME), or PROVIDER/MODEL for OpenCode alone.",
 )
 @click.option("--opencode-command", default="opencode", show_default=True, help="The binary.")
-@click.option("--gateway-url", help="agent provider: the llmbridge gateway serving the models.")
+@click.option(
+    "--command",
+    "commands",
+    multiple=True,
+    metavar="PROVIDER=PATH",
+    help="A provider's binary (repeatable), e.g. codex=tests/e2e/node_modules/.bin/codex; "
+    "over the scenarios file's.",
+)
+@click.option(
+    "--gateway-url",
+    help="The llmbridge gateway serving the models, for the agent service and the "
+    "command-line agents (and OpenCode, when the file sets no opencode.endpoint).",
+)
 @click.option(
     "--otlp-endpoint",
     help="Also send the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318/v1/traces).",
@@ -55,25 +70,37 @@ def profile() -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 def run(
     scenarios: Path,
-    provider: str,
+    providers: tuple[str, ...],
     out: Path,
     iterations: int | None,
     models: tuple[str, ...],
     opencode_command: str,
+    commands: tuple[str, ...],
     gateway_url: str | None,
     otlp_endpoint: str | None,
     keep_workspaces: bool,
     quiet: bool,
 ) -> None:
-    """Run SCENARIOS (YAML) across its models, modes and iterations."""
+    """Run SCENARIOS (YAML) across its models, modes and iterations, with each
+    --provider in turn; every record names its provider."""
     from rich.console import Console
     from rich.progress import Progress
 
     from llmbridge.profiler.report import html_report, markdown_report, print_summary
-    from llmbridge.profiler.runner import run_scenarios
+    from llmbridge.profiler.runner import run_plans
     from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
-    from llmbridge.profiler.setup import configs_for, make_provider
+    from llmbridge.profiler.setup import PROVIDERS, plan_for
 
+    kinds = list(dict.fromkeys(providers or ("opencode",)))
+    binaries: dict[str, str] = {}
+    for entry in commands:
+        kind, sep, path = entry.partition("=")
+        if not sep or not path or kind not in PROVIDERS:
+            raise click.BadParameter(
+                f"{entry!r}: give PROVIDER=PATH, PROVIDER one of {', '.join(PROVIDERS)}",
+                param_hint="--command",
+            )
+        binaries[kind] = path
     try:
         spec = load_scenarios(scenarios)
     except ScenarioFileError as exc:
@@ -82,28 +109,27 @@ def run(
         spec = spec.model_copy(update={"iterations": iterations})
     if models:
         spec = spec.model_copy(update={"models": models})
-    session_provider = make_provider(
-        provider, spec, opencode_command=opencode_command, gateway_url=gateway_url
-    )
-    configs = configs_for(provider, spec)
-    total = len(configs) * len(spec.scenarios) * spec.iterations
+    plans = [
+        plan_for(
+            kind,
+            spec,
+            opencode_command=opencode_command,
+            gateway_url=gateway_url,
+            command=binaries.get(kind),
+        )
+        for kind in kinds
+    ]
+    total = sum(len(plan.groups) for plan in plans) * len(spec.scenarios) * spec.iterations
     console = Console(stderr=True, quiet=quiet)
     with Progress(console=console, disable=quiet) as bar:
-        task = bar.add_task(f"profiling with {provider}", total=total)
+        task = bar.add_task(f"profiling with {', '.join(kinds)}", total=total)
 
         def advance(line: str) -> None:
             bar.update(task, advance=1, description=line)
 
         try:
             result = asyncio.run(
-                run_scenarios(
-                    spec,
-                    session_provider,
-                    configs,
-                    out,
-                    progress=advance,
-                    keep_workspaces=keep_workspaces,
-                )
+                run_plans(spec, plans, out, progress=advance, keep_workspaces=keep_workspaces)
             )
         except Exception as exc:  # the CLI reports failures, never a traceback
             raise click.ClickException(f"the run failed: {exc}") from exc

@@ -6,11 +6,12 @@ from: duration, tokens and cost summed over the iteration's prompts exactly as
 ``runner.summarise`` sums them, failed iterations included, and whether it passed).
 
 The first run is the baseline A; every other run B is compared with it. Groups are
-matched by (scenario, model, mode), except for a dimension in which the two runs
-differ as a whole (each run has one model, or one mode, and they are not the same):
-that dimension is what the comparison is about, so groups are matched without it and
-``differs_in`` names it (the provider, recorded per iteration, is reported the same
-way). Every difference is B minus A:
+matched by (scenario, model, mode, provider), except for a dimension in which the two
+runs differ as a whole (each run has one model, one mode or one provider, and they are
+not the same): that dimension is what the comparison is about, so groups are matched
+without it and ``differs_in`` names it. A run of several providers (``profile run
+--provider opencode --provider codex ...``) is compared provider by provider. Every
+difference is B minus A:
 
 - pass rate: Newcombe's hybrid score interval (``stats.rate_difference_interval``);
 - duration (ms), tokens and cost (USD): the percentile bootstrap interval of the
@@ -76,8 +77,9 @@ _LOWER_IS: dict[Metric, tuple[str, str]] = {
 }
 _DIMENSIONS = ("model", "mode", "provider")
 
-GroupKey = tuple[str, str, str]
-"""(scenario, model, mode), as ``summary.json`` groups a run."""
+GroupKey = tuple[str, str, str, str]
+"""(scenario, model, mode, provider), as ``summary.json`` groups a run (the provider
+is "" for runs written before records named it)."""
 
 
 class CompareError(ValueError):
@@ -100,10 +102,8 @@ class Run:
     groups: dict[GroupKey, list[Iteration]]
 
     def values(self, dimension: str) -> set[str]:
-        if dimension == "provider":
-            return {i.provider for its in self.groups.values() for i in its if i.provider}
-        index = {"model": 1, "mode": 2}[dimension]
-        return {key[index] for key in self.groups}
+        index = {"model": 1, "mode": 2, "provider": 3}[dimension]
+        return {key[index] for key in self.groups if key[index]}
 
     def info(self) -> dict[str, Any]:
         return {
@@ -147,7 +147,8 @@ def load_run(path: Path, label: str | None = None) -> Run:
     if not isinstance(summary, list):
         raise CompareError(f"{path / 'summary.json'} is not a list of groups")
     groups: dict[GroupKey, list[Iteration]] = {
-        (str(s["scenario"]), str(s["model"]), str(s["mode"])): [] for s in summary
+        (str(s["scenario"]), str(s["model"]), str(s["mode"]), str(s.get("provider") or "")): []
+        for s in summary
     }
     lines = (path / "traces.jsonl").read_text(encoding="utf-8").splitlines()
     for number, line in enumerate(lines, 1):
@@ -155,8 +156,17 @@ def load_run(path: Path, label: str | None = None) -> Run:
             continue
         try:
             record = json.loads(line)
-            key = (str(record["scenario"]), str(record["model"]), str(record["mode"]))
-            groups.setdefault(key, []).append(_iteration(record))
+            iteration = _iteration(record)
+            key = (
+                str(record["scenario"]),
+                str(record["model"]),
+                str(record["mode"]),
+                iteration.provider or "",
+            )
+            if iteration.provider and key not in groups:
+                # A summary written before it named providers groups without them.
+                groups.pop((*key[:3], ""), None)
+            groups.setdefault(key, []).append(iteration)
         except (ValueError, KeyError, TypeError) as exc:
             raise CompareError(f"{path / 'traces.jsonl'} line {number}: {exc!r}") from exc
     groups = {key: its for key, its in groups.items() if its}
@@ -373,11 +383,16 @@ def _compare_pair(a: Run, b: Run) -> Comparison:
         va, vb = a.values(dim), b.values(dim)
         if len(va) == 1 and len(vb) == 1 and va != vb:
             differs[dim] = [sorted(va), sorted(vb)]
-    keep = [dim for dim in ("model", "mode") if dim not in differs]
+    # The provider is matched on only where the runs recorded one.
+    keep = [
+        dim
+        for dim in _DIMENSIONS
+        if dim not in differs and (dim != "provider" or a.values(dim) or b.values(dim))
+    ]
+    index = {"model": 1, "mode": 2, "provider": 3}
 
     def match_key(key: GroupKey) -> tuple[str, ...]:
-        scenario, model, mode = key
-        return (scenario, *(model if d == "model" else mode for d in keep))
+        return (key[0], *(key[index[d]] for d in keep))
 
     by_key_b = {match_key(k): k for k in b.groups}
     pairs = [(k, by_key_b[match_key(k)]) for k in a.groups if match_key(k) in by_key_b]
@@ -425,8 +440,8 @@ def _group(scenario: str, a: Run, ka: GroupKey, b: Run, kb: GroupKey) -> GroupCo
     }
     return GroupComparison(
         scenario=scenario,
-        group_a={"model": ka[1], "mode": ka[2]},
-        group_b={"model": kb[1], "mode": kb[2]},
+        group_a={"model": ka[1], "mode": ka[2], "provider": ka[3]},
+        group_b={"model": kb[1], "mode": kb[2], "provider": kb[3]},
         pass_rate=rate,
         means=means,
     )
@@ -452,9 +467,8 @@ def _overall(a: Run, b: Run, pairs: Sequence[tuple[GroupKey, GroupKey]]) -> Grou
         )
         for metric in METRICS
     }
-    return GroupComparison(
-        "overall", {"model": "*", "mode": "*"}, {"model": "*", "mode": "*"}, rate, means
-    )
+    every = {"model": "*", "mode": "*", "provider": "*"}
+    return GroupComparison("overall", dict(every), dict(every), rate, means)
 
 
 def _labels(paths: Sequence[Path]) -> list[str]:

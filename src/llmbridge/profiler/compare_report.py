@@ -77,9 +77,14 @@ def _group_title(group: GroupComparison) -> str:
     if group.scenario == "overall":
         return "overall (pass rates pooled; means: average of the scenario differences)"
     a, b = group.group_a, group.group_b
+
+    def names(g: dict[str, str]) -> str:
+        provider = f"{g['provider']}, " if g.get("provider") else ""
+        return f"{provider}{g['model']}, {g['mode']}"
+
     if a == b:
-        return f"{group.scenario}  ({a['model']}, {a['mode']})"
-    return f"{group.scenario}  (A: {a['model']}, {a['mode']}; B: {b['model']}, {b['mode']})"
+        return f"{group.scenario}  ({names(a)})"
+    return f"{group.scenario}  (A: {names(a)}; B: {names(b)})"
 
 
 def _table(group: GroupComparison) -> Table:

@@ -56,13 +56,15 @@ def _ci(metric: dict[str, Any], factor: float = 1.0) -> tuple[float | None, floa
 
 
 def _group_label(group: dict[str, Any]) -> str:
-    """The scenario, with the model and mode where both runs share them (where they
+    """The scenario, with the provider, model and mode where both runs share them (where they
     differ, the comparison's description already says in what)."""
     scenario = str(group.get("scenario", "?"))
     a, b = group.get("a") or {}, group.get("b") or {}
     if scenario == "overall":
         return "overall (all matched scenarios)"
     label = scenario
+    if a.get("provider") and a.get("provider") == b.get("provider"):
+        label = f"{a.get('provider')} · {label}"
     if a.get("model") == b.get("model"):
         label += f" · {a.get('model')}"
     if a.get("mode") == b.get("mode") and a.get("mode") not in (None, "default"):

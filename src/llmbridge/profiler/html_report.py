@@ -104,12 +104,17 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 def _group_label(item: dict[str, Any]) -> str:
     mode = "" if item["mode"] == "default" else f" {item['mode']}"
-    return f"{item['scenario']} · {item['model']}{mode}"
+    provider = f"{item['provider']} · " if item.get("provider") else ""
+    return f"{provider}{item['scenario']} · {item['model']}{mode}"
 
 
 def _summary_table(summary: Sequence[dict[str, Any]]) -> str:
+    # The provider column once any group names one (runs before it was recorded do not).
+    keys: tuple[str, ...] = ("provider", "scenario", "model", "mode")
+    if not any(item.get("provider") for item in summary):
+        keys = keys[1:]
     head = (
-        "<tr><th>scenario</th><th>model</th><th>mode</th><th>passed</th>"
+        "<tr>" + "".join(f"<th>{k}</th>" for k in keys) + "<th>passed</th>"
         "<th>duration (ms)<br>mean ± se</th><th>duration (ms)<br>p50 / p95</th>"
         "<th>tokens<br>mean ± se</th><th>tokens<br>p50 / p95</th>"
         "<th>TTFT (ms)<br>p50</th><th>cost (USD)<br>total</th></tr>"
@@ -126,9 +131,7 @@ def _summary_table(summary: Sequence[dict[str, Any]]) -> str:
             _num(f["p50"]),
             f"{item['cost_usd']['total']:.6f}",
         ]
-        names = "".join(
-            f'<td class="name">{_esc(item[k])}</td>' for k in ("scenario", "model", "mode")
-        )
+        names = "".join(f'<td class="name">{_esc(item.get(k, ""))}</td>' for k in keys)
         rows.append(f"<tr>{names}{''.join(f'<td>{_esc(c)}</td>' for c in cells)}</tr>")
     return f'<table class="summary">{head}{"".join(rows)}</table>'
 
@@ -407,7 +410,7 @@ def _iteration(record: IterationRecord, *, opened: bool = False) -> str:
         problems = f'<p class="fail">trace invariants broken:</p><ul>{problems}</ul>'
     return (
         f'<details class="iteration"{" open" if opened else ""}><summary>'
-        f"{_esc(record.scenario)} "
+        f"{_esc(record.provider + ' · ' if record.provider else '')}{_esc(record.scenario)} "
         f"[{_esc(record.model)} {_esc(record.mode)}] #{record.iteration} {verdict}</summary>"
         f'{error}<ul class="prompts">{prompts}</ul><ul>{checks}</ul>{problems}'
         f"{_timeline(record.trace)}</details>"

@@ -19,6 +19,7 @@ from llmbridge.profiler.runner import IterationRecord
 __all__ = ["html_report", "markdown_report", "print_summary"]
 
 _COLUMNS = (
+    "provider",
     "scenario",
     "model",
     "mode",
@@ -39,6 +40,7 @@ def _num(value: Any, digits: int = 0) -> str:
 def _row(item: dict[str, Any]) -> list[str]:
     d, t, f = item["duration_ms"], item["tokens"], item["ttft_ms"]
     return [
+        item.get("provider") or "-",
         item["scenario"],
         item["model"],
         item["mode"],
@@ -55,8 +57,9 @@ def _row(item: dict[str, Any]) -> list[str]:
 def _terminal_row(item: dict[str, Any]) -> list[str]:
     """The same figures as ``_row``, stacked so that five columns hold them."""
     d, t, f = item["duration_ms"], item["tokens"], item["ttft_ms"]
+    provider = f"{item['provider']}\n" if item.get("provider") else ""
     return [
-        f"{item['scenario']}\n{item['model']}\n{item['mode']}",
+        f"{provider}{item['scenario']}\n{item['model']}\n{item['mode']}",
         f"{item['passed']}/{item['iterations']}\n{item['pass_rate']:.0%}",
         f"{_num(d['mean'])} ± {_num(d['stderr'])}\n{_num(d['p50'])} / {_num(d['p95'])}\n"
         f"{_num(f['p50'])}",
@@ -70,7 +73,10 @@ def print_summary(summary: Sequence[dict[str, Any]], console: Console | None = N
     mode stacked in the first cell and each measure's figures stacked in its own, so
     names wrap (``overflow="fold"``) instead of being cut to ``capi…``."""
     table = Table(title="llmbridge profile", box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False)
-    table.add_column("scenario\nmodel\nmode", overflow="fold", ratio=1)
+    names = "scenario\nmodel\nmode"
+    if any(item.get("provider") for item in summary):
+        names = "provider\n" + names
+    table.add_column(names, overflow="fold", ratio=1)
     table.add_column("pass", justify="right", overflow="fold")
     table.add_column("ms mean ± se\np50 / p95\nTTFT p50", justify="right", overflow="fold")
     table.add_column("tokens mean ± se\np50 / p95", justify="right", overflow="fold")
@@ -90,5 +96,6 @@ def markdown_report(summary: Sequence[dict[str, Any]], records: Sequence[Iterati
         for r in failures:
             failed = [c.name for c in r.checks if not c.passed]
             why = r.error or f"checks failed: {', '.join(failed)}"
-            lines.append(f"- {r.scenario} [{r.model} {r.mode}] #{r.iteration}: {why}")
+            who = f"{r.provider} " if r.provider else ""
+            lines.append(f"- {who}{r.scenario} [{r.model} {r.mode}] #{r.iteration}: {why}")
     return "\n".join(lines) + "\n"

@@ -1,14 +1,21 @@
-"""The eval runner: scenarios x iterations x modes x models, recorded and summarised.
+"""The eval runner: scenarios x iterations x modes x models x providers, recorded and
+summarised.
 
-For each (model, mode) group the provider is initialised once; each iteration of each
+A run is one or more providers (``ProviderPlan``: OpenCode, Claude Code, Codex, the
+agent service...), one after another, each over its (model, mode) groups; a group
+carries the model's name as the scenarios file gives it (a gateway model name) and
+the provider's configuration, whose model is the provider's own form of it
+(OpenCode's ``PROVIDER/MODEL``), so every provider's records name the model alike.
+For each (model, mode) group the provider is initialised once (a provider that cannot
+start fails that group's iterations, with its error, and the run goes on); each iteration of each
 scenario gets a fresh session (and, when the scenario declares one or checks one, a
 fresh workspace: workspace.py), its prompts in order (a timeout or a provider failure
 ends the iteration, recorded as such), the session's exported trace, and is
 destroyed; then its checks run, and the workspace is removed unless it is kept.
 Every iteration is one line of ``traces.jsonl`` (the prompt results, the checks,
 the trace and its OpenTelemetry spans), written as it finishes, so an interrupted
-run keeps what it measured. ``summary.json`` holds, per scenario, model
-and mode: the pass rate, mean +- standard error and p50 / p95 of the duration and the
+run keeps what it measured. ``summary.json`` holds, per provider, scenario,
+model and mode: the pass rate, mean +- standard error and p50 / p95 of the duration and the
 tokens, time to first token, cost, and the completion reasons.
 """
 
@@ -36,7 +43,14 @@ from llmbridge.profiler.workspace import (
     remove_workspace,
 )
 
-__all__ = ["IterationRecord", "RunResult", "run_scenarios", "summarise"]
+__all__ = [
+    "IterationRecord",
+    "ProviderPlan",
+    "RunResult",
+    "run_plans",
+    "run_scenarios",
+    "summarise",
+]
 
 
 @dataclass
@@ -96,6 +110,14 @@ class RunResult:
     summary: list[dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class ProviderPlan:
+    """One provider of a run and its groups: (the file's model name, its config)."""
+
+    provider: SessionProvider
+    groups: Sequence[tuple[str, ProviderConfig]]
+
+
 Progress = Callable[[str], None]
 """Called after each iteration with a one-line description (the progress bar)."""
 
@@ -107,7 +129,10 @@ async def _run_iteration(
     iteration: int,
     default_timeout: float,
     keep_workspace: bool = False,
+    model: str | None = None,
 ) -> IterationRecord:
+    """``model``: the name to record (the file's), ``config.model`` by default."""
+    model = model or config.model
     workspace: Path | None = None
     if scenario.needs_workspace:
         label = f"{scenario.id}-{iteration}"
@@ -118,7 +143,7 @@ async def _run_iteration(
                 await remove_workspace(exc.path)
             return IterationRecord(
                 scenario=scenario.id,
-                model=config.model,
+                model=model,
                 mode=config.mode,
                 iteration=iteration,
                 session_id="",
@@ -127,11 +152,13 @@ async def _run_iteration(
                 passed=False,
                 error=f"workspace setup failed: {exc}",
                 workspace=str(exc.path) if keep_workspace else None,
+                provider=provider.id,
             )
     try:
         record = await _run_session(
             provider, scenario, config, iteration, default_timeout, workspace
         )
+        record.model = model
     finally:
         if workspace is not None and not keep_workspace:
             await remove_workspace(workspace)
@@ -204,34 +231,84 @@ async def run_scenarios(
     *,
     keep_workspaces: bool = False,
 ) -> RunResult:
-    """Run every scenario for each config (one per model and mode), writing
+    """Run every scenario for each config (one per model and mode) of one provider;
+    see ``run_plans``."""
+    plan = ProviderPlan(provider, [(config.model, config) for config in configs])
+    return await run_plans(spec, [plan], out, progress, keep_workspaces=keep_workspaces)
+
+
+def _not_started(
+    plan: ProviderPlan, model: str, config: ProviderConfig, spec: ScenarioFile, error: str
+) -> list[IterationRecord]:
+    return [
+        IterationRecord(
+            scenario=scenario.id,
+            model=model,
+            mode=config.mode,
+            iteration=iteration,
+            session_id="",
+            prompts=[],
+            checks=[],
+            passed=False,
+            error=error,
+            provider=plan.provider.id,
+        )
+        for scenario in spec.scenarios
+        for iteration in range(spec.iterations)
+    ]
+
+
+async def run_plans(
+    spec: ScenarioFile,
+    plans: Sequence[ProviderPlan],
+    out: Path,
+    progress: Progress | None = None,
+    *,
+    keep_workspaces: bool = False,
+) -> RunResult:
+    """Run every scenario for each provider and each of its groups, writing
     ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end.
     ``keep_workspaces`` leaves each iteration's workspace in place (its path is in
     the record) instead of removing it."""
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
     records: list[IterationRecord] = []
+
+    def keep(record: IterationRecord, sink: Any) -> None:
+        records.append(record)
+        sink.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+        sink.flush()
+        if progress is not None:
+            verdict = "pass" if record.passed else "FAIL"
+            progress(
+                f"{record.provider} {record.scenario} [{record.model} {record.mode}] {verdict}"
+            )
+
     with (out / "traces.jsonl").open("w", encoding="utf-8") as sink:
-        try:
-            for config in configs:
-                await provider.init(config)
-                for scenario in spec.scenarios:
-                    for iteration in range(spec.iterations):
-                        record = await _run_iteration(
-                            provider,
-                            scenario,
-                            config,
-                            iteration,
-                            spec.timeout,
-                            keep_workspaces,
-                        )
-                        records.append(record)
-                        sink.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
-                        sink.flush()
-                        if progress is not None:
-                            verdict = "pass" if record.passed else "FAIL"
-                            progress(f"{scenario.id} [{config.model} {config.mode}] {verdict}")
-        finally:
-            await provider.shutdown()
+        for plan in plans:
+            provider = plan.provider
+            try:
+                for model, config in plan.groups:
+                    try:
+                        await provider.init(config)
+                    except ProviderError as exc:
+                        error = f"{provider.id} did not start: {exc}"
+                        for record in _not_started(plan, model, config, spec, error):
+                            keep(record, sink)
+                        continue
+                    for scenario in spec.scenarios:
+                        for iteration in range(spec.iterations):
+                            record = await _run_iteration(
+                                provider,
+                                scenario,
+                                config,
+                                iteration,
+                                spec.timeout,
+                                keep_workspaces,
+                                model,
+                            )
+                            keep(record, sink)
+            finally:
+                await provider.shutdown()
     summary = summarise(records)
     await asyncio.to_thread(
         (out / "summary.json").write_text, json.dumps(summary, indent=2), encoding="utf-8"
@@ -265,11 +342,12 @@ def describe(values: list[float]) -> dict[str, float | None]:
 
 
 def summarise(records: list[IterationRecord]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, str, str], list[IterationRecord]] = {}
+    groups: dict[tuple[str, str, str, str], list[IterationRecord]] = {}
     for record in records:
-        groups.setdefault((record.scenario, record.model, record.mode), []).append(record)
+        key = (record.provider, record.scenario, record.model, record.mode)
+        groups.setdefault(key, []).append(record)
     summary = []
-    for (scenario, model, mode), items in groups.items():
+    for (provider, scenario, model, mode), items in groups.items():
         durations = [sum(r.metrics.timing.total_ms for r in i.prompts) for i in items]
         tokens = [float(sum(r.metrics.tokens.total for r in i.prompts)) for i in items]
         ttfts = [
@@ -281,6 +359,7 @@ def summarise(records: list[IterationRecord]) -> list[dict[str, Any]]:
         reasons = Counter(r.completion_reason for i in items for r in i.prompts)
         summary.append(
             {
+                "provider": provider,
                 "scenario": scenario,
                 "model": model,
                 "mode": mode,

@@ -57,6 +57,7 @@ from pydantic import (
 )
 
 from llmbridge.profiler.cli_agent import CliAgentSettings
+from llmbridge.profiler.codex import CodexSettings
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import DEFAULT_MODE, ModeSpec
 from llmbridge.profiler.types import PromptResult
@@ -278,6 +279,8 @@ class ScenarioFile(_Strict):
     """The Claude Code provider (claude_code.py)."""
     gemini_cli: CliAgentSettings = CliAgentSettings()
     """The Gemini CLI provider (gemini_cli.py)."""
+    codex: CodexSettings = CodexSettings()
+    """The Codex provider (codex.py)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     scenarios: tuple[Scenario, ...]
 

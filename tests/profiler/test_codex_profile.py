@@ -1,0 +1,141 @@
+"""``llmbridge profile run --provider codex`` end to end: the real Codex CLI.
+
+The pinned CLI (tests/e2e, @openai/codex) works in a fresh workspace per iteration
+against a gateway whose model is scripted: it calls Codex's shell tool when the
+request offers it, so the command really runs in Codex's sandbox and the workspace
+check sees the file it wrote. Every HTTP exchange is kept, so the tokens the
+profiler records per prompt are compared with what the gateway reported for that
+prompt's requests, and a resumed second prompt is checked to be one thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.cli import cli
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.request import ChatRequest
+from tests.e2e.test_codex import MODEL, recorded_gateway
+
+SHELL = "exec_command"
+COMMAND = "echo hello > hello.txt"
+
+
+class ShellOnce(ScriptedBackend):
+    """A request offering the shell tool and carrying no tool result gets the shell
+    call; one carrying its result gets the final text; a prompt with "again" in it
+    gets a plain answer."""
+
+    def __init__(self) -> None:
+        super().__init__("scripted", default=Script(text=["Done."]))
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        last_user = next(m.text for m in reversed(request.messages) if m.role == "user")
+        tool_round = any(m.role == "tool" for m in request.messages[-2:])
+        offered = any(tool.name == SHELL for tool in request.tools)
+        if "again" in last_user:
+            self.enqueue(Script(text=["Still ", "there."]))
+        elif offered and not tool_round:
+            self.enqueue(Script(text=[], tool_calls=[(SHELL, {"cmd": COMMAND})]))
+        else:
+            self.enqueue(Script(text=["Wrote hello.txt."]))
+        async for event in super().chat(request):
+            yield event
+
+
+def _usage(call: Any) -> dict[str, int]:
+    (done,) = [e for e in call.sse_events() if e.get("type") == "response.completed"]
+    usage: dict[str, int] = done["response"]["usage"]
+    return usage
+
+
+def test_codex_run_in_a_workspace(tmp_path: Path) -> None:
+    codex = Path(__file__).resolve().parents[1] / "e2e" / "node_modules" / ".bin" / "codex"
+    spec = {
+        "models": [MODEL],
+        "iterations": 2,
+        "timeout": 120,
+        "codex": {
+            "command": str(codex),
+            "permission": "allow",
+            "instructions": "You are a coding agent. Run shell commands with exec_command.",
+            "args": ["--disable", "multi_agent", "--disable", "goals", "--disable", "apps"],
+        },
+        "prices": {MODEL: {"input": 1.0, "output": 2.0}},
+        "scenarios": [
+            {
+                "id": "hello",
+                "prompts": ["Create hello.txt", "Is it there again?"],
+                "workspace": {"files": {"README.md": "# demo\n"}},
+                "checks": [
+                    {"file_exists": "hello.txt"},
+                    {"file_contains": {"path": "hello.txt", "text": "hello"}},
+                    {"tool_called": "command_execution"},
+                    {"contains": "Still there."},
+                    {"completes": True},
+                ],
+            }
+        ],
+    }
+    scenarios = tmp_path / "codex.yaml"
+    scenarios.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    backend = ShellOnce()
+    with recorded_gateway(backend) as (server, recorder):
+        result = CliRunner().invoke(
+            cli,
+            [
+                "profile", "run", str(scenarios), "--provider", "codex",
+                "--gateway-url", server.url, "--out", str(out), "--quiet",
+            ],
+            catch_exceptions=False,
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    calls = recorder.calls("/v1/responses")
+    # Per iteration: the tool call, the answer after it, then the resumed prompt's answer.
+    assert [e.status for e in recorder.exchanges] == [200] * 6
+    assert len(calls) == 6
+    for number, record in enumerate(records):
+        assert record["provider"] == "codex" and record["model"] == MODEL
+        assert record["passed"], record
+        assert record["invariant_problems"] == []
+        first, second = record["prompts"]
+        assert [first["completion_reason"], second["completion_reason"]] == ["stop", "stop"]
+        assert first["text"] == "Wrote hello.txt." and second["text"] == "Still there."
+        (tool,) = first["tool_calls"]
+        assert tool["name"] == "command_execution" and tool["status"] == "completed"
+        assert tool["duration_ms"] >= 0
+        # The prompt's tokens are what the gateway reported for its own requests.
+        own = calls[3 * number : 3 * number + 2], calls[3 * number + 2 : 3 * number + 3]
+        for prompt, prompt_calls in zip((first, second), own, strict=True):
+            usages = [_usage(call) for call in prompt_calls]
+            assert prompt["tokens"]["input"] == sum(u["input_tokens"] for u in usages)
+            assert prompt["tokens"]["output"] == sum(u["output_tokens"] for u in usages)
+            price = prompt["tokens"]["input"] * 1e-6 + prompt["tokens"]["output"] * 2e-6
+            assert abs(prompt["cost"]["total_usd"] - price) < 1e-12
+        # One thread: the second prompt's request carries the first prompt's turn.
+        resumed = calls[3 * number + 2].body()["input"]
+        assert isinstance(resumed, list)
+        assert any(item.get("type") == "function_call" for item in resumed)
+        events = record["trace"]["events"]
+        boundaries = [e for e in events if e["type"] == "turn_boundary"]
+        assert [b["turn"] for b in boundaries] == [0, 1]
+        assert [b["tokens"]["total"] for b in boundaries] == [
+            first["tokens"]["total"],
+            second["tokens"]["total"],
+        ]
+        kinds = [e["type"] for e in events if e["type"] in ("tool_call", "tool_result")]
+        assert kinds == ["tool_call", "tool_result"]
+        checks = {c["name"]: c["passed"] for c in record["checks"]}
+        assert all(checks.values()), checks
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(s["provider"], s["scenario"], s["passed"]) for s in summary] == [("codex", "hello", 2)]
+    assert "| codex | hello |" in (out / "report.md").read_text()
