@@ -159,9 +159,26 @@ class RequestTooLargeError(LLMBridgeError):
 
 
 class RateLimitError(LLMBridgeError):
-    """Too many requests; the client should retry later."""
+    """Too many requests; the client should retry later.
+
+    Attributes:
+        retry_after: seconds until the request would be let in, when known (a key's
+            limits, accounts/limits.py); sent as ``Retry-After``.
+    """
 
     default_status = 429
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, param=param, code=code)
+        self.retry_after = retry_after
 
 
 class InternalError(LLMBridgeError):

@@ -3,8 +3,10 @@
 A key is accepted from ``Authorization: Bearer <key>`` (OpenAI, Ollama clients),
 ``x-api-key`` (Anthropic clients), ``x-goog-api-key`` or the ``key`` query parameter
 (Gemini clients: the google-genai SDKs send the header, Google's REST examples and some
-tools the parameter), compared in constant time against every configured key. Keys are
-never logged; ``llmbridge serve`` takes ``key=`` values out of its access log
+tools the parameter: ``presented_key``), compared in constant time against every
+configured key (``KeyChecker``). Keys kept in the database (``llmb-...``) are resolved
+by the gateway's middleware through ``accounts.service``, after the static ones. Keys
+are never logged; ``llmbridge serve`` takes ``key=`` values out of its access log
 (cli/serve.py).
 
 The key a request matched is its caller's identity: ``key_identity(key)``, a prefix of
@@ -24,7 +26,14 @@ from starlette.requests import HTTPConnection
 
 from llmbridge.core.errors import AuthenticationError
 
-__all__ = ["KEY_IDENTITY", "OPEN_PATHS", "KeyChecker", "caller_identity", "key_identity"]
+__all__ = [
+    "KEY_IDENTITY",
+    "OPEN_PATHS",
+    "KeyChecker",
+    "caller_identity",
+    "key_identity",
+    "presented_key",
+]
 
 OPEN_PATHS = frozenset({"/", "/api/hello", "/health"})
 """Liveness probes answer without a key (they reveal nothing but "up")."""
@@ -54,31 +63,42 @@ class KeyChecker:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    def check(self, headers: Headers, query_string: bytes = b"") -> str | None:
-        """The identity (``key_identity``) of the key the request carries (in its
-        headers, or ``query_string``'s ``key``), ``None`` with auth off;
-        ``AuthenticationError`` unless it carries a valid key."""
-        if not self._keys:
-            return None
-        presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
-        if presented is None:
-            auth = headers.get("authorization", "")
-            scheme, _, value = auth.partition(" ")
-            if scheme.lower() == "bearer":
-                presented = value.strip()
-        if not presented and b"key=" in query_string:
-            presented = QueryParams(query_string).get("key")
-        if not presented:
-            raise AuthenticationError(
-                "missing API key: send 'Authorization: Bearer <key>', 'x-api-key: <key>' "
-                "or 'x-goog-api-key: <key>'"
-            )
+    def match(self, presented: str) -> str | None:
+        """The identity of the static key ``presented`` is, else ``None``."""
         candidate = presented.encode()
         # Compare against every key so the time taken does not reveal which matched.
         matched: str | None = None
         for key, identity in zip(self._keys, self._identities, strict=True):
             if hmac.compare_digest(candidate, key):
                 matched = identity
+        return matched
+
+    def check(self, headers: Headers, query_string: bytes = b"") -> str | None:
+        """The identity (``key_identity``) of the key the request carries (in its
+        headers, or ``query_string``'s ``key``), ``None`` with auth off;
+        ``AuthenticationError`` unless it carries a valid key."""
+        if not self._keys:
+            return None
+        matched = self.match(presented_key(headers, query_string))
         if matched is None:
             raise AuthenticationError("invalid API key")
         return matched
+
+
+def presented_key(headers: Headers, query_string: bytes = b"") -> str:
+    """The key a request carries (module docstring); ``AuthenticationError`` when it
+    carries none."""
+    presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    if presented is None:
+        auth = headers.get("authorization", "")
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer":
+            presented = value.strip()
+    if not presented and b"key=" in query_string:
+        presented = QueryParams(query_string).get("key")
+    if not presented:
+        raise AuthenticationError(
+            "missing API key: send 'Authorization: Bearer <key>', 'x-api-key: <key>' "
+            "or 'x-goog-api-key: <key>'"
+        )
+    return presented

@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from llmbridge.core.errors import BackendError, InternalError, LLMBridgeError
+from llmbridge.core.errors import BackendError, InternalError, LLMBridgeError, RateLimitError
 from llmbridge.core.ids import new_id
 from llmbridge.dialects import anthropic, ollama, openai
 from llmbridge.dialects.framing import dumps
@@ -108,7 +108,7 @@ def error_response(
         # The body was not read to its end: close rather than keep reading it (RFC 9110
         # 15.5.9, "the server SHOULD send the close connection option").
         all_headers.setdefault("connection", "close")
-    if isinstance(error, BackendError) and error.retry_after is not None:
+    if isinstance(error, BackendError | RateLimitError) and error.retry_after is not None:
         # RFC 9110 10.2.3: delay-seconds, a whole number (the embedded model's queue).
         all_headers.setdefault("retry-after", str(max(1, math.ceil(error.retry_after))))
     return Response(

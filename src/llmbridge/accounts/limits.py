@@ -1,0 +1,222 @@
+"""A key's limits, checked before a request reaches a backend: ``await admit(...)``.
+
+Every count lives in the shared state (``state.SharedState``: this process's memory,
+or Redis shared by every worker and replica) and is checked and taken in one atomic
+step there, never read here and written back: N replicas allow a key its limit once,
+not N times (LiteLLM's per-deployment limits were checked in local memory, LiteLLM
+issues #27736 and #40291). In order:
+
+1. **models**: the public model name must match one of the key's globs, else 403
+   (``PermissionDeniedError`` naming the model).
+2. **budget**: what the key has spent (``spent_usd`` as the database had it, plus the
+   ledger's ``spend:<key id>`` counter for what it has not written yet) must be below
+   ``budget_usd``, else 403 "budget exhausted".
+3. **max_parallel**: one in-flight slot (``par:<key id>``), released by ``finish``.
+4. **rpm**: one request in the 60-second sliding window ``rpm:<key id>``.
+5. **tpm**: the prompt's estimated tokens taken from ``tpm:<key id>`` (60 s);
+   ``finish`` adds what the reply used beyond that estimate. A prompt larger than the
+   whole limit takes the whole limit, so it passes once the window is empty instead of
+   never.
+
+Over a limit is ``KeyLimitError`` (429) with ``retry_after`` (when the request would
+fit again) and the rate-limit figures, which ``limit_headers`` turns into the caller's
+dialect's headers: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
+(reset as a duration, ``"12s"``), Anthropic's
+``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`` (reset as an RFC 3339
+time), and ``Retry-After`` (RFC 9110 10.2.3, whole seconds). A served reply carries the
+same figures. A request refused for its tokens has still used its request: the windows
+are separate, and refunding across them could not be atomic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from llmbridge.accounts.keys import KeyRecord
+from llmbridge.core.errors import PermissionDeniedError, RateLimitError
+from llmbridge.state.base import SharedState, WindowVerdict
+from llmbridge.web.render import Dialect
+
+__all__ = [
+    "OPEN",
+    "WINDOW_S",
+    "Admission",
+    "KeyLimitError",
+    "Quota",
+    "admit",
+    "limit_headers",
+]
+
+WINDOW_S = 60.0
+"""The rpm and tpm windows: one minute."""
+
+PARALLEL_RETRY_S = 1.0
+"""Retry-After for a key at its ``max_parallel``: nobody knows when a slot frees."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One window's figures for the headers."""
+
+    limit: int
+    remaining: int
+    reset_s: float
+    """Seconds until the refused cost would fit (0 while there is room)."""
+
+    @classmethod
+    def of(cls, verdict: WindowVerdict) -> Quota:
+        return cls(verdict.limit, max(0, verdict.limit - verdict.used), verdict.reset_s)
+
+
+class KeyLimitError(RateLimitError):
+    """A key over one of its limits (429)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float,
+        requests: Quota | None = None,
+        tokens: Quota | None = None,
+    ) -> None:
+        super().__init__(message, code="rate_limit_exceeded", retry_after=retry_after)
+        self.retry_after: float = retry_after
+        self.requests = requests
+        self.tokens = tokens
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's reset duration (``"12s"``, ``"1m0s"``): whole seconds, rounded up."""
+    whole = max(0, math.ceil(seconds))
+    minutes, rest = divmod(whole, 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
+
+
+def _instant(seconds: float) -> str:
+    """Anthropic's reset time: RFC 3339, UTC, whole seconds."""
+    at = datetime.now(UTC) + timedelta(seconds=max(0.0, math.ceil(seconds)))
+    return at.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def limit_headers(
+    dialect: Dialect,
+    requests: Quota | None,
+    tokens: Quota | None,
+    retry_after: float | None = None,
+) -> dict[str, str]:
+    """The rate-limit headers of a reply in ``dialect`` (module docstring)."""
+    headers: dict[str, str] = {}
+    for kind, quota in (("requests", requests), ("tokens", tokens)):
+        if quota is None:
+            continue
+        if dialect is Dialect.ANTHROPIC:
+            prefix = f"anthropic-ratelimit-{kind}"
+            headers[f"{prefix}-limit"] = str(quota.limit)
+            headers[f"{prefix}-remaining"] = str(quota.remaining)
+            headers[f"{prefix}-reset"] = _instant(quota.reset_s)
+        else:
+            headers[f"x-ratelimit-limit-{kind}"] = str(quota.limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(quota.remaining)
+            headers[f"x-ratelimit-reset-{kind}"] = _duration(quota.reset_s)
+    if retry_after is not None:
+        headers["retry-after"] = str(max(1, math.ceil(retry_after)))
+    return headers
+
+
+@dataclass(slots=True)
+class Admission:
+    """A request let in: its figures for the headers, and ``finish`` to give back its
+    parallel slot and count its tokens (call it once the reply has ended or failed)."""
+
+    state: SharedState | None
+    record: KeyRecord | None
+    requests: Quota | None = None
+    tokens: Quota | None = None
+    reserved_tokens: int = 0
+    holds_slot: bool = False
+    used_tokens: int = 0
+    """The reply's tokens (prompt and output) once known: what ``finish`` counts."""
+    finished: bool = field(default=False)
+
+    @property
+    def counts_tokens(self) -> bool:
+        return self.record is not None and self.record.tpm is not None
+
+    def headers(self, dialect: Dialect) -> dict[str, str]:
+        return limit_headers(dialect, self.requests, self.tokens)
+
+    async def finish(self, used_tokens: int | None = None) -> None:
+        """Release the slot; add the tokens used (``used_tokens``, else what was noted
+        in ``self.used_tokens``) beyond the prompt's estimate. Twice is a no-op."""
+        if used_tokens is None:
+            used_tokens = self.used_tokens
+        if self.finished or self.state is None or self.record is None:
+            self.finished = True
+            return
+        self.finished = True
+        if self.holds_slot:
+            await self.state.release(f"par:{self.record.id}")
+        if self.record.tpm is not None and used_tokens:
+            extra = used_tokens - self.reserved_tokens
+            if extra > 0:
+                await self.state.add(f"tpm:{self.record.id}", extra, WINDOW_S)
+
+
+OPEN = Admission(None, None, finished=True)
+"""The admission of a request with no database key: nothing to count."""
+
+
+async def admit(
+    state: SharedState, record: KeyRecord | None, model: str, prompt_tokens: int = 0
+) -> Admission:
+    """Check and take ``record``'s limits for one request to ``model`` (module
+    docstring); ``PermissionDeniedError`` or ``KeyLimitError`` when over one."""
+    if record is None:
+        return OPEN
+    if not record.allows(model):
+        raise PermissionDeniedError(
+            f"the key {record.name!r} may not use the model {model!r}", param="model"
+        )
+    if record.budget_usd is not None:
+        spent = record.spent_usd + await state.get_float(f"spend:{record.id}")
+        if spent >= record.budget_usd:
+            raise PermissionDeniedError(
+                f"budget exhausted: spent ${spent:.4f} of ${record.budget_usd:.4f}",
+                code="budget_exhausted",
+            )
+    admission = Admission(state, record)
+    if record.max_parallel is not None:
+        if not await state.acquire(f"par:{record.id}", record.max_parallel):
+            raise KeyLimitError(
+                f"too many requests in flight for this key (max_parallel {record.max_parallel})",
+                retry_after=PARALLEL_RETRY_S,
+            )
+        admission.holds_slot = True
+    try:
+        if record.rpm is not None:
+            verdict = await state.take(f"rpm:{record.id}", 1, record.rpm, WINDOW_S)
+            admission.requests = Quota.of(verdict)
+            if not verdict.allowed:
+                raise KeyLimitError(
+                    f"rate limit reached: {record.rpm} requests per minute for this key",
+                    retry_after=verdict.reset_s,
+                    requests=admission.requests,
+                )
+        if record.tpm is not None:
+            cost = max(0, min(prompt_tokens, record.tpm))
+            verdict = await state.take(f"tpm:{record.id}", cost, record.tpm, WINDOW_S)
+            admission.tokens = Quota.of(verdict)
+            if not verdict.allowed:
+                raise KeyLimitError(
+                    f"rate limit reached: {record.tpm} tokens per minute for this key",
+                    retry_after=verdict.reset_s,
+                    requests=admission.requests,
+                    tokens=admission.tokens,
+                )
+            admission.reserved_tokens = cost
+    except BaseException:
+        await admission.finish()
+        raise
+    return admission
