@@ -1,5 +1,6 @@
-"""llmbridge against the LiteLLM proxy against the backend called directly: the same fast
-scripted backend behind all three, the same load generator, the same run.
+"""llmbridge against the LiteLLM proxy and the Portkey gateway against the backend called
+directly: the same fast scripted backend behind all of them, the same load generator, the
+same run.
 
 This file owns the comparison (issue 8, item 1). It starts, on free loopback ports:
 
@@ -7,13 +8,18 @@ This file owns the comparison (issue 8, item 1). It starts, on free loopback por
 - ``llmbridge serve`` with one OpenAI-compatible backend pointing at it, exactly as
   ``bench/overhead.py`` does;
 - the LiteLLM proxy (``litellm --config ... --num_workers 1``) with one model,
-  ``openai/bench-model`` at the backend's ``/v1`` (``bench/litellm_proxy.py``).
+  ``openai/bench-model`` at the backend's ``/v1`` (``bench/litellm_proxy.py``);
+- the Portkey open-source gateway (npm ``@portkey-ai/gateway``, one Node process,
+  ``bench/portkey_gateway.py``), routed to the backend's ``/v1`` by request headers
+  (issue 17). Non-streaming cells only: its streaming fails on Node 20 (that module says
+  how).
 
-and drives five targets with one shared aiohttp client (``bench/http_clients.py``):
+and drives six targets with one shared aiohttp client (``bench/http_clients.py``):
 ``direct`` (the backend's OpenAI route), ``llmbridge-openai``, ``llmbridge-ollama`` and
 ``llmbridge-anthropic`` (the gateway's three client dialects, all served by the same
-OpenAI-compatible backend), and ``litellm`` (its OpenAI route). The OpenAI-route
-requests to direct, llmbridge and LiteLLM are byte-identical.
+OpenAI-compatible backend), ``litellm`` and ``portkey`` (their OpenAI routes). The
+OpenAI-route request bodies to direct, llmbridge, LiteLLM and Portkey are byte-identical
+(Portkey's requests carry its routing headers besides).
 
 The grid is non-streaming and streaming at concurrency 1, 64 and 256. After an untimed
 warm-up of every target with both kinds of request (LiteLLM imports parts of the openai
@@ -31,13 +37,15 @@ backend per 1000 requests (from /proc, summed over each server's process tree), 
 proxy's peak RSS during the cell (VmHWM summed over the tree, reset per batch;
 ``proc_tree.py``), and how busy the rest of the machine was. Then the issue's ratios:
 llmbridge's added p50 (target p50 - direct p50) over LiteLLM's (target <= 0.10) and
-llmbridge's requests/s over LiteLLM's (target >= 5), with a verdict per cell.
+llmbridge's requests/s over LiteLLM's (target >= 5), with a verdict per cell; the same
+two ratios against Portkey, without targets.
 
 LiteLLM lives in its own virtualenv, ``bench/.venv-litellm`` (git-ignored), installed
 from the pins in ``bench/requirements-litellm.txt``; the first run creates it (a few
 minutes, pip's progress on stderr), later runs reuse it until that file changes.
 ``make bench-compare`` does the same. It also holds matplotlib for ``--plot X.png``
-(``compare_plot.py``; ``--plot X.svg`` needs nothing).
+(``compare_plot.py``; ``--plot X.svg`` needs nothing). Portkey lives in
+``bench/portkey`` (``npm ci`` on the first run; ``node_modules`` is git-ignored).
 
 Run: ``.venv/bin/python bench/compare.py [--quick] [--json OUT.json] [--plot OUT.png]``
 (7-10 minutes, most of it LiteLLM's streams at concurrency 256; ``--quick``,
@@ -67,6 +75,7 @@ from typing import Any
 
 import http_clients
 import litellm_proxy
+import portkey_gateway
 from compare_routes import ROUTES, Route
 from fast_backend import reply_pieces
 from http_clients import BenchClient, Outcome, make_client
@@ -87,7 +96,14 @@ from processes import (
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 CPUS = os.cpu_count() or 1
-TARGETS = ("direct", "llmbridge-openai", "llmbridge-ollama", "llmbridge-anthropic", "litellm")
+TARGETS = (
+    "direct",
+    "llmbridge-openai",
+    "llmbridge-ollama",
+    "llmbridge-anthropic",
+    "litellm",
+    "portkey",
+)
 LLMBRIDGE = TARGETS[1:4]
 ADDED_P50_TARGET = 0.10
 THROUGHPUT_TARGET = 5.0
@@ -124,6 +140,10 @@ class Target:
     route: Route
     proxy: ProcessTree | None
     """The server in front of the backend (None: the backend is the target)."""
+    headers: dict[str, str] | None = None
+    """Sent with every request besides the content type (Portkey's routing headers)."""
+    streams: bool = True
+    """False: measured in the non-streaming cells only (Portkey on Node 20)."""
 
 
 @dataclass
@@ -153,13 +173,13 @@ class Runner:
 
     async def batch(self, target: Target, cell: Cell, seconds: float, measure: Measure) -> None:
         body = target.route.body(cell.stream, cell.pieces)
-        url, stream, fetch = target.url, cell.stream, self.client.fetch
+        url, stream, fetch, headers = target.url, cell.stream, self.client.fetch, target.headers
         outcomes: list[Outcome] = []
         stop_at = 0.0
 
         async def worker(slot: int) -> None:
             while time.perf_counter() < stop_at:
-                outcomes.append(await fetch(slot, url, body, stream))
+                outcomes.append(await fetch(slot, url, body, stream, headers))
 
         trees = [t for t in (target.proxy, self.backend) if t is not None]
         for tree in trees:
@@ -188,7 +208,7 @@ class Runner:
         """Untimed traffic of both kinds to every target before anything is measured or
         profiled: LiteLLM imports parts of the openai SDK on its first stream."""
         for target in targets:
-            for stream in (False, True):
+            for stream in (False, True) if target.streams else (False,):
                 pieces = args.chunks if stream else args.nonstream_chunks
                 cell = Cell(stream, min(4, max(args.concurrency)), pieces)
                 await self.batch(target, cell, args.warmup_seconds, Measure())
@@ -196,6 +216,7 @@ class Runner:
     async def run_cell(
         self, targets: list[Target], cell: Cell, args: argparse.Namespace
     ) -> dict[str, Measure]:
+        targets = [t for t in targets if t.streams or not cell.stream]
         for target in targets:
             warm = Measure()
             await self.batch(target, cell, args.warmup_seconds, warm)
@@ -254,8 +275,11 @@ def _ok(summary: dict[str, Any] | None) -> bool:
 
 
 def ratios(targets: dict[str, Any]) -> dict[str, Any]:
-    """Per llmbridge route: added p50 over LiteLLM's, requests/s over LiteLLM's."""
+    """Per llmbridge route: added p50 over LiteLLM's, requests/s over LiteLLM's (with the
+    issue's targets and a verdict); the same two over Portkey's (``portkey_*``, figures
+    only) where Portkey was measured."""
     direct, litellm = targets.get("direct"), targets.get("litellm")
+    portkey = targets.get("portkey")
     out: dict[str, Any] = {}
     for name in LLMBRIDGE:
         mine = targets.get(name)
@@ -282,8 +306,31 @@ def ratios(targets: dict[str, Any]) -> dict[str, Any]:
             tput_ok = (entry["throughput_ratio"] or 0.0) >= THROUGHPUT_TARGET
             entry["latency_met"], entry["throughput_met"] = lat_ok, tput_ok
             entry["verdict"] = "PASS" if lat_ok and tput_ok else "FAIL"
+        if portkey is not None:
+            entry.update(_versus(mine, direct, portkey, "portkey"))
         out[name] = entry
     return out
+
+
+def _versus(
+    mine: dict[str, Any], direct: dict[str, Any] | None, other: dict[str, Any], prefix: str
+) -> dict[str, Any]:
+    """``mine`` against another proxy ``other`` in one cell: its added p50, ours over
+    theirs, and our requests/s over theirs (None where either side failed)."""
+    valid = _ok(mine) and _ok(direct) and _ok(other)
+    entry: dict[str, Any] = {f"{prefix}_valid": valid}
+    theirs = mine_added = None
+    if valid and direct is not None:
+        base = direct["latency_ms"]["p50"]
+        theirs = other["latency_ms"]["p50"] - base
+        mine_added = mine["latency_ms"]["p50"] - base
+    entry[f"{prefix}_added_p50_ms"] = theirs
+    entry[f"{prefix}_added_p50_ratio"] = (
+        mine_added / theirs if mine_added is not None and theirs else None
+    )
+    rps, their_rps = mine["requests_per_s"], other["requests_per_s"]
+    entry[f"{prefix}_throughput_ratio"] = rps / their_rps if valid and rps and their_rps else None
+    return entry
 
 
 def _f(value: float | None, spec: str) -> str:
@@ -353,6 +400,37 @@ def ratio_table(cells: list[dict[str, Any]]) -> str:
     return render_table(rows)
 
 
+def portkey_table(cells: list[dict[str, Any]]) -> str:
+    head = [
+        "cell",
+        "llmbridge route",
+        "added p50 ms (llmbridge / portkey)",
+        "added p50 ratio",
+        "req/s ratio",
+    ]
+    rows = [head]
+    for cell in cells:
+        for name, r in cell["ratios"].items():
+            if "portkey_valid" not in r:
+                continue
+            invalid = "" if r["portkey_valid"] else " (INVALID: failures or no data)"
+            rows.append(
+                [
+                    cell["key"],
+                    name.removeprefix("llmbridge-"),
+                    f"{_f(r['added_p50_ms'], '.3f')} / {_f(r['portkey_added_p50_ms'], '.3f')}",
+                    _f(r["portkey_added_p50_ratio"], ".3f"),
+                    (
+                        "n/a"
+                        if r["portkey_throughput_ratio"] is None
+                        else f"x{r['portkey_throughput_ratio']:.1f}"
+                    )
+                    + invalid,
+                ]
+            )
+    return render_table(rows) if len(rows) > 1 else "(Portkey not measured)"
+
+
 def report(document: dict[str, Any]) -> str:
     out = []
     for cell in document["cells"]:
@@ -363,6 +441,10 @@ def report(document: dict[str, Any]) -> str:
         "Ratios (llmbridge vs LiteLLM, same cell, same run):",
         "",
         ratio_table(document["cells"]),
+        "",
+        "Ratios (llmbridge vs Portkey, non-streaming cells, same run):",
+        "",
+        portkey_table(document["cells"]),
     ]
     verdicts = [r["verdict"] for c in document["cells"] for r in c["ratios"].values()]
     openai = [c["ratios"].get("llmbridge-openai", {}).get("verdict") for c in document["cells"]]
@@ -382,6 +464,7 @@ class Servers:
     backend: Server
     gateway: Server
     litellm: Server | None
+    portkey: Server | None = None
 
 
 @contextlib.contextmanager
@@ -405,7 +488,12 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[Servers]:
                 workdir,
             )
             started.append(litellm)
-        yield Servers(backend, gateway, litellm)
+        portkey = None
+        if not args.no_portkey:
+            port = free_port()
+            portkey = Server.start("portkey", port, portkey_gateway.gateway_argv(port), workdir)
+            started.append(portkey)
+        yield Servers(backend, gateway, litellm, portkey)
     finally:
         for server in reversed(started):
             server.stop()
@@ -429,6 +517,11 @@ def make_targets(s: Servers) -> list[Target]:
     if s.litellm is not None:
         tree = ProcessTree(s.litellm.pid)
         targets.append(Target("litellm", at(s.litellm, "openai"), ROUTES["openai"], tree))
+    if s.portkey is not None:
+        headers = portkey_gateway.headers(s.backend.port)
+        tree = ProcessTree(s.portkey.pid)
+        route = ROUTES["openai"]
+        targets.append(Target("portkey", at(s.portkey, "openai"), route, tree, headers, False))
     return targets
 
 
@@ -444,6 +537,8 @@ async def measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
         if s.litellm is not None:
             log("waiting for the LiteLLM proxy (about 10 s to start)")
             await wait_ready(client, s.litellm, "/health/liveliness", patience=180.0)
+        if s.portkey is not None:
+            await wait_ready(client, s.portkey, portkey_gateway.HEALTH_PATH)
         targets = make_targets(s)
         runner = Runner(client, ProcessTree(s.backend.pid))
         log("warming every target up")
@@ -508,6 +603,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-litellm", action="store_true", help="leave LiteLLM out (no ratios; debugging)"
     )
+    parser.add_argument("--no-portkey", action="store_true", help="leave the Portkey gateway out")
     parser.add_argument(
         "--litellm-workers", type=int, default=1, help="LiteLLM's --num_workers (default 1)"
     )
@@ -594,6 +690,11 @@ def main(argv: list[str] | None = None) -> int:
         litellm_proxy.ensure_venv(log)
         version = litellm_proxy.installed_version()
         log(f"LiteLLM {version} from {litellm_proxy.VENV}")
+    portkey_version = ""
+    if not args.no_portkey:
+        portkey_gateway.ensure_installed(log)
+        portkey_version = portkey_gateway.installed_version()
+        log(f"Portkey gateway {portkey_version} from {portkey_gateway.PACKAGE_DIR}")
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     busy_before = system_busy_seconds()
@@ -601,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="llmbridge-compare-") as tmp,
         servers(args, Path(tmp)) as s,
     ):
-        trees = [ProcessTree(x.pid) for x in (s.backend, s.gateway, s.litellm) if x is not None]
+        servers_up = (s.backend, s.gateway, s.litellm, s.portkey)
+        trees = [ProcessTree(x.pid) for x in servers_up if x is not None]
         cpu_before = sum(t.cpu_seconds() for t in trees) + time.process_time()
         try:
             cells = _run_measure(args, s)
@@ -620,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(duration, 1),
         "litellm_version": version,
+        "portkey_version": portkey_version,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "code": {
             "commit": _git("rev-parse", "HEAD"),
@@ -636,14 +739,17 @@ def main(argv: list[str] | None = None) -> int:
             "platform": platform.platform(),
         },
         "peak_mb": {
-            name: max(c["targets"][name]["peak_proxy_mb"] or 0.0 for c in cells)
-            for name in (cells[0]["targets"] if cells else ())
+            name: max(
+                c["targets"][name]["peak_proxy_mb"] or 0.0 for c in cells if name in c["targets"]
+            )
+            for name in dict.fromkeys(t for c in cells for t in c["targets"])
             if name != "direct"
         },
         "cells": cells,
     }
     print(
-        f"\nllmbridge vs LiteLLM {version or '(left out)'} vs the backend directly; {CPUS} CPUs; "
+        f"\nllmbridge vs LiteLLM {version or '(left out)'} vs Portkey "
+        f"{portkey_version or '(left out)'} vs the backend directly; {CPUS} CPUs; "
         f"load average at start {load_at_start}; other processes kept "
         f"{document['machine']['other_load']:.0%} of the machine busy\n"
     )

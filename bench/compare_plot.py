@@ -29,6 +29,7 @@ COLOURS = {
     "llmbridge-ollama": "#2ca02c",
     "llmbridge-anthropic": "#9467bd",
     "litellm": "#d62728",
+    "portkey": "#ff7f0e",
 }
 PANELS = ((False, "non-streaming"), (True, "streaming"))
 
@@ -54,7 +55,8 @@ def series(document: dict[str, Any]) -> Series:
 def _title(document: dict[str, Any]) -> str:
     s = document.get("settings", {})
     return (
-        f"Latency vs concurrency: llmbridge, LiteLLM {document.get('litellm_version') or '?'} "
+        f"Latency vs concurrency: llmbridge, LiteLLM {document.get('litellm_version') or '?'}, "
+        f"Portkey {document.get('portkey_version') or '-'} "
         f"and the backend alone ({s.get('chunks', '?')}-chunk streams, "
         f"{s.get('nonstream_chunks', '?')}-piece replies)"
     )

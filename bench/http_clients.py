@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
 
-__all__ = ["AiohttpClient", "BenchClient", "HttpxClient", "Outcome", "make_client"]
+__all__ = ["AiohttpClient", "BenchClient", "Headers", "HttpxClient", "Outcome", "make_client"]
 
 _HEADERS = {"content-type": "application/json"}
+Headers = Mapping[str, str]
 _TIMEOUT_S = 60.0
 
 
@@ -47,8 +49,11 @@ class Outcome:
 class BenchClient(Protocol):
     name: str
 
-    async def fetch(self, slot: int, url: str, body: bytes, stream: bool) -> Outcome:
-        """POST ``body``; ``slot`` is the calling worker (0 .. concurrency-1)."""
+    async def fetch(
+        self, slot: int, url: str, body: bytes, stream: bool, headers: Headers | None = None
+    ) -> Outcome:
+        """POST ``body``; ``slot`` is the calling worker (0 .. concurrency-1); ``headers``
+        go with the content type (an API key, a proxy's routing headers)."""
         ...
 
     async def get(self, url: str) -> tuple[int, str]:
@@ -74,11 +79,14 @@ class AiohttpClient:
             auto_decompress=False,
         )
 
-    async def fetch(self, slot: int, url: str, body: bytes, stream: bool) -> Outcome:
+    async def fetch(
+        self, slot: int, url: str, body: bytes, stream: bool, headers: Headers | None = None
+    ) -> Outcome:
+        sent = {**_HEADERS, **headers} if headers else _HEADERS
         started = time.perf_counter()
         first: float | None = None
         try:
-            async with self._session.post(url, data=body, headers=_HEADERS) as response:
+            async with self._session.post(url, data=body, headers=sent) as response:
                 if not stream:
                     raw = await response.read()
                 else:
@@ -118,18 +126,21 @@ class HttpxClient:
             )
         return client
 
-    async def fetch(self, slot: int, url: str, body: bytes, stream: bool) -> Outcome:
+    async def fetch(
+        self, slot: int, url: str, body: bytes, stream: bool, headers: Headers | None = None
+    ) -> Outcome:
+        sent = {**_HEADERS, **headers} if headers else _HEADERS
         client = self._client(slot)
         started = time.perf_counter()
         first: float | None = None
         try:
             if not stream:
-                response = await client.post(url, content=body, headers=_HEADERS)
+                response = await client.post(url, content=body, headers=sent)
                 return Outcome(
                     response.status_code, response.content, time.perf_counter() - started, None
                 )
             parts = []
-            async with client.stream("POST", url, content=body, headers=_HEADERS) as response:
+            async with client.stream("POST", url, content=body, headers=sent) as response:
                 async for part in response.aiter_raw():
                     if first is None:
                         first = time.perf_counter() - started
