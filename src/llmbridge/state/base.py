@@ -125,6 +125,12 @@ class SharedState(Protocol):
         """Move the breaker to ``state`` (after a probe); ``open`` restamps ``opened_at``."""
         ...
 
+    async def breaker_claim_probe(self, name: str, reset_s: float, lease_s: float) -> bool:
+        """Whether this caller may probe the open breaker now (open for ``reset_s``,
+        nobody else probing): one probe at a time across replicas, a lease of
+        ``lease_s`` that ``breaker_set`` ends."""
+        ...
+
     async def add_float(self, key: str, amount: float) -> float:
         """Add to a float counter (spend, budget) with no expiry; returns the new total."""
         ...

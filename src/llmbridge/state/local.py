@@ -1,0 +1,194 @@
+"""``LocalState``: the shared-state contract (state/base.py) in one process's memory.
+
+The default with no Redis configured (one process: its limits hold for that
+process only), and the fallback a Redis-backed state serves from while Redis is
+unreachable (state/failover.py). Same semantics as the Redis scripts
+(state/redis.py): 1-second buckets, in-flight counts that never go negative, EWMA
+with alpha 0.3, the breaker's transitions. Every method runs without awaiting
+anything, so each is atomic on the event loop.
+
+``clock`` (unix seconds) is injectable so tests can move time by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from llmbridge.state.base import EWMA_ALPHA, BreakerState, BreakerView, WindowVerdict
+
+__all__ = ["LocalState", "window_seconds"]
+
+
+def window_seconds(window_s: float) -> int:
+    """A window's length in whole 1-second buckets (at least one)."""
+    return max(1, math.ceil(window_s))
+
+
+@dataclass(slots=True)
+class _Breaker:
+    state: BreakerState = "closed"
+    failures: int = 0
+    opened_at: float = 0.0
+
+    def view(self) -> BreakerView:
+        return BreakerView(self.state, self.failures, self.opened_at)
+
+
+class LocalState:
+    """Shared state held in this process (module docstring)."""
+
+    kind = "local"
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._windows: dict[str, dict[int, int]] = {}
+        self._in_flight: dict[str, int] = {}
+        self._counters: dict[str, int] = {}
+        self._latency: dict[str, float] = {}
+        self._breakers: dict[str, _Breaker] = {}
+        self._probe_leases: dict[str, float] = {}
+        self._floats: dict[str, float] = {}
+
+    @property
+    def degraded(self) -> bool:
+        return False
+
+    # -- sliding windows -----------------------------------------------------------
+
+    def _window(self, key: str, window_s: float) -> tuple[dict[int, int], int, int, float]:
+        """The key's live buckets (stale ones dropped), their total, the window in
+        whole seconds and now."""
+        now = self._clock()
+        seconds = window_seconds(window_s)
+        oldest = math.floor(now) - seconds + 1
+        buckets = self._windows.setdefault(key, {})
+        for stale in [b for b in buckets if b < oldest]:
+            del buckets[stale]
+        return buckets, sum(buckets.values()), seconds, now
+
+    async def take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
+        buckets, used, seconds, now = self._window(key, window_s)
+        if used + cost <= limit:
+            second = math.floor(now)
+            buckets[second] = buckets.get(second, 0) + cost
+            return WindowVerdict(True, used + cost, limit, 0.0)
+        return WindowVerdict(
+            False, used, limit, _reset_after(buckets, used, cost, limit, seconds, now)
+        )
+
+    async def add(self, key: str, amount: int, window_s: float) -> int:
+        buckets, used, _, now = self._window(key, window_s)
+        second = math.floor(now)
+        buckets[second] = buckets.get(second, 0) + amount
+        return used + amount
+
+    async def used(self, key: str, window_s: float) -> int:
+        buckets, used, _, _ = self._window(key, window_s)
+        if not buckets:
+            del self._windows[key]  # keys nobody uses any more do not pile up
+        return used
+
+    # -- in flight -----------------------------------------------------------------
+
+    async def acquire(self, key: str, limit: int | None) -> bool:
+        current = self._in_flight.get(key, 0)
+        if limit is not None and current >= limit:
+            return False
+        self._in_flight[key] = current + 1
+        return True
+
+    async def release(self, key: str) -> None:
+        current = self._in_flight.get(key, 0)
+        if current <= 1:
+            self._in_flight.pop(key, None)
+        else:
+            self._in_flight[key] = current - 1
+
+    async def in_flight(self, keys: Sequence[str]) -> dict[str, int]:
+        return {key: self._in_flight.get(key, 0) for key in keys}
+
+    # -- counters and latency ------------------------------------------------------
+
+    async def next_index(self, key: str) -> int:
+        index = self._counters.get(key, 0)
+        self._counters[key] = index + 1
+        return index
+
+    async def observe_latency(self, key: str, seconds: float) -> None:
+        old = self._latency.get(key)
+        self._latency[key] = (
+            seconds if old is None else EWMA_ALPHA * seconds + (1 - EWMA_ALPHA) * old
+        )
+
+    async def latencies(self, keys: Sequence[str]) -> dict[str, float | None]:
+        return {key: self._latency.get(key) for key in keys}
+
+    # -- circuit breakers ----------------------------------------------------------
+
+    async def breaker(self, name: str) -> BreakerView:
+        return self._breakers.get(name, _Breaker()).view()
+
+    async def breaker_failure(self, name: str, threshold: int) -> BreakerView:
+        breaker = self._breakers.setdefault(name, _Breaker())
+        breaker.failures += 1
+        if breaker.state == "half_open" or breaker.failures >= threshold:
+            breaker.state, breaker.opened_at = "open", self._clock()
+        return breaker.view()
+
+    async def breaker_success(self, name: str) -> None:
+        breaker = self._breakers.setdefault(name, _Breaker())
+        breaker.state, breaker.failures = "closed", 0
+
+    async def breaker_set(self, name: str, state: Literal["open", "half_open"]) -> BreakerView:
+        breaker = self._breakers.setdefault(name, _Breaker())
+        breaker.state = state
+        if state == "open":
+            breaker.opened_at = self._clock()
+        self._probe_leases.pop(name, None)
+        return breaker.view()
+
+    async def breaker_claim_probe(self, name: str, reset_s: float, lease_s: float) -> bool:
+        """Whether this caller may probe the open breaker now: it has been open for
+        ``reset_s`` and nobody holds the probe (a lease of ``lease_s``, ended by
+        ``breaker_set``)."""
+        breaker = self._breakers.get(name)
+        now = self._clock()
+        if breaker is None or breaker.state != "open" or now - breaker.opened_at < reset_s:
+            return False
+        if self._probe_leases.get(name, 0.0) > now:
+            return False
+        self._probe_leases[name] = now + lease_s
+        return True
+
+    # -- spend ---------------------------------------------------------------------
+
+    async def add_float(self, key: str, amount: float) -> float:
+        total = self._floats.get(key, 0.0) + amount
+        self._floats[key] = total
+        return total
+
+    async def get_float(self, key: str) -> float:
+        return self._floats.get(key, 0.0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _reset_after(
+    buckets: dict[int, int], used: int, cost: int, limit: int, seconds: int, now: float
+) -> float:
+    """Seconds until enough of the oldest buckets leave the window for ``cost`` to fit;
+    the whole window when it never will (``cost > limit``). A bucket for second ``b``
+    leaves the window at ``b + seconds``."""
+    if cost > limit:
+        return float(seconds)
+    need, dropped = used + cost - limit, 0
+    for second in sorted(buckets):
+        dropped += buckets[second]
+        if dropped >= need:
+            return max(0.0, second + seconds - now)
+    return float(seconds)

@@ -1,0 +1,393 @@
+"""``RedisState``: the shared-state contract (state/base.py) in Redis, for every replica.
+
+Every update happens server-side, in one Lua script or one atomic command, never as
+a read-modify-write from Python: N replicas checking a limit each in their own
+memory would allow N times it (LiteLLM's per-deployment limits did,
+SCALE_CONTRACT.md). The scripts are registered once per client (``register_script``:
+EVALSHA, loaded again by redis-py on ``NOSCRIPT`` after a Redis restart) and read
+the time from Redis (``TIME``) so every replica agrees on the second.
+
+Keys (``prefix`` defaults to ``llmbridge:``):
+
+- ``w:<key>``: a sliding window, a hash of unix second -> amount; stale seconds are
+  deleted by the script that finds them, the hash expires one second after the
+  window;
+- ``inf:<key>``: in-flight counts, a hash of replica id -> count. A replica's
+  counts count only while its heartbeat key ``hb:<replica id>`` lives: it is set
+  (PX ``heartbeat_ttl_s``) by every ``acquire`` and every ``heartbeat_s``, so a
+  replica killed with -9 leaks its slots for at most the TTL; the next script that
+  sees a dead replica's field deletes it;
+- ``n:<key>`` (``INCR``), ``lat:<key>`` (EWMA), ``f:<key>`` (``INCRBYFLOAT``);
+- ``br:<name>``: a breaker, a hash (state, failures, opened_at);
+  ``brp:<name>``: the probe lease (``SET NX PX``), one prober across replicas.
+
+The in-flight scripts build heartbeat key names from replica ids (keys not passed
+in ``KEYS``): fine on a single Redis or behind Sentinel, not on Redis Cluster.
+
+Socket and connect timeouts are short (0.25 s) and there is one immediate retry
+(for a pooled connection that died with a Redis restart); at most
+``max_connections`` (32) connections per process, callers queue for one. The failover wrapper
+(state/failover.py) turns a Redis that does not answer into local state rather
+than a slow request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from llmbridge.state.base import EWMA_ALPHA, BreakerState, BreakerView, WindowVerdict
+from llmbridge.state.local import window_seconds
+
+__all__ = ["RedisState", "new_replica_id"]
+
+log = logging.getLogger("llmbridge.state")
+
+SOCKET_TIMEOUT_S = 0.25
+"""A Redis that has not answered by then counts as down (state/failover.py)."""
+POOL_WAIT_S = 1.0
+"""How long a call waits for one of the pool's connections before Redis counts as down."""
+
+_NOW = """
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now = sec + tonumber(t[2]) / 1000000
+"""
+
+# KEYS[1] window hash; ARGV: cost, limit, window seconds, mode (take | add | used).
+# Returns {allowed 0/1, used, reset_s as a string (Lua numbers come back truncated)}.
+_WINDOW = (
+    _NOW
+    + """
+local w = tonumber(ARGV[3])
+local oldest = sec - w + 1
+local flat = redis.call('HGETALL', KEYS[1])
+local used, buckets, stale = 0, {}, {}
+for i = 1, #flat, 2 do
+  local b, n = tonumber(flat[i]), tonumber(flat[i + 1])
+  if b < oldest then stale[#stale + 1] = flat[i] else
+    used = used + n
+    buckets[#buckets + 1] = {b, n}
+  end
+end
+for i = 1, #stale, 500 do
+  redis.call('HDEL', KEYS[1], unpack(stale, i, math.min(i + 499, #stale)))
+end
+local mode, cost = ARGV[4], tonumber(ARGV[1])
+if mode == 'used' then return {1, used, '0'} end
+if mode == 'add' or used + cost <= tonumber(ARGV[2]) then
+  redis.call('HINCRBY', KEYS[1], sec, cost)
+  redis.call('EXPIRE', KEYS[1], w + 1)
+  return {1, used + cost, '0'}
+end
+local limit = tonumber(ARGV[2])
+if cost > limit then return {0, used, tostring(w)} end
+table.sort(buckets, function(x, y) return x[1] < y[1] end)
+local need, dropped = used + cost - limit, 0
+for _, bn in ipairs(buckets) do
+  dropped = dropped + bn[2]
+  if dropped >= need then return {0, used, string.format('%.6f', math.max(0, bn[1] + w - now))} end
+end
+return {0, used, tostring(w)}
+"""
+)
+
+# Sums the live replicas' counts of the in-flight hash KEYS[k], deleting dead ones.
+_LIVE_TOTAL = """
+local function live_total(key, own, hb_prefix)
+  local flat = redis.call('HGETALL', key)
+  local total = 0
+  for i = 1, #flat, 2 do
+    local replica = flat[i]
+    if replica == own or redis.call('EXISTS', hb_prefix .. replica) == 1 then
+      total = total + tonumber(flat[i + 1])
+    else
+      redis.call('HDEL', key, replica)
+    end
+  end
+  return total
+end
+"""
+
+# KEYS[1] in-flight hash, KEYS[2] own heartbeat; ARGV: replica, limit ('' none),
+# heartbeat TTL ms, heartbeat key prefix.
+_ACQUIRE = (
+    _LIVE_TOTAL
+    + """
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+local total = live_total(KEYS[1], ARGV[1], ARGV[4])
+if ARGV[2] ~= '' and total >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+return 1
+"""
+)
+
+# KEYS[1] in-flight hash; ARGV[1] replica. Never below zero.
+_RELEASE = """
+local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if n <= 1 then redis.call('HDEL', KEYS[1], ARGV[1])
+else redis.call('HINCRBY', KEYS[1], ARGV[1], -1) end
+return 0
+"""
+
+# KEYS: in-flight hashes; ARGV: replica, heartbeat key prefix.
+_IN_FLIGHT = (
+    _LIVE_TOTAL
+    + """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = live_total(key, ARGV[1], ARGV[2]) end
+return out
+"""
+)
+
+# KEYS[1] latency key; ARGV: sample, alpha.
+_EWMA = """
+local v = tonumber(ARGV[1])
+local old = redis.call('GET', KEYS[1])
+if old then v = tonumber(ARGV[2]) * v + (1 - tonumber(ARGV[2])) * tonumber(old) end
+redis.call('SET', KEYS[1], string.format('%.17g', v))
+return 0
+"""
+
+_VIEW = """
+local function view(key)
+  local v = redis.call('HMGET', key, 'state', 'failures', 'opened_at')
+  return {v[1] or 'closed', tonumber(v[2] or '0'), v[3] or '0'}
+end
+"""
+
+# KEYS[1] breaker hash; ARGV[1] threshold.
+_BREAKER_FAILURE = (
+    _NOW
+    + _VIEW
+    + """
+local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
+local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+if state == 'half_open' or failures >= tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', string.format('%.6f', now))
+end
+return view(KEYS[1])
+"""
+)
+
+# KEYS[1] breaker hash, KEYS[2] probe lease; ARGV[1] open | half_open.
+_BREAKER_SET = (
+    _NOW
+    + _VIEW
+    + """
+if ARGV[1] == 'open' then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', string.format('%.6f', now))
+else
+  redis.call('HSET', KEYS[1], 'state', ARGV[1])
+end
+redis.call('DEL', KEYS[2])
+return view(KEYS[1])
+"""
+)
+
+# KEYS[1] breaker hash, KEYS[2] probe lease; ARGV: reset_s, lease ms.
+_BREAKER_CLAIM = (
+    _NOW
+    + """
+local v = redis.call('HMGET', KEYS[1], 'state', 'opened_at')
+if v[1] ~= 'open' or now - tonumber(v[2] or '0') < tonumber(ARGV[1]) then return 0 end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+"""
+)
+
+
+def new_replica_id() -> str:
+    """``hostname:pid:random``: unique per process, and readable in ``redis-cli``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+_STATES: dict[Any, BreakerState] = {"closed": "closed", "open": "open", "half_open": "half_open"}
+
+
+def _view(state: Any, failures: Any, opened_at: Any) -> BreakerView:
+    return BreakerView(_STATES.get(state, "closed"), int(failures or 0), float(opened_at or 0.0))
+
+
+class RedisState:
+    """Shared state in Redis (module docstring).
+
+    ``heartbeat_s``: how often this replica refreshes its heartbeat key, which
+    expires after ``heartbeat_ttl_s`` (about 3x). With ``own_heartbeat`` (the
+    default) a task started on first use does it; state/failover.py passes False
+    and calls ``heartbeat()`` from its own watch loop.
+    """
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "llmbridge:",
+        heartbeat_s: float = 2.0,
+        heartbeat_ttl_s: float = 6.0,
+        own_heartbeat: bool = True,
+        socket_timeout_s: float = SOCKET_TIMEOUT_S,
+        max_connections: int = 32,
+    ) -> None:
+        self.url = url
+        self.replica = new_replica_id()
+        self.heartbeat_s = heartbeat_s
+        self._ttl_ms = str(round(heartbeat_ttl_s * 1000))
+        self._prefix = prefix
+        self._hb_prefix = f"{prefix}hb:"
+        self._hb_key = self._hb_prefix + self.replica
+        self._own_heartbeat = own_heartbeat
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        # A bounded pool that makes callers wait for a connection: a burst of requests
+        # would otherwise open one connection each, and a hundred connects at once
+        # on a busy machine miss the short connect timeout (a false outage).
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=POOL_WAIT_S,
+            decode_responses=True,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=socket_timeout_s,
+            retry=Retry(NoBackoff(), 1),
+        )
+        self.client = Redis.from_pool(pool)  # owns it: closed with the client
+        register = self.client.register_script
+        self._window = register(_WINDOW)
+        self._acquire = register(_ACQUIRE)
+        self._release = register(_RELEASE)
+        self._in_flight = register(_IN_FLIGHT)
+        self._ewma = register(_EWMA)
+        self._breaker_failure = register(_BREAKER_FAILURE)
+        self._breaker_set = register(_BREAKER_SET)
+        self._breaker_claim = register(_BREAKER_CLAIM)
+
+    @property
+    def degraded(self) -> bool:
+        return False
+
+    async def ping(self) -> None:
+        """Raises when Redis does not answer."""
+        await self.client.ping()
+
+    async def heartbeat(self) -> None:
+        """Keep this replica's in-flight counts alive for another TTL."""
+        await self.client.set(self._hb_key, "1", px=int(self._ttl_ms))
+
+    def _start_heartbeat(self) -> None:
+        if self._own_heartbeat and self._heartbeat_task is None:
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            try:
+                await self.heartbeat()
+            except Exception as exc:  # noqa: BLE001 - Redis away: try again next beat
+                log.debug("heartbeat to Redis failed: %s", exc)
+            await asyncio.sleep(self.heartbeat_s)
+
+    # -- sliding windows -----------------------------------------------------------
+
+    async def _run_window(self, key: str, cost: int, limit: int, window_s: float, mode: str) -> Any:
+        keys = [f"{self._prefix}w:{key}"]
+        return await self._window(keys, [cost, limit, window_seconds(window_s), mode])
+
+    async def take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
+        allowed, used, reset = await self._run_window(key, cost, limit, window_s, "take")
+        return WindowVerdict(bool(allowed), int(used), limit, float(reset))
+
+    async def add(self, key: str, amount: int, window_s: float) -> int:
+        _, used, _ = await self._run_window(key, amount, 0, window_s, "add")
+        return int(used)
+
+    async def used(self, key: str, window_s: float) -> int:
+        _, used, _ = await self._run_window(key, 0, 0, window_s, "used")
+        return int(used)
+
+    # -- in flight -----------------------------------------------------------------
+
+    async def acquire(self, key: str, limit: int | None) -> bool:
+        self._start_heartbeat()
+        keys = [f"{self._prefix}inf:{key}", self._hb_key]
+        args = [self.replica, "" if limit is None else limit, self._ttl_ms, self._hb_prefix]
+        return bool(await self._acquire(keys, args))
+
+    async def release(self, key: str) -> None:
+        await self._release([f"{self._prefix}inf:{key}"], [self.replica])
+
+    async def in_flight(self, keys: Sequence[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        counts = await self._in_flight(
+            [f"{self._prefix}inf:{k}" for k in keys], [self.replica, self._hb_prefix]
+        )
+        return {key: int(n) for key, n in zip(keys, counts, strict=True)}
+
+    # -- counters and latency ------------------------------------------------------
+
+    async def next_index(self, key: str) -> int:
+        return int(await self.client.incr(f"{self._prefix}n:{key}")) - 1
+
+    async def observe_latency(self, key: str, seconds: float) -> None:
+        await self._ewma([f"{self._prefix}lat:{key}"], [repr(seconds), repr(EWMA_ALPHA)])
+
+    async def latencies(self, keys: Sequence[str]) -> dict[str, float | None]:
+        if not keys:
+            return {}
+        values = await self.client.mget([f"{self._prefix}lat:{k}" for k in keys])
+        return {k: None if v is None else float(v) for k, v in zip(keys, values, strict=True)}
+
+    # -- circuit breakers ----------------------------------------------------------
+
+    async def breaker(self, name: str) -> BreakerView:
+        fields = ["state", "failures", "opened_at"]
+        return _view(*await self.client.hmget(f"{self._prefix}br:{name}", fields))
+
+    async def breaker_failure(self, name: str, threshold: int) -> BreakerView:
+        return _view(*await self._breaker_failure([f"{self._prefix}br:{name}"], [threshold]))
+
+    async def breaker_success(self, name: str) -> None:
+        # One HSET: atomic on its own, no script needed.
+        await self.client.hset(
+            f"{self._prefix}br:{name}", mapping={"state": "closed", "failures": 0}
+        )
+
+    async def breaker_set(self, name: str, state: Literal["open", "half_open"]) -> BreakerView:
+        keys = [f"{self._prefix}br:{name}", f"{self._prefix}brp:{name}"]
+        return _view(*await self._breaker_set(keys, [state]))
+
+    async def breaker_claim_probe(self, name: str, reset_s: float, lease_s: float) -> bool:
+        keys = [f"{self._prefix}br:{name}", f"{self._prefix}brp:{name}"]
+        return bool(await self._breaker_claim(keys, [repr(reset_s), round(lease_s * 1000)]))
+
+    # -- spend ---------------------------------------------------------------------
+
+    async def add_float(self, key: str, amount: float) -> float:
+        return float(await self.client.incrbyfloat(f"{self._prefix}f:{key}", amount))
+
+    async def get_float(self, key: str) -> float:
+        value = await self.client.get(f"{self._prefix}f:{key}")
+        return 0.0 if value is None else float(cast(str, value))
+
+    async def aclose(self) -> None:
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat_task
+            self._heartbeat_task = None
+        with contextlib.suppress(Exception):
+            # A clean shutdown: this replica's in-flight counts stop counting now,
+            # not a TTL later.
+            await self.client.delete(self._hb_key)
+        await self.client.aclose()
