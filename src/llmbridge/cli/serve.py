@@ -114,6 +114,11 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
     envvar="LLMBRIDGE_LOG_LEVEL",
 )
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
+@click.option(
+    "--redis-url",
+    help="Share limits, in-flight counts and breakers across workers and replicas in this "
+    "Redis, e.g. redis://127.0.0.1:6379/0 [env LLMBRIDGE_REDIS_URL; default: in process].",
+)
 @limit_options
 @config_options
 def serve(
@@ -122,6 +127,7 @@ def serve(
     max_body_bytes: int | None,
     log_level: str | None,
     access_log: bool,
+    redis_url: str | None,
     config_path: str | None,
     **shortcuts: Any,
 ) -> None:
@@ -136,6 +142,7 @@ def serve(
         port=port,
         max_body_bytes=max_body_bytes,
         log_level=log_level,
+        redis_url=redis_url,
         **shortcuts,
     )
     server = config.server

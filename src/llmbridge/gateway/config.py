@@ -47,6 +47,8 @@ backend and serves any model name. Example file::
       breaker_reset_s: 30             # then probe it with its health check
     default_fallbacks: [{backend: local}]   # for names the default backend serves;
                                       # routes take `fallbacks: [{backend, model}]` too
+    state:                            # shared across workers and replicas (docs/DEPLOY.md)
+      redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
       database: "postgresql://llmbridge@127.0.0.1/agent"   # or a SQLite path; --db, LLMBRIDGE_DB
       model: qwen3                    # for turns that name no model
@@ -73,6 +75,7 @@ __all__ = [
     "GatewayConfig",
     "LimitsConfig",
     "ServerConfig",
+    "StateConfig",
     "default_agent_database",
     "load_config",
 ]
@@ -141,17 +144,28 @@ class ServerConfig(Strict):
         )
 
 
+class StateConfig(Strict):
+    """Where limits, in-flight counts and breakers are shared (state/)."""
+
+    redis_url: str | None = None
+    """Redis for every worker and replica (``redis://host:6379/0``); none: each process
+    keeps its own. While Redis is unreachable each replica serves from its own memory
+    (``/health`` says ``degraded``) and switches back when it answers."""
+
+
 class GatewayConfig(ServingConfig):
     """The whole configuration file: the serving layer's part (backends, routes,
     policies: serving/config.py), the server's and the agent's."""
 
     server: ServerConfig = ServerConfig()
     agent: AgentConfig = AgentConfig()
+    state: StateConfig = StateConfig()
 
 
 ENVIRONMENT = {
     "ANTHROPIC_API_KEY": "the key of Anthropic backends that set none",
     "GEMINI_API_KEY": "the key of Gemini backends that set none",
+    "LLMBRIDGE_REDIS_URL": "state.redis_url (shared state's Redis) when file and flags set none",
     "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
     "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
     "XDG_DATA_HOME": "where the default agent database lives (llmbridge/agent.db under it)",
@@ -180,8 +194,9 @@ def load_config(
     ``overrides`` may hold ``server`` fields (host, port, api_keys, max_body_bytes),
     ``ollama_url``, ``openai_url`` and ``openai_key``: the URL shortcuts make that
     server the default backend, serving models under their own names; ``db`` sets
-    ``agent.database``; ``embedded_max_queue``, ``embedded_queue_timeout`` and
-    ``embedded_max_embed_inputs`` set the embedded backends' limits.
+    ``agent.database``; ``redis_url`` sets ``state.redis_url``; ``embedded_max_queue``,
+    ``embedded_queue_timeout`` and ``embedded_max_embed_inputs`` set the embedded
+    backends' limits.
     """
     raw: dict[str, Any] = {}
     if path is not None:
@@ -233,6 +248,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         configured = dict(raw.get("claude_families") or {})
         configured.update({f: m for f, m in families.items() if m})
         raw["claude_families"] = configured
+    _apply_state_overrides(raw, overrides)
     if overrides.get("api_keys"):
         server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
     if server:
@@ -259,6 +275,15 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         backends[kind] = entry
         raw["default_backend"] = kind
     _apply_embedded_overrides(raw, overrides)  # last: a shortcut replaces the default
+
+
+def _apply_state_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--redis-url`` (``state.redis_url``)."""
+    if overrides.get("redis_url"):
+        configured = raw.get("state") or {}
+        if not isinstance(configured, dict):
+            raise ConfigError("'state' must be a mapping of shared-state settings")
+        raw["state"] = {**configured, "redis_url": overrides["redis_url"]}
 
 
 _EMBEDDED_OVERRIDES = {
@@ -341,6 +366,11 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         field_name, variable, needs_url = secret
         if (backend.get("url") or not needs_url) and (value := environ.get(variable)):
             backend[field_name] = value
+    shared = raw.get("state")
+    if (redis_url := environ.get("LLMBRIDGE_REDIS_URL", "").strip()) and not (
+        isinstance(shared, dict) and shared.get("redis_url")
+    ):
+        raw["state"] = {**(shared if isinstance(shared, dict) else {}), "redis_url": redis_url}
     agent = raw.get("agent")
     if agent is None:
         agent = raw["agent"] = {}
