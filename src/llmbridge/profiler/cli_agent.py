@@ -73,6 +73,8 @@ _STDOUT_LIMIT = 64 * 1024 * 1024
 """Bytes in one output line: Claude Code's init line lists every tool and skill."""
 _DRAIN_SECONDS = 2.0
 """After the CLI exits, how long its remaining output may take to arrive."""
+_POLL_SECONDS = 0.005
+"""Where there is no pidfd: how often the process's exit is looked for."""
 _TERM_GRACE_SECONDS = 3.0
 """At the deadline: SIGTERM, then SIGKILL after this long."""
 STDERR_TAIL = 4000
@@ -158,6 +160,27 @@ def _kill_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> Non
         os.killpg(process.pid, sig)
 
 
+async def _exited(process: asyncio.subprocess.Process) -> None:
+    """Until the process itself exits. (``Process.wait`` also waits for its pipes to
+    close, which a background child of the CLI's shell tool can put off for ever.)"""
+    if process.returncode is not None:
+        return
+    try:  # Linux: a pidfd becomes readable when the process exits
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        while process.returncode is None:  # noqa: ASYNC110 - no pidfd here: look now and then
+            await asyncio.sleep(_POLL_SECONDS)
+        return
+    loop = asyncio.get_running_loop()
+    exited = asyncio.Event()
+    loop.add_reader(pidfd, exited.set)
+    try:
+        await exited.wait()
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+
+
 async def _read_lines(stream: asyncio.StreamReader, run: CliRun) -> None:
     while line := await stream.readline():
         text = line.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -191,23 +214,23 @@ async def run_cli(
     reader = asyncio.create_task(_read_lines(process.stdout, run))
     try:
         async with asyncio.timeout(timeout):
-            await process.wait()
+            await _exited(process)
+        run.ended_ms = now_ms()
     except TimeoutError:
         run.timed_out = True
+        run.ended_ms = now_ms()
         _kill_group(process, signal.SIGTERM)
         try:
             async with asyncio.timeout(_TERM_GRACE_SECONDS):
-                await process.wait()
+                await _exited(process)
         except TimeoutError:
-            _kill_group(process, signal.SIGKILL)
-            await process.wait()
+            pass
     finally:
-        # Whatever the CLI's tools started in the background goes with it.
+        # Whatever the CLI's tools started in the background goes with it (and lets go
+        # of stdout, so the output left in the pipe can be read to its end).
+        # (Not ``process.kill()``: Popen polls first, reaping the child under asyncio's
+        # watcher, which then reports exit status 255.)
         _kill_group(process, signal.SIGKILL)
-        if process.returncode is None:  # cancelled: reap it
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await asyncio.shield(process.wait())
         try:
             async with asyncio.timeout(_DRAIN_SECONDS):
                 await asyncio.shield(reader)
@@ -215,7 +238,9 @@ async def run_cli(
             reader.cancel()
         except ValueError:  # a line over the limit: what came before it is kept
             pass
-    run.ended_ms = now_ms()
+        await asyncio.shield(process.wait())
+    if run.lines:  # the run ends when its output has all arrived, too
+        run.ended_ms = max(run.ended_ms, run.lines[-1].at_ms)
     run.returncode = None if run.timed_out else process.returncode
     run.stderr = _tail(stderr_path)
     return run
@@ -393,7 +418,8 @@ def prompt_result(
     error: str | None,
 ) -> PromptResult:
     """One prompt's result from what a run's mapping measured: time to first token
-    is from the CLI's start to its first text or reasoning."""
+    is from the CLI's start to its first text or reasoning, the total from its start
+    to ``ended_ms`` (the CLI's closing line, where it printed one)."""
     tools: dict[str, float] = {}
     for call in tool_calls:
         tools[call.name] = tools.get(call.name, 0.0) + (call.duration_ms or 0.0)

@@ -1,0 +1,380 @@
+"""The Claude Code ``SessionProvider``: the real ``claude`` CLI, one run per prompt.
+
+Each prompt is ``claude -p PROMPT --output-format stream-json --verbose
+--include-partial-messages --model MODEL`` in the iteration's workspace (or an empty
+directory), with a fresh HOME per session (cli_agent.py), ``ANTHROPIC_BASE_URL`` at the
+gateway and every model alias Claude Code might pick for side work (Haiku, Sonnet,
+Opus, subagents) set to the profiled model, so one model serves the whole session.
+The first prompt names the session (``--session-id``); the next ones continue it
+(``--resume``), which Claude Code reads back from its HOME. The mode's and the
+scenario's instructions go after Claude Code's own system prompt
+(``--append-system-prompt``). The permission policy: ``allow`` is
+``--dangerously-skip-permissions`` (``IS_SANDBOX=1`` when running as root, which
+Claude Code otherwise refuses), ``deny`` is ``--permission-mode dontAsk`` (what is not
+pre-approved is refused), ``ask-reject`` is ``--permission-prompts none`` (a request
+that would prompt is refused).
+
+The trace comes from the run's lines (``map_claude_run``): each model request is a
+step (a turn) from its ``status: requesting`` line to its ``message_stop`` (with
+partial messages), its usage from ``message_start`` completed by ``message_delta``
+(a failed request's step ends at the ``result`` line); text and thinking deltas become
+``text_output`` / ``reasoning``; a whole ``tool_use`` block arrives as an ``assistant``
+line and its ``tool_result`` in the next ``user`` line; the ``result`` line ends the
+run with its totals (checked against the steps' sum by the tests), ``is_error`` and
+``subtype``. Cost: the scenarios file's price for the model when it has one (per
+step), else what Claude Code reports (its own price list; on ``--resume``
+``total_cost_usd`` is the session's running total, so a prompt's share is
+``model_usage_since_last_result``), on the prompt's first step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from llmbridge.profiler.cli_agent import (
+    CliRun,
+    CliSession,
+    CliSessionProvider,
+    OutputLine,
+    TraceBuilder,
+    prompt_result,
+)
+from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.types import (
+    CompletionReason,
+    CostMetrics,
+    PromptResult,
+    TokenMetrics,
+    ToolCallRecord,
+)
+
+__all__ = ["ClaudeCodeSessionProvider", "ClaudeRunMapping", "map_claude_run"]
+
+_PERMISSIONS: dict[str, list[str]] = {
+    "allow": ["--dangerously-skip-permissions"],
+    "deny": ["--permission-mode", "dontAsk"],
+    "ask-reject": ["--permission-mode", "default", "--permission-prompts", "none"],
+}
+_MODEL_VARIABLES = (
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "CLAUDE_CODE_SUBAGENT_MODEL",
+)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _usage(usage: dict[str, Any]) -> TokenMetrics:
+    """Anthropic usage: ``input_tokens`` leaves out what was read from or written to
+    the cache; thinking is counted in ``output_tokens``."""
+    return TokenMetrics(
+        input=_int(usage.get("input_tokens")),
+        output=_int(usage.get("output_tokens")),
+        cache_read=_int(usage.get("cache_read_input_tokens")),
+        cache_write=_int(usage.get("cache_creation_input_tokens")),
+    )
+
+
+def _tool_output(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(_dict(b).get("text") or "") for b in content)
+    return ""
+
+
+class ClaudeRunMapping:
+    """One run's lines as events on the session's trace, and what they add up to."""
+
+    def __init__(self, builder: TraceBuilder) -> None:
+        self.builder = builder
+        self.first_boundary = len(builder.events)
+        self.steps: list[tuple[int, TokenMetrics]] = []
+        """Each step's boundary index and tokens."""
+        self.step_usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.pieces: list[str] = []
+        self.first_content: float | None = None
+        self.records: list[ToolCallRecord] = []
+        self.result: dict[str, Any] | None = None
+        self.result_at: float | None = None
+        """The result line's arrival: the end of the turn (the CLI then shuts down)."""
+        self.session_id: str | None = None
+        self.synthetic: list[str] = []
+        """Text of messages Claude Code made up itself (an API error, say)."""
+
+    def feed(self, line: OutputLine) -> None:
+        data = line.data
+        if data is None:
+            return
+        kind = data.get("type")
+        if isinstance(data.get("session_id"), str):
+            self.session_id = data["session_id"]
+        if kind == "system" and data.get("subtype") == "status":
+            if data.get("status") == "requesting":  # a model request goes out: a step
+                self._open(line.at_ms)
+        elif kind == "stream_event":
+            self._stream_event(line.at_ms, _dict(data.get("event")))
+        elif kind == "assistant":
+            self._assistant(line.at_ms, _dict(data.get("message")))
+        elif kind == "user":
+            self._user(line.at_ms, _dict(data.get("message")))
+        elif kind == "result":
+            self._close(line.at_ms)
+            self.result, self.result_at = data, line.at_ms
+
+    def _open(self, at: float) -> None:
+        self._close(at)  # a step that never finished (an interrupted stream)
+        self.builder.open_step(at)
+        self.step_usage, self.stop_reason = {}, None
+
+    def _stream_event(self, at: float, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        builder = self.builder
+        if kind == "message_start":
+            if builder.open_boundary is None:  # no status line announced the request
+                self._open(at)
+            self.step_usage.update(_dict(_dict(event.get("message")).get("usage")))
+        elif kind == "content_block_delta":
+            delta = _dict(event.get("delta"))
+            if delta.get("type") == "text_delta":
+                text = str(delta.get("text") or "")
+                self.pieces.append(text)
+                self._content("text_output", at, text)
+            elif delta.get("type") == "thinking_delta":
+                self._content("reasoning", at, str(delta.get("thinking") or ""))
+        elif kind == "message_delta":
+            # The final usage: output tokens (and, from some servers, input) complete.
+            self.step_usage.update(
+                {k: v for k, v in _dict(event.get("usage")).items() if v is not None}
+            )
+            reason = _dict(event.get("delta")).get("stop_reason")
+            self.stop_reason = reason if isinstance(reason, str) else self.stop_reason
+        elif kind == "message_stop":
+            self._close(at)
+
+    def _content(self, kind: Any, at: float, text: str) -> None:
+        if text and self.first_content is None:
+            self.first_content = at
+        self.builder.content(kind, at, text)
+
+    def _close(self, at: float) -> None:
+        index = self.builder.open_boundary
+        if index is None:
+            return
+        tokens = _usage(self.step_usage)
+        self.steps.append((index, tokens))
+        self.builder.close_step(at, tokens=tokens, status=self.stop_reason)
+
+    def _assistant(self, at: float, message: dict[str, Any]) -> None:
+        synthetic = message.get("model") == "<synthetic>"
+        for block in message.get("content") or []:
+            block = _dict(block)
+            if block.get("type") == "tool_use" and not synthetic:
+                self.builder.tool_call(
+                    at, str(block.get("name") or "?"), str(block.get("id")), block.get("input")
+                )
+            elif block.get("type") == "text" and synthetic:
+                self.synthetic.append(str(block.get("text") or ""))
+
+    def _user(self, at: float, message: dict[str, Any]) -> None:
+        for block in message.get("content") or []:
+            block = _dict(block)
+            if block.get("type") != "tool_result":
+                continue
+            output = _tool_output(block.get("content"))
+            error = (output or "the tool failed") if block.get("is_error") else None
+            self.records.append(
+                self.builder.tool_result(at, str(block.get("tool_use_id")), output, error)
+            )
+
+    def finish(
+        self,
+        *,
+        started_ms: float,
+        ended_ms: float,
+        timed_out: bool,
+        timeout: float,
+        failure: str | None,
+        price: Price | None,
+        reported_before: float,
+    ) -> tuple[PromptResult, float]:
+        """The prompt's result, and Claude Code's running cost total after it."""
+        if not self.steps and self.builder.open_boundary is None:
+            self._open(started_ms)  # the run failed before a request: its attempt is a step
+        self._close(ended_ms)
+        ending = "timeout" if timed_out else "the run ended"
+        self.records += self.builder.unfinished_tools(
+            ended_ms, f"the tool never finished ({ending})"
+        )
+        result = self.result or {}
+        tokens = TokenMetrics()
+        for _, step in self.steps:
+            tokens = tokens + step
+        if not self.steps and result.get("usage"):
+            tokens = _usage(_dict(result.get("usage")))
+        total_reported = result.get("total_cost_usd")
+        running = (
+            float(total_reported) if isinstance(total_reported, int | float) else reported_before
+        )
+        cost = self._cost(tokens, price, result, running - reported_before)
+        reason, error = self._reason(result, timed_out, timeout, failure)
+        if error is not None:
+            self.builder.error(ended_ms, error)
+        return (
+            prompt_result(
+                text="".join(self.pieces),
+                tokens=tokens,
+                cost=cost,
+                started_ms=started_ms,
+                ended_ms=self.result_at or ended_ms,
+                first_content_ms=self.first_content,
+                steps_ms=[self.builder.events[i].duration_ms or 0.0 for i, _ in self.steps],
+                tool_calls=self.records,
+                reason=reason,
+                error=None if timed_out else error,
+            ),
+            running,
+        )
+
+    def _cost(
+        self,
+        tokens: TokenMetrics,
+        price: Price | None,
+        result: dict[str, Any],
+        difference: float,
+    ) -> CostMetrics:
+        if price is not None:
+            for index, step in self.steps:
+                self.builder.set_step_usage(index, step, cost_of(step, price).total_usd)
+            return cost_of(tokens, price)
+        since = _dict(result.get("model_usage_since_last_result"))
+        costs = [_dict(m).get("costUSD") for m in since.values()]
+        reported = (
+            sum(float(c) for c in costs if isinstance(c, int | float)) if since else difference
+        )
+        if reported <= 0:
+            return CostMetrics()
+        if self.steps:
+            index, step = self.steps[0]
+            self.builder.set_step_usage(index, step, reported)
+        return CostMetrics(total_usd=reported, source="backend")
+
+    def _reason(
+        self, result: dict[str, Any], timed_out: bool, timeout: float, failure: str | None
+    ) -> tuple[CompletionReason, str | None]:
+        if timed_out:
+            return "timeout", f"timeout after {timeout:g} s"
+        if not result:
+            return "error", failure or "Claude Code ended without a result"
+        subtype = str(result.get("subtype") or "")
+        if result.get("is_error") or subtype != "success":
+            message = result.get("result") or "; ".join(self.synthetic) or subtype or "error"
+            status = result.get("api_error_status")
+            detail = f"{subtype}: {message}" if subtype and subtype != "success" else str(message)
+            if status:
+                detail += f" (HTTP {status})"
+            return ("tool_limit" if subtype == "error_max_turns" else "error"), detail
+        last = self.builder.events[self.steps[-1][0]].status if self.steps else None
+        if last == "max_tokens" or result.get("stop_reason") == "max_tokens":
+            return "length", None
+        return "stop", None
+
+
+def map_claude_run(
+    lines: Sequence[OutputLine],
+    builder: TraceBuilder,
+    *,
+    started_ms: float,
+    ended_ms: float,
+    timed_out: bool = False,
+    timeout: float = 0.0,
+    failure: str | None = None,
+    price: Price | None = None,
+    reported_before: float = 0.0,
+) -> tuple[PromptResult, float, str | None]:
+    """A run's ``PromptResult`` (its events appended to ``builder``), Claude Code's
+    running cost total, and the session id the run reported."""
+    mapping = ClaudeRunMapping(builder)
+    for line in lines:
+        mapping.feed(line)
+    result, running = mapping.finish(
+        started_ms=started_ms,
+        ended_ms=ended_ms,
+        timed_out=timed_out,
+        timeout=timeout,
+        failure=failure,
+        price=price,
+        reported_before=reported_before,
+    )
+    return result, running, mapping.session_id
+
+
+class ClaudeCodeSessionProvider(CliSessionProvider):
+    id = "claude-code"
+    default_command = "claude"
+
+    def command_line(self, session: CliSession, text: str) -> list[str]:
+        assert self.config is not None
+        argv = [
+            self.command,
+            "-p",
+            text,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--model",
+            self.config.model,
+            *_PERMISSIONS[self.config.permission],
+        ]
+        if session.resume_id is None:
+            argv += ["--session-id", session.key]
+        else:
+            argv += ["--resume", session.resume_id]
+        if session.system:
+            argv += ["--append-system-prompt", session.system]
+        return [*argv, *self.settings.args]
+
+    def environment(self, session: CliSession) -> dict[str, str]:
+        assert self.config is not None
+        environment = {
+            "ANTHROPIC_BASE_URL": self.endpoint,
+            "ANTHROPIC_API_KEY": self.settings.api_key,
+            "CLAUDE_CODE_TMPDIR": str(session.home / "tmp"),
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            **dict.fromkeys(_MODEL_VARIABLES, self.config.model),
+        }
+        if self.config.permission == "allow" and os.geteuid() == 0:
+            environment["IS_SANDBOX"] = "1"  # or Claude Code refuses to skip permissions
+        return environment
+
+    def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
+        result, running, session_id = map_claude_run(
+            run.lines,
+            session.builder,
+            started_ms=run.started_ms,
+            ended_ms=run.ended_ms,
+            timed_out=run.timed_out,
+            timeout=timeout,
+            failure=run.failure(),
+            price=self.price,
+            reported_before=session.reported_cost,
+        )
+        session.reported_cost = running
+        if session_id is not None:  # the conversation exists: later prompts resume it
+            session.resume_id = session_id
+        return result
