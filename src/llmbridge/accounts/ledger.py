@@ -31,7 +31,7 @@ import logging
 import os
 import socket
 from collections import defaultdict, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,9 @@ class UsageRecord:
     """``hostname:pid`` of the process that served it."""
 
 
+_COLUMNS = tuple(f.name for f in fields(UsageRecord))
+
+
 class UsageLedger:
     """The batched writer of ``usage`` rows (module docstring)."""
 
@@ -128,7 +131,8 @@ class UsageLedger:
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._spend_tasks: set[asyncio.Task[float]] = set()
+        self._unsent_spend: dict[str, float] = {}
+        self._spend_task: asyncio.Task[None] | None = None
         self._failing = False
         self._closing = False
         self.dropped = 0
@@ -175,17 +179,25 @@ class UsageLedger:
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
         if self._spend is not None and record.key_id is not None and record.cost_usd:
-            # The shared spend counter is what budget checks read between flushes.
-            task = asyncio.get_running_loop().create_task(
-                self._spend.add_float(spend_key(record.key_id), record.cost_usd)
-            )
-            self._spend_tasks.add(task)
-            task.add_done_callback(self._spend_done)
+            # The shared spend counter is what budget checks read between flushes. One
+            # task adds what accumulated since it last ran, not one task per request.
+            key = spend_key(record.key_id)
+            self._unsent_spend[key] = self._unsent_spend.get(key, 0.0) + record.cost_usd
+            if self._spend_task is None:
+                self._spend_task = asyncio.get_running_loop().create_task(self._send_spend())
 
-    def _spend_done(self, task: asyncio.Task[float]) -> None:
-        self._spend_tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.warning("usage ledger: the spend counter was not updated: %s", exc)
+    async def _send_spend(self) -> None:
+        assert self._spend is not None
+        try:
+            while self._unsent_spend:
+                unsent, self._unsent_spend = self._unsent_spend, {}
+                for key, amount in unsent.items():
+                    try:
+                        await self._spend.add_float(key, amount)
+                    except Exception as exc:  # noqa: BLE001 - the budget reads low for a while
+                        log.warning("usage ledger: the spend counter was not updated: %s", exc)
+        finally:
+            self._spend_task = None
 
     def _dropped(self, count: int) -> None:
         if self.dropped == 0 or self.dropped // 1000 != (self.dropped + count) // 1000:
@@ -258,7 +270,8 @@ class UsageLedger:
     async def _write(self, batch: list[UsageRecord]) -> int:
         """Insert ``batch`` and add its cost to the keys' spend, in one transaction;
         the number of rows inserted."""
-        rows = [asdict(record) for record in batch]
+        # Not dataclasses.asdict: it deep-copies every value (a third of a flush's time).
+        rows = [{name: getattr(record, name) for name in _COLUMNS} for record in batch]
         async with self._writer.begin() as conn:
             insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
             statement = (
@@ -288,8 +301,8 @@ class UsageLedger:
             self._wake.set()
             await self._task
             self._task = None
-        if self._spend_tasks:
-            await asyncio.gather(*self._spend_tasks, return_exceptions=True)
+        if self._spend_task is not None:
+            await self._spend_task
         for attempt in range(attempts):
             if await self.flush():
                 break

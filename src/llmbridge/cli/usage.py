@@ -1,0 +1,136 @@
+"""``llmbridge usage``: the usage ledger summed by key, model or day (accounts/usage.py).
+
+It reads the database the gateway records into (``--db`` / ``LLMBRIDGE_DB`` /
+``agent.database`` in ``--config``), migrated to the newest schema first as
+``llmbridge keys`` does, and prints a table, or with ``--json`` the rows
+``GET /admin/usage`` answers. A gateway writes its records within a second
+(accounts/ledger.py), and at shutdown what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from llmbridge.cli.options import db_option, load_from_options
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from llmbridge.accounts.usage import UsageGroup
+
+__all__ = ["usage"]
+
+_COLUMNS = ("requests", "input", "output", "reasoning", "cached", "cost_usd", "errors")
+
+
+@click.command()
+@click.option(
+    "--group-by",
+    type=click.Choice(["key", "model", "day"]),
+    default="key",
+    show_default=True,
+    help="What each line sums: a key (its name), a public model name, or a UTC day.",
+)
+@click.option("--since", metavar="ISO", help="From this date or time on (2026-11-23, UTC).")
+@click.option("--until", metavar="ISO", help="Before this date or time (exclusive).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="LLMBRIDGE_CONFIG",
+    help="YAML configuration file [env LLMBRIDGE_CONFIG].",
+)
+@db_option
+def usage(
+    group_by: str,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+    config_path: str | None,
+    db: str | None,
+) -> None:
+    """Requests, tokens, cost and errors from the usage ledger."""
+    from llmbridge.accounts.usage import parse_when
+    from llmbridge.core.errors import LLMBridgeError
+
+    config = load_from_options(config_path, db=db)
+    try:
+        start = parse_when(since, "since")
+        end = parse_when(until, "until")
+    except LLMBridgeError as exc:
+        raise click.BadParameter(exc.message, param_hint=f"--{exc.param}") from None
+    try:
+        groups = asyncio.run(_report(str(config.agent.database), group_by, start, end))
+    except LLMBridgeError as exc:
+        raise click.ClickException(exc.message) from None
+    except ValueError as exc:  # an unusable --db
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps([g.to_json() for g in groups], indent=2))
+        return
+    click.echo(_table(groups, group_by))
+
+
+async def _report(
+    database: str, group_by: str, since: datetime | None, until: datetime | None
+) -> list[UsageGroup]:
+    from llmbridge.accounts.usage import usage_report
+    from llmbridge.agent.store import make_engine, migrate
+    from llmbridge.agent.store.errors import mapped_errors
+
+    engine = make_engine(database)
+    try:
+        # The database's failures as core errors (the database down: a 503's message).
+        with mapped_errors():
+            await migrate(engine)
+            return await usage_report(engine, group_by, since, until)
+    finally:
+        await engine.dispose()
+
+
+def _table(groups: list[UsageGroup], group_by: str) -> str:
+    """Aligned columns, a total line; ``-`` for a cost no price covered."""
+    header = (group_by, *_COLUMNS)
+    lines = [header]
+    for g in groups:
+        cost = f"{g.cost_usd:.6f}" if g.priced else "-"
+        lines.append(
+            (
+                g.group if g.group is not None else "(no key)",
+                str(g.requests),
+                str(g.input_tokens),
+                str(g.output_tokens),
+                str(g.reasoning_tokens),
+                str(g.cached_tokens),
+                cost,
+                str(g.errors),
+            )
+        )
+    if not groups:
+        return "no usage recorded"
+    priced = any(g.priced for g in groups)
+    lines.append(
+        (
+            "total",
+            str(sum(g.requests for g in groups)),
+            str(sum(g.input_tokens for g in groups)),
+            str(sum(g.output_tokens for g in groups)),
+            str(sum(g.reasoning_tokens for g in groups)),
+            str(sum(g.cached_tokens for g in groups)),
+            f"{sum(g.cost_usd for g in groups):.6f}" if priced else "-",
+            str(sum(g.errors for g in groups)),
+        )
+    )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ).rstrip()
+        for line in lines
+    )

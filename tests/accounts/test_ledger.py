@@ -1,0 +1,319 @@
+"""The usage ledger (accounts/ledger.py) and the price table (accounts/prices.py) on a
+real database: SQLite, then PostgreSQL.
+
+Batches are written by the background task (every interval, or at ``batch_size``),
+a duplicate ``request_id`` is written once and its cost added to ``spent_usd`` once,
+a failed write keeps its records and succeeds on a later flush, the buffer is
+bounded, and ``aclose`` writes what is left. Waits are bounded polls, never timed
+assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, UsageRecord, spend_key
+from llmbridge.accounts.prices import ModelPrice, PriceTable, cost_of
+from llmbridge.accounts.usage import parse_when, usage_report
+from llmbridge.agent.store import make_engine, migrate
+from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.response import Usage
+from llmbridge.gateway.accounting import ledger_enabled
+from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
+from llmbridge.state.local import LocalState
+
+
+async def _rows(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(USAGE))).scalar_one())
+
+
+async def _spent(engine: AsyncEngine, key_id: str) -> float:
+    async with engine.connect() as conn:
+        query = select(API_KEYS.c.spent_usd).where(API_KEYS.c.id == key_id)
+        return float((await conn.execute(query)).scalar_one())
+
+
+async def _add_key(engine: AsyncEngine, key_id: str, name: str) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(API_KEYS).values(
+                id=key_id,
+                name=name,
+                key_hash=key_id.ljust(64, "0"),
+                identity=key_id,
+                created_at=datetime.now(UTC),
+            )
+        )
+
+
+async def _until(condition: object, what: str) -> None:
+    """Poll ``condition`` (an async callable returning bool) for up to 10 s."""
+    for _ in range(500):
+        if await condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"gave up waiting: {what}")
+
+
+def _record(request_id: str, **fields: object) -> UsageRecord:
+    values: dict[str, object] = {"model": "m", "status": 200, **fields}
+    return UsageRecord(request_id=request_id, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """A migrated database (SQLite file, then PostgreSQL) and its engine."""
+    made = make_engine(db_url)
+    await migrate(made)
+    yield made
+    await made.dispose()
+
+
+# -- prices ---------------------------------------------------------------------------
+
+
+def test_reasoning_is_part_of_the_output_and_billed_once() -> None:
+    price = ModelPrice(input=1.0, output=10.0, reasoning=100.0)
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, reasoning_tokens=250_000)
+    # 1M input at $1, 750k plain output at $10, 250k reasoning at $100.
+    assert cost_of(usage, price) == pytest.approx(1.0 + 7.5 + 25.0)
+
+
+def test_cached_input_defaults_and_conventions() -> None:
+    usage = Usage(input_tokens=1_000_000, output_tokens=0, cache_read_input_tokens=400_000)
+    # OpenAI's prompt_tokens include the cached ones: 600k at $2, 400k at $0.5.
+    assert cost_of(usage, ModelPrice(input=2.0, cached_input=0.5)) == pytest.approx(1.4)
+    # No cached price: cached tokens cost the input price.
+    assert cost_of(usage, ModelPrice(input=2.0)) == pytest.approx(2.0)
+    # Anthropic counts cache reads beside input_tokens (and cache writes at input).
+    anthropic = Usage(
+        input_tokens=1_000_000,
+        cache_read_input_tokens=400_000,
+        cache_creation_input_tokens=100_000,
+    )
+    assert cost_of(
+        anthropic, ModelPrice(input=2.0, cached_input=0.5), cached_beside_input=True
+    ) == pytest.approx(2.2 + 0.2)
+    table = PriceTable({"c*": ModelPrice(input=2.0, cached_input=0.5)})
+    assert table.cost("claude", anthropic, backend_kind="anthropic") == pytest.approx(2.4)
+    # Reasoning defaults to the output price.
+    assert cost_of(
+        Usage(output_tokens=1_000_000, reasoning_tokens=500_000), ModelPrice(output=4.0)
+    ) == pytest.approx(4.0)
+
+
+def test_price_lookup_exact_before_globs_in_order() -> None:
+    table = PriceTable(
+        {
+            "gpt-4o*": ModelPrice(input=2.5),
+            "gpt-*": ModelPrice(input=1.0),
+            "gpt-4o-mini": ModelPrice(input=0.15),
+        }
+    )
+    assert table.price("gpt-4o-mini") == ModelPrice(input=0.15)
+    assert table.price("gpt-4o-2024") == ModelPrice(input=2.5)
+    assert table.price("gpt-5") == ModelPrice(input=1.0)
+    assert table.price("qwen3") is None
+    assert table.cost("qwen3", Usage(input_tokens=5)) is None
+
+
+def test_prices_from_the_configuration_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        'prices:\n  "gpt-4o*": {input: 2.5, output: 10, cached_input: 1.25}\n'
+        "  qwen3: {input: 0.1, output: 0.4}\n",
+        encoding="utf-8",
+    )
+    config = load_config(path, environ={})
+    assert config.prices["gpt-4o*"].cached_input == 1.25
+    assert list(config.prices) == ["gpt-4o*", "qwen3"]
+    path.write_text("prices:\n  qwen3: {input: -1}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"prices\.qwen3\.input"):
+        load_config(path, environ={})
+    path.write_text("prices:\n  qwen3: {inputs: 1}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"prices\.qwen3\.inputs"):
+        load_config(path, environ={})
+
+
+def test_the_ledger_is_on_with_auth_or_when_asked() -> None:
+    def enabled(server: dict[str, object]) -> bool:
+        return ledger_enabled(GatewayConfig.model_validate({"server": server}))
+
+    assert not enabled({})  # zero configuration: no database write per request
+    assert enabled({"api_keys": ["sk-1"]})
+    assert enabled({"master_key": "sk-admin"})
+    assert enabled({"ledger": True})
+    assert not enabled({"api_keys": ["sk-1"], "ledger": False})
+
+
+def test_usage_report_dates() -> None:
+    assert parse_when("2026-11-23", "since") == datetime(2026, 11, 23, tzinfo=UTC)
+    assert parse_when("2026-11-23T18:00:00+02:00", "until") == datetime(
+        2026, 11, 23, 16, tzinfo=UTC
+    )
+    assert parse_when(None, "since") is None
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_when("yesterday", "since")
+    assert caught.value.param == "since"
+
+
+# -- the ledger -----------------------------------------------------------------------
+
+
+async def test_batches_are_written_by_the_background_task(engine: AsyncEngine) -> None:
+    ledger = UsageLedger(engine, flush_interval_s=0.05)
+    ledger.start()
+    try:
+        for n in range(5):
+            ledger.record(_record(f"req_{n}", input_tokens=n, output_tokens=1))
+        assert ledger.pending == 5  # record() only buffers
+        await _until(lambda: _written(engine, 5), "5 rows")
+        assert ledger.pending == 0
+    finally:
+        await ledger.aclose()
+    report = await usage_report(engine, "model")
+    assert [(g.group, g.requests, g.input_tokens, g.output_tokens) for g in report] == [
+        ("m", 5, 0 + 1 + 2 + 3 + 4, 5)
+    ]
+
+
+async def _written(engine: AsyncEngine, count: int) -> bool:
+    return await _rows(engine) == count
+
+
+async def test_a_full_batch_is_written_before_the_interval(engine: AsyncEngine) -> None:
+    # An interval far longer than the test's wait: only the batch size can trigger it.
+    ledger = UsageLedger(engine, flush_interval_s=3600, batch_size=10)
+    ledger.start()
+    try:
+        for n in range(9):
+            ledger.record(_record(f"req_{n}"))
+        await asyncio.sleep(0.1)
+        assert await _rows(engine) == 0
+        ledger.record(_record("req_9"))
+        await _until(lambda: _written(engine, 10), "the batch of 10")
+    finally:
+        await ledger.aclose()
+
+
+async def test_shutdown_writes_what_is_left(engine: AsyncEngine) -> None:
+    ledger = UsageLedger(engine, flush_interval_s=3600)
+    ledger.start()
+    for n in range(3):
+        ledger.record(_record(f"req_{n}", status=500 if n == 0 else 200))
+    await ledger.aclose()
+    assert await _rows(engine) == 3
+    (group,) = await usage_report(engine, "day")
+    assert group.group == datetime.now(UTC).date().isoformat()
+    assert (group.requests, group.errors) == (3, 1)
+
+
+async def test_a_duplicate_request_id_is_recorded_and_charged_once(engine: AsyncEngine) -> None:
+    await _add_key(engine, "key_dup", "dup")
+    state = LocalState()
+    ledger = UsageLedger(engine, spend=state, flush_interval_s=3600)
+    first = _record("req_same", key_id="key_dup", key_name="dup", cost_usd=0.25)
+    ledger.record(first)
+    await asyncio.sleep(0)  # the spend counter's task
+    assert await state.get_float(spend_key("key_dup")) == pytest.approx(0.25)
+    assert await ledger.flush()
+    # The same request again (a retried flush whose first commit went through, or a
+    # replica writing the same id): no second row, no second charge.
+    ledger.record(first)
+    ledger.record(_record("req_other", key_id="key_dup", key_name="dup", cost_usd=0.5))
+    assert await ledger.flush()
+    await ledger.aclose()
+    assert await _rows(engine) == 2
+    assert ledger.written == 2
+    assert await _spent(engine, "key_dup") == pytest.approx(0.75)
+    # Flushed spend is in spent_usd now: the "not yet flushed" counter is back to 0.
+    assert await state.get_float(spend_key("key_dup")) == pytest.approx(0.0)
+
+
+async def test_a_failed_write_is_retried_and_nothing_is_lost(db_url: str) -> None:
+    # A database without the schema yet: every write fails until it is migrated.
+    engine = make_engine(db_url)
+    ledger = UsageLedger(engine, flush_interval_s=3600, owns_engine=True)
+    try:
+        for n in range(3):
+            ledger.record(_record(f"req_{n}"))
+        assert not await ledger.flush()
+        assert (ledger.pending, ledger.flush_failures) == (3, 1)
+        ledger.record(_record("req_3"))
+        assert not await ledger.flush()
+        assert ledger.pending == 4
+        await migrate(engine)
+        assert await ledger.flush()
+        assert ledger.pending == 0
+        assert await _rows(engine) == 4
+        assert {g.requests for g in await usage_report(engine, "key")} == {4}
+    finally:
+        await ledger.aclose()
+
+
+async def test_the_buffer_is_bounded_while_the_database_is_down(db_url: str) -> None:
+    engine = make_engine(db_url)
+    ledger = UsageLedger(engine, flush_interval_s=3600, max_buffer=5, owns_engine=True)
+    try:
+        for n in range(8):
+            ledger.record(_record(f"req_{n}"))
+        assert (ledger.pending, ledger.dropped) == (5, 3)
+        await migrate(engine)
+        assert await ledger.flush()
+        async with engine.connect() as conn:
+            kept = set((await conn.execute(select(USAGE.c.request_id))).scalars())
+        assert kept == {f"req_{n}" for n in range(3, 8)}  # the newest are kept
+    finally:
+        await ledger.aclose()
+
+
+async def test_report_groups_and_time_window(engine: AsyncEngine) -> None:
+    now = datetime.now(UTC)
+    yesterday = now - timedelta(days=1)
+    ledger = UsageLedger(engine, flush_interval_s=3600)
+    rows = [
+        _record("a1", key_id="key_a", key_name="alice", model="gpt", input_tokens=10,
+                output_tokens=5, reasoning_tokens=2, cached_tokens=4, cost_usd=0.5),
+        _record("a2", key_id="key_a", key_name="alice", model="qwen", input_tokens=1,
+                output_tokens=1, status=429, created_at=yesterday),
+        _record("b1", key_id="key_b", key_name="bob", model="gpt", input_tokens=100,
+                output_tokens=50, cost_usd=2.0),
+        _record("s1", key_name="static:0123456789ab", model="qwen", status=499),
+        _record("n1", model="qwen", input_tokens=3),
+    ]  # fmt: skip
+    for row in rows:
+        ledger.record(row)
+    await ledger.aclose()
+
+    by_key = {g.group: g for g in await usage_report(engine, "key")}
+    assert set(by_key) == {"alice", "bob", "static:0123456789ab", None}
+    alice = by_key["alice"]
+    assert (alice.requests, alice.input_tokens, alice.output_tokens) == (2, 11, 6)
+    assert (alice.reasoning_tokens, alice.cached_tokens, alice.errors) == (2, 4, 1)
+    assert (alice.cost_usd, alice.priced) == (pytest.approx(0.5), 1)
+    assert by_key["static:0123456789ab"].errors == 1
+    # Keys by cost: bob first.
+    assert [g.group for g in await usage_report(engine, "key")][:2] == ["bob", "alice"]
+
+    by_model = {g.group: g for g in await usage_report(engine, "model")}
+    assert (by_model["gpt"].requests, by_model["gpt"].cost_usd) == (2, pytest.approx(2.5))
+    assert (by_model["qwen"].requests, by_model["qwen"].priced) == (3, 0)
+
+    days = await usage_report(engine, "day")
+    assert [(g.group, g.requests) for g in days] == [
+        (yesterday.date().isoformat(), 1),
+        (now.date().isoformat(), 4),
+    ]
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    assert sum(g.requests for g in await usage_report(engine, "key", since=today)) == 4
+    assert sum(g.requests for g in await usage_report(engine, "key", until=today)) == 1
+    with pytest.raises(InvalidRequestError):
+        await usage_report(engine, "week")
