@@ -85,6 +85,7 @@ def test_a_tool_turn_maps_to_two_steps_with_the_bash_call_between() -> None:
         b - a for a, b in zip(starts, stops, strict=True)
     ]
     assert [b.status for b in boundaries] == ["tool_use", "end_turn"]
+    assert len(boundaries) == reported["num_turns"]
     deltas = [e["event"]["usage"] for e in replay.data("stream_event") if "usage" in e["event"]]
     assert [b.tokens.output for b in boundaries if b.tokens] == [u["output_tokens"] for u in deltas]
 
@@ -326,3 +327,33 @@ def test_profile_run_with_claude_code_in_a_workspace(tmp_path: Path) -> None:
     total = sum(p["tokens"]["total"] for p in record["prompts"])
     assert record["trace"]["summary"]["tokens"]["total"] == total > 0
     assert all(p["cost"]["source"] == "price_table" for p in record["prompts"])
+
+
+@pytest.mark.parametrize(
+    ("permission", "refusal"),
+    [("deny", "don't ask mode"), ("ask-reject", "nobody can answer a permission prompt")],
+)
+async def test_a_policy_that_refuses_makes_the_call_a_tool_error(
+    permission: Any, refusal: str
+) -> None:
+    """The real CLI refuses the model's Bash call: the call is a tool error with
+    Claude Code's reason, and nothing is written."""
+    model = ToolLoop("scripted", models=("scripted",))
+    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+    settings = CliAgentSettings(command=str(CLAUDE), args=("--tools", "Bash"))
+    with running_gateway({"scripted": model}, models=routes) as gateway:
+        provider = ClaudeCodeSessionProvider(settings, gateway_url=gateway.url)
+        await provider.init(ProviderConfig(model="scripted", permission=permission))
+        handle = await provider.create_session(
+            system_instructions=None, scenario_id="s", iteration=0
+        )
+        workdir = provider.sessions[handle.session_id].cwd
+        try:
+            result = await provider.prompt(handle, "Write hi to out.txt", 120)
+            assert list(workdir.iterdir()) == []
+        finally:
+            await provider.shutdown()
+    (call,) = result.metrics.tool_calls
+    assert call.name == "Bash" and call.status == "error"
+    assert refusal in (call.error or "")
+    assert result.completion_reason == "stop"

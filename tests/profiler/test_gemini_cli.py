@@ -273,3 +273,25 @@ def test_profile_run_with_gemini_cli_in_a_workspace(tmp_path: Path) -> None:
     total = sum(p["tokens"]["total"] for p in record["prompts"])
     assert record["trace"]["summary"]["tokens"]["total"] == total > 0
     assert all(p["cost"]["source"] == "price_table" for p in record["prompts"])
+
+
+async def test_without_allow_the_shell_is_not_offered() -> None:
+    """Headless, the default approval mode has no one to ask: the real CLI leaves the
+    tools that need approval out of the request, so the model cannot call them."""
+    model = ToolLoop("scripted", models=("scripted",))
+    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+    with running_gateway({"scripted": model}, models=routes) as gateway:
+        provider = GeminiCliSessionProvider(
+            CliAgentSettings(command=str(GEMINI)), gateway_url=gateway.url
+        )
+        await provider.init(ProviderConfig(model="scripted", permission="deny"))
+        handle = await provider.create_session(
+            system_instructions=None, scenario_id="s", iteration=0
+        )
+        try:
+            result = await provider.prompt(handle, "Write hi to out.txt", 120)
+        finally:
+            await provider.shutdown()
+    offered = {tool.name for request in model.requests for tool in request.tools}
+    assert "read_file" in offered and "run_shell_command" not in offered
+    assert result.metrics.tool_calls == () and result.completion_reason == "stop"
