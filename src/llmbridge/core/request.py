@@ -119,6 +119,9 @@ class ChatRequest:
     """Dialect fields the core does not model, keyed by dialect name."""
     completion: Completion | None = None
     """Set when the caller asked to complete a text (``Completion``), not to chat."""
+    affinity_key: str | None = None
+    """The caller's session, for a route with several servers and ``affinity``: the
+    same key goes to the same server while it is healthy (serving/deployments.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "CLAUDE_FAMILIES",
     "AnthropicBackendConfig",
     "BackendConfig",
     "ConfigError",
+    "Deployment",
     "EmbeddedBackendConfig",
     "FallbackTarget",
     "FamilyTarget",
@@ -29,6 +30,7 @@ __all__ = [
     "ResilienceConfig",
     "ScriptedBackendConfig",
     "ServingConfig",
+    "Strategy",
     "Strict",
 ]
 
@@ -202,10 +204,36 @@ class ResilienceConfig(Strict):
     """How long an open circuit skips its backend before probing it."""
 
 
+class Deployment(Strict):
+    """One server of a route with several (``backends:``): a configured backend's name
+    and its share of the load (serving/deployments.py)."""
+
+    name: str
+    weight: int = Field(1, gt=0, le=100)
+    """Its share: ``least-busy`` divides its in-flight count by it, ``round-robin``
+    sends it this many turns in a cycle; ``latency`` and affinity weigh ties with it."""
+
+
+Strategy = Literal["least-busy", "round-robin", "latency"]
+
+
 class ModelRoute(Strict):
     name: str
     """A public model name, or a glob pattern such as ``claude-*``."""
     backend: str
+    """The backend that serves it; with ``backends``, the first of them (filled in)."""
+    backends: tuple[Deployment, ...] = ()
+    """Several servers of the same model (``[gpu1, {name: gpu2, weight: 2}]``) instead
+    of ``backend``: each request goes to one, picked by ``strategy``."""
+    strategy: Strategy = "least-busy"
+    """How ``backends`` share requests: the fewest in flight, in turn, or the lowest
+    recent time to first token."""
+    affinity: bool = False
+    """Requests with the same session key go to the same deployment while it is
+    healthy (its KV cache is reused): ``prompt_cache_key``, Claude Code's session in
+    ``metadata.user_id``, or ``affinity_header``."""
+    affinity_header: str | None = None
+    """A request header whose value is the session key (before the body's)."""
     model: str | None = None
     """The backend's model name; ``None`` passes the requested name on unchanged."""
     aliases: tuple[str, ...] = ()
@@ -220,6 +248,57 @@ class ModelRoute(Strict):
     reports it wrong); the agent sizes its domain context from it."""
     fallbacks: tuple[FallbackTarget, ...] = ()
     """Tried in order when this route's backend fails before answering."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_of_backend_and_backends(cls, data: Any) -> Any:
+        """``backend`` or ``backends``, exactly one; ``backend`` becomes the first of
+        ``backends``, so code that reads one backend per route keeps working."""
+        if not isinstance(data, dict):
+            return data
+        name = data.get("name", "?")
+        if "backends" not in data:
+            if data.get("backend") is None:
+                raise ValueError(
+                    f"model '{name}' needs 'backend' (its server) or 'backends' (several)"
+                )
+            return data
+        if data.get("backend") is not None:
+            raise ValueError(
+                f"model '{name}' names both 'backend' and 'backends': use one "
+                "('backends' lists every server of the model)"
+            )
+        listed = data["backends"]
+        if not isinstance(listed, (list, tuple)) or not listed:
+            raise ValueError(f"model '{name}': 'backends' must be a non-empty list")
+        first = listed[0]
+        first_name = first.get("name") if isinstance(first, dict) else first
+        if isinstance(first, Deployment):
+            first_name = first.name
+        return {**data, "backend": first_name}
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _names_alone(cls, value: Any) -> Any:
+        """A bare name is a deployment of weight 1."""
+        if isinstance(value, (list, tuple)):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @model_validator(mode="after")
+    def _check_deployments(self) -> ModelRoute:
+        names = [d.name for d in self.backends]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"model '{self.name}' lists backend(s) {repeated} twice in 'backends'")
+        if self.affinity_header is not None and not self.affinity:
+            raise ValueError(f"model '{self.name}' sets 'affinity_header' without 'affinity: true'")
+        return self
+
+    @property
+    def deployments(self) -> tuple[Deployment, ...]:
+        """The servers of this route: ``backends``, or ``backend`` alone."""
+        return self.backends or (Deployment(name=self.backend),)
 
 
 class FamilyTarget(Strict):
@@ -282,11 +361,12 @@ class ServingConfig(Strict):
     @model_validator(mode="after")
     def _check_references(self) -> ServingConfig:
         for route in self.models:
-            if route.backend not in self.backends:
-                raise ValueError(
-                    f"model '{route.name}' names backend '{route.backend}', "
-                    f"which is not among the backends: {sorted(self.backends)}"
-                )
+            for deployment in route.deployments:
+                if deployment.name not in self.backends:
+                    raise ValueError(
+                        f"model '{route.name}' names backend '{deployment.name}', "
+                        f"which is not among the backends: {sorted(self.backends)}"
+                    )
         targets = [(f"model '{r.name}'", fb) for r in self.models for fb in r.fallbacks]
         targets += [("default_fallbacks", fb) for fb in self.default_fallbacks]
         for where, fallback in targets:

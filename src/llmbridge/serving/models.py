@@ -16,6 +16,13 @@ profiler and the CLI all call models through a ``Models``:
   live rest of the stream and what serving changed (``Changes``), for a caller that
   must decide on its response before streaming (the gateway sends headers).
 
+A route with several servers (``backends:``) has its deployments ordered per request
+by its strategy or the request's session (serving/deployments.py); the first that
+answers serves, the others come before the route's fallbacks. Their requests in
+flight are counted in the shared state (``state``, ``state/``: this process's memory,
+or Redis across replicas) from the try's start until its stream closes, whichever
+way it closes (the end, an error, the caller's cancellation).
+
 Only this layer retries: backends report failures and never retry themselves.
 """
 
@@ -23,11 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+import time
+from collections.abc import AsyncGenerator, Coroutine, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import BackendProtocolError, BackendTimeoutError, LLMBridgeError
@@ -39,9 +47,12 @@ from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.serving.build import Host, build_backends
 from llmbridge.serving.config import ServingConfig
+from llmbridge.serving.deployments import in_flight_key, latency_key, session_key
 from llmbridge.serving.prepare import Prepared, prepare
 from llmbridge.serving.resilience import CircuitBreaker, is_transient
 from llmbridge.serving.router import ModelRouter, Resolved
+from llmbridge.state.base import SharedState
+from llmbridge.state.local import LocalState
 
 __all__ = ["Models", "Reply", "ServingObserver", "open_models"]
 
@@ -74,6 +85,11 @@ class Reply:
     rest: EventStream
     prepared: Prepared
 
+    @property
+    def deployment(self) -> str:
+        """The configured backend that serves it (after deployments and fallbacks)."""
+        return self.prepared.target.backend.name
+
 
 def open_models(
     config: ServingConfig,
@@ -81,15 +97,17 @@ def open_models(
     host: Host | None = None,
     backends: dict[str, Backend] | None = None,
     observer: ServingObserver | None = None,
+    state: SharedState | None = None,
 ) -> Models:
     """The configured models, to use as ``async with open_models(config) as models``.
 
     ``backends`` replaces construction from ``config`` (tests and benchmarks pass
-    scripted ones); ``host`` is what backends need to know of the serving process.
+    scripted ones); ``host`` is what backends need to know of the serving process;
+    ``state`` is where deployments' counts are shared (default: this process).
     """
     if backends is None:
         backends = build_backends(config, host)
-    return Models(config, backends, observer=observer)
+    return Models(config, backends, observer=observer, state=state)
 
 
 class Models:
@@ -101,13 +119,19 @@ class Models:
         backends: dict[str, Backend],
         *,
         observer: ServingObserver | None = None,
+        state: SharedState | None = None,
     ) -> None:
         self.config = config
         self.backends = backends
         self.router = ModelRouter(config, backends)
         self.observer: ServingObserver = observer or _Unobserved()
+        self.state: SharedState = state or LocalState()
+        """Where deployments' in-flight counts, latencies and turns are kept; the
+        gateway puts its shared state here when it opens one (read per request)."""
         self.failed_to_start: dict[str, LLMBridgeError] = {}
         """Backends whose ``start`` failed, and why (``start`` fills it)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Shared-state updates off the reply's path (a latency sample)."""
 
     async def __aenter__(self) -> Models:
         await self.start()
@@ -132,6 +156,8 @@ class Models:
                 log.error("backend %s failed to start: %s", backend.name, exc.message)
 
     async def aclose(self) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=1.0)
         for backend in self.backends.values():
             try:
                 await backend.aclose()
@@ -145,8 +171,20 @@ class Models:
         return self.router.resolve(model)
 
     def backend_name(self, model: str) -> str:
-        """The configured backend ``model`` resolves to."""
+        """The configured backend ``model`` resolves to (a route's first server)."""
         return self.router.resolve(model).backend.name
+
+    def with_affinity(self, request: ChatRequest, headers: Mapping[str, str]) -> ChatRequest:
+        """``request`` with its session key (``affinity_key``) when its route keeps
+        sessions on one server (``affinity``): the route's ``affinity_header`` from
+        ``headers``, else the body's (``deployments.session_key``). Raises
+        ``ModelNotFoundError`` for a model served nowhere."""
+        route = self.router.resolve(request.model).route
+        if route is None or not route.affinity or request.affinity_key:
+            return request
+        header = route.affinity_header
+        key = (headers.get(header) if header else None) or session_key(request.provider_details)
+        return replace(request, affinity_key=key) if key else request
 
     async def context_window(self, model: str) -> int | None:
         """``model``'s context window in tokens: the route's ``context_length``, else
@@ -185,6 +223,65 @@ class Models:
             prepared = await self.prepare(request)
         return await _Opening(self, request).first(prepared)
 
+    # -- deployments' shared counts ------------------------------------------------
+
+    async def counted(self, backend: str, source: EventStream) -> AsyncGenerator[StreamEvent, None]:
+        """``source`` (a reply from the deployment ``backend``) holding one of its
+        in-flight slots from the first read until it closes, however it closes; its
+        first event's delay is a latency sample for ``latency`` routes."""
+        state = self.state  # the slot goes back where it was taken, even if swapped
+        slot = in_flight_key(backend)
+        await self._acquire(state, slot)
+        try:
+            async with aclosing(source) as events:
+                started = time.perf_counter()
+                timed = backend in self.router.timed
+                async for event in events:
+                    if timed:
+                        timed = False
+                        if not isinstance(event, StreamError):  # a fast failure is no sample
+                            sample = state.observe_latency(
+                                latency_key(backend), time.perf_counter() - started
+                            )
+                            if state.kind == "local":
+                                await sample  # never suspends: the sample counts at once
+                            else:
+                                self._spawn(sample)  # the first event waits for no round trip
+                    yield event
+        finally:
+            # Shielded: a second cancellation (the server shutting down) must not
+            # leave the count taken.
+            await asyncio.shield(state.release(slot))
+
+    async def _acquire(self, state: SharedState, slot: str) -> None:
+        if state.kind == "local":
+            await state.acquire(slot, None)  # never suspends (state/local.py)
+            return
+        # Over the network the increment may land after our caller was cancelled
+        # (its client left): then the slot is given back when it does.
+        acquiring = asyncio.ensure_future(state.acquire(slot, None))
+        try:
+            await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+
+            def give_back(task: asyncio.Future[bool]) -> None:
+                if not task.cancelled() and task.exception() is None:
+                    self._spawn(state.release(slot))
+
+            acquiring.add_done_callback(give_back)
+            raise
+
+    def _spawn(self, update: Coroutine[Any, Any, None]) -> None:
+        """Run a shared-state update without waiting for it (kept referenced until done)."""
+        task = asyncio.ensure_future(update)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("a shared-state update failed: %r", exc)
+
 
 class _Opening:
     """One reply being opened: the tries in order, and the stream of the current one
@@ -208,40 +305,47 @@ class _Opening:
             raise
 
     async def _first(self, prepared: Prepared) -> Reply:
-        router = self.models.router
-        breaker = router.breakers[prepared.target.backend.name]
-        error: LLMBridgeError
-        if breaker.state == "closed":  # the fast path: nothing to probe, no fallback yet
-            try:
-                return await self._try(prepared, breaker)
-            except LLMBridgeError as exc:
-                if not is_transient(exc):
-                    raise
-                error = exc
-            reply = await self._retry(prepared, breaker, error)
-            if reply is not None:
-                return reply
-        elif await breaker.admit():
+        models, router = self.models, self.models.router
+        error: LLMBridgeError | None = None
+        for target in await self._deployments(prepared.target):
+            breaker = router.breakers[target.backend.name]
+            if not await breaker.admit():  # open: skipped, or probed when due
+                error = breaker.open_error()
+                continue
+            if target.backend is not prepared.target.backend:
+                prepared = await models.prepare(self.request, target)
             outcome = await self._attempts(prepared)
             if isinstance(outcome, Reply):
                 return outcome
             error = outcome
-        else:
-            error = breaker.open_error()
         for target in router.fallbacks(prepared.target):
             fallback_breaker = router.breakers[target.backend.name]
             if not await fallback_breaker.admit():
                 error = fallback_breaker.open_error()
                 continue
-            outcome = await self._attempts(await self.models.prepare(self.request, target))
+            outcome = await self._attempts(await models.prepare(self.request, target))
             if isinstance(outcome, LLMBridgeError):
                 error = outcome
                 continue
-            self.models.observer.fallback(target.backend.name)
+            models.observer.fallback(target.backend.name)
             served = f"{target.backend.name}/{target.backend_model}"
             changes = replace(outcome.prepared.changes, fallback=served)
             return replace(outcome, prepared=replace(outcome.prepared, changes=changes))
+        assert error is not None  # every target was tried or skipped, each with its error
         raise error
+
+    async def _deployments(self, resolved: Resolved) -> list[Resolved]:
+        """Where to try ``resolved``'s route, in order: its one backend, or its
+        deployments as its strategy or the request's session orders them."""
+        router = self.models.router
+        pool = router.pool(resolved)
+        if pool is None:
+            return [resolved]
+        key = None
+        if pool.affinity:
+            key = self.request.affinity_key or session_key(self.request.provider_details)
+        order = await pool.order(self.models.state, key)
+        return [router.deployment(resolved, pool.deployments[i].name) for i in order]
 
     def _events(self, prepared: Prepared) -> EventStream:
         # Every reply gets healed tool arguments (features/tool_healing.py); the
@@ -252,7 +356,10 @@ class _Opening:
             source = emulate_tool_calls(backend.chat, request)
         else:
             source = backend.chat(request)
-        return heal_tool_calls(source, request.tools)
+        healed = heal_tool_calls(source, request.tools)
+        if backend.name in self.models.router.counted:
+            return self.models.counted(backend.name, healed)
+        return healed
 
     async def _try(self, prepared: Prepared, breaker: CircuitBreaker) -> Reply:
         events = self.stream = self._events(prepared)

@@ -4,7 +4,10 @@ Resolution order: an exact route name or alias; then glob routes in file order;
 then the default backend (with ``default_model``, or the requested name passed on);
 with ``restrict_models`` an unmatched name is a ``ModelNotFoundError`` instead.
 The router also holds what serving needs per backend beyond the name: its circuit
-breaker, the retry policy and each route's fallbacks (serving/resilience.py).
+breaker, the retry policy and each route's fallbacks (serving/resilience.py). A
+route with several servers (``backends:``) resolves to the first of them; its
+``DeploymentPool`` (serving/deployments.py) orders them per request, in
+``Models.open``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
 from llmbridge.core.models import ModelInfo
 from llmbridge.serving.config import ModelRoute, ServingConfig
+from llmbridge.serving.deployments import DeploymentPool
 from llmbridge.serving.resilience import CircuitBreaker, RetryPolicy
 
 __all__ = ["ModelRouter", "Resolved"]
@@ -55,6 +59,23 @@ class ModelRouter:
                 self._exact.setdefault(route.name, route)
             for alias in route.aliases:
                 self._exact.setdefault(alias, route)
+        # Routes with several servers, by identity: a Resolved carries its route object.
+        self._pools = {
+            id(route): DeploymentPool(route)
+            for route in (*self._exact.values(), *self._globs)
+            if len(route.deployments) > 1
+        }
+        pooled = [d.name for pool in self._pools.values() for d in pool.deployments]
+        self.counted = frozenset(pooled)
+        """Backends whose requests in flight are counted in the shared state (those
+        that serve a route with several servers, whichever route a request came by)."""
+        self.timed = frozenset(
+            d.name
+            for pool in self._pools.values()
+            if pool.route.strategy == "latency"
+            for d in pool.deployments
+        )
+        """Backends whose time to first token is observed (``latency`` routes)."""
         resilience = config.resilience
         self.retry = RetryPolicy(
             resilience.retries, resilience.backoff_ms, resilience.max_retry_after_s
@@ -83,6 +104,14 @@ class ModelRouter:
         if self.default_backend is None or self.restrict:
             raise ModelNotFoundError(name)
         return Resolved(name, self.default_backend, self.default_model or name)
+
+    def pool(self, resolved: Resolved) -> DeploymentPool | None:
+        """The deployments of ``resolved``'s route, when it has several."""
+        return self._pools.get(id(resolved.route)) if resolved.route is not None else None
+
+    def deployment(self, resolved: Resolved, name: str) -> Resolved:
+        """``resolved`` served by the configured backend ``name`` (one of its route's)."""
+        return replace(resolved, backend=self.backends[name])
 
     def fallbacks(self, resolved: Resolved) -> list[Resolved]:
         """Where ``resolved`` falls back to, in order (serving/resilience.py)."""
