@@ -93,7 +93,8 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
         default = "  (default)" if name == config.resolved_default_backend() else ""
         lines.append(f"    {name:<12} {backend.type:<9} {where}{default}")
     for route in config.routes():
-        lines.append(f"  model {route.name} -> {route.backend}:{route.model or route.name}")
+        servers = ",".join(d.name for d in route.deployments)  # several: its deployments
+        lines.append(f"  model {route.name} -> {servers}:{route.model or route.name}")
     auth = "on" if config.server.api_keys else "off"
     lines.append(f"  auth: {auth}; health: {base}/health; metrics: {base}/metrics")
     return "\n".join(lines)

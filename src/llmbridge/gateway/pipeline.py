@@ -144,6 +144,8 @@ async def serve_chat(
     headers = {"request-id": request_id, "x-request-id": request_id}
     models = state.models
     try:
+        # The session key (a header, prompt_cache_key...) for a route with affinity.
+        chat = models.with_affinity(chat, request.headers)
         prepared = await models.prepare(chat)
     except LLMBridgeError as exc:
         return error_response(codec.dialect, exc, request_id)
