@@ -1,0 +1,482 @@
+"""Scale-out on one machine (issue 17): what ``--workers 2`` adds, and what keys, limits
+and the usage ledger cost, against the fast backend called directly in the same run.
+
+This file owns that measurement. It starts, on free loopback ports:
+
+- ``bench/fast_backend.py`` (``--nonstream-chunks`` pieces per reply, as in
+  ``bench/overhead.py``);
+- ``plain-w1`` and ``plain-w2``: ``llmbridge serve`` in front of it, no keys, no ledger,
+  with one process and with ``--workers 2``;
+- ``accounts-w1`` and ``accounts-w2``: the same, with a master key and a key in the
+  database (``llmbridge keys create`` with generous ``--rpm``, ``--tpm``,
+  ``--max-parallel`` and ``--budget-usd``, so every check runs and none refuses), the
+  ledger on, writing to a SQLite file, and a price for the model, so each request is
+  authenticated, admitted (model glob, budget, requests and tokens per minute, the
+  parallel slot), counted, priced and recorded. Every request to them carries the key;
+- with ``--redis``, ``accounts-redis-w1``: the same as ``accounts-w1`` with its
+  limits in a ``redis-server`` started on loopback (``--redis-url``);
+
+and drives them with one aiohttp client (``bench/http_clients.py``), reusing
+``bench/compare.py``'s closed-loop rounds (each target in turn for ``--round-seconds``,
+the order reversed every round so drift hits all alike; an untimed warm-up per cell).
+Every reply is checked (``bench/replies.py``) after its timing stops. Two cells, both
+non-streaming OpenAI chat completions:
+
+- ``nonstream-c1``, one request at a time: each gateway's added p50 over direct, and
+  the issue's verdict: the accounts path's added latency within 10% of the plain
+  path's (``accounts-w1`` added / ``plain-w1`` added <= 1.10);
+- ``nonstream-c64``, 64 in flight: requests/s of every target, ``--workers 2`` over 1
+  (plain and accounts), and accounts over plain.
+
+CPU time per request is read from /proc for each server's whole process tree (the
+workers' supervisor forks them; ``bench/proc_tree.py``), with how busy the rest of the
+machine was. With 2 CPUs, the load generator, the backend and two workers share two
+cores: the workers' gain is bounded by that, and the report shows the cores each used.
+
+Run: ``.venv/bin/python bench/scale.py [--quick] [--redis]`` (about 3 minutes; quick
+about 1). Results: a table on stdout, ``bench/results/scale-<timestamp>.json``.
+Loopback only; every server is stopped in a ``finally``. docs/PERFORMANCE.md ("Scale
+out") has the method and results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compare import Cell, Measure, Runner, Target, summarise_cell
+from compare_routes import ROUTES
+from fast_backend import DEFAULT_MODEL
+from http_clients import make_client
+from overhead import system_busy_seconds
+from overhead_stats import render_table
+from proc_tree import ProcessTree
+from processes import (
+    Server,
+    free_port,
+    gateway_argv,
+    gateway_config,
+    start_fast_backend,
+    wait_ready,
+)
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+CPUS = os.cpu_count() or 1
+ADDED_LATENCY_TARGET = 1.10
+"""The issue: keys + limits + ledger within 10% of the plain path's added latency."""
+MASTER_KEY = "sk-bench-master"
+# Generous: every check runs, none refuses (the figures are the checks' cost).
+KEY_LIMITS = ("--rpm", "100000000", "--tpm", "2000000000", "--max-parallel", "100000")
+KEY_BUDGET = ("--budget-usd", "1000000")
+C1_TARGETS = ("direct", "plain-w1", "accounts-w1", "accounts-redis-w1")
+
+
+def log(message: str) -> None:
+    print(f"[scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- servers --------------------------------------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    name: str
+    server: Server
+    headers: dict[str, str] | None
+
+
+def accounts_config(backend_port: int, database: Path, redis_url: str | None) -> str:
+    """The plain config plus a master key, the ledger, a database and a price."""
+    text = gateway_config("openai", backend_port)
+    text = text.replace("  log_level: warning\n", "  log_level: warning\n  ledger: true\n")
+    text += (
+        f"agent: {{database: '{database}'}}\n"
+        f"prices: {{'{DEFAULT_MODEL}': {{input: 0.1, output: 0.4}}}}\n"
+    )
+    if redis_url:
+        text += f"state: {{redis_url: '{redis_url}'}}\n"
+    return text
+
+
+def create_key(config: Path, database: Path) -> str:
+    """``llmbridge keys create``: the key, printed alone on stdout."""
+    script = Path(sys.executable).parent / "llmbridge"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "llmbridge"]
+    argv = [*command, "keys", "create", "bench", *KEY_LIMITS, *KEY_BUDGET]
+    argv += ["--models", "*", "--config", str(config), "--db", str(database)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"llmbridge keys create failed:\n{done.stdout}{done.stderr}")
+    return done.stdout.strip()
+
+
+def start_gateway(
+    workdir: Path, name: str, config_text: str, workers: int, env: dict[str, str] | None = None
+) -> Server:
+    port = free_port()
+    config = workdir / f"{name}.yaml"
+    config.write_text(config_text)
+    argv = [*gateway_argv(config, port, None), "--workers", str(workers)]
+    return Server.start(name, port, argv, workdir, env)
+
+
+def start_redis(workdir: Path) -> Server:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("--redis: redis-server is not on PATH (apt-get install redis-server)")
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+    return Server.start("redis", port, [*argv, "no", "--dir", str(workdir)], workdir)
+
+
+@contextlib.contextmanager
+def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, list[Gateway]]]:
+    started: list[Server] = []
+    try:
+        backend = start_fast_backend(workdir, "--chunks", str(args.nonstream_chunks))
+        started.append(backend)
+        plain = gateway_config("openai", backend.port)
+        gateways: list[Gateway] = []
+        for workers in (1, 2):
+            server = start_gateway(workdir, f"plain-w{workers}", plain, workers)
+            started.append(server)
+            gateways.append(Gateway(server.name, server, None))
+        database = workdir / "accounts.db"
+        config_text = accounts_config(backend.port, database, None)
+        (workdir / "keys.yaml").write_text(config_text)
+        key = create_key(workdir / "keys.yaml", database)
+        auth = {"authorization": f"Bearer {key}"}
+        env = {"LLMBRIDGE_MASTER_KEY": MASTER_KEY}
+        for workers in (1, 2):
+            server = start_gateway(workdir, f"accounts-w{workers}", config_text, workers, env)
+            started.append(server)
+            gateways.append(Gateway(server.name, server, auth))
+        if args.redis:
+            redis = start_redis(workdir)
+            started.append(redis)
+            url = f"redis://127.0.0.1:{redis.port}/0"
+            text = accounts_config(backend.port, database, url)
+            server = start_gateway(workdir, "accounts-redis-w1", text, 1, env)
+            started.append(server)
+            gateways.append(Gateway(server.name, server, auth))
+        yield backend, gateways
+    finally:
+        for server in reversed(started):
+            server.stop()
+            # uvicorn's supervisor forked the workers into the server's session.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGKILL)
+        log("servers stopped")
+
+
+# -- measurement ----------------------------------------------------------------------------
+
+
+async def measure(
+    args: argparse.Namespace, backend: Server, gateways: list[Gateway]
+) -> list[dict[str, Any]]:
+    client = make_client("aiohttp", max_connections=64 * (len(gateways) + 1))
+    try:
+        await wait_ready(client, backend, "/v1/models")
+        for gateway in gateways:
+            await wait_ready(client, gateway.server, "/health")
+        route = ROUTES["openai"]
+        path = route.path
+        targets = [Target("direct", f"http://127.0.0.1:{backend.port}{path}", route, None)]
+        for g in gateways:
+            url = f"http://127.0.0.1:{g.server.port}{path}"
+            targets.append(Target(g.name, url, route, ProcessTree(g.server.pid), g.headers))
+        runner = Runner(client, ProcessTree(backend.pid))
+        log("warming every target up")
+        for target in targets:
+            await runner.batch(target, Cell(False, 4, args.nonstream_chunks), 1.0, Measure())
+        results = []
+        for concurrency in (1, 64):
+            cell = Cell(False, concurrency, args.nonstream_chunks)
+            chosen = [t for t in targets if concurrency > 1 or t.name in C1_TARGETS]
+            log(f"{cell.key}: {args.rounds} rounds of {args.round_seconds:g} s per target")
+            measures = await runner.run_cell(chosen, cell, args)
+            summary = summarise_cell(cell, measures)
+            summary.pop("ratios")  # compare.py's LiteLLM ratios; ours follow
+            results.append(summary)
+        return results
+    finally:
+        await client.aclose()
+
+
+def _p50(cell: dict[str, Any], name: str) -> float | None:
+    target = cell["targets"].get(name)
+    if not target or not target["requests_ok"] or target["failures"]:
+        return None
+    return float(target["latency_ms"]["p50"])
+
+
+def _rps(cell: dict[str, Any], name: str) -> float | None:
+    target = cell["targets"].get(name)
+    if not target or not target["requests_ok"] or target["failures"]:
+        return None
+    return float(target["requests_per_s"])
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def verdicts(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures: the accounts path's added latency over the plain path's
+    (one in flight), and the throughput ratios (64 in flight)."""
+    c1, c64 = cells
+    direct = _p50(c1, "direct")
+    added = {
+        name: (p50 - direct if (p50 := _p50(c1, name)) is not None and direct else None)
+        for name in C1_TARGETS[1:]
+        if name in c1["targets"]
+    }
+    plain, accounts = added.get("plain-w1"), added.get("accounts-w1")
+    ratio = _ratio(accounts, plain) if plain and plain > 0 else None
+    out: dict[str, Any] = {
+        "added_p50_ms": added,
+        "accounts_cost_ms": accounts - plain
+        if accounts is not None and plain is not None
+        else None,
+        "accounts_added_ratio": ratio,
+        "accounts_within_10_percent": None if ratio is None else ratio <= ADDED_LATENCY_TARGET,
+        "rps": {name: _rps(c64, name) for name in c64["targets"]},
+    }
+    rps = out["rps"]
+    out["workers_2_over_1_plain"] = _ratio(rps.get("plain-w2"), rps.get("plain-w1"))
+    out["workers_2_over_1_accounts"] = _ratio(rps.get("accounts-w2"), rps.get("accounts-w1"))
+    out["accounts_over_plain_w1"] = _ratio(rps.get("accounts-w1"), rps.get("plain-w1"))
+    out["accounts_over_plain_w2"] = _ratio(rps.get("accounts-w2"), rps.get("plain-w2"))
+    if "accounts-redis-w1" in added and added["accounts-redis-w1"] is not None and plain:
+        out["accounts_redis_added_ratio"] = added["accounts-redis-w1"] / plain
+        out["accounts_redis_over_plain_w1"] = _ratio(
+            rps.get("accounts-redis-w1"), rps.get("plain-w1")
+        )
+    return out
+
+
+def _f(value: float | None, spec: str) -> str:
+    return "n/a" if value is None or value != value else format(value, spec)
+
+
+def cell_table(cell: dict[str, Any]) -> str:
+    head = ["target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "server CPU us/req"]
+    head += ["server cores busy", "other load", "ok / failed"]
+    rows = [head]
+    direct = _p50(cell, "direct")
+    for name, s in cell["targets"].items():
+        p50 = s["latency_ms"]["p50"]
+        server = "backend" if name == "direct" else "proxy"
+        rows.append(
+            [
+                name,
+                _f(s["requests_per_s"], ",.0f"),
+                _f(p50, ".3f"),
+                _f(s["latency_ms"]["p99"], ".3f"),
+                "-" if name == "direct" or direct is None else f"{p50 - direct:+.3f}",
+                _f(s["cpu_us_per_request"].get(server), ",.0f"),
+                _f(s["cores_busy"].get(server), ".2f"),
+                f"{s['other_load']:.0%}",
+                f"{s['requests_ok']} / {s['failures']}",
+            ]
+        )
+    return render_table(rows)
+
+
+def report(cells: list[dict[str, Any]], v: dict[str, Any]) -> str:
+    out = []
+    for cell in cells:
+        out += [f"{cell['key']}: {cell['title']}", "", cell_table(cell), ""]
+        for name, s in cell["targets"].items():
+            out += [f"  failure {name}: {e}" for e in s["failure_examples"]]
+    ratio = v["accounts_added_ratio"]
+    met = v["accounts_within_10_percent"]
+    verdict = "n/a" if met is None else ("PASS" if met else "FAIL")
+    rows = [
+        ["figure", "value", "target", "result"],
+        [
+            "keys + limits + ledger: added p50, accounts-w1 / plain-w1 (1 in flight)",
+            f"{_f(v['added_p50_ms'].get('accounts-w1'), '.3f')} / "
+            f"{_f(v['added_p50_ms'].get('plain-w1'), '.3f')} ms = x{_f(ratio, '.3f')}",
+            f"<= x{ADDED_LATENCY_TARGET:.2f}",
+            verdict,
+        ],
+        [
+            "  the same as a cost per request",
+            f"{_f(v['accounts_cost_ms'], '+.3f')} ms",
+            "-",
+            "info",
+        ],
+        [
+            "--workers 2 / 1, plain, req/s (64 in flight)",
+            _x(v["workers_2_over_1_plain"]),
+            "-",
+            "info",
+        ],
+        [
+            "--workers 2 / 1, accounts, req/s (64 in flight)",
+            _x(v["workers_2_over_1_accounts"]),
+            "-",
+            "info",
+        ],
+        ["accounts / plain, 1 worker, req/s", _x(v["accounts_over_plain_w1"]), "-", "info"],
+        ["accounts / plain, 2 workers, req/s", _x(v["accounts_over_plain_w2"]), "-", "info"],
+    ]
+    if "accounts_redis_added_ratio" in v:
+        rows += [
+            [
+                "limits in Redis: added p50, accounts-redis-w1 / plain-w1",
+                _x(v["accounts_redis_added_ratio"]),
+                "-",
+                "info",
+            ],
+            [
+                "accounts in Redis / plain, 1 worker, req/s",
+                _x(v["accounts_redis_over_plain_w1"]),
+                "-",
+                "info",
+            ],
+        ]
+    out += ["Verdicts (same run):", "", render_table(rows)]
+    return "\n".join(out)
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"x{value:.3f}"
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short rounds (about a minute)")
+    parser.add_argument("--rounds", type=int, default=None, help="per target and cell (6; 2)")
+    parser.add_argument("--round-seconds", type=float, default=None, help="(default 2; 1)")
+    parser.add_argument("--warmup-seconds", type=float, default=None, help="(default 1; 0.5)")
+    parser.add_argument(
+        "--nonstream-chunks", type=int, default=16, help="pieces per reply (default 16)"
+    )
+    parser.add_argument(
+        "--redis", action="store_true", help="also measure the accounts path with Redis state"
+    )
+    parser.add_argument("--max-seconds", type=float, default=None, help="hard cap (600; 240)")
+    parser.add_argument("--no-save", action="store_true", help="no bench/results/ JSON file")
+    args = parser.parse_args(argv)
+    defaults = {
+        "rounds": 2 if args.quick else 6,
+        "round_seconds": 1.0 if args.quick else 2.0,
+        "warmup_seconds": 0.5 if args.quick else 1.0,
+        "max_seconds": 240.0 if args.quick else 600.0,
+    }
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.rounds < 1 or args.round_seconds <= 0 or args.nonstream_chunks < 1:
+        parser.error("--rounds, --round-seconds and --nonstream-chunks must be positive")
+    return args
+
+
+def _run(args: argparse.Namespace, backend: Server, gateways: list[Gateway]) -> Any:
+    main = asyncio.wait_for(measure(args, backend, gateways), args.max_seconds)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _git(*argv: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.time()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    busy_before = system_busy_seconds()
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="llmbridge-scale-") as tmp,
+            servers(args, Path(tmp)) as (backend, gateways),
+        ):
+            cells = _run(args, backend, gateways)
+    except RuntimeError as exc:
+        log(str(exc))
+        return 2
+    except TimeoutError:
+        log(f"hard time cap of {args.max_seconds:.0f} s reached; stopping")
+        return 3
+    duration = time.time() - started
+    v = verdicts(cells)
+    document = {
+        "benchmark": "scale",
+        "command": command.strip(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(duration, 1),
+        "settings": vars(args),
+        "code": {
+            "commit": _git("rev-parse", "HEAD"),
+            "src_dirty": bool(_git("status", "-s", "src")),
+        },
+        "machine": {
+            "cpus": CPUS,
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "busy_cpu_s": system_busy_seconds() - busy_before,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "cells": cells,
+        "verdicts": v,
+    }
+    print(
+        f"\nllmbridge scale-out: --workers 1 and 2, keys + limits + ledger off and on; "
+        f"{CPUS} CPUs; load average at start {load_at_start}; "
+        f"{args.nonstream_chunks}-piece non-streamed replies\n"
+    )
+    print(report(cells, v))
+    if not args.no_save:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
+        path = RESULTS_DIR / f"scale-{stamp}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"\nresults: {path}")
+    failed = any(s["failures"] for c in cells for s in c["targets"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)
