@@ -38,6 +38,8 @@ from llmbridge.serving.deployments import (
 )
 from llmbridge.serving.models import Models
 from llmbridge.state.local import LocalState
+from llmbridge.state.redis import RedisState
+from tests.state.conftest import redis_server, redis_url  # noqa: F401 - the real Redis fixtures
 
 REQUESTS = Path(__file__).parents[1] / "fixtures" / "requests"
 """Captured requests of the real clients (copies of shared/reference/captured/)."""
@@ -411,6 +413,27 @@ async def test_over_the_network_the_latency_sample_does_not_delay_the_reply() ->
     seen = await state.latencies(["ttft:gpu1", "ttft:gpu2"])
     assert seen["ttft:gpu1"] is not None and seen["ttft:gpu2"] is None
     assert await _in_flight(models, "gpu1", "gpu2") == [0, 0]
+
+
+async def test_replicas_sharing_redis_balance_on_each_others_counts(redis_url: str) -> None:  # noqa: F811
+    """Two replicas (each its own Models and Redis connection) see one set of counts:
+    taking turns, their six requests split 3/3. Each on its own counts would send four
+    to gpu1 (each replica's ties start there)."""
+    backends = (ScriptedBackend("gpu1"), ScriptedBackend("gpu2"))
+    replicas = [_models(*backends), _models(*backends)]
+    for replica in replicas:
+        replica.state = RedisState(redis_url)
+    try:
+        replies = []
+        for turn in range(6):
+            replies.append(await replicas[turn % 2].open(_request()))
+        assert Counter(r.deployment for r in replies) == {"gpu1": 3, "gpu2": 3}
+        for reply in replies:
+            await reply.rest.aclose()
+        assert await _in_flight(replicas[1], "gpu1", "gpu2") == [0, 0]
+    finally:
+        for replica in replicas:
+            await replica.state.aclose()
 
 
 # -- affinity ---------------------------------------------------------------------------
