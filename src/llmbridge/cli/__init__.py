@@ -9,6 +9,7 @@ from llmbridge.cli.agent import agent
 from llmbridge.cli.models import models
 from llmbridge.cli.profile import profile
 from llmbridge.cli.serve import serve
+from llmbridge.cli.usage import usage
 
 __all__ = ["cli", "main"]
 
@@ -23,6 +24,7 @@ cli.add_command(serve)
 cli.add_command(models)
 cli.add_command(profile)
 cli.add_command(agent)
+cli.add_command(usage)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from llmbridge.core.errors import (
     error_for_status,
 )
 from llmbridge.core.models import ModelInfo
+from llmbridge.gateway.accounting import open_ledger
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
@@ -167,11 +168,17 @@ def create_app(
         async with models:  # started here, closed at shutdown (serving/models.py)
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
+            # After the shared state is in place: the ledger adds spend to it.
+            state.ledger = await open_ledger(config, getattr(models, "state", None))
             if on_ready is not None:
                 on_ready(await models.list_models())
             try:
                 yield
             finally:
+                if state.ledger is not None:
+                    # Requests are over: what is buffered is written before exit.
+                    await state.ledger.aclose()
+                    state.ledger = None
                 if agent.runtime is not None:
                     try:
                         await agent.runtime.aclose()

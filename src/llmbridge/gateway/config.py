@@ -12,6 +12,7 @@ backend and serves any model name. Example file::
       header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
       body_timeout: 60                # seconds for the body, then 408
       health_cache_s: 1               # /health reuses a backend probe this long
+      ledger: true                    # record usage (default: on when auth is on)
       limits:                         # per request (docs/RELIABILITY.md, "Limits")
         max_messages: 10000           # 400 above each of these
         max_tools: 512
@@ -49,6 +50,8 @@ backend and serves any model name. Example file::
                                       # routes take `fallbacks: [{backend, model}]` too
     state:                            # shared across workers and replicas (docs/DEPLOY.md)
       redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
+    prices:                           # USD per million tokens, for the usage ledger's cost
+      "gpt-4o*": {input: 2.5, output: 10, cached_input: 1.25, reasoning: 10}
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
       database: "postgresql://llmbridge@127.0.0.1/agent"   # or a SQLite path; --db, LLMBRIDGE_DB
       model: qwen3                    # for turns that name no model
@@ -65,6 +68,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
+from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
 from llmbridge.core.limits import ENCODER_MAX_DEPTH, RequestLimits
 from llmbridge.serving.build import Host
@@ -111,6 +115,10 @@ class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     api_keys: tuple[str, ...] = ()
+    master_key: str | None = None
+    """The admin API's key (``/admin/``: keys, usage); setting it turns auth on, with
+    the keys kept in the database (``llmbridge keys create``) and the static ones
+    (``--master-key``, ``LLMBRIDGE_MASTER_KEY``; docs/DEPLOY.md, "Keys and limits")."""
     """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, gt=0)
     """The largest request body; more is a 413."""
@@ -127,6 +135,11 @@ class ServerConfig(Strict):
     the headers; then 408 and the connection is closed."""
     body_timeout: float = Field(60.0, gt=0)
     """Seconds from the end of the headers to the end of the body; then 408."""
+    ledger: bool | None = None
+    """Record every request in the usage ledger (the ``usage`` table of the agent's
+    database, accounts/ledger.py). ``None``: on when auth is (``api_keys`` or
+    ``master_key`` set), off otherwise, so the zero-configuration server writes
+    nothing per request."""
     health_cache_s: float = Field(1.0, ge=0)
     """How long ``/health`` reuses a backend's last probe (0: probe on every call).
     Load balancers poll it often and anyone may call it: probing each backend on
@@ -159,6 +172,9 @@ class GatewayConfig(ServingConfig):
 
     server: ServerConfig = ServerConfig()
     agent: AgentConfig = AgentConfig()
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """USD per million tokens by public model name or glob (accounts/prices.py): the
+    usage ledger's ``cost_usd``."""
     state: StateConfig = StateConfig()
 
 

@@ -19,17 +19,25 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError
-from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
+from llmbridge.core.events import (
+    ResponseEnd,
+    ResponseStart,
+    StreamError,
+    StreamEvent,
+    UsageUpdate,
+)
 from llmbridge.core.limits import RequestLimits
-from llmbridge.core.request import ChatRequest
+from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.request_size import larger_than
-from llmbridge.core.response import ChatResponse
+from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.accounting import Metered, metered
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.serving.models import Reply
@@ -38,7 +46,7 @@ from llmbridge.web.bodies import read_chat
 from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
-__all__ = ["ChatCodec", "change_headers", "chat_endpoint", "serve_chat"]
+__all__ = ["ChatCodec", "change_headers", "chat_endpoint", "serve_chat", "serve_embed"]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -58,20 +66,34 @@ class ChatCodec:
 
 
 class _Tracker:
-    """Metrics and logging for one request."""
+    """Metrics, logging and the usage ledger's record for one request."""
 
-    __slots__ = ("backend", "done", "m", "metrics", "model", "started", "status")
+    __slots__ = ("backend", "done", "m", "metered", "metrics", "model", "started", "status")
 
-    def __init__(self, metrics: GatewayMetrics, endpoint: str, backend: str, model: str) -> None:
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        endpoint: str,
+        backend: str,
+        model: str,
+        metered: Metered | None = None,
+    ) -> None:
         self.metrics, self.backend, self.model = metrics, backend, model
         self.m = metrics.bound(endpoint, backend, model)
+        self.metered = metered
         self.started = time.perf_counter()
         self.status = 200
         self.done = False
         self.m.in_flight.inc()
 
+    def served_by(self, backend: Backend) -> None:
+        if self.metered is not None:
+            self.metered.backend = backend
+
     def first_event(self) -> None:
         self.m.first_token.observe(time.perf_counter() - self.started)
+        if self.metered is not None:
+            self.metered.first_event()
 
     def error(self, error: LLMBridgeError) -> None:
         self.status = error.status_code
@@ -84,6 +106,8 @@ class _Tracker:
         self.m.in_flight.dec()
         self.m.latency.observe(time.perf_counter() - self.started)
         self.m.request_done(status if status is not None else self.status)
+        if self.metered is not None:
+            self.metered.finish(status if status is not None else self.status)
 
 
 async def _guarded(
@@ -94,13 +118,20 @@ async def _guarded(
     """The backend's stream with failures after the first event turned into a
     ``StreamError`` (so the encoder renders the dialect's in-stream error) and usage
     recorded."""
+    meter = tracker.metered
     try:
+        if meter is not None and isinstance(first, ResponseStart) and first.input_tokens:
+            meter.add_usage(Usage(input_tokens=first.input_tokens))  # as accumulate reads it
         yield first
         async for event in events:
             if isinstance(event, ResponseEnd):
                 tracker.metrics.record_usage(tracker.backend, tracker.model, event.usage)
+                if meter is not None:
+                    meter.add_usage(event.usage)
             elif isinstance(event, StreamError):
                 tracker.error(event.error)
+            elif meter is not None and isinstance(event, UsageUpdate):
+                meter.add_usage(event.usage)
             yield event
     except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
         error = to_bridge_error(exc)
@@ -109,6 +140,13 @@ async def _guarded(
         yield StreamError(error)
     finally:
         await events.aclose()
+
+
+def _refused(meter: Metered | None, error: LLMBridgeError) -> None:
+    """A request answered with ``error`` before any backend was called (an unknown
+    model, a refused request), for the usage ledger."""
+    if meter is not None:
+        meter.finish(error.status_code)
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -143,14 +181,27 @@ async def serve_chat(
     """Answer ``chat`` from the backend its model name resolves to (or a fallback)."""
     headers = {"request-id": request_id, "x-request-id": request_id}
     models = state.models
+    meter = metered(
+        state.ledger,
+        state.prices,
+        request.scope,
+        request_id=request_id,
+        model=chat.model,
+        endpoint=codec.endpoint,
+        streamed=chat.stream,
+    )
     try:
         # The session key (a header, prompt_cache_key...) for a route with affinity.
         chat = models.with_affinity(chat, request.headers)
         prepared = await models.prepare(chat)
     except LLMBridgeError as exc:
+        _refused(meter, exc)
         return error_response(codec.dialect, exc, request_id)
     target = prepared.target
-    tracker = _Tracker(state.metrics, codec.endpoint, target.backend.name, target.backend_model)
+    tracker = _Tracker(
+        state.metrics, codec.endpoint, target.backend.name, target.backend_model, meter
+    )
+    tracker.served_by(target.backend)
     reply: Reply | None = None
 
     async def opened() -> StreamEvent:
@@ -158,6 +209,7 @@ async def serve_chat(
         nonlocal reply
         reply = await models.open(chat, prepared)
         first = reply.first
+        tracker.served_by(reply.prepared.target.backend)  # a fallback's, if one served
         tracker.first_event()
         if isinstance(first, ResponseStart):
             tokens = first.input_tokens
@@ -229,6 +281,45 @@ async def _accumulate(stream: EventStream) -> ChatResponse:
     finally:
         await asyncio.shield(stream.aclose())
     return acc.response()
+
+
+async def serve_embed(
+    request: Request,
+    embed_request: EmbedRequest,
+    *,
+    state: GatewayState,
+    request_id: str,
+    endpoint: str,
+) -> EmbedResponse:
+    """Embed with the backend ``embed_request``'s model resolves to, recorded in the
+    usage ledger (its tokens: the input's). A client that leaves cancels the batch
+    (issue 13: it held the model 26 s more): ``ClientDisconnected``, recorded as 499."""
+    meter = metered(
+        state.ledger,
+        state.prices,
+        request.scope,
+        request_id=request_id,
+        model=embed_request.model,
+        endpoint=endpoint,
+        streamed=False,
+    )
+    try:
+        resolved = state.models.router.resolve(embed_request.model)
+        if meter is not None:
+            meter.backend = resolved.backend
+        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+        result = await run_until_disconnect(request.receive, work)
+    except ClientDisconnected:
+        if meter is not None:
+            meter.finish(499)
+        raise
+    except LLMBridgeError as exc:
+        _refused(meter, exc)
+        raise
+    if meter is not None:
+        meter.add_usage(Usage(input_tokens=result.input_tokens))
+        meter.finish(200)
+    return result
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

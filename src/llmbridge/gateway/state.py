@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from llmbridge.accounts.ledger import UsageLedger
+from llmbridge.accounts.prices import PriceTable
 from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
@@ -26,16 +28,21 @@ class GatewayState:
     keys: KeyChecker
     metrics: GatewayMetrics
     started_at: float = field(default_factory=time.time)
+    ledger: UsageLedger | None = None
+    """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""
     health: HealthProbes = field(init=False)
     """The backends' probes for ``/health``, each reused for ``server.health_cache_s``."""
+    prices: PriceTable = field(init=False)
+    """The configuration's ``prices:`` (accounts/prices.py)."""
 
     def __post_init__(self) -> None:
         server = self.config.server
         self.limits = server.limits.request_limits(server.max_body_bytes)
         self.health = HealthProbes(server.health_cache_s)
+        self.prices = PriceTable(self.config.prices)
 
 
 def state_of(request: Request) -> GatewayState:

@@ -46,11 +46,11 @@ from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
 from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.pipeline import ChatCodec, serve_chat, serve_embed
 from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_chat, read_json
 from llmbridge.web.render import GEMINI_METHODS, Dialect, error_response, new_request_id
-from llmbridge.web.streaming import ClientDisconnected, run_until_disconnect
+from llmbridge.web.streaming import ClientDisconnected
 
 __all__ = ["routes", "unknown_methods"]
 
@@ -150,6 +150,7 @@ async def _embed(
     request: Request,
     decode: Callable[..., EmbedRequest],
     encode: Callable[[EmbedResponse], dict[str, Any]],
+    endpoint: str,
 ) -> Response:
     """One embedding request through the backend the model resolves to, as
     routes/openai.py's ``/v1/embeddings`` does."""
@@ -158,10 +159,9 @@ async def _embed(
     try:
         model = _model_name(request.path_params["model"])
         embed_request = decode(await read_json(request, state.limits), model=model)
-        resolved = state.models.router.resolve(embed_request.model)
-        # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
-        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
-        result = await run_until_disconnect(request.receive, work)
+        result = await serve_embed(
+            request, embed_request, state=state, request_id=request_id, endpoint=endpoint
+        )
     except ClientDisconnected:
         return Response(status_code=499)
     except LLMBridgeError as exc:
@@ -171,7 +171,10 @@ async def _embed(
 
 async def embed_content(request: Request) -> Response:
     return await _embed(
-        request, gemini_request.decode_embed_request, gemini_models.encode_embed_response
+        request,
+        gemini_request.decode_embed_request,
+        gemini_models.encode_embed_response,
+        "/v1beta/models/{model}:embedContent",
     )
 
 
@@ -180,6 +183,7 @@ async def batch_embed_contents(request: Request) -> Response:
         request,
         gemini_request.decode_batch_embed_request,
         gemini_models.encode_batch_embed_response,
+        "/v1beta/models/{model}:batchEmbedContents",
     )
 
 

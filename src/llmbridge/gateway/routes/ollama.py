@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from starlette.requests import Request
@@ -18,11 +17,11 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint
+from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint, serve_embed
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect, error_response, new_request_id
-from llmbridge.web.streaming import ClientDisconnected, run_until_disconnect
+from llmbridge.web.streaming import ClientDisconnected
 
 __all__ = ["OLLAMA_VERSION", "routes"]
 
@@ -116,10 +115,9 @@ async def embed(request: Request) -> Response:
     started = time.perf_counter_ns()
     try:
         embed_request = ollama.decode_embed_request(await read_json(request, state.limits))
-        resolved = state.models.router.resolve(embed_request.model)
-        # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
-        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
-        result = await run_until_disconnect(request.receive, work)
+        result = await serve_embed(
+            request, embed_request, state=state, request_id=request_id, endpoint="/api/embed"
+        )
     except ClientDisconnected:
         return Response(status_code=499)
     except LLMBridgeError as exc:

@@ -17,11 +17,11 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
+from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
 from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect, error_response, new_request_id
-from llmbridge.web.streaming import ClientDisconnected, run_until_disconnect
+from llmbridge.web.streaming import ClientDisconnected
 
 __all__ = ["routes"]
 
@@ -77,10 +77,9 @@ async def embeddings(request: Request) -> Response:
     request_id = new_request_id()
     try:
         embed_request = openai.decode_embed_request(await read_json(request, state.limits))
-        resolved = state.models.router.resolve(embed_request.model)
-        # A client that leaves cancels the batch (issue 13: it held the model 26 s more).
-        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
-        result = await run_until_disconnect(request.receive, work)
+        result = await serve_embed(
+            request, embed_request, state=state, request_id=request_id, endpoint="/v1/embeddings"
+        )
     except ClientDisconnected:
         return Response(status_code=499)
     except LLMBridgeError as exc:
