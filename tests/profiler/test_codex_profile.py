@@ -139,3 +139,48 @@ def test_codex_run_in_a_workspace(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["provider"], s["scenario"], s["passed"]) for s in summary] == [("codex", "hello", 2)]
     assert "| codex | hello |" in (out / "report.md").read_text()
+
+
+def test_a_call_the_sandbox_refused_is_named_in_the_trace(tmp_path: Path) -> None:
+    """``deny`` is the read-only sandbox: the scripted write fails there, and Codex
+    0.169.0 prints no item for a call its sandbox refused; the provider finds it in
+    Codex's rollout and says so in the trace rather than leave the trace short."""
+    codex = Path(__file__).resolve().parents[1] / "e2e" / "node_modules" / ".bin" / "codex"
+    spec = {
+        "models": [MODEL],
+        "codex": {"command": str(codex), "permission": "deny"},
+        "scenarios": [
+            {
+                "id": "refused",
+                "prompt": "Create hello.txt",
+                "checks": [{"file_exists": "hello.txt"}],
+            }
+        ],
+    }
+    scenarios = tmp_path / "codex.yaml"
+    scenarios.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    backend = ShellOnce()
+    with recorded_gateway(backend) as (server, _):
+        result = CliRunner().invoke(
+            cli,
+            [
+                "profile", "run", str(scenarios), "--provider", "codex",
+                "--gateway-url", server.url, "--out", str(out), "--quiet",
+            ],
+            catch_exceptions=False,
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    # The model got the refusal back and answered; the file is not there.
+    assert [m.role for m in backend.requests[1].messages][-1] == "tool"
+    assert "Read-only file system" in backend.requests[1].messages[-1].parts[0].content
+    assert not record["passed"]
+    assert {c["name"]: c["passed"] for c in record["checks"]} == {"file_exists: hello.txt": False}
+    (prompt,) = record["prompts"]
+    assert prompt["completion_reason"] == "stop" and prompt["tool_calls"] == []
+    errors = [e["error"] for e in record["trace"]["events"] if e["type"] == "error"]
+    assert errors[-1] == (
+        "1 tool call(s) in Codex's rollout were not printed by codex exec --json "
+        "(a command the sandbox refused): not in this trace"
+    )
