@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider, map_claude_run
 from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
 from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
 from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
 from tests.conftest import running_gateway
@@ -262,8 +264,6 @@ async def test_the_command_line_follows_the_session_and_the_policy(
 
 
 async def test_init_names_what_is_missing() -> None:
-    from llmbridge.profiler.provider import ProviderError
-
     missing = ClaudeCodeSessionProvider(CliAgentSettings(command="no-such-claude-binary"))
     with pytest.raises(ProviderError, match="no-such-claude-binary"):
         await missing.init(ProviderConfig(model="m"))
@@ -357,3 +357,32 @@ async def test_a_policy_that_refuses_makes_the_call_a_tool_error(
     assert call.name == "Bash" and call.status == "error"
     assert refusal in (call.error or "")
     assert result.completion_reason == "stop"
+
+
+async def test_a_prompt_past_its_deadline_is_a_timeout_with_what_was_measured() -> None:
+    """The model streams for longer than the prompt may take: the CLI is killed at the
+    deadline and the prompt recorded as a timeout, its step and the text so far kept."""
+    model = ScriptedBackend(
+        "scripted", models=("scripted",), default=Script(text=["slow "] * 300, chunk_delay=0.1)
+    )
+    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+    settings = CliAgentSettings(command=str(CLAUDE), args=("--tools", ""))
+    with running_gateway({"scripted": model}, models=routes) as gateway:
+        provider = ClaudeCodeSessionProvider(settings, gateway_url=gateway.url)
+        await provider.init(ProviderConfig(model="scripted"))
+        handle = await provider.create_session(
+            system_instructions=None, scenario_id="s", iteration=0
+        )
+        try:
+            with pytest.raises(PromptTimeoutError, match="within 8 s") as caught:
+                await provider.prompt(handle, "Take your time", 8)
+            trace = await provider.export_session(handle)
+        finally:
+            await provider.shutdown()
+    result = caught.value.result
+    assert result.completion_reason == "timeout"
+    assert result.text.startswith("slow slow")
+    assert check_invariants(trace) == []
+    assert types_of(trace) == ["turn_boundary", "text_output", "error"]
+    assert trace.events[-1].error == "timeout after 8 s"
+    assert result.metrics.tokens.input > 0  # message_start's usage arrived
