@@ -249,9 +249,12 @@ class Models:
                                 self._spawn(sample)  # the first event waits for no round trip
                     yield event
         finally:
-            # Shielded: a second cancellation (the server shutting down) must not
-            # leave the count taken.
-            await asyncio.shield(state.release(slot))
+            if state.kind == "local":
+                await state.release(slot)  # never suspends: nothing to shield
+            else:
+                # Shielded: a second cancellation (the server shutting down) must not
+                # leave the count taken.
+                await asyncio.shield(state.release(slot))
 
     async def _acquire(self, state: SharedState, slot: str) -> None:
         if state.kind == "local":

@@ -111,7 +111,8 @@ class ModelRouter:
 
     def deployment(self, resolved: Resolved, name: str) -> Resolved:
         """``resolved`` served by the configured backend ``name`` (one of its route's)."""
-        return replace(resolved, backend=self.backends[name])
+        backend = self.backends[name]
+        return Resolved(resolved.public_name, backend, resolved.backend_model, resolved.route)
 
     def fallbacks(self, resolved: Resolved) -> list[Resolved]:
         """Where ``resolved`` falls back to, in order (serving/resilience.py)."""
