@@ -24,6 +24,8 @@ import pytest
 from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.request import EmbedRequest
+from llmbridge.core.response import EmbedResponse
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.deployments import in_flight_key, rendezvous_order
 from llmbridge.serving.models import Models
@@ -217,3 +219,26 @@ def test_without_a_session_key_each_strategy_uses_both_servers(strategy: str) ->
     with _cluster({"strategy": strategy, "affinity": True}) as (_servers, front):
         served = {_server_of(_stream(front)) for _ in range(6)}
         assert served == set(SERVERS)
+
+
+class Embedder(ScriptedBackend):
+    """A scripted server that counts the embedding requests it answered."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.embedded = 0
+
+    async def embed(self, request: EmbedRequest) -> EmbedResponse:
+        self.embedded += 1
+        return await super().embed(request)
+
+
+def test_embeddings_are_spread_over_the_deployments_too() -> None:
+    backends = {name: Embedder(name) for name in SERVERS}
+    route = {"name": "m", "backends": list(SERVERS), "strategy": "round-robin"}
+    with running_gateway(dict(backends), models=[route]) as front:
+        client = openai_client(front.url)
+        for _ in range(4):
+            reply = client.embeddings.create(model="m", input=["one", "two"])
+            assert len(reply.data) == 2
+    assert [b.embedded for b in backends.values()] == [2, 2]

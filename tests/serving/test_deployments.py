@@ -522,3 +522,18 @@ def test_the_deploy_guides_example_route_is_valid() -> None:
         ("gpu3", 2),
     ]
     assert route.strategy == "least-busy" and route.affinity_header == "x-session-id"
+
+
+async def test_embeddings_take_turns_and_skip_an_open_circuit() -> None:
+    gpu1, gpu2 = ScriptedBackend("gpu1"), ScriptedBackend("gpu2")
+    models = _models(
+        gpu1,
+        gpu2,
+        route={"strategy": "round-robin"},
+        resilience={"retries": 0, "breaker_failures": 1, "breaker_reset_s": 60},
+    )
+    targets = [(await models.embed_target("m")).backend.name for _ in range(4)]
+    assert targets == ["gpu1", "gpu2", "gpu1", "gpu2"]
+    gpu1.enqueue(_down())
+    await _served_by(models)  # gpu1's turn fails: its circuit opens
+    assert {(await models.embed_target("m")).backend.name for _ in range(4)} == {"gpu2"}

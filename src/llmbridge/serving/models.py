@@ -186,6 +186,22 @@ class Models:
         key = (headers.get(header) if header else None) or session_key(request.provider_details)
         return replace(request, affinity_key=key) if key else request
 
+    async def embed_target(self, model: str) -> Resolved:
+        """Where an embedding request for ``model`` goes: its route's backend, or of a
+        route's deployments the first its strategy orders (no session: embeddings
+        keep no conversation) whose circuit is not open, else the first. One short
+        call, not counted in flight and not moved to another deployment on failure."""
+        resolved = self.router.resolve(model)
+        pool = self.router.pool(resolved)
+        if pool is None:
+            return resolved
+        order = await pool.order(self.state, None)
+        targets = [self.router.deployment(resolved, pool.deployments[i].name) for i in order]
+        for target in targets:
+            if await self.router.breakers[target.backend.name].admit():
+                return target
+        return targets[0]
+
     async def context_window(self, model: str) -> int | None:
         """``model``'s context window in tokens: the route's ``context_length``, else
         the backend's report (cached by the router), else ``None`` (unknown)."""
