@@ -304,7 +304,7 @@ async def serve_embed(
         streamed=False,
     )
     try:
-        resolved = state.models.router.resolve(embed_request.model)
+        resolved = await state.models.embed_target(embed_request.model)  # a deployment
         if meter is not None:
             meter.backend = resolved.backend
         work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
