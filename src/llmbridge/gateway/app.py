@@ -43,6 +43,8 @@ from llmbridge.gateway.routes import (
 )
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.models import open_models
+from llmbridge.state import open_state
+from llmbridge.state.failover import FailoverState
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
 from llmbridge.web.render import dialect_for_path, error_response, new_request_id
 
@@ -155,9 +157,15 @@ def create_app(
     ``on_ready`` gets the served models once the backends have started (the banner);
     ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``)."""
     metrics = GatewayMetrics()
+    # Limits, in-flight counts and breakers: this process's, or Redis's for every
+    # worker and replica (state/; its connection is checked in the lifespan).
+    shared = open_state(config.state.redis_url)
     models = open_models(
-        config, host=config.server.serving_host(), backends=backends, observer=metrics
+        config, host=config.server.serving_host(), backends=backends, observer=metrics, state=shared
     )
+    if shared.kind == "redis":
+        for breaker in models.router.breakers.values():
+            breaker.share(shared)  # serving/resilience.py: one breaker across replicas
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
 
@@ -166,6 +174,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with models:  # started here, closed at shutdown (serving/models.py)
+            if isinstance(shared, FailoverState):
+                await shared.start()  # degraded from the start when Redis does not answer
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.
@@ -185,6 +195,7 @@ def create_app(
                     except Exception:
                         log.exception("the agent store failed to close")
                     agent.runtime = None
+                await shared.aclose()  # last: the ledger's flush above updates it
 
     agent_routes = agent_api.routes if config.agent.enabled else []
     app = Starlette(

@@ -5,7 +5,10 @@
 API keys configured, a caller without a valid one gets only the verdict
 (``{"status": "up" | "degraded" | "down"}``): the details name the backends, their
 kinds, the version and, for a dead backend, its internal address. With a valid key,
-or with auth off (no keys: the loopback default), the details too.
+or with auth off (no keys: the loopback default), the details too, and the shared
+state's ``{"kind": "local" | "redis", "degraded": bool}``: with Redis configured and
+unreachable the gateway keeps serving from each replica's memory and says
+``degraded`` (state/failover.py).
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ async def health(request: Request) -> Response:
     results = await asyncio.gather(*(state.health.probe(n, configured[n]) for n in names))
     any_ok = any(r.ok for r in results)
     status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
+    shared = state.models.state  # Redis down: served from memory, limits per replica
+    if shared.degraded and status == "up":
+        status = "degraded"
     code = 200 if any_ok else 503
     if not _may_see_details(request):
         return Response(dumps({"status": status}), status_code=code, media_type="application/json")
@@ -74,6 +80,7 @@ async def health(request: Request) -> Response:
         "version": __version__,
         "uptime_s": round(time.time() - state.started_at, 1),
         "backends": backends,
+        "state": {"kind": shared.kind, "degraded": shared.degraded},
     }
     return Response(dumps(body), status_code=code, media_type="application/json")
 
