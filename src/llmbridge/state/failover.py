@@ -162,19 +162,21 @@ class FailoverState:
             except REDIS_DOWN as exc:
                 self._degrade(exc)
             else:
-                self._redis_held[key] += taken
+                if taken:
+                    self._redis_held[key] += 1
                 return taken
         taken = await self.local.acquire(key, limit)
-        self._local_held[key] += taken
+        if taken:
+            self._local_held[key] += 1
         return taken
 
     async def release(self, key: str) -> None:
         if self._local_held[key] > 0:
-            self._local_held[key] -= 1
+            _take_one(self._local_held, key)
             await self.local.release(key)
             return
         if self._redis_held[key] > 0:
-            self._redis_held[key] -= 1
+            _take_one(self._redis_held, key)
             if not self._degraded:
                 try:
                     await self.redis.release(key)
@@ -254,3 +256,10 @@ class FailoverState:
             self._watch = None
         await self.redis.aclose()
         await self.local.aclose()
+
+
+def _take_one(held: Counter[str], key: str) -> None:
+    """One slot of ``key`` given back; keys at zero are dropped (they do not pile up)."""
+    held[key] -= 1
+    if held[key] <= 0:
+        del held[key]
