@@ -42,6 +42,7 @@ from llmbridge.gateway.routes import (
     system,
 )
 from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
@@ -152,11 +153,13 @@ def create_app(
     on_ready: Callable[[list[ModelInfo]], None] | None = None,
     *,
     agent_tools: ToolRegistry | None = None,
+    workers: WorkerBoard | None = None,
 ) -> Starlette:
     """The gateway app. ``backends`` overrides construction from config (tests);
     ``on_ready`` gets the served models once the backends have started (the banner);
-    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``)."""
-    metrics = GatewayMetrics()
+    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``);
+    ``workers``: this app is one of ``llmbridge serve --workers N`` (gateway/asgi.py)."""
+    metrics = GatewayMetrics(workers.metrics_dir if workers is not None else None)
     # Limits, in-flight counts and breakers: this process's, or Redis's for every
     # worker and replica (state/; its connection is checked in the lifespan).
     shared = open_state(config.state.redis_url)
@@ -168,6 +171,7 @@ def create_app(
             breaker.share(shared)  # serving/resilience.py: one breaker across replicas
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
+    state.workers = workers
 
     agent = MountedAgent(state.limits)
 
@@ -182,9 +186,13 @@ def create_app(
             state.ledger = await open_ledger(config, getattr(models, "state", None))
             if on_ready is not None:
                 on_ready(await models.list_models())
+            if workers is not None:
+                workers.start(state)  # this worker's line in /health (gateway/workers.py)
             try:
                 yield
             finally:
+                if workers is not None:
+                    await workers.stop()
                 if state.ledger is not None:
                     # Requests are over: what is buffered is written before exit.
                     await state.ledger.aclose()

@@ -14,6 +14,7 @@ from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.web.auth import KeyChecker
 
@@ -28,6 +29,9 @@ class GatewayState:
     keys: KeyChecker
     metrics: GatewayMetrics
     started_at: float = field(default_factory=time.time)
+    workers: WorkerBoard | None = None
+    """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
+    ``None`` when it serves alone."""
     ledger: UsageLedger | None = None
     """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
 

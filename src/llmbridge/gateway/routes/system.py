@@ -8,7 +8,9 @@ kinds, the version and, for a dead backend, its internal address. With a valid k
 or with auth off (no keys: the loopback default), the details too, and the shared
 state's ``{"kind": "local" | "redis", "degraded": bool}``: with Redis configured and
 unreachable the gateway keeps serving from each replica's memory and says
-``degraded`` (state/failover.py).
+``degraded`` (state/failover.py). Under ``llmbridge serve --workers N``, ``workers``
+lists each worker's pid, start, requests, in-flight count and backends' circuits, the
+one that answered marked ``"self": true`` (gateway/workers.py).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ async def health(request: Request) -> Response:
         "backends": backends,
         "state": {"kind": shared.kind, "degraded": shared.degraded},
     }
+    if state.workers is not None:  # serve --workers N: every worker, this one "self": true
+        body["workers"] = state.workers.statuses()
     return Response(dumps(body), status_code=code, media_type="application/json")
 
 
