@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from llmbridge.profiler.cli_agent import (
     CliAgentSettings,
@@ -116,7 +116,6 @@ class ClaudeRunMapping:
 
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
-        self.first_boundary = len(builder.events)
         self.steps: list[tuple[int, TokenMetrics]] = []
         """Each step's boundary index and tokens."""
         self.step_usage: dict[str, Any] = {}
@@ -181,7 +180,7 @@ class ClaudeRunMapping:
         elif kind == "message_stop":
             self._close(at)
 
-    def _content(self, kind: Any, at: float, text: str) -> None:
+    def _content(self, kind: Literal["text_output", "reasoning"], at: float, text: str) -> None:
         if text and self.first_content is None:
             self.first_content = at
         self.builder.content(kind, at, text)

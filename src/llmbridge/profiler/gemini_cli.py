@@ -126,6 +126,8 @@ def stats_tokens(stats: dict[str, Any]) -> TokenMetrics:
 
 
 class _Mapping:
+    """One run's lines as events on the session's trace, and what they add up to."""
+
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
         self.first_boundary: int | None = None
