@@ -199,6 +199,14 @@ def _serve_workers(config: GatewayConfig, access_log: bool) -> None:
     from llmbridge.gateway.asgi import APP_FACTORY, PROTOCOL, RunDirectory
 
     server = config.server
+    if server.master_key and config.state.redis_url is None:
+        # The LiteLLM defect issue 17 names: limits kept in each process's memory.
+        log.warning(
+            "%d workers without --redis-url: each checks per-key limits in its own memory, "
+            "so a key gets up to %d times its limits; set --redis-url to share them",
+            server.workers,
+            server.workers,
+        )
     with RunDirectory(config):
         uvicorn.run(
             APP_FACTORY,
