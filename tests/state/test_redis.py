@@ -216,7 +216,7 @@ async def test_a_frozen_redis_times_out_and_slots_go_back_where_taken(
 async def test_a_redis_that_never_answered_degrades_from_the_start(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    state = _failover(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    state = _failover(f"redis://:s3cret@127.0.0.1:{free_port()}/0")  # nothing listens there
     try:
         await state.start()
         assert state.degraded
@@ -227,4 +227,6 @@ async def test_a_redis_that_never_answered_degrades_from_the_start(
         assert (await state.breaker("gpu")).state == "open"
     finally:
         await state.aclose()
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "s3cret" not in warnings[0] and ":***@127.0.0.1" in warnings[0]  # no password in logs

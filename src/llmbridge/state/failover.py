@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from llmbridge.state.base import BreakerView, WindowVerdict
 from llmbridge.state.local import LocalState
-from llmbridge.state.redis import RedisState
+from llmbridge.state.redis import RedisState, redacted
 
 __all__ = ["FailoverState"]
 
@@ -90,7 +90,7 @@ class FailoverState:
             log.warning(
                 "Redis at %s is unreachable (%s: %s): serving shared state from this "
                 "process until it answers again; limits now hold per replica",
-                self.redis.url,
+                redacted(self.redis.url),
                 type(exc).__name__,
                 exc,
             )
@@ -113,7 +113,9 @@ class FailoverState:
             except REDIS_DOWN:
                 continue
             self._degraded = False
-            log.info("Redis at %s answers again: shared state is back in Redis", self.redis.url)
+            log.info(
+                "Redis at %s answers again: shared state is back in Redis", redacted(self.redis.url)
+            )
 
     async def _flush_pending_releases(self) -> None:
         for key in list(self._pending_release):
