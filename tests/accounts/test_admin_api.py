@@ -10,8 +10,11 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from click.testing import CliRunner
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.cli import cli
+from llmbridge.gateway.config import load_config
 from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, openai_client, running_gateway
 from tests.fuzz.shapes import assert_error_shape
@@ -120,3 +123,15 @@ def test_bad_requests_name_the_field(admin: RunningServer) -> None:
     missing = httpx.delete(admin.url + "/admin/keys/nobody", headers=_auth())
     assert missing.status_code == 404
     assert "nobody" in assert_error_shape(Dialect.OPENAI, 404, missing.content)
+
+
+def test_the_master_key_comes_from_the_flag_the_file_or_the_environment(tmp_path: Path) -> None:
+    env = {"LLMBRIDGE_MASTER_KEY": "from-env"}
+    assert load_config(None, environ=env).server.master_key == "from-env"
+    assert load_config(None, {"master_key": "flag"}, environ=env).server.master_key == "flag"
+    path = tmp_path / "llmbridge.yaml"
+    path.write_text("server: {master_key: from-file, port: 1234}\n")
+    config = load_config(path, environ=env)
+    assert (config.server.master_key, config.server.port) == ("from-file", 1234)
+    assert load_config(None, environ={}).server.master_key is None
+    assert "--master-key" in CliRunner().invoke(cli, ["serve", "--help"]).stdout

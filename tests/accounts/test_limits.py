@@ -188,7 +188,21 @@ def test_a_model_outside_the_globs_is_forbidden(
     assert "'other'" in assert_error_shape(dialect, 403, body)
 
 
-def test_the_model_list_and_embeddings_follow_the_key(gateway: RunningServer) -> None:
+def test_model_lists_embeddings_and_token_counts_follow_the_key(gateway: RunningServer) -> None:
+    listing = new_key(gateway, "lists", models=["scr*"])
+    assert {m.id for m in openai_client(gateway.url, new_key(gateway, "all")).models.list()} == {
+        "scripted",
+        "other",
+    }
+    assert [m.id for m in openai_client(gateway.url, listing).models.list()] == ["scripted"]
+    tags = ollama_client(gateway.url, headers={"Authorization": f"Bearer {listing}"}).list()
+    assert [m.model for m in tags.models] == ["scripted"]
+    google = _google(gateway.url, listing)
+    try:
+        assert [m.name for m in google.models.list()] == ["models/scripted"]
+    finally:
+        google.close()
+
     key = new_key(gateway, "embed-only", models=["scripted"], rpm=1)
     client = openai_client(gateway.url, key)
     assert client.embeddings.create(model="scripted", input="a").data

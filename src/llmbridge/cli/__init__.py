@@ -6,6 +6,7 @@ import click
 
 from llmbridge import __version__
 from llmbridge.cli.agent import agent
+from llmbridge.cli.keys import keys
 from llmbridge.cli.models import models
 from llmbridge.cli.profile import profile
 from llmbridge.cli.serve import serve
@@ -24,6 +25,7 @@ cli.add_command(serve)
 cli.add_command(models)
 cli.add_command(profile)
 cli.add_command(agent)
+cli.add_command(keys)
 cli.add_command(usage)
 
 

@@ -7,7 +7,8 @@ routes that are not chats (embeddings, token counts), counting the request and c
 the model. A refusal is the error to render in the caller's dialect with
 ``refusal_headers`` (``Retry-After`` and the rate-limit headers). ``counted`` passes a
 reply's events on and notes its usage, so ``finish`` adds its tokens to the key's
-per-minute window.
+per-minute window. ``visible_models`` is what model lists show a key: the models its
+globs allow.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llmbridge.accounts.limits import OPEN, Admission, KeyLimitError, limit_head
 from llmbridge.accounts.service import ACCOUNT
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseEnd, StreamEvent
+from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_size import larger_than
 from llmbridge.core.response import Usage
@@ -30,12 +32,28 @@ from llmbridge.features.token_count import count_request_tokens
 from llmbridge.gateway.state import GatewayState
 from llmbridge.web.render import Dialect
 
-__all__ = ["admit_chat", "admitted", "counted", "refusal_headers", "total_tokens"]
+__all__ = [
+    "admit_chat",
+    "admitted",
+    "counted",
+    "refusal_headers",
+    "total_tokens",
+    "visible_models",
+]
 
 
 def account_of(request: Request) -> KeyRecord | None:
     record = request.scope.get(ACCOUNT)
     return record if isinstance(record, KeyRecord) else None
+
+
+def visible_models(request: Request, models: list[ModelInfo]) -> list[ModelInfo]:
+    """``models`` a request's key may use (all of them without a database key, or for
+    a key with no ``models`` globs): model lists show only what would be served."""
+    record = account_of(request)
+    if record is None or record.models is None:
+        return models
+    return [info for info in models if record.allows(info.name)]
 
 
 def refusal_headers(error: LLMBridgeError, dialect: Dialect) -> dict[str, str]:

@@ -17,11 +17,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmbridge.accounts import routes as admin_api
+from llmbridge.accounts.service import ACCOUNT, Accounts
 from llmbridge.agent import routes as agent_api
 from llmbridge.agent.routes import MountedAgent
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import (
-    AuthenticationError,
     LLMBridgeError,
     MethodNotAllowedError,
     NotFoundError,
@@ -42,11 +43,8 @@ from llmbridge.gateway.routes import (
     system,
 )
 from llmbridge.gateway.state import GatewayState
-from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import open_models
-from llmbridge.state import open_state
-from llmbridge.state.failover import FailoverState
-from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker
+from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, presented_key
 from llmbridge.web.render import dialect_for_path, error_response, new_request_id
 
 if TYPE_CHECKING:
@@ -55,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["create_app", "http_protocol"]
 
 log = logging.getLogger("llmbridge.gateway")
+
+ADMIN_PREFIX = "/admin/"
 
 
 async def _open_agent(
@@ -78,20 +78,31 @@ async def _open_agent(
 
 
 class _AuthMiddleware:
-    """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap)."""
+    """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap).
+    Static keys are checked in memory, database keys through the accounts' cache
+    (accounts/service.py); ``/admin/`` checks the master key itself
+    (accounts/routes.py)."""
 
-    def __init__(self, app: ASGIApp, keys: KeyChecker) -> None:
+    def __init__(self, app: ASGIApp, accounts: Accounts) -> None:
         self.app = app
-        self.keys = keys
+        self.accounts = accounts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.keys.enabled and scope["path"] not in OPEN_PATHS:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if (
+            path
+            and self.accounts.enabled
+            and path not in OPEN_PATHS
+            and not path.startswith(ADMIN_PREFIX)
+        ):
             try:
-                # Which key matched: the caller's identity (the agent API's owner).
                 query = scope.get("query_string", b"")  # Gemini clients' ?key=
-                scope[KEY_IDENTITY] = self.keys.check(Headers(scope=scope), query)
-            except AuthenticationError as exc:
-                response = error_response(dialect_for_path(scope["path"]), exc, new_request_id())
+                presented = presented_key(Headers(scope=scope), query)
+                # Which key matched: the caller's identity (the agent API's owner), and
+                # its record when it is a database key (its limits: accounts/limits.py).
+                scope[KEY_IDENTITY], scope[ACCOUNT] = await self.accounts.caller(presented)
+            except LLMBridgeError as exc:  # 401, or 503 with the key database down
+                response = error_response(dialect_for_path(path), exc, new_request_id())
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -153,46 +164,39 @@ def create_app(
     on_ready: Callable[[list[ModelInfo]], None] | None = None,
     *,
     agent_tools: ToolRegistry | None = None,
-    workers: WorkerBoard | None = None,
 ) -> Starlette:
     """The gateway app. ``backends`` overrides construction from config (tests);
     ``on_ready`` gets the served models once the backends have started (the banner);
-    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``);
-    ``workers``: this app is one of ``llmbridge serve --workers N`` (gateway/asgi.py)."""
-    metrics = GatewayMetrics(workers.metrics_dir if workers is not None else None)
-    # Limits, in-flight counts and breakers: this process's, or Redis's for every
-    # worker and replica (state/; its connection is checked in the lifespan).
-    shared = open_state(config.state.redis_url)
+    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``)."""
+    metrics = GatewayMetrics()
     models = open_models(
-        config, host=config.server.serving_host(), backends=backends, observer=metrics, state=shared
+        config, host=config.server.serving_host(), backends=backends, observer=metrics
     )
-    if shared.kind == "redis":
-        for breaker in models.router.breakers.values():
-            breaker.share(shared)  # serving/resilience.py: one breaker across replicas
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
-    state.workers = workers
+    state.accounts = Accounts(
+        static_keys=keys,
+        master_key=config.server.master_key,
+        database=config.agent.database or default_agent_database(),
+        state=lambda: models.state,
+        body_limits=state.limits,
+    )
 
     agent = MountedAgent(state.limits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with models:  # started here, closed at shutdown (serving/models.py)
-            if isinstance(shared, FailoverState):
-                await shared.start()  # degraded from the start when Redis does not answer
+            await state.accounts.open()  # the key database, when auth is on
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.
             state.ledger = await open_ledger(config, getattr(models, "state", None))
             if on_ready is not None:
                 on_ready(await models.list_models())
-            if workers is not None:
-                workers.start(state)  # this worker's line in /health (gateway/workers.py)
             try:
                 yield
             finally:
-                if workers is not None:
-                    await workers.stop()
                 if state.ledger is not None:
                     # Requests are over: what is buffered is written before exit.
                     await state.ledger.aclose()
@@ -203,7 +207,7 @@ def create_app(
                     except Exception:
                         log.exception("the agent store failed to close")
                     agent.runtime = None
-                await shared.aclose()  # last: the ledger's flush above updates it
+                await state.accounts.aclose()
 
     agent_routes = agent_api.routes if config.agent.enabled else []
     app = Starlette(
@@ -218,6 +222,7 @@ def create_app(
             *anthropic.routes,
             *gemini.unknown_methods,
             *agent_routes,
+            *admin_api.routes,
         ],
         exception_handlers={
             HTTPException: _http_exception,
@@ -233,7 +238,8 @@ def create_app(
     )
     app.state.gateway = state
     app.state.agent = agent  # what agent/routes.py reads
-    app.add_middleware(_AuthMiddleware, keys=keys)
+    app.state.accounts = state.accounts  # what accounts/routes.py reads
+    app.add_middleware(_AuthMiddleware, accounts=state.accounts)
 
     def body_timed_out(scope: Scope) -> None:
         state.metrics.unserved(_endpoint_label(scope), 408)

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.accounts.limits import OPEN
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError
@@ -38,6 +39,13 @@ from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_request_tokens
 from llmbridge.gateway.accounting import Metered, metered
+from llmbridge.gateway.admission import (
+    admit_chat,
+    admitted,
+    counted,
+    refusal_headers,
+    total_tokens,
+)
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.serving.models import Reply
@@ -190,13 +198,19 @@ async def serve_chat(
         endpoint=codec.endpoint,
         streamed=chat.stream,
     )
+    admission = OPEN
     try:
+        # The key's limits first (gateway/admission.py): a refused request costs nothing.
+        admission = await admit_chat(request, chat, state)
         # The session key (a header, prompt_cache_key...) for a route with affinity.
         chat = models.with_affinity(chat, request.headers)
         prepared = await models.prepare(chat)
     except LLMBridgeError as exc:
         _refused(meter, exc)
-        return error_response(codec.dialect, exc, request_id)
+        await admission.finish()
+        refused = refusal_headers(exc, codec.dialect)  # Retry-After, x-ratelimit-*
+        return error_response(codec.dialect, exc, request_id, headers=refused)
+    headers.update(admission.headers(codec.dialect))
     target = prepared.target
     tracker = _Tracker(
         state.metrics, codec.endpoint, target.backend.name, target.backend_model, meter
@@ -208,6 +222,7 @@ async def serve_chat(
         """The first event, ready to send; an error before it is raised."""
         nonlocal reply
         reply = await models.open(chat, prepared)
+        reply = replace(reply, rest=counted(reply.rest, admission))  # its tokens, for tpm
         first = reply.first
         tracker.served_by(reply.prepared.target.backend)  # a fallback's, if one served
         tracker.first_event()
@@ -240,6 +255,7 @@ async def serve_chat(
         if reply is not None:
             await reply.rest.aclose()
         tracker.finish(499)
+        await admission.finish()
         return Response(status_code=499)
     except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
         if reply is not None:
@@ -248,6 +264,7 @@ async def serve_chat(
         if not isinstance(exc, LLMBridgeError) or tracker.status == 200:
             tracker.error(error)
         tracker.finish()
+        await admission.finish()
         # web/render.py adds Retry-After for an error that carries one.
         failed = change_headers((reply.prepared if reply else prepared).changes)
         return error_response(codec.dialect, error, request_id, headers=failed)
@@ -256,6 +273,7 @@ async def serve_chat(
     headers.update(change_headers(reply.prepared.changes))
     if not chat.stream:
         tracker.finish()
+        await admission.finish(total_tokens(response.usage))
         return Response(
             dumps(codec.encode_response(response, chat)),
             media_type="application/json",
@@ -264,6 +282,7 @@ async def serve_chat(
 
     async def on_close(disconnected: bool) -> None:
         tracker.finish(499 if disconnected else None)
+        await admission.finish()
 
     return StreamingBody(
         codec.encode_stream(_guarded(first, reply.rest, tracker), chat),
@@ -303,7 +322,10 @@ async def serve_embed(
         endpoint=endpoint,
         streamed=False,
     )
+    admission = OPEN
     try:
+        # The key's models and requests per minute (gateway/admission.py).
+        admission = await admitted(request, embed_request.model, state)
         resolved = await state.models.embed_target(embed_request.model)  # a deployment
         if meter is not None:
             meter.backend = resolved.backend
@@ -316,6 +338,8 @@ async def serve_embed(
     except LLMBridgeError as exc:
         _refused(meter, exc)
         raise
+    finally:
+        await admission.finish(0)
     if meter is not None:
         meter.add_usage(Usage(input_tokens=result.input_tokens))
         meter.finish(200)

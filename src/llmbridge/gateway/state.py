@@ -10,11 +10,11 @@ from starlette.requests import Request
 
 from llmbridge.accounts.ledger import UsageLedger
 from llmbridge.accounts.prices import PriceTable
+from llmbridge.accounts.service import Accounts
 from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.web.auth import KeyChecker
 
@@ -29,9 +29,8 @@ class GatewayState:
     keys: KeyChecker
     metrics: GatewayMetrics
     started_at: float = field(default_factory=time.time)
-    workers: WorkerBoard | None = None
-    """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
-    ``None`` when it serves alone."""
+    accounts: Accounts = field(init=False)
+    """Keys (static and in the database), the master key, per-key limits (create_app)."""
     ledger: UsageLedger | None = None
     """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
 

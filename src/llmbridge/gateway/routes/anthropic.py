@@ -12,6 +12,7 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.admission import admitted
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
 from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_chat
@@ -37,6 +38,8 @@ async def count_tokens(request: Request) -> Response:
     request_id = new_request_id()
     try:
         chat = await read_chat(request, state.limits, anthropic.decode_count_tokens_request)
+        # The key's models and requests per minute (gateway/admission.py).
+        await (await admitted(request, chat.model, state)).finish(0)
         resolved = state.models.router.resolve(chat.model)
         counted = None
         if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:

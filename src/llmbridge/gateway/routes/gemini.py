@@ -46,6 +46,7 @@ from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
 from llmbridge.features.token_count import count_request_tokens
+from llmbridge.gateway.admission import admitted, visible_models
 from llmbridge.gateway.pipeline import ChatCodec, serve_chat, serve_embed
 from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_chat, read_json
@@ -134,6 +135,8 @@ async def count_tokens(request: Request) -> Response:
             gemini_request.decode_count_tokens_request, model=model
         )
         chat = await read_chat(request, state.limits, decode)
+        # The key's models and requests per minute (gateway/admission.py).
+        await (await admitted(request, chat.model, state)).finish(0)
         resolved = state.models.router.resolve(chat.model)
         counted = None
         if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
@@ -202,7 +205,7 @@ async def list_models(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
     try:
-        models = await state.models.router.list_models()
+        models = visible_models(request, await state.models.router.list_models())
         return _json(gemini_models.encode_model_list(models, request.query_params), request_id)
     except LLMBridgeError as exc:
         return error_response(Dialect.GEMINI, exc, request_id)

@@ -17,6 +17,7 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.admission import visible_models
 from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint, serve_embed
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.web.bodies import read_json
@@ -81,7 +82,9 @@ def _load_reply(generate: bool) -> Shortcut:
 
 async def tags(request: Request) -> Response:
     state = state_of(request)
-    return _json(ollama.encode_tags(await state.models.router.list_models()))
+    # A database key sees the models its globs allow (gateway/admission.py).
+    models = visible_models(request, await state.models.router.list_models())
+    return _json(ollama.encode_tags(models))
 
 
 async def show(request: Request) -> Response:

@@ -17,6 +17,7 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.admission import visible_models
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
 from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_json
@@ -47,11 +48,13 @@ async def list_models(request: Request) -> Response:
     state = state_of(request)
     if _asks_anthropic(request):
         try:
-            models = await state.models.router.list_models()
+            models = visible_models(request, await state.models.router.list_models())
             return _json(anthropic_models.encode_model_page(models, request.query_params))
         except LLMBridgeError as exc:
             return error_response(Dialect.ANTHROPIC, exc, new_request_id())
-    return _json(openai.encode_models(await state.models.router.list_models()))
+    # A database key sees the models its globs allow (gateway/admission.py).
+    models = visible_models(request, await state.models.router.list_models())
+    return _json(openai.encode_models(models))
 
 
 async def get_model(request: Request) -> Response:

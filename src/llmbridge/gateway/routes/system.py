@@ -5,12 +5,7 @@
 API keys configured, a caller without a valid one gets only the verdict
 (``{"status": "up" | "degraded" | "down"}``): the details name the backends, their
 kinds, the version and, for a dead backend, its internal address. With a valid key,
-or with auth off (no keys: the loopback default), the details too, and the shared
-state's ``{"kind": "local" | "redis", "degraded": bool}``: with Redis configured and
-unreachable the gateway keeps serving from each replica's memory and says
-``degraded`` (state/failover.py). Under ``llmbridge serve --workers N``, ``workers``
-lists each worker's pid, start, requests, in-flight count and backends' circuits, the
-one that answered marked ``"self": true`` (gateway/workers.py).
+or with auth off (no keys: the loopback default), the details too.
 """
 
 from __future__ import annotations
@@ -23,11 +18,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from llmbridge import __version__
-from llmbridge.core.errors import AuthenticationError
+from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
 from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_json
 from llmbridge.gateway.state import state_of
+from llmbridge.web.auth import presented_key
 
 __all__ = ["routes"]
 
@@ -44,10 +40,14 @@ async def hello(request: Request) -> Response:
     return Response(status_code=200)
 
 
-def _may_see_details(request: Request) -> bool:
+async def _may_see_details(request: Request) -> bool:
+    """With auth on, only a caller with a valid key (static or in the database)."""
+    accounts = state_of(request).accounts
+    if not accounts.enabled:
+        return True
     try:
-        state_of(request).keys.check(request.headers)
-    except AuthenticationError:
+        await accounts.caller(presented_key(request.headers))
+    except LLMBridgeError:  # no key, a wrong or revoked one, or the key database down
         return False
     return True
 
@@ -61,11 +61,8 @@ async def health(request: Request) -> Response:
     results = await asyncio.gather(*(state.health.probe(n, configured[n]) for n in names))
     any_ok = any(r.ok for r in results)
     status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
-    shared = state.models.state  # Redis down: served from memory, limits per replica
-    if shared.degraded and status == "up":
-        status = "degraded"
     code = 200 if any_ok else 503
-    if not _may_see_details(request):
+    if not await _may_see_details(request):
         return Response(dumps({"status": status}), status_code=code, media_type="application/json")
     backends = {
         name: {
@@ -82,10 +79,7 @@ async def health(request: Request) -> Response:
         "version": __version__,
         "uptime_s": round(time.time() - state.started_at, 1),
         "backends": backends,
-        "state": {"kind": shared.kind, "degraded": shared.degraded},
     }
-    if state.workers is not None:  # serve --workers N: every worker, this one "self": true
-        body["workers"] = state.workers.statuses()
     return Response(dumps(body), status_code=code, media_type="application/json")
 
 
