@@ -14,7 +14,11 @@ from click.testing import CliRunner
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider, map_claude_run
+from llmbridge.profiler.claude_code import (
+    ClaudeCodeSessionProvider,
+    ClaudeCodeSettings,
+    map_claude_run,
+)
 from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
@@ -386,3 +390,32 @@ async def test_a_prompt_past_its_deadline_is_a_timeout_with_what_was_measured() 
     assert types_of(trace) == ["turn_boundary", "text_output", "error"]
     assert trace.events[-1].error == "timeout after 8 s"
     assert result.metrics.tokens.input > 0  # message_start's usage arrived
+
+
+async def test_instructions_replace_claude_codes_system_prompt() -> None:
+    """The section's ``instructions`` are the system prompt (``--system-prompt``); the
+    mode's and scenario's instructions still follow them."""
+    model = ToolLoop("scripted", models=("scripted",))
+    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+    settings = ClaudeCodeSettings(
+        command=str(CLAUDE), instructions="You are a coding agent.", args=("--tools", "Bash")
+    )
+    with running_gateway({"scripted": model}, models=routes) as gateway:
+        provider = ClaudeCodeSessionProvider(settings, gateway_url=gateway.url)
+        await provider.init(
+            ProviderConfig(model="scripted", permission="allow", system_instructions="Mode.")
+        )
+        handle = await provider.create_session(
+            system_instructions="Scenario.", scenario_id="s", iteration=0
+        )
+        try:
+            result = await provider.prompt(handle, "Write hi to out.txt", 120)
+        finally:
+            await provider.shutdown()
+    assert result.completion_reason == "stop"
+    for request in model.requests:
+        # Claude Code keeps two lines of its own first (a billing header, who it is);
+        # its default prompt (thousands of characters) is gone.
+        system = request.messages[0].text
+        assert system.endswith("\n\nYou are a coding agent.\n\nMode.\n\nScenario.")
+        assert len(system) < 500, system

@@ -16,6 +16,7 @@ from llmbridge.cli import cli
 from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
 from llmbridge.profiler.gemini_cli import (
     GeminiCliSessionProvider,
+    GeminiCliSettings,
     gemini_settings,
     map_gemini_run,
 )
@@ -295,3 +296,40 @@ async def test_without_allow_the_shell_is_not_offered() -> None:
     offered = {tool.name for request in model.requests for tool in request.tools}
     assert "read_file" in offered and "run_shell_command" not in offered
     assert result.metrics.tool_calls == () and result.completion_reason == "stop"
+
+
+async def test_instructions_and_settings_shrink_the_request() -> None:
+    """The section's ``instructions`` replace the CLI's system prompt and its
+    ``settings`` are merged into settings.json: here only the shell tool is offered,
+    and the mode's and scenario's instructions still follow the replacement."""
+    model = ToolLoop("scripted", models=("scripted",))
+    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+    settings = GeminiCliSettings(
+        command=str(GEMINI),
+        instructions="You are a coding agent.",
+        settings={"tools": {"core": ["run_shell_command"]}},
+    )
+    with running_gateway({"scripted": model}, models=routes) as gateway:
+        provider = GeminiCliSessionProvider(settings, gateway_url=gateway.url)
+        await provider.init(
+            ProviderConfig(model="scripted", permission="allow", system_instructions="Mode.")
+        )
+        handle = await provider.create_session(
+            system_instructions="Scenario.", scenario_id="s", iteration=0
+        )
+        home = provider.sessions[handle.session_id].home
+        written = json.loads((home / ".gemini" / "settings.json").read_text())
+        try:
+            result = await provider.prompt(handle, "Write hi to out.txt", 120)
+        finally:
+            await provider.shutdown()
+    assert written["tools"] == {"sandbox": False, "core": ["run_shell_command"]}
+    assert written["security"] == gemini_settings()["security"]
+    assert result.completion_reason == "stop"
+    (call,) = result.metrics.tool_calls
+    assert call.name == "run_shell_command" and call.status == "completed"
+    for request in model.requests:
+        assert [tool.name for tool in request.tools] == ["run_shell_command"]
+        system = request.messages[0].text
+        assert system.startswith("You are a coding agent.")
+        assert system.index("Mode.") < system.index("Scenario.")

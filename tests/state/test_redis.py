@@ -18,7 +18,7 @@ import pytest
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
 
-from .conftest import RedisServer
+from .conftest import RedisServer, free_port
 
 _RACER = textwrap.dedent(
     """
@@ -211,3 +211,22 @@ async def test_a_frozen_redis_times_out_and_slots_go_back_where_taken(
         assert await state.local.in_flight(["par:z"]) == {"par:z": 0}
     finally:
         await state.aclose()
+
+
+async def test_a_redis_that_never_answered_degrades_from_the_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state = _failover(f"redis://:s3cret@127.0.0.1:{free_port()}/0")  # nothing listens there
+    try:
+        await state.start()
+        assert state.degraded
+        assert (await state.take("rpm:x", 1, 1, 60)).allowed
+        assert not (await state.take("rpm:x", 1, 1, 60)).allowed
+        assert await state.next_index("rr:x") == 0
+        await state.breaker_failure("gpu", 1)
+        assert (await state.breaker("gpu")).state == "open"
+    finally:
+        await state.aclose()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "s3cret" not in warnings[0] and ":***@127.0.0.1" in warnings[0]  # no password in logs

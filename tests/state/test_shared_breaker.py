@@ -17,6 +17,7 @@ from llmbridge.state.base import BreakerView
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
 
+RESET_S = 0.6
 DOWN = BackendUnavailableError("connection refused", backend="gpu")
 
 
@@ -30,7 +31,7 @@ class ProbedBackend(ScriptedBackend):
 
     async def health(self) -> BackendHealth:
         self.probes += 1
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)
         return BackendHealth(ok=self.healthy, detail="probed")
 
 
@@ -40,7 +41,7 @@ async def replicas(redis_url: str) -> AsyncIterator[tuple[CircuitBreaker, Circui
     states = [FailoverState(redis_url) for _ in range(2)]
     breakers = []
     for state in states:
-        breaker = CircuitBreaker(backend, failures=4, reset_s=0.3)
+        breaker = CircuitBreaker(backend, failures=4, reset_s=RESET_S)
         breaker.share(state)
         breakers.append(breaker)
     yield breakers[0], breakers[1]
@@ -85,7 +86,7 @@ async def test_one_probe_at_a_time_across_replicas(
         a.failure(DOWN)
     await a.settled()
     assert await _eventually_open(b)
-    await asyncio.sleep(0.35)  # past reset_s: a probe is due
+    await asyncio.sleep(RESET_S + 0.05)  # past reset_s: a probe is due
     admitted = await asyncio.gather(a.admit(), b.admit())
     assert sorted(admitted) == [False, True]  # one probed and got through, one waited
     assert backend.probes == 1
@@ -112,7 +113,7 @@ async def test_a_failed_probe_keeps_it_open_for_everyone(
     for _ in range(4):
         b.failure(DOWN)
     await b.settled()
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(RESET_S + 0.05)
     assert await _eventually_open(a)
     assert not await a.admit()  # probed: still down, reopened for another period
     assert backend.probes == 1

@@ -95,6 +95,8 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
     for route in config.routes():
         servers = ",".join(d.name for d in route.deployments)  # several: its deployments
         lines.append(f"  model {route.name} -> {servers}:{route.model or route.name}")
+    if config.server.workers > 1:
+        lines.append(f"  workers: {config.server.workers} (each listed in /health)")
     auth = "on" if config.server.api_keys or config.server.master_key else "off"
     if config.server.master_key:
         auth += f" (database keys; admin API {base}/admin/keys)"
@@ -118,6 +120,12 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
 )
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Processes serving the port, each with its own backends (and embedded model); "
+    "see docs/DEPLOY.md, Workers [env LLMBRIDGE_WORKERS; default 1].",
+)
+@click.option(
     "--redis-url",
     help="Share limits, in-flight counts and breakers across workers and replicas in this "
     "Redis, e.g. redis://127.0.0.1:6379/0 [env LLMBRIDGE_REDIS_URL; default: in process].",
@@ -135,15 +143,14 @@ def serve(
     max_body_bytes: int | None,
     log_level: str | None,
     access_log: bool,
+    workers: int | None,
     redis_url: str | None,
     master_key: str | None,
     config_path: str | None,
     **shortcuts: Any,
 ) -> None:
     """Run the gateway (default 127.0.0.1:11435, embedded model, no auth)."""
-    import uvicorn
-
-    from llmbridge.gateway.app import create_app, http_protocol
+    from llmbridge.gateway.asgi import configure_logging, tune_interpreter
 
     config = load_from_options(
         config_path,
@@ -151,37 +158,32 @@ def serve(
         port=port,
         max_body_bytes=max_body_bytes,
         log_level=log_level,
+        workers=workers,
         redis_url=redis_url,
         master_key=master_key,
         **shortcuts,
     )
     server = config.server
-    logging.basicConfig(
-        level=server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(server.log_level)
     if not _is_loopback(server.host) and not server.api_keys and not server.master_key:
         log.warning(
             "binding %s without --api-key: anyone who can reach this address can use the backends",
             server.host,
         )
     click.echo(_banner(config, server.host, server.port), err=True)
+    _raise_open_file_limit()  # before any worker starts: they inherit it
+    if server.workers > 1:
+        _serve_workers(config, access_log)
+        return
+    import uvicorn
+
+    from llmbridge.gateway.app import create_app, http_protocol
+
     app = create_app(
         config, on_ready=lambda models: click.echo(_model_lines(config, models), err=True)
     )
-    # Every request allocates many short-lived objects (events, dicts, bytes); with
-    # CPython's default gen-0 threshold of 700 the collector ran often enough to take
-    # ~10% of the gateway's CPU under load (docs/PERFORMANCE.md). Collect less often,
-    # and keep what exists at startup out of future collections.
-    gc.set_threshold(50_000, 20, 20)
-    gc.freeze()
-    # Large requests are parsed, decoded and encoded in worker threads (web/bodies.py,
-    # backends/http.py); meanwhile the event loop waits up to the switch interval for the
-    # GIL each time it wakes. 1 ms instead of 5 halved /health's median while one is
-    # processed (docs/PERFORMANCE.md); with no worker thread busy it changes nothing.
-    sys.setswitchinterval(0.001)
-    _raise_open_file_limit()
+    tune_interpreter()  # the collector's thresholds, the GIL switch interval
+    gc.freeze()  # what exists at startup stays out of future collections
     uvicorn.run(
         app,
         host=server.host,
@@ -194,6 +196,40 @@ def serve(
         http=http_protocol(app),
         timeout_graceful_shutdown=5,
     )
+
+
+def _serve_workers(config: GatewayConfig, access_log: bool) -> None:
+    """``server.workers`` processes on one port, under uvicorn's supervisor: it binds
+    the socket, starts each worker (``gateway/asgi.py`` builds the app in it), restarts
+    one that dies, and on SIGTERM or Ctrl-C stops them all, each finishing its requests
+    within the grace period. The run directory goes when the last has stopped."""
+    import uvicorn
+
+    from llmbridge.gateway.asgi import APP_FACTORY, PROTOCOL, RunDirectory
+
+    server = config.server
+    if server.master_key and config.state.redis_url is None:
+        # The LiteLLM defect issue 17 names: limits kept in each process's memory.
+        log.warning(
+            "%d workers without --redis-url: each checks per-key limits in its own memory, "
+            "so a key gets up to %d times its limits; set --redis-url to share them",
+            server.workers,
+            server.workers,
+        )
+    with RunDirectory(config):
+        uvicorn.run(
+            APP_FACTORY,
+            factory=True,
+            workers=server.workers,
+            host=server.host,
+            port=server.port,
+            log_level=server.log_level,
+            access_log=access_log,
+            log_config=access_log_config(),
+            loop="uvloop" if sys.platform != "win32" else "asyncio",
+            http=PROTOCOL,  # the header limits, as below, in every worker
+            timeout_graceful_shutdown=5,
+        )
 
 
 def _raise_open_file_limit(wanted: int = 65_536) -> None:

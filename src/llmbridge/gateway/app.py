@@ -43,7 +43,10 @@ from llmbridge.gateway.routes import (
     system,
 )
 from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import open_models
+from llmbridge.state import open_state
+from llmbridge.state.failover import FailoverState
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, presented_key
 from llmbridge.web.render import dialect_for_path, error_response, new_request_id
 
@@ -164,14 +167,22 @@ def create_app(
     on_ready: Callable[[list[ModelInfo]], None] | None = None,
     *,
     agent_tools: ToolRegistry | None = None,
+    workers: WorkerBoard | None = None,
 ) -> Starlette:
     """The gateway app. ``backends`` overrides construction from config (tests);
     ``on_ready`` gets the served models once the backends have started (the banner);
-    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``)."""
-    metrics = GatewayMetrics()
+    ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``);
+    ``workers``: this app is one of ``llmbridge serve --workers N`` (gateway/asgi.py)."""
+    metrics = GatewayMetrics(workers.metrics_dir if workers is not None else None)
+    # Limits, in-flight counts and breakers: this process's, or Redis's for every
+    # worker and replica (state/; its connection is checked in the lifespan).
+    shared = open_state(config.state.redis_url)
     models = open_models(
-        config, host=config.server.serving_host(), backends=backends, observer=metrics
+        config, host=config.server.serving_host(), backends=backends, observer=metrics, state=shared
     )
+    if shared.kind == "redis":
+        for breaker in models.router.breakers.values():
+            breaker.share(shared)  # serving/resilience.py: one breaker across replicas
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
     state.accounts = Accounts(
@@ -181,6 +192,7 @@ def create_app(
         state=lambda: models.state,
         body_limits=state.limits,
     )
+    state.workers = workers
 
     agent = MountedAgent(state.limits)
 
@@ -188,15 +200,21 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with models:  # started here, closed at shutdown (serving/models.py)
             await state.accounts.open()  # the key database, when auth is on
+            if isinstance(shared, FailoverState):
+                await shared.start()  # degraded from the start when Redis does not answer
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.
             state.ledger = await open_ledger(config, getattr(models, "state", None))
             if on_ready is not None:
                 on_ready(await models.list_models())
+            if workers is not None:
+                workers.start(state)  # this worker's line in /health (gateway/workers.py)
             try:
                 yield
             finally:
+                if workers is not None:
+                    await workers.stop()
                 if state.ledger is not None:
                     # Requests are over: what is buffered is written before exit.
                     await state.ledger.aclose()
@@ -208,6 +226,7 @@ def create_app(
                         log.exception("the agent store failed to close")
                     agent.runtime = None
                 await state.accounts.aclose()
+                await shared.aclose()  # last: the ledger's flush above updates it
 
     agent_routes = agent_api.routes if config.agent.enabled else []
     app = Starlette(

@@ -13,6 +13,7 @@ backend and serves any model name. Example file::
       header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
       body_timeout: 60                # seconds for the body, then 408
       health_cache_s: 1               # /health reuses a backend probe this long
+      workers: 1                      # processes serving the port (--workers, LLMBRIDGE_WORKERS)
       ledger: true                    # record usage (default: on when auth is on)
       limits:                         # per request (docs/RELIABILITY.md, "Limits")
         max_messages: 10000           # 400 above each of these
@@ -142,6 +143,10 @@ class ServerConfig(Strict):
     database, accounts/ledger.py). ``None``: on when auth is (``api_keys`` or
     ``master_key`` set), off otherwise, so the zero-configuration server writes
     nothing per request."""
+    workers: int = Field(1, ge=1)
+    """Processes that serve the port (``--workers``, ``LLMBRIDGE_WORKERS``), each with its
+    own event loop, backends and embedded model; 1 runs the gateway in the ``llmbridge
+    serve`` process itself (gateway/asgi.py; docs/DEPLOY.md, "Workers")."""
     health_cache_s: float = Field(1.0, ge=0)
     """How long ``/health`` reuses a backend's last probe (0: probe on every call).
     Load balancers poll it often and anyone may call it: probing each backend on
@@ -184,6 +189,8 @@ ENVIRONMENT = {
     "ANTHROPIC_API_KEY": "the key of Anthropic backends that set none",
     "GEMINI_API_KEY": "the key of Gemini backends that set none",
     "LLMBRIDGE_MASTER_KEY": "server.master_key, the admin API key, when file and flags set none",
+    "LLMBRIDGE_WORKERS": "server.workers, the processes serving the port, when file and flags "
+    "set none",
     "LLMBRIDGE_REDIS_URL": "state.redis_url (shared state's Redis) when file and flags set none",
     "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
     "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
@@ -255,7 +262,7 @@ def _apply_limit_overrides(server: dict[str, Any], overrides: dict[str, Any]) ->
 
 def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     server = dict(raw.get("server") or {})
-    for field_name in ("host", "port", "max_body_bytes", "log_level"):
+    for field_name in ("host", "port", "max_body_bytes", "log_level", "workers"):
         if overrides.get(field_name) is not None:
             server[field_name] = overrides[field_name]
     _apply_limit_overrides(server, overrides)
@@ -392,6 +399,7 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         isinstance(shared, dict) and shared.get("redis_url")
     ):
         raw["state"] = {**(shared if isinstance(shared, dict) else {}), "redis_url": redis_url}
+    _apply_workers_environment(raw, environ)
     server = raw.get("server")
     if (master := environ.get("LLMBRIDGE_MASTER_KEY", "").strip()) and not (
         isinstance(server, dict) and server.get("master_key")
@@ -406,3 +414,13 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         agent["database"] = default_agent_database(environ)
     if not agent.get("tavily_api_key") and (key := environ.get("TAVILY_API_KEY", "").strip()):
         agent["tavily_api_key"] = key
+
+
+def _apply_workers_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """``LLMBRIDGE_WORKERS`` (``server.workers``) when the file and flags set none; a
+    value that is not a whole number is refused by validation, naming the field."""
+    server = raw.get("server")
+    if (workers := environ.get("LLMBRIDGE_WORKERS", "").strip()) and not (
+        isinstance(server, dict) and server.get("workers") is not None
+    ):
+        raw["server"] = {**(server if isinstance(server, dict) else {}), "workers": workers}

@@ -7,11 +7,20 @@ A request that ends before any backend is chosen (the client left while sending 
 body: 499; its body came too slowly: 408) is counted with empty backend and model and
 its route's path template as the endpoint. Connections closed while their headers were
 read (gateway/read_limits.py) have no endpoint; they are counted by reason.
+
+With ``llmbridge serve --workers N`` each worker process counts in its own files, in
+the directory the parent named in ``PROMETHEUS_MULTIPROC_DIR`` before starting them
+(prometheus_client's multiprocess mode, chosen when the library is imported), and a
+scrape of any worker reads every worker's files: one scrape shows the sum. Counters and
+histograms add up; the gauges are ``livesum``, the sum over the workers alive (a dead
+worker's files are dropped by ``gateway/workers.py``). The event-loop task gauge,
+computed on scrape in one process, is set each second by each worker instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -23,6 +32,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from llmbridge.core.response import Usage
 
@@ -42,7 +52,12 @@ def _task_count() -> float:
 
 
 class GatewayMetrics:
-    def __init__(self) -> None:
+    """One gateway's metrics. ``multiprocess_dir``: this process is one of several
+    workers counting into that directory (the module docstring); ``render`` then reads
+    them all."""
+
+    def __init__(self, multiprocess_dir: str | Path | None = None) -> None:
+        self.multiprocess_dir = None if multiprocess_dir is None else str(multiprocess_dir)
         self._bound: dict[tuple[str, str, str], BoundMetrics] = {}
         self.registry = CollectorRegistry()
         labels = ("endpoint", "backend", "model")
@@ -77,6 +92,7 @@ class GatewayMetrics:
             "Generation requests being served right now.",
             ("endpoint",),
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.retries = Counter(
             "llmbridge_backend_retries",
@@ -94,8 +110,10 @@ class GatewayMetrics:
             "llmbridge_event_loop_tasks",
             "Asyncio tasks alive in the gateway's event loop (a leak shows as growth).",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
-        self.tasks.set_function(_task_count)
+        if self.multiprocess_dir is None:
+            self.tasks.set_function(_task_count)
         self.tokens = Counter(
             "llmbridge_tokens",
             "Tokens processed, by direction (input or output).",
@@ -138,8 +156,28 @@ class GatewayMetrics:
         if usage.output_tokens:
             self.tokens.labels(backend, model, "output").inc(usage.output_tokens)
 
+    def refresh(self) -> None:
+        """Each second in a worker (gateway/workers.py): what a single process computes
+        when scraped, written where the other workers' scrapes read it."""
+        if self.multiprocess_dir is not None:
+            self.tasks.set(_task_count())
+
+    def own_totals(self) -> tuple[int, int]:
+        """This process's requests completed and generation requests in flight (a
+        worker's line in ``/health``)."""
+        return _sample_sum(self.requests), _sample_sum(self.in_flight)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry(auto_describe=False)
+        MultiProcessCollector(registry, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+
+
+def _sample_sum(metric: Counter | Gauge) -> int:
+    # No *_created samples to leave out: they are disabled above.
+    return int(sum(sample.value for family in metric.collect() for sample in family.samples))
 
 
 class BoundMetrics:

@@ -15,6 +15,7 @@ from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.web.auth import KeyChecker
 
@@ -31,6 +32,9 @@ class GatewayState:
     started_at: float = field(default_factory=time.time)
     accounts: Accounts = field(init=False)
     """Keys (static and in the database), the master key, per-key limits (create_app)."""
+    workers: WorkerBoard | None = None
+    """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
+    ``None`` when it serves alone."""
     ledger: UsageLedger | None = None
     """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
 

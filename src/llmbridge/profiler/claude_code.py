@@ -8,7 +8,9 @@ Opus, subagents) set to the profiled model, so one model serves the whole sessio
 The first prompt names the session (``--session-id``); the next ones continue it
 (``--resume``), which Claude Code reads back from its HOME. The mode's and the
 scenario's instructions go after Claude Code's own system prompt
-(``--append-system-prompt``). The permission policy: ``allow`` is
+(``--append-system-prompt``); the section's ``instructions`` replace that prompt
+(``--system-prompt``), as ``args: [--tools, Bash]`` trims its tools: the two ways to
+fit Claude Code into a small model's context. The permission policy: ``allow`` is
 ``--dangerously-skip-permissions`` (``IS_SANDBOX=1`` when running as root, which
 Claude Code otherwise refuses), ``deny`` is ``--permission-mode dontAsk`` (what is not
 pre-approved is refused), ``ask-reject`` is ``--permission-prompts none`` (a request
@@ -30,10 +32,11 @@ step), else what Claude Code reports (its own price list; on ``--resume``
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from llmbridge.profiler.cli_agent import (
+    CliAgentSettings,
     CliRun,
     CliSession,
     CliSessionProvider,
@@ -50,7 +53,22 @@ from llmbridge.profiler.types import (
     ToolCallRecord,
 )
 
-__all__ = ["ClaudeCodeSessionProvider", "ClaudeRunMapping", "map_claude_run"]
+__all__ = [
+    "ClaudeCodeSessionProvider",
+    "ClaudeCodeSettings",
+    "ClaudeRunMapping",
+    "map_claude_run",
+]
+
+
+class ClaudeCodeSettings(CliAgentSettings):
+    """The scenarios file's ``claude_code`` section."""
+
+    instructions: str | None = None
+    """Replaces Claude Code's own system prompt (``--system-prompt``): its own is
+    thousands of tokens, more than a small local model's context holds. The mode's
+    and the scenario's instructions still follow it (``--append-system-prompt``)."""
+
 
 _PERMISSIONS: dict[str, list[str]] = {
     "allow": ["--dangerously-skip-permissions"],
@@ -98,7 +116,6 @@ class ClaudeRunMapping:
 
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
-        self.first_boundary = len(builder.events)
         self.steps: list[tuple[int, TokenMetrics]] = []
         """Each step's boundary index and tokens."""
         self.step_usage: dict[str, Any] = {}
@@ -163,7 +180,7 @@ class ClaudeRunMapping:
         elif kind == "message_stop":
             self._close(at)
 
-    def _content(self, kind: Any, at: float, text: str) -> None:
+    def _content(self, kind: Literal["text_output", "reasoning"], at: float, text: str) -> None:
         if text and self.first_content is None:
             self.first_content = at
         self.builder.content(kind, at, text)
@@ -323,6 +340,18 @@ def map_claude_run(
 class ClaudeCodeSessionProvider(CliSessionProvider):
     id = "claude-code"
     default_command = "claude"
+    settings: ClaudeCodeSettings
+
+    def __init__(
+        self,
+        settings: CliAgentSettings | None = None,
+        *,
+        gateway_url: str | None = None,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        if not isinstance(settings, ClaudeCodeSettings):
+            settings = ClaudeCodeSettings(**(settings.model_dump() if settings else {}))
+        super().__init__(settings, gateway_url=gateway_url, prices=prices)
 
     def command_line(self, session: CliSession, text: str) -> list[str]:
         assert self.config is not None
@@ -342,6 +371,8 @@ class ClaudeCodeSessionProvider(CliSessionProvider):
             argv += ["--session-id", session.key]
         else:
             argv += ["--resume", session.resume_id]
+        if self.settings.instructions is not None:
+            argv += ["--system-prompt", self.settings.instructions]
         if session.system:
             argv += ["--append-system-prompt", session.system]
         return [*argv, *self.settings.args]

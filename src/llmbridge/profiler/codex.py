@@ -31,8 +31,9 @@ A gap to know (0.169.0): a command that fails *because the sandbox refused it*
 (a write in ``read-only``) is sent back to the model as a failed tool call, but
 ``codex exec --json`` prints no ``command_execution`` item for it, so the trace
 cannot show that call. The session's rollout file (``$CODEX_HOME/sessions/…``)
-has it; ``unreported_calls`` counts such calls there, and the iteration's
-invariant problems name them, so a trace is never silently short.
+has it: ``unreported_calls`` counts the calls there beyond those the stream showed,
+and ``export_session`` adds an ``error`` event saying how many are missing, so a
+trace is never silently short.
 """
 
 from __future__ import annotations

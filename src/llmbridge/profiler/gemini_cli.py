@@ -10,7 +10,10 @@ the next ones continue it (``--resume ID``: 0.61.0 stores the conversation under
 HOME, per project directory, and sends it back as history). The mode's and the
 scenario's instructions are the HOME's ``~/.gemini/GEMINI.md``, the user-level context
 file the CLI adds to its own system prompt, so the workspace is left as the scenario
-made it. The permission policy: ``allow`` is ``--approval-mode yolo``; ``deny`` and
+made it; the section's ``instructions`` replace the CLI's own system prompt
+(``GEMINI_SYSTEM_MD``) and its ``settings`` are merged into ``settings.json`` (fewer
+tools: ``tools.core``), the two ways to fit the CLI into a small model's context.
+The permission policy: ``allow`` is ``--approval-mode yolo``; ``deny`` and
 ``ask-reject`` are the default mode, in which a headless run has no one to ask, so
 the tools that need approval (shell, edits) are not offered at all.
 
@@ -29,10 +32,13 @@ Gemini CLI reports no cost: the scenarios file's price table, when it has the mo
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from llmbridge.profiler.cli_agent import (
+    CliAgentSettings,
     CliRun,
     CliSession,
     CliSessionProvider,
@@ -49,11 +55,41 @@ from llmbridge.profiler.types import (
     ToolCallRecord,
 )
 
-__all__ = ["GeminiCliSessionProvider", "gemini_settings", "map_gemini_run"]
+__all__ = [
+    "GeminiCliSessionProvider",
+    "GeminiCliSettings",
+    "gemini_settings",
+    "map_gemini_run",
+    "merge_settings",
+]
 
 _TRUNCATED = "Model response was truncated"
 """How 0.61.0's error event for a reply cut at the token limit begins
 (``MAX_TOKENS_EXCEEDED_SUGGESTION``)."""
+
+
+class GeminiCliSettings(CliAgentSettings):
+    """The scenarios file's ``gemini_cli`` section."""
+
+    instructions: str | None = None
+    """Replaces Gemini CLI's own system prompt (``GEMINI_SYSTEM_MD``): its own is
+    thousands of tokens, more than a small local model's context holds. The mode's
+    and the scenario's instructions still follow it (``GEMINI.md``)."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """Merged into ``~/.gemini/settings.json`` (``{tools: {core: [run_shell_command]}}``
+    offers only the shell tool)."""
+
+
+def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, mappings key by key."""
+    merged = dict(base)
+    for key, value in extra.items():
+        old = merged.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            merged[key] = merge_settings(old, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def gemini_settings() -> dict[str, Any]:
@@ -90,6 +126,8 @@ def stats_tokens(stats: dict[str, Any]) -> TokenMetrics:
 
 
 class _Mapping:
+    """One run's lines as events on the session's trace, and what they add up to."""
+
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
         self.first_boundary: int | None = None
@@ -269,11 +307,26 @@ class GeminiCliSessionProvider(CliSessionProvider):
     id = "gemini-cli"
     default_command = "gemini"
 
+    settings: GeminiCliSettings
+
+    def __init__(
+        self,
+        settings: CliAgentSettings | None = None,
+        *,
+        gateway_url: str | None = None,
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        if not isinstance(settings, GeminiCliSettings):
+            settings = GeminiCliSettings(**(settings.model_dump() if settings else {}))
+        super().__init__(settings, gateway_url=gateway_url, prices=prices)
+
     def prepare_home(self, session: CliSession) -> None:
         config = session.home / ".gemini"
         config.mkdir()
-        settings = json.dumps(gemini_settings(), indent=2)
-        (config / "settings.json").write_text(settings, encoding="utf-8")
+        settings = merge_settings(gemini_settings(), self.settings.settings)
+        (config / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+        if self.settings.instructions is not None:
+            (config / "system.md").write_text(self.settings.instructions, encoding="utf-8")
         if session.system:
             (config / "GEMINI.md").write_text(session.system + "\n", encoding="utf-8")
 
@@ -298,12 +351,15 @@ class GeminiCliSessionProvider(CliSessionProvider):
         return [*argv, *self.settings.args]
 
     def environment(self, session: CliSession) -> dict[str, str]:
-        return {
+        environment = {
             "GOOGLE_GEMINI_BASE_URL": self.endpoint,
             "GEMINI_API_KEY": self.settings.api_key,
             "GEMINI_CLI_TRUST_WORKSPACE": "true",  # headless: no folder trust prompt
             "GEMINI_SANDBOX": "false",  # tools run here, not in a Docker sandbox
         }
+        if self.settings.instructions is not None:
+            environment["GEMINI_SYSTEM_MD"] = str(session.home / ".gemini" / "system.md")
+        return environment
 
     def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
         result, session_id = map_gemini_run(

@@ -56,8 +56,9 @@ from pydantic import (
     model_validator,
 )
 
-from llmbridge.profiler.cli_agent import CliAgentSettings
+from llmbridge.profiler.claude_code import ClaudeCodeSettings
 from llmbridge.profiler.codex import CodexSettings
+from llmbridge.profiler.gemini_cli import GeminiCliSettings
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import DEFAULT_MODE, ModeSpec
 from llmbridge.profiler.types import PromptResult
@@ -275,9 +276,9 @@ class ScenarioFile(_Strict):
     timeout: float = Field(120.0, gt=0)
     opencode: OpenCodeSettings = OpenCodeSettings()
     agent: AgentSettings = AgentSettings()
-    claude_code: CliAgentSettings = CliAgentSettings()
+    claude_code: ClaudeCodeSettings = ClaudeCodeSettings()
     """The Claude Code provider (claude_code.py)."""
-    gemini_cli: CliAgentSettings = CliAgentSettings()
+    gemini_cli: GeminiCliSettings = GeminiCliSettings()
     """The Gemini CLI provider (gemini_cli.py)."""
     codex: CodexSettings = CodexSettings()
     """The Codex provider (codex.py)."""

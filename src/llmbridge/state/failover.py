@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from llmbridge.state.base import BreakerView, WindowVerdict
 from llmbridge.state.local import LocalState
-from llmbridge.state.redis import RedisState
+from llmbridge.state.redis import RedisState, redacted
 
 __all__ = ["FailoverState"]
 
@@ -90,7 +90,7 @@ class FailoverState:
             log.warning(
                 "Redis at %s is unreachable (%s: %s): serving shared state from this "
                 "process until it answers again; limits now hold per replica",
-                self.redis.url,
+                redacted(self.redis.url),
                 type(exc).__name__,
                 exc,
             )
@@ -113,7 +113,9 @@ class FailoverState:
             except REDIS_DOWN:
                 continue
             self._degraded = False
-            log.info("Redis at %s answers again: shared state is back in Redis", self.redis.url)
+            log.info(
+                "Redis at %s answers again: shared state is back in Redis", redacted(self.redis.url)
+            )
 
     async def _flush_pending_releases(self) -> None:
         for key in list(self._pending_release):
@@ -162,19 +164,21 @@ class FailoverState:
             except REDIS_DOWN as exc:
                 self._degrade(exc)
             else:
-                self._redis_held[key] += taken
+                if taken:
+                    self._redis_held[key] += 1
                 return taken
         taken = await self.local.acquire(key, limit)
-        self._local_held[key] += taken
+        if taken:
+            self._local_held[key] += 1
         return taken
 
     async def release(self, key: str) -> None:
         if self._local_held[key] > 0:
-            self._local_held[key] -= 1
+            _take_one(self._local_held, key)
             await self.local.release(key)
             return
         if self._redis_held[key] > 0:
-            self._redis_held[key] -= 1
+            _take_one(self._redis_held, key)
             if not self._degraded:
                 try:
                     await self.redis.release(key)
@@ -254,3 +258,10 @@ class FailoverState:
             self._watch = None
         await self.redis.aclose()
         await self.local.aclose()
+
+
+def _take_one(held: Counter[str], key: str) -> None:
+    """One slot of ``key`` given back; keys at zero are dropped (they do not pile up)."""
+    held[key] -= 1
+    if held[key] <= 0:
+        del held[key]

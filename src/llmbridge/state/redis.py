@@ -41,6 +41,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -49,7 +50,7 @@ from redis.backoff import NoBackoff
 from llmbridge.state.base import EWMA_ALPHA, BreakerState, BreakerView, WindowVerdict
 from llmbridge.state.local import window_seconds
 
-__all__ = ["RedisState", "new_replica_id"]
+__all__ = ["RedisState", "new_replica_id", "redacted"]
 
 log = logging.getLogger("llmbridge.state")
 
@@ -205,6 +206,17 @@ if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
 )
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for logs (``redis://:secret@host`` is common)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***" if parts.username else ":***"
+    host = parts.hostname or ""
+    netloc = f"{user}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def new_replica_id() -> str:

@@ -5,7 +5,12 @@
 API keys configured, a caller without a valid one gets only the verdict
 (``{"status": "up" | "degraded" | "down"}``): the details name the backends, their
 kinds, the version and, for a dead backend, its internal address. With a valid key,
-or with auth off (no keys: the loopback default), the details too.
+or with auth off (no keys: the loopback default), the details too, and the shared
+state's ``{"kind": "local" | "redis", "degraded": bool}``: with Redis configured and
+unreachable the gateway keeps serving from each replica's memory and says
+``degraded`` (state/failover.py). Under ``llmbridge serve --workers N``, ``workers``
+lists each worker's pid, start, requests, in-flight count and backends' circuits, the
+one that answered marked ``"self": true`` (gateway/workers.py).
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ async def health(request: Request) -> Response:
     results = await asyncio.gather(*(state.health.probe(n, configured[n]) for n in names))
     any_ok = any(r.ok for r in results)
     status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
+    shared = state.models.state  # Redis down: served from memory, limits per replica
+    if shared.degraded and status == "up":
+        status = "degraded"
     code = 200 if any_ok else 503
     if not await _may_see_details(request):
         return Response(dumps({"status": status}), status_code=code, media_type="application/json")
@@ -79,7 +87,10 @@ async def health(request: Request) -> Response:
         "version": __version__,
         "uptime_s": round(time.time() - state.started_at, 1),
         "backends": backends,
+        "state": {"kind": shared.kind, "degraded": shared.degraded},
     }
+    if state.workers is not None:  # serve --workers N: every worker, this one "self": true
+        body["workers"] = state.workers.statuses()
     return Response(dumps(body), status_code=code, media_type="application/json")
 
 
