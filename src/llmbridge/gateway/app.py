@@ -185,6 +185,7 @@ def create_app(
             breaker.share(shared)  # serving/resilience.py: one breaker across replicas
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
+    state.workers = workers
     state.accounts = Accounts(
         static_keys=keys,
         master_key=config.server.master_key,
@@ -192,16 +193,15 @@ def create_app(
         state=lambda: models.state,
         body_limits=state.limits,
     )
-    state.workers = workers
 
     agent = MountedAgent(state.limits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with models:  # started here, closed at shutdown (serving/models.py)
-            await state.accounts.open()  # the key database, when auth is on
             if isinstance(shared, FailoverState):
                 await shared.start()  # degraded from the start when Redis does not answer
+            await state.accounts.open()  # the key database, when auth is on
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.

@@ -50,10 +50,10 @@ backend and serves any model name. Example file::
       breaker_reset_s: 30             # then probe it with its health check
     default_fallbacks: [{backend: local}]   # for names the default backend serves;
                                       # routes take `fallbacks: [{backend, model}]` too
-    state:                            # shared across workers and replicas (docs/DEPLOY.md)
-      redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
     prices:                           # USD per million tokens, for the usage ledger's cost
       "gpt-4o*": {input: 2.5, output: 10, cached_input: 1.25, reasoning: 10}
+    state:                            # shared across workers and replicas (docs/DEPLOY.md)
+      redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
       database: "postgresql://llmbridge@127.0.0.1/agent"   # or a SQLite path; --db, LLMBRIDGE_DB
       model: qwen3                    # for turns that name no model
@@ -117,12 +117,12 @@ class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     api_keys: tuple[str, ...] = ()
+    """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth
+    unless a ``master_key`` is set."""
     master_key: str | None = None
     """The admin API's key (``/admin/``: keys, usage); setting it turns auth on, with
     the keys kept in the database (``llmbridge keys create``) and the static ones
     (``--master-key``, ``LLMBRIDGE_MASTER_KEY``; docs/DEPLOY.md, "Keys and limits")."""
-    """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth
-    unless a ``master_key`` is set."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, gt=0)
     """The largest request body; more is a 413."""
     limits: LimitsConfig = LimitsConfig()
@@ -179,10 +179,10 @@ class GatewayConfig(ServingConfig):
 
     server: ServerConfig = ServerConfig()
     agent: AgentConfig = AgentConfig()
+    state: StateConfig = StateConfig()
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """USD per million tokens by public model name or glob (accounts/prices.py): the
     usage ledger's ``cost_usd``."""
-    state: StateConfig = StateConfig()
 
 
 ENVIRONMENT = {
@@ -394,17 +394,17 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         field_name, variable, needs_url = secret
         if (backend.get("url") or not needs_url) and (value := environ.get(variable)):
             backend[field_name] = value
-    shared = raw.get("state")
-    if (redis_url := environ.get("LLMBRIDGE_REDIS_URL", "").strip()) and not (
-        isinstance(shared, dict) and shared.get("redis_url")
-    ):
-        raw["state"] = {**(shared if isinstance(shared, dict) else {}), "redis_url": redis_url}
     _apply_workers_environment(raw, environ)
     server = raw.get("server")
     if (master := environ.get("LLMBRIDGE_MASTER_KEY", "").strip()) and not (
         isinstance(server, dict) and server.get("master_key")
     ):
         raw["server"] = {**(server if isinstance(server, dict) else {}), "master_key": master}
+    shared = raw.get("state")
+    if (redis_url := environ.get("LLMBRIDGE_REDIS_URL", "").strip()) and not (
+        isinstance(shared, dict) and shared.get("redis_url")
+    ):
+        raw["state"] = {**(shared if isinstance(shared, dict) else {}), "redis_url": redis_url}
     agent = raw.get("agent")
     if agent is None:
         agent = raw["agent"] = {}

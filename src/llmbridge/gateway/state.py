@@ -32,11 +32,11 @@ class GatewayState:
     started_at: float = field(default_factory=time.time)
     accounts: Accounts = field(init=False)
     """Keys (static and in the database), the master key, per-key limits (create_app)."""
+    ledger: UsageLedger | None = None
+    """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
     workers: WorkerBoard | None = None
     """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
     ``None`` when it serves alone."""
-    ledger: UsageLedger | None = None
-    """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""
