@@ -204,6 +204,28 @@ async def test_a_full_batch_is_written_before_the_interval(engine: AsyncEngine) 
         await ledger.aclose()
 
 
+async def test_a_flush_writes_what_waited_when_it_began(engine: AsyncEngine) -> None:
+    """Records that arrive during a write wait for the next tick: a flush that drained
+    to empty would chase a busy gateway with a write every few requests."""
+
+    class Busy(UsageLedger):
+        arrivals = 0
+
+        async def _write(self, batch: list[UsageRecord]) -> int:
+            if Busy.arrivals < 2:
+                Busy.arrivals += 1
+                self.record(_record(f"late_{Busy.arrivals}"))  # a request ends meanwhile
+            return await super()._write(batch)
+
+    ledger = Busy(engine, flush_interval_s=3600, batch_size=2)
+    for n in range(3):
+        ledger.record(_record(f"req_{n}"))
+    assert await ledger.flush()
+    assert (await _rows(engine), ledger.pending) == (3, 2)  # two batches, two arrivals
+    await ledger.aclose()
+    assert await _rows(engine) == 5  # aclose wrote the rest
+
+
 async def test_shutdown_writes_what_is_left(engine: AsyncEngine) -> None:
     ledger = UsageLedger(engine, flush_interval_s=3600)
     ledger.start()

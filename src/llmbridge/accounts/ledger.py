@@ -217,13 +217,16 @@ class UsageLedger:
             await self.flush()
 
     async def flush(self) -> bool:
-        """Write what waits, a batch at a time; ``False`` when a write failed (its
-        records stay, to be tried again)."""
+        """Write what waited when it was called, a batch at a time; ``False`` when a
+        write failed (its records stay, to be tried again). Records that arrive
+        meanwhile wait for the next tick: draining to empty would chase a busy
+        gateway with a write every few requests."""
         async with self._flush_lock:
-            while self._buffer:
-                batch = [
-                    self._buffer.popleft() for _ in range(min(self.batch_size, len(self._buffer)))
-                ]
+            todo = len(self._buffer)
+            while todo > 0 and self._buffer:
+                size = min(self.batch_size, todo, len(self._buffer))
+                todo -= size
+                batch = [self._buffer.popleft() for _ in range(size)]
                 try:
                     self.written += await self._write(batch)
                 except asyncio.CancelledError:
@@ -304,9 +307,11 @@ class UsageLedger:
         if self._spend_task is not None:
             await self._spend_task
         for attempt in range(attempts):
-            if await self.flush():
+            written = await self.flush()
+            if not self._buffer:
                 break
-            await asyncio.sleep(0.2 * (attempt + 1))
+            if not written:
+                await asyncio.sleep(0.2 * (attempt + 1))
         if self._buffer:
             log.error(
                 "usage ledger: %d records could not be written at shutdown", len(self._buffer)
