@@ -283,11 +283,14 @@ async def test_a_failed_write_is_retried_and_nothing_is_lost(db_url: str) -> Non
 
 async def test_the_buffer_is_bounded_while_the_database_is_down(db_url: str) -> None:
     engine = make_engine(db_url)
-    ledger = UsageLedger(engine, flush_interval_s=3600, max_buffer=5, owns_engine=True)
+    counted: list[int] = []
+    ledger = UsageLedger(
+        engine, flush_interval_s=3600, max_buffer=5, owns_engine=True, on_dropped=counted.append
+    )
     try:
         for n in range(8):
             ledger.record(_record(f"req_{n}"))
-        assert (ledger.pending, ledger.dropped) == (5, 3)
+        assert (ledger.pending, ledger.dropped, sum(counted)) == (5, 3, 3)
         await migrate(engine)
         assert await ledger.flush()
         async with engine.connect() as conn:

@@ -219,6 +219,11 @@ def test_totals_equal_the_replies_usage(
     assert {r["streamed"] for r in recorded.values()} == {True, False}
     assert all(r["replica"] and ":" in r["replica"] for r in recorded.values())
     assert all(r["latency_ms"] is not None for r in recorded.values())
+    # Nothing was dropped, and /metrics says so.
+    metrics = httpx.get(
+        gateway.url + "/metrics", headers={"Authorization": f"Bearer {STATIC}"}, timeout=10
+    )
+    assert "llmbridge_usage_records_dropped_total 0.0" in metrics.text
 
 
 def test_failures_and_hang_ups_are_recorded_once(scripted: ScriptedBackend, db_url: str) -> None:

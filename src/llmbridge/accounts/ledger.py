@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +117,7 @@ class UsageLedger:
         batch_size: int = 200,
         max_buffer: int = 100_000,
         owns_engine: bool = False,
+        on_dropped: Callable[[int], None] | None = None,
     ) -> None:
         self.engine = engine
         self.replica = replica_name()
@@ -127,6 +129,8 @@ class UsageLedger:
         self.batch_size = batch_size
         self.max_buffer = max_buffer
         self._owns_engine = owns_engine
+        self._on_dropped = on_dropped
+        """Told how many records were dropped (the gateway's metrics counter)."""
         self._buffer: deque[UsageRecord] = deque()
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -208,6 +212,8 @@ class UsageLedger:
                 self.dropped + count,
             )
         self.dropped += count
+        if self._on_dropped is not None:
+            self._on_dropped(count)
 
     async def _run(self) -> None:
         while not self._closing:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Scope
@@ -162,15 +163,20 @@ def ledger_enabled(config: GatewayConfig) -> bool:
     return bool(server.api_keys or server.master_key)
 
 
-async def open_ledger(config: GatewayConfig, spend: SharedState | None) -> UsageLedger | None:
+async def open_ledger(
+    config: GatewayConfig,
+    spend: SharedState | None,
+    on_dropped: Callable[[int], None] | None = None,
+) -> UsageLedger | None:
     """The ledger on the agent's database (``agent.database``, ``--db``), migrated
     and started; ``None`` when it is off. A database that cannot be opened is logged
-    and leaves the gateway serving without a ledger (as the agent service does)."""
+    and leaves the gateway serving without a ledger (as the agent service does).
+    ``on_dropped`` counts records dropped while the database is unreachable."""
     if not ledger_enabled(config):
         return None
     database = config.agent.database or default_agent_database()
     try:
-        return await UsageLedger.open(database, spend=spend)
+        return await UsageLedger.open(database, spend=spend, on_dropped=on_dropped)
     except Exception as exc:  # noqa: BLE001 - serving goes on; the log says why
         log.error(
             "the usage ledger is off: its database cannot be opened: %s: %s",

@@ -205,7 +205,9 @@ def create_app(
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.
-            state.ledger = await open_ledger(config, getattr(models, "state", None))
+            state.ledger = await open_ledger(
+                config, getattr(models, "state", None), metrics.usage_dropped.inc
+            )
             if on_ready is not None:
                 on_ready(await models.list_models())
             if workers is not None:

@@ -120,6 +120,12 @@ class GatewayMetrics:
             ("backend", "model", "direction"),
             registry=self.registry,
         )
+        self.usage_dropped = Counter(
+            "llmbridge_usage_records_dropped",
+            "Usage ledger records dropped: the database stayed unreachable while more "
+            "than the ledger's buffer (100,000 records) waited (accounts/ledger.py).",
+            registry=self.registry,
+        )
         self.rejected_connections = Counter(
             "llmbridge_rejected_connections",
             "Connections closed while their request headers were read, by reason "
