@@ -303,3 +303,14 @@ def test_a_revoked_key_is_refused_in_every_dialect(gateway: RunningServer) -> No
         status, _, body = _attempt(call, error, gateway.url, key)
         assert status == 401, dialect
         assert "revoked" in assert_error_shape(dialect, 401, body)
+
+
+def test_responses_and_completions_count_too(gateway: RunningServer) -> None:
+    client = openai_client(gateway.url, new_key(gateway, "responses", rpm=2))
+    assert client.responses.create(model="scripted", input="hi").output_text
+    assert client.completions.create(model="scripted", prompt="hi").choices[0].text
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.responses.create(model="scripted", input="hi")
+    assert caught.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+    with pytest.raises(openai.RateLimitError):
+        client.completions.create(model="scripted", prompt="hi")
