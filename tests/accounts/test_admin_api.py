@@ -135,3 +135,21 @@ def test_the_master_key_comes_from_the_flag_the_file_or_the_environment(tmp_path
     assert (config.server.master_key, config.server.port) == ("from-file", 1234)
     assert load_config(None, environ={}).server.master_key is None
     assert "--master-key" in CliRunner().invoke(cli, ["serve", "--help"]).stdout
+
+
+def test_a_key_database_that_cannot_open_leaves_static_keys_working(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    scripted = ScriptedBackend("scripted")
+    with running_gateway(
+        {"scripted": scripted},
+        server={"master_key": MASTER, "api_keys": [STATIC]},
+        agent={"database": str(blocker / "gateway.db"), "enabled": False},
+    ) as server:
+        assert openai_client(server.url, STATIC).models.list().data
+        with pytest.raises(openai.InternalServerError) as caught:
+            openai_client(server.url, "llmb-" + "x" * 43).models.list()
+        assert caught.value.status_code == 503 and "key database" in caught.value.message
+        admin = httpx.get(server.url + "/admin/keys", headers=_auth())
+        assert admin.status_code == 503
+        assert "key database" in assert_error_shape(Dialect.OPENAI, 503, admin.content)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
 from llmbridge.accounts.limits import Admission, admit
-from llmbridge.core.errors import AuthenticationError
+from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
 from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.state.base import SharedState
 from llmbridge.web.auth import KeyChecker
@@ -103,6 +103,9 @@ class Accounts:
         identity = self.static_keys.match(presented)
         if identity is not None:
             return identity, None
+        if presented.startswith(KEY_PREFIX) and self.keys is None and self.error is not None:
+            # The key database did not open (logged at start): say so, not "invalid".
+            raise ServiceUnavailableError(f"the key database is unavailable ({self.error})")
         if presented.startswith(KEY_PREFIX) and self.keys is not None:
             # The database down is a 503 from the store's boundary (agent/store/errors.py).
             record = await self.keys.cached(presented)
