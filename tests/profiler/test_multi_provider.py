@@ -19,8 +19,9 @@ from click.testing import CliRunner
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
+from llmbridge.profiler.codex import CodexSessionProvider
 from llmbridge.profiler.scenarios import ScenarioFile
-from llmbridge.profiler.setup import configs_for, groups_for, provider_model
+from llmbridge.profiler.setup import configs_for, groups_for, make_provider, provider_model
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 
@@ -130,3 +131,13 @@ def test_one_command_profiles_every_agent_and_compare_matches_by_provider(
         assert len(group["duration_ms"]["ci95"]) == 2
     assert comparison["unmatched"] == {"a": [], "b": []}
     assert "codex, scripted, terse" in result.output
+
+
+def test_a_relative_command_is_made_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command-line agents run in their workspace, where a path relative to the
+    caller's directory would not be found."""
+    monkeypatch.chdir(E2E.parents[1])
+    spec = ScenarioFile.model_validate(_spec())
+    provider = make_provider("codex", spec, command="node_modules/.bin/codex")
+    assert isinstance(provider, CodexSessionProvider)
+    assert provider.settings.command == str(E2E / "codex")

@@ -12,7 +12,9 @@ single-provider files have always written it). With ``--gateway-url`` and no
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import ModeResolver, Permission, order_groups
@@ -60,8 +62,11 @@ def make_provider(
     gateway_url: str | None = None,
     command: str | None = None,
 ) -> SessionProvider:
-    """The provider ``kind`` for ``spec``. ``command``: its binary, over the file's."""
+    """The provider ``kind`` for ``spec``. ``command``: its binary, over the file's (a
+    relative path is made absolute: the command-line agents run in their workspace)."""
     prices = _prices(kind, spec)
+    if command and os.sep in command:
+        command = str(Path(command).resolve())
     if kind == "opencode":
         from llmbridge.profiler.opencode import OpenCodeSessionProvider
 
