@@ -66,7 +66,7 @@ def make_provider(
     relative path is made absolute: the command-line agents run in their workspace)."""
     prices = _prices(kind, spec)
     if command and os.sep in command:
-        command = str(Path(command).resolve())
+        command = str(Path(command).absolute())
     if kind == "opencode":
         from llmbridge.profiler.opencode import OpenCodeSessionProvider
 
