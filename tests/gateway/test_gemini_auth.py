@@ -70,6 +70,23 @@ def test_other_dialects_take_the_google_header_too(secured: RunningServer) -> No
     assert listed.status_code == 200 and listed.json()["models"]
 
 
+def test_a_refused_key_on_the_shared_model_list_answers_in_the_callers_shape(
+    secured: RunningServer,
+) -> None:
+    """``GET /v1/models`` is OpenAI's, Anthropic's and Gemini's: the 401 follows the
+    client's headers, as the list itself does."""
+    with _client(secured.url, "wrong") as client, pytest.raises(errors.ClientError) as caught:
+        client.models.list(config=types.ListModelsConfig(http_options={"api_version": "v1"}))
+    assert caught.value.code == 401 and caught.value.status == "UNAUTHENTICATED"
+    url = secured.url + "/v1/models"
+    gemini = httpx.get(url, params={"key": "wrong"})
+    assert_error_shape(Dialect.GEMINI, 401, gemini.content)
+    anthropic = httpx.get(url, headers={"x-api-key": "wrong", "anthropic-version": "2023-06-01"})
+    assert_error_shape(Dialect.ANTHROPIC, 401, anthropic.content)
+    openai = httpx.get(url, headers={"authorization": "Bearer wrong"})
+    assert_error_shape(Dialect.OPENAI, 401, openai.content)
+
+
 def _free_port() -> int:
     sock = RunningServer.reserve()
     port: int = sock.getsockname()[1]

@@ -48,7 +48,12 @@ from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, presented_key
-from llmbridge.web.render import dialect_for_path, error_response, new_request_id
+from llmbridge.web.render import (
+    dialect_for_path,
+    dialect_for_scope,
+    error_response,
+    new_request_id,
+)
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry
@@ -105,7 +110,7 @@ class _AuthMiddleware:
                 # its record when it is a database key (its limits: accounts/limits.py).
                 scope[KEY_IDENTITY], scope[ACCOUNT] = await self.accounts.caller(presented)
             except LLMBridgeError as exc:  # 401, or 503 with the key database down
-                response = error_response(dialect_for_path(path), exc, new_request_id())
+                response = error_response(dialect_for_scope(scope), exc, new_request_id())
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from starlette.responses import Response
+from starlette.types import Scope
 
 from llmbridge.core.errors import BackendError, InternalError, LLMBridgeError, RateLimitError
 from llmbridge.core.ids import new_id
@@ -29,7 +30,9 @@ __all__ = [
     "GEMINI_METHODS",
     "Dialect",
     "dialect_for_path",
+    "dialect_for_scope",
     "error_response",
+    "is_gemini_client",
     "new_request_id",
     "to_bridge_error",
 ]
@@ -68,6 +71,32 @@ def dialect_for_path(path: str) -> Dialect:
     if path.startswith("/v1/models/") and path.rpartition(":")[2] in GEMINI_METHODS:
         return Dialect.GEMINI
     return Dialect.OPENAI
+
+
+def is_gemini_client(scope: Scope) -> bool:
+    """A request from a Gemini client: the google-genai SDKs and Gemini CLI send
+    ``x-goog-api-key`` and ``x-goog-api-client``; REST callers may put the key in
+    ``?key=``. No OpenAI or Anthropic client sends any of them."""
+    for name, _ in scope.get("headers", ()):
+        if name in (b"x-goog-api-key", b"x-goog-api-client"):
+            return True
+    query: bytes = scope.get("query_string", b"")
+    return query.startswith(b"key=") or b"&key=" in query
+
+
+def dialect_for_scope(scope: Scope) -> Dialect:
+    """``dialect_for_path``, and for the model list OpenAI shares with Anthropic and
+    Gemini (``/v1/models``), the dialect the client's headers say: an
+    ``anthropic-version`` header is Anthropic's, a Google key or client header Gemini's
+    (so a refused key there is answered in the caller's own shape)."""
+    path: str = scope.get("path", "")
+    dialect = dialect_for_path(path)
+    if dialect is Dialect.OPENAI and (path == "/v1/models" or path.startswith("/v1/models/")):
+        if any(name == b"anthropic-version" for name, _ in scope.get("headers", ())):
+            return Dialect.ANTHROPIC
+        if is_gemini_client(scope):
+            return Dialect.GEMINI
+    return dialect
 
 
 def new_request_id() -> str:

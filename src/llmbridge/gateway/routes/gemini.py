@@ -50,7 +50,13 @@ from llmbridge.gateway.admission import admitted, visible_models
 from llmbridge.gateway.pipeline import ChatCodec, serve_chat, serve_embed
 from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_chat, read_json
-from llmbridge.web.render import GEMINI_METHODS, Dialect, error_response, new_request_id
+from llmbridge.web.render import (
+    GEMINI_METHODS,
+    Dialect,
+    error_response,
+    is_gemini_client,
+    new_request_id,
+)
 from llmbridge.web.streaming import ClientDisconnected
 
 __all__ = ["routes", "unknown_methods"]
@@ -230,17 +236,6 @@ async def get_model(request: Request) -> Response:
         )
     except LLMBridgeError as exc:
         return error_response(Dialect.GEMINI, exc, request_id)
-
-
-def is_gemini_client(scope: Scope) -> bool:
-    """A request from a Gemini client: the google-genai SDKs and Gemini CLI send
-    ``x-goog-api-key`` and ``x-goog-api-client``; REST callers may put the key in
-    ``?key=``. No OpenAI or Anthropic client sends any of them."""
-    for name, _ in scope.get("headers", ()):
-        if name in (b"x-goog-api-key", b"x-goog-api-client"):
-            return True
-    query: bytes = scope.get("query_string", b"")
-    return query.startswith(b"key=") or b"&key=" in query
 
 
 class _GeminiClientRoute(Route):
