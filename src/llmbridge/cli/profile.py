@@ -84,6 +84,7 @@ def run(
     """Run SCENARIOS (YAML) across its models, modes and iterations, with each
     --provider in turn; every record names its provider."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress
 
     from llmbridge.profiler.report import html_report, markdown_report, print_summary
@@ -125,7 +126,8 @@ def run(
         task = bar.add_task(f"profiling with {', '.join(kinds)}", total=total)
 
         def advance(line: str) -> None:
-            bar.update(task, advance=1, description=line)
+            # Escaped: "[model mode]" would otherwise be read as rich markup and vanish.
+            bar.update(task, advance=1, description=escape(line))
 
         try:
             result = asyncio.run(
