@@ -144,9 +144,16 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) $(E2E)/node_modules .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
-# llmbridge against the LiteLLM proxy against the backend alone (bench/compare.py). The
-# first run installs LiteLLM into its own virtualenv, bench/.venv-litellm, from the pins
-# in bench/requirements-litellm.txt (never into .venv: its pins conflict with ours).
+# llmbridge against the LiteLLM proxy, the Portkey gateway and the backend alone
+# (bench/compare.py). The first run installs LiteLLM into its own virtualenv,
+# bench/.venv-litellm, from the pins in bench/requirements-litellm.txt (never into .venv:
+# its pins conflict with ours), and Portkey with npm ci in bench/portkey.
 .PHONY: bench-compare
 bench-compare: $(STAMP)
 	@$(BIN)/python bench/compare.py $(ARGS)
+
+# --workers 1 and 2, and what keys, limits and the usage ledger cost (bench/scale.py;
+# ARGS="--redis" adds the limits in a loopback redis-server).
+.PHONY: bench-scale
+bench-scale: $(STAMP)
+	@$(BIN)/python bench/scale.py $(ARGS)
