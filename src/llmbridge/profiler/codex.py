@@ -30,10 +30,11 @@ What a profile's options mean to Codex:
 A gap to know (0.169.0): a command that fails *because the sandbox refused it*
 (a write in ``read-only``) is sent back to the model as a failed tool call, but
 ``codex exec --json`` prints no ``command_execution`` item for it, so the trace
-cannot show that call. The session's rollout file (``$CODEX_HOME/sessions/…``)
-has it: ``unreported_calls`` counts the calls there beyond those the stream showed,
-and ``export_session`` adds an ``error`` event saying how many are missing, so a
-trace is never silently short.
+cannot show that call (seen once more on the embedded model, for a call whose turn
+then ran out of time). The session's rollout file (``$CODEX_HOME/sessions/…``)
+has it: ``unreported_calls`` counts the calls there beyond those the stream
+showed, and ``export_session`` adds an ``error`` event saying how many are
+missing, so a trace is never silently short.
 """
 
 from __future__ import annotations
@@ -247,8 +248,9 @@ class CodexSessionProvider(CliSessionProvider):
             if missing:
                 session.builder.error(
                     session.runs[-1].ended_ms if session.runs else now_ms(),
-                    f"{missing} tool call(s) in Codex's rollout were not printed by "
-                    "codex exec --json (a command the sandbox refused): not in this trace",
+                    f"{missing} tool call(s) in Codex's rollout have no item in codex exec "
+                    "--json's output (refused by its sandbox, or before they ran): not in "
+                    "this trace",
                 )
         return await super().export_session(handle)
 
