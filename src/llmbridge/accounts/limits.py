@@ -30,9 +30,10 @@ are separate, and refunding across them could not be atomic.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
 from llmbridge.accounts.keys import KeyRecord
 from llmbridge.core.errors import PermissionDeniedError, RateLimitError
@@ -96,8 +97,13 @@ def _duration(seconds: float) -> str:
 
 def _instant(seconds: float) -> str:
     """Anthropic's reset time: RFC 3339, UTC, whole seconds."""
-    at = datetime.now(UTC) + timedelta(seconds=max(0.0, math.ceil(seconds)))
-    return at.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _rfc3339(int(time.time()) + max(0, math.ceil(seconds)))
+
+
+@functools.lru_cache(maxsize=256)
+def _rfc3339(at: int) -> str:
+    """Unix second ``at`` as RFC 3339 in UTC: formatted once per second, not per reply."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def limit_headers(
@@ -156,12 +162,19 @@ class Admission:
             self.finished = True
             return
         self.finished = True
-        if self.holds_slot:
-            await self.state.release(f"par:{self.record.id}")
+        extra = 0
         if self.record.tpm is not None and used_tokens:
             extra = used_tokens - self.reserved_tokens
-            if extra > 0:
-                await self.state.add(f"tpm:{self.record.id}", extra, WINDOW_S)
+        if not self.holds_slot and extra <= 0:
+            return
+        keys = _keys_of(self.record.id)
+        # One call (one Redis round trip) for both.
+        await self.state.settle(
+            parallel_key=keys[1] if self.holds_slot else None,
+            tpm_key=keys[3] if extra > 0 else None,
+            tokens=max(extra, 0),
+            window_s=WINDOW_S,
+        )
 
 
 OPEN = Admission(None, None, finished=True)
@@ -172,51 +185,85 @@ async def admit(
     state: SharedState, record: KeyRecord | None, model: str, prompt_tokens: int = 0
 ) -> Admission:
     """Check and take ``record``'s limits for one request to ``model`` (module
-    docstring); ``PermissionDeniedError`` or ``KeyLimitError`` when over one."""
+    docstring); ``PermissionDeniedError`` or ``KeyLimitError`` when over one. The
+    models are checked here; the rest in ONE call to the shared state
+    (``admit_many``: one Redis round trip, not one per limit)."""
     if record is None:
         return OPEN
     if not record.allows(model):
         raise PermissionDeniedError(
             f"the key {record.name!r} may not use the model {model!r}", param="model"
         )
-    if record.budget_usd is not None:
-        spent = record.spent_usd + await state.get_float(f"spend:{record.id}")
-        if spent >= record.budget_usd:
-            raise PermissionDeniedError(
-                f"budget exhausted: spent ${spent:.4f} of ${record.budget_usd:.4f}",
-                code="budget_exhausted",
-            )
-    admission = Admission(state, record)
-    if record.max_parallel is not None:
-        if not await state.acquire(f"par:{record.id}", record.max_parallel):
-            raise KeyLimitError(
-                f"too many requests in flight for this key (max_parallel {record.max_parallel})",
-                retry_after=PARALLEL_RETRY_S,
-            )
-        admission.holds_slot = True
-    try:
-        if record.rpm is not None:
-            verdict = await state.take(f"rpm:{record.id}", 1, record.rpm, WINDOW_S)
-            admission.requests = Quota.of(verdict)
-            if not verdict.allowed:
-                raise KeyLimitError(
-                    f"rate limit reached: {record.rpm} requests per minute for this key",
-                    retry_after=verdict.reset_s,
-                    requests=admission.requests,
-                )
-        if record.tpm is not None:
-            cost = max(0, min(prompt_tokens, record.tpm))
-            verdict = await state.take(f"tpm:{record.id}", cost, record.tpm, WINDOW_S)
-            admission.tokens = Quota.of(verdict)
-            if not verdict.allowed:
-                raise KeyLimitError(
-                    f"rate limit reached: {record.tpm} tokens per minute for this key",
-                    retry_after=verdict.reset_s,
-                    requests=admission.requests,
-                    tokens=admission.tokens,
-                )
-            admission.reserved_tokens = cost
-    except BaseException:
-        await admission.finish()
-        raise
-    return admission
+    rpm, tpm, budget = record.rpm, record.tpm, record.budget_usd
+    if budget is None and record.max_parallel is None and rpm is None and tpm is None:
+        return Admission(state, record)
+    keys = _keys_of(record.id)
+    cost = 0 if tpm is None else max(0, min(prompt_tokens, tpm))
+    verdict = await state.admit_many(
+        spend_key=keys[0],
+        spent=record.spent_usd,
+        budget=budget,
+        parallel_key=None if record.max_parallel is None else keys[1],
+        parallel=record.max_parallel,
+        rpm_key=None if rpm is None else keys[2],
+        rpm=rpm or 0,
+        tpm_key=None if tpm is None else keys[3],
+        tpm=tpm or 0,
+        tpm_cost=cost,
+        window_s=WINDOW_S,
+    )
+    requests = None if verdict.requests is None else Quota.of(verdict.requests)
+    tokens = None if verdict.tokens is None else Quota.of(verdict.tokens)
+    refused = verdict.refused
+    if refused == "budget":
+        assert budget is not None
+        raise PermissionDeniedError(
+            f"budget exhausted: spent ${verdict.spent:.4f} of ${budget:.4f}",
+            code="budget_exhausted",
+        )
+    if refused == "parallel":
+        raise KeyLimitError(
+            f"too many requests in flight for this key (max_parallel {record.max_parallel})",
+            retry_after=PARALLEL_RETRY_S,
+        )
+    if refused == "rpm":
+        assert verdict.requests is not None
+        raise KeyLimitError(
+            f"rate limit reached: {rpm} requests per minute for this key",
+            retry_after=verdict.requests.reset_s,
+            requests=requests,
+        )
+    if refused == "tpm":
+        assert verdict.tokens is not None
+        raise KeyLimitError(
+            f"rate limit reached: {tpm} tokens per minute for this key",
+            retry_after=verdict.tokens.reset_s,
+            requests=requests,
+            tokens=tokens,
+        )
+    return Admission(
+        state,
+        record,
+        requests,
+        tokens,
+        reserved_tokens=cost if tpm is not None else 0,
+        holds_slot=verdict.holds_slot,
+    )
+
+
+_KEYS: dict[str, tuple[str, str, str, str]] = {}
+"""Each key id's state keys (spend, parallel, rpm, tpm), built once per process."""
+
+
+def _keys_of(key_id: str) -> tuple[str, str, str, str]:
+    keys = _KEYS.get(key_id)
+    if keys is None:
+        if len(_KEYS) >= 10_000:
+            _KEYS.clear()  # bounded: ids of deleted keys do not pile up
+        keys = _KEYS[key_id] = (
+            f"spend:{key_id}",
+            f"par:{key_id}",
+            f"rpm:{key_id}",
+            f"tpm:{key_id}",
+        )
+    return keys

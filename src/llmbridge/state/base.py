@@ -28,7 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-__all__ = ["EWMA_ALPHA", "BreakerState", "BreakerView", "SharedState", "WindowVerdict"]
+__all__ = [
+    "EWMA_ALPHA",
+    "AdmitVerdict",
+    "BreakerState",
+    "BreakerView",
+    "Refusal",
+    "SharedState",
+    "WindowVerdict",
+]
 
 EWMA_ALPHA = 0.3
 """Weight of the newest latency sample in ``observe_latency``."""
@@ -48,6 +56,26 @@ class WindowVerdict:
     """The limit the call was checked against."""
     reset_s: float
     """Seconds until ``cost`` would fit (0.0 when allowed)."""
+
+
+Refusal = Literal["", "budget", "parallel", "rpm", "tpm"]
+"""Which check of ``SharedState.admit_many`` refused a request (``""``: none did)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitVerdict:
+    """The answer of ``SharedState.admit_many``: every check of one request at once."""
+
+    refused: Refusal
+    """The first check that refused (``""`` when the request was let in)."""
+    spent: float
+    """``spent`` plus the spend counter, when a budget was checked (else 0.0)."""
+    holds_slot: bool
+    """Whether an in-flight slot is held (give it back with ``settle``)."""
+    requests: WindowVerdict | None
+    """The requests window's verdict, when it was checked."""
+    tokens: WindowVerdict | None
+    """The tokens window's verdict, when it was checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +165,42 @@ class SharedState(Protocol):
 
     async def get_float(self, key: str) -> float:
         """A float counter's value (0.0 when unknown)."""
+        ...
+
+    async def admit_many(
+        self,
+        *,
+        spend_key: str | None = None,
+        spent: float = 0.0,
+        budget: float | None = None,
+        parallel_key: str | None = None,
+        parallel: int | None = None,
+        rpm_key: str | None = None,
+        rpm: int = 0,
+        tpm_key: str | None = None,
+        tpm: int = 0,
+        tpm_cost: int = 0,
+        window_s: float = 60.0,
+    ) -> AdmitVerdict:
+        """One request's checks in ONE atomic step, in order, stopping at the first
+        refusal: the budget (``spent`` + ``get_float(spend_key)`` must be below
+        ``budget``), an in-flight slot of ``parallel_key`` (``acquire``), one request
+        in ``rpm_key``'s window (``take``), ``tpm_cost`` in ``tpm_key``'s window. A
+        check whose key is ``None`` (or budget ``None``) is skipped. A refusal after
+        the slot was taken gives the slot back; a request refused for its tokens has
+        still used its request (as separate ``take`` calls would)."""
+        ...
+
+    async def settle(
+        self,
+        *,
+        parallel_key: str | None = None,
+        tpm_key: str | None = None,
+        tokens: int = 0,
+        window_s: float = 60.0,
+    ) -> None:
+        """A finished request in ONE step: ``release(parallel_key)`` (when not
+        ``None``) and ``add(tpm_key, tokens, window_s)`` (when ``tokens`` > 0)."""
         ...
 
     async def aclose(self) -> None:

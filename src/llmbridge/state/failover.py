@@ -28,7 +28,7 @@ from typing import Literal, TypeVar
 
 from redis.exceptions import RedisError
 
-from llmbridge.state.base import BreakerView, WindowVerdict
+from llmbridge.state.base import AdmitVerdict, BreakerView, WindowVerdict
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState, redacted
 
@@ -191,6 +191,82 @@ class FailoverState:
         return await self._call(
             lambda: self.redis.in_flight(keys), lambda: self.local.in_flight(keys)
         )
+
+    # -- one request's checks at once ----------------------------------------------
+
+    async def admit_many(
+        self,
+        *,
+        spend_key: str | None = None,
+        spent: float = 0.0,
+        budget: float | None = None,
+        parallel_key: str | None = None,
+        parallel: int | None = None,
+        rpm_key: str | None = None,
+        rpm: int = 0,
+        tpm_key: str | None = None,
+        tpm: int = 0,
+        tpm_cost: int = 0,
+        window_s: float = 60.0,
+    ) -> AdmitVerdict:
+        """Redis's verdict, or the local one while degraded; a slot held is noted
+        where it was taken, as ``acquire`` notes it."""
+        self._start_watch()
+        for store in (self.redis, self.local):
+            if store is self.redis and self._degraded:
+                continue
+            try:
+                verdict = await store.admit_many(
+                    spend_key=spend_key,
+                    spent=spent,
+                    budget=budget,
+                    parallel_key=parallel_key,
+                    parallel=parallel,
+                    rpm_key=rpm_key,
+                    rpm=rpm,
+                    tpm_key=tpm_key,
+                    tpm=tpm,
+                    tpm_cost=tpm_cost,
+                    window_s=window_s,
+                )
+            except REDIS_DOWN as exc:
+                if store is not self.redis:
+                    raise
+                self._degrade(exc)
+                continue
+            if verdict.holds_slot and parallel_key is not None:
+                held = self._redis_held if store is self.redis else self._local_held
+                held[parallel_key] += 1
+            return verdict
+        raise AssertionError("unreachable: the local state always answers")
+
+    async def settle(
+        self,
+        *,
+        parallel_key: str | None = None,
+        tpm_key: str | None = None,
+        tokens: int = 0,
+        window_s: float = 60.0,
+    ) -> None:
+        """The slot back where it was taken (``release``) and the tokens added where
+        windows live now, in one Redis call when both go to Redis."""
+        if parallel_key is not None:
+            if self._redis_held[parallel_key] > 0:
+                _take_one(self._redis_held, parallel_key)
+            else:
+                await self.release(parallel_key)  # held locally (or not at all)
+                parallel_key = None
+        if not self._degraded:
+            try:
+                await self.redis.settle(
+                    parallel_key=parallel_key, tpm_key=tpm_key, tokens=tokens, window_s=window_s
+                )
+                return
+            except REDIS_DOWN as exc:
+                self._degrade(exc)
+        if parallel_key is not None:
+            self._pending_release[parallel_key] += 1  # released in Redis once it answers
+        await self.local.settle(tpm_key=tpm_key, tokens=tokens, window_s=window_s)
 
     # -- counters and latency ------------------------------------------------------
 

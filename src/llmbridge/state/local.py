@@ -18,7 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from llmbridge.state.base import EWMA_ALPHA, BreakerState, BreakerView, WindowVerdict
+from llmbridge.state.base import (
+    EWMA_ALPHA,
+    AdmitVerdict,
+    BreakerState,
+    BreakerView,
+    WindowVerdict,
+)
 
 __all__ = ["LocalState", "window_seconds"]
 
@@ -71,6 +77,9 @@ class LocalState:
         return buckets, sum(buckets.values()), seconds, now
 
     async def take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
+        return self._take(key, cost, limit, window_s)
+
+    def _take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
         buckets, used, seconds, now = self._window(key, window_s)
         if used + cost <= limit:
             second = math.floor(now)
@@ -81,6 +90,9 @@ class LocalState:
         )
 
     async def add(self, key: str, amount: int, window_s: float) -> int:
+        return self._add(key, amount, window_s)
+
+    def _add(self, key: str, amount: int, window_s: float) -> int:
         buckets, used, _, now = self._window(key, window_s)
         second = math.floor(now)
         buckets[second] = buckets.get(second, 0) + amount
@@ -95,6 +107,9 @@ class LocalState:
     # -- in flight -----------------------------------------------------------------
 
     async def acquire(self, key: str, limit: int | None) -> bool:
+        return self._acquire(key, limit)
+
+    def _acquire(self, key: str, limit: int | None) -> bool:
         current = self._in_flight.get(key, 0)
         if limit is not None and current >= limit:
             return False
@@ -102,6 +117,9 @@ class LocalState:
         return True
 
     async def release(self, key: str) -> None:
+        self._release(key)
+
+    def _release(self, key: str) -> None:
         current = self._in_flight.get(key, 0)
         if current <= 1:
             self._in_flight.pop(key, None)
@@ -173,6 +191,62 @@ class LocalState:
 
     async def get_float(self, key: str) -> float:
         return self._floats.get(key, 0.0)
+
+    # -- one request's checks at once ----------------------------------------------
+
+    async def admit_many(
+        self,
+        *,
+        spend_key: str | None = None,
+        spent: float = 0.0,
+        budget: float | None = None,
+        parallel_key: str | None = None,
+        parallel: int | None = None,
+        rpm_key: str | None = None,
+        rpm: int = 0,
+        tpm_key: str | None = None,
+        tpm: int = 0,
+        tpm_cost: int = 0,
+        window_s: float = 60.0,
+    ) -> AdmitVerdict:
+        # Nothing awaited in between: atomic on the event loop, as the Redis script is.
+        if budget is not None:
+            if spend_key is not None:
+                spent += self._floats.get(spend_key, 0.0)
+            if spent >= budget:
+                return AdmitVerdict("budget", spent, False, None, None)
+        held: str | None = None
+        if parallel_key is not None:
+            if not self._acquire(parallel_key, parallel):
+                return AdmitVerdict("parallel", spent, False, None, None)
+            held = parallel_key
+        requests = tokens = None
+        if rpm_key is not None:
+            requests = self._take(rpm_key, 1, rpm, window_s)
+            if not requests.allowed:
+                if held is not None:
+                    self._release(held)
+                return AdmitVerdict("rpm", spent, False, requests, None)
+        if tpm_key is not None:
+            tokens = self._take(tpm_key, tpm_cost, tpm, window_s)
+            if not tokens.allowed:
+                if held is not None:
+                    self._release(held)
+                return AdmitVerdict("tpm", spent, False, requests, tokens)
+        return AdmitVerdict("", spent, held is not None, requests, tokens)
+
+    async def settle(
+        self,
+        *,
+        parallel_key: str | None = None,
+        tpm_key: str | None = None,
+        tokens: int = 0,
+        window_s: float = 60.0,
+    ) -> None:
+        if parallel_key is not None:
+            self._release(parallel_key)
+        if tpm_key is not None and tokens > 0:
+            self._add(tpm_key, tokens, window_s)
 
     async def aclose(self) -> None:
         pass

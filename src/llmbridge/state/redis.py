@@ -47,7 +47,14 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from llmbridge.state.base import EWMA_ALPHA, BreakerState, BreakerView, WindowVerdict
+from llmbridge.state.base import (
+    EWMA_ALPHA,
+    AdmitVerdict,
+    BreakerState,
+    BreakerView,
+    Refusal,
+    WindowVerdict,
+)
 from llmbridge.state.local import window_seconds
 
 __all__ = ["RedisState", "new_replica_id", "redacted"]
@@ -65,41 +72,49 @@ local sec = tonumber(t[1])
 local now = sec + tonumber(t[2]) / 1000000
 """
 
-# KEYS[1] window hash; ARGV: cost, limit, window seconds, mode (take | add | used).
+# window(key, cost, limit, window seconds, mode: take | add | used) on a window hash.
 # Returns {allowed 0/1, used, reset_s as a string (Lua numbers come back truncated)}.
+# Needs _NOW's ``sec`` and ``now``.
+_WINDOW_FN = """
+local function window(key, cost, limit, w, mode)
+  local oldest = sec - w + 1
+  local flat = redis.call('HGETALL', key)
+  local used, buckets, stale = 0, {}, {}
+  for i = 1, #flat, 2 do
+    local b, n = tonumber(flat[i]), tonumber(flat[i + 1])
+    if b < oldest then stale[#stale + 1] = flat[i] else
+      used = used + n
+      buckets[#buckets + 1] = {b, n}
+    end
+  end
+  for i = 1, #stale, 500 do
+    redis.call('HDEL', key, unpack(stale, i, math.min(i + 499, #stale)))
+  end
+  if mode == 'used' then return {1, used, '0'} end
+  if mode == 'add' or used + cost <= limit then
+    redis.call('HINCRBY', key, sec, cost)
+    redis.call('EXPIRE', key, w + 1)
+    return {1, used + cost, '0'}
+  end
+  if cost > limit then return {0, used, tostring(w)} end
+  table.sort(buckets, function(x, y) return x[1] < y[1] end)
+  local need, dropped = used + cost - limit, 0
+  for _, bn in ipairs(buckets) do
+    dropped = dropped + bn[2]
+    if dropped >= need then
+      return {0, used, string.format('%.6f', math.max(0, bn[1] + w - now))}
+    end
+  end
+  return {0, used, tostring(w)}
+end
+"""
+
+# KEYS[1] window hash; ARGV: cost, limit, window seconds, mode (take | add | used).
 _WINDOW = (
     _NOW
+    + _WINDOW_FN
     + """
-local w = tonumber(ARGV[3])
-local oldest = sec - w + 1
-local flat = redis.call('HGETALL', KEYS[1])
-local used, buckets, stale = 0, {}, {}
-for i = 1, #flat, 2 do
-  local b, n = tonumber(flat[i]), tonumber(flat[i + 1])
-  if b < oldest then stale[#stale + 1] = flat[i] else
-    used = used + n
-    buckets[#buckets + 1] = {b, n}
-  end
-end
-for i = 1, #stale, 500 do
-  redis.call('HDEL', KEYS[1], unpack(stale, i, math.min(i + 499, #stale)))
-end
-local mode, cost = ARGV[4], tonumber(ARGV[1])
-if mode == 'used' then return {1, used, '0'} end
-if mode == 'add' or used + cost <= tonumber(ARGV[2]) then
-  redis.call('HINCRBY', KEYS[1], sec, cost)
-  redis.call('EXPIRE', KEYS[1], w + 1)
-  return {1, used + cost, '0'}
-end
-local limit = tonumber(ARGV[2])
-if cost > limit then return {0, used, tostring(w)} end
-table.sort(buckets, function(x, y) return x[1] < y[1] end)
-local need, dropped = used + cost - limit, 0
-for _, bn in ipairs(buckets) do
-  dropped = dropped + bn[2]
-  if dropped >= need then return {0, used, string.format('%.6f', math.max(0, bn[1] + w - now))} end
-end
-return {0, used, tostring(w)}
+return window(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
 """
 )
 
@@ -133,13 +148,80 @@ return 1
 """
 )
 
-# KEYS[1] in-flight hash; ARGV[1] replica. Never below zero.
-_RELEASE = """
-local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if n <= 1 then redis.call('HDEL', KEYS[1], ARGV[1])
-else redis.call('HINCRBY', KEYS[1], ARGV[1], -1) end
+# release(in-flight hash, replica): one slot back, never below zero.
+_RELEASE_FN = """
+local function release(key, replica)
+  local n = tonumber(redis.call('HGET', key, replica) or '0')
+  if n <= 1 then redis.call('HDEL', key, replica)
+  else redis.call('HINCRBY', key, replica, -1) end
+end
+"""
+
+# KEYS[1] in-flight hash; ARGV[1] replica.
+_RELEASE = (
+    _RELEASE_FN
+    + """
+release(KEYS[1], ARGV[1])
 return 0
 """
+)
+
+# One request's checks (SharedState.admit_many), in order, stopping at the first refusal.
+# KEYS: spend float, in-flight hash, own heartbeat, requests window, tokens window.
+# ARGV: spent, budget ('' none), parallel limit ('' no slot, '-' no limit), replica,
+# heartbeat TTL ms, heartbeat key prefix, rpm ('' none), tpm ('' none), tpm cost,
+# window seconds. Returns {refusal ('' none), spent as a string, slot held 0/1,
+# requests allowed (-1 unchecked), used, reset_s, tokens allowed (-1), used, reset_s}.
+_ADMIT = (
+    _NOW
+    + _WINDOW_FN
+    + _LIVE_TOTAL
+    + _RELEASE_FN
+    + """
+local spent = tonumber(ARGV[1])
+local out = {'', ARGV[1], 0, -1, 0, '0', -1, 0, '0'}
+if ARGV[2] ~= '' then
+  spent = spent + tonumber(redis.call('GET', KEYS[1]) or '0')
+  out[2] = string.format('%.17g', spent)
+  if spent >= tonumber(ARGV[2]) then out[1] = 'budget'; return out end
+end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
+  local total = live_total(KEYS[2], ARGV[4], ARGV[6])
+  if ARGV[3] ~= '-' and total >= tonumber(ARGV[3]) then out[1] = 'parallel'; return out end
+  redis.call('HINCRBY', KEYS[2], ARGV[4], 1)
+  out[3] = 1
+end
+local w = tonumber(ARGV[10])
+local checks = {{7, KEYS[4], 1, 4, 'rpm'}, {8, KEYS[5], tonumber(ARGV[9]), 7, 'tpm'}}
+for _, c in ipairs(checks) do
+  if ARGV[c[1]] ~= '' then
+    local r = window(c[2], c[3], tonumber(ARGV[c[1]]), w, 'take')
+    out[c[4]], out[c[4] + 1], out[c[4] + 2] = r[1], r[2], r[3]
+    if r[1] == 0 then
+      if out[3] == 1 then release(KEYS[2], ARGV[4]); out[3] = 0 end
+      out[1] = c[5]
+      return out
+    end
+  end
+end
+return out
+"""
+)
+
+# A finished request (SharedState.settle). KEYS: in-flight hash, tokens window.
+# ARGV: replica, release 1/0, tokens, window seconds.
+_SETTLE = (
+    _NOW
+    + _WINDOW_FN
+    + _RELEASE_FN
+    + """
+if ARGV[2] == '1' then release(KEYS[1], ARGV[1]) end
+local tokens = tonumber(ARGV[3])
+if tokens > 0 then window(KEYS[2], tokens, 0, tonumber(ARGV[4]), 'add') end
+return 0
+"""
+)
 
 # KEYS: in-flight hashes; ARGV: replica, heartbeat key prefix.
 _IN_FLIGHT = (
@@ -224,6 +306,14 @@ def new_replica_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+_REFUSALS: dict[Any, Refusal] = {
+    "": "",
+    "budget": "budget",
+    "parallel": "parallel",
+    "rpm": "rpm",
+    "tpm": "tpm",
+}
+
 _STATES: dict[Any, BreakerState] = {"closed": "closed", "open": "open", "half_open": "half_open"}
 
 
@@ -260,6 +350,8 @@ class RedisState:
         self._prefix = prefix
         self._hb_prefix = f"{prefix}hb:"
         self._hb_key = self._hb_prefix + self.replica
+        self._unused = f"{prefix}unused"
+        """A key name for a script's unused ``KEYS`` slot (never read or written)."""
         self._own_heartbeat = own_heartbeat
         self._heartbeat_task: asyncio.Task[None] | None = None
         # A bounded pool that makes callers wait for a connection: a burst of requests
@@ -279,6 +371,8 @@ class RedisState:
         self._window = register(_WINDOW)
         self._acquire = register(_ACQUIRE)
         self._release = register(_RELEASE)
+        self._admit = register(_ADMIT)
+        self._settle = register(_SETTLE)
         self._in_flight = register(_IN_FLIGHT)
         self._ewma = register(_EWMA)
         self._breaker_failure = register(_BREAKER_FAILURE)
@@ -345,6 +439,78 @@ class RedisState:
             [f"{self._prefix}inf:{k}" for k in keys], [self.replica, self._hb_prefix]
         )
         return {key: int(n) for key, n in zip(keys, counts, strict=True)}
+
+    # -- one request's checks at once ----------------------------------------------
+
+    async def admit_many(
+        self,
+        *,
+        spend_key: str | None = None,
+        spent: float = 0.0,
+        budget: float | None = None,
+        parallel_key: str | None = None,
+        parallel: int | None = None,
+        rpm_key: str | None = None,
+        rpm: int = 0,
+        tpm_key: str | None = None,
+        tpm: int = 0,
+        tpm_cost: int = 0,
+        window_s: float = 60.0,
+    ) -> AdmitVerdict:
+        """One EVALSHA for every check (``_ADMIT``), not one round trip each."""
+        prefix, unused = self._prefix, self._unused
+        if parallel_key is not None:
+            self._start_heartbeat()
+        keys = [
+            unused if spend_key is None else f"{prefix}f:{spend_key}",
+            unused if parallel_key is None else f"{prefix}inf:{parallel_key}",
+            self._hb_key,
+            unused if rpm_key is None else f"{prefix}w:{rpm_key}",
+            unused if tpm_key is None else f"{prefix}w:{tpm_key}",
+        ]
+        args = [
+            repr(spent),
+            "" if budget is None else repr(budget),
+            "" if parallel_key is None else "-" if parallel is None else parallel,
+            self.replica,
+            self._ttl_ms,
+            self._hb_prefix,
+            "" if rpm_key is None else rpm,
+            "" if tpm_key is None else tpm,
+            tpm_cost,
+            window_seconds(window_s),
+        ]
+        refused, total, held, r_ok, r_used, r_reset, t_ok, t_used, t_reset = await self._admit(
+            keys, args
+        )
+        return AdmitVerdict(
+            _REFUSALS[refused],
+            float(total),
+            bool(held),
+            None if int(r_ok) < 0 else WindowVerdict(bool(r_ok), int(r_used), rpm, float(r_reset)),
+            None if int(t_ok) < 0 else WindowVerdict(bool(t_ok), int(t_used), tpm, float(t_reset)),
+        )
+
+    async def settle(
+        self,
+        *,
+        parallel_key: str | None = None,
+        tpm_key: str | None = None,
+        tokens: int = 0,
+        window_s: float = 60.0,
+    ) -> None:
+        """One EVALSHA (``_SETTLE``); none when there is nothing to do."""
+        counts = tpm_key is not None and tokens > 0
+        if parallel_key is None and not counts:
+            return
+        keys = [
+            self._unused if parallel_key is None else f"{self._prefix}inf:{parallel_key}",
+            self._unused if tpm_key is None else f"{self._prefix}w:{tpm_key}",
+        ]
+        release = "0" if parallel_key is None else "1"
+        await self._settle(
+            keys, [self.replica, release, tokens if counts else 0, window_seconds(window_s)]
+        )
 
     # -- counters and latency ------------------------------------------------------
 
