@@ -278,6 +278,19 @@ def test_mcp_and_web_search_items() -> None:
     assert (tokens.output, tokens.reasoning, tokens.total) == (2, 1, 8)
 
 
+def test_an_item_of_another_kind_is_a_tool_call() -> None:
+    """A kind this mapping does not name (a later Codex's) is not dropped."""
+    turn = CodexTurn(turn=0, started_ms=0.0)
+    item = {"id": "i1", "type": "image_view", "path": "a.png", "status": "in_progress"}
+    turn.feed(10.0, {"type": "item.started", "item": item})
+    turn.feed(30.0, {"type": "item.completed", "item": {**item, "status": "completed"}})
+    call, done = turn.events(None)[1:]
+    assert (call.type, call.tool, call.arguments) == ("tool_call", "image_view", {"path": "a.png"})
+    assert (done.type, done.duration_ms) == ("tool_result", 20.0)
+    turn.feed(40.0, {"type": "item.completed", "item": {"id": "t", "type": "todo_list"}})
+    assert len(turn.events(None)) == 3  # a plan is not a tool call
+
+
 def test_usage_since() -> None:
     before = Usage(input=10, cached=4, output=3, reasoning=1)
     now = Usage(input=25, cached=9, output=8, reasoning=1)

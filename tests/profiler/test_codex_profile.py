@@ -181,6 +181,6 @@ def test_a_call_the_sandbox_refused_is_named_in_the_trace(tmp_path: Path) -> Non
     assert prompt["completion_reason"] == "stop" and prompt["tool_calls"] == []
     errors = [e["error"] for e in record["trace"]["events"] if e["type"] == "error"]
     assert errors[-1] == (
-        "1 tool call(s) in Codex's rollout have no item in codex exec --json's output "
-        "(refused by its sandbox, or before they ran): not in this trace"
+        "1 tool call(s) in Codex's rollout are not among the items codex exec --json "
+        "printed: not in this trace"
     )

@@ -248,9 +248,8 @@ class CodexSessionProvider(CliSessionProvider):
             if missing:
                 session.builder.error(
                     session.runs[-1].ended_ms if session.runs else now_ms(),
-                    f"{missing} tool call(s) in Codex's rollout have no item in codex exec "
-                    "--json's output (refused by its sandbox, or before they ran): not in "
-                    "this trace",
+                    f"{missing} tool call(s) in Codex's rollout are not among the items "
+                    "codex exec --json printed: not in this trace",
                 )
         return await super().export_session(handle)
 

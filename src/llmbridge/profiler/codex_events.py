@@ -8,8 +8,9 @@ top-level ``error`` reports a stream error (a retry, or the failure itself). Ite
 ``agent_message`` (text), ``reasoning`` (text), ``command_execution`` (command,
 aggregated output, exit code, status ``in_progress`` / ``completed`` / ``failed`` /
 ``declined``), ``file_change`` (changes, status), ``mcp_tool_call`` (server, tool,
-arguments, result or error, status), ``web_search`` (query), ``todo_list`` and
-``error`` (a non-fatal warning such as "Model metadata for `m` not found").
+arguments, result or error, status), ``web_search`` (query), ``todo_list`` (a plan,
+not recorded) and ``error`` (a non-fatal warning such as "Model metadata for `m` not
+found"); an item of any other kind is recorded as a tool call named by its type.
 
 The lines carry no clock, so every event is stamped when it arrives (Unix ms, the
 reader's clock): a tool's duration runs from its ``item.started`` to its
@@ -49,6 +50,9 @@ __all__ = ["CodexTurn", "Usage", "usage_tokens"]
 Event = dict[str, Any]
 
 _TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search")
+_OTHER_ITEMS = ("agent_message", "reasoning", "error", "todo_list")
+"""Items that are not a tool's work; any other kind (one a later Codex adds) is
+recorded as a tool call named by its type, so nothing Codex did is dropped."""
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -117,7 +121,9 @@ def _arguments(item: dict[str, Any]) -> Any:
         return {"changes": item.get("changes")}
     if kind == "mcp_tool_call":
         return item.get("arguments")
-    return {"query": item.get("query")}
+    if kind == "web_search":
+        return {"query": item.get("query")}
+    return {k: v for k, v in item.items() if k not in ("id", "type", "status")}
 
 
 def _output(item: dict[str, Any]) -> str | None:
@@ -214,7 +220,7 @@ class CodexTurn:
 
     def _item(self, at_ms: float, phase: str, item: dict[str, Any]) -> None:
         kind, item_id = item.get("type"), str(item.get("id"))
-        if kind in _TOOL_ITEMS:
+        if kind not in _OTHER_ITEMS:
             # Opened by item.started, or by its completion when that is all Codex printed.
             if item_id not in self._open:
                 self._open[item_id] = _Open(tool_name(item), at_ms)
