@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from baseline import BaselineError, check_process_env, prepare_baseline
 from compare import Cell, Measure, Runner, Target, summarise_cell
 from compare_routes import ROUTES
 from fast_backend import DEFAULT_MODEL
@@ -83,7 +84,15 @@ MASTER_KEY = "sk-bench-master"
 # Generous: every check runs, none refuses (the figures are the checks' cost).
 KEY_LIMITS = ("--rpm", "100000000", "--tpm", "2000000000", "--max-parallel", "100000")
 KEY_BUDGET = ("--budget-usd", "1000000")
-C1_TARGETS = ("direct", "plain-w1", "accounts-w1", "accounts-redis-w1")
+C1_TARGETS = (
+    "direct",
+    "plain-w1",
+    "accounts-w1",
+    "accounts-redis-w1",
+    "accounts-base-w1",
+    "accounts-redis-base-w1",
+)
+"""Measured one in flight too; the ``-base`` ones run ``--baseline-src``'s code."""
 
 
 def log(message: str) -> None:
@@ -166,6 +175,14 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
             server = start_gateway(workdir, f"accounts-w{workers}", config_text, workers, env)
             started.append(server)
             gateways.append(Gateway(server.name, server, auth))
+        # --baseline-src: the same accounts gateways running another checkout's code
+        # (PYTHONPATH, bench/baseline.py), for a before/after in one run.
+        base = prepare_baseline(Path(args.baseline_src)) if args.baseline_src else None
+        if base is not None:
+            server = start_gateway(workdir, "accounts-base-w1", config_text, 1, env | base.env)
+            check_process_env(server.pid, base.env)
+            started.append(server)
+            gateways.append(Gateway(server.name, server, auth))
         if args.redis:
             redis = start_redis(workdir)
             started.append(redis)
@@ -174,6 +191,12 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
             server = start_gateway(workdir, "accounts-redis-w1", text, 1, env)
             started.append(server)
             gateways.append(Gateway(server.name, server, auth))
+            if base is not None:
+                name = "accounts-redis-base-w1"
+                server = start_gateway(workdir, name, text, 1, env | base.env)
+                check_process_env(server.pid, base.env)
+                started.append(server)
+                gateways.append(Gateway(server.name, server, auth))
         yield backend, gateways
     finally:
         for server in reversed(started):
@@ -268,7 +291,21 @@ def verdicts(cells: list[dict[str, Any]]) -> dict[str, Any]:
         out["accounts_redis_over_plain_w1"] = _ratio(
             rps.get("accounts-redis-w1"), rps.get("plain-w1")
         )
+    for name in ("accounts", "accounts-redis"):
+        now, before = added.get(f"{name}-w1"), added.get(f"{name}-base-w1")
+        if now is not None and before is not None and plain:
+            out[f"{name}_base_added_ratio"] = before / plain
+            out[f"{name}_cpu_over_base"] = _ratio(
+                _cpu(c1, f"{name}-w1"), _cpu(c1, f"{name}-base-w1")
+            )
+            out[f"{name}_rps_over_base"] = _ratio(rps.get(f"{name}-w1"), rps.get(f"{name}-base-w1"))
     return out
+
+
+def _cpu(cell: dict[str, Any], name: str) -> float | None:
+    target = cell["targets"].get(name)
+    value = target["cpu_us_per_request"].get("proxy") if target else None
+    return float(value) if value else None
 
 
 def _f(value: float | None, spec: str) -> str:
@@ -353,6 +390,28 @@ def report(cells: list[dict[str, Any]], v: dict[str, Any]) -> str:
                 "info",
             ],
         ]
+    for name in ("accounts", "accounts-redis"):
+        if f"{name}_base_added_ratio" in v:
+            rows += [
+                [
+                    f"--baseline-src: added p50, {name}-base-w1 / plain-w1",
+                    _x(v[f"{name}_base_added_ratio"]),
+                    "-",
+                    "info",
+                ],
+                [
+                    f"{name}-w1 / {name}-base-w1, CPU per request (1 in flight)",
+                    _x(v[f"{name}_cpu_over_base"]),
+                    "-",
+                    "info",
+                ],
+                [
+                    f"{name}-w1 / {name}-base-w1, req/s (64 in flight)",
+                    _x(v[f"{name}_rps_over_base"]),
+                    "-",
+                    "info",
+                ],
+            ]
     out += ["Verdicts (same run):", "", render_table(rows)]
     return "\n".join(out)
 
@@ -377,6 +436,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--redis", action="store_true", help="also measure the accounts path with Redis state"
     )
     parser.add_argument("--max-seconds", type=float, default=None, help="hard cap (600; 240)")
+    parser.add_argument(
+        "--baseline-src",
+        default=None,
+        help="also run the accounts gateways from this src/ (e.g. a git worktree of the "
+        "commit before a change), as accounts-base-w1 (and accounts-redis-base-w1)",
+    )
     parser.add_argument("--no-save", action="store_true", help="no bench/results/ JSON file")
     args = parser.parse_args(argv)
     defaults = {
@@ -429,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             servers(args, Path(tmp)) as (backend, gateways),
         ):
             cells = _run(args, backend, gateways)
-    except RuntimeError as exc:
+    except (RuntimeError, BaselineError) as exc:
         log(str(exc))
         return 2
     except TimeoutError:
@@ -455,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "baseline": prepare_baseline(Path(args.baseline_src)).describe()
+        if args.baseline_src
+        else None,
         "cells": cells,
         "verdicts": v,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 
 from starlette.requests import Request
 
@@ -30,12 +31,14 @@ from llmbridge.core.response import Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.features.token_count import count_request_tokens
 from llmbridge.gateway.state import GatewayState
+from llmbridge.serving.models import Reply
 from llmbridge.web.render import Dialect
 
 __all__ = [
     "admit_chat",
     "admitted",
     "counted",
+    "counted_reply",
     "refusal_headers",
     "total_tokens",
     "visible_models",
@@ -101,6 +104,15 @@ def counted(events: EventStream, admission: Admission) -> EventStream:
     """``events``, whose final usage is noted in ``admission`` when the key has a
     tokens-per-minute limit (unchanged otherwise)."""
     return _noting(events, admission) if admission.counts_tokens else events
+
+
+def counted_reply(reply: Reply, chat: ChatRequest, admission: Admission) -> Reply:
+    """``reply`` with ``counted`` events when ``chat`` streams (unchanged otherwise:
+    a whole reply's tokens are counted from its usage when it is built, so it pays no
+    generator layer per event for them)."""
+    if not (chat.stream and admission.counts_tokens):
+        return reply
+    return replace(reply, rest=_noting(reply.rest, admission))
 
 
 async def _noting(events: EventStream, admission: Admission) -> AsyncGenerator[StreamEvent, None]:

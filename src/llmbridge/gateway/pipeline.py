@@ -42,7 +42,7 @@ from llmbridge.gateway.accounting import Metered, metered
 from llmbridge.gateway.admission import (
     admit_chat,
     admitted,
-    counted,
+    counted_reply,
     refusal_headers,
     total_tokens,
 )
@@ -222,7 +222,7 @@ async def serve_chat(
         """The first event, ready to send; an error before it is raised."""
         nonlocal reply
         reply = await models.open(chat, prepared)
-        reply = replace(reply, rest=counted(reply.rest, admission))  # its tokens, for tpm
+        reply = counted_reply(reply, chat, admission)  # a stream's tokens, for tpm
         first = reply.first
         tracker.served_by(reply.prepared.target.backend)  # a fallback's, if one served
         tracker.first_event()
