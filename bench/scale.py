@@ -33,8 +33,11 @@ workers' supervisor forks them; ``bench/proc_tree.py``), with how busy the rest 
 machine was. With 2 CPUs, the load generator, the backend and two workers share two
 cores: the workers' gain is bounded by that, and the report shows the cores each used.
 
-Run: ``.venv/bin/python bench/scale.py [--quick] [--redis]`` (about 3 minutes; quick
-about 1). Results: a table on stdout, ``bench/results/scale-<timestamp>.json``.
+Run: ``.venv/bin/python bench/scale.py [--quick] [--redis] [--baseline-src DIR]``
+(about 3 minutes; quick about 1). ``--baseline-src DIR`` (``src/`` of another checkout,
+e.g. a ``git worktree`` of the commit before a change) adds ``accounts-base-w1`` (and
+``accounts-redis-base-w1``): the accounts gateways running that code, for a
+before/after in the same run. Results: a table on stdout, ``bench/results/scale-<timestamp>.json``.
 Loopback only; every server is stopped in a ``finally``. docs/PERFORMANCE.md ("Scale
 out") has the method and results.
 """
