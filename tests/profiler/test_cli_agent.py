@@ -89,3 +89,24 @@ async def test_a_home_is_fresh_and_the_environment_minimal(
     assert "LLMBRIDGE_SECRET_FOR_TEST" not in environment
     await remove_home(home)
     assert not home.exists()
+
+
+async def test_a_relative_command_is_made_absolute_for_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI runs in the iteration's workspace: a ``command`` relative to where the
+    profiler runs must still name the binary there."""
+    from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider
+    from llmbridge.profiler.cli_agent import CliAgentSettings
+    from llmbridge.profiler.types import ProviderConfig
+
+    binary = tmp_path / "bin" / "agent"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    provider = ClaudeCodeSessionProvider(
+        CliAgentSettings(command="./bin/agent"), gateway_url="http://127.0.0.1:9"
+    )
+    await provider.init(ProviderConfig(model="m"))
+    assert provider.command == str(binary)

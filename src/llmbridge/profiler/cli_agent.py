@@ -459,6 +459,11 @@ class CliSession:
     """The CLI's running total of cost, where it reports one across runs."""
 
 
+def _absolute(path: str) -> str:
+    """``path`` made absolute against the current directory (no I/O: ``getcwd``)."""
+    return os.path.abspath(path)
+
+
 class CliSessionProvider:
     """A ``SessionProvider`` running a command-line agent once per prompt.
 
@@ -517,7 +522,11 @@ class CliSessionProvider:
                 f"{self.id}: no model endpoint (set {self.id}.endpoint in the scenarios "
                 "file or pass --gateway-url)"
             )
-        self.config, self.command, self.endpoint = config, found, endpoint.rstrip("/")
+        # Absolute: the CLI runs in the iteration's workspace, where a relative path
+        # (``command: ./node_modules/.bin/claude``, relative to where the profiler
+        # runs) would name nothing.
+        absolute = _absolute(found)
+        self.config, self.command, self.endpoint = config, absolute, endpoint.rstrip("/")
 
     async def create_session(
         self,
