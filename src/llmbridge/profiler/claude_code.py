@@ -32,7 +32,7 @@ step), else what Claude Code reports (its own price list; on ``--resume``
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from llmbridge.profiler.cli_agent import (
@@ -42,7 +42,10 @@ from llmbridge.profiler.cli_agent import (
     CliSessionProvider,
     OutputLine,
     TraceBuilder,
+    as_count,
+    as_object,
     prompt_result,
+    run_failure,
 )
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.types import (
@@ -84,22 +87,14 @@ _MODEL_VARIABLES = (
 )
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def _usage(usage: dict[str, Any]) -> TokenMetrics:
     """Anthropic usage: ``input_tokens`` leaves out what was read from or written to
     the cache; thinking is counted in ``output_tokens``."""
     return TokenMetrics(
-        input=_int(usage.get("input_tokens")),
-        output=_int(usage.get("output_tokens")),
-        cache_read=_int(usage.get("cache_read_input_tokens")),
-        cache_write=_int(usage.get("cache_creation_input_tokens")),
+        input=as_count(usage.get("input_tokens")),
+        output=as_count(usage.get("output_tokens")),
+        cache_read=as_count(usage.get("cache_read_input_tokens")),
+        cache_write=as_count(usage.get("cache_creation_input_tokens")),
     )
 
 
@@ -107,7 +102,7 @@ def _tool_output(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(_dict(b).get("text") or "") for b in content)
+        return "".join(str(as_object(b).get("text") or "") for b in content)
     return ""
 
 
@@ -141,11 +136,11 @@ class ClaudeRunMapping:
             if data.get("status") == "requesting":  # a model request goes out: a step
                 self._open(line.at_ms)
         elif kind == "stream_event":
-            self._stream_event(line.at_ms, _dict(data.get("event")))
+            self._stream_event(line.at_ms, as_object(data.get("event")))
         elif kind == "assistant":
-            self._assistant(line.at_ms, _dict(data.get("message")))
+            self._assistant(line.at_ms, as_object(data.get("message")))
         elif kind == "user":
-            self._user(line.at_ms, _dict(data.get("message")))
+            self._user(line.at_ms, as_object(data.get("message")))
         elif kind == "result":
             self._close(line.at_ms)
             self.result, self.result_at = data, line.at_ms
@@ -161,9 +156,9 @@ class ClaudeRunMapping:
         if kind == "message_start":
             if builder.open_boundary is None:  # no status line announced the request
                 self._open(at)
-            self.step_usage.update(_dict(_dict(event.get("message")).get("usage")))
+            self.step_usage.update(as_object(as_object(event.get("message")).get("usage")))
         elif kind == "content_block_delta":
-            delta = _dict(event.get("delta"))
+            delta = as_object(event.get("delta"))
             if delta.get("type") == "text_delta":
                 text = str(delta.get("text") or "")
                 self.pieces.append(text)
@@ -173,9 +168,9 @@ class ClaudeRunMapping:
         elif kind == "message_delta":
             # The final usage: output tokens (and, from some servers, input) complete.
             self.step_usage.update(
-                {k: v for k, v in _dict(event.get("usage")).items() if v is not None}
+                {k: v for k, v in as_object(event.get("usage")).items() if v is not None}
             )
-            reason = _dict(event.get("delta")).get("stop_reason")
+            reason = as_object(event.get("delta")).get("stop_reason")
             self.stop_reason = reason if isinstance(reason, str) else self.stop_reason
         elif kind == "message_stop":
             self._close(at)
@@ -196,7 +191,7 @@ class ClaudeRunMapping:
     def _assistant(self, at: float, message: dict[str, Any]) -> None:
         synthetic = message.get("model") == "<synthetic>"
         for block in message.get("content") or []:
-            block = _dict(block)
+            block = as_object(block)
             if block.get("type") == "tool_use" and not synthetic:
                 self.builder.tool_call(
                     at, str(block.get("name") or "?"), str(block.get("id")), block.get("input")
@@ -206,7 +201,7 @@ class ClaudeRunMapping:
 
     def _user(self, at: float, message: dict[str, Any]) -> None:
         for block in message.get("content") or []:
-            block = _dict(block)
+            block = as_object(block)
             if block.get("type") != "tool_result":
                 continue
             output = _tool_output(block.get("content"))
@@ -230,16 +225,13 @@ class ClaudeRunMapping:
         if not self.steps and self.builder.open_boundary is None:
             self._open(started_ms)  # the run failed before a request: its attempt is a step
         self._close(ended_ms)
-        ending = "timeout" if timed_out else "the run ended"
-        self.records += self.builder.unfinished_tools(
-            ended_ms, f"the tool never finished ({ending})"
-        )
+        self.records += self.builder.end_tools(ended_ms, timed_out=timed_out)
         result = self.result or {}
         tokens = TokenMetrics()
         for _, step in self.steps:
             tokens = tokens + step
         if not self.steps and result.get("usage"):
-            tokens = _usage(_dict(result.get("usage")))
+            tokens = _usage(as_object(result.get("usage")))
         total_reported = result.get("total_cost_usd")
         running = (
             float(total_reported) if isinstance(total_reported, int | float) else reported_before
@@ -275,8 +267,8 @@ class ClaudeRunMapping:
             for index, step in self.steps:
                 self.builder.set_step_usage(index, step, cost_of(step, price).total_usd)
             return cost_of(tokens, price)
-        since = _dict(result.get("model_usage_since_last_result"))
-        costs = [_dict(m).get("costUSD") for m in since.values()]
+        since = as_object(result.get("model_usage_since_last_result"))
+        costs = [as_object(m).get("costUSD") for m in since.values()]
         reported = (
             sum(float(c) for c in costs if isinstance(c, int | float)) if since else difference
         )
@@ -290,10 +282,9 @@ class ClaudeRunMapping:
     def _reason(
         self, result: dict[str, Any], timed_out: bool, timeout: float, failure: str | None
     ) -> tuple[CompletionReason, str | None]:
-        if timed_out:
-            return "timeout", f"timeout after {timeout:g} s"
-        if not result:
-            return "error", failure or "Claude Code ended without a result"
+        ended_badly = run_failure("Claude Code", result, timed_out, timeout, failure)
+        if ended_badly is not None:
+            return ended_badly
         subtype = str(result.get("subtype") or "")
         if result.get("is_error") or subtype != "success":
             message = result.get("result") or "; ".join(self.synthetic) or subtype or "error"
@@ -340,18 +331,8 @@ def map_claude_run(
 class ClaudeCodeSessionProvider(CliSessionProvider):
     id = "claude-code"
     default_command = "claude"
+    settings_type = ClaudeCodeSettings
     settings: ClaudeCodeSettings
-
-    def __init__(
-        self,
-        settings: CliAgentSettings | None = None,
-        *,
-        gateway_url: str | None = None,
-        prices: Mapping[str, Price] | None = None,
-    ) -> None:
-        if not isinstance(settings, ClaudeCodeSettings):
-            settings = ClaudeCodeSettings(**(settings.model_dump() if settings else {}))
-        super().__init__(settings, gateway_url=gateway_url, prices=prices)
 
     def command_line(self, session: CliSession, text: str) -> list[str]:
         assert self.config is not None

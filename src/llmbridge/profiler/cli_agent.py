@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,12 +61,15 @@ __all__ = [
     "CliSessionProvider",
     "OutputLine",
     "TraceBuilder",
+    "as_count",
+    "as_object",
     "base_environment",
     "make_home",
     "now_ms",
     "prompt_result",
     "remove_home",
     "run_cli",
+    "run_failure",
 ]
 
 _STDOUT_LIMIT = 64 * 1024 * 1024
@@ -99,6 +102,16 @@ class CliAgentSettings(BaseModel):
     """Variables added to the CLI's clean environment (before each mode's own)."""
     args: tuple[str, ...] = ()
     """More command-line arguments for every run (``[--tools, Bash]``, say)."""
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """``value`` when a JSON line's field is an object, else ``{}``."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_count(value: Any) -> int:
+    """``value`` when a JSON line's field is a whole number (not a boolean), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 # -- the clock ------------------------------------------------------------------------
@@ -400,6 +413,11 @@ class TraceBuilder:
         """Every call still waiting for its result ends as an error (the run ended)."""
         return [self.tool_result(at_ms, call_id, None, reason) for call_id in list(self._calls)]
 
+    def end_tools(self, at_ms: float, *, timed_out: bool) -> list[ToolCallRecord]:
+        """At a run's end, every call still waiting for its result fails, saying why."""
+        ending = "timeout" if timed_out else "the run ended"
+        return self.unfinished_tools(at_ms, f"the tool never finished ({ending})")
+
     def error(self, at_ms: float, message: str) -> None:
         self.events.append(TraceEvent("error", max(self.turn, 0), at_ms, error=message))
 
@@ -435,6 +453,19 @@ def prompt_result(
         completion_reason=reason,
         error=error,
     )
+
+
+def run_failure(
+    name: str, result: Mapping[str, Any], timed_out: bool, timeout: float, failure: str | None
+) -> tuple[CompletionReason, str] | None:
+    """Why a run ended badly before its ``result`` line could say (a timeout, or no
+    result line at all: ``failure``, what the process itself reported); ``None`` when
+    the result line is there to be read."""
+    if timed_out:
+        return "timeout", f"timeout after {timeout:g} s"
+    if not result:
+        return "error", failure or f"{name} ended without a result"
+    return None
 
 
 # -- the provider -----------------------------------------------------------------------
@@ -473,6 +504,8 @@ class CliSessionProvider:
 
     id = "cli"
     default_command = ""
+    settings_type: ClassVar[type[CliAgentSettings]] = CliAgentSettings
+    """The CLI's section of the scenarios file; plain settings are read as it."""
     settings: CliAgentSettings
 
     def __init__(
@@ -482,7 +515,9 @@ class CliSessionProvider:
         gateway_url: str | None = None,
         prices: Mapping[str, Price] | None = None,
     ) -> None:
-        self.settings = settings or CliAgentSettings()
+        if not isinstance(settings, self.settings_type):
+            settings = self.settings_type(**(settings.model_dump() if settings else {}))
+        self.settings = settings
         self.gateway_url = gateway_url
         self.prices = dict(prices or {})
         self.config: ProviderConfig | None = None

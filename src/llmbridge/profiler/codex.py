@@ -131,6 +131,7 @@ def unreported_calls(codex_home: Path, thread_id: str, reported: int) -> int:
 class CodexSessionProvider(CliSessionProvider):
     id = "codex"
     default_command = "codex"
+    settings_type = CodexSettings
     settings: CodexSettings
 
     def __init__(
@@ -140,7 +141,7 @@ class CodexSessionProvider(CliSessionProvider):
         gateway_url: str | None = None,
         prices: Any = None,
     ) -> None:
-        super().__init__(settings or CodexSettings(), gateway_url=gateway_url, prices=prices)
+        super().__init__(settings, gateway_url=gateway_url, prices=prices)
         self._usage: dict[str, Usage] = {}
         """Per session, the thread's usage after its last prompt."""
         self._tools: dict[str, int] = {}

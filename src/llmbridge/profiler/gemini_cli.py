@@ -32,7 +32,7 @@ Gemini CLI reports no cost: the scenarios file's price table, when it has the mo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field
@@ -44,7 +44,10 @@ from llmbridge.profiler.cli_agent import (
     CliSessionProvider,
     OutputLine,
     TraceBuilder,
+    as_count,
+    as_object,
     prompt_result,
+    run_failure,
 )
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.types import (
@@ -104,23 +107,15 @@ def gemini_settings() -> dict[str, Any]:
     }
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def stats_tokens(stats: dict[str, Any]) -> TokenMetrics:
     """A ``result`` line's totals: ``input`` excludes the ``cached`` prompt tokens,
     which are the cache reads."""
-    prompt, output = _int(stats.get("input_tokens")), _int(stats.get("output_tokens"))
-    cached = _int(stats.get("cached"))
+    prompt, output = as_count(stats.get("input_tokens")), as_count(stats.get("output_tokens"))
+    cached = as_count(stats.get("cached"))
     return TokenMetrics(
-        input=_int(stats.get("input")) if "input" in stats else prompt - cached,
+        input=as_count(stats.get("input")) if "input" in stats else prompt - cached,
         output=output,
-        reasoning=max(_int(stats.get("total_tokens")) - prompt - output, 0),
+        reasoning=max(as_count(stats.get("total_tokens")) - prompt - output, 0),
         cache_read=cached,
     )
 
@@ -195,7 +190,7 @@ class _Mapping:
             if self.builder.open_boundary is not None:
                 self._close(self.last_output or at)
             failed = data.get("status") == "error"
-            error = _dict(data.get("error"))
+            error = as_object(data.get("error"))
             message = str(error.get("message") or "the tool failed") if failed else None
             output = data.get("output")
             self.records.append(
@@ -232,12 +227,9 @@ class _Mapping:
         if self.first_boundary is None:
             self._open(started_ms)  # the run failed before a request: its attempt is a step
         self._close(ended_ms)
-        ending = "timeout" if timed_out else "the run ended"
-        self.records += self.builder.unfinished_tools(
-            ended_ms, f"the tool never finished ({ending})"
-        )
+        self.records += self.builder.end_tools(ended_ms, timed_out=timed_out)
         result = self.result or {}
-        tokens = stats_tokens(_dict(result.get("stats")))
+        tokens = stats_tokens(as_object(result.get("stats")))
         cost = cost_of(tokens, price) if price is not None else CostMetrics()
         if self.first_boundary is not None:
             self.builder.set_step_usage(
@@ -262,12 +254,11 @@ class _Mapping:
     def _reason(
         self, result: dict[str, Any], timed_out: bool, timeout: float, failure: str | None
     ) -> tuple[CompletionReason, str | None]:
-        if timed_out:
-            return "timeout", f"timeout after {timeout:g} s"
-        if not result:
-            return "error", failure or "Gemini CLI ended without a result"
+        ended_badly = run_failure("Gemini CLI", result, timed_out, timeout, failure)
+        if ended_badly is not None:
+            return ended_badly
         if result.get("status") != "success":
-            error = _dict(result.get("error"))
+            error = as_object(result.get("error"))
             message = error.get("message") or "; ".join(self.errors) or "error"
             if any(e.startswith(_TRUNCATED) for e in self.errors):
                 return "length", str(message)
@@ -306,19 +297,8 @@ def map_gemini_run(
 class GeminiCliSessionProvider(CliSessionProvider):
     id = "gemini-cli"
     default_command = "gemini"
-
+    settings_type = GeminiCliSettings
     settings: GeminiCliSettings
-
-    def __init__(
-        self,
-        settings: CliAgentSettings | None = None,
-        *,
-        gateway_url: str | None = None,
-        prices: Mapping[str, Price] | None = None,
-    ) -> None:
-        if not isinstance(settings, GeminiCliSettings):
-            settings = GeminiCliSettings(**(settings.model_dump() if settings else {}))
-        super().__init__(settings, gateway_url=gateway_url, prices=prices)
 
     def prepare_home(self, session: CliSession) -> None:
         config = session.home / ".gemini"
