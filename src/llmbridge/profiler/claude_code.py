@@ -41,10 +41,10 @@ from llmbridge.profiler.cli_agent import (
     CliSession,
     CliSessionProvider,
     OutputLine,
+    RunMapping,
     TraceBuilder,
     as_count,
     as_object,
-    prompt_result,
     run_failure,
 )
 from llmbridge.profiler.metrics import Price, cost_of
@@ -53,7 +53,6 @@ from llmbridge.profiler.types import (
     CostMetrics,
     PromptResult,
     TokenMetrics,
-    ToolCallRecord,
 )
 
 __all__ = [
@@ -106,22 +105,15 @@ def _tool_output(content: Any) -> str:
     return ""
 
 
-class ClaudeRunMapping:
+class ClaudeRunMapping(RunMapping):
     """One run's lines as events on the session's trace, and what they add up to."""
 
     def __init__(self, builder: TraceBuilder) -> None:
-        self.builder = builder
+        super().__init__(builder)
         self.steps: list[tuple[int, TokenMetrics]] = []
         """Each step's boundary index and tokens."""
         self.step_usage: dict[str, Any] = {}
         self.stop_reason: str | None = None
-        self.pieces: list[str] = []
-        self.first_content: float | None = None
-        self.records: list[ToolCallRecord] = []
-        self.result: dict[str, Any] | None = None
-        self.result_at: float | None = None
-        """The result line's arrival: the end of the turn (the CLI then shuts down)."""
-        self.session_id: str | None = None
         self.synthetic: list[str] = []
         """Text of messages Claude Code made up itself (an API error, say)."""
 
@@ -241,17 +233,15 @@ class ClaudeRunMapping:
         if error is not None:
             self.builder.error(ended_ms, error)
         return (
-            prompt_result(
-                text="".join(self.pieces),
+            self.prompt(
                 tokens=tokens,
                 cost=cost,
                 started_ms=started_ms,
-                ended_ms=self.result_at or ended_ms,
-                first_content_ms=self.first_content,
-                steps_ms=[self.builder.events[i].duration_ms or 0.0 for i, _ in self.steps],
-                tool_calls=self.records,
+                ended_ms=ended_ms,
+                steps=[i for i, _ in self.steps],
                 reason=reason,
-                error=None if timed_out else error,
+                error=error,
+                timed_out=timed_out,
             ),
             running,
         )

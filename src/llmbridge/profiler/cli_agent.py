@@ -60,6 +60,7 @@ __all__ = [
     "CliSession",
     "CliSessionProvider",
     "OutputLine",
+    "RunMapping",
     "TraceBuilder",
     "as_count",
     "as_object",
@@ -466,6 +467,49 @@ def run_failure(
     if not result:
         return "error", failure or f"{name} ended without a result"
     return None
+
+
+class RunMapping:
+    """What mapping one run's lines onto the session's trace gathers, whichever CLI
+    printed them: the answer's text, its first content, the tool calls, the closing
+    ``result`` line and the session id the run reported. A CLI's mapping reads its
+    own lines (``feed``) and sums them up (``prompt``)."""
+
+    def __init__(self, builder: TraceBuilder) -> None:
+        self.builder = builder
+        self.pieces: list[str] = []
+        self.first_content: float | None = None
+        self.records: list[ToolCallRecord] = []
+        self.result: dict[str, Any] | None = None
+        self.result_at: float | None = None
+        """The result line's arrival: the end of the turn (the CLI then shuts down)."""
+        self.session_id: str | None = None
+
+    def prompt(
+        self,
+        *,
+        tokens: TokenMetrics,
+        cost: CostMetrics,
+        started_ms: float,
+        ended_ms: float,
+        steps: Sequence[int],
+        reason: CompletionReason,
+        error: str | None,
+        timed_out: bool,
+    ) -> PromptResult:
+        """The prompt's result; ``steps`` are the indices of its steps' boundaries."""
+        return prompt_result(
+            text="".join(self.pieces),
+            tokens=tokens,
+            cost=cost,
+            started_ms=started_ms,
+            ended_ms=self.result_at or ended_ms,
+            first_content_ms=self.first_content,
+            steps_ms=[self.builder.events[i].duration_ms or 0.0 for i in steps],
+            tool_calls=self.records,
+            reason=reason,
+            error=None if timed_out else error,  # the timeout is the prompt's error
+        )
 
 
 # -- the provider -----------------------------------------------------------------------

@@ -43,10 +43,10 @@ from llmbridge.profiler.cli_agent import (
     CliSession,
     CliSessionProvider,
     OutputLine,
+    RunMapping,
     TraceBuilder,
     as_count,
     as_object,
-    prompt_result,
     run_failure,
 )
 from llmbridge.profiler.metrics import Price, cost_of
@@ -55,7 +55,6 @@ from llmbridge.profiler.types import (
     CostMetrics,
     PromptResult,
     TokenMetrics,
-    ToolCallRecord,
 )
 
 __all__ = [
@@ -120,21 +119,14 @@ def stats_tokens(stats: dict[str, Any]) -> TokenMetrics:
     )
 
 
-class _Mapping:
+class _Mapping(RunMapping):
     """One run's lines as events on the session's trace, and what they add up to."""
 
     def __init__(self, builder: TraceBuilder) -> None:
-        self.builder = builder
+        super().__init__(builder)
         self.first_boundary: int | None = None
         self.steps: list[int] = []
-        self.pieces: list[str] = []
-        self.first_content: float | None = None
-        self.records: list[ToolCallRecord] = []
-        self.result: dict[str, Any] | None = None
-        self.result_at: float | None = None
-        """The result line's arrival: the end of the turn (the CLI then shuts down)."""
         self.errors: list[str] = []
-        self.session_id: str | None = None
         self.last_output: float | None = None
         self.reopen_at: float | None = None
         """Tool results went back at this time: the next output is a new step's."""
@@ -238,17 +230,15 @@ class _Mapping:
         reason, error = self._reason(result, timed_out, timeout, failure)
         if error is not None and (timed_out or not result or result.get("error")):
             self.builder.error(ended_ms, error)
-        return prompt_result(
-            text="".join(self.pieces),
+        return self.prompt(
             tokens=tokens,
             cost=cost,
             started_ms=started_ms,
-            ended_ms=self.result_at or ended_ms,
-            first_content_ms=self.first_content,
-            steps_ms=[self.builder.events[i].duration_ms or 0.0 for i in self.steps],
-            tool_calls=self.records,
+            ended_ms=ended_ms,
+            steps=self.steps,
             reason=reason,
-            error=None if timed_out else error,
+            error=error,
+            timed_out=timed_out,
         )
 
     def _reason(
