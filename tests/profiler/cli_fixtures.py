@@ -1,15 +1,22 @@
 """Captured CLI runs (tests/profiler/fixtures, written by capture_cli_agents.py) as
 the ``OutputLine``s a provider maps, each line given a known arrival time, so the
-times the mapping derives can be checked exactly."""
+times the mapping derives can be checked exactly; and ``profile run`` end to end with
+a CLI agent on a scripted gateway, with what every CLI's run must show."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from llmbridge.cli import cli
 from llmbridge.profiler.cli_agent import OutputLine, TraceBuilder
 from llmbridge.profiler.trace import build_summary, group_turns
 from llmbridge.profiler.types import SessionTrace
+from tests.conftest import running_gateway
+from tests.profiler.capture_cli_agents import ToolLoop
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIRST_LINE_MS = 1_000_000.0
@@ -54,3 +61,83 @@ def trace_of(builder: TraceBuilder, session_id: str = "s") -> SessionTrace:
 
 def types_of(trace: SessionTrace) -> list[str]:
     return [e.type for e in trace.events]
+
+
+# -- profile run, end to end ------------------------------------------------------------------
+
+
+def profile_run(
+    tmp_path: Path, spec: dict[str, Any], *, provider: str, gateway_url: str
+) -> list[dict[str, Any]]:
+    """``llmbridge profile run`` of ``spec`` with ``provider`` against the gateway at
+    ``gateway_url`` (its report in ``tmp_path / "out"``): the trace records."""
+    scenarios = tmp_path / "s.yaml"
+    scenarios.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    args = ["profile", "run", str(scenarios), "--provider", provider, "--quiet"]
+    args += ["--gateway-url", gateway_url, "--out", str(out)]
+    run = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    return [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+
+
+def write_and_resume_spec(section: str, settings: dict[str, Any], tool: str) -> dict[str, Any]:
+    """A scenarios file for one CLI (its ``section``, priced): the scripted model
+    (``ToolLoop``) has the CLI's ``tool`` write out.txt in the workspace, then a second
+    prompt resumes the session; the ``terse`` mode's instructions go with both."""
+    return {
+        "models": ["scripted"],
+        "modes": [{"name": "terse", "system": "Be terse."}],
+        "timeout": 120,
+        section: settings,
+        "prices": {"scripted": {"input": 1.0, "output": 2.0}},
+        "scenarios": [
+            {
+                "id": "write",
+                "prompts": ["Write hi to out.txt", "Say it again"],
+                "checks": [
+                    {"file_contains": {"path": "out.txt", "text": "HI"}},
+                    {"tool_called": tool},
+                    {"completes": True},
+                ],
+            }
+        ],
+    }
+
+
+def run_write_and_resume(
+    tmp_path: Path,
+    model: ToolLoop,
+    *,
+    section: str,
+    settings: dict[str, Any],
+    provider: str,
+    tool: str,
+) -> dict[str, Any]:
+    """``write_and_resume_spec`` run with ``provider`` on a gateway serving ``model``;
+    what holds whichever CLI ran it is checked here: the workspace check passed, the
+    first prompt's one call completed and is the trace's, the second prompt resumed
+    with no call, three steps, the mode's instructions in every request's system
+    prompt, and the prompts' tokens are the trace's, priced by the price table. The
+    record."""
+    spec = write_and_resume_spec(section, settings, tool)
+    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+    with running_gateway({"scripted": model}, models=routes) as gateway:
+        (record,) = profile_run(tmp_path, spec, provider=provider, gateway_url=gateway.url)
+    assert record["provider"] == provider
+    assert record["passed"], record
+    assert record["invariant_problems"] == []
+    assert all(c["passed"] for c in record["checks"])
+    first, second = record["prompts"]
+    (call,) = first["tool_calls"]
+    assert call["name"] == tool and call["status"] == "completed"
+    assert second["text"] == "Once again." and second["tool_calls"] == []
+    events = record["trace"]["events"]
+    tool_call = next(e for e in events if e["type"] == "tool_call")
+    assert tool_call["call_id"] == call["call_id"]
+    assert [e["turn"] for e in events if e["type"] == "turn_boundary"] == [0, 1, 2]
+    assert all("Be terse." in r.messages[0].text for r in model.requests)
+    total = sum(p["tokens"]["total"] for p in record["prompts"])
+    assert record["trace"]["summary"]["tokens"]["total"] == total > 0
+    assert all(p["cost"]["source"] == "price_table" for p in record["prompts"])
+    return record

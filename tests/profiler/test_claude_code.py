@@ -5,15 +5,12 @@ claude-code`` end to end with the pinned CLI on a scripted gateway."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.cli import cli
 from llmbridge.profiler.claude_code import (
     ClaudeCodeSessionProvider,
     ClaudeCodeSettings,
@@ -26,7 +23,7 @@ from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
 from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
-from tests.profiler.cli_fixtures import Replay, trace_of, types_of
+from tests.profiler.cli_fixtures import Replay, run_write_and_resume, trace_of, types_of
 
 CLAUDE = Path(__file__).resolve().parent.parent / "e2e" / "node_modules" / ".bin" / "claude"
 
@@ -284,53 +281,16 @@ def test_profile_run_with_claude_code_in_a_workspace(tmp_path: Path) -> None:
     workspace, then answers; a second prompt resumes the session. The workspace
     check passes and the trace holds the call."""
     model = ToolLoop("scripted", models=("scripted",))
-    spec = {
-        "models": ["scripted"],
-        "modes": [{"name": "terse", "system": "Be terse."}],
-        "timeout": 120,
-        "claude_code": {"command": str(CLAUDE), "permission": "allow", "args": ["--tools", "Bash"]},
-        "prices": {"scripted": {"input": 1.0, "output": 2.0}},
-        "scenarios": [
-            {
-                "id": "write",
-                "prompts": ["Write hi to out.txt", "Say it again"],
-                "checks": [
-                    {"file_contains": {"path": "out.txt", "text": "HI"}},
-                    {"tool_called": "Bash"},
-                    {"completes": True},
-                ],
-            }
-        ],
-    }
-    scenarios = tmp_path / "s.yaml"
-    scenarios.write_text(json.dumps(spec))
-    out = tmp_path / "out"
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        args = ["profile", "run", str(scenarios), "--provider", "claude-code", "--quiet"]
-        args += ["--gateway-url", gateway.url, "--out", str(out)]
-        run = CliRunner().invoke(cli, args, catch_exceptions=False)
-    assert run.exit_code == 0, run.output
-    (record,) = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
-    assert record["provider"] == "claude-code"
-    assert record["passed"], record
-    assert record["invariant_problems"] == []
-    assert all(c["passed"] for c in record["checks"])
-    first, second = record["prompts"]
-    (call,) = first["tool_calls"]
-    assert call["name"] == "Bash" and call["status"] == "completed"
-    assert second["text"] == "Once again." and second["tool_calls"] == []
-    events = record["trace"]["events"]
-    tool_call = next(e for e in events if e["type"] == "tool_call")
-    assert tool_call["call_id"] == call["call_id"]
+    record = run_write_and_resume(
+        tmp_path,
+        model,
+        section="claude_code",
+        settings={"command": str(CLAUDE), "permission": "allow", "args": ["--tools", "Bash"]},
+        provider="claude-code",
+        tool="Bash",
+    )
+    tool_call = next(e for e in record["trace"]["events"] if e["type"] == "tool_call")
     assert tool_call["arguments"]["command"] == "echo hi | tr a-z A-Z > out.txt"
-    assert [e["turn"] for e in events if e["type"] == "turn_boundary"] == [0, 1, 2]
-    # The mode's instructions reached the model after Claude Code's own system prompt.
-    assert all("Be terse." in r.messages[0].text for r in model.requests)
-    # The prompts' tokens are the trace's, and the price table prices them.
-    total = sum(p["tokens"]["total"] for p in record["prompts"])
-    assert record["trace"]["summary"]["tokens"]["total"] == total > 0
-    assert all(p["cost"]["source"] == "price_table" for p in record["prompts"])
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from llmbridge.cli import cli
 from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
 from llmbridge.profiler.gemini_cli import (
     GeminiCliSessionProvider,
@@ -25,7 +23,7 @@ from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
 from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
-from tests.profiler.cli_fixtures import Replay, trace_of, types_of
+from tests.profiler.cli_fixtures import Replay, run_write_and_resume, trace_of, types_of
 
 GEMINI = Path(__file__).resolve().parent.parent / "e2e" / "node_modules" / ".bin" / "gemini"
 
@@ -226,54 +224,19 @@ async def test_the_command_line_home_and_environment(permission: Any, approval: 
 def test_profile_run_with_gemini_cli_in_a_workspace(tmp_path: Path) -> None:
     """The scripted model has Gemini CLI's shell tool write a file in the iteration's
     workspace, then answers; a second prompt resumes the session. The workspace
-    check passes and the trace holds the call."""
+    check passes and the trace holds the call; the mode's instructions are the HOME's
+    GEMINI.md."""
     model = ToolLoop("scripted", models=("scripted",))
-    spec = {
-        "models": ["scripted"],
-        "modes": [{"name": "terse", "system": "Be terse."}],
-        "timeout": 120,
-        "gemini_cli": {"command": str(GEMINI), "permission": "allow"},
-        "prices": {"scripted": {"input": 1.0, "output": 2.0}},
-        "scenarios": [
-            {
-                "id": "write",
-                "prompts": ["Write hi to out.txt", "Say it again"],
-                "checks": [
-                    {"file_contains": {"path": "out.txt", "text": "HI"}},
-                    {"tool_called": "run_shell_command"},
-                    {"completes": True},
-                ],
-            }
-        ],
-    }
-    scenarios = tmp_path / "s.yaml"
-    scenarios.write_text(json.dumps(spec))
-    out = tmp_path / "out"
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        args = ["profile", "run", str(scenarios), "--provider", "gemini-cli", "--quiet"]
-        args += ["--gateway-url", gateway.url, "--out", str(out)]
-        run = CliRunner().invoke(cli, args, catch_exceptions=False)
-    assert run.exit_code == 0, run.output
-    (record,) = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
-    assert record["provider"] == "gemini-cli"
-    assert record["passed"], record
-    assert record["invariant_problems"] == []
-    first, second = record["prompts"]
-    (call,) = first["tool_calls"]
-    assert call["name"] == "run_shell_command" and call["status"] == "completed"
-    assert second["text"] == "Once again." and second["tool_calls"] == []
-    events = record["trace"]["events"]
-    tool_call = next(e for e in events if e["type"] == "tool_call")
-    assert tool_call["call_id"] == call["call_id"]
-    assert [e["turn"] for e in events if e["type"] == "turn_boundary"] == [0, 1, 2]
+    run_write_and_resume(
+        tmp_path,
+        model,
+        section="gemini_cli",
+        settings={"command": str(GEMINI), "permission": "allow"},
+        provider="gemini-cli",
+        tool="run_shell_command",
+    )
     # The resumed prompt carried the conversation: the first prompt is in its request.
     assert any("Write hi to out.txt" in m.text for m in model.requests[-1].messages)
-    # The mode's instructions (the HOME's GEMINI.md) reached the model's system prompt.
-    assert all("Be terse." in r.messages[0].text for r in model.requests)
-    total = sum(p["tokens"]["total"] for p in record["prompts"])
-    assert record["trace"]["summary"]["tokens"]["total"] == total > 0
-    assert all(p["cost"]["source"] == "price_table" for p in record["prompts"])
 
 
 async def test_without_allow_the_shell_is_not_offered() -> None:
