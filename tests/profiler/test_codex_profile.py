@@ -15,13 +15,11 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
-
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.cli import cli
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from tests.e2e.test_codex import MODEL, recorded_gateway
+from tests.profiler.cli_fixtures import profile_run
 
 SHELL = "exec_command"
 COMMAND = "echo hello > hello.txt"
@@ -83,21 +81,9 @@ def test_codex_run_in_a_workspace(tmp_path: Path) -> None:
             }
         ],
     }
-    scenarios = tmp_path / "codex.yaml"
-    scenarios.write_text(json.dumps(spec))
-    out = tmp_path / "out"
     backend = ShellOnce()
     with recorded_gateway(backend) as (server, recorder):
-        result = CliRunner().invoke(
-            cli,
-            [
-                "profile", "run", str(scenarios), "--provider", "codex",
-                "--gateway-url", server.url, "--out", str(out), "--quiet",
-            ],
-            catch_exceptions=False,
-        )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+        records = profile_run(tmp_path, spec, provider="codex", gateway_url=server.url)
     assert len(records) == 2
     calls = recorder.calls("/v1/responses")
     # Per iteration: the tool call, the answer after it, then the resumed prompt's answer.
@@ -136,6 +122,7 @@ def test_codex_run_in_a_workspace(tmp_path: Path) -> None:
         assert kinds == ["tool_call", "tool_result"]
         checks = {c["name"]: c["passed"] for c in record["checks"]}
         assert all(checks.values()), checks
+    out = tmp_path / "out"  # where profile_run wrote the report
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["provider"], s["scenario"], s["passed"]) for s in summary] == [("codex", "hello", 2)]
     assert "| codex | hello |" in (out / "report.md").read_text()
@@ -157,21 +144,9 @@ def test_a_call_the_sandbox_refused_is_named_in_the_trace(tmp_path: Path) -> Non
             }
         ],
     }
-    scenarios = tmp_path / "codex.yaml"
-    scenarios.write_text(json.dumps(spec))
-    out = tmp_path / "out"
     backend = ShellOnce()
     with recorded_gateway(backend) as (server, _):
-        result = CliRunner().invoke(
-            cli,
-            [
-                "profile", "run", str(scenarios), "--provider", "codex",
-                "--gateway-url", server.url, "--out", str(out), "--quiet",
-            ],
-            catch_exceptions=False,
-        )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    (record,) = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+        (record,) = profile_run(tmp_path, spec, provider="codex", gateway_url=server.url)
     # The model got the refusal back and answered; the file is not there.
     assert [m.role for m in backend.requests[1].messages][-1] == "tool"
     assert "Read-only file system" in backend.requests[1].messages[-1].parts[0].content
