@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from llmbridge.cli import cli
 from llmbridge.profiler.cli_agent import OutputLine, TraceBuilder
-from llmbridge.profiler.trace import build_summary, group_turns
-from llmbridge.profiler.types import SessionTrace
+from llmbridge.profiler.trace import build_summary, check_invariants, group_turns
+from llmbridge.profiler.types import PromptResult, SessionTrace
 from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
 
@@ -61,6 +61,19 @@ def trace_of(builder: TraceBuilder, session_id: str = "s") -> SessionTrace:
 
 def types_of(trace: SessionTrace) -> list[str]:
     return [e.type for e in trace.events]
+
+
+def check_cut_at_deadline(result: PromptResult, trace: SessionTrace, timeout: float) -> None:
+    """A run cut at its ``timeout`` while a tool call was open (cli_agent's
+    ``end_tools`` and ``run_failure``, whichever CLI): a valid trace ending in the
+    timeout's error, the prompt a timeout (its error is the exception's, not the
+    result's), the open call failed saying so."""
+    assert check_invariants(trace) == []  # the open call ends as an error
+    assert result.completion_reason == "timeout" and result.error is None
+    (call,) = result.metrics.tool_calls
+    assert call.status == "error" and "never finished (timeout)" in (call.error or "")
+    assert trace.events[-1].type == "error"
+    assert trace.events[-1].error == f"timeout after {timeout:g} s"
 
 
 # -- profile run, end to end ------------------------------------------------------------------

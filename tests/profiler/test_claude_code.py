@@ -23,7 +23,13 @@ from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
 from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
-from tests.profiler.cli_fixtures import Replay, run_write_and_resume, trace_of, types_of
+from tests.profiler.cli_fixtures import (
+    Replay,
+    check_cut_at_deadline,
+    run_write_and_resume,
+    trace_of,
+    types_of,
+)
 
 CLAUDE = Path(__file__).resolve().parent.parent / "e2e" / "node_modules" / ".bin" / "claude"
 
@@ -206,13 +212,7 @@ def test_a_run_cut_at_its_deadline_keeps_what_it_measured() -> None:
         timed_out=True,
         timeout=3,
     )
-    trace = trace_of(builder)
-
-    assert check_invariants(trace) == []  # the open call ends as an error
-    assert result.completion_reason == "timeout" and result.error is None
-    (call,) = result.metrics.tool_calls
-    assert call.status == "error" and "never finished (timeout)" in (call.error or "")
-    assert trace.events[-1].type == "error" and trace.events[-1].error == "timeout after 3 s"
+    check_cut_at_deadline(result, trace_of(builder), 3)
     # The step's stream stopped before its message_delta: its input tokens are known.
     assert result.metrics.tokens.input > 0 and result.metrics.tokens.output == 0
     assert result.text == "Running."
