@@ -1,6 +1,8 @@
 """What the profiler's command-line agent providers share (Claude Code, Gemini CLI,
-Codex): their settings, a fresh HOME per session, one CLI run with the arrival time
-of each output line, and a trace built from those lines as they are mapped.
+Codex): their settings (each CLI's section read as its own ``settings_type``), a
+fresh HOME per session, one CLI run with the arrival time of each output line, and a
+trace built from those lines as they are mapped (``RunMapping``: what every mapping
+keeps; ``run_failure``: a run cut at its deadline or ended without a result line).
 
 A CLI agent runs once per prompt (``claude -p``, ``gemini -p``, ``codex exec``),
 printing JSON lines as it works; a later prompt of the same session resumes the
