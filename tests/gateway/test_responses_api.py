@@ -226,6 +226,20 @@ def test_hosted_tools_ignored_with_header(client: openai.OpenAI, scripted: Scrip
     assert raw.parse().output_text
 
 
+def test_a_tool_type_no_header_can_hold_is_named_percent_encoded(
+    client: openai.OpenAI, scripted: ScriptedBackend
+) -> None:
+    """Found by the fuzz tests: a hosted tool type outside latin-1 was put in the header
+    as it was, and Starlette's encoding of it failed the request with a 500."""
+    raw = client.responses.with_raw_response.create(
+        model="scripted",
+        input="hi",
+        tools=[{"type": "c~\U000f544c é"}],  # type: ignore[list-item]
+    )
+    assert raw.status_code == 200
+    assert raw.headers["x-llmbridge-ignored-tools"] == "c~%F3%B5%91%8C %C3%A9"
+
+
 def test_fault_mid_stream_fails_the_response(
     client: openai.OpenAI, scripted: ScriptedBackend
 ) -> None:

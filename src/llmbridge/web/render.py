@@ -16,6 +16,7 @@ import logging
 import math
 from enum import StrEnum
 from typing import Any
+from urllib.parse import quote
 
 from starlette.responses import Response
 from starlette.types import Scope
@@ -32,6 +33,7 @@ __all__ = [
     "dialect_for_path",
     "dialect_for_scope",
     "error_response",
+    "header_value",
     "is_gemini_client",
     "new_request_id",
     "to_bridge_error",
@@ -97,6 +99,16 @@ def dialect_for_scope(scope: Scope) -> Dialect:
         if is_gemini_client(scope):
             return Dialect.GEMINI
     return dialect
+
+
+def header_value(text: str) -> str:
+    """``text`` fit for an HTTP header value: printable ASCII as it is, anything else
+    (non-ASCII, control characters, ``%``) percent-encoded as UTF-8 (RFC 3986), so a
+    name a client chose (a tool type) can be reported back in a header without the
+    latin-1 encoding Starlette applies failing with a 500."""
+    if text.isascii() and text.isprintable() and "%" not in text:
+        return text
+    return quote(text, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~", errors="backslashreplace")
 
 
 def new_request_id() -> str:

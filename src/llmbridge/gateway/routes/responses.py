@@ -55,7 +55,7 @@ from llmbridge.gateway.pipeline import ChatCodec, serve_chat
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import parse_json, read_body
-from llmbridge.web.render import Dialect, error_response, new_request_id
+from llmbridge.web.render import Dialect, error_response, header_value, new_request_id
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -78,7 +78,8 @@ def dialect_headers(chat: ChatRequest) -> dict[str, str]:
     details = (chat.provider_details or {}).get(DETAILS_KEY) or {}
     headers: dict[str, str] = {}
     if details.get("ignored_tools"):
-        headers[IGNORED_TOOLS_HEADER] = ",".join(details["ignored_tools"])
+        # Tool types are the client's strings: percent-encoded where not plain ASCII.
+        headers[IGNORED_TOOLS_HEADER] = ",".join(header_value(t) for t in details["ignored_tools"])
     if details.get("dropped_reasoning"):
         headers[DROPPED_REASONING_HEADER] = str(details["dropped_reasoning"])
     return headers
