@@ -88,6 +88,28 @@ async def test_a_window_forgets_by_time(harness: Harness) -> None:
     assert (allowed.allowed, allowed.used, allowed.reset_s) == (True, 1, 0.0)
 
 
+async def test_a_window_spread_over_seconds_forgets_its_oldest_first() -> None:
+    """LocalState keeps a running total over its buckets: seconds leave it one by one,
+    the reset time counts from the oldest, and a clock that steps back loses nothing."""
+    clock = FakeClock()
+    state = LocalState(clock=clock)
+    for cost in (3, 4, 5):  # at t, t+20 s and t+40 s
+        assert (await state.take("tpm", cost, 12, 60)).allowed
+        clock.now += 20
+    clock.now -= 1  # t+59 s: all three are in the window
+    refused = await state.take("tpm", 3, 12, 60)  # fits once t's 3 tokens have left
+    assert (refused.allowed, refused.used) == (False, 12)
+    assert refused.reset_s == pytest.approx(0.75)  # t's second ends the window at t+59.75
+    clock.now += 1
+    assert await state.used("tpm", 60) == 9
+    clock.now += 20
+    assert await state.used("tpm", 60) == 5
+    clock.now -= 30  # stepped back: the add lands in the newest bucket, still counted
+    assert await state.add("tpm", 2, 60) == 7
+    clock.now += 30 + 60
+    assert await state.used("tpm", 60) == 0
+
+
 async def test_in_flight_counts_up_to_a_limit_and_never_below_zero(harness: Harness) -> None:
     state = harness.state
     assert [await state.acquire("par:k", 2) for _ in range(3)] == [True, True, False]

@@ -6,7 +6,8 @@ memory, and adds its cost to the key's "spent, not yet flushed" counter in the s
 state (``spend:<key_id>``), so a budget check (``api_keys.spent_usd`` plus that
 counter) sees it at once, on every replica. With Redis the adds gather for
 ``SPEND_BATCH_S`` (50 ms) and go as one per key (a budget check sees a cost up to
-50 ms late), not as a round trip per request. A background task writes the buffer
+50 ms late), not as a round trip per request; in-process state takes each add at once,
+without a task. A background task writes the buffer
 every ``flush_interval_s`` (1 s), or as soon as ``batch_size`` (200) records wait,
 in one transaction per batch:
 
@@ -47,6 +48,7 @@ from llmbridge.agent.store.engine import make_engine, write_engine
 from llmbridge.agent.store.migrate import migrate
 from llmbridge.agent.store.models import ApiKeyRow, UsageRow
 from llmbridge.state.base import SharedState
+from llmbridge.state.local import LocalState
 
 __all__ = ["UsageLedger", "UsageRecord", "replica_name", "spend_key"]
 
@@ -151,6 +153,8 @@ class UsageLedger:
         )
         """How long spend gathers before it is sent, one add per key (module docstring)."""
         self._spend_task: asyncio.Task[None] | None = None
+        self._spend_now = spend.add_float_now if isinstance(spend, LocalState) else None
+        """In-process state takes a request's spend synchronously (no task per request)."""
         self._failing = False
         self._closing = False
         self.dropped = 0
@@ -197,6 +201,9 @@ class UsageLedger:
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
         if self._spend is not None and record.key_id is not None and record.cost_usd:
+            if self._spend_now is not None:  # this process's state: added at once
+                self._spend_now(spend_key(record.key_id), record.cost_usd)
+                return
             # The shared spend counter is what budget checks read between flushes. One
             # task adds what accumulated since it last ran, not one task per request.
             key = spend_key(record.key_id)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,6 +45,34 @@ class _Breaker:
         return BreakerView(self.state, self.failures, self.opened_at)
 
 
+class _Window:
+    """One sliding window: its 1-second buckets oldest first, and their running total,
+    so a check costs the same however many seconds of the window are filled (no scan
+    and no sum over up to 60 buckets per request)."""
+
+    __slots__ = ("buckets", "total")
+
+    def __init__(self) -> None:
+        self.buckets: deque[list[int]] = deque()  # [second, amount]
+        self.total = 0
+
+    def expire(self, oldest: int) -> None:
+        """Drop the buckets of seconds before ``oldest``."""
+        buckets = self.buckets
+        while buckets and buckets[0][0] < oldest:
+            self.total -= buckets.popleft()[1]
+
+    def add(self, second: int, amount: int) -> None:
+        buckets = self.buckets
+        # A clock that stepped back (an injected one, or NTP) adds to the newest bucket,
+        # so the buckets stay in order.
+        if buckets and buckets[-1][0] >= second:
+            buckets[-1][1] += amount
+        else:
+            buckets.append([second, amount])
+        self.total += amount
+
+
 class LocalState:
     """Shared state held in this process (module docstring)."""
 
@@ -51,7 +80,7 @@ class LocalState:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._windows: dict[str, dict[int, int]] = {}
+        self._windows: dict[str, _Window] = {}
         self._in_flight: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._latency: dict[str, float] = {}
@@ -65,44 +94,43 @@ class LocalState:
 
     # -- sliding windows -----------------------------------------------------------
 
-    def _window(self, key: str, window_s: float) -> tuple[dict[int, int], int, int, float]:
-        """The key's live buckets (stale ones dropped), their total, the window in
-        whole seconds and now."""
+    def _window(self, key: str, window_s: float) -> tuple[_Window, int, float]:
+        """The key's window with its stale buckets dropped, the window in whole
+        seconds and now."""
         now = self._clock()
         seconds = window_seconds(window_s)
-        oldest = math.floor(now) - seconds + 1
-        buckets = self._windows.setdefault(key, {})
-        for stale in [b for b in buckets if b < oldest]:
-            del buckets[stale]
-        return buckets, sum(buckets.values()), seconds, now
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window()
+        window.expire(math.floor(now) - seconds + 1)
+        return window, seconds, now
 
     async def take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
         return self._take(key, cost, limit, window_s)
 
     def _take(self, key: str, cost: int, limit: int, window_s: float) -> WindowVerdict:
-        buckets, used, seconds, now = self._window(key, window_s)
+        window, seconds, now = self._window(key, window_s)
+        used = window.total
         if used + cost <= limit:
-            second = math.floor(now)
-            buckets[second] = buckets.get(second, 0) + cost
+            window.add(math.floor(now), cost)
             return WindowVerdict(True, used + cost, limit, 0.0)
         return WindowVerdict(
-            False, used, limit, _reset_after(buckets, used, cost, limit, seconds, now)
+            False, used, limit, _reset_after(window.buckets, used, cost, limit, seconds, now)
         )
 
     async def add(self, key: str, amount: int, window_s: float) -> int:
         return self._add(key, amount, window_s)
 
     def _add(self, key: str, amount: int, window_s: float) -> int:
-        buckets, used, _, now = self._window(key, window_s)
-        second = math.floor(now)
-        buckets[second] = buckets.get(second, 0) + amount
-        return used + amount
+        window, _, now = self._window(key, window_s)
+        window.add(math.floor(now), amount)
+        return window.total
 
     async def used(self, key: str, window_s: float) -> int:
-        buckets, used, _, _ = self._window(key, window_s)
-        if not buckets:
+        window, _, _ = self._window(key, window_s)
+        if not window.buckets:
             del self._windows[key]  # keys nobody uses any more do not pile up
-        return used
+        return window.total
 
     # -- in flight -----------------------------------------------------------------
 
@@ -185,6 +213,11 @@ class LocalState:
     # -- spend ---------------------------------------------------------------------
 
     async def add_float(self, key: str, amount: float) -> float:
+        return self.add_float_now(key, amount)
+
+    def add_float_now(self, key: str, amount: float) -> float:
+        """``add_float`` without a coroutine: what the usage ledger calls per request
+        (accounts/ledger.py), where a task per request would cost more than the add."""
         total = self._floats.get(key, 0.0) + amount
         self._floats[key] = total
         return total
@@ -253,7 +286,7 @@ class LocalState:
 
 
 def _reset_after(
-    buckets: dict[int, int], used: int, cost: int, limit: int, seconds: int, now: float
+    buckets: Iterable[list[int]], used: int, cost: int, limit: int, seconds: int, now: float
 ) -> float:
     """Seconds until enough of the oldest buckets leave the window for ``cost`` to fit;
     the whole window when it never will (``cost > limit``). A bucket for second ``b``
@@ -261,8 +294,8 @@ def _reset_after(
     if cost > limit:
         return float(seconds)
     need, dropped = used + cost - limit, 0
-    for second in sorted(buckets):
-        dropped += buckets[second]
+    for second, amount in buckets:  # oldest first
+        dropped += amount
         if dropped >= need:
             return max(0.0, second + seconds - now)
     return float(seconds)
