@@ -472,12 +472,18 @@ class Summariser:
         return chosen
 
     async def summarise_once(
-        self, session_id: str, *, model: str | None = None, force: bool = False
+        self,
+        session_id: str,
+        *,
+        model: str | None = None,
+        force: bool = False,
+        chat: ChatFn | None = None,
     ) -> SummaryRecord | None:
         """Summarise the oldest unsummarised run if the threshold is reached (with
         ``force``, whatever the threshold, leaving ``force_keep_recent`` messages),
-        with ``model``, else the summariser's own. ``None`` when there is nothing to
-        summarise, or another writer stored it."""
+        with ``model``, else the summariser's own, called through ``chat`` (default:
+        the summariser's; the HTTP API's metered one for a key's request). ``None``
+        when there is nothing to summarise, or another writer stored it."""
         config = self.config
         chosen = model or self.model_for(None)
         keep = config.force_keep_recent if force else config.keep_recent
@@ -492,7 +498,7 @@ class Summariser:
         if not lines:  # nothing but tool traffic: record the run as covered
             summary = "(no conversation in this part)"
         else:
-            summary = await self._generate("\n\n".join(lines), source, chosen)
+            summary = await self._generate("\n\n".join(lines), source, chosen, chat)
         if not summary:
             raise ValueError("the summariser model returned an empty summary")
         return await self.store.add_summary(session_id, summary, [m.id for m in run], model=chosen)
@@ -515,7 +521,9 @@ class Summariser:
                 source += cost
         return run, lines, source
 
-    async def _generate(self, transcript: str, source_tokens: int, model: str) -> str:
+    async def _generate(
+        self, transcript: str, source_tokens: int, model: str, chat: ChatFn | None = None
+    ) -> str:
         limit = max(1, min(self.config.max_summary_tokens, source_tokens))
         words = max(10, int(limit * 0.75))
         request = ChatRequest(
@@ -529,7 +537,7 @@ class Summariser:
         )
         # aclosing: a turn that cancels the summary, or an error event, ends the
         # backend's call now (the embedded model's turn is free at once).
-        async with aclosing(self.chat(request)) as events:
+        async with aclosing((chat or self.chat)(request)) as events:
             response = await accumulate(events)
         return truncate_to_tokens(response.message.text.strip(), limit)
 

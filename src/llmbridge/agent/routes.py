@@ -28,12 +28,20 @@ already (``agent/store/errors.py`` maps the database's failures, once), and
 500. In a stream, a failure after the first event is an ``event: error``; the
 partial answer is stored marked ``incomplete``, as it is when the client
 disconnects (which stops generation).
+
+Requests that call a model (a turn, an on-demand summary) pass ``MountedAgent.gate``
+first (``agent.gate``; the gateway's counts them against the caller's key and in the
+usage ledger, ``gateway/agent_gate.py``): the model is known, the session checked,
+and nothing stored before it, so a refusal (403, 429 with ``Retry-After`` and
+``x-ratelimit-*``) is a plain HTTP error, never an SSE event, and leaves nothing
+behind. The pass is finished however the request ends: the reply (200), an error
+(its status), a client gone (499).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +74,7 @@ from llmbridge.agent.api import (
     unstorable_field,
 )
 from llmbridge.agent.eldercare import RECORD_KINDS
+from llmbridge.agent.gate import OPEN_GATE, ModelGate, ModelPass
 from llmbridge.agent.runtime import AgentRuntime
 from llmbridge.agent.service import (
     AgentDelta,
@@ -77,7 +86,12 @@ from llmbridge.agent.service import (
     AgentToolResult,
 )
 from llmbridge.agent.store import MAX_ID
-from llmbridge.core.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
+from llmbridge.core.errors import (
+    InvalidRequestError,
+    LLMBridgeError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 from llmbridge.core.limits import RequestLimits
 from llmbridge.dialects.framing import dumps, sse_event
 from llmbridge.dialects.openai.errors import error_type
@@ -108,6 +122,9 @@ class MountedAgent:
     error: str | None = None
     """Why ``runtime`` is not there: the kind of failure only (its details, which may
     name the database server, are in the log)."""
+    gate: ModelGate = OPEN_GATE
+    """What a request that calls a model passes first (``agent.gate``): the gateway's
+    keys, limits and usage ledger; by default nothing is counted."""
 
 
 def _mounted(request: Request) -> MountedAgent:
@@ -125,13 +142,23 @@ def _endpoint(handler: Handler) -> Handler:
         except ClientDisconnected:
             return Response(status_code=499)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
-            return error_response(Dialect.OPENAI, exc, new_request_id())
+            # A key's refusal carries Retry-After and x-ratelimit-* (agent.gate).
+            refused = (
+                _mounted(request).gate.refusal_headers(exc)
+                if isinstance(exc, LLMBridgeError)
+                else None
+            )
+            return error_response(Dialect.OPENAI, exc, new_request_id(), headers=refused or None)
 
     return endpoint
 
 
-def _json(body: object, status_code: int = 200) -> Response:
-    return Response(dumps(body), status_code=status_code, media_type="application/json")
+def _json(
+    body: object, status_code: int = 200, *, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(
+        dumps(body), status_code=status_code, media_type="application/json", headers=headers
+    )
 
 
 def _runtime(request: Request) -> tuple[AgentRuntime, str | None]:
@@ -297,6 +324,22 @@ async def list_messages(request: Request) -> Response:
     return _json({"messages": [message_view(m) for m in messages]})
 
 
+async def _admitted(
+    request: Request, model: str, endpoint: str, *, streamed: bool, prompt: str
+) -> ModelPass:
+    """The gate's pass for a request that calls ``model`` (module docstring)."""
+    gate = _mounted(request).gate
+    return await gate.admit(request, model, endpoint=endpoint, streamed=streamed, prompt=prompt)
+
+
+async def _finished(model_pass: ModelPass, error: BaseException) -> None:
+    """Finish ``model_pass`` for a request that ended with ``error``."""
+    if isinstance(error, Exception) and not isinstance(error, ClientDisconnected):
+        await model_pass.finish(to_bridge_error(error).status_code)
+    else:  # the client left (a cancelled request too: nobody is there to answer)
+        await model_pass.finish(499)
+
+
 async def post_message(request: Request) -> Response:
     runtime, owner = _runtime(request)
     body = parse(MessageIn, await _body(request))
@@ -312,19 +355,32 @@ async def post_message(request: Request) -> Response:
         history_budget=body.history_budget,
         owner=owner,
     )
+    # Admitted last before the turn runs: a refusal stores nothing (module docstring).
+    model_pass = await _admitted(
+        request, turn.model, _SESSION + "/messages", streamed=body.stream, prompt=body.input
+    )
     if not body.stream:
-        # A client that leaves cancels the turn; its partial answer is stored.
-        reply = await run_until_disconnect(request.receive, runtime.service.run_agent(turn))
-        return _json(reply_view(reply))
-    return await _stream(request, runtime, turn)
+        try:
+            # A client that leaves cancels the turn; its partial answer is stored.
+            work = runtime.service.run_agent(turn, meter=model_pass)
+            reply = await run_until_disconnect(request.receive, work)
+        except BaseException as exc:
+            await _finished(model_pass, exc)
+            raise
+        await model_pass.finish(200)
+        return _json(reply_view(reply), headers=model_pass.headers())
+    return await _stream(request, runtime, turn, model_pass)
 
 
-async def _stream(request: Request, runtime: AgentRuntime, turn: AgentRequest) -> Response:
+async def _stream(
+    request: Request, runtime: AgentRuntime, turn: AgentRequest, model_pass: ModelPass
+) -> Response:
     """The turn as Server-Sent Events. Everything up to the first output (the model,
     persona and session checks, storing the question, the backend's first event) is
     awaited before answering, so those failures are still HTTP errors (a backend
-    that is down: 503)."""
-    events = runtime.service.run_agent_stream(turn)
+    that is down: 503). ``model_pass`` is finished when the stream closes: 200, the
+    status of an error event, or 499 for a client that left."""
+    events = runtime.service.run_agent_stream(turn, meter=model_pass)
 
     async def opening() -> list[AgentEvent]:
         head: list[AgentEvent] = []
@@ -336,11 +392,14 @@ async def _stream(request: Request, runtime: AgentRuntime, turn: AgentRequest) -
 
     try:
         head = await run_until_disconnect(request.receive, opening())
-    except BaseException:
+    except BaseException as exc:
         await events.aclose()
+        await _finished(model_pass, exc)
         raise
+    status = 200
 
     async def body() -> AsyncIterator[bytes]:
+        nonlocal status
         try:
             for event in head:
                 yield _sse(event)
@@ -348,6 +407,7 @@ async def _stream(request: Request, runtime: AgentRuntime, turn: AgentRequest) -
                 yield _sse(event)
         except Exception as exc:  # noqa: BLE001 - the stream's own error event
             error = to_bridge_error(exc)
+            status = error.status_code
             yield sse_event(
                 {
                     "error": {
@@ -362,10 +422,14 @@ async def _stream(request: Request, runtime: AgentRuntime, turn: AgentRequest) -
         finally:
             await events.aclose()
 
+    async def on_close(disconnected: bool) -> None:
+        await model_pass.finish(499 if disconnected else status)
+
     return StreamingBody(
         body(),
         media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **model_pass.headers()},
+        on_close=on_close,
     )
 
 
@@ -439,15 +503,22 @@ async def create_summary(request: Request) -> Response:
     if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
         raw = await _body(request)
     body = parse(SummaryIn, raw)
-    summary = await runtime.service.summarise(
-        request.path_params["session_id"],
-        owner=owner,
-        model=body.model,
-        default_model=runtime.model_for,
+    session_id = request.path_params["session_id"]
+    service = runtime.service
+    model = await service.summary_model(
+        session_id, owner=owner, model=body.model, default_model=runtime.model_for
     )
+    model_pass = await _admitted(request, model, _SESSION + "/summaries", streamed=False, prompt="")
+    try:
+        summary = await service.summarise(session_id, owner=owner, model=model, meter=model_pass)
+    except BaseException as exc:
+        await _finished(model_pass, exc)
+        raise
+    status = 200 if summary is None else 201
+    await model_pass.finish(status)
     if summary is None:
-        return _json({"summary": None})
-    return _json({"summary": summary_view(summary)}, 201)
+        return _json({"summary": None}, headers=model_pass.headers())
+    return _json({"summary": summary_view(summary)}, status, headers=model_pass.headers())
 
 
 # -- documents ------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from llmbridge.agent.context import (
 )
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareRecords
+from llmbridge.agent.gate import CallMeter, metered
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
 from llmbridge.agent.prompt import build_system_prompt
 from llmbridge.agent.session_locks import SessionLocks
@@ -86,7 +87,7 @@ from llmbridge.core.events import PartDelta, TextDelta
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat
 from llmbridge.core.response import Usage
-from llmbridge.core.stream import EventStream
+from llmbridge.core.stream import ChatFn, EventStream
 
 __all__ = [
     "AgentDelta",
@@ -417,14 +418,34 @@ class AgentService:
         owner: str | None = None,
         model: str | None = None,
         default_model: Callable[[str | None], Awaitable[str]] | None = None,
+        meter: CallMeter | None = None,
     ) -> SummaryRecord | None:
         """Write one summary of ``owner``'s session now, whatever the threshold: its
-        oldest unsummarised messages but the last exchange. The model: ``model``, else
-        the summariser's, else the session's own (its last answer's), else
-        ``default_model(None)``. ``None`` when there is nothing to summarise."""
-        await self.get_session(session_id, owner=owner)
+        oldest unsummarised messages but the last exchange, with ``summary_model``'s
+        model. ``None`` when there is nothing to summarise. ``meter`` hears of the
+        model call (``agent.gate``: a key's limits and the usage ledger)."""
+        chosen = await self.summary_model(
+            session_id, owner=owner, model=model, default_model=default_model
+        )
         summariser = self.summariser or Summariser(self.store, self.models.chat)
-        chosen = model or summariser.model or await self._session_model(session_id)
+        chat = metered(self.models.chat, meter) if meter is not None else None
+        return await summariser.summarise_once(session_id, model=chosen, force=True, chat=chat)
+
+    async def summary_model(
+        self,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        model: str | None = None,
+        default_model: Callable[[str | None], Awaitable[str]] | None = None,
+    ) -> str:
+        """The model ``summarise`` writes ``owner``'s session's summary with:
+        ``model``, else the summariser's, else the session's own (its last answer's),
+        else ``default_model(None)``. ``NotFoundError`` for a session ``owner`` may
+        not see or an unknown model; a 400 when there is no model at all."""
+        await self.get_session(session_id, owner=owner)
+        configured = self.summariser.model if self.summariser is not None else None
+        chosen = model or configured or await self._session_model(session_id)
         if chosen is None and default_model is not None:
             chosen = await default_model(None)
         if not chosen:
@@ -432,7 +453,7 @@ class AgentService:
                 "no model to summarise with: name one ('model')", param="model"
             )
         self.models.backend_name(chosen)  # an unknown model fails before any work
-        return await summariser.summarise_once(session_id, model=chosen, force=True)
+        return chosen
 
     async def _session_model(self, session_id: str) -> str | None:
         """The model of the session's newest answer among its last few messages."""
@@ -449,12 +470,14 @@ class AgentService:
 
     # -- turns --------------------------------------------------------------------------
 
-    async def run_agent(self, request: AgentRequest) -> AgentReply:
-        """One turn, answered whole."""
+    async def run_agent(
+        self, request: AgentRequest, *, meter: CallMeter | None = None
+    ) -> AgentReply:
+        """One turn, answered whole (``meter``: as ``run_agent_stream``'s)."""
         start: AgentStart | None = None
         calls: list[AgentToolCall] = []
         results: list[AgentToolResult] = []
-        async with aclosing(self.run_agent_stream(request)) as events:
+        async with aclosing(self.run_agent_stream(request, meter=meter)) as events:
             async for event in events:
                 if isinstance(event, AgentStart):
                     start = event
@@ -476,12 +499,16 @@ class AgentService:
                     )
         raise RuntimeError("the agent stream ended without a reply")  # pragma: no cover
 
-    async def run_agent_stream(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
-        """One turn, streamed (module docstring)."""
+    async def run_agent_stream(
+        self, request: AgentRequest, *, meter: CallMeter | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """One turn, streamed (module docstring). ``meter`` hears of each of the
+        turn's model calls: its first event and its usage (``agent.gate``: how the
+        gateway counts a turn against a key's limits and in the usage ledger)."""
         self.models.backend_name(request.model)  # an unknown model fails before any work
         backend = self.turns.begin(request.model)
         try:
-            turn = self._turn(request)
+            turn = self._turn(request, metered(self.models.chat, meter))
             serialised = self.session_locks.serialise(request.session_id, turn)
             async with aclosing(serialised) as events:
                 async for event in events:
@@ -489,7 +516,7 @@ class AgentService:
         finally:
             self.turns.end(backend)
 
-    async def _turn(self, request: AgentRequest) -> AsyncGenerator[AgentEvent, None]:
+    async def _turn(self, request: AgentRequest, chat: ChatFn) -> AsyncGenerator[AgentEvent, None]:
         persona = await self._persona(request.persona_id, request.owner)
         session = await self._session(request)
         if persona is None and session.persona_id:
@@ -511,7 +538,7 @@ class AgentService:
             Message("user", (TextPart(text),)),
         ]
         turn = _Turn(session.id, request.model)
-        loop = self._loop(request, settings, params, messages, turn)
+        loop = self._loop(request, settings, params, messages, turn, chat)
         completed = False
         try:
             async for event in loop:
@@ -586,6 +613,7 @@ class AgentService:
         params: GenerationParams,
         messages: list[Message],
         turn: _Turn,
+        chat_fn: ChatFn,
     ) -> AsyncGenerator[AgentEvent, None]:
         offered = self.tools.definitions() if request.tools else ()
         fmt = ResponseFormat("json") if settings.output_format == "json" else None
@@ -604,7 +632,7 @@ class AgentService:
             )
             turn.rounds += 1
             accumulator = Accumulator()
-            async with aclosing(self.models.chat(chat)) as stream:
+            async with aclosing(chat_fn(chat)) as stream:
                 async for event in stream:
                     accumulator.add(event)  # raises a StreamError's error
                     if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):

@@ -30,6 +30,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.accounting import open_ledger
+from llmbridge.gateway.agent_gate import KeyGate
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
@@ -199,7 +200,8 @@ def create_app(
         body_limits=state.limits,
     )
 
-    agent = MountedAgent(state.limits)
+    # Agent turns count against the caller's key and in the ledger (gateway/agent_gate.py).
+    agent = MountedAgent(state.limits, gate=KeyGate(state))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
