@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from llmbridge.accounts import ledger as ledger_module
 from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, UsageRecord, spend_key
 from llmbridge.accounts.prices import ModelPrice, PriceTable, cost_of
 from llmbridge.accounts.usage import parse_when, usage_report
@@ -236,6 +237,41 @@ async def test_shutdown_writes_what_is_left(engine: AsyncEngine) -> None:
     (group,) = await usage_report(engine, "day")
     assert group.group == datetime.now(UTC).date().isoformat()
     assert (group.requests, group.errors) == (3, 1)
+
+
+async def test_every_column_reads_back_as_recorded(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger writes rows with its own multi-row statement (not SQLAlchemy's
+    parameter processing): every value, the timestamp to the microsecond (given aware
+    or naive, naive being UTC, as the column type takes it), reads back through the
+    ORM's column types; a batch larger than one statement's rows goes in whole."""
+    at = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+    full = UsageRecord(
+        request_id="req_full", model="qwen3:8b", status=200, created_at=at,
+        key_id="key_1", key_name="team \u00e9", backend="openai", deployment="gpu1",
+        endpoint="/v1/chat/completions", input_tokens=11, output_tokens=22,
+        reasoning_tokens=3, cached_tokens=4, cost_usd=0.000123, latency_ms=12.5,
+        ttft_ms=3.25, streamed=True, replica="host:1",
+    )  # fmt: skip
+    naive = UsageRecord("req_naive", "m", 499, created_at=at.replace(tzinfo=None), streamed=False)
+    more = [_record(f"req_more_{n}") for n in range(5)]
+    ledger = UsageLedger(engine, flush_interval_s=3600)
+    monkeypatch.setattr(ledger_module, "ROWS_PER_INSERT", 3)  # 3 statements for these 7
+    for record in (full, naive, *more):
+        ledger.record(record)
+    assert await ledger.flush()
+    await ledger.aclose()
+    assert ledger.written == 7
+    async with engine.connect() as conn:
+        rows = {row.request_id: row for row in await conn.execute(select(USAGE))}
+    assert len(rows) == 7
+    got = rows["req_full"]
+    for name in ledger_module._COLUMNS:
+        assert getattr(got, name) == getattr(full, name), name
+    assert rows["req_naive"].created_at == at
+    assert (rows["req_naive"].status, rows["req_naive"].streamed) == (499, False)
+    assert rows["req_naive"].key_id is None
 
 
 async def test_a_duplicate_request_id_is_recorded_and_charged_once(engine: AsyncEngine) -> None:
