@@ -13,8 +13,6 @@ context, and a ``<system-reminder>`` (today's date) before the prompt.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,62 +22,48 @@ import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.messages import ToolCallPart, ToolResultPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app
-from llmbridge.gateway.config import GatewayConfig, load_config
+from llmbridge.gateway.config import load_config
 from tests.conftest import RunningServer, running_gateway
+from tests.e2e.cli_harness import (
+    E2E_DIR,
+    PINS,
+    TIMEOUT,
+    CliRun,
+    ToolLoopBackend,
+    check_installed,
+    clean_environment,
+    failure_report,
+    recorded_gateway,
+    run_cli,
+    tool_round,
+)
 from tests.e2e.recording import Recorder
 
-E2E_DIR = Path(__file__).resolve().parent
 CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
-_PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
-    "dependencies"
-]
-PINNED: str = _PINS["@anthropic-ai/claude-code"]
-PREVIOUS: str = _PINS["claude-code-previous"].rpartition("@")[2]  # npm:@anthropic-ai/...@X
+PINNED: str = PINS["@anthropic-ai/claude-code"]
+PREVIOUS: str = PINS["claude-code-previous"].rpartition("@")[2]  # npm:@anthropic-ai/...@X
 BINARIES = {
     PINNED: CLAUDE,
     PREVIOUS: E2E_DIR / "node_modules" / "claude-code-previous" / "bin" / "claude.exe",
 }
-TIMEOUT = 120  # seconds per Claude Code run; each takes a few seconds
 
 
 # -- the CLI --------------------------------------------------------------------------
 
 
 def _environment(home: Path, base_url: str, **extra: str) -> dict[str, str]:
-    """A minimal environment, so nothing from the caller's shell (keys, proxies,
-    Claude Code settings) reaches the CLI; everything it writes stays under ``home``."""
-    tmp = home / "tmp"
-    tmp.mkdir(exist_ok=True)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "TMPDIR": str(tmp),
-        "CLAUDE_CODE_TMPDIR": str(tmp),
+    """Claude Code's variables in a clean environment (cli_harness.clean_environment):
+    the gateway, any key, and non-essential traffic and updates off."""
+    variables = {
+        "CLAUDE_CODE_TMPDIR": str(home / "tmp"),
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": "anything",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-        **extra,
     }
-
-
-@dataclass
-class ClaudeRun:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def report(self) -> str:
-        return (
-            f"claude {' '.join(repr(a) for a in self.args)}\n"
-            f"exit code {self.returncode}\n"
-            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
-        )
+    return clean_environment(home, **{**variables, **extra})
 
 
 @dataclass(frozen=True)
@@ -91,26 +75,15 @@ class Claude:
 def _installed(version: str, tmp_path_factory: pytest.TempPathFactory) -> Claude:
     """A pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
     binary = BINARIES[version]
-    setup = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
-    if not os.access(binary, os.X_OK):
-        pytest.fail(f"Claude Code is not installed at {binary}.\n{setup}", pytrace=False)
     home = tmp_path_factory.mktemp("claude-version")
-    done = subprocess.run(
-        [str(binary), "--version"],
+    check_installed(
+        "Claude Code",
+        binary,
+        pinned=version,
+        accepts=lambda printed: printed.startswith(version + " "),
         env=_environment(home, "http://127.0.0.1:9"),
         cwd=home,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
     )
-    if not done.stdout.startswith(version + " "):
-        pytest.fail(
-            f"{binary} is Claude Code {done.stdout.strip()!r} (exit code {done.returncode}), "
-            f"but tests/e2e/package.json pins {version}.\n{setup}\n{done.stderr}",
-            pytrace=False,
-        )
     return Claude(binary, version)
 
 
@@ -127,29 +100,9 @@ def current_claude(tmp_path_factory: pytest.TempPathFactory) -> Claude:
     return _installed(PINNED, tmp_path_factory)
 
 
-def run_claude(claude: Path, home: Path, base_url: str, args: list[str], **env: str) -> ClaudeRun:
+def run_claude(claude: Path, home: Path, base_url: str, args: list[str], **env: str) -> CliRun:
     """``claude <args>`` in ``home``, against the gateway at ``base_url``."""
-    try:
-        done = subprocess.run(
-            [str(claude), *args],
-            env=_environment(home, base_url, **env),
-            cwd=home,
-            stdin=subprocess.DEVNULL,  # with -p, an open stdin would be read as input
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        partial = ClaudeRun(args, -1, _text(exc.stdout), _text(exc.stderr))
-        pytest.fail(f"Claude Code did not finish within {TIMEOUT} s\n{partial.report()}")
-    return ClaudeRun(args, done.returncode, done.stdout, done.stderr)
-
-
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
+    return run_cli("Claude Code", claude, args, env=_environment(home, base_url, **env), cwd=home)
 
 
 # -- the zero-configuration gateway: the embedded model answers ---------------------
@@ -222,35 +175,11 @@ MARKER = "llmbridge-e2e-42"  # only a shell that ran the command prints 42
 FINAL_TEXT = "The command printed the marker."
 
 
-class BashLoopBackend(ScriptedBackend):
-    """Replies by what the request holds, so extra requests Claude Code might make
-    (titles, summaries) cannot take the scripted turns: a request offering Bash gets
-    the Bash call, then the final text once it carries the tool's result; anything
-    else gets the default script's harmless text."""
-
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
-        if any(tool.name == "Bash" for tool in request.tools):
-            if any(message.role == "tool" for message in request.messages):
-                self.enqueue(Script(text=[FINAL_TEXT]))
-            else:
-                call = {"command": MARKER_COMMAND, "description": "Print a marker"}
-                self.enqueue(Script(text=[], tool_calls=[("Bash", call)]))
-        async for event in super().chat(request):
-            yield event
-
-
-def _describe(requests: list[ChatRequest]) -> str:
-    lines = []
-    for number, request in enumerate(requests):
-        tools = [tool.name for tool in request.tools]
-        lines.append(f"request {number}: model={request.model!r} tools={tools}")
-        for message in request.messages:
-            lines.append(f"    {message.role}: {message.parts!r:.300}")
-    return "\n".join(lines)
-
-
 def test_runs_the_bash_command_the_model_asks_for(claude: Claude, tmp_path: Path) -> None:
-    backend = BashLoopBackend(default=Script(text=["(nothing scripted for this request)"]))
+    # Replies by what the request holds, so extra requests Claude Code might make
+    # (titles, summaries) cannot take the scripted turns.
+    call = {"command": MARKER_COMMAND, "description": "Print a marker"}
+    backend = ToolLoopBackend("Bash", call, [FINAL_TEXT])
     args = [
         "-p",
         "Run the marker command",
@@ -265,7 +194,7 @@ def test_runs_the_bash_command_the_model_asks_for(claude: Claude, tmp_path: Path
     with running_gateway({"scripted": backend}) as server:
         run = run_claude(claude.path, tmp_path, server.url, args)
 
-    report = f"{run.report()}\n--- what the backend received ---\n{_describe(backend.requests)}"
+    report = failure_report(run, received=backend.requests)
     assert run.returncode == 0, report
     assert FINAL_TEXT in run.stdout, report
     assert len(backend.requests) >= 2, report
@@ -276,16 +205,10 @@ def test_runs_the_bash_command_the_model_asks_for(claude: Claude, tmp_path: Path
     # The request after the Bash call: the assistant's call, then the tool's output.
     follow_up = next((r for r in with_bash if any(m.role == "tool" for m in r.messages)), None)
     assert follow_up is not None, report
-    messages = list(follow_up.messages)
-    index = next(i for i, m in enumerate(messages) if m.role == "tool")
-    assert index > 0 and messages[index - 1].role == "assistant", report
-    calls = [p for p in messages[index - 1].parts if isinstance(p, ToolCallPart)]
-    results = [p for p in messages[index].parts if isinstance(p, ToolResultPart)]
-    assert len(calls) == 1 and len(results) == 1, report
-    assert calls[0].name == "Bash" and calls[0].arguments["command"] == MARKER_COMMAND, report
-    assert results[0].tool_call_id == calls[0].id, report
-    assert not results[0].is_error, report
-    assert MARKER in results[0].content, report
+    sent_call, result = tool_round(follow_up, report)
+    assert sent_call.name == "Bash" and sent_call.arguments["command"] == MARKER_COMMAND, report
+    assert not result.is_error, report
+    assert MARKER in result.content, report
 
 
 # -- the current release's own request, without --bare -----------------------------
@@ -302,15 +225,9 @@ def test_the_current_releases_full_request_is_mapped(
     backend = ScriptedBackend(
         "scripted", models=("qwen3:8b",), default=Script(thinking=["hm"], text=["ok"])
     )
-    config = {
-        "backends": {"scripted": {"type": "scripted"}},
-        "default_backend": "scripted",
-        "models": [{"name": "claude-*", "backend": "scripted", "model": "qwen3:8b"}],
-    }
-    recorder = Recorder(create_app(GatewayConfig.model_validate(config), {"scripted": backend}))
-    with RunningServer(recorder) as server:
+    with recorded_gateway(backend, "claude-*", "qwen3:8b") as (server, recorder):
         run = run_claude(current_claude.path, tmp_path, server.url, ["-p", "Say ok"])
-    report = f"{run.report()}\n--- what the backend received ---\n{_describe(backend.requests)}"
+    report = failure_report(run, received=backend.requests)
     assert run.returncode == 0, report
     assert "ok" in run.stdout, report
     assert all(e.status is not None and e.status < 400 for e in recorder.exchanges), [
@@ -369,7 +286,7 @@ def test_runs_the_bash_command_an_opencode_model_decides_on(
         routes=[{"name": "scripted", "backend": "model"}],
     ) as (server, opencode):
         run = run_claude(current_claude.path, tmp_path, server.url, args)
-    report = f"{run.report()}\n--- what the model received ---\n{_describe(model.requests)}"
+    report = failure_report(run, received=model.requests, receiver="the model")
     assert run.returncode == 0, report
     assert FINAL_TEXT in run.stdout, report
     decisions = [r for r in model.requests if "Available tools:" in r.messages[-1].text]

@@ -23,32 +23,28 @@ conversation (no ``previous_response_id``).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from collections.abc import AsyncGenerator, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.core.events import StreamEvent
-from llmbridge.core.messages import ToolCallPart, ToolResultPart
-from llmbridge.core.request import ChatRequest
-from llmbridge.gateway.app import create_app, http_protocol
-from llmbridge.gateway.config import GatewayConfig
-from tests.conftest import RunningServer
+from tests.e2e.cli_harness import (
+    E2E_DIR,
+    PINS,
+    CliRun,
+    ToolLoopBackend,
+    check_installed,
+    clean_environment,
+    failure_report,
+    recorded_gateway,
+    run_cli,
+    tool_round,
+)
 from tests.e2e.recording import Exchange, Recorder
 
-E2E_DIR = Path(__file__).resolve().parent
 CODEX = E2E_DIR / "node_modules" / ".bin" / "codex"
-_PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
-    "dependencies"
-]
-PINNED: str = _PINS["@openai/codex"]
-TIMEOUT = 120  # seconds per Codex run; each takes about a second
+PINNED: str = PINS["@openai/codex"]
 MODEL = "codex-e2e"  # what Codex asks for; the gateway routes it to the scripted backend
 BACKEND_MODEL = "scripted"
 SHELL_TOOL = "exec_command"  # Codex 0.169.0's shell tool: {"cmd": "<a shell command>"}
@@ -58,17 +54,8 @@ SHELL_TOOL = "exec_command"  # Codex 0.169.0's shell tool: {"cmd": "<a shell com
 
 
 def _environment(home: Path) -> dict[str, str]:
-    """A minimal environment, so nothing from the caller's shell (keys, proxies, Codex
-    settings) reaches the CLI; everything it writes stays under ``home``."""
-    tmp = home / "tmp"
-    tmp.mkdir(exist_ok=True)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "CODEX_HOME": str(home / "codex"),
-        "TMPDIR": str(tmp),
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
+    """A clean environment (cli_harness.clean_environment) with Codex's own home."""
+    return clean_environment(home, CODEX_HOME=str(home / "codex"))
 
 
 def _write_config(home: Path, base_url: str) -> None:
@@ -105,119 +92,47 @@ exclude_tmpdir_env_var = true
     )
 
 
-@dataclass
-class CodexRun:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
+def _events(run: CliRun) -> list[dict[str, Any]]:
+    """The JSON lines ``codex exec --json`` printed."""
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
 
-    def report(self) -> str:
-        return (
-            f"codex {' '.join(repr(a) for a in self.args)}\n"
-            f"exit code {self.returncode}\n"
-            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
-        )
 
-    def events(self) -> list[dict[str, Any]]:
-        """The JSON lines ``codex exec --json`` printed."""
-        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
-
-    def agent_messages(self) -> list[str]:
-        return [
-            str(event["item"]["text"])
-            for event in self.events()
-            if event["type"] == "item.completed" and event["item"]["type"] == "agent_message"
-        ]
+def _agent_messages(run: CliRun) -> list[str]:
+    return [
+        str(event["item"]["text"])
+        for event in _events(run)
+        if event["type"] == "item.completed" and event["item"]["type"] == "agent_message"
+    ]
 
 
 @pytest.fixture(scope="session")
 def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
-    setup = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
-    if not os.access(CODEX, os.X_OK):
-        pytest.fail(f"Codex CLI is not installed at {CODEX}.\n{setup}", pytrace=False)
     home = tmp_path_factory.mktemp("codex-version")
-    done = subprocess.run(
-        [str(CODEX), "--version"],
+    check_installed(
+        "Codex CLI",
+        CODEX,
+        pinned=f"@openai/codex {PINNED}",
+        accepts=lambda printed: printed.strip() == f"codex-cli {PINNED}",
         env=_environment(home),
         cwd=home,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
     )
-    if done.stdout.strip() != f"codex-cli {PINNED}":
-        pytest.fail(
-            f"{CODEX} is {done.stdout.strip()!r} (exit code {done.returncode}), "
-            f"but tests/e2e/package.json pins @openai/codex {PINNED}.\n{setup}\n{done.stderr}",
-            pytrace=False,
-        )
     return CODEX
 
 
-def run_codex(codex: Path, home: Path, workdir: Path, base_url: str, args: list[str]) -> CodexRun:
+def run_codex(codex: Path, home: Path, workdir: Path, base_url: str, args: list[str]) -> CliRun:
     """``codex exec <args>`` in ``workdir``, against the gateway at ``base_url``."""
     _write_config(home, base_url)
     argv = ["exec", "--skip-git-repo-check", "--cd", str(workdir), *args]
-    try:
-        done = subprocess.run(
-            [str(codex), *argv],
-            env=_environment(home),
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,  # exec reads a piped stdin as more prompt
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        partial = CodexRun(argv, -1, _text(exc.stdout), _text(exc.stderr))
-        pytest.fail(f"Codex did not finish within {TIMEOUT} s\n{partial.report()}")
-    return CodexRun(argv, done.returncode, done.stdout, done.stderr)
-
-
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
+    return run_cli("Codex", codex, argv, env=_environment(home), cwd=workdir)
 
 
 # -- the gateway ----------------------------------------------------------------------
 
 
-@contextmanager
-def recorded_gateway(backend: ScriptedBackend) -> Iterator[tuple[RunningServer, Recorder]]:
-    """The gateway over ``backend``, with Codex's model name routed to it, served as
-    ``llmbridge serve`` serves it and every HTTP exchange kept."""
-    config = {
-        "backends": {"scripted": {"type": "scripted"}},
-        "default_backend": "scripted",
-        "models": [{"name": MODEL, "backend": "scripted", "model": BACKEND_MODEL}],
-    }
-    app = create_app(GatewayConfig.model_validate(config), {"scripted": backend})
-    recorder = Recorder(app)
-    with RunningServer(recorder, http=http_protocol(app)) as server:
-        yield server, recorder
-
-
-def _describe(requests: list[ChatRequest]) -> str:
-    lines = []
-    for number, request in enumerate(requests):
-        tools = [tool.name for tool in request.tools]
-        lines.append(f"request {number}: model={request.model!r} tools={tools}")
-        for message in request.messages:
-            lines.append(f"    {message.role}: {message.parts!r:.300}")
-    return "\n".join(lines)
-
-
-def _report(run: CodexRun, recorder: Recorder, backend: ScriptedBackend) -> str:
+def _report(run: CliRun, recorder: Recorder, backend: ScriptedBackend) -> str:
     exchanges = [(e.method, e.path, e.status) for e in recorder.exchanges]
-    return (
-        f"{run.report()}\n--- exchanges ---\n{exchanges}\n"
-        f"--- what the backend received ---\n{_describe(backend.requests)}"
-    )
+    return failure_report(run, exchanges=exchanges, received=backend.requests)
 
 
 def _items(call: Exchange, kind: str) -> list[dict[str, Any]]:
@@ -247,7 +162,7 @@ def test_prints_the_backends_answer(codex: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     prompt = "Say something"
-    with recorded_gateway(backend) as (server, recorder):
+    with recorded_gateway(backend, MODEL, BACKEND_MODEL) as (server, recorder):
         run = run_codex(codex, tmp_path, workdir, server.url, [prompt])
     report = _report(run, recorder, backend)
 
@@ -297,26 +212,6 @@ MARKER = "llmbridge-e2e-42"  # only a shell that ran the command prints 42
 FINAL_TEXT = "The command wrote out.txt."
 
 
-class ShellLoopBackend(ScriptedBackend):
-    """Replies by what the request holds, so any extra request Codex might make cannot
-    take the scripted turns: a request offering the shell tool gets the shell call,
-    then the final text once it carries the tool's result; anything else gets the
-    default script's harmless text."""
-
-    def __init__(self, command: str) -> None:
-        super().__init__("scripted", default=Script(text=["(nothing scripted for this request)"]))
-        self.command = command
-
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
-        if any(tool.name == SHELL_TOOL for tool in request.tools):
-            if any(message.role == "tool" for message in request.messages):
-                self.enqueue(Script(text=[FINAL_TEXT]))
-            else:
-                self.enqueue(Script(text=[], tool_calls=[(SHELL_TOOL, {"cmd": self.command})]))
-        async for event in super().chat(request):
-            yield event
-
-
 def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
     codex: Path, tmp_path: Path
 ) -> None:
@@ -330,8 +225,8 @@ def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
     outside.mkdir()
     escape = outside / "escape.txt"
     command = f"echo llmbridge-e2e-$((6*7)) | tee out.txt; echo escaped > {escape}"
-    backend = ShellLoopBackend(command)
-    with recorded_gateway(backend) as (server, recorder):
+    backend = ToolLoopBackend(SHELL_TOOL, {"cmd": command}, [FINAL_TEXT])
+    with recorded_gateway(backend, MODEL, BACKEND_MODEL) as (server, recorder):
         run = run_codex(
             codex,
             tmp_path,
@@ -342,7 +237,7 @@ def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
     report = _report(run, recorder, backend)
 
     assert run.returncode == 0, report
-    assert run.agent_messages()[-1:] == [FINAL_TEXT], report
+    assert _agent_messages(run)[-1:] == [FINAL_TEXT], report
     # The command ran, in the working directory, and nowhere else.
     assert (workdir / "out.txt").read_text(encoding="utf-8") == MARKER + "\n", report
     assert not escape.exists(), f"the sandbox let a write outside the workspace through\n{report}"
@@ -364,18 +259,12 @@ def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
     assert [e["item"]["call_id"] for e in streamed] == [sent_call["call_id"]], streamed
 
     # The same, as the backend got it: the assistant's call, then the tool's result.
-    messages = list(backend.requests[1].messages)
-    index = next(i for i, m in enumerate(messages) if m.role == "tool")
-    assert index > 0 and messages[index - 1].role == "assistant", report
-    tool_calls = [p for p in messages[index - 1].parts if isinstance(p, ToolCallPart)]
-    results = [p for p in messages[index].parts if isinstance(p, ToolResultPart)]
-    assert len(tool_calls) == 1 and len(results) == 1, report
-    assert tool_calls[0].name == SHELL_TOOL and tool_calls[0].arguments == {"cmd": command}
-    assert results[0].tool_call_id == tool_calls[0].id, report
-    assert MARKER in results[0].content, report
+    tool_call, result = tool_round(backend.requests[1], report)
+    assert tool_call.name == SHELL_TOOL and tool_call.arguments == {"cmd": command}
+    assert MARKER in result.content, report
 
     # What Codex counted for the turn is what the gateway reported, summed.
-    (turn,) = [e for e in run.events() if e["type"] == "turn.completed"]
+    (turn,) = [e for e in _events(run) if e["type"] == "turn.completed"]
     usages = [_completed_usage(call) for call in calls]
     assert turn["usage"]["input_tokens"] == sum(u["input_tokens"] for u in usages), report
     assert turn["usage"]["output_tokens"] == sum(u["output_tokens"] for u in usages), report

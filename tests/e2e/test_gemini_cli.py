@@ -22,11 +22,7 @@ with backoff, when the reply is not that JSON). A named model skips that router:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from collections.abc import AsyncGenerator, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +31,27 @@ import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.messages import ToolCallPart, ToolResultPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app, http_protocol
-from llmbridge.gateway.config import GatewayConfig, load_config
+from llmbridge.gateway.config import load_config
 from tests.conftest import RunningServer
+from tests.e2e.cli_harness import (
+    E2E_DIR,
+    PINS,
+    TIMEOUT,
+    CliRun,
+    ToolLoopBackend,
+    check_installed,
+    clean_environment,
+    failure_report,
+    recorded_gateway,
+    run_cli,
+    tool_round,
+)
 from tests.e2e.recording import Exchange, Recorder
 
-E2E_DIR = Path(__file__).resolve().parent
 GEMINI = E2E_DIR / "node_modules" / ".bin" / "gemini"
-_PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
-    "dependencies"
-]
-PINNED: str = _PINS["@google/gemini-cli"]
-TIMEOUT = 120  # seconds per Gemini CLI run; each takes a few seconds
+PINNED: str = PINS["@google/gemini-cli"]
 MODEL = "gemini-e2e"  # what the CLI asks for (--model); not "auto", so no router call
 API_KEY = "llmbridge-e2e-key"  # the gateway takes no key; the CLI needs one to start
 STREAM_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"
@@ -59,21 +62,15 @@ SHELL_TOOL = "run_shell_command"  # Gemini CLI 0.61.0's shell tool: {"command": 
 
 
 def _environment(home: Path, base_url: str, **extra: str) -> dict[str, str]:
-    """A minimal environment, so nothing from the caller's shell (keys, proxies, Google
-    Cloud settings) reaches the CLI; everything it writes stays under ``home``."""
-    tmp = home / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "TMPDIR": str(tmp),
+    """Gemini CLI's variables in a clean environment (cli_harness.clean_environment):
+    the gateway, its key, and no folder trust prompt or sandbox."""
+    variables = {
         "GOOGLE_GEMINI_BASE_URL": base_url,  # http is allowed for 127.0.0.1 only
         "GEMINI_API_KEY": API_KEY,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",  # headless: no folder trust prompt
         "GEMINI_SANDBOX": "false",  # tools run here, not in the Docker sandbox
-        "NO_PROXY": "127.0.0.1,localhost",
-        **extra,
     }
+    return clean_environment(home, **{**variables, **extra})
 
 
 def _settings(**extra: Any) -> dict[str, Any]:
@@ -91,45 +88,18 @@ def _settings(**extra: Any) -> dict[str, Any]:
     }
 
 
-@dataclass
-class GeminiRun:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def report(self) -> str:
-        return (
-            f"gemini {' '.join(repr(a) for a in self.args)}\n"
-            f"exit code {self.returncode}\n"
-            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
-        )
-
-
 @pytest.fixture(scope="session")
 def gemini(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned CLI. Missing or stale means the suite was not set up: fail, never skip."""
-    setup = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
-    if not os.access(GEMINI, os.X_OK):
-        pytest.fail(f"Gemini CLI is not installed at {GEMINI}.\n{setup}", pytrace=False)
     home = tmp_path_factory.mktemp("gemini-version")
-    done = subprocess.run(
-        [str(GEMINI), "--version"],
+    check_installed(
+        "Gemini CLI",
+        GEMINI,
+        pinned=f"@google/gemini-cli {PINNED}",
+        accepts=lambda printed: printed.strip() == PINNED,
         env=_environment(home, "http://127.0.0.1:9"),
         cwd=home,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
     )
-    if done.stdout.strip() != PINNED:
-        pytest.fail(
-            f"{GEMINI} is {done.stdout.strip()!r} (exit code {done.returncode}), "
-            f"but tests/e2e/package.json pins @google/gemini-cli {PINNED}.\n{setup}\n"
-            f"{done.stderr}",
-            pytrace=False,
-        )
     return GEMINI
 
 
@@ -142,34 +112,15 @@ def run_gemini(
     settings: dict[str, Any],
     model: str | None = MODEL,
     **env: str,
-) -> GeminiRun:
+) -> CliRun:
     """``gemini --model <model> <args>`` in ``workdir``, against the gateway at
     ``base_url``; ``model`` None leaves the CLI's default, ``auto``."""
     config_dir = home / ".gemini"
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
     argv = [*(["--model", model] if model else []), *args]
-    try:
-        done = subprocess.run(
-            [str(gemini), *argv],
-            env=_environment(home, base_url, **env),
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,  # with -p, a piped stdin is read as more prompt
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        partial = GeminiRun(argv, -1, _text(exc.stdout), _text(exc.stderr))
-        pytest.fail(f"Gemini CLI did not finish within {TIMEOUT} s\n{partial.report()}")
-    return GeminiRun(argv, done.returncode, done.stdout, done.stderr)
-
-
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
+    environment = _environment(home, base_url, **env)
+    return run_cli("Gemini CLI", gemini, argv, env=environment, cwd=workdir)
 
 
 # -- what went over the wire ----------------------------------------------------------
@@ -324,54 +275,6 @@ MARKER = "LLMBRIDGE-E2E"
 FINAL_TEXT = "The command wrote out.txt."
 
 
-class ShellLoopBackend(ScriptedBackend):
-    """Replies by what the request holds, so any extra request the CLI might make cannot
-    take the scripted turns: a request offering the shell tool gets the shell call,
-    then the final text once it carries the tool's result; anything else gets the
-    default script's harmless text."""
-
-    def __init__(self) -> None:
-        super().__init__("scripted", default=Script(text=["(nothing scripted for this request)"]))
-
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
-        if any(tool.name == SHELL_TOOL for tool in request.tools):
-            if any(message.role == "tool" for message in request.messages):
-                self.enqueue(Script(text=["The command", " wrote out.txt."]))
-            else:
-                self.enqueue(Script(text=[], tool_calls=[(SHELL_TOOL, {"command": COMMAND})]))
-        async for event in super().chat(request):
-            yield event
-
-
-@contextmanager
-def recorded_gateway(
-    backend: ScriptedBackend, **settings: Any
-) -> Iterator[tuple[RunningServer, Recorder]]:
-    """The gateway over ``backend``, with the CLI's model name routed to it, served as
-    ``llmbridge serve`` serves it and every HTTP exchange kept. ``settings`` are more
-    configuration (``server``) or replace the model routes (``models``)."""
-    config = {
-        "backends": {"scripted": {"type": "scripted"}},
-        "default_backend": "scripted",
-        "models": [{"name": MODEL, "backend": "scripted", "model": "scripted"}],
-        **settings,
-    }
-    app = create_app(GatewayConfig.model_validate(config), {"scripted": backend})
-    recorder = Recorder(app)
-    with RunningServer(recorder, http=http_protocol(app)) as server:
-        yield server, recorder
-
-
-def _describe(requests: list[ChatRequest]) -> str:
-    lines = []
-    for number, request in enumerate(requests):
-        tools = [tool.name for tool in request.tools]
-        lines.append(f"request {number}: model={request.model!r} tools={tools}")
-        for message in request.messages:
-            lines.append(f"    {message.role}: {message.parts!r:.300}")
-    return "\n".join(lines)
-
-
 def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path) -> None:
     """The backend calls ``run_shell_command``; the CLI (``--approval-mode yolo``, the
     non-interactive way to approve it) runs it in its temporary workspace, sends the
@@ -381,8 +284,9 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
     home = tmp_path / "home"
     workdir = tmp_path / "work"
     workdir.mkdir()
-    backend = ShellLoopBackend()
-    with recorded_gateway(backend) as (server, recorder):
+    command = {"command": COMMAND}
+    backend = ToolLoopBackend(SHELL_TOOL, command, ["The command", " wrote out.txt."])
+    with recorded_gateway(backend, MODEL) as (server, recorder):
         run = run_gemini(
             gemini,
             home,
@@ -391,10 +295,7 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
             ["--approval-mode", "yolo", "--output-format", "json", "-p", "Run the marker command"],
             _settings(),
         )
-    report = (
-        f"{run.report()}\n--- exchanges ---\n{_exchanges(recorder)}\n"
-        f"--- what the backend received ---\n{_describe(backend.requests)}"
-    )
+    report = failure_report(run, exchanges=_exchanges(recorder), received=backend.requests)
 
     assert run.returncode == 0, report
     printed = json.loads(run.stdout)
@@ -430,16 +331,10 @@ def test_runs_the_shell_command_the_model_asks_for(gemini: Path, tmp_path: Path)
 
     # The same, as the backend got it: the assistant's call, then the tool's result.
     assert len(backend.requests) == 2, report
-    messages = list(backend.requests[1].messages)
-    index = next(i for i, m in enumerate(messages) if m.role == "tool")
-    assert index > 0 and messages[index - 1].role == "assistant", report
-    tool_calls = [p for p in messages[index - 1].parts if isinstance(p, ToolCallPart)]
-    results = [p for p in messages[index].parts if isinstance(p, ToolResultPart)]
-    assert len(tool_calls) == 1 and len(results) == 1, report
-    assert tool_calls[0].name == SHELL_TOOL and tool_calls[0].arguments == {"command": COMMAND}
-    assert results[0].tool_call_id == tool_calls[0].id, report
-    assert results[0].name == SHELL_TOOL and not results[0].is_error, report
-    assert MARKER in results[0].content, report
+    tool_call, result = tool_round(backend.requests[1], report)
+    assert tool_call.name == SHELL_TOOL and tool_call.arguments == {"command": COMMAND}
+    assert result.name == SHELL_TOOL and not result.is_error, report
+    assert MARKER in result.content, report
 
     # The final answer as streamed, which is what the CLI printed.
     assert _streamed_text(second) == FINAL_TEXT, second.response.decode()
@@ -466,8 +361,9 @@ def test_the_gateways_key_is_the_clis_api_key(gemini: Path, tmp_path: Path) -> N
     one is a 401 ``UNAUTHENTICATED`` in Google's shape, which the CLI reports (without
     retrying) and exits non-zero, and the backend never sees the request."""
     backend = ScriptedBackend("scripted", default=Script(text=["The key", " was accepted."]))
-    runs: dict[str, GeminiRun] = {}
-    with recorded_gateway(backend, server={"api_keys": [GATEWAY_KEY]}) as (server, recorder):
+    runs: dict[str, CliRun] = {}
+    keys = {"api_keys": [GATEWAY_KEY]}
+    with recorded_gateway(backend, MODEL, server=keys) as (server, recorder):
         for key in (GATEWAY_KEY, "not-the-key"):
             workdir = tmp_path / key / "work"
             workdir.mkdir(parents=True)
@@ -481,9 +377,7 @@ def test_the_gateways_key_is_the_clis_api_key(gemini: Path, tmp_path: Path) -> N
                 GEMINI_API_KEY=key,
             )
     accepted, refused = runs[GATEWAY_KEY], runs["not-the-key"]
-    report = "\n".join(
-        [accepted.report(), refused.report(), f"--- exchanges ---\n{_exchanges(recorder)}"]
-    )
+    report = failure_report(accepted, refused, exchanges=_exchanges(recorder))
 
     assert accepted.returncode == 0, report
     assert accepted.stdout.strip() == "The key was accepted.", report
@@ -531,14 +425,11 @@ def test_the_default_auto_model_routes_through_the_gateway(gemini: Path, tmp_pat
     workdir.mkdir()
     backend = RouterBackend()
     routes = [{"name": "gemini-*", "backend": "scripted", "model": "scripted"}]
-    with recorded_gateway(backend, models=routes) as (server, recorder):
+    with recorded_gateway(backend, MODEL, models=routes) as (server, recorder):
         run = run_gemini(
             gemini, tmp_path / "home", workdir, server.url, ["-p", "Say hi"], _settings(), None
         )
-    report = (
-        f"{run.report()}\n--- exchanges ---\n{_exchanges(recorder)}\n"
-        f"--- what the backend received ---\n{_describe(backend.requests)}"
-    )
+    report = failure_report(run, exchanges=_exchanges(recorder), received=backend.requests)
 
     assert run.returncode == 0, report
     assert run.stdout.strip() == "Routed and answered.", report
