@@ -37,23 +37,18 @@ from typing import Any, Literal
 
 from llmbridge.profiler.cli_agent import (
     CliAgentSettings,
-    CliRun,
     CliSession,
     CliSessionProvider,
     OutputLine,
+    RunEnd,
     RunMapping,
     TraceBuilder,
     as_count,
     as_object,
-    run_failure,
+    conversation_args,
 )
 from llmbridge.profiler.metrics import Price, cost_of
-from llmbridge.profiler.types import (
-    CompletionReason,
-    CostMetrics,
-    PromptResult,
-    TokenMetrics,
-)
+from llmbridge.profiler.types import CompletionReason, CostMetrics, PromptResult, TokenMetrics
 
 __all__ = [
     "ClaudeCodeSessionProvider",
@@ -106,10 +101,15 @@ def _tool_output(content: Any) -> str:
 
 
 class ClaudeRunMapping(RunMapping):
-    """One run's lines as events on the session's trace, and what they add up to."""
+    """One run's lines as events on the session's trace, and what they add up to;
+    ``running``, Claude Code's running cost total after the run (``reported_before``
+    before it)."""
 
-    def __init__(self, builder: TraceBuilder) -> None:
+    name = "Claude Code"
+
+    def __init__(self, builder: TraceBuilder, reported_before: float = 0.0) -> None:
         super().__init__(builder)
+        self.reported_before = self.running = reported_before
         self.steps: list[tuple[int, TokenMetrics]] = []
         """Each step's boundary index and tokens."""
         self.step_usage: dict[str, Any] = {}
@@ -126,7 +126,7 @@ class ClaudeRunMapping(RunMapping):
             self.session_id = data["session_id"]
         if kind == "system" and data.get("subtype") == "status":
             if data.get("status") == "requesting":  # a model request goes out: a step
-                self._open(line.at_ms)
+                self.open_step(line.at_ms)
         elif kind == "stream_event":
             self._stream_event(line.at_ms, as_object(data.get("event")))
         elif kind == "assistant":
@@ -134,11 +134,11 @@ class ClaudeRunMapping(RunMapping):
         elif kind == "user":
             self._user(line.at_ms, as_object(data.get("message")))
         elif kind == "result":
-            self._close(line.at_ms)
+            self.close_step(line.at_ms)
             self.result, self.result_at = data, line.at_ms
 
-    def _open(self, at: float) -> None:
-        self._close(at)  # a step that never finished (an interrupted stream)
+    def open_step(self, at: float) -> None:
+        self.close_step(at)  # a step that never finished (an interrupted stream)
         self.builder.open_step(at)
         self.step_usage, self.stop_reason = {}, None
 
@@ -147,7 +147,7 @@ class ClaudeRunMapping(RunMapping):
         builder = self.builder
         if kind == "message_start":
             if builder.open_boundary is None:  # no status line announced the request
-                self._open(at)
+                self.open_step(at)
             self.step_usage.update(as_object(as_object(event.get("message")).get("usage")))
         elif kind == "content_block_delta":
             delta = as_object(event.get("delta"))
@@ -165,14 +165,14 @@ class ClaudeRunMapping(RunMapping):
             reason = as_object(event.get("delta")).get("stop_reason")
             self.stop_reason = reason if isinstance(reason, str) else self.stop_reason
         elif kind == "message_stop":
-            self._close(at)
+            self.close_step(at)
 
     def _content(self, kind: Literal["text_output", "reasoning"], at: float, text: str) -> None:
         if text and self.first_content is None:
             self.first_content = at
         self.builder.content(kind, at, text)
 
-    def _close(self, at: float) -> None:
+    def close_step(self, at: float) -> None:
         index = self.builder.open_boundary
         if index is None:
             return
@@ -202,49 +202,23 @@ class ClaudeRunMapping(RunMapping):
                 self.builder.tool_result(at, str(block.get("tool_use_id")), output, error)
             )
 
-    def finish(
-        self,
-        *,
-        started_ms: float,
-        ended_ms: float,
-        timed_out: bool,
-        timeout: float,
-        failure: str | None,
-        price: Price | None,
-        reported_before: float,
-    ) -> tuple[PromptResult, float]:
-        """The prompt's result, and Claude Code's running cost total after it."""
-        if not self.steps and self.builder.open_boundary is None:
-            self._open(started_ms)  # the run failed before a request: its attempt is a step
-        self._close(ended_ms)
-        self.records += self.builder.end_tools(ended_ms, timed_out=timed_out)
-        result = self.result or {}
+    def finish(self, end: RunEnd) -> PromptResult:
+        """The prompt's result (and ``running``, Claude Code's cost total after it)."""
+        result = self.end_run(end)
         tokens = TokenMetrics()
         for _, step in self.steps:
             tokens = tokens + step
         if not self.steps and result.get("usage"):
             tokens = _usage(as_object(result.get("usage")))
         total_reported = result.get("total_cost_usd")
-        running = (
-            float(total_reported) if isinstance(total_reported, int | float) else reported_before
-        )
-        cost = self._cost(tokens, price, result, running - reported_before)
-        reason, error = self._reason(result, timed_out, timeout, failure)
+        if isinstance(total_reported, int | float):
+            self.running = float(total_reported)
+        cost = self._cost(tokens, end.price, result, self.running - self.reported_before)
+        reason, error = self._reason(result, end)
         if error is not None:
-            self.builder.error(ended_ms, error)
-        return (
-            self.prompt(
-                tokens=tokens,
-                cost=cost,
-                started_ms=started_ms,
-                ended_ms=ended_ms,
-                steps=[i for i, _ in self.steps],
-                reason=reason,
-                error=error,
-                timed_out=timed_out,
-            ),
-            running,
-        )
+            self.builder.error(end.ended_ms, error)
+        steps = [i for i, _ in self.steps]
+        return self.prompt(end, tokens=tokens, cost=cost, steps=steps, reason=reason, error=error)
 
     def _cost(
         self,
@@ -269,10 +243,8 @@ class ClaudeRunMapping(RunMapping):
             self.builder.set_step_usage(index, step, reported)
         return CostMetrics(total_usd=reported, source="backend")
 
-    def _reason(
-        self, result: dict[str, Any], timed_out: bool, timeout: float, failure: str | None
-    ) -> tuple[CompletionReason, str | None]:
-        ended_badly = run_failure("Claude Code", result, timed_out, timeout, failure)
+    def _reason(self, result: dict[str, Any], end: RunEnd) -> tuple[CompletionReason, str | None]:
+        ended_badly = self.ended_badly(result, end)
         if ended_badly is not None:
             return ended_badly
         subtype = str(result.get("subtype") or "")
@@ -303,19 +275,9 @@ def map_claude_run(
 ) -> tuple[PromptResult, float, str | None]:
     """A run's ``PromptResult`` (its events appended to ``builder``), Claude Code's
     running cost total, and the session id the run reported."""
-    mapping = ClaudeRunMapping(builder)
-    for line in lines:
-        mapping.feed(line)
-    result, running = mapping.finish(
-        started_ms=started_ms,
-        ended_ms=ended_ms,
-        timed_out=timed_out,
-        timeout=timeout,
-        failure=failure,
-        price=price,
-        reported_before=reported_before,
-    )
-    return result, running, mapping.session_id
+    mapping = ClaudeRunMapping(builder, reported_before)
+    result = mapping.map(lines, RunEnd(started_ms, ended_ms, timed_out, timeout, failure, price))
+    return result, mapping.running, mapping.session_id
 
 
 class ClaudeCodeSessionProvider(CliSessionProvider):
@@ -337,11 +299,8 @@ class ClaudeCodeSessionProvider(CliSessionProvider):
             "--model",
             self.config.model,
             *_PERMISSIONS[self.config.permission],
+            *conversation_args(session),
         ]
-        if session.resume_id is None:
-            argv += ["--session-id", session.key]
-        else:
-            argv += ["--resume", session.resume_id]
         if self.settings.instructions is not None:
             argv += ["--system-prompt", self.settings.instructions]
         if session.system:
@@ -364,19 +323,10 @@ class ClaudeCodeSessionProvider(CliSessionProvider):
             environment["IS_SANDBOX"] = "1"  # or Claude Code refuses to skip permissions
         return environment
 
-    def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
-        result, running, session_id = map_claude_run(
-            run.lines,
-            session.builder,
-            started_ms=run.started_ms,
-            ended_ms=run.ended_ms,
-            timed_out=run.timed_out,
-            timeout=timeout,
-            failure=run.failure(),
-            price=self.price,
-            reported_before=session.reported_cost,
-        )
-        session.reported_cost = running
-        if session_id is not None:  # the conversation exists: later prompts resume it
-            session.resume_id = session_id
-        return result
+    def run_mapping(self, session: CliSession) -> ClaudeRunMapping:
+        return ClaudeRunMapping(session.builder, session.reported_cost)
+
+    def mapped(self, session: CliSession, mapping: RunMapping) -> None:
+        super().mapped(session, mapping)
+        assert isinstance(mapping, ClaudeRunMapping)
+        session.reported_cost = mapping.running

@@ -1,8 +1,11 @@
 """What the profiler's command-line agent providers share (Claude Code, Gemini CLI,
-Codex): their settings (each CLI's section read as its own ``settings_type``), a
-fresh HOME per session, one CLI run with the arrival time of each output line, and a
-trace built from those lines as they are mapped (``RunMapping``: what every mapping
-keeps; ``run_failure``: a run cut at its deadline or ended without a result line).
+Codex): their settings (each CLI's section read as its own ``settings_type``, and
+merged into the CLI's own files: ``merge_settings``), a fresh HOME per session, one
+CLI run with the arrival time of each output line, the conversation named then
+resumed (``conversation_args``), and a trace built from those lines as they are
+mapped (``RunMapping``: what every mapping keeps, and how a run ends: ``RunEnd``,
+``end_run``; ``run_failure``: a run cut at its deadline or ended without a result
+line).
 
 A CLI agent runs once per prompt (``claude -p``, ``gemini -p``, ``codex exec``),
 printing JSON lines as it works; a later prompt of the same session resumes the
@@ -62,12 +65,15 @@ __all__ = [
     "CliSession",
     "CliSessionProvider",
     "OutputLine",
+    "RunEnd",
     "RunMapping",
     "TraceBuilder",
     "as_count",
     "as_object",
     "base_environment",
+    "conversation_args",
     "make_home",
+    "merge_settings",
     "now_ms",
     "prompt_result",
     "remove_home",
@@ -115,6 +121,20 @@ def as_object(value: Any) -> dict[str, Any]:
 def as_count(value: Any) -> int:
     """``value`` when a JSON line's field is a whole number (not a boolean), else 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, mappings key by key: a section's ``settings``
+    (Gemini CLI's ``settings.json``) or ``config`` (Codex's ``config.toml``) over the
+    profiler's own."""
+    merged = dict(base)
+    for key, value in extra.items():
+        old = merged.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            merged[key] = merge_settings(old, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 # -- the clock ------------------------------------------------------------------------
@@ -471,14 +491,38 @@ def run_failure(
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a run went, as its mapping sums it up."""
+
+    started_ms: float
+    ended_ms: float
+    timed_out: bool = False
+    timeout: float = 0.0
+    """The prompt's deadline, in seconds."""
+    failure: str | None = None
+    """What the process itself reported (``CliRun.failure``)."""
+    price: Price | None = None
+    """The scenarios file's price for the model, if it has one."""
+
+    @classmethod
+    def of(cls, run: CliRun, timeout: float, price: Price | None) -> RunEnd:
+        return cls(run.started_ms, run.ended_ms, run.timed_out, timeout, run.failure(), price)
+
+
 class RunMapping:
     """What mapping one run's lines onto the session's trace gathers, whichever CLI
     printed them: the answer's text, its first content, the tool calls, the closing
     ``result`` line and the session id the run reported. A CLI's mapping reads its
-    own lines (``feed``) and sums them up (``prompt``)."""
+    own lines (``feed``), opens and closes its steps (``open_step``, ``close_step``)
+    and sums the run up (``finish``, through ``end_run`` and ``prompt``)."""
+
+    name = "the CLI"
+    """The CLI, as a run that ended without a result line names it."""
 
     def __init__(self, builder: TraceBuilder) -> None:
         self.builder = builder
+        self._first_event = len(builder.events)
         self.pieces: list[str] = []
         self.first_content: float | None = None
         self.records: list[ToolCallRecord] = []
@@ -487,30 +531,69 @@ class RunMapping:
         """The result line's arrival: the end of the turn (the CLI then shuts down)."""
         self.session_id: str | None = None
 
+    # -- what a CLI's mapping provides ------------------------------------------------
+
+    def feed(self, line: OutputLine) -> None:
+        """Map one output line onto the trace."""
+        raise NotImplementedError
+
+    def open_step(self, at: float) -> None:
+        raise NotImplementedError
+
+    def close_step(self, at: float) -> None:
+        """End the open step, if one is open, at ``at``."""
+        raise NotImplementedError
+
+    def finish(self, end: RunEnd) -> PromptResult:
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------
+
+    def map(self, lines: Sequence[OutputLine], end: RunEnd) -> PromptResult:
+        """The run's ``PromptResult``, its events appended to the session's trace."""
+        for line in lines:
+            self.feed(line)
+        return self.finish(end)
+
+    def end_run(self, end: RunEnd) -> dict[str, Any]:
+        """End the run's trace: a run that failed before a request still made an
+        attempt, which is its step; the open step ends with the run, and every tool
+        call still waiting fails. The ``result`` line (``{}`` when none came)."""
+        events = self.builder.events[self._first_event :]
+        if not any(event.type == "turn_boundary" for event in events):
+            self.open_step(end.started_ms)
+        self.close_step(end.ended_ms)
+        self.records += self.builder.end_tools(end.ended_ms, timed_out=end.timed_out)
+        return self.result or {}
+
+    def ended_badly(
+        self, result: Mapping[str, Any], end: RunEnd
+    ) -> tuple[CompletionReason, str] | None:
+        """``run_failure`` for this CLI's run."""
+        return run_failure(self.name, result, end.timed_out, end.timeout, end.failure)
+
     def prompt(
         self,
+        end: RunEnd,
         *,
         tokens: TokenMetrics,
         cost: CostMetrics,
-        started_ms: float,
-        ended_ms: float,
         steps: Sequence[int],
         reason: CompletionReason,
         error: str | None,
-        timed_out: bool,
     ) -> PromptResult:
         """The prompt's result; ``steps`` are the indices of its steps' boundaries."""
         return prompt_result(
             text="".join(self.pieces),
             tokens=tokens,
             cost=cost,
-            started_ms=started_ms,
-            ended_ms=self.result_at or ended_ms,
+            started_ms=end.started_ms,
+            ended_ms=self.result_at or end.ended_ms,
             first_content_ms=self.first_content,
             steps_ms=[self.builder.events[i].duration_ms or 0.0 for i in steps],
             tool_calls=self.records,
             reason=reason,
-            error=None if timed_out else error,  # the timeout is the prompt's error
+            error=None if end.timed_out else error,  # the timeout is the prompt's error
         )
 
 
@@ -536,6 +619,14 @@ class CliSession:
     """The CLI's running total of cost, where it reports one across runs."""
 
 
+def conversation_args(session: CliSession) -> list[str]:
+    """The first prompt names the conversation (``--session-id``), the next ones
+    continue it (``--resume``): Claude Code and Gemini CLI take the same flags."""
+    if session.resume_id is None:
+        return ["--session-id", session.key]
+    return ["--resume", session.resume_id]
+
+
 def _absolute(path: str) -> str:
     """``path`` made absolute against the current directory (no I/O: ``getcwd``)."""
     return os.path.abspath(path)
@@ -546,7 +637,8 @@ class CliSessionProvider:
 
     Subclasses say how the CLI is called (``command_line``, ``environment``, what
     ``prepare_home`` writes) and how a run's lines map to a ``PromptResult``
-    (``map_run``, which appends the run's events to the session's trace)."""
+    (``run_mapping``, whose mapping appends the run's events to the session's trace;
+    or ``map_run`` itself)."""
 
     id = "cli"
     default_command = ""
@@ -583,8 +675,22 @@ class CliSessionProvider:
     def prepare_home(self, session: CliSession) -> None:
         """Write the CLI's settings under ``session.home`` (nothing by default)."""
 
-    def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
+    def run_mapping(self, session: CliSession) -> RunMapping:
+        """What maps a run's lines onto ``session``'s trace (``map_run`` uses it)."""
         raise NotImplementedError
+
+    def mapped(self, session: CliSession, mapping: RunMapping) -> None:
+        """After a run is mapped: once it reported the conversation's id, the
+        conversation exists, and later prompts resume it."""
+        if mapping.session_id is not None:
+            session.resume_id = mapping.session_id
+
+    def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
+        """The run's ``PromptResult``, its events appended to the session's trace."""
+        mapping = self.run_mapping(session)
+        result = mapping.map(run.lines, RunEnd.of(run, timeout, self.price))
+        self.mapped(session, mapping)
+        return result
 
     # -- the contract -----------------------------------------------------------------
 

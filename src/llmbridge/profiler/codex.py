@@ -51,6 +51,7 @@ from llmbridge.profiler.cli_agent import (
     CliRun,
     CliSession,
     CliSessionProvider,
+    merge_settings,
     now_ms,
 )
 from llmbridge.profiler.codex_events import CodexTurn, Usage
@@ -83,16 +84,6 @@ def toml_value(value: Any) -> str:
         items = ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items())
         return "{ " + items + " }" if items else "{}"
     raise ValueError(f"cannot write {type(value).__name__} to config.toml")
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _toml(config: dict[str, Any]) -> str:
@@ -183,7 +174,7 @@ class CodexSessionProvider(CliSessionProvider):
             instructions = session.home / "instructions.md"
             instructions.write_text(self.settings.instructions, encoding="utf-8")
             config["model_instructions_file"] = str(instructions)
-        config = _merge(config, self.settings.config)
+        config = merge_settings(config, self.settings.config)
         (codex_home / "config.toml").write_text(_toml(config), encoding="utf-8")
 
     def environment(self, session: CliSession) -> dict[str, str]:

@@ -39,30 +39,25 @@ from pydantic import Field
 
 from llmbridge.profiler.cli_agent import (
     CliAgentSettings,
-    CliRun,
     CliSession,
     CliSessionProvider,
     OutputLine,
+    RunEnd,
     RunMapping,
     TraceBuilder,
     as_count,
     as_object,
-    run_failure,
+    conversation_args,
+    merge_settings,
 )
 from llmbridge.profiler.metrics import Price, cost_of
-from llmbridge.profiler.types import (
-    CompletionReason,
-    CostMetrics,
-    PromptResult,
-    TokenMetrics,
-)
+from llmbridge.profiler.types import CompletionReason, CostMetrics, PromptResult, TokenMetrics
 
 __all__ = [
     "GeminiCliSessionProvider",
     "GeminiCliSettings",
     "gemini_settings",
     "map_gemini_run",
-    "merge_settings",
 ]
 
 _TRUNCATED = "Model response was truncated"
@@ -80,18 +75,6 @@ class GeminiCliSettings(CliAgentSettings):
     settings: dict[str, Any] = Field(default_factory=dict)
     """Merged into ``~/.gemini/settings.json`` (``{tools: {core: [run_shell_command]}}``
     offers only the shell tool)."""
-
-
-def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``extra`` merged in, mappings key by key."""
-    merged = dict(base)
-    for key, value in extra.items():
-        old = merged.get(key)
-        if isinstance(old, dict) and isinstance(value, dict):
-            merged[key] = merge_settings(old, value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def gemini_settings() -> dict[str, Any]:
@@ -122,6 +105,8 @@ def stats_tokens(stats: dict[str, Any]) -> TokenMetrics:
 class _Mapping(RunMapping):
     """One run's lines as events on the session's trace, and what they add up to."""
 
+    name = "Gemini CLI"
+
     def __init__(self, builder: TraceBuilder) -> None:
         super().__init__(builder)
         self.first_boundary: int | None = None
@@ -131,7 +116,7 @@ class _Mapping(RunMapping):
         self.reopen_at: float | None = None
         """Tool results went back at this time: the next output is a new step's."""
 
-    def _open(self, at: float) -> None:
+    def open_step(self, at: float) -> None:
         self.builder.open_step(at)
         index = self.builder.open_boundary
         assert index is not None
@@ -140,17 +125,17 @@ class _Mapping(RunMapping):
             self.first_boundary = index
         self.last_output = None
 
-    def _close(self, at: float) -> None:
+    def close_step(self, at: float) -> None:
         if self.builder.open_boundary is not None:
             self.builder.close_step(at)
 
     def _model_output(self, at: float) -> None:
         """Output of the model: opens the step that follows tool results."""
         if self.reopen_at is not None:
-            self._open(self.reopen_at)
+            self.open_step(self.reopen_at)
             self.reopen_at = None
         elif self.builder.open_boundary is None:
-            self._open(at)
+            self.open_step(at)
         self.last_output = at
 
     def feed(self, line: OutputLine) -> None:
@@ -162,7 +147,7 @@ class _Mapping(RunMapping):
             if isinstance(data.get("session_id"), str):
                 self.session_id = data["session_id"]
         elif kind == "message" and data.get("role") == "user":
-            self._open(at)
+            self.open_step(at)
         elif kind == "message" and data.get("role") == "assistant":
             self._model_output(at)
             text = str(data.get("content") or "")
@@ -180,7 +165,7 @@ class _Mapping(RunMapping):
             )
         elif kind == "tool_result":
             if self.builder.open_boundary is not None:
-                self._close(self.last_output or at)
+                self.close_step(self.last_output or at)
             failed = data.get("status") == "error"
             error = as_object(data.get("error"))
             message = str(error.get("message") or "the tool failed") if failed else None
@@ -201,50 +186,29 @@ class _Mapping(RunMapping):
                 self.errors.append(message)
         elif kind == "result":
             if self.reopen_at is not None:  # the tool results' reply ended at once
-                self._open(self.reopen_at)
+                self.open_step(self.reopen_at)
                 self.reopen_at = None
-            self._close(at)
+            self.close_step(at)
             self.result, self.result_at = data, at
 
-    def finish(
-        self,
-        *,
-        started_ms: float,
-        ended_ms: float,
-        timed_out: bool,
-        timeout: float,
-        failure: str | None,
-        price: Price | None,
-    ) -> PromptResult:
-        if self.first_boundary is None:
-            self._open(started_ms)  # the run failed before a request: its attempt is a step
-        self._close(ended_ms)
-        self.records += self.builder.end_tools(ended_ms, timed_out=timed_out)
-        result = self.result or {}
+    def finish(self, end: RunEnd) -> PromptResult:
+        result = self.end_run(end)
+        price = end.price
         tokens = stats_tokens(as_object(result.get("stats")))
         cost = cost_of(tokens, price) if price is not None else CostMetrics()
         if self.first_boundary is not None:
             self.builder.set_step_usage(
                 self.first_boundary, tokens, cost.total_usd if price is not None else None
             )
-        reason, error = self._reason(result, timed_out, timeout, failure)
-        if error is not None and (timed_out or not result or result.get("error")):
-            self.builder.error(ended_ms, error)
+        reason, error = self._reason(result, end)
+        if error is not None and (end.timed_out or not result or result.get("error")):
+            self.builder.error(end.ended_ms, error)
         return self.prompt(
-            tokens=tokens,
-            cost=cost,
-            started_ms=started_ms,
-            ended_ms=ended_ms,
-            steps=self.steps,
-            reason=reason,
-            error=error,
-            timed_out=timed_out,
+            end, tokens=tokens, cost=cost, steps=self.steps, reason=reason, error=error
         )
 
-    def _reason(
-        self, result: dict[str, Any], timed_out: bool, timeout: float, failure: str | None
-    ) -> tuple[CompletionReason, str | None]:
-        ended_badly = run_failure("Gemini CLI", result, timed_out, timeout, failure)
+    def _reason(self, result: dict[str, Any], end: RunEnd) -> tuple[CompletionReason, str | None]:
+        ended_badly = self.ended_badly(result, end)
         if ended_badly is not None:
             return ended_badly
         if result.get("status") != "success":
@@ -271,16 +235,7 @@ def map_gemini_run(
     """A run's ``PromptResult`` (its events appended to ``builder``) and the session
     id the run reported."""
     mapping = _Mapping(builder)
-    for line in lines:
-        mapping.feed(line)
-    result = mapping.finish(
-        started_ms=started_ms,
-        ended_ms=ended_ms,
-        timed_out=timed_out,
-        timeout=timeout,
-        failure=failure,
-        price=price,
-    )
+    result = mapping.map(lines, RunEnd(started_ms, ended_ms, timed_out, timeout, failure, price))
     return result, mapping.session_id
 
 
@@ -303,7 +258,7 @@ class GeminiCliSessionProvider(CliSessionProvider):
     def command_line(self, session: CliSession, text: str) -> list[str]:
         assert self.config is not None
         approval = "yolo" if self.config.permission == "allow" else "default"
-        argv = [
+        return [
             self.command,
             "-p",
             text,
@@ -313,12 +268,9 @@ class GeminiCliSessionProvider(CliSessionProvider):
             self.config.model,
             "--approval-mode",
             approval,
+            *conversation_args(session),
+            *self.settings.args,
         ]
-        if session.resume_id is None:
-            argv += ["--session-id", session.key]
-        else:
-            argv += ["--resume", session.resume_id]
-        return [*argv, *self.settings.args]
 
     def environment(self, session: CliSession) -> dict[str, str]:
         environment = {
@@ -331,17 +283,5 @@ class GeminiCliSessionProvider(CliSessionProvider):
             environment["GEMINI_SYSTEM_MD"] = str(session.home / ".gemini" / "system.md")
         return environment
 
-    def map_run(self, session: CliSession, run: CliRun, timeout: float) -> PromptResult:
-        result, session_id = map_gemini_run(
-            run.lines,
-            session.builder,
-            started_ms=run.started_ms,
-            ended_ms=run.ended_ms,
-            timed_out=run.timed_out,
-            timeout=timeout,
-            failure=run.failure(),
-            price=self.price,
-        )
-        if session_id is not None:  # the conversation exists: later prompts resume it
-            session.resume_id = session_id
-        return result
+    def run_mapping(self, session: CliSession) -> RunMapping:
+        return _Mapping(session.builder)
