@@ -83,6 +83,21 @@ def _text(output: str | bytes | None) -> str:
     return output or ""
 
 
+def _run(
+    binary: Path, args: list[str], *, env: Mapping[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(binary), *args],
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
 def run_cli(
     title: str, binary: Path, args: list[str], *, env: Mapping[str, str], cwd: Path
 ) -> CliRun:
@@ -91,16 +106,7 @@ def run_cli(
     with ``-p`` (``exec`` for Codex) an open or piped stdin is read as more prompt."""
     name = binary.stem  # claude.exe (the previous pin) reports as claude
     try:
-        done = subprocess.run(
-            [str(binary), *args],
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
+        done = _run(binary, args, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         partial = CliRun(name, args, -1, _text(exc.stdout), _text(exc.stderr))
         pytest.fail(f"{title} did not finish within {TIMEOUT} s\n{partial.report()}")
@@ -120,16 +126,7 @@ def check_installed(
     up. ``accepts`` says whether what ``binary --version`` printed is the pin."""
     if not os.access(binary, os.X_OK):
         pytest.fail(f"{title} is not installed at {binary}.\n{SETUP}", pytrace=False)
-    done = subprocess.run(
-        [str(binary), "--version"],
-        env=dict(env),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    done = _run(binary, ["--version"], env=env, cwd=cwd)
     if not accepts(done.stdout):
         pytest.fail(
             f"{binary} is {title} {done.stdout.strip()!r} (exit code {done.returncode}), "

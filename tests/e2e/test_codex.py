@@ -23,12 +23,15 @@ conversation (no ``previous_response_id``).
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from tests.conftest import RunningServer
+from tests.e2e import cli_harness
 from tests.e2e.cli_harness import (
     E2E_DIR,
     PINS,
@@ -37,7 +40,6 @@ from tests.e2e.cli_harness import (
     check_installed,
     clean_environment,
     failure_report,
-    recorded_gateway,
     run_cli,
     tool_round,
 )
@@ -48,6 +50,7 @@ PINNED: str = PINS["@openai/codex"]
 MODEL = "codex-e2e"  # what Codex asks for; the gateway routes it to the scripted backend
 BACKEND_MODEL = "scripted"
 SHELL_TOOL = "exec_command"  # Codex 0.169.0's shell tool: {"cmd": "<a shell command>"}
+Served = tuple[RunningServer, Recorder]
 
 
 # -- the CLI --------------------------------------------------------------------------
@@ -130,6 +133,12 @@ def run_codex(codex: Path, home: Path, workdir: Path, base_url: str, args: list[
 # -- the gateway ----------------------------------------------------------------------
 
 
+def recorded_gateway(backend: ScriptedBackend) -> AbstractContextManager[Served]:
+    """The recorded gateway over ``backend`` with Codex's model name routed to it
+    (tests/profiler/test_codex_profile.py serves Codex with it too)."""
+    return cli_harness.recorded_gateway(backend, MODEL, BACKEND_MODEL)
+
+
 def _report(run: CliRun, recorder: Recorder, backend: ScriptedBackend) -> str:
     exchanges = [(e.method, e.path, e.status) for e in recorder.exchanges]
     return failure_report(run, exchanges=exchanges, received=backend.requests)
@@ -162,7 +171,7 @@ def test_prints_the_backends_answer(codex: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     prompt = "Say something"
-    with recorded_gateway(backend, MODEL, BACKEND_MODEL) as (server, recorder):
+    with recorded_gateway(backend) as (server, recorder):
         run = run_codex(codex, tmp_path, workdir, server.url, [prompt])
     report = _report(run, recorder, backend)
 
@@ -226,7 +235,7 @@ def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
     escape = outside / "escape.txt"
     command = f"echo llmbridge-e2e-$((6*7)) | tee out.txt; echo escaped > {escape}"
     backend = ToolLoopBackend(SHELL_TOOL, {"cmd": command}, [FINAL_TEXT])
-    with recorded_gateway(backend, MODEL, BACKEND_MODEL) as (server, recorder):
+    with recorded_gateway(backend) as (server, recorder):
         run = run_codex(
             codex,
             tmp_path,

@@ -34,6 +34,8 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import load_config
+from llmbridge.profiler.cli_agent import merge_settings
+from llmbridge.profiler.gemini_cli import gemini_settings
 from tests.conftest import RunningServer
 from tests.e2e.cli_harness import (
     E2E_DIR,
@@ -76,16 +78,8 @@ def _environment(home: Path, base_url: str, **extra: str) -> dict[str, str]:
 def _settings(**extra: Any) -> dict[str, Any]:
     """``~/.gemini/settings.json``: the API-key auth (required for
     ``GOOGLE_GEMINI_BASE_URL`` to apply), and everything that would reach other hosts
-    off."""
-    return {
-        "security": {"auth": {"selectedType": "gemini-api-key"}},
-        "privacy": {"usageStatisticsEnabled": False},  # play.googleapis.com
-        "telemetry": {"enabled": False},
-        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-        "ide": {"enabled": False},
-        "tools": {"sandbox": False},
-        **extra,
-    }
+    off; the profiler's Gemini CLI provider writes the same (``gemini_settings``)."""
+    return merge_settings(gemini_settings(), extra)
 
 
 @pytest.fixture(scope="session")
