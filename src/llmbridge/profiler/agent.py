@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.modes import combine_instructions
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
 from llmbridge.profiler.trace import build_summary, group_turns
+from llmbridge.profiler.trace_builder import TraceBuilder, now_ms
 from llmbridge.profiler.types import (
     CompletionReason,
     CostMetrics,
@@ -44,43 +44,22 @@ from llmbridge.profiler.types import (
     TokenMetrics,
     ToolCallRecord,
     TraceEvent,
-    TraceEventType,
 )
 from llmbridge.serving.models import Models
 
 __all__ = ["AgentSessionProvider"]
 
 
-def _now_ms() -> float:
-    return time.time() * 1000
-
-
-@dataclass
-class _Recorder:
-    """A session's trace, built from the agent's events as they happen."""
-
-    events: list[TraceEvent] = field(default_factory=list)
-    turn: int = -1
-
-    def boundary(self, tokens: TokenMetrics | None = None) -> None:
-        self.turn += 1
-        self.events.append(TraceEvent("turn_boundary", self.turn, _now_ms(), tokens=tokens))
-
-    def close_turn(self, tokens: TokenMetrics | None) -> None:
-        """Give the last boundary its duration (and the prompt's tokens, if first)."""
-        index = next(
-            i for i in range(len(self.events) - 1, -1, -1) if self.events[i].type == "turn_boundary"
+def _text(builder: TraceBuilder, text: str) -> None:
+    """A piece of the answer: merged into the step's text so far (stamped when it
+    began, with no duration of its own)."""
+    last = builder.events[-1]
+    if last.type == "text_output" and last.turn == builder.turn:
+        builder.events[-1] = TraceEvent(
+            "text_output", last.turn, last.timestamp_ms, text=(last.text or "") + text
         )
-        old = self.events[index]
-        assert old.timestamp_ms is not None
-        self.events[index] = TraceEvent(
-            "turn_boundary",
-            old.turn,
-            old.timestamp_ms,
-            _now_ms() - old.timestamp_ms,
-            status=old.status,
-            tokens=tokens if tokens is not None else old.tokens,
-        )
+    else:
+        builder.events.append(TraceEvent("text_output", builder.turn, now_ms(), text=text))
 
 
 class AgentSessionProvider:
@@ -101,7 +80,7 @@ class AgentSessionProvider:
         self._models: Models | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._persona_id: str | None = None
-        self._recorders: dict[str, _Recorder] = {}
+        self._recorders: dict[str, TraceBuilder] = {}
         self._system: dict[str, str | None] = {}
 
     async def init(self, config: ProviderConfig) -> None:
@@ -165,7 +144,7 @@ class AgentSessionProvider:
             name=f"{scenario_id} #{iteration}",
             persona_id=self._persona_id,
         )
-        self._recorders[record.id] = _Recorder()
+        self._recorders[record.id] = TraceBuilder()
         self._system[record.id] = combine_instructions(
             self.config.system_instructions, system_instructions
         )
@@ -197,12 +176,11 @@ class AgentSessionProvider:
         started = time.perf_counter()
         first: float | None = None
         pieces: list[str] = []
-        calls: dict[str, tuple[str, float]] = {}
         records: list[ToolCallRecord] = []
         tokens = TokenMetrics()
         timed_out, error = False, None
         first_boundary = len(recorder.events)
-        recorder.boundary()
+        recorder.open_step(now_ms())
         after_tools = False
         try:
             async with asyncio.timeout(timeout):
@@ -210,28 +188,19 @@ class AgentSessionProvider:
                 async with aclosing(stream) as events:
                     async for event in events:
                         if isinstance(event, AgentDelta | AgentToolCall) and after_tools:
-                            recorder.close_turn(None)
-                            recorder.boundary()
+                            recorder.close_step(now_ms())
+                            recorder.open_step(now_ms())
                             after_tools = False
                         if isinstance(event, AgentDelta):
                             first = first if first is not None else time.perf_counter()
                             pieces.append(event.text)
-                            self._text(recorder, event.text)
+                            _text(recorder, event.text)
                         elif isinstance(event, AgentToolCall):
-                            calls[event.id] = (event.name, time.perf_counter())
-                            recorder.events.append(
-                                TraceEvent(
-                                    "tool_call",
-                                    recorder.turn,
-                                    _now_ms(),
-                                    tool=event.name,
-                                    call_id=event.id,
-                                    status="called",
-                                    arguments=event.arguments,
-                                )
-                            )
+                            recorder.tool_call(now_ms(), event.name, event.id, event.arguments)
                         elif isinstance(event, AgentToolResult):
-                            records.append(self._tool_result(recorder, event, calls))
+                            failed = event.content if event.is_error else None
+                            output = None if event.is_error else event.content
+                            records.append(recorder.tool_result(now_ms(), event.id, output, failed))
                             after_tools = True
                         elif isinstance(event, AgentDone):
                             usage = event.usage
@@ -246,18 +215,17 @@ class AgentSessionProvider:
         except LLMBridgeError as exc:
             error = exc.message
         total = (time.perf_counter() - started) * 1000
-        recorder.close_turn(None)
+        recorder.close_step(now_ms())
         price = self.prices.get(self.config.model)
         cost = cost_of(tokens, price) if price is not None else CostMetrics()
         # The agent reports the prompt's usage whole: it (and its cost, when priced) goes on
         # the first boundary.
-        self._set_tokens(recorder, first_boundary, tokens, cost)
+        cost_usd = cost.total_usd if cost.source != "none" else None
+        recorder.set_step_usage(first_boundary, tokens, cost_usd)
         if timed_out:
-            recorder.events.append(
-                TraceEvent("error", recorder.turn, _now_ms(), error=f"timeout after {timeout:g} s")
-            )
+            recorder.error(now_ms(), f"timeout after {timeout:g} s")
         elif error:
-            recorder.events.append(TraceEvent("error", recorder.turn, _now_ms(), error=error))
+            recorder.error(now_ms(), error)
         reason: CompletionReason = "timeout" if timed_out else "error" if error else "stop"
         result = PromptResult(
             text="".join(pieces),
@@ -277,56 +245,6 @@ class AgentSessionProvider:
         if timed_out:
             raise PromptTimeoutError(f"the prompt did not finish within {timeout:g} s", result)
         return result
-
-    def _text(self, recorder: _Recorder, text: str) -> None:
-        last = recorder.events[-1]
-        if last.type == "text_output" and last.turn == recorder.turn:
-            recorder.events[-1] = TraceEvent(
-                "text_output", last.turn, last.timestamp_ms, text=(last.text or "") + text
-            )
-        else:
-            recorder.events.append(TraceEvent("text_output", recorder.turn, _now_ms(), text=text))
-
-    def _tool_result(
-        self, recorder: _Recorder, event: Any, calls: dict[str, tuple[str, float]]
-    ) -> ToolCallRecord:
-        name, began = calls.get(event.id, (event.name, time.perf_counter()))
-        took = (time.perf_counter() - began) * 1000
-        kind: TraceEventType = "error" if event.is_error else "tool_result"
-        recorder.events.append(
-            TraceEvent(
-                kind,
-                recorder.turn,
-                _now_ms(),
-                duration_ms=took,
-                text=None if event.is_error else event.content,
-                tool=name,
-                call_id=event.id,
-                status="error" if event.is_error else "completed",
-                error=event.content if event.is_error else None,
-            )
-        )
-        return ToolCallRecord(
-            name=name,
-            call_id=event.id,
-            status="error" if event.is_error else "completed",
-            duration_ms=took,
-            error=event.content if event.is_error else None,
-        )
-
-    def _set_tokens(
-        self, recorder: _Recorder, index: int, tokens: TokenMetrics, cost: CostMetrics
-    ) -> None:
-        old = recorder.events[index]
-        recorder.events[index] = TraceEvent(
-            "turn_boundary",
-            old.turn,
-            old.timestamp_ms,
-            old.duration_ms,
-            status=old.status,
-            tokens=tokens,
-            cost_usd=cost.total_usd if cost.source != "none" else None,
-        )
 
     async def export_session(self, handle: SessionHandle) -> SessionTrace:
         recorder = self._recorders.get(handle.session_id)
