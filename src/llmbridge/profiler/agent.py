@@ -30,7 +30,6 @@ from llmbridge.core.errors import LLMBridgeError
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.modes import combine_instructions
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
-from llmbridge.profiler.trace import build_summary, group_turns
 from llmbridge.profiler.trace_builder import TraceBuilder, now_ms
 from llmbridge.profiler.types import (
     CompletionReason,
@@ -250,9 +249,7 @@ class AgentSessionProvider:
         recorder = self._recorders.get(handle.session_id)
         if recorder is None:
             raise ProviderError(f"unknown session {handle.session_id}")
-        events = tuple(recorder.events)
-        turns = group_turns(events)
-        return SessionTrace(handle.session_id, events, turns, build_summary(events, turns))
+        return recorder.session_trace(handle.session_id)
 
     async def destroy_session(self, handle: SessionHandle) -> None:
         self._recorders.pop(handle.session_id, None)

@@ -44,7 +44,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import combine_instructions
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
-from llmbridge.profiler.trace import build_summary, group_turns
 from llmbridge.profiler.trace_builder import TraceBuilder, now_ms
 from llmbridge.profiler.types import (
     CompletionReason,
@@ -646,10 +645,7 @@ class CliSessionProvider:
         return result
 
     async def export_session(self, handle: SessionHandle) -> SessionTrace:
-        session = self._session(handle)
-        events = tuple(session.builder.events)
-        turns = group_turns(events)
-        return SessionTrace(handle.session_id, events, turns, build_summary(events, turns))
+        return self._session(handle).builder.session_trace(handle.session_id)
 
     async def destroy_session(self, handle: SessionHandle) -> None:
         session = self.sessions.pop(handle.session_id, None)

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llmbridge.profiler.types import TokenMetrics, ToolCallRecord, TraceEvent
+from llmbridge.profiler.trace import build_summary, group_turns
+from llmbridge.profiler.types import SessionTrace, TokenMetrics, ToolCallRecord, TraceEvent
 
 __all__ = ["TraceBuilder", "now_ms"]
 
@@ -38,6 +39,12 @@ class TraceBuilder:
     turn: int = -1
     _boundary: int | None = None
     _calls: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def session_trace(self, session_id: str) -> SessionTrace:
+        """The session's trace as exported: its events, grouped into turns, summed up."""
+        events = tuple(self.events)
+        turns = group_turns(events)
+        return SessionTrace(session_id, events, turns, build_summary(events, turns))
 
     def open_step(self, at_ms: float) -> None:
         self.turn += 1
