@@ -4,6 +4,7 @@ afterwards, at the deadline or not (real ``sh`` processes)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,17 @@ def _gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return "\nState:\tZ" in status
+
+
+async def _dies(pid: int) -> bool:
+    """Whether ``pid`` is gone within 5 s. SIGKILL is delivered at once, but a killed
+    process closes its files (so the run's stdout reaches its end) a moment before it
+    becomes a zombie: checked once, right after the run, it can still read "running"."""
+    for _ in range(500):
+        if _gone(pid):
+            return True
+        await asyncio.sleep(0.01)
+    return False
 
 
 async def test_lines_are_parsed_and_stamped_in_order(tmp_path: Path) -> None:
@@ -59,7 +71,7 @@ async def test_the_deadline_kills_the_whole_group(tmp_path: Path) -> None:
     )
     assert run.timed_out and run.returncode is None and run.failure() is None
     assert [line.data for line in run.lines] == [{"started": True}]
-    assert _gone(int((tmp_path / "child").read_text()))
+    assert await _dies(int((tmp_path / "child").read_text()))
 
 
 async def test_a_background_child_holding_stdout_does_not_hold_the_run(tmp_path: Path) -> None:
@@ -74,7 +86,7 @@ async def test_a_background_child_holding_stdout_does_not_hold_the_run(tmp_path:
     )
     assert not run.timed_out and run.returncode == 0
     assert [line.text for line in run.lines] == ["done"]
-    assert _gone(int((tmp_path / "child").read_text()))
+    assert await _dies(int((tmp_path / "child").read_text()))
 
 
 async def test_a_home_is_fresh_and_the_environment_minimal(
