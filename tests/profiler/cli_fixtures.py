@@ -1,20 +1,32 @@
 """Captured CLI runs (tests/profiler/fixtures, written by capture_cli_agents.py) as
 the ``OutputLine``s a provider maps, each line given a known arrival time, so the
-times the mapping derives can be checked exactly; and ``profile run`` end to end with
-a CLI agent on a scripted gateway, with what every CLI's run must show."""
+times the mapping derives can be checked exactly; a CLI provider's session set up and
+shut down around a test (``cli_session``; ``live_cli_session`` with the real CLI on a
+scripted gateway); and ``profile run`` end to end with a CLI agent on a scripted
+gateway, with what every CLI's run must show."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
 
+from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.profiler.cli_agent import OutputLine, TraceBuilder
+from llmbridge.profiler.cli_agent import (
+    CliAgentSettings,
+    CliSession,
+    CliSessionProvider,
+    OutputLine,
+    TraceBuilder,
+)
 from llmbridge.profiler.trace import build_summary, check_invariants, group_turns
-from llmbridge.profiler.types import PromptResult, SessionTrace
+from llmbridge.profiler.types import PromptResult, ProviderConfig, SessionHandle, SessionTrace
 from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
 
@@ -76,6 +88,61 @@ def check_cut_at_deadline(result: PromptResult, trace: SessionTrace, timeout: fl
     assert trace.events[-1].error == f"timeout after {timeout:g} s"
 
 
+# -- one session of a CLI provider ------------------------------------------------------------
+
+EVERY_MODEL = [{"name": "*", "backend": "scripted", "model": "scripted"}]
+"""Gateway routes: whatever model the CLI asks for is the scripted backend's."""
+
+
+@dataclass
+class Session:
+    """A started session of ``provider``."""
+
+    provider: CliSessionProvider
+    handle: SessionHandle
+
+    @property
+    def state(self) -> CliSession:
+        """The provider's record of it: HOME, working directory, conversation id."""
+        return self.provider.sessions[self.handle.session_id]
+
+    async def prompt(self, text: str, timeout: float = 120) -> PromptResult:  # noqa: ASYNC109
+        return await self.provider.prompt(self.handle, text, timeout)
+
+
+@asynccontextmanager
+async def cli_session(
+    provider: CliSessionProvider, config: ProviderConfig, *, system_instructions: str | None
+) -> AsyncIterator[Session]:
+    """``provider`` initialised with ``config`` and one session created (scenario "s",
+    iteration 0); the provider shut down (the session's HOME removed) on leaving."""
+    await provider.init(config)
+    handle = await provider.create_session(
+        system_instructions=system_instructions, scenario_id="s", iteration=0
+    )
+    try:
+        yield Session(provider, handle)
+    finally:
+        await provider.shutdown()
+
+
+@asynccontextmanager
+async def live_cli_session(
+    provider_type: type[CliSessionProvider],
+    settings: CliAgentSettings,
+    model: ScriptedBackend,
+    config: ProviderConfig,
+    *,
+    system_instructions: str | None = None,
+) -> AsyncIterator[Session]:
+    """``cli_session`` of the real CLI (``provider_type`` with ``settings``) on a
+    loopback gateway serving ``model`` under every model name."""
+    with running_gateway({"scripted": model}, models=EVERY_MODEL) as gateway:
+        provider = provider_type(settings, gateway_url=gateway.url)
+        async with cli_session(provider, config, system_instructions=system_instructions) as live:
+            yield live
+
+
 # -- profile run, end to end ------------------------------------------------------------------
 
 
@@ -97,7 +164,8 @@ def profile_run(
 def write_and_resume_spec(section: str, settings: dict[str, Any], tool: str) -> dict[str, Any]:
     """A scenarios file for one CLI (its ``section``, priced): the scripted model
     (``ToolLoop``) has the CLI's ``tool`` write out.txt in the workspace, then a second
-    prompt resumes the session; the ``terse`` mode's instructions go with both."""
+    prompt resumes the session; the ``terse`` mode's instructions, then the scenario's,
+    go with both."""
     return {
         "models": ["scripted"],
         "modes": [{"name": "terse", "system": "Be terse."}],
@@ -107,6 +175,7 @@ def write_and_resume_spec(section: str, settings: dict[str, Any], tool: str) -> 
         "scenarios": [
             {
                 "id": "write",
+                "system": "Scenario.",
                 "prompts": ["Write hi to out.txt", "Say it again"],
                 "checks": [
                     {"file_contains": {"path": "out.txt", "text": "HI"}},
@@ -130,12 +199,11 @@ def run_write_and_resume(
     """``write_and_resume_spec`` run with ``provider`` on a gateway serving ``model``;
     what holds whichever CLI ran it is checked here: the workspace check passed, the
     first prompt's one call completed and is the trace's, the second prompt resumed
-    with no call, three steps, the mode's instructions in every request's system
-    prompt, and the prompts' tokens are the trace's, priced by the price table. The
-    record."""
+    with no call, three steps, the mode's instructions and then the scenario's in every
+    request's system prompt, and the prompts' tokens are the trace's, priced by the
+    price table. The record."""
     spec = write_and_resume_spec(section, settings, tool)
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
-    with running_gateway({"scripted": model}, models=routes) as gateway:
+    with running_gateway({"scripted": model}, models=EVERY_MODEL) as gateway:
         (record,) = profile_run(tmp_path, spec, provider=provider, gateway_url=gateway.url)
     assert record["provider"] == provider
     assert record["passed"], record
@@ -149,7 +217,9 @@ def run_write_and_resume(
     tool_call = next(e for e in events if e["type"] == "tool_call")
     assert tool_call["call_id"] == call["call_id"]
     assert [e["turn"] for e in events if e["type"] == "turn_boundary"] == [0, 1, 2]
-    assert all("Be terse." in r.messages[0].text for r in model.requests)
+    for request in model.requests:
+        system = request.messages[0].text
+        assert "Be terse." in system and system.index("Be terse.") < system.index("Scenario.")
     total = sum(p["tokens"]["total"] for p in record["prompts"])
     assert record["trace"]["summary"]["tokens"]["total"] == total > 0
     assert all(p["cost"]["source"] == "price_table" for p in record["prompts"])

@@ -11,21 +11,18 @@ from typing import Any
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.profiler.claude_code import (
-    ClaudeCodeSessionProvider,
-    ClaudeCodeSettings,
-    map_claude_run,
-)
+from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider, map_claude_run
 from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
 from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
-from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
 from tests.profiler.cli_fixtures import (
     Replay,
     check_cut_at_deadline,
+    cli_session,
+    live_cli_session,
     run_write_and_resume,
     trace_of,
     types_of,
@@ -234,14 +231,9 @@ async def test_the_command_line_follows_the_session_and_the_policy(
 ) -> None:
     settings = CliAgentSettings(command=str(CLAUDE), args=("--tools", "Bash"))
     provider = ClaudeCodeSessionProvider(settings, gateway_url="http://127.0.0.1:9/")
-    await provider.init(
-        ProviderConfig(model="m", system_instructions="Mode.", permission=permission)
-    )
-    handle = await provider.create_session(
-        system_instructions="Scenario.", scenario_id="s", iteration=0
-    )
-    session = provider.sessions[handle.session_id]
-    try:
+    config = ProviderConfig(model="m", system_instructions="Mode.", permission=permission)
+    async with cli_session(provider, config, system_instructions="Scenario.") as live:
+        session = live.state
         first = provider.command_line(session, "Hi")
         assert first[:3] == [str(CLAUDE), "-p", "Hi"]
         model = first.index("--model")
@@ -249,7 +241,7 @@ async def test_the_command_line_follows_the_session_and_the_policy(
         assert first[-2:] == ["--tools", "Bash"]  # the settings' args come last
         joined = " ".join(first)
         assert " ".join(expected) in joined
-        assert f"--session-id {handle.session_id}" in joined
+        assert f"--session-id {live.handle.session_id}" in joined
         assert first[first.index("--append-system-prompt") + 1] == "Mode.\n\nScenario."
         session.resume_id = "the-session"
         assert "--resume the-session" in " ".join(provider.command_line(session, "More"))
@@ -259,8 +251,6 @@ async def test_the_command_line_follows_the_session_and_the_policy(
         assert environment["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "m"
         assert environment["CLAUDE_CODE_SUBAGENT_MODEL"] == "m"
         assert session.cwd == session.home / "work" and session.cwd.is_dir()
-    finally:
-        await provider.shutdown()
     assert not session.home.exists()
 
 
@@ -279,18 +269,31 @@ async def test_init_names_what_is_missing() -> None:
 def test_profile_run_with_claude_code_in_a_workspace(tmp_path: Path) -> None:
     """The scripted model has Claude Code's Bash tool write a file in the iteration's
     workspace, then answers; a second prompt resumes the session. The workspace
-    check passes and the trace holds the call."""
+    check passes and the trace holds the call. The section's ``instructions`` are the
+    system prompt (``--system-prompt``), the mode's and scenario's following them."""
     model = ToolLoop("scripted", models=("scripted",))
+    settings = {
+        "command": str(CLAUDE),
+        "permission": "allow",
+        "instructions": "You are a coding agent.",
+        "args": ["--tools", "Bash"],
+    }
     record = run_write_and_resume(
         tmp_path,
         model,
         section="claude_code",
-        settings={"command": str(CLAUDE), "permission": "allow", "args": ["--tools", "Bash"]},
+        settings=settings,
         provider="claude-code",
         tool="Bash",
     )
     tool_call = next(e for e in record["trace"]["events"] if e["type"] == "tool_call")
     assert tool_call["arguments"]["command"] == "echo hi | tr a-z A-Z > out.txt"
+    for request in model.requests:
+        # Claude Code keeps two lines of its own first (a billing header, who it is);
+        # its default prompt (thousands of characters) is gone.
+        system = request.messages[0].text
+        assert system.endswith("\n\nYou are a coding agent.\n\nBe terse.\n\nScenario.")
+        assert len(system) < 500, system
 
 
 @pytest.mark.parametrize(
@@ -303,20 +306,11 @@ async def test_a_policy_that_refuses_makes_the_call_a_tool_error(
     """The real CLI refuses the model's Bash call: the call is a tool error with
     Claude Code's reason, and nothing is written."""
     model = ToolLoop("scripted", models=("scripted",))
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
     settings = CliAgentSettings(command=str(CLAUDE), args=("--tools", "Bash"))
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        provider = ClaudeCodeSessionProvider(settings, gateway_url=gateway.url)
-        await provider.init(ProviderConfig(model="scripted", permission=permission))
-        handle = await provider.create_session(
-            system_instructions=None, scenario_id="s", iteration=0
-        )
-        workdir = provider.sessions[handle.session_id].cwd
-        try:
-            result = await provider.prompt(handle, "Write hi to out.txt", 120)
-            assert list(workdir.iterdir()) == []
-        finally:
-            await provider.shutdown()
+    config = ProviderConfig(model="scripted", permission=permission)
+    async with live_cli_session(ClaudeCodeSessionProvider, settings, model, config) as live:
+        result = await live.prompt("Write hi to out.txt")
+        assert list(live.state.cwd.iterdir()) == []
     (call,) = result.metrics.tool_calls
     assert call.name == "Bash" and call.status == "error"
     assert refusal in (call.error or "")
@@ -329,53 +323,17 @@ async def test_a_prompt_past_its_deadline_is_a_timeout_with_what_was_measured() 
     model = ScriptedBackend(
         "scripted", models=("scripted",), default=Script(text=["slow "] * 300, chunk_delay=0.1)
     )
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
     settings = CliAgentSettings(command=str(CLAUDE), args=("--tools", ""))
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        provider = ClaudeCodeSessionProvider(settings, gateway_url=gateway.url)
-        await provider.init(ProviderConfig(model="scripted"))
-        handle = await provider.create_session(
-            system_instructions=None, scenario_id="s", iteration=0
-        )
-        try:
-            with pytest.raises(PromptTimeoutError, match="within 8 s") as caught:
-                await provider.prompt(handle, "Take your time", 8)
-            trace = await provider.export_session(handle)
-        finally:
-            await provider.shutdown()
+    config = ProviderConfig(model="scripted")
+    async with live_cli_session(ClaudeCodeSessionProvider, settings, model, config) as live:
+        # 5 s: Claude Code sends its request within about a second of starting.
+        with pytest.raises(PromptTimeoutError, match="within 5 s") as caught:
+            await live.prompt("Take your time", 5)
+        trace = await live.provider.export_session(live.handle)
     result = caught.value.result
     assert result.completion_reason == "timeout"
     assert result.text.startswith("slow slow")
     assert check_invariants(trace) == []
     assert types_of(trace) == ["turn_boundary", "text_output", "error"]
-    assert trace.events[-1].error == "timeout after 8 s"
+    assert trace.events[-1].error == "timeout after 5 s"
     assert result.metrics.tokens.input > 0  # message_start's usage arrived
-
-
-async def test_instructions_replace_claude_codes_system_prompt() -> None:
-    """The section's ``instructions`` are the system prompt (``--system-prompt``); the
-    mode's and scenario's instructions still follow them."""
-    model = ToolLoop("scripted", models=("scripted",))
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
-    settings = ClaudeCodeSettings(
-        command=str(CLAUDE), instructions="You are a coding agent.", args=("--tools", "Bash")
-    )
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        provider = ClaudeCodeSessionProvider(settings, gateway_url=gateway.url)
-        await provider.init(
-            ProviderConfig(model="scripted", permission="allow", system_instructions="Mode.")
-        )
-        handle = await provider.create_session(
-            system_instructions="Scenario.", scenario_id="s", iteration=0
-        )
-        try:
-            result = await provider.prompt(handle, "Write hi to out.txt", 120)
-        finally:
-            await provider.shutdown()
-    assert result.completion_reason == "stop"
-    for request in model.requests:
-        # Claude Code keeps two lines of its own first (a billing header, who it is);
-        # its default prompt (thousands of characters) is gone.
-        system = request.messages[0].text
-        assert system.endswith("\n\nYou are a coding agent.\n\nMode.\n\nScenario.")
-        assert len(system) < 500, system

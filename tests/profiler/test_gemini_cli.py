@@ -21,11 +21,12 @@ from llmbridge.profiler.gemini_cli import (
 from llmbridge.profiler.metrics import Price, cost_of
 from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
-from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
 from tests.profiler.cli_fixtures import (
     Replay,
     check_cut_at_deadline,
+    cli_session,
+    live_cli_session,
     run_write_and_resume,
     trace_of,
     types_of,
@@ -190,20 +191,15 @@ def test_a_run_cut_at_its_deadline_keeps_what_it_measured() -> None:
 async def test_the_command_line_home_and_environment(permission: Any, approval: str) -> None:
     settings = CliAgentSettings(command=str(GEMINI), api_key="k")
     provider = GeminiCliSessionProvider(settings, gateway_url="http://127.0.0.1:9")
-    await provider.init(
-        ProviderConfig(model="m", system_instructions="Mode.", permission=permission)
-    )
-    handle = await provider.create_session(
-        system_instructions="Scenario.", scenario_id="s", iteration=0
-    )
-    session = provider.sessions[handle.session_id]
-    try:
+    config = ProviderConfig(model="m", system_instructions="Mode.", permission=permission)
+    async with cli_session(provider, config, system_instructions="Scenario.") as live:
+        session = live.state
         first = provider.command_line(session, "Hi")
         assert first[:3] == [str(GEMINI), "-p", "Hi"]
         joined = " ".join(first)
         assert "--output-format stream-json" in joined and "--model m" in joined
         assert f"--approval-mode {approval}" in joined
-        assert f"--session-id {handle.session_id}" in joined
+        assert f"--session-id {live.handle.session_id}" in joined
         session.resume_id = "the-session"
         assert "--resume the-session" in " ".join(provider.command_line(session, "More"))
 
@@ -213,9 +209,20 @@ async def test_the_command_line_home_and_environment(permission: Any, approval: 
         environment = provider.environment(session)
         assert environment["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:9"
         assert environment["GEMINI_API_KEY"] == "k"
-    finally:
-        await provider.destroy_session(handle)
     assert not session.home.exists()
+
+
+async def test_the_sections_settings_are_merged_into_settings_json() -> None:
+    """The section's ``settings`` are merged into the HOME's settings.json: what keeps
+    the CLI offline and headless stays (gemini_settings), the section adds to it."""
+    settings = GeminiCliSettings(
+        command=str(GEMINI), settings={"tools": {"core": ["run_shell_command"]}}
+    )
+    provider = GeminiCliSessionProvider(settings, gateway_url="http://127.0.0.1:9")
+    async with cli_session(provider, ProviderConfig(model="m"), system_instructions=None) as live:
+        written = json.loads((live.state.home / ".gemini" / "settings.json").read_text())
+    assert written["tools"] == {"sandbox": False, "core": ["run_shell_command"]}
+    assert written["security"] == gemini_settings()["security"]
 
 
 # -- profile run, end to end ------------------------------------------------------------------
@@ -224,75 +231,40 @@ async def test_the_command_line_home_and_environment(permission: Any, approval: 
 def test_profile_run_with_gemini_cli_in_a_workspace(tmp_path: Path) -> None:
     """The scripted model has Gemini CLI's shell tool write a file in the iteration's
     workspace, then answers; a second prompt resumes the session. The workspace
-    check passes and the trace holds the call; the mode's instructions are the HOME's
-    GEMINI.md."""
+    check passes and the trace holds the call. The section's ``instructions`` replace
+    the CLI's system prompt, the mode's and scenario's following them (the HOME's
+    GEMINI.md), and its ``settings`` (merged into settings.json) leave only the shell
+    tool offered."""
     model = ToolLoop("scripted", models=("scripted",))
+    settings = {
+        "command": str(GEMINI),
+        "permission": "allow",
+        "instructions": "You are a coding agent.",
+        "settings": {"tools": {"core": ["run_shell_command"]}},
+    }
     run_write_and_resume(
         tmp_path,
         model,
         section="gemini_cli",
-        settings={"command": str(GEMINI), "permission": "allow"},
+        settings=settings,
         provider="gemini-cli",
         tool="run_shell_command",
     )
     # The resumed prompt carried the conversation: the first prompt is in its request.
     assert any("Write hi to out.txt" in m.text for m in model.requests[-1].messages)
+    for request in model.requests:
+        assert [tool.name for tool in request.tools] == ["run_shell_command"]
+        assert request.messages[0].text.startswith("You are a coding agent.")
 
 
 async def test_without_allow_the_shell_is_not_offered() -> None:
     """Headless, the default approval mode has no one to ask: the real CLI leaves the
     tools that need approval out of the request, so the model cannot call them."""
     model = ToolLoop("scripted", models=("scripted",))
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        provider = GeminiCliSessionProvider(
-            CliAgentSettings(command=str(GEMINI)), gateway_url=gateway.url
-        )
-        await provider.init(ProviderConfig(model="scripted", permission="deny"))
-        handle = await provider.create_session(
-            system_instructions=None, scenario_id="s", iteration=0
-        )
-        try:
-            result = await provider.prompt(handle, "Write hi to out.txt", 120)
-        finally:
-            await provider.shutdown()
+    settings = CliAgentSettings(command=str(GEMINI))
+    config = ProviderConfig(model="scripted", permission="deny")
+    async with live_cli_session(GeminiCliSessionProvider, settings, model, config) as live:
+        result = await live.prompt("Write hi to out.txt")
     offered = {tool.name for request in model.requests for tool in request.tools}
     assert "read_file" in offered and "run_shell_command" not in offered
     assert result.metrics.tool_calls == () and result.completion_reason == "stop"
-
-
-async def test_instructions_and_settings_shrink_the_request() -> None:
-    """The section's ``instructions`` replace the CLI's system prompt and its
-    ``settings`` are merged into settings.json: here only the shell tool is offered,
-    and the mode's and scenario's instructions still follow the replacement."""
-    model = ToolLoop("scripted", models=("scripted",))
-    routes = [{"name": "*", "backend": "scripted", "model": "scripted"}]
-    settings = GeminiCliSettings(
-        command=str(GEMINI),
-        instructions="You are a coding agent.",
-        settings={"tools": {"core": ["run_shell_command"]}},
-    )
-    with running_gateway({"scripted": model}, models=routes) as gateway:
-        provider = GeminiCliSessionProvider(settings, gateway_url=gateway.url)
-        await provider.init(
-            ProviderConfig(model="scripted", permission="allow", system_instructions="Mode.")
-        )
-        handle = await provider.create_session(
-            system_instructions="Scenario.", scenario_id="s", iteration=0
-        )
-        home = provider.sessions[handle.session_id].home
-        written = json.loads((home / ".gemini" / "settings.json").read_text())
-        try:
-            result = await provider.prompt(handle, "Write hi to out.txt", 120)
-        finally:
-            await provider.shutdown()
-    assert written["tools"] == {"sandbox": False, "core": ["run_shell_command"]}
-    assert written["security"] == gemini_settings()["security"]
-    assert result.completion_reason == "stop"
-    (call,) = result.metrics.tool_calls
-    assert call.name == "run_shell_command" and call.status == "completed"
-    for request in model.requests:
-        assert [tool.name for tool in request.tools] == ["run_shell_command"]
-        system = request.messages[0].text
-        assert system.startswith("You are a coding agent.")
-        assert system.index("Mode.") < system.index("Scenario.")
