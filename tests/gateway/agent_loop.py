@@ -19,6 +19,13 @@ from tests.conftest import anthropic_client, ollama_client, openai_client
 Dialect = Literal["ollama", "openai", "anthropic"]
 DIALECTS: tuple[Dialect, ...] = ("ollama", "openai", "anthropic")
 
+MAX_TOKENS = 48
+"""Each request's token limit: room for a whole tool-call decision
+(``{"action": "tool_call", "tool_name": ..., "arguments": {}}`` is about 25 tokens) and
+a short text reply. The tests check that the loop ends, not what the text says, and
+the embedded model writes every token it may (96 made each request half again as
+slow, test_agent_loop_embedded.py taking a minute and a half)."""
+
 Call = tuple[str, dict[str, Any], str]
 """A tool call: name, arguments, id (the dialect's, or "" for Ollama)."""
 
@@ -55,7 +62,7 @@ class _Client:
                 model=self.model,
                 messages=messages,
                 tools=[_openai_tool(self.tool)],
-                options={"temperature": 0, "num_predict": 96},
+                options={"temperature": 0, "num_predict": MAX_TOKENS},
             )
             calls = [
                 (c.function.name, dict(c.function.arguments), "")
@@ -73,7 +80,7 @@ class _Client:
                 messages=messages,
                 tools=[_openai_tool(self.tool)],
                 temperature=0,
-                max_tokens=96,
+                max_tokens=MAX_TOKENS,
             )
             message = completion.choices[0].message
             calls = [
@@ -83,7 +90,7 @@ class _Client:
             return calls, message.content or "", message.model_dump(exclude_none=True)
         reply = anthropic_client(self.url).messages.create(
             model=self.model,
-            max_tokens=96,
+            max_tokens=MAX_TOKENS,
             messages=messages,
             tools=[self.tool],
             extra_body={"temperature": 0},
