@@ -198,9 +198,9 @@ CLI_CHECKS = (
 
 
 def test_coverage_phase(gateway: RunningServer) -> None:
-    """Schemathesis' coverage phase: for every operation, the boundary values, type
-    violations, missing fields and wrong methods its schema implies (about 3,700
-    requests, 10 s), through the CLI exactly as docs/RELIABILITY.md runs it."""
+    """Schemathesis' coverage phase: for every operation but Gemini's ``/v1`` aliases,
+    the boundary values, type violations, missing fields and wrong methods its schema
+    implies (about 25 s on 2 cores), through the CLI as docs/RELIABILITY.md runs it."""
     command = [
         sys.executable,
         "-m",
@@ -208,6 +208,9 @@ def test_coverage_phase(gateway: RunningServer) -> None:
         "run",
         gateway.url + OPENAPI_PATH,
         "--phases=coverage",
+        # Gemini's /v1 aliases: the /v1beta handlers and schemas (GEMINI_V1_ALIAS),
+        # whose boundary values the /v1beta operations already send.
+        "--exclude-path-regex=^/v1/models/[{]model[}]:",
         f"--checks={CLI_CHECKS}",
         "--seed=8",
         "--continue-on-failure",
