@@ -43,7 +43,11 @@ def agent_gateway(
         }
     )
     app = create_app(config, backends=dict(backends), agent_tools=tools or ToolRegistry())
-    with RunningServer(app, _tcp_socket()) as server:
+    # A long keep-alive: a test that holds many connections while turns queue behind a
+    # session's lock (test_hardening's 200 concurrent turns) reuses some of them after
+    # uvicorn's default 5 s; a server closing one just as the client sends on it is
+    # "Server disconnected" in the client, a race of the test's making, not the gateway's.
+    with RunningServer(app, _tcp_socket(), timeout_keep_alive=120) as server:
         yield server
 
 
