@@ -90,7 +90,12 @@ class KeyLimitError(RateLimitError):
 
 def _duration(seconds: float) -> str:
     """OpenAI's reset duration (``"12s"``, ``"1m0s"``): whole seconds, rounded up."""
-    whole = max(0, math.ceil(seconds))
+    return _whole_duration(max(0, math.ceil(seconds)))
+
+
+@functools.lru_cache(maxsize=512)
+def _whole_duration(whole: int) -> str:
+    """Formatted once per value (two per reply otherwise: requests and tokens)."""
     minutes, rest = divmod(whole, 60)
     return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 

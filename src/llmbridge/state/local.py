@@ -98,7 +98,7 @@ class LocalState:
         """The key's window with its stale buckets dropped, the window in whole
         seconds and now."""
         now = self._clock()
-        seconds = window_seconds(window_s)
+        seconds = math.ceil(window_s) if window_s > 1 else 1  # window_seconds, inline
         window = self._windows.get(key)
         if window is None:
             window = self._windows[key] = _Window()

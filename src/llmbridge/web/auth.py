@@ -85,15 +85,25 @@ class KeyChecker:
         return matched
 
 
+_KEY_HEADERS = frozenset((b"x-api-key", b"x-goog-api-key", b"authorization"))
+
+
 def presented_key(headers: Headers, query_string: bytes = b"") -> str:
     """The key a request carries (module docstring); ``AuthenticationError`` when it
     carries none."""
-    presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    # One pass over the raw headers (ASGI names are lower-case bytes), not a scan of
+    # the whole list per header name looked up: this runs on every request.
+    found: dict[bytes, bytes] = {}
+    for name, raw_value in headers.raw:
+        if name in _KEY_HEADERS:
+            found.setdefault(name, raw_value)
+    raw = found.get(b"x-api-key") or found.get(b"x-goog-api-key")
+    presented = raw.decode("latin-1") if raw else None
     if presented is None:
-        auth = headers.get("authorization", "")
-        scheme, _, value = auth.partition(" ")
+        auth = found.get(b"authorization", b"").decode("latin-1")
+        scheme, _, credentials = auth.partition(" ")
         if scheme.lower() == "bearer":
-            presented = value.strip()
+            presented = credentials.strip()
     if not presented and b"key=" in query_string:
         presented = QueryParams(query_string).get("key")
     if not presented:
