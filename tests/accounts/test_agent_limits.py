@@ -23,11 +23,11 @@ from llmbridge.core.response import Usage
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.web.render import Dialect
+from tests.accounts.test_limits import MASTER, new_key
 from tests.agent.serving import sse_events
 from tests.conftest import RunningServer
 from tests.fuzz.shapes import assert_error_shape
 
-MASTER = "sk-master-agent-limits"
 STATIC = "sk-static-agent-limits"
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TURNS = "/agent/sessions/{session_id}/messages"
@@ -57,17 +57,6 @@ def gateway(scripted: ScriptedBackend, database: Path) -> Iterator[RunningServer
     app = create_app(config, backends={"scripted": scripted}, agent_tools=tools)
     with RunningServer(app, http=http_protocol(app)) as server:
         yield server
-
-
-def _new_key(gateway: RunningServer, name: str, **limits: Any) -> str:
-    reply = httpx.post(
-        gateway.url + "/admin/keys",
-        headers={"Authorization": f"Bearer {MASTER}"},
-        json={"name": name, **limits},
-    )
-    assert reply.status_code == 201, reply.text
-    key: str = reply.json()["key"]
-    return key
 
 
 def _client(gateway: RunningServer, key: str) -> httpx.Client:
@@ -114,7 +103,7 @@ def _eventually_admitted(client: httpx.Client, session_id: str) -> None:
 
 
 def test_rpm_2_lets_2_turns_through_then_429(gateway: RunningServer) -> None:
-    with _client(gateway, _new_key(gateway, "agent-rpm", rpm=2)) as client:
+    with _client(gateway, new_key(gateway, "agent-rpm", rpm=2)) as client:
         session_id = _session(client)  # no model called: not counted
         first = _turn(client, session_id)
         assert first.status_code == 200, first.text
@@ -141,7 +130,7 @@ def test_rpm_2_lets_2_turns_through_then_429(gateway: RunningServer) -> None:
 def test_a_model_outside_the_keys_globs_is_403_and_nothing_runs(
     gateway: RunningServer, scripted: ScriptedBackend
 ) -> None:
-    with _client(gateway, _new_key(gateway, "agent-models", models=["other-*"])) as client:
+    with _client(gateway, new_key(gateway, "agent-models", models=["other-*"])) as client:
         persona = client.post("/agent/personas", json={"name": "Nurse", "prompt": "Be kind."})
         assert persona.status_code == 201, persona.text
         created = client.post("/agent/sessions", json={"persona_id": persona.json()["id"]})
@@ -164,7 +153,7 @@ def test_a_model_outside_the_keys_globs_is_403_and_nothing_runs(
 def test_the_parallel_slot_comes_back_however_a_turn_ends(
     gateway: RunningServer, scripted: ScriptedBackend
 ) -> None:
-    with _client(gateway, _new_key(gateway, "agent-parallel", max_parallel=1)) as client:
+    with _client(gateway, new_key(gateway, "agent-parallel", max_parallel=1)) as client:
         session_id, other = _session(client), _session(client)
         # A streamed turn holds the slot until its stream ends.
         scripted.enqueue(Script(text=["a", "b", "c", "d"], chunk_delay=0.2))
@@ -225,7 +214,7 @@ def test_each_turn_is_one_ledger_record_with_its_reported_usage(
         Script(text=["They talked."], usage=Usage(input_tokens=23, output_tokens=4)),
     )
     reported: list[dict[str, int]] = []
-    with _client(gateway, _new_key(gateway, "agent-ledger")) as client:
+    with _client(gateway, new_key(gateway, "agent-ledger")) as client:
         session_id = _session(client)
         first = _turn(client, session_id)
         reported.append(first.json()["usage"])
@@ -282,7 +271,7 @@ def test_a_static_key_is_not_limited_but_recorded(gateway: RunningServer, databa
 def test_a_turns_tokens_land_in_the_keys_per_minute_window(
     gateway: RunningServer, scripted: ScriptedBackend
 ) -> None:
-    with _client(gateway, _new_key(gateway, "agent-tpm", tpm=100)) as client:
+    with _client(gateway, new_key(gateway, "agent-tpm", tpm=100)) as client:
         session_id = _session(client)
         scripted.enqueue(Script(text=["ok"], usage=Usage(input_tokens=30, output_tokens=60)))
         first = _turn(client, session_id)

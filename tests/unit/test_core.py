@@ -148,3 +148,13 @@ def test_a_framework_status_becomes_the_class_of_the_tree() -> None:
     gateway = error_for_status(502, "bad gateway")
     assert type(gateway) is InternalError and gateway.status_code == 502
     assert error_for_status(400, "bad").message == "bad"
+
+
+def test_usage_merged_keeps_the_latest_and_plus_sums_two_calls() -> None:
+    start = Usage(input_tokens=10, cache_read_input_tokens=4)
+    end = Usage(input_tokens=12, output_tokens=5, reasoning_tokens=2)
+    # One call's events: a later report of a count replaces an earlier one.
+    assert start.merged(end) == Usage(12, 5, 4, None, 2)
+    # Two calls on one request: their counts add; a count neither knows stays unknown.
+    assert start.plus(end) == Usage(22, 5, 4, None, 2)
+    assert Usage().plus(Usage()) == Usage()

@@ -15,7 +15,7 @@ the agent side names the hook here and the gateway fills it
    and ``x-ratelimit-*``: the agent API's errors are OpenAI-shaped).
 2. Every model call the request makes goes through ``metered(chat, meter)``: the
    pass hears of the first event (time to first token) and of each call's usage
-   (a tool loop calls the model several times: the pass sums them, ``usage_sum``).
+   (a tool loop calls the model several times: the pass sums them, ``Usage.plus``).
 3. ``ModelPass.finish(status)`` once the request has ended however it ended (a
    reply, an error, a client gone: 499); twice is a no-op.
 
@@ -36,7 +36,7 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import Usage
 from llmbridge.core.stream import ChatFn, EventStream
 
-__all__ = ["OPEN_GATE", "CallMeter", "ModelGate", "ModelPass", "metered", "usage_sum"]
+__all__ = ["OPEN_GATE", "CallMeter", "ModelGate", "ModelPass", "metered"]
 
 
 class CallMeter(Protocol):
@@ -106,27 +106,6 @@ class _OpenGate:
 
 OPEN_GATE: ModelGate = _OpenGate()
 """The gate of an agent API without keys, limits or a ledger."""
-
-
-def usage_sum(total: Usage | None, usage: Usage) -> Usage:
-    """``total`` plus one more call's ``usage``, each count summed where either knows it."""
-    if total is None:
-        return usage
-
-    def add(first: int | None, second: int | None) -> int | None:
-        if first is None:
-            return second
-        return first if second is None else first + second
-
-    return Usage(
-        input_tokens=add(total.input_tokens, usage.input_tokens),
-        output_tokens=add(total.output_tokens, usage.output_tokens),
-        cache_read_input_tokens=add(total.cache_read_input_tokens, usage.cache_read_input_tokens),
-        cache_creation_input_tokens=add(
-            total.cache_creation_input_tokens, usage.cache_creation_input_tokens
-        ),
-        reasoning_tokens=add(total.reasoning_tokens, usage.reasoning_tokens),
-    )
 
 
 def metered(chat: ChatFn, meter: CallMeter | None) -> ChatFn:

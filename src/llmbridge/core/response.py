@@ -58,9 +58,28 @@ class Usage:
             reasoning_tokens=_pick(other.reasoning_tokens, self.reasoning_tokens),
         )
 
+    def plus(self, other: Usage) -> Usage:
+        """Both calls' tokens (two model calls spent on one request): each count
+        summed where either knows it, unknown where neither does."""
+        return Usage(
+            input_tokens=_sum(self.input_tokens, other.input_tokens),
+            output_tokens=_sum(self.output_tokens, other.output_tokens),
+            cache_read_input_tokens=_sum(
+                self.cache_read_input_tokens, other.cache_read_input_tokens
+            ),
+            cache_creation_input_tokens=_sum(
+                self.cache_creation_input_tokens, other.cache_creation_input_tokens
+            ),
+            reasoning_tokens=_sum(self.reasoning_tokens, other.reasoning_tokens),
+        )
+
 
 def _pick(first: int | None, second: int | None) -> int | None:
     return first if first is not None else second
+
+
+def _sum(first: int | None, second: int | None) -> int | None:
+    return None if first is None and second is None else (first or 0) + (second or 0)
 
 
 @dataclass(frozen=True, slots=True)

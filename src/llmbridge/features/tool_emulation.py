@@ -485,20 +485,7 @@ async def emulate_tool_calls(
 def _added(first: Usage, second: Usage | None) -> Usage:
     """The usage of both model calls, when a fallback generation ran: the tokens were
     spent on this request."""
-    if second is None:
-        return first
-
-    def add(a: int | None, b: int | None) -> int | None:
-        return None if a is None and b is None else (a or 0) + (b or 0)
-
-    return Usage(
-        input_tokens=add(first.input_tokens, second.input_tokens),
-        output_tokens=add(first.output_tokens, second.output_tokens),
-        cache_read_input_tokens=add(first.cache_read_input_tokens, second.cache_read_input_tokens),
-        cache_creation_input_tokens=add(
-            first.cache_creation_input_tokens, second.cache_creation_input_tokens
-        ),
-    )
+    return first if second is None else first.plus(second)
 
 
 def _end_streamed(

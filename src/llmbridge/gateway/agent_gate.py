@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from starlette.requests import Request
 
 from llmbridge.accounts.limits import OPEN, Admission
-from llmbridge.agent.gate import usage_sum
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.response import Usage
@@ -55,7 +54,7 @@ class AgentPass:
             self.meter.first_event()
 
     def add_usage(self, usage: Usage) -> None:
-        self.usage = usage_sum(self.usage, usage)
+        self.usage = usage if self.usage is None else self.usage.plus(usage)
 
     def headers(self) -> Mapping[str, str]:
         return self.admission.headers(Dialect.OPENAI)
