@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from llmbridge.state.base import AdmitVerdict, WindowVerdict
+from llmbridge.state.base import AdmitChecks, AdmitVerdict, WindowVerdict
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState
@@ -52,7 +52,7 @@ async def _admit(state: State, **overrides: object) -> AdmitVerdict:
         "window_s": 60,
     }
     options.update(overrides)
-    return await state.admit_many(**options)  # type: ignore[arg-type]
+    return await state.admit_many(AdmitChecks(**options))  # type: ignore[arg-type]
 
 
 async def _par(state: State) -> int:
@@ -114,7 +114,7 @@ async def test_the_budget_reads_the_spend_counter_and_takes_nothing(state: State
 
 
 async def test_unchecked_limits_are_left_alone(state: State) -> None:
-    verdict = await state.admit_many(rpm_key="rpm:k", rpm=5, window_s=60)
+    verdict = await state.admit_many(AdmitChecks(rpm_key="rpm:k", rpm=5, window_s=60))
     assert verdict.refused == "" and not verdict.holds_slot
     assert verdict.tokens is None and verdict.spent == 0.0
     assert await _par(state) == 0
@@ -140,7 +140,7 @@ async def test_two_replicas_admit_exactly_the_limit_together(redis_url: str) -> 
     try:
         verdicts = await asyncio.gather(
             *(
-                replicas[i % 2].admit_many(rpm_key="rpm:shared", rpm=7, window_s=60)
+                replicas[i % 2].admit_many(AdmitChecks(rpm_key="rpm:shared", rpm=7, window_s=60))
                 for i in range(20)
             )
         )
@@ -168,7 +168,7 @@ async def test_failover_settles_a_slot_where_it_was_taken(
     state = FailoverState(redis_url, retry_s=0.1, redis=redis)
     observer = RedisState(redis_url)
     try:
-        assert (await state.admit_many(parallel_key="par:f", parallel=None)).holds_slot
+        assert (await state.admit_many(AdmitChecks(parallel_key="par:f", parallel=None))).holds_slot
         assert await observer.in_flight(["par:f"]) == {"par:f": 1}
         redis_server.pause()
         try:
@@ -176,7 +176,7 @@ async def test_failover_settles_a_slot_where_it_was_taken(
             await state.settle(parallel_key="par:f", tpm_key="tpm:f", tokens=3, window_s=60)
             assert state.degraded
             assert await state.local.used("tpm:f", 60) == 3
-            taken = await state.admit_many(parallel_key="par:f", parallel=1)
+            taken = await state.admit_many(AdmitChecks(parallel_key="par:f", parallel=1))
             assert taken.holds_slot  # in this process
             assert await state.local.in_flight(["par:f"]) == {"par:f": 1}
         finally:

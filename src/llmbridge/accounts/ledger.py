@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Table, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmbridge.agent.store.engine import make_engine, write_engine
@@ -135,18 +134,11 @@ async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:
     against about 5 µs for SQLite to store the row (docs/PERFORMANCE.md, "Issue 17").
     The values are already of the types the drivers take; the timestamp is given as
     ``UTCDateTime`` (agent/store/models.py) stores it: naive UTC text on SQLite, an
-    aware UTC datetime on PostgreSQL. Other drivers take the SQLAlchemy statement."""
+    aware UTC datetime on PostgreSQL."""
     dialect = conn.dialect
+    # The agent store's engines are aiosqlite (qmark) or asyncpg (numeric_dollar) only
+    # (agent/store/engine.py resolve_url).
     paramstyle = dialect.paramstyle
-    if paramstyle not in ("qmark", "numeric_dollar"):
-        rows = [{name: getattr(record, name) for name in _COLUMNS} for record in batch]
-        insert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
-        statement = (
-            insert(USAGE)
-            .on_conflict_do_nothing(index_elements=[USAGE.c.request_id])
-            .returning(USAGE.c.request_id)
-        )
-        return list((await conn.execute(statement, rows)).scalars())
     on_sqlite = dialect.name == "sqlite"
     values: list[Any] = []
     for record in batch:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from llmbridge.accounts.keys import KeyRecord
 from llmbridge.core.errors import PermissionDeniedError, RateLimitError
-from llmbridge.state.base import SharedState, WindowVerdict
+from llmbridge.state.base import AdmitChecks, SharedState, WindowVerdict
 from llmbridge.web.render import Dialect
 
 __all__ = [
@@ -205,17 +205,19 @@ async def admit(
     keys = _keys_of(record.id)
     cost = 0 if tpm is None else max(0, min(prompt_tokens, tpm))
     verdict = await state.admit_many(
-        spend_key=keys[0],
-        spent=record.spent_usd,
-        budget=budget,
-        parallel_key=None if record.max_parallel is None else keys[1],
-        parallel=record.max_parallel,
-        rpm_key=None if rpm is None else keys[2],
-        rpm=rpm or 0,
-        tpm_key=None if tpm is None else keys[3],
-        tpm=tpm or 0,
-        tpm_cost=cost,
-        window_s=WINDOW_S,
+        AdmitChecks(
+            spend_key=keys[0],
+            spent=record.spent_usd,
+            budget=budget,
+            parallel_key=None if record.max_parallel is None else keys[1],
+            parallel=record.max_parallel,
+            rpm_key=None if rpm is None else keys[2],
+            rpm=rpm or 0,
+            tpm_key=None if tpm is None else keys[3],
+            tpm=tpm or 0,
+            tpm_cost=cost,
+            window_s=WINDOW_S,
+        )
     )
     requests = None if verdict.requests is None else Quota.of(verdict.requests)
     tokens = None if verdict.tokens is None else Quota.of(verdict.tokens)

@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 
 __all__ = [
     "EWMA_ALPHA",
+    "AdmitChecks",
     "AdmitVerdict",
     "BreakerState",
     "BreakerView",
@@ -56,6 +57,27 @@ class WindowVerdict:
     """The limit the call was checked against."""
     reset_s: float
     """Seconds until ``cost`` would fit (0.0 when allowed)."""
+
+
+@dataclass(slots=True)
+class AdmitChecks:
+    """One request's checks for ``SharedState.admit_many``; a ``None`` key skips its
+    check."""
+
+    spend_key: str | None = None
+    """The float counter of spend not yet in ``spent`` (the ledger's)."""
+    spent: float = 0.0
+    budget: float | None = None
+    parallel_key: str | None = None
+    parallel: int | None = None
+    """The in-flight limit; ``None``: a slot is counted but never refused."""
+    rpm_key: str | None = None
+    rpm: int = 0
+    tpm_key: str | None = None
+    tpm: int = 0
+    tpm_cost: int = 0
+    """Tokens taken from the ``tpm`` window now (the prompt's estimate)."""
+    window_s: float = 60.0
 
 
 Refusal = Literal["", "budget", "parallel", "rpm", "tpm"]
@@ -167,22 +189,8 @@ class SharedState(Protocol):
         """A float counter's value (0.0 when unknown)."""
         ...
 
-    async def admit_many(
-        self,
-        *,
-        spend_key: str | None = None,
-        spent: float = 0.0,
-        budget: float | None = None,
-        parallel_key: str | None = None,
-        parallel: int | None = None,
-        rpm_key: str | None = None,
-        rpm: int = 0,
-        tpm_key: str | None = None,
-        tpm: int = 0,
-        tpm_cost: int = 0,
-        window_s: float = 60.0,
-    ) -> AdmitVerdict:
-        """One request's checks in ONE atomic step, in order, stopping at the first
+    async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
+        """One request's ``checks`` in ONE atomic step, in order, stopping at the first
         refusal: the budget (``spent`` + ``get_float(spend_key)`` must be below
         ``budget``), an in-flight slot of ``parallel_key`` (``acquire``), one request
         in ``rpm_key``'s window (``take``), ``tpm_cost`` in ``tpm_key``'s window. A

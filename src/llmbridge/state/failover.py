@@ -28,7 +28,7 @@ from typing import Literal, TypeVar
 
 from redis.exceptions import RedisError
 
-from llmbridge.state.base import AdmitVerdict, BreakerView, WindowVerdict
+from llmbridge.state.base import AdmitChecks, AdmitVerdict, BreakerView, WindowVerdict
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState, redacted
 
@@ -194,21 +194,7 @@ class FailoverState:
 
     # -- one request's checks at once ----------------------------------------------
 
-    async def admit_many(
-        self,
-        *,
-        spend_key: str | None = None,
-        spent: float = 0.0,
-        budget: float | None = None,
-        parallel_key: str | None = None,
-        parallel: int | None = None,
-        rpm_key: str | None = None,
-        rpm: int = 0,
-        tpm_key: str | None = None,
-        tpm: int = 0,
-        tpm_cost: int = 0,
-        window_s: float = 60.0,
-    ) -> AdmitVerdict:
+    async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
         """Redis's verdict, or the local one while degraded; a slot held is noted
         where it was taken, as ``acquire`` notes it."""
         self._start_watch()
@@ -216,27 +202,15 @@ class FailoverState:
             if store is self.redis and self._degraded:
                 continue
             try:
-                verdict = await store.admit_many(
-                    spend_key=spend_key,
-                    spent=spent,
-                    budget=budget,
-                    parallel_key=parallel_key,
-                    parallel=parallel,
-                    rpm_key=rpm_key,
-                    rpm=rpm,
-                    tpm_key=tpm_key,
-                    tpm=tpm,
-                    tpm_cost=tpm_cost,
-                    window_s=window_s,
-                )
+                verdict = await store.admit_many(checks)
             except REDIS_DOWN as exc:
                 if store is not self.redis:
                     raise
                 self._degrade(exc)
                 continue
-            if verdict.holds_slot and parallel_key is not None:
+            if verdict.holds_slot and checks.parallel_key is not None:
                 held = self._redis_held if store is self.redis else self._local_held
-                held[parallel_key] += 1
+                held[checks.parallel_key] += 1
             return verdict
         raise AssertionError("unreachable: the local state always answers")
 

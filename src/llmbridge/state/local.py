@@ -21,6 +21,7 @@ from typing import Literal
 
 from llmbridge.state.base import (
     EWMA_ALPHA,
+    AdmitChecks,
     AdmitVerdict,
     BreakerState,
     BreakerView,
@@ -227,41 +228,29 @@ class LocalState:
 
     # -- one request's checks at once ----------------------------------------------
 
-    async def admit_many(
-        self,
-        *,
-        spend_key: str | None = None,
-        spent: float = 0.0,
-        budget: float | None = None,
-        parallel_key: str | None = None,
-        parallel: int | None = None,
-        rpm_key: str | None = None,
-        rpm: int = 0,
-        tpm_key: str | None = None,
-        tpm: int = 0,
-        tpm_cost: int = 0,
-        window_s: float = 60.0,
-    ) -> AdmitVerdict:
+    async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
         # Nothing awaited in between: atomic on the event loop, as the Redis script is.
-        if budget is not None:
-            if spend_key is not None:
-                spent += self._floats.get(spend_key, 0.0)
-            if spent >= budget:
+        c = checks
+        spent = c.spent
+        if c.budget is not None:
+            if c.spend_key is not None:
+                spent += self._floats.get(c.spend_key, 0.0)
+            if spent >= c.budget:
                 return AdmitVerdict("budget", spent, False, None, None)
         held: str | None = None
-        if parallel_key is not None:
-            if not self._acquire(parallel_key, parallel):
+        if c.parallel_key is not None:
+            if not self._acquire(c.parallel_key, c.parallel):
                 return AdmitVerdict("parallel", spent, False, None, None)
-            held = parallel_key
+            held = c.parallel_key
         requests = tokens = None
-        if rpm_key is not None:
-            requests = self._take(rpm_key, 1, rpm, window_s)
+        if c.rpm_key is not None:
+            requests = self._take(c.rpm_key, 1, c.rpm, c.window_s)
             if not requests.allowed:
                 if held is not None:
                     self._release(held)
                 return AdmitVerdict("rpm", spent, False, requests, None)
-        if tpm_key is not None:
-            tokens = self._take(tpm_key, tpm_cost, tpm, window_s)
+        if c.tpm_key is not None:
+            tokens = self._take(c.tpm_key, c.tpm_cost, c.tpm, c.window_s)
             if not tokens.allowed:
                 if held is not None:
                     self._release(held)

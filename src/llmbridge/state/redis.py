@@ -49,6 +49,7 @@ from redis.backoff import NoBackoff
 
 from llmbridge.state.base import (
     EWMA_ALPHA,
+    AdmitChecks,
     AdmitVerdict,
     BreakerState,
     BreakerView,
@@ -442,47 +443,34 @@ class RedisState:
 
     # -- one request's checks at once ----------------------------------------------
 
-    async def admit_many(
-        self,
-        *,
-        spend_key: str | None = None,
-        spent: float = 0.0,
-        budget: float | None = None,
-        parallel_key: str | None = None,
-        parallel: int | None = None,
-        rpm_key: str | None = None,
-        rpm: int = 0,
-        tpm_key: str | None = None,
-        tpm: int = 0,
-        tpm_cost: int = 0,
-        window_s: float = 60.0,
-    ) -> AdmitVerdict:
+    async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
         """One EVALSHA for every check (``_ADMIT``), not one round trip each."""
-        prefix, unused = self._prefix, self._unused
-        if parallel_key is not None:
+        c, prefix, unused = checks, self._prefix, self._unused
+        if c.parallel_key is not None:
             self._start_heartbeat()
         keys = [
-            unused if spend_key is None else f"{prefix}f:{spend_key}",
-            unused if parallel_key is None else f"{prefix}inf:{parallel_key}",
+            unused if c.spend_key is None else f"{prefix}f:{c.spend_key}",
+            unused if c.parallel_key is None else f"{prefix}inf:{c.parallel_key}",
             self._hb_key,
-            unused if rpm_key is None else f"{prefix}w:{rpm_key}",
-            unused if tpm_key is None else f"{prefix}w:{tpm_key}",
+            unused if c.rpm_key is None else f"{prefix}w:{c.rpm_key}",
+            unused if c.tpm_key is None else f"{prefix}w:{c.tpm_key}",
         ]
         args = [
-            repr(spent),
-            "" if budget is None else repr(budget),
-            "" if parallel_key is None else "-" if parallel is None else parallel,
+            repr(c.spent),
+            "" if c.budget is None else repr(c.budget),
+            "" if c.parallel_key is None else "-" if c.parallel is None else c.parallel,
             self.replica,
             self._ttl_ms,
             self._hb_prefix,
-            "" if rpm_key is None else rpm,
-            "" if tpm_key is None else tpm,
-            tpm_cost,
-            window_seconds(window_s),
+            "" if c.rpm_key is None else c.rpm,
+            "" if c.tpm_key is None else c.tpm,
+            c.tpm_cost,
+            window_seconds(c.window_s),
         ]
         refused, total, held, r_ok, r_used, r_reset, t_ok, t_used, t_reset = await self._admit(
             keys, args
         )
+        rpm, tpm = c.rpm, c.tpm
         return AdmitVerdict(
             _REFUSALS[refused],
             float(total),
