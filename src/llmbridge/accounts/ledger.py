@@ -19,19 +19,44 @@ in one transaction per batch:
   same transaction: spend and ledger never disagree. After the commit the batch's
   cost is taken back out of the shared counters.
 
-A failed write keeps its records at the head of the buffer and is tried again at
-the next tick (logged once per outage). The buffer is bounded (``max_buffer``): while
-the database stays down past that, the oldest records are dropped, counted in
-``dropped`` and logged. ``aclose()`` stops the task and writes what is left, so a
-graceful shutdown loses nothing.
+Values are made storable in ``record()``, before they are queued (issue 24), the
+same on SQLite and PostgreSQL (``storable_record``): U+0000 and unpaired surrogates
+become U+FFFD, text is cut to its column's length, integers are clamped to the
+columns' 32 bits, a non-finite float becomes NULL. One hostile model name then
+costs nothing but itself.
+
+A failed write is one of two things (``refused``):
+
+- **The database is unreachable** (a connection refused or lost, a timeout, a
+  missing table): the batch keeps its records at the head of the buffer and is
+  tried again at the next tick (logged once per outage). The buffer is bounded
+  (``max_buffer``): while the database stays down past that, the oldest records are
+  dropped, counted in ``dropped`` and logged.
+- **The database refused the batch's values** (SQLSTATE classes 22 "data exception"
+  and 23 "integrity constraint", a value the driver cannot send): the batch is
+  split in two and each half written on its own, down to single rows, so every row
+  that can be written is. A row refused on its own is **set aside**: logged with its
+  request id, counted in ``set_aside`` (and ``on_set_aside``, the gateway's metric),
+  and never tried again, so it never blocks the rows behind it. Its cost stays in
+  the shared spend counter: the request was served, its budget still sees it.
+
+``aclose()`` stops the task and writes what is left, so a graceful shutdown loses
+nothing.
+
+With ``retention_days`` set (``ledger.retention_days``, 90 by default in the
+gateway), a second task moves rows past the retention into daily rollups and
+deletes them, a small batch per transaction, once at start and then hourly
+(accounts/rollups.py); ``cleanup_pending`` is how many rows it still has to move.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
+import math
 import operator
 import os
 import socket
@@ -42,16 +67,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, update
+from sqlalchemy import Boolean, Float, Integer, String, Table, update
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from llmbridge.accounts.rollups import (
+    CLEANUP_BATCH,
+    DEFAULT_RETENTION_DAYS,
+    cutoff_for,
+    pending_cleanup,
+    roll_up_batch,
+)
 from llmbridge.agent.store.engine import make_engine, write_engine
 from llmbridge.agent.store.migrate import migrate
 from llmbridge.agent.store.models import ApiKeyRow, UsageRow
+from llmbridge.agent.store.values import storable_text
 from llmbridge.state.base import SharedState
 from llmbridge.state.local import LocalState
 
-__all__ = ["UsageLedger", "UsageRecord", "replica_name", "spend_key"]
+__all__ = [
+    "UsageLedger",
+    "UsageRecord",
+    "refused",
+    "replica_name",
+    "spend_key",
+    "storable_record",
+]
 
 log = logging.getLogger("llmbridge.accounts")
 
@@ -116,6 +157,135 @@ _COLUMNS = tuple(f.name for f in fields(UsageRecord))
 _CREATED_AT = _COLUMNS.index("created_at")
 _ROW = operator.attrgetter(*_COLUMNS)
 """A record's values in column order, in one C call."""
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+"""The ``usage`` table's integer columns are 32 bits (PostgreSQL ``integer``)."""
+
+
+def _column_kinds() -> tuple[
+    tuple[tuple[int, str, int, bool], ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]
+]:
+    """Per kind, the record fields' positions in ``_COLUMNS``: text with its column's
+    length and whether it may be NULL, integers, floats, booleans."""
+    text, ints, floats, bools = [], [], [], []
+    for i, name in enumerate(_COLUMNS):
+        column = USAGE.c[name]
+        kind = column.type
+        if isinstance(kind, String):
+            text.append((i, name, kind.length or 10_000_000, bool(column.nullable)))
+        elif isinstance(kind, Integer):
+            ints.append(i)
+        elif isinstance(kind, Float):
+            floats.append(i)
+        elif isinstance(kind, Boolean):
+            bools.append(i)
+    return tuple(text), tuple(ints), tuple(floats), tuple(bools)
+
+
+_TEXT, _INTS, _FLOATS, _BOOLS = _column_kinds()
+
+
+def _storable_int(value: object) -> int | None:
+    if isinstance(value, float):
+        return None if not math.isfinite(value) else max(INT_MIN, min(INT_MAX, int(value)))
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return max(INT_MIN, min(INT_MAX, number))
+
+
+def _storable_float(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def storable_record(record: UsageRecord) -> UsageRecord:
+    """``record`` with every value one the ``usage`` table takes, on SQLite and
+    PostgreSQL alike (module docstring); ``record`` itself when it already was (the
+    common case: a few type checks, nothing copied)."""
+    row = _ROW(record)
+    fixed: dict[str, Any] | None = None
+    for i, name, length, nullable in _TEXT:
+        value = row[i]
+        if type(value) is str and len(value) <= length and value.isascii() and "\x00" not in value:
+            continue
+        if value is None:
+            if nullable:
+                continue
+            value = ""
+        clean = storable_text(value if type(value) is str else str(value))[:length]
+        if clean is not value:
+            fixed = fixed or {}
+            fixed[name] = clean
+    for i in _INTS:
+        value = row[i]
+        if value is None or (type(value) is int and INT_MIN <= value <= INT_MAX):
+            continue
+        number = _storable_int(value)
+        if number is None and not USAGE.c[_COLUMNS[i]].nullable:
+            number = 0
+        fixed = fixed or {}
+        fixed[_COLUMNS[i]] = number
+    for i in _FLOATS:
+        value = row[i]
+        if value is None or (type(value) is float and math.isfinite(value)):
+            continue
+        fixed = fixed or {}
+        fixed[_COLUMNS[i]] = _storable_float(value)
+    for i in _BOOLS:
+        value = row[i]
+        if value is None or type(value) is bool:
+            continue
+        fixed = fixed or {}
+        fixed[_COLUMNS[i]] = bool(value)
+    if not isinstance(row[_CREATED_AT], datetime):
+        fixed = fixed or {}
+        fixed["created_at"] = _now()
+    return record if fixed is None else dataclasses.replace(record, **fixed)
+
+
+_REFUSED_SQLSTATE = ("22", "23")
+"""PostgreSQL's SQLSTATE classes "data exception" and "integrity constraint
+violation": the values, not the database."""
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a failed write was the database refusing the batch's values (split it,
+    set the refused rows aside) rather than the database being unreachable (keep the
+    batch, retry later). Told apart by exception class and SQLSTATE, never by a
+    message's wording; anything unknown counts as unreachable, so no row is set aside
+    for a failure that was not its own."""
+    chain: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        error = todo.pop()
+        if error is None or any(error is seen for seen in chain):
+            continue
+        chain.append(error)
+        if isinstance(error, StatementError):
+            todo.append(error.orig)
+        todo += [error.__cause__, error.__context__]
+    for error in chain:
+        # A connection lost or refused, a timeout: the database, not the row.
+        if isinstance(error, OSError | asyncio.TimeoutError):
+            return False
+        if isinstance(error, DBAPIError) and error.connection_invalidated:
+            return False
+    for error in chain:
+        if isinstance(error, DataError | IntegrityError):
+            return True
+        if str(getattr(error, "sqlstate", "") or "")[:2] in _REFUSED_SQLSTATE:
+            return True
+        # A value the driver cannot send: sqlite3's OverflowError (an int over 64
+        # bits), a str it cannot encode (UnicodeEncodeError), asyncpg's own DataError
+        # (a ValueError: an int over 32 bits for an integer column).
+        if isinstance(error, ValueError | TypeError | ArithmeticError):
+            return True
+    return False
 
 
 ROWS_PER_INSERT = 1000
@@ -187,6 +357,12 @@ class UsageLedger:
         owns_engine: bool = False,
         on_dropped: Callable[[int], None] | None = None,
         spend_batch_s: float | None = None,
+        on_set_aside: Callable[[int], None] | None = None,
+        retention_days: int | None = None,
+        cleanup_interval_s: float = 3600.0,
+        cleanup_batch: int = CLEANUP_BATCH,
+        cleanup_pause_s: float = 0.05,
+        on_cleanup_pending: Callable[[int], None] | None = None,
     ) -> None:
         self.engine = engine
         self.replica = replica_name()
@@ -200,6 +376,19 @@ class UsageLedger:
         self._owns_engine = owns_engine
         self._on_dropped = on_dropped
         """Told how many records were dropped (the gateway's metrics counter)."""
+        self._on_set_aside = on_set_aside
+        """Told how many records were set aside (a counter, as ``on_dropped``)."""
+        self.retention_days = retention_days
+        """Days a row is kept before it is rolled up (accounts/rollups.py); ``None``
+        or 0: for ever, and no cleanup task."""
+        self.cleanup_interval_s = cleanup_interval_s
+        self.cleanup_batch = cleanup_batch
+        self.cleanup_pause_s = cleanup_pause_s
+        """Between two cleanup transactions: the ledger's own writes go first."""
+        self._on_cleanup_pending = on_cleanup_pending
+        """Told ``cleanup_pending`` each time it changes (a gauge)."""
+        self._cleanup_task: asyncio.Task[None] | None = None
+        self._cleanup_lock = asyncio.Lock()
         self._buffer: deque[UsageRecord] = deque()
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -222,20 +411,36 @@ class UsageLedger:
         """Writes that failed (each retried at the next tick)."""
         self.written = 0
         """Rows inserted (duplicates not counted)."""
+        self.set_aside = 0
+        """Records the database refused on their own: logged, never retried."""
+        self.cleanup_pending = 0
+        """Rows past the retention still to be rolled up (as of the last cleanup)."""
+        self.rolled_up = 0
+        """Rows moved into the daily rollups by this process."""
+        self.cleanup_batches = 0
+        """Cleanup transactions that moved rows."""
 
     @classmethod
     async def open(
-        cls, database: str | Path, *, spend: SharedState | None = None, **options: Any
+        cls,
+        database: str | Path,
+        *,
+        spend: SharedState | None = None,
+        retention_days: int | None = DEFAULT_RETENTION_DAYS,
+        **options: Any,
     ) -> UsageLedger:
         """A started ledger on ``database`` (a URL or a SQLite path, as ``--db``),
-        migrated to the newest schema first, as the agent store is."""
+        migrated to the newest schema first, as the agent store is; rows past
+        ``retention_days`` (``ledger.retention_days``) are rolled up."""
         engine = make_engine(database)
         try:
             await migrate(engine)
         except BaseException:
             await engine.dispose()
             raise
-        ledger = cls(engine, spend=spend, owns_engine=True, **options)
+        ledger = cls(
+            engine, spend=spend, owns_engine=True, retention_days=retention_days, **options
+        )
         ledger.start()
         return ledger
 
@@ -245,20 +450,29 @@ class UsageLedger:
         return len(self._buffer)
 
     def start(self) -> None:
-        """Start the background writer (on the running event loop)."""
+        """Start the background writer, and the cleanup when rows have a retention
+        (on the running event loop)."""
+        loop = asyncio.get_running_loop()
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="usage-ledger-flush"
-            )
+            self._task = loop.create_task(self._run(), name="usage-ledger-flush")
+        if self._cleanup_task is None and self.retention_days:
+            self._cleanup_task = loop.create_task(self._run_cleanup(), name="usage-ledger-cleanup")
 
-    def record(self, record: UsageRecord) -> None:
-        """Keep ``record`` for the next write; never waits for the database."""
+    def record(self, record: UsageRecord, *, spend_counted: bool = False) -> None:
+        """Keep ``record`` for the next write, its values made storable; never waits
+        for the database. ``spend_counted``: the caller already added the record's
+        cost to the shared ``spend:<key>`` counter (atomically with releasing its
+        budget reservation), so it is not added again here; the row, ``spent_usd``
+        and taking the flushed cost back out of the counter are as for any record."""
+        record = storable_record(record)
         if len(self._buffer) >= self.max_buffer:
             self._buffer.popleft()
             self._dropped(1)
         self._buffer.append(record)
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
+        if spend_counted:
+            return
         if self._spend is not None and record.key_id is not None and record.cost_usd:
             if self._spend_now is not None:  # this process's state: added at once
                 self._spend_now(spend_key(record.key_id), record.cost_usd)
@@ -309,47 +523,96 @@ class UsageLedger:
             await self.flush()
 
     async def flush(self) -> bool:
-        """Write what waited when it was called, a batch at a time; ``False`` when a
-        write failed (its records stay, to be tried again). Records that arrive
-        meanwhile wait for the next tick: draining to empty would chase a busy
-        gateway with a write every few requests."""
+        """Write what waited when it was called, a batch at a time; ``False`` when the
+        database was unreachable (the batch's records stay, to be tried again). A
+        batch the database refuses is split until the rows it refuses are alone, and
+        those are set aside (module docstring). Records that arrive meanwhile wait
+        for the next tick: draining to empty would chase a busy gateway with a write
+        every few requests."""
         async with self._flush_lock:
             todo = len(self._buffer)
             while todo > 0 and self._buffer:
                 size = min(self.batch_size, todo, len(self._buffer))
                 todo -= size
                 batch = [self._buffer.popleft() for _ in range(size)]
-                try:
-                    self.written += await self._write(batch)
-                except asyncio.CancelledError:
-                    self._buffer.extendleft(reversed(batch))  # rolled back: write it later
-                    raise
-                except Exception as exc:  # noqa: BLE001 - kept and retried, never lost silently
-                    self._buffer.extendleft(reversed(batch))
-                    overflow = len(self._buffer) - self.max_buffer
-                    for _ in range(max(overflow, 0)):
-                        self._buffer.popleft()
-                    if overflow > 0:
-                        self._dropped(overflow)
+                committed, error = await self._write_splitting(batch)
+                if error is None and self._failing:
+                    log.warning("usage ledger: writing works again")
+                    self._failing = False
+                if committed:
+                    if self._unsent_spend:
+                        # The batch's spend is added before it is taken back out.
+                        unsent, self._unsent_spend = self._unsent_spend, {}
+                        await self._add_spend(unsent)
+                    await self._flushed_spend(committed)
+                if error is not None:
                     self.flush_failures += 1
                     if not self._failing:
                         log.warning(
                             "usage ledger: writing %d records failed, will retry: %s: %s",
-                            len(batch),
-                            type(exc).__name__,
-                            exc,
+                            len(batch) - len(committed),
+                            type(error).__name__,
+                            error,
                         )
                     self._failing = True
                     return False
-                if self._failing:
-                    log.warning("usage ledger: writing works again")
-                    self._failing = False
-                if self._unsent_spend:
-                    # The batch's spend is added before it is taken back out.
-                    unsent, self._unsent_spend = self._unsent_spend, {}
-                    await self._add_spend(unsent)
-                await self._flushed_spend(batch)
             return True
+
+    async def _write_splitting(
+        self, batch: list[UsageRecord]
+    ) -> tuple[list[UsageRecord], Exception | None]:
+        """Write ``batch``, splitting it in halves while the database refuses its
+        values: the records committed, and the error that stopped it when the
+        database was unreachable (the records not written are back at the head of
+        the buffer)."""
+        committed: list[UsageRecord] = []
+        parts = [batch]  # a stack: its last part comes first in the buffer's order
+        while parts:
+            part = parts[-1]
+            try:
+                written = await self._write(part)
+            except asyncio.CancelledError:
+                self._requeue(parts)  # rolled back: written later
+                raise
+            except Exception as exc:  # noqa: BLE001 - kept and retried, or set aside
+                if not refused(exc):
+                    self._requeue(parts)
+                    return committed, exc
+                parts.pop()
+                if len(part) == 1:
+                    self._put_aside(part[0], exc)
+                else:
+                    middle = len(part) // 2
+                    parts += [part[middle:], part[:middle]]
+                continue
+            parts.pop()
+            self.written += written
+            committed += part
+        return committed, None
+
+    def _requeue(self, parts: list[list[UsageRecord]]) -> None:
+        """Put the records of ``parts`` (a ``_write_splitting`` stack) back at the head
+        of the buffer, in order, dropping the oldest beyond ``max_buffer``."""
+        for part in parts:  # the stack's bottom is the latest: pushed back first
+            self._buffer.extendleft(reversed(part))
+        overflow = len(self._buffer) - self.max_buffer
+        for _ in range(max(overflow, 0)):
+            self._buffer.popleft()
+        if overflow > 0:
+            self._dropped(overflow)
+
+    def _put_aside(self, record: UsageRecord, exc: Exception) -> None:
+        self.set_aside += 1
+        log.error(
+            "usage ledger: the database refused request %s's record; set aside, not "
+            "retried (%d so far): %s: %s",
+            record.request_id,
+            self.set_aside,
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
+        )
+        if self._on_set_aside is not None:
+            self._on_set_aside(1)
 
     async def _flushed_spend(self, batch: list[UsageRecord]) -> None:
         """Take the batch's cost out of the shared "not yet flushed" counters: it is in
@@ -385,9 +648,64 @@ class UsageLedger:
                 )
         return len(inserted)
 
+    async def cleanup(self, now: datetime | None = None) -> int:
+        """Roll up and delete the rows past the retention, ``cleanup_batch`` rows per
+        transaction (accounts/rollups.py), pausing ``cleanup_pause_s`` between
+        two; the rows moved. Nothing to do without a retention."""
+        cutoff = cutoff_for(self.retention_days, now)
+        if cutoff is None:
+            return 0
+        async with self._cleanup_lock:
+            self._set_cleanup_pending(await pending_cleanup(self.engine, cutoff))
+            moved = 0
+            while True:
+                count = await roll_up_batch(self._writer, cutoff, self.cleanup_batch)
+                if count:
+                    moved += count
+                    self.rolled_up += count
+                    self.cleanup_batches += 1
+                    self._set_cleanup_pending(max(self.cleanup_pending - count, 0))
+                if count < self.cleanup_batch:
+                    break
+                await asyncio.sleep(self.cleanup_pause_s)
+            self._set_cleanup_pending(0)
+        if moved:
+            log.info(
+                "usage ledger: %d rows older than %s rolled up into usage_daily",
+                moved,
+                cutoff.date().isoformat(),
+            )
+        return moved
+
+    def _set_cleanup_pending(self, count: int) -> None:
+        self.cleanup_pending = count
+        if self._on_cleanup_pending is not None:
+            self._on_cleanup_pending(count)
+
+    async def _run_cleanup(self) -> None:
+        """Once at start, then every ``cleanup_interval_s``; a failure is logged and
+        tried again at the next run."""
+        while not self._closing:
+            try:
+                await self.cleanup()
+            except Exception as exc:  # noqa: BLE001 - the rows wait for the next run
+                log.warning(
+                    "usage ledger: the cleanup failed, will retry in %.0f s: %s: %s",
+                    self.cleanup_interval_s,
+                    type(exc).__name__,
+                    exc,
+                )
+            await asyncio.sleep(self.cleanup_interval_s)
+
     async def aclose(self, *, attempts: int = 3) -> None:
-        """Stop the writer and write what is left (tried ``attempts`` times; what
-        still cannot be written is logged as lost)."""
+        """Stop the cleanup and the writer and write what is left (tried ``attempts``
+        times; what still cannot be written is logged as lost)."""
+        if self._cleanup_task is not None:
+            # A cleanup batch under way is rolled back: its rows are moved next time.
+            self._cleanup_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleanup_task
+            self._cleanup_task = None
         if self._task is not None:
             # Not cancelled: a write under way finishes (or fails and keeps its records).
             self._closing = True

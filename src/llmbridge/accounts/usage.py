@@ -7,20 +7,29 @@ counts errors (status 400 and up, a client's 499 included). Days are UTC days.
 ``since`` is inclusive, ``until`` exclusive. Rows with no price count 0 toward
 ``cost_usd``; ``priced`` says how many requests had one, so "free" and "unknown"
 stay apart.
+
+Rows past the ledger's retention are summed per day, key and model into
+``usage_daily`` and deleted (accounts/rollups.py); the report sums ``usage`` and
+``usage_daily`` together, so its totals are the same before and after a cleanup.
+A rolled-up day is read whole: ``since`` and ``until`` inside such a day take it
+all (a range from ``2026-08-01T18:00`` counts that day's rollups from midnight).
+A row is in one table or the other, never both (a cleanup batch moves it in one
+transaction).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 import orjson
-from sqlalchemy import ColumnElement, Table, and_, case, func, select
+from sqlalchemy import ColumnElement, Select, Table, case, func, select, union_all
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.accounts.rollups import USAGE_DAILY
 from llmbridge.accounts.service import Accounts
 from llmbridge.agent.store.models import UsageRow
 from llmbridge.core.errors import InvalidRequestError
@@ -83,53 +92,100 @@ def _total(column: ColumnElement[Any]) -> ColumnElement[Any]:
     return func.coalesce(func.sum(column), 0)
 
 
-async def usage_report(
-    engine: AsyncEngine,
-    group_by: str = "key",
-    since: datetime | None = None,
-    until: datetime | None = None,
-) -> list[UsageGroup]:
-    """The ledger summed by ``group_by`` (``key``, ``model`` or ``day``) over
-    ``[since, until)``; days in order, keys and models by cost then requests."""
-    if group_by not in GROUP_BY:
-        raise InvalidRequestError(
-            f"'group_by' must be one of {', '.join(GROUP_BY)}, got {group_by!r}",
-            param="group_by",
-        )
+def _rows_query(
+    group_by: str, dialect: str, since: datetime | None, until: datetime | None
+) -> tuple[Select[Any], int]:
+    """``usage`` summed by the group's columns over ``[since, until)``; the width of
+    the group's columns."""
     columns: list[ColumnElement[Any]]
     if group_by == "key":
         columns = [USAGE.c.key_id, USAGE.c.key_name]
     elif group_by == "model":
         columns = [USAGE.c.model]
     else:
-        columns = [_day(engine.dialect.name).label("day")]
-    cost = _total(USAGE.c.cost_usd).label("cost_usd")
-    requests = func.count().label("requests")
-    query = (
-        select(
-            *columns,
-            requests,
-            _total(USAGE.c.input_tokens),
-            _total(USAGE.c.output_tokens),
-            _total(USAGE.c.reasoning_tokens),
-            _total(USAGE.c.cached_tokens),
-            cost,
-            func.count(USAGE.c.cost_usd),
-            _total(case((USAGE.c.status >= 400, 1), else_=0)),
-        )
-        .group_by(*columns)
-        .order_by(*(columns if group_by == "day" else [cost.desc(), requests.desc(), *columns]))
-    )
-    conditions = []
+        columns = [_day(dialect).label("day")]
+    query = select(
+        *columns,
+        func.count(),
+        _total(USAGE.c.input_tokens),
+        _total(USAGE.c.output_tokens),
+        _total(USAGE.c.reasoning_tokens),
+        _total(USAGE.c.cached_tokens),
+        _total(USAGE.c.cost_usd),
+        func.count(USAGE.c.cost_usd),
+        _total(case((USAGE.c.status >= 400, 1), else_=0)),
+    ).group_by(*columns)
     if since is not None:
-        conditions.append(USAGE.c.created_at >= since)
+        query = query.where(USAGE.c.created_at >= since)
     if until is not None:
-        conditions.append(USAGE.c.created_at < until)
-    if conditions:
-        query = query.where(and_(*conditions))
+        query = query.where(USAGE.c.created_at < until)
+    return query, len(columns)
+
+
+def _rollups_query(
+    group_by: str, since: datetime | None, until: datetime | None
+) -> tuple[Select[Any], int]:
+    """``usage_daily`` summed the same way, over the days ``[since, until)`` touches."""
+    daily = USAGE_DAILY.c
+    columns: list[ColumnElement[Any]]
+    if group_by == "key":
+        columns = [daily.key_id, daily.key_name]
+    elif group_by == "model":
+        columns = [daily.model]
+    else:
+        columns = [daily.day]
+    query = select(
+        *columns,
+        *(
+            _total(daily[name])
+            for name in (
+                "requests",
+                "input_tokens",
+                "output_tokens",
+                "reasoning_tokens",
+                "cached_tokens",
+                "cost_usd",
+                "priced",
+                "errors",
+            )
+        ),
+    ).group_by(*columns)
+    if since is not None:
+        query = query.where(daily.day >= since.astimezone(UTC).date().isoformat())
+    if until is not None:
+        until = until.astimezone(UTC)
+        # The first day not touched: until's own day when until is its midnight.
+        end = until.date() if until.time() == until.min.time() else until.date() + timedelta(1)
+        query = query.where(daily.day < end.isoformat())
+    return query, len(columns)
+
+
+async def usage_report(
+    engine: AsyncEngine,
+    group_by: str = "key",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[UsageGroup]:
+    """The ledger (its rows and its daily rollups) summed by ``group_by`` (``key``,
+    ``model`` or ``day``) over ``[since, until)``; days in order, keys and models by
+    cost then requests."""
+    if group_by not in GROUP_BY:
+        raise InvalidRequestError(
+            f"'group_by' must be one of {', '.join(GROUP_BY)}, got {group_by!r}",
+            param="group_by",
+        )
+    rows_query, width = _rows_query(group_by, engine.dialect.name, since, until)
+    rollups_query, _ = _rollups_query(group_by, since, until)
+    # ONE statement over both tables: one snapshot, so a cleanup batch committing
+    # meanwhile (rows out of usage, their sums into usage_daily) is seen whole or not
+    # at all, never a row in both or neither.
+    both = union_all(rows_query, rollups_query).subquery()
+    group_columns = list(both.c)[:width]
+    query = select(*group_columns, *(func.sum(c) for c in list(both.c)[width:])).group_by(
+        *group_columns
+    )
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).all()
-    width = len(columns)
     report = []
     for row in rows:
         if group_by == "key":
@@ -153,6 +209,10 @@ async def usage_report(
                 errors=int(errors),
             )
         )
+    if group_by == "day":
+        report.sort(key=lambda g: g.group or "")
+    else:
+        report.sort(key=lambda g: (-g.cost_usd, -g.requests, g.group is None, g.group or ""))
     return report
 
 

@@ -11,7 +11,8 @@ effects), ``vitals``, ``appointments``.
 Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
 ``store.responses``).
 Accounts (issue 17, ``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
-with their limits) and ``usage`` (the ledger: one row per request).
+with their limits), ``usage`` (the ledger: one row per request) and ``usage_daily``
+(the ledger's rows past its retention, summed per day, key and model: issue 24).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``store.access`` has the rules).
@@ -437,3 +438,29 @@ class UsageRow(Base):
     ttft_ms: Mapped[float | None] = mapped_column(Float, default=None)
     streamed: Mapped[bool | None] = mapped_column(Boolean, default=None)
     replica: Mapped[str | None] = mapped_column(String(100), default=None)
+
+
+class UsageDailyRow(Base):
+    """Ledger rows past the retention (``ledger.retention_days``), summed per UTC day,
+    key and model (accounts/rollups.py). A group may have several rows (two replicas
+    cleaning up the same day at once each add one): readers sum them."""
+
+    __tablename__ = "usage_daily"
+    __table_args__ = (Index("ix_usage_daily_day_key_id_model", "day", "key_id", "model"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    day: Mapped[str] = mapped_column(String(10))
+    """The UTC day, ``YYYY-MM-DD`` (text, compared as text on every database)."""
+    key_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    key_name: Mapped[str | None] = mapped_column(String(200), default=None)
+    model: Mapped[str] = mapped_column(String(200))
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Requests answered with a status of 400 or more."""
+    priced: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Requests whose cost was known (``usage.cost_usd`` not NULL)."""
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
