@@ -17,6 +17,12 @@ Semantics shared by every implementation:
   ``floor(t) - ceil(window_s) + 1`` to ``floor(t)``.
 - In-flight counts (``acquire``/``release``) never go below zero; in Redis they
   belong to the replica that took them and vanish with it (heartbeat TTL).
+- Budget reservations (``AdmitChecks.reserve``) are held like in-flight slots: per
+  replica, counted while its heartbeat lives, given back by ``settle`` in the same
+  step that adds the request's actual cost to its spend counter.
+- A call the caller gave up on (a timeout) never takes effect later: in Redis every
+  script that changes a count carries a deadline checked against Redis's own clock
+  (state/redis.py), and state/failover.py reconciles what the replica holds.
 - Latency is an EWMA with alpha 0.3 (the first sample is taken as is).
 - A breaker opens when ``failures`` reaches ``threshold`` (or at once from
   ``half_open``); ``breaker_success`` closes it and clears the failures.
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 __all__ = [
+    "DUST",
     "EWMA_ALPHA",
     "AdmitChecks",
     "AdmitVerdict",
@@ -41,6 +48,10 @@ __all__ = [
 
 EWMA_ALPHA = 0.3
 """Weight of the newest latency sample in ``observe_latency``."""
+
+DUST = 1e-9
+"""A reservation at or below this is none: the float sums of amounts taken and given
+back leave dust (0.03 + 0.03 - 0.03 - 0.03 is not always 0.0)."""
 
 BreakerState = Literal["closed", "open", "half_open"]
 
@@ -78,6 +89,12 @@ class AdmitChecks:
     tpm_cost: int = 0
     """Tokens taken from the ``tpm`` window now (the prompt's estimate)."""
     window_s: float = 60.0
+    reserve_key: str | None = None
+    """The key's live budget reservations (a replica -> amount hash in Redis): their
+    total counts against ``budget`` with ``spent`` and the spend counter."""
+    reserve: float = 0.0
+    """Held under ``reserve_key`` for this request once every check passed (its
+    worst-case cost); ``settle`` gives it back."""
 
 
 Refusal = Literal["", "budget", "parallel", "rpm", "tpm"]
@@ -98,6 +115,9 @@ class AdmitVerdict:
     """The requests window's verdict, when it was checked."""
     tokens: WindowVerdict | None
     """The tokens window's verdict, when it was checked."""
+    reserved: float = 0.0
+    """What is now held under ``reserve_key`` for this request (0.0 when none): give
+    it back with ``settle(reserve_key=..., reserve=...)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +209,22 @@ class SharedState(Protocol):
         """A float counter's value (0.0 when unknown)."""
         ...
 
+    async def reserved(self, reserve_key: str) -> float:
+        """The live budget reservations of ``reserve_key``, every replica's (0.0 when
+        none)."""
+        ...
+
     async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
         """One request's ``checks`` in ONE atomic step, in order, stopping at the first
-        refusal: the budget (``spent`` + ``get_float(spend_key)`` must be below
-        ``budget``), an in-flight slot of ``parallel_key`` (``acquire``), one request
-        in ``rpm_key``'s window (``take``), ``tpm_cost`` in ``tpm_key``'s window. A
-        check whose key is ``None`` (or budget ``None``) is skipped. A refusal after
-        the slot was taken gives the slot back; a request refused for its tokens has
-        still used its request (as separate ``take`` calls would)."""
+        refusal: the budget (``spent`` + ``get_float(spend_key)`` + the live
+        reservations of ``reserve_key`` must be below ``budget``), an in-flight slot
+        of ``parallel_key`` (``acquire``), one request in ``rpm_key``'s window
+        (``take``), ``tpm_cost`` in ``tpm_key``'s window. A check whose key is
+        ``None`` (or budget ``None``) is skipped. A refusal after the slot was taken
+        gives the slot back; a request refused for its tokens has still used its
+        request (as separate ``take`` calls would). When every check passed and
+        ``reserve`` > 0, ``reserve`` is added to this replica's share of
+        ``reserve_key`` (``AdmitVerdict.reserved``)."""
         ...
 
     async def settle(
@@ -206,9 +234,16 @@ class SharedState(Protocol):
         tpm_key: str | None = None,
         tokens: int = 0,
         window_s: float = 60.0,
+        reserve_key: str | None = None,
+        reserve: float = 0.0,
+        spend_key: str | None = None,
+        spend: float = 0.0,
     ) -> None:
-        """A finished request in ONE step: ``release(parallel_key)`` (when not
-        ``None``) and ``add(tpm_key, tokens, window_s)`` (when ``tokens`` > 0)."""
+        """A finished request in ONE atomic step: ``release(parallel_key)`` (when not
+        ``None``), ``add(tpm_key, tokens, window_s)`` (when ``tokens`` > 0),
+        ``reserve`` given back from this replica's share of ``reserve_key`` and
+        ``add_float(spend_key, spend)`` (when ``spend`` > 0), so there is no moment
+        where neither the reservation nor the cost counts. Nothing to do: no call."""
         ...
 
     async def aclose(self) -> None:

@@ -11,10 +11,23 @@ away is noticed within a heartbeat even with no traffic.
 While degraded, limits hold per replica only (each counts its own traffic), the
 trade the gateway makes rather than refusing every request.
 
-In-flight slots are released where they were taken: one taken in Redis and released
-while degraded is released in Redis after the recovery (so Redis does not keep a
-stale count), one taken locally is released locally. Requests that started during
-the outage are not counted in Redis until they finish.
+In-flight slots and budget reservations are given back where they were taken: one
+taken in Redis is given back in Redis, one taken locally locally (a key's local ones
+first: that keeps Redis's count on the safe side while both exist). Requests that
+started during the outage are not counted in Redis until they finish.
+
+What this replica holds in Redis it knows exactly: slots and reserved amounts per
+key (``_redis_held``, ``_redis_reserved``), counted from the scripts' answers. A call
+whose outcome is unknown (a timeout, a dropped connection, a script that ran too
+late) marks its key dirty. Late scripts do nothing (deadlines, state/redis.py), but
+one that ran just before its deadline and lost its reply did count; so before
+serving from Redis again, once every call sent before the outage has come back or
+given up, the watch task sets this replica's fields of every dirty key to what it
+holds (``RedisState.reconcile``, one script). There is no pending-release queue to
+replay: a release that timed out is a count lowered here and a dirty key, so a
+release is never applied twice. Rate windows and the spend counter are not per
+replica and cannot be reconciled: a deadline keeps a late script from counting, and
+only the lost-reply race can count one request twice, for one window.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ from typing import Literal, TypeVar
 
 from redis.exceptions import RedisError
 
-from llmbridge.state.base import AdmitChecks, AdmitVerdict, BreakerView, WindowVerdict
+from llmbridge.state.base import DUST, AdmitChecks, AdmitVerdict, BreakerView, WindowVerdict
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState, redacted
 
@@ -62,7 +75,14 @@ class FailoverState:
         self._watch: asyncio.Task[None] | None = None
         self._redis_held: Counter[str] = Counter()
         self._local_held: Counter[str] = Counter()
-        self._pending_release: Counter[str] = Counter()
+        self._redis_reserved: dict[str, float] = {}
+        self._local_reserved: dict[str, float] = {}
+        self._dirty_slots: set[str] = set()
+        """In-flight keys whose Redis count (this replica's field) may be wrong."""
+        self._dirty_reserves: set[str] = set()
+        """Reservation keys whose Redis amount (this replica's field) may be wrong."""
+        self._outstanding = 0
+        """Redis calls sent and not yet answered or given up on."""
 
     @property
     def degraded(self) -> bool:
@@ -106,10 +126,15 @@ class FailoverState:
                 await asyncio.sleep(self.redis.heartbeat_s)
                 continue
             await asyncio.sleep(self.retry_s)
+            if self._outstanding:
+                # A call sent before the outage may still count (its reply was lost
+                # in the last instant before its deadline): repair after it has
+                # come back or given up, not before.
+                continue
             try:
                 await self.redis.ping()
-                await self.redis.heartbeat()
-                await self._flush_pending_releases()
+                await self.redis.heartbeat()  # and Redis's clock measured again
+                await self._reconcile()
             except REDIS_DOWN:
                 continue
             self._degraded = False
@@ -117,12 +142,30 @@ class FailoverState:
                 "Redis at %s answers again: shared state is back in Redis", redacted(self.redis.url)
             )
 
-    async def _flush_pending_releases(self) -> None:
-        for key in list(self._pending_release):
-            while self._pending_release[key] > 0:
-                await self.redis.release(key)
-                self._pending_release[key] -= 1
-            del self._pending_release[key]
+    async def _reconcile(self) -> None:
+        """This replica's fields of the dirty keys set to what it holds in Redis.
+        Runs while degraded, so no other call of this replica reaches Redis; a key
+        dirtied meanwhile (a Redis-held slot given back) is repaired on the next turn."""
+        while self._dirty_slots or self._dirty_reserves:
+            slots, reserves = self._dirty_slots, self._dirty_reserves
+            self._dirty_slots, self._dirty_reserves = set(), set()
+            try:
+                await self.redis.reconcile(
+                    {key: self._redis_held[key] for key in slots},
+                    {key: self._redis_reserved.get(key, 0.0) for key in reserves},
+                )
+            except BaseException:
+                self._dirty_slots |= slots
+                self._dirty_reserves |= reserves
+                raise
+
+    async def _remote(self, call: Callable[[], Awaitable[T]]) -> T:
+        """A Redis call, counted while it is outstanding (``_watch_redis``)."""
+        self._outstanding += 1
+        try:
+            return await call()
+        finally:
+            self._outstanding -= 1
 
     async def _call(
         self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]]
@@ -130,7 +173,7 @@ class FailoverState:
         self._start_watch()
         if not self._degraded:
             try:
-                return await remote()
+                return await self._remote(remote)
             except REDIS_DOWN as exc:
                 self._degrade(exc)
         return await local()
@@ -160,8 +203,9 @@ class FailoverState:
         self._start_watch()
         if not self._degraded:
             try:
-                taken = await self.redis.acquire(key, limit)
+                taken = await self._remote(lambda: self.redis.acquire(key, limit))
             except REDIS_DOWN as exc:
+                self._dirty_slots.add(key)  # it may have counted after all
                 self._degrade(exc)
             else:
                 if taken:
@@ -181,11 +225,11 @@ class FailoverState:
             _take_one(self._redis_held, key)
             if not self._degraded:
                 try:
-                    await self.redis.release(key)
+                    await self._remote(lambda: self.redis.release(key))
                     return
                 except REDIS_DOWN as exc:
                     self._degrade(exc)
-            self._pending_release[key] += 1  # released in Redis once it answers
+            self._dirty_slots.add(key)  # Redis's count set to ours once it answers
 
     async def in_flight(self, keys: Sequence[str]) -> dict[str, int]:
         return await self._call(
@@ -194,25 +238,44 @@ class FailoverState:
 
     # -- one request's checks at once ----------------------------------------------
 
+    async def reserved(self, reserve_key: str) -> float:
+        return await self._call(
+            lambda: self.redis.reserved(reserve_key), lambda: self.local.reserved(reserve_key)
+        )
+
     async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
-        """Redis's verdict, or the local one while degraded; a slot held is noted
-        where it was taken, as ``acquire`` notes it."""
+        """Redis's verdict, or the local one while degraded; a slot and a reservation
+        held are noted where they were taken, as ``acquire`` notes a slot."""
         self._start_watch()
-        for store in (self.redis, self.local):
-            if store is self.redis and self._degraded:
-                continue
+        if not self._degraded:
             try:
-                verdict = await store.admit_many(checks)
+                verdict = await self._remote(lambda: self.redis.admit_many(checks))
             except REDIS_DOWN as exc:
-                if store is not self.redis:
-                    raise
+                # It may have counted after all (a reply lost just before its deadline).
+                if checks.parallel_key is not None:
+                    self._dirty_slots.add(checks.parallel_key)
+                if checks.reserve_key is not None and checks.reserve > 0:
+                    self._dirty_reserves.add(checks.reserve_key)
                 self._degrade(exc)
-                continue
-            if verdict.holds_slot and checks.parallel_key is not None:
-                held = self._redis_held if store is self.redis else self._local_held
-                held[checks.parallel_key] += 1
-            return verdict
-        raise AssertionError("unreachable: the local state always answers")
+            else:
+                self._note(verdict, checks, self._redis_held, self._redis_reserved)
+                return verdict
+        verdict = await self.local.admit_many(checks)
+        self._note(verdict, checks, self._local_held, self._local_reserved)
+        return verdict
+
+    @staticmethod
+    def _note(
+        verdict: AdmitVerdict,
+        checks: AdmitChecks,
+        held: Counter[str],
+        reserved: dict[str, float],
+    ) -> None:
+        if verdict.holds_slot and checks.parallel_key is not None:
+            held[checks.parallel_key] += 1
+        if verdict.reserved > 0 and checks.reserve_key is not None:
+            key = checks.reserve_key
+            reserved[key] = reserved.get(key, 0.0) + verdict.reserved
 
     async def settle(
         self,
@@ -221,26 +284,57 @@ class FailoverState:
         tpm_key: str | None = None,
         tokens: int = 0,
         window_s: float = 60.0,
+        reserve_key: str | None = None,
+        reserve: float = 0.0,
+        spend_key: str | None = None,
+        spend: float = 0.0,
     ) -> None:
-        """The slot back where it was taken (``release``) and the tokens added where
-        windows live now, in one Redis call when both go to Redis."""
+        """The slot and the reservation back where they were taken (a key's local ones
+        first), the tokens and the spend added where windows and counters live now;
+        one Redis call for whatever goes to Redis."""
+        local_slot = redis_slot = False
         if parallel_key is not None:
-            if self._redis_held[parallel_key] > 0:
+            if self._local_held[parallel_key] > 0:
+                _take_one(self._local_held, parallel_key)
+                local_slot = True
+            elif self._redis_held[parallel_key] > 0:
                 _take_one(self._redis_held, parallel_key)
-            else:
-                await self.release(parallel_key)  # held locally (or not at all)
-                parallel_key = None
+                redis_slot = True
+        local_back = redis_back = 0.0
+        if reserve_key is not None and reserve > 0:
+            local_back = _take_amount(self._local_reserved, reserve_key, reserve)
+            redis_back = _take_amount(self._redis_reserved, reserve_key, reserve - local_back)
+        if local_slot or local_back > 0:
+            await self.local.settle(
+                parallel_key=parallel_key if local_slot else None,
+                reserve_key=reserve_key,
+                reserve=local_back,
+            )
         if not self._degraded:
             try:
-                await self.redis.settle(
-                    parallel_key=parallel_key, tpm_key=tpm_key, tokens=tokens, window_s=window_s
+                await self._remote(
+                    lambda: self.redis.settle(
+                        parallel_key=parallel_key if redis_slot else None,
+                        tpm_key=tpm_key,
+                        tokens=tokens,
+                        window_s=window_s,
+                        reserve_key=reserve_key,
+                        reserve=redis_back,
+                        spend_key=spend_key,
+                        spend=spend,
+                    )
                 )
                 return
             except REDIS_DOWN as exc:
                 self._degrade(exc)
-        if parallel_key is not None:
-            self._pending_release[parallel_key] += 1  # released in Redis once it answers
-        await self.local.settle(tpm_key=tpm_key, tokens=tokens, window_s=window_s)
+        # Redis's counts of what was given back here are set right once it answers.
+        if redis_slot and parallel_key is not None:
+            self._dirty_slots.add(parallel_key)
+        if redis_back > 0 and reserve_key is not None:
+            self._dirty_reserves.add(reserve_key)
+        await self.local.settle(
+            tpm_key=tpm_key, tokens=tokens, window_s=window_s, spend_key=spend_key, spend=spend
+        )
 
     # -- counters and latency ------------------------------------------------------
 
@@ -315,3 +409,17 @@ def _take_one(held: Counter[str], key: str) -> None:
     held[key] -= 1
     if held[key] <= 0:
         del held[key]
+
+
+def _take_amount(reserved: dict[str, float], key: str, amount: float) -> float:
+    """Up to ``amount`` of ``key``'s reservation given back; returns what was (all of
+    it, or what was held). Keys left with dust are dropped."""
+    if amount <= DUST:
+        return 0.0
+    held = reserved.get(key, 0.0)
+    taken = min(amount, held)
+    if held - taken <= DUST:
+        reserved.pop(key, None)
+        return held if held > 0 else 0.0
+    reserved[key] = held - taken
+    return taken

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llmbridge.state.base import (
+    DUST,
     EWMA_ALPHA,
     AdmitChecks,
     AdmitVerdict,
@@ -88,6 +89,7 @@ class LocalState:
         self._breakers: dict[str, _Breaker] = {}
         self._probe_leases: dict[str, float] = {}
         self._floats: dict[str, float] = {}
+        self._reserved: dict[str, float] = {}
 
     @property
     def degraded(self) -> bool:
@@ -235,7 +237,8 @@ class LocalState:
         if c.budget is not None:
             if c.spend_key is not None:
                 spent += self._floats.get(c.spend_key, 0.0)
-            if spent >= c.budget:
+            held_back = 0.0 if c.reserve_key is None else self._reserved.get(c.reserve_key, 0.0)
+            if spent + held_back >= c.budget:
                 return AdmitVerdict("budget", spent, False, None, None)
         held: str | None = None
         if c.parallel_key is not None:
@@ -255,7 +258,11 @@ class LocalState:
                 if held is not None:
                     self._release(held)
                 return AdmitVerdict("tpm", spent, False, requests, tokens)
-        return AdmitVerdict("", spent, held is not None, requests, tokens)
+        reserved = 0.0
+        if c.reserve_key is not None and c.reserve > 0:
+            reserved = c.reserve
+            self._reserved[c.reserve_key] = self._reserved.get(c.reserve_key, 0.0) + reserved
+        return AdmitVerdict("", spent, held is not None, requests, tokens, reserved)
 
     async def settle(
         self,
@@ -264,11 +271,31 @@ class LocalState:
         tpm_key: str | None = None,
         tokens: int = 0,
         window_s: float = 60.0,
+        reserve_key: str | None = None,
+        reserve: float = 0.0,
+        spend_key: str | None = None,
+        spend: float = 0.0,
     ) -> None:
         if parallel_key is not None:
             self._release(parallel_key)
         if tpm_key is not None and tokens > 0:
             self._add(tpm_key, tokens, window_s)
+        if reserve_key is not None and reserve > 0:
+            self.give_back(reserve_key, reserve)
+        if spend_key is not None and spend > 0:
+            self.add_float_now(spend_key, spend)
+
+    def give_back(self, reserve_key: str, amount: float) -> None:
+        """``amount`` of ``reserve_key``'s reservations given back (never below zero;
+        dust dropped, so keys nobody reserves on do not pile up)."""
+        left = self._reserved.get(reserve_key, 0.0) - amount
+        if left <= DUST:
+            self._reserved.pop(reserve_key, None)
+        else:
+            self._reserved[reserve_key] = left
+
+    async def reserved(self, reserve_key: str) -> float:
+        return self._reserved.get(reserve_key, 0.0)
 
     async def aclose(self) -> None:
         pass
