@@ -13,8 +13,10 @@ default) from ``usage`` into ``usage_daily``:
    RETURNING ...``: the rows it removes are exactly the rows it sums. Two replicas
    cleaning up at once never count a row twice: PostgreSQL's second ``DELETE`` waits
    for the first and then skips the rows already gone; SQLite runs one writer.
-2. Those rows summed per (day, key, model) in Python (a batch spans a few groups)
-   and added to the group's ``usage_daily`` row, or inserted as a new one.
+2. Those rows summed per (day, key, model) in Python and added to the group's
+   ``usage_daily`` row, or inserted as a new one: one read of the days' rollup
+   rows, one ``UPDATE`` and one ``INSERT`` (each executed many), whatever the
+   number of groups.
 
 Rows and their sums change in the same transaction, so a report (accounts/usage.py
 sums ``usage`` and ``usage_daily`` together) never sees a row in both or in neither.
@@ -29,12 +31,10 @@ cleanup in its own task, once at start and then hourly, pausing between batches.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmbridge.agent.store.models import UsageDailyRow, UsageRow
@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_RETENTION_DAYS",
     "USAGE_DAILY",
     "cutoff_for",
+    "day_of",
     "pending_cleanup",
     "roll_up_batch",
 ]
@@ -87,16 +88,13 @@ async def pending_cleanup(engine: AsyncEngine, cutoff: datetime) -> int:
         return int((await conn.execute(query)).scalar_one())
 
 
-@dataclass(slots=True)
-class _Sums:
-    requests: int = 0
-    errors: int = 0
-    priced: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float = 0.0
+def day_of(dialect: str) -> ColumnElement[Any]:
+    """``usage.created_at``'s UTC day as ``YYYY-MM-DD`` text, in SQL."""
+    created = USAGE.c.created_at
+    if dialect == "postgresql":
+        return func.to_char(func.timezone("UTC", created), "YYYY-MM-DD")
+    # SQLite keeps the naive UTC time as text, "YYYY-MM-DD HH:MM:SS..." (models.UTCDateTime).
+    return func.substr(created, 1, 10)
 
 
 GroupKey = tuple[str, str | None, str | None, str]
@@ -111,7 +109,7 @@ async def roll_up_batch(engine: AsyncEngine, cutoff: datetime, limit: int = CLEA
         delete(USAGE)
         .where(USAGE.c.id.in_(chosen.scalar_subquery()))
         .returning(
-            USAGE.c.created_at,
+            day_of(engine.dialect.name),
             USAGE.c.key_id,
             USAGE.c.key_name,
             USAGE.c.model,
@@ -127,47 +125,53 @@ async def roll_up_batch(engine: AsyncEngine, cutoff: datetime, limit: int = CLEA
         rows = (await conn.execute(removed)).all()
         if not rows:
             return 0
-        groups: defaultdict[GroupKey, _Sums] = defaultdict(_Sums)
-        for at, key_id, key_name, model, status, tin, tout, treason, tcached, cost in rows:
-            sums = groups[(at.astimezone(UTC).date().isoformat(), key_id, key_name, model)]
-            sums.requests += 1
-            sums.errors += status >= 400
-            sums.input_tokens += tin or 0
-            sums.output_tokens += tout or 0
-            sums.reasoning_tokens += treason or 0
-            sums.cached_tokens += tcached or 0
+        # requests, errors, priced, input, output, reasoning, cached, cost
+        groups: dict[GroupKey, list[Any]] = {}
+        for day, key_id, key_name, model, status, tin, tout, treason, tcached, cost in rows:
+            sums = groups.get((day, key_id, key_name, model))
+            if sums is None:
+                sums = groups[(day, key_id, key_name, model)] = [0, 0, 0, 0, 0, 0, 0, 0.0]
+            sums[0] += 1
+            if status >= 400:
+                sums[1] += 1
+            sums[3] += tin or 0
+            sums[4] += tout or 0
+            sums[5] += treason or 0
+            sums[6] += tcached or 0
             if cost is not None:
-                sums.priced += 1
-                sums.cost_usd += cost
-        for group, sums in groups.items():
-            await _add(conn, group, sums)
+                sums[2] += 1
+                sums[7] += cost
+        await _add(conn, groups)
     return len(rows)
 
 
-async def _add(conn: AsyncConnection, group: GroupKey, sums: _Sums) -> None:
-    """Add ``sums`` to ONE of the group's rollup rows (adding to each of two would
-    count twice), or insert one."""
-    day, key_id, key_name, model = group
-    values: dict[str, Any] = {name: getattr(sums, name) for name in _SUMMED}
+async def _add(conn: AsyncConnection, groups: dict[GroupKey, list[Any]]) -> None:
+    """Add each group's sums to ONE of its rollup rows (adding to each of two would
+    count twice), or insert one: three statements whatever the number of groups."""
     c = USAGE_DAILY.c
+    days = sorted({group[0] for group in groups})
+    existing: dict[GroupKey, int] = {}
     found = await conn.execute(
-        select(func.min(c.id)).where(
-            c.day == day,
-            c.key_id.is_not_distinct_from(key_id),
-            c.key_name.is_not_distinct_from(key_name),
-            c.model == model,
-        )
+        select(c.id, c.day, c.key_id, c.key_name, c.model).where(c.day.in_(days)).order_by(c.id)
     )
-    row_id = found.scalar_one()
-    if row_id is None:
+    for row_id, day, key_id, key_name, model in found:
+        existing.setdefault((day, key_id, key_name, model), row_id)
+    updates, inserts = [], []
+    for group, sums in groups.items():
+        values = dict(zip(_SUMMED, sums, strict=True))
+        row_id = existing.get(group)
+        if row_id is None:
+            day, key_id, key_name, model = group
+            inserts.append({"day": day, "key_id": key_id, "key_name": key_name, "model": model})
+            inserts[-1].update(values)
+        else:
+            updates.append({"row_id": row_id, **{f"add_{k}": v for k, v in values.items()}})
+    if updates:
         await conn.execute(
-            insert(USAGE_DAILY).values(
-                day=day, key_id=key_id, key_name=key_name, model=model, **values
-            )
+            update(USAGE_DAILY)
+            .where(c.id == bindparam("row_id"))
+            .values({c[name]: c[name] + bindparam(f"add_{name}") for name in _SUMMED}),
+            updates,
         )
-        return
-    await conn.execute(
-        update(USAGE_DAILY)
-        .where(c.id == row_id)
-        .values({c[name]: c[name] + value for name, value in values.items()})
-    )
+    if inserts:
+        await conn.execute(insert(USAGE_DAILY), inserts)

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llmbridge.accounts.rollups import USAGE_DAILY
+from llmbridge.accounts.rollups import USAGE_DAILY, day_of
 from llmbridge.accounts.service import Accounts
 from llmbridge.agent.store.models import UsageRow
 from llmbridge.core.errors import InvalidRequestError
@@ -80,14 +80,6 @@ def parse_when(value: str | None, param: str) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def _day(dialect: str) -> ColumnElement[Any]:
-    created = USAGE.c.created_at
-    if dialect == "postgresql":
-        return func.to_char(func.timezone("UTC", created), "YYYY-MM-DD")
-    # SQLite keeps the naive UTC time as text, "YYYY-MM-DD HH:MM:SS..." (models.UTCDateTime).
-    return func.substr(created, 1, 10)
-
-
 def _total(column: ColumnElement[Any]) -> ColumnElement[Any]:
     return func.coalesce(func.sum(column), 0)
 
@@ -103,7 +95,7 @@ def _rows_query(
     elif group_by == "model":
         columns = [USAGE.c.model]
     else:
-        columns = [_day(dialect).label("day")]
+        columns = [day_of(dialect).label("day")]
     query = select(
         *columns,
         func.count(),

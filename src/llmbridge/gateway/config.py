@@ -52,6 +52,8 @@ backend and serves any model name. Example file::
                                       # routes take `fallbacks: [{backend, model}]` too
     prices:                           # USD per million tokens, for the usage ledger's cost
       "gpt-4o*": {input: 2.5, output: 10, cached_input: 1.25, reasoning: 10}
+    ledger:                           # the usage ledger's life (docs/DEPLOY.md, "Usage and cost")
+      retention_days: 90              # then rows become daily rollups (0 or null: kept for ever)
     state:                            # shared across workers and replicas (docs/DEPLOY.md)
       redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
@@ -79,6 +81,7 @@ from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig
 __all__ = [
     "ConfigError",
     "GatewayConfig",
+    "LedgerConfig",
     "LimitsConfig",
     "ServerConfig",
     "StateConfig",
@@ -173,6 +176,16 @@ class StateConfig(Strict):
     (``/health`` says ``degraded``) and switches back when it answers."""
 
 
+class LedgerConfig(Strict):
+    """The usage ledger's life (accounts/rollups.py); whether it records at all is
+    ``server.ledger``."""
+
+    retention_days: int | None = Field(90, ge=0)
+    """Days a ``usage`` row is kept (``LLMBRIDGE_LEDGER_RETENTION_DAYS``); older rows
+    are summed per day, key and model into ``usage_daily``, which reports read, and
+    deleted. ``0`` or ``null``: every row is kept for ever."""
+
+
 class GatewayConfig(ServingConfig):
     """The whole configuration file: the serving layer's part (backends, routes,
     policies: serving/config.py), the server's and the agent's."""
@@ -180,6 +193,7 @@ class GatewayConfig(ServingConfig):
     server: ServerConfig = ServerConfig()
     agent: AgentConfig = AgentConfig()
     state: StateConfig = StateConfig()
+    ledger: LedgerConfig = LedgerConfig()
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """USD per million tokens by public model name or glob (accounts/prices.py): the
     usage ledger's ``cost_usd``."""
@@ -191,6 +205,8 @@ ENVIRONMENT = {
     "LLMBRIDGE_MASTER_KEY": "server.master_key, the admin API key, when file and flags set none",
     "LLMBRIDGE_WORKERS": "server.workers, the processes serving the port, when file and flags "
     "set none",
+    "LLMBRIDGE_LEDGER_RETENTION_DAYS": "ledger.retention_days, days a usage row is kept, "
+    "when the file sets none",
     "LLMBRIDGE_REDIS_URL": "state.redis_url (shared state's Redis) when file and flags set none",
     "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
     "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
@@ -395,6 +411,7 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         if (backend.get("url") or not needs_url) and (value := environ.get(variable)):
             backend[field_name] = value
     _apply_workers_environment(raw, environ)
+    _apply_ledger_environment(raw, environ)
     server = raw.get("server")
     if (master := environ.get("LLMBRIDGE_MASTER_KEY", "").strip()) and not (
         isinstance(server, dict) and server.get("master_key")
@@ -424,3 +441,19 @@ def _apply_workers_environment(raw: dict[str, Any], environ: Mapping[str, str]) 
         isinstance(server, dict) and server.get("workers") is not None
     ):
         raw["server"] = {**(server if isinstance(server, dict) else {}), "workers": workers}
+
+
+def _apply_ledger_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """``LLMBRIDGE_LEDGER_RETENTION_DAYS`` (``ledger.retention_days``) when the file
+    sets none."""
+    days = environ.get("LLMBRIDGE_LEDGER_RETENTION_DAYS", "").strip()
+    ledger = raw.get("ledger")
+    if not days or (isinstance(ledger, dict) and "retention_days" in ledger):
+        return
+    try:
+        value = int(days)
+    except ValueError:
+        raise ConfigError(
+            f"LLMBRIDGE_LEDGER_RETENTION_DAYS must be a whole number of days, got {days!r}"
+        ) from None
+    raw["ledger"] = {**(ledger if isinstance(ledger, dict) else {}), "retention_days": value}
