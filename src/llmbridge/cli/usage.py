@@ -4,7 +4,9 @@ It reads the database the gateway records into (``--db`` / ``LLMBRIDGE_DB`` /
 ``agent.database`` in ``--config``), migrated to the newest schema first as
 ``llmbridge keys`` does, and prints a table, or with ``--json`` the rows
 ``GET /admin/usage`` answers. A gateway writes its records within a second
-(accounts/ledger.py), and at shutdown what is left.
+(accounts/ledger.py), and at shutdown what is left. Days past the ledger's retention
+(``ledger.retention_days``) are read from their daily rollups (accounts/rollups.py),
+so old totals stay as they were after the rows are gone.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def usage(
     config_path: str | None,
     db: str | None,
 ) -> None:
-    """Requests, tokens, cost and errors from the usage ledger."""
+    """Requests, tokens, cost and errors from the usage ledger (days past its
+    retention from their daily rollups, whole days)."""
     from llmbridge.accounts.usage import parse_when
     from llmbridge.core.errors import LLMBridgeError
 
