@@ -30,6 +30,7 @@ __all__ = [
     "ENCODER_MAX_DEPTH",
     "INT_RANGE",
     "RequestLimits",
+    "chain_error",
     "check_conversation_counts",
     "check_count",
     "check_encodable",
@@ -73,6 +74,18 @@ class RequestLimits:
     offload_bytes: int = 32 * 1024
     """Bodies larger than this are scanned, parsed and decoded in a worker thread,
     so ``/health`` and other requests keep being answered meanwhile."""
+    max_chain_bytes: int = 64 * 1024 * 1024
+    """Bytes (JSON) a chain of stored Responses may hold in the database, its every
+    stored response counted (400 on ``previous_response_id`` above it). Each stored
+    response holds the whole conversation so far (one lookup to continue it, see
+    ``agent/store/responses.py``), so a chain's footprint grows with the square of its
+    turns (issue 24: six 4 MB turns took 115 MB); this caps it, and with it the row a
+    continuation loads into memory (no more than twice ``max_body_bytes``). A
+    conversation that fills a 128k-token context (about 0.5 MB) reaches it after some
+    250 turns; past it a client sends the whole conversation (``store: false``)."""
+    max_chain_turns: int = 1_000
+    """Stored responses in one ``previous_response_id`` chain, the first included
+    (400 on ``previous_response_id`` for the one after the last)."""
 
 
 DEFAULT_LIMITS = RequestLimits()
@@ -94,6 +107,19 @@ def size_error(what: str, size: int | None, limit: int, setting: str) -> Request
     return RequestTooLargeError(
         f"{what}{of} exceeds the limit of {limit} bytes (llmbridge setting {setting})",
         code="request_too_large",
+    )
+
+
+def chain_error(field: str, size: int, limit: int, setting: str, noun: str) -> InvalidRequestError:
+    """400 naming ``field``: continuing the chain of stored responses it names would
+    make the chain hold ``size`` ``noun``, over the ``setting``'s ``limit``."""
+    return InvalidRequestError(
+        f"Invalid '{field}': the chain of stored responses it continues would hold "
+        f"{size} {noun}, over the limit of {limit} (llmbridge setting server.limits.{setting}); "
+        "send the whole conversation in 'input' instead (with 'store': false), or start "
+        "a new chain",
+        param=field,
+        code="chain_too_long",
     )
 
 

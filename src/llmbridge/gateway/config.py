@@ -22,6 +22,8 @@ backend and serves any model name. Example file::
         max_json_depth: 128
         max_json_items: 500000        # values, keys and containers in one body
         offload_bytes: 32768          # larger bodies are parsed in a worker thread
+        max_chain_bytes: 67108864     # a previous_response_id chain's stored bytes
+        max_chain_turns: 1000         # ... and its stored responses
     backends:
       local: {type: embedded, max_queue: 8, queue_timeout_s: 30, max_embed_inputs: 256}
       gpu-box: {type: ollama, url: "http://10.0.0.5:11434",
@@ -111,6 +113,10 @@ class LimitsConfig(Strict):
     """Values, keys and containers in one body, counted before it is parsed."""
     offload_bytes: int = Field(_LIMITS.offload_bytes, ge=0)
     """Bodies larger than this are parsed and decoded in a worker thread."""
+    max_chain_bytes: int = Field(_LIMITS.max_chain_bytes, gt=0)
+    """Bytes a ``previous_response_id`` chain of stored responses may hold."""
+    max_chain_turns: int = Field(_LIMITS.max_chain_turns, gt=0)
+    """Stored responses in one ``previous_response_id`` chain."""
 
     def request_limits(self, max_body_bytes: int) -> RequestLimits:
         return RequestLimits(max_body_bytes=max_body_bytes, **self.model_dump())

@@ -378,6 +378,14 @@ class ResponseRow(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     response: Mapped[dict[str, Any]] = mapped_column(JSON)
     """The rest of the response object as created (status, the echoed request fields)."""
+    # The chain's running totals (migration 0006, issue 24), so a continuation beyond
+    # ``server.limits.max_chain_*`` is refused without loading the conversation.
+    chain_turns: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    """Stored responses in the ``previous_response_id`` chain ending with this one."""
+    conversation_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """JSON bytes of ``input`` and ``output``: what a continuation of this one loads."""
+    chain_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """JSON bytes stored for the chain: this response's and every earlier one's."""
 
 
 # -- accounts (issue 17: llmbridge.accounts) ------------------------------------------

@@ -8,10 +8,18 @@ Responses are **private**, like sessions (``store.access.private_to``): a key se
 its own, and another key's response is a ``NotFoundError`` exactly like a missing one,
 so an id's existence never leaks. JSON is stored through ``values.storable`` (U+0000
 and unpaired surrogates become U+FFFD on both databases).
+
+Because each row repeats the conversation before it, a ``previous_response_id`` chain
+takes room that grows with the square of its turns. Each row therefore carries its
+chain's running totals (``Chain``: turns, the conversation's bytes, the bytes the whole
+chain stores), and ``chain`` reads just those three integers, so a continuation past
+``server.limits.max_chain_bytes`` or ``max_chain_turns`` (``Chain.check_continued``) is
+refused before the conversation is loaded, and before anything is stored (issue 24).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,15 +31,67 @@ from llmbridge.agent.store.records import ResponseRecord
 from llmbridge.agent.store.repository import AgentStore
 from llmbridge.agent.store.values import storable, storable_text
 from llmbridge.core.errors import NotFoundError
+from llmbridge.core.limits import RequestLimits, chain_error
 
-__all__ = ["ResponseStore", "not_found"]
+__all__ = ["Chain", "ResponseStore", "not_found"]
+
+_PREVIOUS_RESPONSE_ID = "previous_response_id"
 
 
 def not_found(response_id: str, *, param: str | None = None) -> NotFoundError:
     """The error for a response that is not there or not the caller's (OpenAI's
     wording; ``param`` names the field that gave the id)."""
-    prefix = "Previous response" if param == "previous_response_id" else "Response"
+    prefix = "Previous response" if param == _PREVIOUS_RESPONSE_ID else "Response"
     return NotFoundError(f"{prefix} with id {response_id!r} not found.", param=param)
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The totals of the ``previous_response_id`` chain that ends with a stored response
+    (``Chain()``: no chain, before a first response). Bytes are those of compact JSON,
+    as the request and the reply were written."""
+
+    turns: int = 0
+    """Stored responses in the chain."""
+    conversation_bytes: int = 0
+    """The last response's conversation (its input items and output items): what a
+    continuation loads, and what the next response repeats."""
+    chain_bytes: int = 0
+    """What every response of the chain stores, added up."""
+
+    def check_continued(self, input_bytes: int, limits: RequestLimits) -> None:
+        """Refuse, naming ``previous_response_id``, a continuation that would take the
+        chain past ``limits``: its ``turns + 1``-th response, or one whose store would
+        hold at least the conversation so far and the new ``input_bytes``."""
+        turns = self.turns + 1
+        if turns > limits.max_chain_turns:
+            raise chain_error(
+                _PREVIOUS_RESPONSE_ID,
+                turns,
+                limits.max_chain_turns,
+                "max_chain_turns",
+                "stored responses",
+            )
+        at_least = self.chain_bytes + self.conversation_bytes + input_bytes
+        if at_least > limits.max_chain_bytes:
+            raise chain_error(
+                _PREVIOUS_RESPONSE_ID,
+                at_least,
+                limits.max_chain_bytes,
+                "max_chain_bytes",
+                "bytes",
+            )
+
+    def then(self, input_bytes: int, output_bytes: int, other_bytes: int) -> Chain:
+        """The chain once a response is stored after this one: ``input_bytes`` of new
+        input items, ``output_bytes`` of output items and ``other_bytes`` of the rest
+        of its row (the echoed request fields, usage, instructions)."""
+        conversation = self.conversation_bytes + input_bytes + output_bytes
+        return Chain(
+            turns=self.turns + 1,
+            conversation_bytes=conversation,
+            chain_bytes=self.chain_bytes + conversation + other_bytes,
+        )
 
 
 class ResponseStore:
@@ -52,8 +112,12 @@ class ResponseStore:
         usage: dict[str, Any] | None,
         response: dict[str, Any],
         owner: str | None = None,
+        chain: Chain | None = None,
     ) -> ResponseRecord:
-        """Store a response; an id in use raises ``ConflictError``."""
+        """Store a response, the last of ``chain`` (its totals with this response
+        counted; by default a chain of one that holds nothing); an id in use raises
+        ``ConflictError``."""
+        chain = chain or Chain(turns=1)
         row = ResponseRow(
             id=response_id,
             owner=owner,
@@ -64,6 +128,9 @@ class ResponseStore:
             output=storable(output),
             usage=storable(usage),
             response=storable(response),
+            chain_turns=chain.turns,
+            conversation_bytes=chain.conversation_bytes,
+            chain_bytes=chain.chain_bytes,
         )
         async with self.store.writing(conflict=f"response id {response_id!r} is taken") as db:
             db.add(row)
@@ -77,6 +144,21 @@ class ResponseStore:
         async with self.store.reading() as db:
             row = (await db.execute(query)).scalar_one_or_none()
             return None if row is None else _record(row)
+
+    async def chain(
+        self, response_id: str, owner: str | None = None, *, param: str | None = None
+    ) -> Chain:
+        """The totals of the chain ending with the response (three integers, not the
+        conversation); ``NotFoundError`` (naming ``param``) as ``get``."""
+        query = select(
+            ResponseRow.chain_turns, ResponseRow.conversation_bytes, ResponseRow.chain_bytes
+        ).where(ResponseRow.id == response_id, private_to(ResponseRow.owner, owner))
+        async with self.store.reading() as db:
+            found = (await db.execute(query)).one_or_none()
+        if found is None:
+            raise not_found(response_id, param=param)
+        turns, conversation_bytes, chain_bytes = found
+        return Chain(int(turns), int(conversation_bytes), int(chain_bytes))
 
     async def get(
         self, response_id: str, owner: str | None = None, *, param: str | None = None

@@ -7,7 +7,11 @@
   ``custom_tool_call`` whose ``input`` is that string.
 - ``namespace`` tools are flattened: ``ns`` + ``__`` + ``tool`` (backends take flat
   names, OpenAI's ``^[a-zA-Z0-9_-]+$``); a call of the flat name goes back as the
-  tool's own name with ``namespace: ns``, as OpenAI answers.
+  tool's own name with ``namespace: ns``, as OpenAI answers. Two tools whose flat
+  names meet (namespace ``a`` with ``b__c`` and namespace ``a__b`` with ``c``, or
+  namespace ``a`` with ``b`` and a function ``a__b``) could not be told apart when the
+  model calls one, so the request is a 400 naming the second (issue 24: the call went
+  back under the other tool). So is a ``custom`` and a ``function`` tool of one name.
 - hosted tools (``web_search``, ``image_generation``...) are run by OpenAI's servers,
   not by any backend here: they are left out, and named so the route can say so in
   ``x-llmbridge-ignored-tools`` (a 400 would stop Codex, which always sends one).
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.messages import ToolDefinition
 from llmbridge.dialects.responses.types import CustomTool, FunctionTool, NamespaceTool, Tool
 
@@ -51,6 +56,9 @@ class ToolShapes:
     """Flat name -> (namespace, the tool's own name)."""
     ignored: list[str] = field(default_factory=list)
     """Hosted tools' types, in order, without repeats."""
+    defined: dict[str, tuple[str, CallShape]] = field(default_factory=dict)
+    """Flat name -> where the first tool of that name is (``tools.1.tools.0``) and how
+    its calls go back: two different ways back for one name are refused."""
 
     def details(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -78,16 +86,45 @@ def flat_name(namespace: str | None, name: str) -> str:
 
 
 def decode_tools(tools: Sequence[Tool] | None) -> ToolShapes:
+    """The core's tools, and what their calls need on the way back.
+
+    Raises:
+        InvalidRequestError: two tools have one flat name but go back differently
+            (``param`` names the second one's ``name``).
+    """
     shapes = ToolShapes()
-    for tool in tools or ():
+    for index, tool in enumerate(tools or ()):
         if isinstance(tool, NamespaceTool):
-            for inner in tool.tools:
-                _add(shapes, inner, tool.name, tool.description)
+            for position, inner in enumerate(tool.tools):
+                where = f"tools.{index}.tools.{position}"
+                _add(shapes, inner, tool.name, tool.description, where)
         elif isinstance(tool, FunctionTool | CustomTool):
-            _add(shapes, tool, None, None)
+            _add(shapes, tool, None, None, f"tools.{index}")
         elif tool.type not in shapes.ignored:
             shapes.ignored.append(tool.type)
     return shapes
+
+
+def _check_unique(shapes: ToolShapes, name: str, shape: CallShape, where: str) -> None:
+    """Refuse a second tool of the flat ``name`` whose calls would go back differently
+    (the same tool listed twice goes back the same way, and is let be)."""
+    first = shapes.defined.setdefault(name, (where, shape))
+    if first[1] == shape:
+        return
+    raise InvalidRequestError(
+        f"Invalid '{where}.name': the {_spelled(shape)} and the {_spelled(first[1])} "
+        f"({first[0]}) are both named {name!r} to the model (a namespace's tools are "
+        f"named namespace{NAMESPACE_SEPARATOR}tool), so a call could not be told apart; "
+        "rename one of them.",
+        param=f"{where}.name",
+        code="duplicate_tool_name",
+    )
+
+
+def _spelled(shape: CallShape) -> str:
+    kind = "custom tool" if shape.custom else "function"
+    inside = f" in namespace {shape.namespace!r}" if shape.namespace else ""
+    return f"{kind} {shape.name!r}{inside}"
 
 
 def _add(
@@ -95,8 +132,12 @@ def _add(
     tool: FunctionTool | CustomTool,
     namespace: str | None,
     namespace_description: str | None,
+    where: str,
 ) -> None:
     name = flat_name(namespace, tool.name)
+    _check_unique(
+        shapes, name, CallShape(tool.name, namespace, isinstance(tool, CustomTool)), where
+    )
     if namespace is not None:
         shapes.namespaced[name] = (namespace, tool.name)
     description = tool.description or ""

@@ -23,6 +23,7 @@ from llmbridge.dialects.openai.types import OpenAIWireModel, ReasoningEffort
 from llmbridge.dialects.validation import tag_discriminator
 
 __all__ = [
+    "MAX_ITEM_ID_CHARS",
     "CustomTool",
     "CustomToolCallItem",
     "CustomToolCallOutputItem",
@@ -36,6 +37,7 @@ __all__ = [
     "InputMessageItem",
     "InputTextPart",
     "InputTokensRequestBody",
+    "ItemId",
     "NamespaceTool",
     "OutputTextPart",
     "ReasoningConfig",
@@ -49,6 +51,16 @@ __all__ = [
     "Tool",
     "ToolChoiceObject",
 ]
+
+
+MAX_ITEM_ID_CHARS = 64 * 1024
+"""The longest item id or ``call_id`` (a 400 naming the field above it; issue 24: ids
+are the client's strings, kept with a stored response and sent on). Real ids run to
+a few dozen characters; some gateways carry a Gemini thought signature inside a call
+id (LiteLLM's ``__thought__``), which takes a few kilobytes."""
+
+ItemId = Annotated[str, Field(max_length=MAX_ITEM_ID_CHARS)]
+"""An input item's ``id`` or ``call_id``."""
 
 
 # -- content parts ------------------------------------------------------------------
@@ -114,7 +126,7 @@ class InputMessageItem(OpenAIWireModel):
     "Who speaks; ``developer`` and ``system`` are instructions."
     content: str | list[InputContentPart]
     "Text, or a list of text and image parts."
-    id: str | None = None
+    id: ItemId | None = None
     "The item's id, when the client kept it (ignored)."
     status: str | None = None
     "The item's status, when sent back (ignored)."
@@ -123,7 +135,7 @@ class InputMessageItem(OpenAIWireModel):
 class FunctionCallItem(OpenAIWireModel):
     type: Literal["function_call"]
     "Always ``function_call``: a call the model made earlier."
-    call_id: str
+    call_id: ItemId
     "The call's id, echoed by the ``function_call_output`` that answers it."
     name: str
     "The function's name."
@@ -131,7 +143,7 @@ class FunctionCallItem(OpenAIWireModel):
     "The arguments, a JSON string."
     namespace: str | None = None
     "The ``namespace`` tool the function belongs to."
-    id: str | None = None
+    id: ItemId | None = None
     "The item's id (ignored)."
     status: str | None = None
     "The item's status (ignored)."
@@ -140,11 +152,11 @@ class FunctionCallItem(OpenAIWireModel):
 class FunctionCallOutputItem(OpenAIWireModel):
     type: Literal["function_call_output"]
     "Always ``function_call_output``: a function's result."
-    call_id: str
+    call_id: ItemId
     "The id of the call this answers."
     output: str | list[InputContentPart]
     "The result: text, or a list of content parts (their text is kept)."
-    id: str | None = None
+    id: ItemId | None = None
     "The item's id (ignored)."
     status: str | None = None
     "The item's status (ignored)."
@@ -153,7 +165,7 @@ class FunctionCallOutputItem(OpenAIWireModel):
 class CustomToolCallItem(OpenAIWireModel):
     type: Literal["custom_tool_call"]
     "Always ``custom_tool_call``: a call of a ``custom`` tool made earlier."
-    call_id: str
+    call_id: ItemId
     "The call's id, echoed by the ``custom_tool_call_output`` that answers it."
     name: str
     "The custom tool's name."
@@ -161,7 +173,7 @@ class CustomToolCallItem(OpenAIWireModel):
     "The freeform input the model wrote (a patch, say)."
     namespace: str | None = None
     "The ``namespace`` tool the custom tool belongs to."
-    id: str | None = None
+    id: ItemId | None = None
     "The item's id (ignored)."
     status: str | None = None
     "The item's status (ignored)."
@@ -170,11 +182,11 @@ class CustomToolCallItem(OpenAIWireModel):
 class CustomToolCallOutputItem(OpenAIWireModel):
     type: Literal["custom_tool_call_output"]
     "Always ``custom_tool_call_output``: a custom tool's result."
-    call_id: str
+    call_id: ItemId
     "The id of the call this answers."
     output: str | list[InputContentPart]
     "The result: text, or a list of content parts (their text is kept)."
-    id: str | None = None
+    id: ItemId | None = None
     "The item's id (ignored)."
 
 
@@ -201,7 +213,7 @@ class ReasoningItem(OpenAIWireModel):
     "The reasoning text itself, where a server gives it."
     encrypted_content: str | None = None
     "Opaque reasoning state; kept only when llmbridge issued it (request.py)."
-    id: str | None = None
+    id: ItemId | None = None
     "The item's id (ignored)."
     status: str | None = None
     "The item's status (ignored)."

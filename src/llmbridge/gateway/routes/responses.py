@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.routes import MountedAgent
-from llmbridge.agent.store.responses import ResponseStore
+from llmbridge.agent.store.responses import Chain, ResponseStore
 from llmbridge.core.errors import LLMBridgeError, NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.limits import RequestLimits
@@ -45,7 +45,9 @@ from llmbridge.dialects import responses
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.responses.continuation import (
     PREVIOUS_RESPONSE_ID,
+    check_response_id,
     continued_body,
+    input_bytes,
     input_items,
     marked,
 )
@@ -63,6 +65,10 @@ __all__ = ["IGNORED_TOOLS_HEADER", "routes"]
 
 IGNORED_TOOLS_HEADER = "x-llmbridge-ignored-tools"
 DROPPED_REASONING_HEADER = "x-llmbridge-dropped-reasoning"
+IGNORED_TOOLS_MAX_BYTES = 1024
+"""The most the ignored-tools header lists; the rest are counted (``,+N more``). Tool
+types are the client's strings: unbounded, a megabyte of them broke the OpenAI SDK,
+whose HTTP library refuses a response head over 64 KiB (issue 24)."""
 
 RESPONSES = ChatCodec(
     dialect=Dialect.OPENAI,
@@ -78,11 +84,27 @@ def dialect_headers(chat: ChatRequest) -> dict[str, str]:
     details = (chat.provider_details or {}).get(DETAILS_KEY) or {}
     headers: dict[str, str] = {}
     if details.get("ignored_tools"):
-        # Tool types are the client's strings: percent-encoded where not plain ASCII.
-        headers[IGNORED_TOOLS_HEADER] = ",".join(header_value(t) for t in details["ignored_tools"])
+        headers[IGNORED_TOOLS_HEADER] = listed(details["ignored_tools"], IGNORED_TOOLS_MAX_BYTES)
     if details.get("dropped_reasoning"):
         headers[DROPPED_REASONING_HEADER] = str(details["dropped_reasoning"])
     return headers
+
+
+def listed(names: list[str], max_bytes: int) -> str:
+    """``names`` joined by commas, each percent-encoded where not plain ASCII
+    (``header_value``), as many as fit in ``max_bytes``; the rest counted as a last
+    entry, ``+N more``."""
+    shown: list[str] = []
+    for index, name in enumerate(names):
+        after = len(names) - index - 1
+        # A name longer than the whole header cannot fit: not encoded at all.
+        candidate = [*shown, header_value(name) if len(name) <= max_bytes else name]
+        # Room for this name and, when others follow, the count of them.
+        room = len(",".join(candidate)) + (len(f",+{after} more") if after else 0)
+        if room > max_bytes:
+            return ",".join([*shown, f"+{len(names) - index} more"])
+        shown = candidate
+    return ",".join(shown)
 
 
 async def create_response(request: Request) -> Response:
@@ -90,14 +112,17 @@ async def create_response(request: Request) -> Response:
     request_id = new_request_id()
     owner = caller_identity(request)
     try:
-        chat, body, previous = await _decoded(request, state, responses.decode_chat_request)
+        continued = await _continued(request, state, responses.decode_chat_request)
+        chat, body, previous = continued.chat, continued.body, continued.previous
         store = _store_if_open(request)
     except LLMBridgeError as exc:
         return error_response(Dialect.OPENAI, exc, request_id)
     keep = store is not None and _asked_to_keep(body.get("store"), state.config.agent)
     if keep or previous is not None:
         chat = marked(chat, stored=keep, previous_response_id=previous)
-    keeper = _Keeper(store, owner, body) if keep and store is not None else None
+    keeper = None
+    if keep and store is not None:
+        keeper = _Keeper(store, owner, body, continued.chain, continued.input_bytes)
     codec = RESPONSES if keeper is None else keeper.codec
     response = await serve_chat(request, chat, codec, state=state, request_id=request_id)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
@@ -111,6 +136,7 @@ async def retrieve_response(request: Request) -> Response:
     request_id = new_request_id()
     response_id = request.path_params["response_id"]
     try:
+        check_response_id(response_id, "response_id")
         stored = await _store_for(request, response_id).get(response_id, caller_identity(request))
     except LLMBridgeError as exc:
         return error_response(Dialect.OPENAI, exc, request_id)
@@ -122,6 +148,7 @@ async def delete_response(request: Request) -> Response:
     request_id = new_request_id()
     response_id = request.path_params["response_id"]
     try:
+        check_response_id(response_id, "response_id")
         await _store_for(request, response_id).delete(response_id, caller_identity(request))
     except LLMBridgeError as exc:
         return error_response(Dialect.OPENAI, exc, request_id)
@@ -174,11 +201,33 @@ def _store_for(request: Request, response_id: str) -> ResponseStore:
 Decode = Callable[[Any, RequestLimits], ChatRequest]
 
 
+@dataclass(frozen=True, slots=True)
+class _Continued:
+    """A request body decoded, continued from its ``previous_response_id``."""
+
+    chat: ChatRequest
+    body: dict[str, Any]
+    """The body decoded: with the stored conversation when it continued one."""
+    previous: str | None
+    """The response it continued (``None``: none, or responses are not stored)."""
+    chain: Chain
+    """That response's chain (``Chain()`` when it continued none)."""
+    input_bytes: int
+    """The body's own ``input`` items as JSON: what its stored response adds."""
+
+
 async def _decoded(
     request: Request, state: GatewayState, decode: Decode
 ) -> tuple[ChatRequest, dict[str, Any], str | None]:
-    """The body decoded (and the body itself), continued from its
-    ``previous_response_id`` when responses are stored (then also returned).
+    """``_continued``'s request, body and continued response id."""
+    continued = await _continued(request, state, decode)
+    return continued.chat, continued.body, continued.previous
+
+
+async def _continued(request: Request, state: GatewayState, decode: Decode) -> _Continued:
+    """The body decoded, continued from its ``previous_response_id`` when responses
+    are stored: refused (400 naming the field) when that would take the chain past
+    ``server.limits.max_chain_*``, before its conversation is loaded.
 
     As ``web.bodies.read_chat`` does, a large body is parsed and decoded off the event
     loop; so is every continued one, whose stored conversation may be long."""
@@ -186,27 +235,42 @@ async def _decoded(
     raw = await read_body(request, limits.max_body_bytes)
     offload = len(raw) > limits.offload_bytes
     body = await asyncio.to_thread(parse_json, raw, limits) if offload else parse_json(raw, limits)
+    new_input = body.get("input") if isinstance(body, dict) else None
+    size = await asyncio.to_thread(input_bytes, new_input) if offload else input_bytes(new_input)
     previous = body.get(PREVIOUS_RESPONSE_ID) if isinstance(body, dict) else None
+    chain = Chain()
+    if isinstance(previous, str):
+        check_response_id(previous, PREVIOUS_RESPONSE_ID)
     if isinstance(previous, str) and state.config.agent.enabled:
         owner = caller_identity(request)
-        stored = await _store_for(request, previous).get(
-            previous, owner, param=PREVIOUS_RESPONSE_ID
-        )
+        store = _store_for(request, previous)
+        chain = await store.chain(previous, owner, param=PREVIOUS_RESPONSE_ID)
+        chain.check_continued(size, limits)
+        stored = await store.get(previous, owner, param=PREVIOUS_RESPONSE_ID)
         body = continued_body(body, stored.input, stored.output)
         offload = True
     else:
         # Without the store, the dialect's 400 names the field (docs/RESPONSES.md).
         previous = None
     chat = await asyncio.to_thread(decode, body, limits) if offload else decode(body, limits)
-    return chat, body, previous
+    return _Continued(chat, body, previous, chain, size)
 
 
 class _Keeper:
     """Stores one response once it is complete: the route's codec with the encoders
     wrapped to catch the response object."""
 
-    def __init__(self, store: ResponseStore, owner: str | None, body: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        store: ResponseStore,
+        owner: str | None,
+        body: dict[str, Any],
+        chain: Chain,
+        input_bytes: int,
+    ) -> None:
         self.store, self.owner, self.body = store, owner, body
+        self.chain, self.input_bytes = chain, input_bytes
+        """The chain the response continues, and what its new input adds to it."""
         self.ended: dict[str, Any] | None = None
         """The object of a reply that was not streamed, to store after encoding."""
         self.codec = replace(
@@ -229,16 +293,24 @@ class _Keeper:
     async def save(self, response: dict[str, Any]) -> None:
         """Store ``response``; a failure is logged, and the client keeps its answer."""
         try:
+            instructions = self.body.get("instructions")
+            rest = {k: v for k, v in response.items() if k not in ("output", "usage")}
+            # The reply's own parts, measured as written (a few kB; the conversation
+            # before it was measured when the chain's earlier rows were stored).
+            other_bytes = len(dumps([rest, response["usage"], instructions]))
             await self.store.put(
                 response["id"],
                 model=response["model"],
                 created_at=datetime.fromtimestamp(response["created_at"], UTC),
-                instructions=self.body.get("instructions"),
+                instructions=instructions,
                 input=input_items(self.body.get("input")),
                 output=response["output"],
                 usage=response["usage"],
-                response={k: v for k, v in response.items() if k not in ("output", "usage")},
+                response=rest,
                 owner=self.owner,
+                chain=self.chain.then(
+                    self.input_bytes, len(dumps(response["output"])), other_bytes
+                ),
             )
         except Exception as exc:  # noqa: BLE001 - the answer is delivered all the same
             log.error(
