@@ -115,6 +115,66 @@ def test_stream_without_alt_sse_is_one_json_array(
     assert "alt" in assert_error_shape(Dialect.GEMINI, 400, refused.content)
 
 
+def test_alt_given_twice_or_unknown_is_a_400_naming_it_on_every_method(
+    gateway: RunningServer, scripted: ScriptedBackend
+) -> None:
+    """Issue 24: ``alt=xml`` on generateContent was served as JSON, and ``alt`` given
+    twice was read as its last value; now each is Google's 400 naming ``alt``, on every
+    method, before the model is called."""
+    body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}]}
+    embed = {"content": {"parts": [{"text": "go"}]}}
+    batch = {"requests": [embed]}
+    calls = [
+        ("post", "scripted:generateContent", body),
+        ("post", "scripted:streamGenerateContent", body),
+        ("post", "scripted:countTokens", body),
+        ("post", "scripted:embedContent", embed),
+        ("post", "scripted:batchEmbedContents", batch),
+        ("get", "", None),
+        ("get", "scripted", None),
+    ]
+    asked = len(scripted.requests)
+    for query in ("alt=xml", "alt=sse&alt=sse", "alt=json&alt=sse", "alt=", "alt=SSE"):
+        for verb, path, payload in calls:
+            url = f"{gateway.url}/v1beta/models{'/' if path else ''}{path}?{query}"
+            reply = httpx.request(verb, url, json=payload)
+            message = assert_error_shape(Dialect.GEMINI, 400, reply.content)
+            assert "alt" in message, (query, path, message)
+            error = reply.json()["error"]
+            assert error["status"] == "INVALID_ARGUMENT"
+            assert error["details"][0]["fieldViolations"][0]["field"] == "alt"
+    assert len(scripted.requests) == asked  # nothing reached the model
+    scripted.enqueue(Script(text=["fine"]))
+    served = httpx.post(gateway.url + "/v1beta/models/scripted:generateContent?alt=json", json=body)
+    assert served.status_code == 200
+
+
+def test_output_dimensionality_below_one_is_a_400_naming_it(
+    client: genai.Client, gateway: RunningServer
+) -> None:
+    """Issue 24: ``outputDimensionality`` 0 or -3 reached the backend (which cut the
+    vector to nothing, or to all but its last three values)."""
+    for dimensions in (0, -3):
+        with pytest.raises(errors.ClientError) as caught:
+            client.models.embed_content(
+                model="scripted",
+                contents=["alpha"],
+                config=types.EmbedContentConfig(output_dimensionality=dimensions),
+            )
+        assert caught.value.code == 400 and caught.value.status == "INVALID_ARGUMENT"
+        assert "outputDimensionality" in (caught.value.message or "")
+        url = gateway.url + "/v1beta/models/scripted:embedContent"
+        one = {"content": {"parts": [{"text": "alpha"}]}, "outputDimensionality": dimensions}
+        reply = httpx.post(url, json=one)
+        assert "outputDimensionality" in assert_error_shape(Dialect.GEMINI, 400, reply.content)
+        field = reply.json()["error"]["details"][0]["fieldViolations"][0]["field"]
+        assert field == "outputDimensionality"
+        batch = {"requests": [{"content": one["content"], "outputDimensionality": dimensions}]}
+        reply = httpx.post(url.replace(":embedContent", ":batchEmbedContents"), json=batch)
+        field = reply.json()["error"]["details"][0]["fieldViolations"][0]["field"]
+        assert reply.status_code == 400 and field == "requests.0.outputDimensionality"
+
+
 def test_sse_stream_media_type(gateway: RunningServer, scripted: ScriptedBackend) -> None:
     scripted.enqueue(Script(text=["x"]))
     body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}]}

@@ -11,6 +11,8 @@ and the encoder leaves it out. docs/GEMINI.md tells the mapping; in short:
 - Google's hosted tools (``googleSearch``, ``codeExecution``...), ``cachedContent``,
   ``candidateCount`` above 1 and non-text output are 400s naming the field: llmbridge
   cannot do them, and a silently different reply would be worse.
+- ``alt``, the query's encoding of the reply (``decode_alt``), is ``sse`` or ``json``:
+  another value, or ``alt`` given twice, is a 400 naming it, on every method.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from llmbridge.dialects.gemini.types import (
 from llmbridge.dialects.validation import validate_body
 
 __all__ = [
+    "ALT_VALUES",
+    "decode_alt",
     "decode_batch_embed_request",
     "decode_chat_request",
     "decode_count_tokens_request",
@@ -82,6 +86,37 @@ _PARTS_KEYS = ("parts",)
 _PARTS_SETTING = "max_parts_per_message"
 
 # -- decoding -----------------------------------------------------------------------
+
+
+ALT_VALUES = ("json", "sse")
+"""The ``alt`` values served: one JSON body (for ``streamGenerateContent``, a JSON
+array written as it is generated) and server-sent events. Google's others (``proto``,
+``media``) and any unknown one are refused."""
+
+
+def decode_alt(values: list[str]) -> Literal["json", "sse"] | None:
+    """The query's ``alt`` values (each occurrence, in order) as the one reply encoding
+    asked for, ``None`` when not given.
+
+    Raises:
+        InvalidRequestError: ``alt`` given more than once (even twice alike: which one
+            holds would be a guess), or a value other than ``sse`` or ``json``.
+    """
+    if not values:
+        return None
+    if len(values) > 1:
+        raise InvalidRequestError(
+            f"alt: given {len(values)} times; give it once, alt=sse or alt=json", param="alt"
+        )
+    value = values[0]
+    if value == "json":
+        return "json"
+    if value == "sse":
+        return "sse"
+    shown = value if len(value) <= 64 else value[:64] + "…"
+    raise InvalidRequestError(
+        f"alt: {shown!r} is not supported: use alt=sse or alt=json", param="alt"
+    )
 
 
 def decode_chat_request(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -275,8 +275,9 @@ class EmbedContentRequest(_Wire):
     """What the embedding is for (``RETRIEVAL_QUERY``...; ignored)."""
     title: str | None = None
     """A document title (ignored)."""
-    output_dimensionality: int | None = None
-    """Truncate the embedding to this many dimensions."""
+    output_dimensionality: int | None = Field(default=None, gt=0)
+    """Truncate the embedding to this many dimensions (at least 1: a 400 naming the
+    field below, as Google answers; 0 or less reached the backend)."""
 
 
 class BatchEmbedContentsRequest(_Wire):

@@ -10,8 +10,10 @@ in Gemini's shape naming it (``unknown_methods``, registered after every other r
 
 ``streamGenerateContent?alt=sse`` streams server-sent events; without ``alt=sse`` the
 reply is one JSON array written as it is generated, which the Google SDKs also read
-(dialects/gemini/stream.py). Errors before the reply starts are HTTP errors in Google's
-shape (web/render.py), after it the last event or array element.
+(dialects/gemini/stream.py). ``alt`` given twice, or other than ``sse`` and ``json``, is
+a 400 naming it, on every method (``dialects/gemini/request.decode_alt``). Errors
+before the reply starts are HTTP errors in Google's shape (web/render.py), after it the
+last event or array element.
 
 ``GET /v1/models`` is also OpenAI's (and Anthropic's by header): it is answered here only
 for a Gemini client, one that sends ``x-goog-api-key``, ``x-goog-api-client`` or a ``key``
@@ -102,16 +104,18 @@ def _model_name(raw: str) -> str:
     return raw
 
 
+def _alt(request: Request) -> str | None:
+    """``alt``, Google's system parameter for the reply's encoding, checked on every
+    method: given twice, or other than ``sse`` and ``json``, a 400 naming it."""
+    return gemini_request.decode_alt(request.query_params.getlist("alt"))
+
+
 def _codec_for(stream: bool, alt: str | None) -> ChatCodec:
-    """``alt`` is Google's system parameter for the reply's encoding: ``sse`` streams
-    server-sent events, ``json`` (the default) one JSON array; any other is a 400."""
+    """For a stream, ``alt=sse`` is server-sent events, ``json`` (the default) one
+    JSON array."""
     if not stream:
         return GENERATE
-    if alt == "sse":
-        return STREAM_SSE
-    if alt is None or alt == "json":
-        return STREAM_ARRAY
-    raise InvalidRequestError(f"alt={alt!r} is not supported: use alt=sse or alt=json", param="alt")
+    return STREAM_SSE if alt == "sse" else STREAM_ARRAY
 
 
 async def generate_content(request: Request) -> Response:
@@ -120,7 +124,7 @@ async def generate_content(request: Request) -> Response:
     request_id = new_request_id()
     stream = request.url.path.endswith(":streamGenerateContent")
     try:
-        codec = _codec_for(stream, request.query_params.get("alt"))
+        codec = _codec_for(stream, _alt(request))
         model = _model_name(request.path_params["model"])
         decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
         chat = await read_chat(request, state.limits, decode)
@@ -136,6 +140,7 @@ async def count_tokens(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
     try:
+        _alt(request)
         model = _model_name(request.path_params["model"])
         decode: Callable[[Any, RequestLimits], ChatRequest] = partial(
             gemini_request.decode_count_tokens_request, model=model
@@ -166,6 +171,7 @@ async def _embed(
     state = state_of(request)
     request_id = new_request_id()
     try:
+        _alt(request)
         model = _model_name(request.path_params["model"])
         embed_request = decode(await read_json(request, state.limits), model=model)
         result = await serve_embed(
@@ -211,6 +217,7 @@ async def list_models(request: Request) -> Response:
     state = state_of(request)
     request_id = new_request_id()
     try:
+        _alt(request)
         models = visible_models(request, await state.models.router.list_models())
         return _json(gemini_models.encode_model_list(models, request.query_params), request_id)
     except LLMBridgeError as exc:
@@ -223,6 +230,7 @@ async def get_model(request: Request) -> Response:
     request_id = new_request_id()
     raw = request.path_params["model_id"]
     try:
+        _alt(request)
         if raw.rpartition(":")[2] in GEMINI_METHODS:  # GET models/x:generateContent
             raise MethodNotAllowedError(f"method GET is not allowed on {request.url.path}")
         name = _model_name(raw)
