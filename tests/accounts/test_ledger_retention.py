@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
@@ -26,8 +28,10 @@ from llmbridge.accounts.ledger import USAGE, UsageLedger, UsageRecord
 from llmbridge.accounts.rollups import USAGE_DAILY, cutoff_for
 from llmbridge.accounts.usage import UsageGroup, usage_report
 from llmbridge.agent.store import make_engine, migrate
+from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.gateway.config import ConfigError, load_config
+from tests.conftest import running_gateway
 
 OLD_ROWS = 200_000
 BATCH = 5000
@@ -192,3 +196,50 @@ def test_retention_from_the_file_and_the_environment(tmp_path: Path) -> None:
         load_config(path, environ={})
     with pytest.raises(ConfigError, match="LLMBRIDGE_LEDGER_RETENTION_DAYS"):
         load_config(None, environ={"LLMBRIDGE_LEDGER_RETENTION_DAYS": "ninety"})
+
+
+def test_a_gateway_rolls_up_at_start_and_admin_usage_reads_the_rollups(db_url: str) -> None:
+    """A gateway started on a database with rows past the default retention (90 days)
+    rolls them up in its ledger's cleanup, and ``GET /admin/usage`` answers the same
+    totals as before (and as ``llmbridge usage``)."""
+    cutoff = cutoff_for(90)
+    assert cutoff is not None
+
+    async def prepare() -> Reports:
+        engine = make_engine(db_url)
+        try:
+            await migrate(engine)
+            await _insert_old_rows(engine, 3000, cutoff - timedelta(days=1))
+            return await _reports(engine)
+        finally:
+            await engine.dispose()
+
+    async def rows_left() -> int:
+        engine = make_engine(db_url)
+        try:
+            return await _count(engine, USAGE)
+        finally:
+            await engine.dispose()
+
+    before = asyncio.run(prepare())
+    master = "sk-master-retention"
+    with running_gateway(
+        {"scripted": ScriptedBackend("scripted", models=("m",))},
+        server={"master_key": master},
+        agent={"database": db_url, "summaries": False},
+    ) as server:
+        waited = threading.Event()
+        for _ in range(200):  # bounded: 20 s
+            if asyncio.run(rows_left()) == 0:
+                break
+            waited.wait(0.1)
+        assert asyncio.run(rows_left()) == 0, "the gateway's ledger never cleaned up"
+        for group_by in ("key", "model", "day"):
+            response = httpx.get(
+                server.url + "/admin/usage",
+                params={"group_by": group_by},
+                headers={"Authorization": f"Bearer {master}"},
+                timeout=10,
+            )
+            assert response.status_code == 200, response.text
+            assert response.json()["data"] == [g.to_json() for g in before[group_by]]
