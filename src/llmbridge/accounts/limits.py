@@ -9,8 +9,14 @@ issues #27736 and #40291). In order:
 1. **models**: the public model name must match one of the key's globs, else 403
    (``PermissionDeniedError`` naming the model).
 2. **budget**: what the key has spent (``spent_usd`` as the database had it, plus the
-   ledger's ``spend:<key id>`` counter for what it has not written yet) must be below
-   ``budget_usd``, else 403 "budget exhausted".
+   ``spend:<key id>`` counter for what the ledger has not written yet) plus what the
+   requests in flight have reserved (``rsv:<key id>``) must be below ``budget_usd``,
+   else 403 "budget exhausted". A request let in reserves its worst-case cost
+   (``reserve_usd``: its prompt's estimate and its ``max_tokens`` at the model's
+   prices, gateway/exchange.py); ``finish`` gives the reservation back and adds the
+   actual cost to the spend counter in the same step. So 50 concurrent requests on a
+   nearly spent budget cannot all pass: the overspend is bounded by one request
+   (issue 24).
 3. **max_parallel**: one in-flight slot (``par:<key id>``), released by ``finish``.
 4. **rpm**: one request in the 60-second sliding window ``rpm:<key id>``.
 5. **tpm**: the prompt's estimated tokens taken from ``tpm:<key id>`` (60 s);
@@ -149,6 +155,9 @@ class Admission:
     holds_slot: bool = False
     used_tokens: int = 0
     """The reply's tokens (prompt and output) once known: what ``finish`` counts."""
+    reserved_usd: float = 0.0
+    """The budget reservation held (the request's worst-case cost), given back by
+    ``finish``."""
     finished: bool = field(default=False)
 
     @property
@@ -158,28 +167,37 @@ class Admission:
     def headers(self, dialect: Dialect) -> dict[str, str]:
         return limit_headers(dialect, self.requests, self.tokens)
 
-    async def finish(self, used_tokens: int | None = None) -> None:
+    async def finish(self, used_tokens: int | None = None, cost_usd: float = 0.0) -> bool:
         """Release the slot; add the tokens used (``used_tokens``, else what was noted
-        in ``self.used_tokens``) beyond the prompt's estimate. Twice is a no-op."""
+        in ``self.used_tokens``) beyond the prompt's estimate; give the budget
+        reservation back and add ``cost_usd`` to the key's spend counter in the same
+        step. Returns whether the cost was added (the ledger then leaves the counter
+        alone: accounts/ledger.py ``spend_counted``). Twice is a no-op."""
         if used_tokens is None:
             used_tokens = self.used_tokens
         if self.finished or self.state is None or self.record is None:
             self.finished = True
-            return
+            return False
         self.finished = True
         extra = 0
         if self.record.tpm is not None and used_tokens:
             extra = used_tokens - self.reserved_tokens
-        if not self.holds_slot and extra <= 0:
-            return
+        reserved = self.reserved_usd
+        if not self.holds_slot and extra <= 0 and reserved <= 0:
+            return False
         keys = _keys_of(self.record.id)
-        # One call (one Redis round trip) for both.
+        # One call (one Redis round trip) for all of it.
         await self.state.settle(
             parallel_key=keys[1] if self.holds_slot else None,
             tpm_key=keys[3] if extra > 0 else None,
             tokens=max(extra, 0),
             window_s=WINDOW_S,
+            reserve_key=keys[4] if reserved > 0 else None,
+            reserve=reserved,
+            spend_key=keys[0] if reserved > 0 else None,
+            spend=cost_usd if reserved > 0 else 0.0,
         )
+        return reserved > 0
 
 
 OPEN = Admission(None, None, finished=True)
@@ -187,7 +205,12 @@ OPEN = Admission(None, None, finished=True)
 
 
 async def admit(
-    state: SharedState, record: KeyRecord | None, model: str, prompt_tokens: int = 0
+    state: SharedState,
+    record: KeyRecord | None,
+    model: str,
+    prompt_tokens: int = 0,
+    *,
+    reserve_usd: float = 0.0,
 ) -> Admission:
     """Check and take ``record``'s limits for one request to ``model`` (module
     docstring); ``PermissionDeniedError`` or ``KeyLimitError`` when over one. The
@@ -204,6 +227,7 @@ async def admit(
         return Admission(state, record)
     keys = _keys_of(record.id)
     cost = 0 if tpm is None else max(0, min(prompt_tokens, tpm))
+    reserve = reserve_usd if budget is not None and reserve_usd > 0 else 0.0
     verdict = await state.admit_many(
         AdmitChecks(
             spend_key=keys[0],
@@ -217,6 +241,8 @@ async def admit(
             tpm=tpm or 0,
             tpm_cost=cost,
             window_s=WINDOW_S,
+            reserve_key=keys[4] if reserve > 0 else None,
+            reserve=reserve,
         )
     )
     requests = None if verdict.requests is None else Quota.of(verdict.requests)
@@ -255,14 +281,16 @@ async def admit(
         tokens,
         reserved_tokens=cost if tpm is not None else 0,
         holds_slot=verdict.holds_slot,
+        reserved_usd=verdict.reserved,
     )
 
 
-_KEYS: dict[str, tuple[str, str, str, str]] = {}
-"""Each key id's state keys (spend, parallel, rpm, tpm), built once per process."""
+_KEYS: dict[str, tuple[str, str, str, str, str]] = {}
+"""Each key id's state keys (spend, parallel, rpm, tpm, budget reservations), built
+once per process."""
 
 
-def _keys_of(key_id: str) -> tuple[str, str, str, str]:
+def _keys_of(key_id: str) -> tuple[str, str, str, str, str]:
     keys = _KEYS.get(key_id)
     if keys is None:
         if len(_KEYS) >= 10_000:
@@ -272,5 +300,6 @@ def _keys_of(key_id: str) -> tuple[str, str, str, str]:
             f"par:{key_id}",
             f"rpm:{key_id}",
             f"tpm:{key_id}",
+            f"rsv:{key_id}",
         )
     return keys

@@ -1,20 +1,20 @@
-"""The agent API's requests that call a model, counted as the dialect routes count
-theirs (issue 17): ``KeyGate`` fills the hook ``agent/gate.py`` names, and
+"""The agent API's requests that call a model, admitted and recorded as the dialect
+routes' are (issue 17): ``KeyGate`` fills the hook ``agent/gate.py`` names, and
 ``gateway/app.py`` sets it on the ``MountedAgent``.
 
-``admit`` is ``gateway/admission.py``'s ``admitted`` for the turn's model: the
-request's database key (``ACCOUNT`` in the scope; a static key or auth off counts
-nothing) checked against its globs, budget, parallel slot, requests and tokens per
-minute, the caller's text estimated as the prompt (the whole prompt, persona,
-documents and history, is built inside the turn; what the turn really used is
-added when it ends, as for any reply). A refusal is recorded in the ledger with its
-status, as ``pipeline.serve_chat`` records one, and raised for the agent's error
-path, which adds ``refusal_headers`` (OpenAI-shaped: the agent API's errors are).
+``admit`` opens the request's ``Exchange`` (gateway/exchange.py) for the turn's model:
+the request's database key (``ACCOUNT`` in the scope; a static key or auth off counts
+nothing) checked against its globs, budget (a reservation of the turn's worst case),
+parallel slot, requests and tokens per minute, the caller's text estimated as the
+prompt (the whole prompt, persona, documents and history, is built inside the turn;
+what the turn really used is counted when it ends, as for any reply). A refusal is
+recorded in the ledger with its status and raised for the agent's error path, which
+adds ``refusal_headers`` (OpenAI-shaped: the agent API's errors are).
 
 ``AgentPass`` then sums the usage of every model call of the request (a tool loop
-makes several) into one ``Metered`` record, whose endpoint is the route's path
-template and whose model is the model the turn used. ``finish`` gives the key's
-slot back and adds the tokens to its window, once, however the request ended.
+makes several, ``Usage.plus``) into the exchange, whose endpoint is the route's path
+template and whose model is the model the turn used. ``finish`` settles the key and
+writes the one ledger row, once, however the request ended.
 """
 
 from __future__ import annotations
@@ -23,52 +23,44 @@ from collections.abc import Mapping
 
 from starlette.requests import Request
 
-from llmbridge.accounts.limits import OPEN, Admission
-from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.response import Usage
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.gateway.accounting import Metered, metered
-from llmbridge.gateway.admission import account_of, admitted, refusal_headers, total_tokens
+from llmbridge.gateway.exchange import Exchange
 from llmbridge.gateway.state import GatewayState
-from llmbridge.web.render import Dialect, new_request_id
+from llmbridge.serving.router import Resolved
+from llmbridge.web.render import Dialect
 
 __all__ = ["AgentPass", "KeyGate"]
 
 
 class AgentPass:
-    """One admitted agent request: its key's admission and its ledger record."""
+    """One admitted agent request: its ``Exchange``, with its model calls' usage summed."""
 
-    __slots__ = ("admission", "finished", "meter", "usage")
+    __slots__ = ("exchange", "usage")
 
-    def __init__(self, admission: Admission, meter: Metered | None) -> None:
-        self.admission = admission
-        self.meter = meter
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
         self.usage: Usage | None = None
         """Every model call's usage so far, summed."""
-        self.finished = False
 
     def first_event(self) -> None:
         # The request's time to first token: its first model call's first event.
-        if self.meter is not None and self.meter.ttft_s is None:
-            self.meter.first_event()
+        self.exchange.first_event()
 
     def add_usage(self, usage: Usage) -> None:
         self.usage = usage if self.usage is None else self.usage.plus(usage)
 
     def headers(self) -> Mapping[str, str]:
-        return self.admission.headers(Dialect.OPENAI)
+        return self.exchange.headers()
 
     async def finish(self, status: int) -> None:
-        if self.finished:
+        exchange = self.exchange
+        if exchange.done:
             return
-        self.finished = True
-        meter = self.meter
-        if meter is not None:
-            if self.usage is not None:
-                meter.add_usage(self.usage)
-            meter.finish(status)
-        await self.admission.finish(total_tokens(self.usage))
+        if self.usage is not None:
+            exchange.usage = self.usage
+        await exchange.finish(status)
 
 
 class KeyGate:
@@ -80,35 +72,29 @@ class KeyGate:
     async def admit(
         self, request: Request, model: str, *, endpoint: str, streamed: bool, prompt: str
     ) -> AgentPass:
-        state = self.state
-        meter = metered(
-            state.ledger,
-            state.prices,
-            request.scope,
-            request_id=new_request_id(),
-            model=model,
-            endpoint=endpoint,
-            streamed=streamed,
-        )
-        if meter is not None:
-            meter.backend = self._backend(model)
-        record = account_of(request)
+        exchange = Exchange(self.state, request.scope, endpoint=endpoint, dialect=Dialect.OPENAI)
+        exchange.asked(model, streamed=streamed)
+        resolved = self._resolved(model)
+        if resolved is not None:
+            exchange.served_by(resolved)
+        record = exchange.record
         try:
-            admission = OPEN
             if record is not None:
-                tokens = count_text_tokens(prompt) if record.tpm is not None else 0
-                admission = await admitted(request, model, state, prompt_tokens=tokens)
+                counts = record.tpm is not None or record.budget_usd is not None
+                tokens = count_text_tokens(prompt) if counts else 0
+                exchange.prompt_tokens = tokens
+                await exchange.admit_call(prompt_tokens=tokens)
         except LLMBridgeError as exc:
-            if meter is not None:
-                meter.finish(exc.status_code)
+            exchange.failed(exc)
+            await exchange.finish()
             raise
-        return AgentPass(admission, meter)
+        return AgentPass(exchange)
 
     def refusal_headers(self, error: LLMBridgeError) -> dict[str, str]:
-        return refusal_headers(error, Dialect.OPENAI)
+        return Exchange.refusal_headers_of(error, Dialect.OPENAI)
 
-    def _backend(self, model: str) -> Backend | None:
-        """The backend ``model`` resolves to, when its route has one server. Which of
+    def _resolved(self, model: str) -> Resolved | None:
+        """Where ``model`` resolves to, when its route has one server. Which of
         several deployments served is decided inside ``Models.chat``, which the agent
         does not see: the ledger then leaves the backend unnamed (and names the
         route's server even when a fallback served a turn)."""
@@ -119,4 +105,4 @@ class KeyGate:
             return None
         if models.router.pool(resolved) is not None:
             return None
-        return resolved.backend
+        return resolved

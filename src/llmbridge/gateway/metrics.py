@@ -2,7 +2,9 @@
 
 Each app gets its own registry, so several gateways in one process (tests) do not
 share counters. Model labels use the *resolved* backend model name, never an
-arbitrary client-supplied string, to keep label cardinality bounded by configuration.
+arbitrary client-supplied string: a name the configuration names, or one a backend
+served (at most ``MAX_PASSED_ON_LABELS``), else ``other`` (``model_label``), so label
+cardinality stays bounded whatever clients send (issue 24).
 A request that ends before any backend is chosen (the client left while sending its
 body: 499; its body came too slowly: 408) is counted with empty backend and model and
 its route's path template as the endpoint. Connections closed while their headers were
@@ -36,7 +38,21 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from llmbridge.core.response import Usage
 
-__all__ = ["CONTENT_TYPE_LATEST", "BoundMetrics", "GatewayMetrics"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "MAX_PASSED_ON_LABELS",
+    "OTHER_MODEL",
+    "BoundMetrics",
+    "GatewayMetrics",
+]
+
+OTHER_MODEL = "other"
+"""The model label of every name neither configured nor served (``model_label``)."""
+
+MAX_PASSED_ON_LABELS = 100
+"""Model names passed on as clients sent them that may each have a label."""
+
+_MAX_LABEL_CHARS = 200
 
 # The *_created timestamp series double the output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -59,6 +75,7 @@ class GatewayMetrics:
     def __init__(self, multiprocess_dir: str | Path | None = None) -> None:
         self.multiprocess_dir = None if multiprocess_dir is None else str(multiprocess_dir)
         self._bound: dict[tuple[str, str, str], BoundMetrics] = {}
+        self._passed_on: set[str] = set()
         self.registry = CollectorRegistry()
         labels = ("endpoint", "backend", "model")
         self.requests = Counter(
@@ -146,6 +163,19 @@ class GatewayMetrics:
 
     def rejected_connection(self, reason: str) -> None:
         self.rejected_connections.labels(reason).inc()
+
+    def model_label(self, name: str, *, served: bool) -> str:
+        """The label of a model name that a glob route or a default backend passed on
+        as the client sent it (gateway/exchange.py ``metric_model``): its own once a
+        backend has served it, for at most ``MAX_PASSED_ON_LABELS`` names; otherwise
+        ``OTHER_MODEL``. A name a client made up is refused by the backend and never
+        becomes a label."""
+        if name in self._passed_on:
+            return name
+        if served and len(self._passed_on) < MAX_PASSED_ON_LABELS and len(name) <= _MAX_LABEL_CHARS:
+            self._passed_on.add(name)
+            return name
+        return OTHER_MODEL
 
     def bound(self, endpoint: str, backend: str, model: str) -> BoundMetrics:
         """The metrics of one (endpoint, backend, model), labelled once and reused:

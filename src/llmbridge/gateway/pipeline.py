@@ -1,60 +1,52 @@
-"""Serve one chat request: resolve, call the backend, stream or accumulate, account.
+"""Serve one chat request: resolve, call the backend, stream or accumulate.
 
 This is the only place that joins a route's codec to a backend's event stream, so
 every dialect gets the same behaviour: errors before the first event are an HTTP
 error in the caller's dialect; errors after it are the dialect's in-stream error,
 after which the stream ends cleanly; a client disconnect cancels the backend call;
-non-streaming replies are the accumulated stream.
+non-streaming replies are the accumulated stream. Admission, the usage ledger and
+the metrics are the request's ``Exchange`` (gateway/exchange.py), which every route
+goes through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llmbridge.accounts.limits import OPEN
-from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError
-from llmbridge.core.events import (
-    ResponseEnd,
-    ResponseStart,
-    StreamError,
-    StreamEvent,
-    UsageUpdate,
-)
+from llmbridge.core.events import ResponseStart, StreamEvent
 from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
-from llmbridge.core.request_size import larger_than
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
-from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.accounting import Metered, metered
-from llmbridge.gateway.admission import (
-    admit_chat,
-    admitted,
-    counted_reply,
-    refusal_headers,
-    total_tokens,
-)
-from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.gateway.state import GatewayState, state_of
+from llmbridge.features.token_count import count_text_tokens
+from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
 from llmbridge.web.bodies import read_chat
-from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
+from llmbridge.web.render import Dialect, error_response, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
-__all__ = ["ChatCodec", "change_headers", "chat_endpoint", "serve_chat", "serve_embed"]
+__all__ = [
+    "ChatCodec",
+    "change_headers",
+    "chat_endpoint",
+    "count_chat_tokens",
+    "counted_tokens",
+    "serve_chat",
+    "serve_embed",
+]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -71,90 +63,6 @@ class ChatCodec:
     stream_media_type: str
     announces_input_tokens: bool = False
     """The dialect states the prompt size before generating (Anthropic ``message_start``)."""
-
-
-class _Tracker:
-    """Metrics, logging and the usage ledger's record for one request."""
-
-    __slots__ = ("backend", "done", "m", "metered", "metrics", "model", "started", "status")
-
-    def __init__(
-        self,
-        metrics: GatewayMetrics,
-        endpoint: str,
-        backend: str,
-        model: str,
-        metered: Metered | None = None,
-    ) -> None:
-        self.metrics, self.backend, self.model = metrics, backend, model
-        self.m = metrics.bound(endpoint, backend, model)
-        self.metered = metered
-        self.started = time.perf_counter()
-        self.status = 200
-        self.done = False
-        self.m.in_flight.inc()
-
-    def served_by(self, backend: Backend) -> None:
-        if self.metered is not None:
-            self.metered.backend = backend
-
-    def first_event(self) -> None:
-        self.m.first_token.observe(time.perf_counter() - self.started)
-        if self.metered is not None:
-            self.metered.first_event()
-
-    def error(self, error: LLMBridgeError) -> None:
-        self.status = error.status_code
-        self.m.error(type(error).__name__)
-
-    def finish(self, status: int | None = None) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.m.in_flight.dec()
-        self.m.latency.observe(time.perf_counter() - self.started)
-        self.m.request_done(status if status is not None else self.status)
-        if self.metered is not None:
-            self.metered.finish(status if status is not None else self.status)
-
-
-async def _guarded(
-    first: StreamEvent,
-    events: EventStream,
-    tracker: _Tracker,
-) -> AsyncGenerator[StreamEvent, None]:
-    """The backend's stream with failures after the first event turned into a
-    ``StreamError`` (so the encoder renders the dialect's in-stream error) and usage
-    recorded."""
-    meter = tracker.metered
-    try:
-        if meter is not None and isinstance(first, ResponseStart) and first.input_tokens:
-            meter.add_usage(Usage(input_tokens=first.input_tokens))  # as accumulate reads it
-        yield first
-        async for event in events:
-            if isinstance(event, ResponseEnd):
-                tracker.metrics.record_usage(tracker.backend, tracker.model, event.usage)
-                if meter is not None:
-                    meter.add_usage(event.usage)
-            elif isinstance(event, StreamError):
-                tracker.error(event.error)
-            elif meter is not None and isinstance(event, UsageUpdate):
-                meter.add_usage(event.usage)
-            yield event
-    except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
-        error = to_bridge_error(exc)
-        tracker.error(error)
-        log.warning("stream from backend %s failed: %s", tracker.backend, error.message)
-        yield StreamError(error)
-    finally:
-        await events.aclose()
-
-
-def _refused(meter: Metered | None, error: LLMBridgeError) -> None:
-    """A request answered with ``error`` before any backend was called (an unknown
-    model, a refused request), for the usage ledger."""
-    if meter is not None:
-        meter.finish(error.status_code)
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -183,65 +91,44 @@ async def serve_chat(
     chat: ChatRequest,
     codec: ChatCodec,
     *,
-    state: GatewayState,
-    request_id: str,
+    exchange: Exchange,
 ) -> Response:
-    """Answer ``chat`` from the backend its model name resolves to (or a fallback)."""
-    headers = {"request-id": request_id, "x-request-id": request_id}
+    """Answer ``chat`` from the backend its model name resolves to (or a fallback),
+    admitted and recorded by ``exchange`` (gateway/exchange.py). A refusal or a
+    request that cannot be prepared is raised for ``exchanged`` to render; a failure
+    once a backend was chosen is rendered here, with what serving changed."""
+    state = exchange.state
     models = state.models
-    meter = metered(
-        state.ledger,
-        state.prices,
-        request.scope,
-        request_id=request_id,
-        model=chat.model,
-        endpoint=codec.endpoint,
-        streamed=chat.stream,
-    )
-    admission = OPEN
-    try:
-        # The key's limits first (gateway/admission.py): a refused request costs nothing.
-        admission = await admit_chat(request, chat, state)
-        # The session key (a header, prompt_cache_key...) for a route with affinity.
-        chat = models.with_affinity(chat, request.headers)
-        prepared = await models.prepare(chat)
-    except LLMBridgeError as exc:
-        _refused(meter, exc)
-        await admission.finish()
-        refused = refusal_headers(exc, codec.dialect)  # Retry-After, x-ratelimit-*
-        return error_response(codec.dialect, exc, request_id, headers=refused)
-    headers.update(admission.headers(codec.dialect))
-    target = prepared.target
-    tracker = _Tracker(
-        state.metrics, codec.endpoint, target.backend.name, target.backend_model, meter
-    )
-    tracker.served_by(target.backend)
+    request_id = exchange.request_id
+    # The key's limits first (gateway/exchange.py): a refused request costs nothing.
+    await exchange.admit_chat(chat)
+    # The session key (a header, prompt_cache_key...) for a route with affinity.
+    chat = models.with_affinity(chat, request.headers)
+    prepared = await models.prepare(chat)
+    headers = {"request-id": request_id, "x-request-id": request_id, **exchange.headers()}
+    exchange.served_by(prepared.target)
     reply: Reply | None = None
 
     async def opened() -> StreamEvent:
         """The first event, ready to send; an error before it is raised."""
         nonlocal reply
         reply = await models.open(chat, prepared)
-        reply = counted_reply(reply, chat, admission)  # a stream's tokens, for tpm
         first = reply.first
-        tracker.served_by(reply.prepared.target.backend)  # a fallback's, if one served
-        tracker.first_event()
+        exchange.served_by(reply.prepared.target)  # a fallback's, if one served
+        exchange.first_event()
         if isinstance(first, ResponseStart):
             tokens = first.input_tokens
             if tokens is None and codec.announces_input_tokens:
                 # Anthropic's message_start estimate, a word count over the whole
                 # prompt: off the event loop for a large one (core/request_size.py).
-                if larger_than(chat, state.limits.offload_bytes):
-                    tokens = await asyncio.to_thread(count_request_tokens, chat)
-                else:
-                    tokens = count_request_tokens(chat)
+                tokens = await exchange.estimate_prompt(chat)
             first = replace(first, model=chat.model, input_tokens=tokens)
         return first
 
     async def completed() -> ChatResponse:
         first = await opened()
         assert reply is not None
-        return await _accumulate(_guarded(first, reply.rest, tracker))
+        return await _accumulate(exchange.watch(first, reply.rest))
 
     try:
         if chat.stream:
@@ -254,17 +141,13 @@ async def serve_chat(
         # (a no-op when _accumulate already did).
         if reply is not None:
             await reply.rest.aclose()
-        tracker.finish(499)
-        await admission.finish()
         return Response(status_code=499)
     except Exception as exc:  # noqa: BLE001 - rendered in the caller's dialect
         if reply is not None:
             await reply.rest.aclose()
         error = to_bridge_error(exc)
-        if not isinstance(exc, LLMBridgeError) or tracker.status == 200:
-            tracker.error(error)
-        tracker.finish()
-        await admission.finish()
+        if not isinstance(exc, LLMBridgeError) or exchange.status == 200:
+            exchange.failed(error)
         # web/render.py adds Retry-After for an error that carries one.
         failed = change_headers((reply.prepared if reply else prepared).changes)
         return error_response(codec.dialect, error, request_id, headers=failed)
@@ -272,8 +155,6 @@ async def serve_chat(
     assert reply is not None
     headers.update(change_headers(reply.prepared.changes))
     if not chat.stream:
-        tracker.finish()
-        await admission.finish(total_tokens(response.usage))
         return Response(
             dumps(codec.encode_response(response, chat)),
             media_type="application/json",
@@ -281,11 +162,11 @@ async def serve_chat(
         )
 
     async def on_close(disconnected: bool) -> None:
-        tracker.finish(499 if disconnected else None)
-        await admission.finish()
+        await exchange.finish(499 if disconnected else None)
 
+    # The stream's end finishes the exchange (``exchanged`` leaves it to on_close).
     return StreamingBody(
-        codec.encode_stream(_guarded(first, reply.rest, tracker), chat),
+        codec.encode_stream(exchange.watch(first, reply.rest), chat),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,
@@ -302,48 +183,57 @@ async def _accumulate(stream: EventStream) -> ChatResponse:
     return acc.response()
 
 
+def _embed_tokens(embed_request: EmbedRequest) -> int:
+    return sum(count_text_tokens(text) for text in embed_request.inputs)
+
+
 async def serve_embed(
-    request: Request,
-    embed_request: EmbedRequest,
-    *,
-    state: GatewayState,
-    request_id: str,
-    endpoint: str,
+    request: Request, embed_request: EmbedRequest, *, exchange: Exchange
 ) -> EmbedResponse:
-    """Embed with the backend ``embed_request``'s model resolves to, recorded in the
-    usage ledger (its tokens: the input's). A client that leaves cancels the batch
-    (issue 13: it held the model 26 s more): ``ClientDisconnected``, recorded as 499."""
-    meter = metered(
-        state.ledger,
-        state.prices,
-        request.scope,
-        request_id=request_id,
-        model=embed_request.model,
-        endpoint=endpoint,
-        streamed=False,
-    )
-    admission = OPEN
-    try:
-        # The key's models and requests per minute (gateway/admission.py).
-        admission = await admitted(request, embed_request.model, state)
-        resolved = await state.models.embed_target(embed_request.model)  # a deployment
-        if meter is not None:
-            meter.backend = resolved.backend
-        work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
-        result = await run_until_disconnect(request.receive, work)
-    except ClientDisconnected:
-        if meter is not None:
-            meter.finish(499)
-        raise
-    except LLMBridgeError as exc:
-        _refused(meter, exc)
-        raise
-    finally:
-        await admission.finish(0)
-    if meter is not None:
-        meter.add_usage(Usage(input_tokens=result.input_tokens))
-        meter.finish(200)
+    """Embed with the backend ``embed_request``'s model resolves to, admitted and
+    recorded by ``exchange`` (its tokens: the input's). A client that leaves cancels
+    the batch (issue 13: it held the model 26 s more): ``ClientDisconnected``."""
+    exchange.asked(embed_request.model)
+    record = exchange.record
+    prompt = 0
+    if record is not None and (record.tpm is not None or record.budget_usd is not None):
+        prompt = _embed_tokens(embed_request)
+        exchange.prompt_tokens = prompt
+    # The key's models, budget and per-minute limits (gateway/exchange.py).
+    await exchange.admit_call(prompt_tokens=prompt, max_output_tokens=0)
+    resolved = await exchange.state.models.embed_target(embed_request.model)  # a deployment
+    exchange.served_by(resolved)
+    work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
+    result = await run_until_disconnect(request.receive, work)
+    exchange.add_usage(Usage(input_tokens=result.input_tokens))
     return result
+
+
+async def count_chat_tokens(chat: ChatRequest, exchange: Exchange) -> int:
+    """``chat``'s prompt size, admitted and recorded by ``exchange``: the key's globs,
+    budget and per-minute requests (a count generates nothing and takes no tokens from
+    the key's window), then seed 001's word / four-character estimate, or with
+    ``tokenizer: backend`` the backend's exact count where it can tokenize. The
+    estimate of a large prompt is made off the event loop (core/request_size.py)."""
+    state = exchange.state
+    exchange.asked(chat.model)
+    exchange.chat = chat
+    await exchange.admit_call(max_output_tokens=0)
+    resolved = state.models.router.resolve(chat.model)
+    exchange.served_by(resolved)
+    if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
+        counted = await resolved.backend.count_tokens(replace(chat, model=resolved.backend_model))
+        if counted is not None:
+            return counted
+    return await exchange.estimate_prompt(chat)
+
+
+async def counted_tokens(
+    request: Request, exchange: Exchange, decode: Callable[[object, RequestLimits], ChatRequest]
+) -> int:
+    """A token-count route's body read, decoded and counted (``count_chat_tokens``)."""
+    chat = await read_chat(request, exchange.state.limits, decode)
+    return await count_chat_tokens(chat, exchange)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -355,22 +245,23 @@ def chat_endpoint(
     decode: Callable[[object, RequestLimits], ChatRequest],
     shortcut: Shortcut | None = None,
 ) -> Endpoint:
-    """A route handler: read the body, ``decode`` it, then ``serve_chat``.
+    """A route handler: read the body, ``decode`` it, then ``serve_chat``, in one
+    ``Exchange``.
 
     ``shortcut`` may answer a decoded request without a backend (Ollama's "load the
-    model" reply to an empty conversation); it returns ``None`` to go on.
+    model" reply to an empty conversation); it returns ``None`` to go on. Its answer
+    is admitted (the key's globs) and recorded like any other.
     """
 
-    async def endpoint(request: Request) -> Response:
-        state = state_of(request)
-        request_id = new_request_id()
-        try:
-            # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-            chat = await read_chat(request, state.limits, decode)
-            if shortcut is not None and (early := shortcut(state, chat)) is not None:
-                return early
-        except LLMBridgeError as exc:
-            return error_response(codec.dialect, exc, request_id)
-        return await serve_chat(request, chat, codec, state=state, request_id=request_id)
+    @exchanged(codec.endpoint, codec.dialect)
+    async def endpoint(request: Request, exchange: Exchange) -> Response:
+        state = exchange.state
+        # Large bodies are parsed and decoded off the event loop (web/bodies.py).
+        chat = await read_chat(request, state.limits, decode)
+        exchange.asked(chat.model, streamed=chat.stream)
+        if shortcut is not None and (early := shortcut(state, chat)) is not None:
+            exchange.admit_model(chat.model, refuse=True)  # as a chat would be
+            return early
+        return await serve_chat(request, chat, codec, exchange=exchange)
 
     return endpoint

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import anthropic
 from llmbridge.dialects.framing import dumps
-from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.admission import admitted
-from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint
-from llmbridge.gateway.state import state_of
-from llmbridge.web.bodies import read_chat
-from llmbridge.web.render import Dialect, error_response, new_request_id
+from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, counted_tokens
+from llmbridge.web.render import Dialect
 
 __all__ = ["routes"]
 
@@ -30,27 +24,16 @@ MESSAGES = ChatCodec(
 )
 
 
-async def count_tokens(request: Request) -> Response:
+@exchanged("/v1/messages/count_tokens", Dialect.ANTHROPIC)
+async def count_tokens(request: Request, exchange: Exchange) -> Response:
     """Seed 001's word / four-character estimate over every block and tool definition;
     with ``tokenizer: backend``, the backend's exact count where it can tokenize (the
     embedded model can), falling back to the estimate where it cannot."""
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        chat = await read_chat(request, state.limits, anthropic.decode_count_tokens_request)
-        # The key's models and requests per minute (gateway/admission.py).
-        await (await admitted(request, chat.model, state)).finish(0)
-        resolved = state.models.router.resolve(chat.model)
-        counted = None
-        if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
-            backend_chat = replace(chat, model=resolved.backend_model)
-            counted = await resolved.backend.count_tokens(backend_chat)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.ANTHROPIC, exc, request_id)
+    input_tokens = await counted_tokens(request, exchange, anthropic.decode_count_tokens_request)
     return Response(
-        dumps({"input_tokens": count_request_tokens(chat) if counted is None else counted}),
+        dumps({"input_tokens": input_tokens}),
         media_type="application/json",
-        headers={"request-id": request_id},
+        headers={"request-id": exchange.request_id},
     )
 
 

@@ -33,12 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
-from llmbridge.core.errors import (
-    InvalidRequestError,
-    LLMBridgeError,
-    MethodNotAllowedError,
-    NotFoundError,
-)
+from llmbridge.core.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
@@ -47,19 +42,11 @@ from llmbridge.dialects.gemini import models as gemini_models
 from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
-from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.admission import admitted, visible_models
-from llmbridge.gateway.pipeline import ChatCodec, serve_chat, serve_embed
-from llmbridge.gateway.state import state_of
+from llmbridge.gateway.admission import visible_models
+from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.pipeline import ChatCodec, counted_tokens, serve_chat, serve_embed
 from llmbridge.web.bodies import read_chat, read_json
-from llmbridge.web.render import (
-    GEMINI_METHODS,
-    Dialect,
-    error_response,
-    is_gemini_client,
-    new_request_id,
-)
-from llmbridge.web.streaming import ClientDisconnected
+from llmbridge.web.render import GEMINI_METHODS, Dialect, is_gemini_client
 
 __all__ = ["routes", "unknown_methods"]
 
@@ -67,10 +54,15 @@ _PREFIXES = ("/v1beta", "/v1")
 _MODEL_PREFIXES = ("models/", "tunedModels/")
 
 
+def _endpoint(method: str) -> str:
+    """The metrics' and the ledger's endpoint: one label for both prefixes."""
+    return f"/v1beta/models/{{model}}:{method}"
+
+
 def _codec(method: str, encode_stream: Any, media_type: str) -> ChatCodec:
     return ChatCodec(
         dialect=Dialect.GEMINI,
-        endpoint=f"/v1beta/models/{{model}}:{method}",  # one metrics label for both prefixes
+        endpoint=_endpoint(method),
         encode_stream=encode_stream,
         encode_response=gemini_response.encode_chat_response,
         stream_media_type=media_type,
@@ -118,132 +110,118 @@ def _codec_for(stream: bool, alt: str | None) -> ChatCodec:
     return STREAM_SSE if alt == "sse" else STREAM_ARRAY
 
 
-async def generate_content(request: Request) -> Response:
-    """``:generateContent`` and ``:streamGenerateContent`` (``alt=sse``: SSE)."""
-    state = state_of(request)
-    request_id = new_request_id()
-    stream = request.url.path.endswith(":streamGenerateContent")
-    try:
-        codec = _codec_for(stream, _alt(request))
-        model = _model_name(request.path_params["model"])
-        decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
-        chat = await read_chat(request, state.limits, decode)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.GEMINI, exc, request_id)
-    return await serve_chat(request, chat, codec, state=state, request_id=request_id)
+@exchanged(_endpoint("generateContent"), Dialect.GEMINI)
+async def generate_content(request: Request, exchange: Exchange) -> Response:
+    """``:generateContent``."""
+    return await _generate(request, exchange, stream=False)
 
 
-async def count_tokens(request: Request) -> Response:
+@exchanged(_endpoint("streamGenerateContent"), Dialect.GEMINI)
+async def stream_generate_content(request: Request, exchange: Exchange) -> Response:
+    """``:streamGenerateContent`` (``alt=sse``: SSE; else one JSON array)."""
+    return await _generate(request, exchange, stream=True)
+
+
+async def _generate(request: Request, exchange: Exchange, *, stream: bool) -> Response:
+    state = exchange.state
+    codec = _codec_for(stream, _alt(request))
+    model = _model_name(request.path_params["model"])
+    exchange.asked(model, streamed=stream)
+    decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
+    chat = await read_chat(request, state.limits, decode)
+    return await serve_chat(request, chat, codec, exchange=exchange)
+
+
+@exchanged(_endpoint("countTokens"), Dialect.GEMINI)
+async def count_tokens(request: Request, exchange: Exchange) -> Response:
     """``{"totalTokens": N}``: seed 001's word / four-character estimate over every part
     and tool declaration; with ``tokenizer: backend``, the backend's exact count where
     it can tokenize (the embedded model can), the estimate where it cannot."""
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        _alt(request)
-        model = _model_name(request.path_params["model"])
-        decode: Callable[[Any, RequestLimits], ChatRequest] = partial(
-            gemini_request.decode_count_tokens_request, model=model
-        )
-        chat = await read_chat(request, state.limits, decode)
-        # The key's models and requests per minute (gateway/admission.py).
-        await (await admitted(request, chat.model, state)).finish(0)
-        resolved = state.models.router.resolve(chat.model)
-        counted = None
-        if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
-            counted = await resolved.backend.count_tokens(
-                replace(chat, model=resolved.backend_model)
-            )
-    except LLMBridgeError as exc:
-        return error_response(Dialect.GEMINI, exc, request_id)
-    total = count_request_tokens(chat) if counted is None else counted
-    return _json({"totalTokens": total}, request_id)
+    _alt(request)
+    model = _model_name(request.path_params["model"])
+    exchange.asked(model)
+    decode: Callable[[Any, RequestLimits], ChatRequest] = partial(
+        gemini_request.decode_count_tokens_request, model=model
+    )
+    total = await counted_tokens(request, exchange, decode)
+    return _json({"totalTokens": total}, exchange.request_id)
 
 
 async def _embed(
     request: Request,
+    exchange: Exchange,
     decode: Callable[..., EmbedRequest],
     encode: Callable[[EmbedResponse], dict[str, Any]],
-    endpoint: str,
 ) -> Response:
     """One embedding request through the backend the model resolves to, as
     routes/openai.py's ``/v1/embeddings`` does."""
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        _alt(request)
-        model = _model_name(request.path_params["model"])
-        embed_request = decode(await read_json(request, state.limits), model=model)
-        result = await serve_embed(
-            request, embed_request, state=state, request_id=request_id, endpoint=endpoint
-        )
-    except ClientDisconnected:
-        return Response(status_code=499)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.GEMINI, exc, request_id)
-    return _json(encode(result), request_id)
+    state = exchange.state
+    _alt(request)
+    model = _model_name(request.path_params["model"])
+    exchange.asked(model)
+    embed_request = decode(await read_json(request, state.limits), model=model)
+    result = await serve_embed(request, embed_request, exchange=exchange)
+    return _json(encode(result), exchange.request_id)
 
 
-async def embed_content(request: Request) -> Response:
+@exchanged(_endpoint("embedContent"), Dialect.GEMINI)
+async def embed_content(request: Request, exchange: Exchange) -> Response:
     return await _embed(
         request,
+        exchange,
         gemini_request.decode_embed_request,
         gemini_models.encode_embed_response,
-        "/v1beta/models/{model}:embedContent",
     )
 
 
-async def batch_embed_contents(request: Request) -> Response:
+@exchanged(_endpoint("batchEmbedContents"), Dialect.GEMINI)
+async def batch_embed_contents(request: Request, exchange: Exchange) -> Response:
     return await _embed(
         request,
+        exchange,
         gemini_request.decode_batch_embed_request,
         gemini_models.encode_batch_embed_response,
-        "/v1beta/models/{model}:batchEmbedContents",
     )
 
 
-async def unknown_method(request: Request) -> Response:
+@exchanged(_endpoint("{method}"), Dialect.GEMINI)
+async def unknown_method(request: Request, exchange: Exchange) -> Response:
     """A method after the colon that llmbridge does not serve: a 404 naming it."""
     served = ", ".join(sorted(GEMINI_METHODS))
-    error = NotFoundError(
+    raise NotFoundError(
         f"method '{request.path_params['method']}' is not found for POST models/{{model}}:"
         f"{{method}}; llmbridge serves {served}"
     )
-    return error_response(Dialect.GEMINI, error, new_request_id())
 
 
-async def list_models(request: Request) -> Response:
+@exchanged("/v1beta/models", Dialect.GEMINI)
+async def list_models(request: Request, exchange: Exchange) -> Response:
     """``{"models": [...], "nextPageToken"?}``, paged by ``pageSize`` / ``pageToken``."""
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        _alt(request)
-        models = visible_models(request, await state.models.router.list_models())
-        return _json(gemini_models.encode_model_list(models, request.query_params), request_id)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.GEMINI, exc, request_id)
+    state = exchange.state
+    _alt(request)
+    models = visible_models(request, await state.models.router.list_models())
+    return _json(gemini_models.encode_model_list(models, request.query_params), exchange.request_id)
 
 
-async def get_model(request: Request) -> Response:
+@exchanged("/v1beta/models/{model}", Dialect.GEMINI)
+async def get_model(request: Request, exchange: Exchange) -> Response:
     """One model: listed, or servable (a glob route or the default backend)."""
-    state = state_of(request)
-    request_id = new_request_id()
+    state = exchange.state
     raw = request.path_params["model_id"]
-    try:
-        _alt(request)
-        if raw.rpartition(":")[2] in GEMINI_METHODS:  # GET models/x:generateContent
-            raise MethodNotAllowedError(f"method GET is not allowed on {request.url.path}")
-        name = _model_name(raw)
-        for info in await state.models.router.list_models():
-            if info.name == name:
-                return _json(gemini_models.encode_model(info), request_id)
-        resolved = state.models.router.resolve(name)
-        info = await state.models.router.show(name)
-        return _json(
-            gemini_models.encode_model(replace(info, backend=resolved.backend.name)), request_id
-        )
-    except LLMBridgeError as exc:
-        return error_response(Dialect.GEMINI, exc, request_id)
+    _alt(request)
+    if raw.rpartition(":")[2] in GEMINI_METHODS:  # GET models/x:generateContent
+        raise MethodNotAllowedError(f"method GET is not allowed on {request.url.path}")
+    name = _model_name(raw)
+    exchange.admit_model(name)  # a model the key may not use is not found
+    for info in await state.models.router.list_models():
+        if info.name == name:
+            return _json(gemini_models.encode_model(info), exchange.request_id)
+    resolved = state.models.router.resolve(name)
+    info = await state.models.router.show(name)
+    return _json(
+        gemini_models.encode_model(replace(info, backend=resolved.backend.name)),
+        exchange.request_id,
+    )
 
 
 class _GeminiClientRoute(Route):
@@ -258,7 +236,7 @@ class _GeminiClientRoute(Route):
 
 _HANDLERS = {
     "generateContent": generate_content,
-    "streamGenerateContent": generate_content,
+    "streamGenerateContent": stream_generate_content,
     "countTokens": count_tokens,
     "embedContent": embed_content,
     "batchEmbedContents": batch_embed_contents,

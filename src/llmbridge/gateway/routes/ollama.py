@@ -18,11 +18,11 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.admission import visible_models
+from llmbridge.gateway.exchange import Exchange, exchanged
 from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint, serve_embed
-from llmbridge.gateway.state import GatewayState, state_of
+from llmbridge.gateway.state import GatewayState
 from llmbridge.web.bodies import read_json
-from llmbridge.web.render import Dialect, error_response, new_request_id
-from llmbridge.web.streaming import ClientDisconnected
+from llmbridge.web.render import Dialect
 
 __all__ = ["OLLAMA_VERSION", "routes"]
 
@@ -80,51 +80,46 @@ def _load_reply(generate: bool) -> Shortcut:
     return shortcut
 
 
-async def tags(request: Request) -> Response:
-    state = state_of(request)
+@exchanged("/api/tags", Dialect.OLLAMA)
+async def tags(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
     # A database key sees the models its globs allow (gateway/admission.py).
     models = visible_models(request, await state.models.router.list_models())
     return _json(ollama.encode_tags(models))
 
 
-async def show(request: Request) -> Response:
-    state = state_of(request)
-    try:
-        name = ollama.decode_show_request(await read_json(request, state.limits))
-        info = await state.models.router.show(name)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OLLAMA, exc, new_request_id())
+@exchanged("/api/show", Dialect.OLLAMA)
+async def show(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
+    name = ollama.decode_show_request(await read_json(request, state.limits))
+    exchange.admit_model(name)  # a model the key may not use is not found
+    info = await state.models.router.show(name)
     return _json(ollama.encode_show(info))
 
 
-async def ps(request: Request) -> Response:
-    state = state_of(request)
+@exchanged("/api/ps", Dialect.OLLAMA)
+async def ps(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
     running = []
     for backend in state.models.backends.values():
         try:
             running.extend(await backend.running_models())
         except LLMBridgeError:
             continue
-    return _json(ollama.encode_ps(running))
+    return _json(ollama.encode_ps(visible_models(request, running)))
 
 
-async def version(request: Request) -> Response:
+@exchanged("/api/version", Dialect.OLLAMA)
+async def version(request: Request, exchange: Exchange) -> Response:
     return _json({"version": OLLAMA_VERSION, "llmbridge": __version__})
 
 
-async def embed(request: Request) -> Response:
-    state = state_of(request)
-    request_id = new_request_id()
+@exchanged("/api/embed", Dialect.OLLAMA)
+async def embed(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
     started = time.perf_counter_ns()
-    try:
-        embed_request = ollama.decode_embed_request(await read_json(request, state.limits))
-        result = await serve_embed(
-            request, embed_request, state=state, request_id=request_id, endpoint="/api/embed"
-        )
-    except ClientDisconnected:
-        return Response(status_code=499)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OLLAMA, exc, request_id)
+    embed_request = ollama.decode_embed_request(await read_json(request, state.limits))
+    result = await serve_embed(request, embed_request, exchange=exchange)
     body = ollama.encode_embed_response(result, embed_request)
     body.setdefault("total_duration", time.perf_counter_ns() - started)
     return _json(body)

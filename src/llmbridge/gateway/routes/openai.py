@@ -13,16 +13,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.admission import visible_models
+from llmbridge.gateway.exchange import Exchange, exchanged
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
-from llmbridge.gateway.state import state_of
 from llmbridge.web.bodies import read_json
-from llmbridge.web.render import Dialect, error_response, new_request_id
-from llmbridge.web.streaming import ClientDisconnected
+from llmbridge.web.render import Dialect
 
 __all__ = ["routes"]
 
@@ -44,49 +42,41 @@ def _asks_anthropic(request: Request) -> bool:
     return "anthropic-version" in request.headers
 
 
-async def list_models(request: Request) -> Response:
-    state = state_of(request)
-    if _asks_anthropic(request):
-        try:
-            models = visible_models(request, await state.models.router.list_models())
-            return _json(anthropic_models.encode_model_page(models, request.query_params))
-        except LLMBridgeError as exc:
-            return error_response(Dialect.ANTHROPIC, exc, new_request_id())
+def _caller(request: Request) -> Dialect:
+    return Dialect.ANTHROPIC if _asks_anthropic(request) else Dialect.OPENAI
+
+
+@exchanged("/v1/models", _caller)
+async def list_models(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
     # A database key sees the models its globs allow (gateway/admission.py).
     models = visible_models(request, await state.models.router.list_models())
+    if exchange.dialect is Dialect.ANTHROPIC:
+        return _json(anthropic_models.encode_model_page(models, request.query_params))
     return _json(openai.encode_models(models))
 
 
-async def get_model(request: Request) -> Response:
-    state = state_of(request)
+@exchanged("/v1/models/{model_id}", _caller)
+async def get_model(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
     model_id = request.path_params["model_id"]
-    anthropic = _asks_anthropic(request)
+    anthropic = exchange.dialect is Dialect.ANTHROPIC
     encode = anthropic_models.encode_model if anthropic else openai.encode_model
-    try:
-        for info in await state.models.router.list_models():
-            if info.name == model_id:
-                return _json(encode(info))
-        # Not listed, but servable (a glob route or the default backend): say so.
-        resolved = state.models.router.resolve(model_id)
-        info = await state.models.router.show(model_id)
-        return _json(encode(replace(info, backend=resolved.backend.name)))
-    except LLMBridgeError as exc:
-        dialect = Dialect.ANTHROPIC if anthropic else Dialect.OPENAI
-        return error_response(dialect, exc, new_request_id())
+    exchange.admit_model(model_id)  # a model the key may not use is not found
+    for info in await state.models.router.list_models():
+        if info.name == model_id:
+            return _json(encode(info))
+    # Not listed, but servable (a glob route or the default backend): say so.
+    resolved = state.models.router.resolve(model_id)
+    info = await state.models.router.show(model_id)
+    return _json(encode(replace(info, backend=resolved.backend.name)))
 
 
-async def embeddings(request: Request) -> Response:
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        embed_request = openai.decode_embed_request(await read_json(request, state.limits))
-        result = await serve_embed(
-            request, embed_request, state=state, request_id=request_id, endpoint="/v1/embeddings"
-        )
-    except ClientDisconnected:
-        return Response(status_code=499)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, request_id)
+@exchanged("/v1/embeddings", Dialect.OPENAI)
+async def embeddings(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
+    embed_request = openai.decode_embed_request(await read_json(request, state.limits))
+    result = await serve_embed(request, embed_request, exchange=exchange)
     return _json(openai.encode_embed_response(result, embed_request))
 
 

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.routes import MountedAgent
 from llmbridge.agent.store.responses import Chain, ResponseStore
-from llmbridge.core.errors import LLMBridgeError, NotFoundError, ServiceUnavailableError
+from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
@@ -52,12 +52,12 @@ from llmbridge.dialects.responses.continuation import (
     marked,
 )
 from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_tokens_request
-from llmbridge.features.token_count import count_request_tokens
-from llmbridge.gateway.pipeline import ChatCodec, serve_chat
+from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import parse_json, read_body
-from llmbridge.web.render import Dialect, error_response, header_value, new_request_id
+from llmbridge.web.render import Dialect, header_value
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -107,16 +107,13 @@ def listed(names: list[str], max_bytes: int) -> str:
     return ",".join(shown)
 
 
-async def create_response(request: Request) -> Response:
-    state = state_of(request)
-    request_id = new_request_id()
+@exchanged("/v1/responses", Dialect.OPENAI)
+async def create_response(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
     owner = caller_identity(request)
-    try:
-        continued = await _continued(request, state, responses.decode_chat_request)
-        chat, body, previous = continued.chat, continued.body, continued.previous
-        store = _store_if_open(request)
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, request_id)
+    continued = await _continued(request, state, responses.decode_chat_request)
+    chat, body, previous = continued.chat, continued.body, continued.previous
+    store = _store_if_open(request)
     keep = store is not None and _asked_to_keep(body.get("store"), state.config.agent)
     if keep or previous is not None:
         chat = marked(chat, stored=keep, previous_response_id=previous)
@@ -124,36 +121,31 @@ async def create_response(request: Request) -> Response:
     if keep and store is not None:
         keeper = _Keeper(store, owner, body, continued.chain, continued.input_bytes)
     codec = RESPONSES if keeper is None else keeper.codec
-    response = await serve_chat(request, chat, codec, state=state, request_id=request_id)
+    response = await serve_chat(request, chat, codec, exchange=exchange)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
         await keeper.save(keeper.ended)
     response.headers.update(dialect_headers(chat))
     return response
 
 
-async def retrieve_response(request: Request) -> Response:
+@exchanged("/v1/responses/{response_id}", Dialect.OPENAI)
+async def retrieve_response(request: Request, exchange: Exchange) -> Response:
     """``GET /v1/responses/{response_id}``: the stored response object."""
-    request_id = new_request_id()
     response_id = request.path_params["response_id"]
-    try:
-        check_response_id(response_id, "response_id")
-        stored = await _store_for(request, response_id).get(response_id, caller_identity(request))
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, request_id)
-    return _json(stored.response_object(), request_id)
+    check_response_id(response_id, "response_id")
+    stored = await _store_for(request, response_id).get(response_id, caller_identity(request))
+    exchange.asked(stored.model)
+    return _json(stored.response_object(), exchange.request_id)
 
 
-async def delete_response(request: Request) -> Response:
+@exchanged("/v1/responses/{response_id}", Dialect.OPENAI)
+async def delete_response(request: Request, exchange: Exchange) -> Response:
     """``DELETE /v1/responses/{response_id}``."""
-    request_id = new_request_id()
     response_id = request.path_params["response_id"]
-    try:
-        check_response_id(response_id, "response_id")
-        await _store_for(request, response_id).delete(response_id, caller_identity(request))
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, request_id)
+    check_response_id(response_id, "response_id")
+    await _store_for(request, response_id).delete(response_id, caller_identity(request))
     deleted = {"id": response_id, "object": "response.deleted", "deleted": True}
-    return _json(deleted, request_id)
+    return _json(deleted, exchange.request_id)
 
 
 def _json(body: object, request_id: str) -> Response:
@@ -321,25 +313,17 @@ class _Keeper:
             )
 
 
-async def input_tokens(request: Request) -> Response:
-    """The prompt's size, counted as ``/v1/messages/count_tokens`` counts it."""
-    state = state_of(request)
-    request_id = new_request_id()
-    try:
-        chat, _, _ = await _decoded(request, state, decode_input_tokens_request)
-        resolved = state.models.router.resolve(chat.model)
-        counted = None
-        if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
-            counted = await resolved.backend.count_tokens(
-                replace(chat, model=resolved.backend_model)
-            )
-    except LLMBridgeError as exc:
-        return error_response(Dialect.OPENAI, exc, request_id)
-    tokens = count_request_tokens(chat) if counted is None else counted
+@exchanged("/v1/responses/input_tokens", Dialect.OPENAI)
+async def input_tokens(request: Request, exchange: Exchange) -> Response:
+    """The prompt's size, counted as ``/v1/messages/count_tokens`` counts it: admitted
+    on the key like any model call (its globs, budget, requests per minute) and
+    recorded; a continued conversation is decoded and counted off the event loop."""
+    chat, _, _ = await _decoded(request, exchange.state, decode_input_tokens_request)
+    tokens = await count_chat_tokens(chat, exchange)
     return Response(
         dumps({"object": "response.input_tokens", "input_tokens": tokens}),
         media_type="application/json",
-        headers={"x-request-id": request_id},
+        headers={"x-request-id": exchange.request_id},
     )
 
 
