@@ -15,6 +15,7 @@ shared spend counter, so the ledger does not add it again.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -189,6 +190,23 @@ async def test_an_unreachable_database_keeps_the_batch_whole(db_url: str) -> Non
         assert len(await _stored(engine)) == 5
     finally:
         await ledger.aclose()
+
+
+async def test_a_server_that_is_not_there_keeps_the_batch_whole() -> None:
+    """A connection refused (no PostgreSQL on that port) is an outage, not a refusal:
+    the batch waits whole, nothing is set aside."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = make_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+    ledger = UsageLedger(engine, flush_interval_s=3600, owns_engine=True)
+    for n in range(3):
+        ledger.record(_record(f"req_{n}"))
+    assert not await ledger.flush()
+    assert (ledger.pending, ledger.set_aside, ledger.flush_failures) == (3, 0, 1)
+    assert not await ledger.flush()
+    assert (ledger.pending, ledger.set_aside) == (3, 0)
+    await ledger.aclose(attempts=1)
 
 
 async def test_spend_counted_by_the_caller_is_not_added_again(engine: AsyncEngine) -> None:
