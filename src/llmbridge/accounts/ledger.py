@@ -7,7 +7,9 @@ state (``spend:<key_id>``), so a budget check (``api_keys.spent_usd`` plus that
 counter) sees it at once, on every replica. With Redis the adds gather for
 ``SPEND_BATCH_S`` (50 ms) and go as one per key (a budget check sees a cost up to
 50 ms late), not as a round trip per request; in-process state takes each add at once,
-without a task. A background task writes the buffer
+without a task. ``record(r, spend_counted=True)`` skips that add: the caller already
+made it, atomically with releasing its budget reservation. A background task writes
+the buffer
 every ``flush_interval_s`` (1 s), or as soon as ``batch_size`` (200) records wait,
 in one transaction per batch:
 
@@ -666,6 +668,12 @@ class UsageLedger:
 
     def _put_aside(self, record: UsageRecord, exc: Exception) -> None:
         self.set_aside += 1
+        if self._on_set_aside is not None:
+            self._on_set_aside(1)
+        # Each of the first 100, then one in 1,000: a constraint that refuses every row
+        # must not turn the log into a copy of the ledger.
+        if self.set_aside > 100 and self.set_aside % 1000:
+            return
         log.error(
             "usage ledger: the database refused request %s's record; set aside, not "
             "retried (%d so far): %s: %s",
@@ -674,8 +682,6 @@ class UsageLedger:
             type(exc).__name__,
             str(exc).splitlines()[0] if str(exc) else "",
         )
-        if self._on_set_aside is not None:
-            self._on_set_aside(1)
 
     async def _flushed_spend(self, batch: list[UsageRecord]) -> None:
         """Take the batch's cost out of the shared "not yet flushed" counters: it is in
