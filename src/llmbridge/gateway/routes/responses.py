@@ -164,6 +164,12 @@ def _asked_to_keep(store: object, config: AgentConfig) -> bool:
     return config.store_responses == "explicit" and store is True
 
 
+def _may_keep(body: dict[str, Any], state: GatewayState) -> bool:
+    """Whether the reply to ``body`` is kept, if the store is open."""
+    agent = state.config.agent
+    return agent.enabled and _asked_to_keep(body.get("store"), agent)
+
+
 def _store_if_open(request: Request) -> ResponseStore | None:
     """The stored responses, or ``None`` when the agent store is off or not open."""
     mounted: MountedAgent = request.app.state.agent
@@ -227,9 +233,15 @@ async def _continued(request: Request, state: GatewayState, decode: Decode) -> _
     raw = await read_body(request, limits.max_body_bytes)
     offload = len(raw) > limits.offload_bytes
     body = await asyncio.to_thread(parse_json, raw, limits) if offload else parse_json(raw, limits)
-    new_input = body.get("input") if isinstance(body, dict) else None
-    size = await asyncio.to_thread(input_bytes, new_input) if offload else input_bytes(new_input)
     previous = body.get(PREVIOUS_RESPONSE_ID) if isinstance(body, dict) else None
+    size = 0
+    if isinstance(body, dict) and (isinstance(previous, str) or _may_keep(body, state)):
+        # Measured only where a chain grows or is judged: Codex sends "store": false
+        # with inputs of megabytes, and would pay for nothing.
+        new_input = body.get("input")
+        size = (
+            await asyncio.to_thread(input_bytes, new_input) if offload else input_bytes(new_input)
+        )
     chain = Chain()
     if isinstance(previous, str):
         check_response_id(previous, PREVIOUS_RESPONSE_ID)
