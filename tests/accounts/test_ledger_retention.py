@@ -171,6 +171,26 @@ async def test_the_ledger_cleans_up_at_start(engine: AsyncEngine, db_url: str) -
     assert json.loads(result.output) == [g.to_json() for g in before["day"]]
 
 
+async def test_two_replicas_cleaning_up_at_once_count_each_row_once(engine: AsyncEngine) -> None:
+    """Each batch's ``DELETE ... RETURNING`` sums exactly the rows it removed: two
+    ledgers (two replicas) racing over the same old rows move each row once."""
+    now = datetime.now(UTC)
+    cutoff = cutoff_for(90, now)
+    assert cutoff is not None
+    await _insert_old_rows(engine, 20_000, cutoff - timedelta(seconds=1))
+    before = await _reports(engine)
+    first, second = (
+        UsageLedger(engine, retention_days=90, cleanup_batch=1000, cleanup_pause_s=0)
+        for _ in range(2)
+    )
+    await asyncio.gather(first.cleanup(now), second.cleanup(now))
+    await first.aclose()
+    await second.aclose()
+    assert first.rolled_up + second.rolled_up == 20_000
+    assert await _count(engine, USAGE) == 0
+    assert await _reports(engine) == before
+
+
 async def test_no_retention_keeps_every_row(engine: AsyncEngine) -> None:
     await _insert_old_rows(engine, 100, datetime(2020, 1, 31, tzinfo=UTC))
     for days in (None, 0):
