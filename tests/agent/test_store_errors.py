@@ -14,7 +14,7 @@ from sqlalchemy import event
 
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.store.errors import UNAVAILABLE
+from llmbridge.agent.store.errors import REFUSED, UNREACHABLE
 from llmbridge.core.errors import (
     ConflictError,
     NotFoundError,
@@ -90,7 +90,7 @@ async def test_a_postgresql_server_that_is_not_there_is_unavailable() -> None:
     try:
         with pytest.raises(ServiceUnavailableError) as down:
             await store.list_personas()
-        assert down.value.status_code == 503 and down.value.message == UNAVAILABLE
+        assert down.value.status_code == 503 and down.value.message == UNREACHABLE
         with pytest.raises(ServiceUnavailableError):
             await store.add_message("s", "user", "hi")
     finally:
@@ -118,7 +118,7 @@ async def test_a_sqlite_database_locked_past_its_busy_timeout_is_unavailable(
         locker.execute("BEGIN IMMEDIATE")
         with pytest.raises(ServiceUnavailableError) as down:
             await store.create_session()
-        assert down.value.status_code == 503 and down.value.message == UNAVAILABLE
+        assert down.value.status_code == 503 and down.value.message == REFUSED
         locker.execute("ROLLBACK")
         assert (await store.create_session("after")).id == "after"  # and back
     finally:

@@ -12,12 +12,23 @@ classifies a database error itself. What each failure becomes:
 - **A unique or primary-key violation** (an id in use): ``ConflictError`` (409).
 - **A foreign-key violation** (the row refers to a session, persona, patient or
   message that does not exist, or was deleted meanwhile): ``NotFoundError`` (404).
-- **A database that is down**: SQLAlchemy's ``OperationalError`` (SQLite's "unable
-  to open database file", "database is locked" past ``busy_timeout``; PostgreSQL's
-  admin shutdown), ``InterfaceError`` (a connection closed under us), and the
-  ``OSError`` asyncpg raises when it cannot connect at all (``ConnectionRefusedError``,
-  ``TimeoutError``): ``ServiceUnavailableError`` (503), logged here with the details,
-  which the client never sees (they may name the server).
+- **A database that is down, frozen or overwhelmed**: ``ServiceUnavailableError``
+  (503), logged here with the details, which the client never sees (they may name
+  the server); its message says which of these it was:
+
+  - a deadline passed (``store/engine.py``, issue 24 item 9): the builtin
+    ``TimeoutError``, which is ``asyncio.TimeoutError`` and what asyncpg raises past
+    ``connect_timeout`` or ``command_timeout`` (outside SQLAlchemy's exception
+    translation), and SQLAlchemy's own ``sqlalchemy.exc.TimeoutError``, no pooled
+    connection free within ``pool_timeout``;
+  - it cannot be reached: the ``OSError`` asyncpg raises when it cannot connect
+    (``ConnectionRefusedError``, an unknown host);
+  - it refused or dropped us: SQLAlchemy's ``OperationalError`` (SQLite's "unable to
+    open database file", "database is locked" past ``busy_timeout``),
+    ``InterfaceError`` (a connection closed under us, or still busy with a statement
+    that timed out), and PostgreSQL's SQLSTATE classes 08 (connection exception), 53
+    (insufficient resources: too many connections) and 57 (operator intervention: a
+    statement cancelled, the server shutting down or starting).
 
 Integrity violations are told apart by the code the database gives, never by the
 wording of its message: PostgreSQL's SQLSTATE (23505 unique, 23503 foreign key) and
@@ -41,6 +52,7 @@ from sqlalchemy.exc import (
     OperationalError,
     StatementError,
 )
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from llmbridge.core.errors import (
     ConflictError,
@@ -50,12 +62,32 @@ from llmbridge.core.errors import (
     ServiceUnavailableError,
 )
 
-__all__ = ["UNAVAILABLE", "mapped_errors"]
+__all__ = [
+    "POOL_EXHAUSTED",
+    "REFUSED",
+    "TIMED_OUT",
+    "UNAVAILABLE",
+    "UNREACHABLE",
+    "mapped_errors",
+]
 
 log = logging.getLogger("llmbridge.agent.store")
 
 UNAVAILABLE = "the agent database is unavailable"
-"""What a client is told when the database is down (the log has the details)."""
+"""What a client is told when the database is down, with one of the reasons below
+(the log has the details)."""
+
+TIMED_OUT = f"{UNAVAILABLE}: it did not answer in time"
+POOL_EXHAUSTED = f"{UNAVAILABLE}: no connection to it was free in time"
+UNREACHABLE = f"{UNAVAILABLE}: it cannot be reached"
+REFUSED = f"{UNAVAILABLE}: it refused or dropped the connection"
+
+_TIMED_OUT_SQLSTATES = frozenset({"57014", "57P05", "25P03", "25P04"})
+"""PostgreSQL's own deadlines: a statement cancelled (``statement_timeout``, a
+cancel request), ``idle_session_timeout``, ``idle_in_transaction_session_timeout``,
+``transaction_timeout``."""
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
+"""Connection exception, insufficient resources, operator intervention."""
 
 _UNIQUE = frozenset({"23505", "SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
 _FOREIGN_KEY = frozenset({"23503", "SQLITE_CONSTRAINT_FOREIGNKEY"})
@@ -80,11 +112,26 @@ def mapped_errors(*, conflict: str | None = None, missing: str | None = None) ->
         raise
     except OverflowError as exc:  # sqlite3: "Python int too large to convert to SQLite INTEGER"
         raise InvalidRequestError(f"a value is out of the database's range: {exc}") from exc
+    except PoolTimeoutError as exc:
+        # Every pooled connection is in use past pool_timeout: on a frozen server,
+        # each held by a statement waiting out its own deadline.
+        raise _unavailable(POOL_EXHAUSTED, exc) from exc
     except OSError as exc:
-        # asyncpg connects outside SQLAlchemy's exception translation: a server that
-        # is not there surfaces as the socket's own error (ConnectionRefusedError).
-        log.error("%s: %s: %s", UNAVAILABLE, type(exc).__name__, exc)
-        raise ServiceUnavailableError(UNAVAILABLE) from exc
+        # asyncpg connects, and times statements out, outside SQLAlchemy's exception
+        # translation: a server that is not there surfaces as the socket's own error
+        # (ConnectionRefusedError), a deadline as the builtin TimeoutError (an OSError,
+        # PEP 3151; asyncio.TimeoutError is the same class since Python 3.11).
+        raise _unavailable(
+            TIMED_OUT if isinstance(exc, TimeoutError) else UNREACHABLE, exc
+        ) from exc
+
+
+def _unavailable(message: str, exc: BaseException) -> ServiceUnavailableError:
+    """The 503 of a database that is not answering; the details go to the log only."""
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    detail = str(orig).splitlines()[0] if str(orig) else "no detail"
+    log.error("%s (%s: %s)", message, type(orig).__name__, detail)
+    return ServiceUnavailableError(message)
 
 
 def _core_error(
@@ -103,9 +150,15 @@ def _core_error(
         if code in _FOREIGN_KEY:
             return NotFoundError(missing or "a row it refers to does not exist")
         return None
-    if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
-        log.error("%s: %s", UNAVAILABLE, _first_line(exc))
-        return ServiceUnavailableError(UNAVAILABLE)
+    sqlstate = _sqlstate(exc)
+    if sqlstate in _TIMED_OUT_SQLSTATES:
+        return _unavailable(TIMED_OUT, exc)
+    if (
+        isinstance(exc, OperationalError | InterfaceError)
+        or exc.connection_invalidated
+        or sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+    ):
+        return _unavailable(REFUSED, exc)
     return None
 
 

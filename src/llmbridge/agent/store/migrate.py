@@ -22,7 +22,12 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmbridge.agent.store.engine import BUSY_TIMEOUT_MS, make_engine, write_engine
+from llmbridge.agent.store.engine import (
+    BUSY_TIMEOUT_MS,
+    make_engine,
+    migration_engine,
+    write_engine,
+)
 
 __all__ = ["MIGRATIONS", "alembic_config", "current_revision", "head_revision", "migrate"]
 
@@ -49,14 +54,17 @@ async def migrate(target: str | Path | URL | AsyncEngine | None = None) -> None:
     from ``resolve_url``) to the newest schema. Safe to call on every start."""
     engine = target if isinstance(target, AsyncEngine) else make_engine(target)
     try:
-        conn = await _connect(write_engine(engine))
-        try:
-            async with conn.begin():
-                if conn.dialect.name == "postgresql":
-                    await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
-                await conn.run_sync(_upgrade)
-        finally:
-            await conn.close()
+        # Its own statement deadline: waiting for another process's migration, or a
+        # schema change on a large table, may outlast a request's (store/engine.py).
+        async with migration_engine(engine) as migrating:
+            conn = await _connect(write_engine(migrating))
+            try:
+                async with conn.begin():
+                    if conn.dialect.name == "postgresql":
+                        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
+                    await conn.run_sync(_upgrade)
+            finally:
+                await conn.close()
     finally:
         if engine is not target:
             await engine.dispose()
