@@ -8,7 +8,12 @@ kinds, the version and, for a dead backend, its internal address. With a valid k
 or with auth off (no keys: the loopback default), the details too, and the shared
 state's ``{"kind": "local" | "redis", "degraded": bool}``: with Redis configured and
 unreachable the gateway keeps serving from each replica's memory and says
-``degraded`` (state/failover.py). Under ``llmbridge serve --workers N``, ``workers``
+``degraded`` (state/failover.py); and the database's (keys, the ledger, the agent's
+tables) ``{"kind", "url", "ok", "detail", "latency_ms"}``, its URL without the
+password: a database that does not answer its probe (gateway/health.py) makes the
+status ``degraded``, not ``down``, since requests that do not need it are still
+served, and while it is down a database key is not looked up to show the details
+(static keys still are). Under ``llmbridge serve --workers N``, ``workers``
 lists each worker's pid, start, requests, in-flight count and backends' circuits, the
 one that answered marked ``"self": true`` (gateway/workers.py).
 """
@@ -23,11 +28,13 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from llmbridge import __version__
+from llmbridge.backends.base import BackendHealth
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.health import DatabaseProbe
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
 from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_json
-from llmbridge.gateway.state import state_of
+from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.web.auth import presented_key
 
 __all__ = ["routes"]
@@ -45,32 +52,61 @@ async def hello(request: Request) -> Response:
     return Response(status_code=200)
 
 
-async def _may_see_details(request: Request) -> bool:
-    """With auth on, only a caller with a valid key (static or in the database)."""
+async def _may_see_details(request: Request, database_ok: bool) -> bool:
+    """With auth on, only a caller with a valid key (static or in the database; a
+    database key only while the database answers its probe, so that ``/health`` never
+    waits out the request path's deadlines on a frozen database)."""
     accounts = state_of(request).accounts
     if not accounts.enabled:
         return True
     try:
-        await accounts.caller(presented_key(request.headers))
+        presented = presented_key(request.headers)
+        if not database_ok:
+            return accounts.static_keys.match(presented) is not None
+        await accounts.caller(presented)
     except LLMBridgeError:  # no key, a wrong or revoked one, or the key database down
         return False
     return True
 
 
+def _database_probe(state: GatewayState) -> DatabaseProbe | None:
+    """The probe of the database the gateway uses, if it uses one: for its keys (unless
+    auth is off on purpose), the agent service or the usage ledger."""
+    database = state.accounts.database
+    if database is None:
+        return None
+    in_use = (
+        state.accounts.auth is not False or state.config.agent.enabled or state.ledger is not None
+    )
+    return state.health.database(database) if in_use else None
+
+
+async def _probed(database: DatabaseProbe | None) -> BackendHealth | None:
+    return None if database is None else await database.probe()
+
+
 async def health(request: Request) -> Response:
-    """The gateway is up; each backend's reachability. 503 when no backend is
-    reachable. Without a valid key (when keys are configured), the status alone."""
+    """The gateway is up; each backend's reachability, and the database's. 503 when no
+    backend is reachable. Without a valid key (when keys are configured), the status
+    alone."""
     state = state_of(request)
     configured = state.models.backends
     names = list(configured)
-    results = await asyncio.gather(*(state.health.probe(n, configured[n]) for n in names))
+    database = _database_probe(state)
+    results, database_health = await asyncio.gather(
+        asyncio.gather(*(state.health.probe(n, configured[n]) for n in names)),
+        _probed(database),
+    )
     any_ok = any(r.ok for r in results)
     status = "up" if all(r.ok for r in results) else ("degraded" if any_ok else "down")
     shared = state.models.state  # Redis down: served from memory, limits per replica
     if shared.degraded and status == "up":
         status = "degraded"
+    database_ok = database_health is None or database_health.ok
+    if not database_ok and status == "up":
+        status = "degraded"  # keys, agent and ledger 503; the rest is served
     code = 200 if any_ok else 503
-    if not await _may_see_details(request):
+    if not await _may_see_details(request, database_ok):
         return Response(dumps({"status": status}), status_code=code, media_type="application/json")
     backends = {
         name: {
@@ -89,6 +125,16 @@ async def health(request: Request) -> Response:
         "backends": backends,
         "state": {"kind": shared.kind, "degraded": shared.degraded},
     }
+    if database is not None and database_health is not None:
+        body["database"] = {
+            "kind": database.kind,
+            "url": database.shown,
+            "ok": database_health.ok,
+            "detail": database_health.detail,
+            "latency_ms": (
+                None if database_health.latency_ms is None else round(database_health.latency_ms, 2)
+            ),
+        }
     if state.workers is not None:  # serve --workers N: every worker, this one "self": true
         body["workers"] = state.workers.statuses()
     return Response(dumps(body), status_code=code, media_type="application/json")
