@@ -3,7 +3,9 @@
 - ``GET /admin/keys``: every key (``{"object": "list", "data": [...]}``), revoked ones
   included, never a key itself (its ``prefix`` only).
 - ``POST /admin/keys`` ``{"name", "rpm"?, "tpm"?, "max_parallel"?, "budget_usd"?,
-  "models"?}``: 201 with the new key's record and, once, the key itself (``"key"``).
+  "models"?}``: 201 with the new key's record and, once, the key itself (``"key"``);
+  400 naming the field for a value no database would store alike (a control
+  character in the name, a limit past 2^31 - 1, an empty glob: accounts/keys.py).
 - ``DELETE /admin/keys/{name}``: revoke; 200 with the record (``revoked_at`` set).
 - ``GET /admin/usage?group_by=key|model|day&since=ISO&until=ISO``: the usage ledger
   summed (accounts/usage.py).
@@ -30,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmbridge.accounts.keys import MAX_NAME, KeyRecord
+from llmbridge.accounts.keys import MAX_LIMIT, MAX_NAME, KeyRecord
 from llmbridge.accounts.service import Accounts
 from llmbridge.accounts.usage import usage_endpoint
 from llmbridge.core.errors import (
@@ -58,16 +60,19 @@ class KeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(min_length=1, max_length=MAX_NAME)
-    rpm: int | None = Field(None, ge=1)
+    """Checked again by ``KeyStore.create`` (no control characters), as every value is:
+    the same 400 on SQLite and PostgreSQL."""
+    rpm: int | None = Field(None, ge=1, le=MAX_LIMIT)
     """Requests per minute."""
-    tpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1, le=MAX_LIMIT)
     """Tokens per minute."""
-    max_parallel: int | None = Field(None, ge=1)
+    max_parallel: int | None = Field(None, ge=1, le=MAX_LIMIT)
     """Requests in flight at once."""
     budget_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
     """Spending limit, US dollars."""
     models: list[str] | None = None
-    """Globs of the public model names the key may use (absent: every model)."""
+    """Globs of the public model names the key may use (absent: every model; an empty
+    list or glob is a 400, never "no model")."""
 
 
 def key_view(record: KeyRecord) -> dict[str, Any]:

@@ -6,18 +6,33 @@ reads), opens it in its lifespan and closes it at shutdown. It holds the key sto
 (the agent database's ``api_keys``), the shared state the limits are counted in, and
 the master key of the admin API.
 
-Auth is on when the server has static keys (``server.api_keys``) or a master key
-(``server.master_key``). A request's key is then, in order: a static key (compared in
-constant time against each, web/auth.py), or a database key (``llmb-...``, looked up
-by hash through the per-process cache, accounts/keys.py); a revoked key is a 401 saying
-so. The master key opens ``/admin/`` only (accounts/routes.py), not the model APIs.
+When auth is on (``enabled``) the model APIs need a key (issue 24, item 1):
+
+- ``server.auth: false`` (``--no-auth``): never; the gateway is open on purpose and
+  does not read the keys in the database.
+- ``server.auth: true`` (``--auth``): always, even before any key exists.
+- unset (the default): when the server has static keys (``server.api_keys``), a master
+  key (``server.master_key``) or unrevoked keys in the database. A gateway that starts
+  open keeps looking, at most once per ``cache_s`` and only while requests come, in
+  the background (a request never waits for it): the first key created turns auth on
+  within ``cache_s`` (5 s) in every process, and it stays on until the process stops,
+  even if every key is revoked meanwhile (revoking the last key must not open the
+  gateway to everyone).
+
+A request's key is then, in order: a static key (compared in constant time against
+each, web/auth.py), or a database key (``llmb-...``, looked up by hash through the
+per-process cache, accounts/keys.py); a revoked key is a 401 saying so. The master key
+opens ``/admin/`` only (accounts/routes.py), not the model APIs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
@@ -27,7 +42,7 @@ from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.state.base import SharedState
 from llmbridge.web.auth import KeyChecker
 
-__all__ = ["ACCOUNT", "Accounts", "Caller"]
+__all__ = ["ACCOUNT", "Accounts", "Caller", "auth_summary", "count_database_keys", "shown_database"]
 
 log = logging.getLogger("llmbridge.accounts")
 
@@ -37,6 +52,68 @@ for a static key or with auth off)."""
 
 Caller = tuple[str | None, KeyRecord | None]
 """A request's identity (``web.auth.key_identity``) and its database key, if any."""
+
+
+def shown_database(database: str | Path | None) -> str:
+    """``database`` as the banner and logs show it: a URL without its password."""
+    text = str(database or "")
+    if "://" not in text:
+        return text
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(text).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unusable URL: say so, do not echo it
+        return "(unparsable database URL)"
+
+
+def auth_summary(
+    *,
+    auth: bool | None,
+    static_keys: int,
+    master_key: bool,
+    database_keys: int | None,
+    database: str | Path | None,
+    error: str | None = None,
+    on: bool | None = None,
+) -> str:
+    """One line on auth for the banner: on or off, and which keys from where, e.g.
+    ``on: 3 database keys (/var/lib/llmbridge.db), 1 static key``."""
+    if auth is False:
+        return "off on purpose (--no-auth, server.auth: false): no request needs a key"
+    where = shown_database(database)
+    keys = []
+    if database_keys:
+        keys.append(f"{database_keys} database key{'s' if database_keys != 1 else ''} ({where})")
+    if static_keys:
+        keys.append(f"{static_keys} static key{'s' if static_keys != 1 else ''}")
+    if master_key:
+        keys.append("the master key for /admin/")
+    if on is None:
+        on = auth is True or bool(static_keys or master_key or database_keys)
+    if on:
+        if error is not None:
+            keys.append(f"the key database is unavailable ({error}): its keys get 503")
+        return "on: " + (", ".join(keys) if keys else "no keys yet, every request is refused")
+    if error is not None:
+        return (
+            f"off for now: the key database is unavailable ({error}), its keys unknown; "
+            f"it is read again every {CACHE_S:g} s while requests come (--auth refuses "
+            "requests meanwhile)"
+        )
+    return (
+        f"off: no keys (the first `llmbridge keys create` in {where} turns it on within "
+        f"{CACHE_S:g} s; --no-auth keeps it off on purpose)"
+    )
+
+
+async def count_database_keys(database: str | Path) -> int:
+    """The unrevoked keys in ``database`` (migrated first, as the gateway does)."""
+    store = await KeyStore.open(database)
+    try:
+        return await store.count_active()
+    finally:
+        await store.close()
 
 
 class Accounts:
@@ -51,7 +128,10 @@ class Accounts:
         state: Callable[[], SharedState],
         cache_s: float = CACHE_S,
         body_limits: RequestLimits = DEFAULT_LIMITS,
+        auth: bool | None = None,
     ) -> None:
+        self.auth = auth
+        """``server.auth``: ``None`` decides from the keys there are (module docstring)."""
         self.static_keys = static_keys
         self.master_key = master_key or None
         self.database = database
@@ -63,6 +143,14 @@ class Accounts:
         """The key store once open (``None`` with auth off, or when the database failed)."""
         self.error: str | None = None
         """Why the key store could not be opened (the kind of failure only)."""
+        self.database_keys: int | None = None
+        """Unrevoked keys in the database at the last count (``None``: never counted)."""
+        self.on_auth_on: Callable[[], Awaitable[None]] | None = None
+        """Called once when database keys turn auth on after the start (the gateway
+        opens its usage ledger then)."""
+        self._keys_seen = False
+        self._looked_at = -float("inf")
+        self._looking: asyncio.Task[None] | None = None
 
     @property
     def state(self) -> SharedState:
@@ -72,21 +160,82 @@ class Accounts:
 
     @property
     def enabled(self) -> bool:
-        """Whether requests need a key."""
-        return self.static_keys.enabled or self.master_key is not None
+        """Whether requests need a key (module docstring)."""
+        if self.auth is not None:
+            return self.auth
+        return self.static_keys.enabled or self.master_key is not None or self._keys_seen
 
     async def open(self) -> None:
-        """Open the key store when auth is on. A failure is logged and leaves static
-        keys working; database keys are then refused and ``/admin`` answers 503."""
-        if not self.enabled or self.database is None:
+        """Open the key store (unless auth is off on purpose) and count its keys. A
+        failure is logged and leaves static keys working; database keys are then
+        refused (503) and ``/admin`` answers 503."""
+        if self.auth is False or self.database is None:
             return
+        self._looked_at = time.monotonic()
         try:
             self.keys = await KeyStore.open(self.database, cache_s=self.cache_s)
+            self._counted(await self.keys.count_active())
         except Exception as exc:  # noqa: BLE001 - reported by /admin instead
             self.error = type(exc).__name__
             log.error("the key database is unavailable: %s: %s", type(exc).__name__, exc)
+        log.info("auth: %s", self.summary())
+
+    def summary(self) -> str:
+        """What the banner says of auth (``auth_summary``), as this gateway sees it."""
+        return auth_summary(
+            auth=self.auth,
+            static_keys=self.static_keys.count,
+            master_key=self.master_key is not None,
+            database_keys=self.database_keys,
+            database=self.database,
+            error=self.error,
+            on=self.enabled,
+        )
+
+    def _counted(self, active: int) -> bool:
+        """Note ``active`` unrevoked keys; whether that turned auth on just now."""
+        self.database_keys = active
+        if active and not self._keys_seen:
+            self._keys_seen = True
+            return self.auth is None and not (self.static_keys.enabled or self.master_key)
+        return False
+
+    def look_for_keys(self) -> None:
+        """While auth is off only for want of keys: count the database's keys again, in
+        the background, at most once per ``cache_s`` (the middleware calls this on every
+        request it lets through without a key; a request never waits for it)."""
+        if self.auth is not None or self._keys_seen or self.database is None:
+            return
+        now = time.monotonic()
+        if self._looking is not None or now - self._looked_at < self.cache_s:
+            return
+        self._looked_at = now  # one try per cache_s, failed or not
+        self._looking = asyncio.get_running_loop().create_task(self._look())
+
+    async def _look(self) -> None:
+        try:
+            if self.keys is None:  # it failed to open at the start: try again
+                self.keys = await KeyStore.open(self.database, cache_s=self.cache_s)
+                self.error = None
+            if self._counted(await self.keys.count_active()):
+                log.warning("auth is on: %s", self.summary())
+                if self.on_auth_on is not None:
+                    await self.on_auth_on()
+        except Exception as exc:  # noqa: BLE001 - tried again in cache_s; serving goes on
+            log.debug("counting the database's keys failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._looking = None
+
+    async def stop_looking(self) -> None:
+        """Stop ``look_for_keys``'s count, if one is under way (at shutdown)."""
+        looking, self._looking = self._looking, None
+        if looking is not None:
+            looking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await looking
 
     async def aclose(self) -> None:
+        await self.stop_looking()
         if self.keys is not None:
             keys, self.keys = self.keys, None
             await keys.close()
@@ -116,7 +265,12 @@ class Accounts:
         raise AuthenticationError("invalid API key")
 
     async def admit(
-        self, record: KeyRecord | None, model: str, prompt_tokens: int = 0
+        self,
+        record: KeyRecord | None,
+        model: str,
+        prompt_tokens: int = 0,
+        *,
+        reserve_usd: float = 0.0,
     ) -> Admission:
         """``accounts.limits.admit`` on this gateway's shared state."""
-        return await admit(self.state, record, model, prompt_tokens)
+        return await admit(self.state, record, model, prompt_tokens, reserve_usd=reserve_usd)

@@ -4,9 +4,12 @@
 create team-a)`` works), and what it allows on stderr; ``list`` shows every key's name,
 prefix, limits, spend and dates, never a key; ``revoke NAME``. They open the database
 the gateway uses (``--db`` / ``LLMBRIDGE_DB`` / ``agent.database`` in ``--config``),
-migrated to the newest schema first, exactly as ``llmbridge agent`` does. A gateway
-started with auth on (``--api-key`` or ``--master-key``) accepts a new key at once and
-refuses a revoked one within 5 seconds (its per-process cache).
+migrated to the newest schema first, exactly as ``llmbridge agent`` does. A gateway on
+that database requires keys once it holds one (a gateway started with none turns auth
+on within 5 seconds of the first: accounts/service.py, unless started with
+``--no-auth``); it accepts a new key and refuses a revoked one within 5 seconds (its
+per-process cache and directory: accounts/keys.py). Values are checked before they
+reach the database, the same on SQLite and PostgreSQL (accounts/keys.py).
 """
 
 from __future__ import annotations
@@ -86,17 +89,22 @@ def _limits(record: KeyRecord) -> str:
     return "; ".join(parts) or "none"
 
 
+_LIMIT = click.IntRange(min=1, max=2**31 - 1)
+"""``accounts.keys.MAX_LIMIT`` (not imported: ``llmbridge --help`` stays light)."""
+
+
 @keys.command("create")
 @click.argument("name")
-@click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute.")
-@click.option("--tpm", type=click.IntRange(min=1), help="Tokens (prompt + reply) per minute.")
-@click.option("--max-parallel", type=click.IntRange(min=1), help="Requests in flight at once.")
+@click.option("--rpm", type=_LIMIT, help="Requests per minute.")
+@click.option("--tpm", type=_LIMIT, help="Tokens (prompt + reply) per minute.")
+@click.option("--max-parallel", type=_LIMIT, help="Requests in flight at once.")
 @click.option("--budget-usd", type=click.FloatRange(min=0), help="Spending limit in US dollars.")
 @click.option(
     "--models",
     multiple=True,
     metavar="GLOB",
-    help="A model name or glob the key may use (repeatable; default: every model).",
+    help="A model name or glob the key may use (repeatable; default: every model; an "
+    "empty one is refused).",
 )
 @_db_options
 def create(

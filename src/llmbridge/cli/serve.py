@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import gc
 import ipaddress
 import logging
-import re
 import sys
 from typing import Any
 
@@ -16,29 +16,29 @@ from llmbridge import __version__
 from llmbridge.cli.options import config_options, limit_options, load_from_options
 from llmbridge.core.models import ModelInfo
 from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
-from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
+from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig, default_agent_database
+from llmbridge.web.auth import redact_query_keys
 
 __all__ = ["serve"]
 
 log = logging.getLogger("llmbridge")
 
 
-_QUERY_KEY = re.compile(r"([?&]key=)[^&\s]*")
-
-
 class RedactQueryKeys(logging.Filter):
     """Takes API keys out of uvicorn's access log: Gemini clients may send theirs as
-    ``?key=`` (web/auth.py), and uvicorn logs the path with its query string. Every
-    ``key=`` value in the record's arguments (the request line) becomes ``REDACTED``."""
+    ``?key=`` (web/auth.py), and uvicorn logs the path with its raw query string. The
+    query is read as the auth reads it (``web.auth.redact_query_keys``: names
+    percent-decoded), so a key sent as ``?%6Bey=`` is redacted too; a regex on the raw
+    text missed it (issue 24, item 12)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
             record.args = tuple(
-                _QUERY_KEY.sub(r"\1REDACTED", arg) if isinstance(arg, str) else arg
+                redact_query_keys(arg) if isinstance(arg, str) and "?" in arg else arg
                 for arg in record.args
             )
-        if isinstance(record.msg, str):
-            record.msg = _QUERY_KEY.sub(r"\1REDACTED", record.msg)
+        if isinstance(record.msg, str) and "?" in record.msg:
+            record.msg = redact_query_keys(record.msg)
         return True
 
 
@@ -79,7 +79,7 @@ def _model_lines(config: GatewayConfig, models: list[ModelInfo]) -> str:
     return "\n".join(lines)
 
 
-def _banner(config: GatewayConfig, host: str, port: int) -> str:
+def _banner(config: GatewayConfig, host: str, port: int, auth: str) -> str:
     base = f"http://{host}:{port}"
     lines = [
         f"llmbridge {__version__} listening on {base}",
@@ -97,11 +97,38 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
         lines.append(f"  model {route.name} -> {servers}:{route.model or route.name}")
     if config.server.workers > 1:
         lines.append(f"  workers: {config.server.workers} (each listed in /health)")
-    auth = "on" if config.server.api_keys or config.server.master_key else "off"
+    lines.append(f"  auth: {auth}")
     if config.server.master_key:
-        auth += f" (database keys; admin API {base}/admin/keys)"
-    lines.append(f"  auth: {auth}; health: {base}/health; metrics: {base}/metrics")
+        lines.append(f"  admin API: {base}/admin/keys, {base}/admin/usage")
+    lines.append(f"  health: {base}/health; metrics: {base}/metrics")
     return "\n".join(lines)
+
+
+def _auth_line(config: GatewayConfig) -> tuple[str, bool]:
+    """The banner's auth line and whether auth is on: the keys are counted in the
+    database the gateway will use (accounts/service.py decides the same way at start)."""
+    from llmbridge.accounts.service import auth_summary, count_database_keys
+
+    server = config.server
+    database = config.agent.database or default_agent_database()
+    count: int | None = None
+    error: str | None = None
+    if server.auth is not False:
+        try:
+            count = asyncio.run(count_database_keys(database))
+        except Exception as exc:  # noqa: BLE001 - the gateway says it again at start
+            error = type(exc).__name__
+    static = len([k for k in server.api_keys if k])
+    line = auth_summary(
+        auth=server.auth,
+        static_keys=static,
+        master_key=server.master_key is not None,
+        database_keys=count,
+        database=database,
+        error=error,
+    )
+    on = server.auth is True or (server.auth is None and bool(static or server.master_key or count))
+    return line, on
 
 
 @click.command()
@@ -131,6 +158,15 @@ def _banner(config: GatewayConfig, host: str, port: int) -> str:
     "Redis, e.g. redis://127.0.0.1:6379/0 [env LLMBRIDGE_REDIS_URL; default: in process].",
 )
 @click.option(
+    "--auth/--no-auth",
+    "auth",
+    default=None,
+    envvar="LLMBRIDGE_AUTH",
+    help="Require a key on the model APIs (--auth: even before any key exists) or never "
+    "(--no-auth: open on purpose, database keys ignored) [env LLMBRIDGE_AUTH; default: "
+    "on when there are --api-key keys, a master key or keys in the database].",
+)
+@click.option(
     "--master-key",
     help="The admin API's key (/admin/keys, /admin/usage); turns auth on, with the keys of "
     "`llmbridge keys create` [env LLMBRIDGE_MASTER_KEY; default: no admin API].",
@@ -145,11 +181,12 @@ def serve(
     access_log: bool,
     workers: int | None,
     redis_url: str | None,
+    auth: bool | None,
     master_key: str | None,
     config_path: str | None,
     **shortcuts: Any,
 ) -> None:
-    """Run the gateway (default 127.0.0.1:11435, embedded model, no auth)."""
+    """Run the gateway (default 127.0.0.1:11435, embedded model; auth on when keys exist)."""
     from llmbridge.gateway.asgi import configure_logging, tune_interpreter
 
     config = load_from_options(
@@ -161,19 +198,21 @@ def serve(
         workers=workers,
         redis_url=redis_url,
         master_key=master_key,
+        auth=auth,
         **shortcuts,
     )
     server = config.server
     configure_logging(server.log_level)
-    if not _is_loopback(server.host) and not server.api_keys and not server.master_key:
+    auth_line, auth_on = _auth_line(config)
+    if not _is_loopback(server.host) and not auth_on:
         log.warning(
-            "binding %s without --api-key: anyone who can reach this address can use the backends",
+            "binding %s without keys: anyone who can reach this address can use the backends",
             server.host,
         )
-    click.echo(_banner(config, server.host, server.port), err=True)
+    click.echo(_banner(config, server.host, server.port, auth_line), err=True)
     _raise_open_file_limit()  # before any worker starts: they inherit it
     if server.workers > 1:
-        _serve_workers(config, access_log)
+        _serve_workers(config, access_log, auth_on)
         return
     import uvicorn
 
@@ -198,7 +237,7 @@ def serve(
     )
 
 
-def _serve_workers(config: GatewayConfig, access_log: bool) -> None:
+def _serve_workers(config: GatewayConfig, access_log: bool, auth_on: bool) -> None:
     """``server.workers`` processes on one port, under uvicorn's supervisor: it binds
     the socket, starts each worker (``gateway/asgi.py`` builds the app in it), restarts
     one that dies, and on SIGTERM or Ctrl-C stops them all, each finishing its requests
@@ -208,7 +247,7 @@ def _serve_workers(config: GatewayConfig, access_log: bool) -> None:
     from llmbridge.gateway.asgi import APP_FACTORY, PROTOCOL, RunDirectory
 
     server = config.server
-    if server.master_key and config.state.redis_url is None:
+    if auth_on and config.state.redis_url is None:
         # The LiteLLM defect issue 17 names: limits kept in each process's memory.
         log.warning(
             "%d workers without --redis-url: each checks per-key limits in its own memory, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -26,10 +26,11 @@ from llmbridge.core.errors import (
     LLMBridgeError,
     MethodNotAllowedError,
     NotFoundError,
+    ServiceUnavailableError,
     error_for_status,
 )
 from llmbridge.core.models import ModelInfo
-from llmbridge.gateway.accounting import open_ledger
+from llmbridge.gateway.accounting import ledger_enabled, open_ledger
 from llmbridge.gateway.agent_gate import KeyGate
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.metrics import GatewayMetrics
@@ -90,7 +91,8 @@ class _AuthMiddleware:
     """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap).
     Static keys are checked in memory, database keys through the accounts' cache
     (accounts/service.py); ``/admin/`` checks the master key itself
-    (accounts/routes.py)."""
+    (accounts/routes.py). While auth is off for want of keys, each request lets the
+    accounts look for a first database key (in the background, at most every 5 s)."""
 
     def __init__(self, app: ASGIApp, accounts: Accounts) -> None:
         self.app = app
@@ -98,23 +100,50 @@ class _AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
-        if (
-            path
-            and self.accounts.enabled
-            and path not in OPEN_PATHS
-            and not path.startswith(ADMIN_PREFIX)
-        ):
-            try:
-                query = scope.get("query_string", b"")  # Gemini clients' ?key=
-                presented = presented_key(Headers(scope=scope), query)
-                # Which key matched: the caller's identity (the agent API's owner), and
-                # its record when it is a database key (its limits: accounts/limits.py).
-                scope[KEY_IDENTITY], scope[ACCOUNT] = await self.accounts.caller(presented)
-            except LLMBridgeError as exc:  # 401, or 503 with the key database down
-                response = error_response(dialect_for_scope(scope), exc, new_request_id())
-                await response(scope, receive, send)
-                return
+        if not path or path in OPEN_PATHS or path.startswith(ADMIN_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        if not self.accounts.enabled:
+            self.accounts.look_for_keys()
+            await self.app(scope, receive, send)
+            return
+        try:
+            query = scope.get("query_string", b"")  # Gemini clients' ?key=
+            presented = presented_key(Headers(scope=scope), query)
+            # Which key matched: the caller's identity (the agent API's owner), and its
+            # record when it is a database key (its limits: accounts/limits.py).
+            scope[KEY_IDENTITY], scope[ACCOUNT] = await self.accounts.caller(presented)
+        except LLMBridgeError as exc:  # 401; 503 with the key database down or frozen
+            await self._refuse(scope, receive, send, exc)
+            return
+        except Exception as exc:  # a bug in the lookup: logged, not shown
+            log.exception("the key lookup failed")
+            error = ServiceUnavailableError(f"the key lookup failed ({type(exc).__name__})")
+            await self._refuse(scope, receive, send, error)
+            return
         await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, error: LLMBridgeError) -> None:
+        response = error_response(dialect_for_scope(scope), error, new_request_id())
+        await response(scope, receive, send)
+
+
+def _ledger_when_keys_appear(state: GatewayState) -> Callable[[], Awaitable[None]]:
+    """What the accounts call when database keys turn auth on while the gateway runs:
+    open the ledger from then on (``accounting.ledger_enabled``), as a start with those
+    keys would have."""
+
+    async def ledger_on() -> None:
+        if state.ledger is None and ledger_enabled(state.config, auth_on=True):
+            state.ledger = await open_ledger(
+                state.config,
+                getattr(state.models, "state", None),
+                state.metrics.usage_dropped.inc,
+                auth_on=True,
+            )
+
+    return ledger_on
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -198,7 +227,9 @@ def create_app(
         database=config.agent.database or default_agent_database(),
         state=lambda: models.state,
         body_limits=state.limits,
+        auth=config.server.auth,
     )
+    state.accounts.on_auth_on = _ledger_when_keys_appear(state)
 
     # Agent turns count against the caller's key and in the ledger (gateway/agent_gate.py).
     agent = MountedAgent(state.limits, gate=KeyGate(state))
@@ -208,12 +239,16 @@ def create_app(
         async with models:  # started here, closed at shutdown (serving/models.py)
             if isinstance(shared, FailoverState):
                 await shared.start()  # degraded from the start when Redis does not answer
-            await state.accounts.open()  # the key database, when auth is on
+            # The key database: its keys may turn auth on (accounts/service.py).
+            await state.accounts.open()
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.
             state.ledger = await open_ledger(
-                config, getattr(models, "state", None), metrics.usage_dropped.inc
+                config,
+                getattr(models, "state", None),
+                metrics.usage_dropped.inc,
+                auth_on=state.accounts.enabled,
             )
             if on_ready is not None:
                 on_ready(await models.list_models())
@@ -224,6 +259,7 @@ def create_app(
             finally:
                 if workers is not None:
                     await workers.stop()
+                await state.accounts.stop_looking()  # it may open the ledger
                 if state.ledger is not None:
                     # Requests are over: what is buffered is written before exit.
                     await state.ledger.aclose()

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
@@ -126,8 +126,14 @@ class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     api_keys: tuple[str, ...] = ()
-    """Accepted keys (``Authorization: Bearer`` or ``x-api-key``); empty disables auth
-    unless a ``master_key`` is set."""
+    """Accepted keys (``Authorization: Bearer`` or ``x-api-key``), besides the keys in
+    the database (``llmbridge keys create``)."""
+    auth: bool | None = None
+    """Whether the model APIs need a key (``--auth/--no-auth``, ``LLMBRIDGE_AUTH``;
+    docs/DEPLOY.md, "Keys and limits"). ``None``: on when there are static keys, a
+    master key or unrevoked keys in the database (a first key created while the gateway
+    runs turns it on within 5 s). ``false``: open on purpose, database keys ignored.
+    ``true``: on even before any key exists."""
     master_key: str | None = None
     """The admin API's key (``/admin/``: keys, usage); setting it turns auth on, with
     the keys kept in the database (``llmbridge keys create``) and the static ones
@@ -149,9 +155,9 @@ class ServerConfig(Strict):
     """Seconds from the end of the headers to the end of the body; then 408."""
     ledger: bool | None = None
     """Record every request in the usage ledger (the ``usage`` table of the agent's
-    database, accounts/ledger.py). ``None``: on when auth is (``api_keys`` or
-    ``master_key`` set), off otherwise, so the zero-configuration server writes
-    nothing per request."""
+    database, accounts/ledger.py). ``None``: on when auth is (``auth``: keys in the
+    database count), off otherwise, so the zero-configuration server writes nothing
+    per request."""
     workers: int = Field(1, ge=1)
     """Processes that serve the port (``--workers``, ``LLMBRIDGE_WORKERS``), each with its
     own event loop, backends and embedded model; 1 runs the gateway in the ``llmbridge
@@ -161,6 +167,12 @@ class ServerConfig(Strict):
     Load balancers poll it often and anyone may call it: probing each backend on
     every call would pass that load on, and make ``/health`` as slow as the busiest
     backend."""
+
+    @model_validator(mode="after")
+    def _open_without_static_keys(self) -> ServerConfig:
+        if self.auth is False and self.api_keys:
+            raise ValueError("auth is off (--no-auth) but api_keys are set: drop one of them")
+        return self
 
     def serving_host(self) -> Host:
         """What backends need to know of this server (serving/build.py): its own
@@ -284,7 +296,7 @@ def _apply_limit_overrides(server: dict[str, Any], overrides: dict[str, Any]) ->
 
 def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     server = dict(raw.get("server") or {})
-    for field_name in ("host", "port", "max_body_bytes", "log_level", "workers"):
+    for field_name in ("host", "port", "max_body_bytes", "log_level", "workers", "auth"):
         if overrides.get(field_name) is not None:
             server[field_name] = overrides[field_name]
     _apply_limit_overrides(server, overrides)

@@ -7,7 +7,9 @@ tools the parameter: ``presented_key``), compared in constant time against every
 configured key (``KeyChecker``). Keys kept in the database (``llmb-...``) are resolved
 by the gateway's middleware through ``accounts.service``, after the static ones. Keys
 are never logged; ``llmbridge serve`` takes ``key=`` values out of its access log
-(cli/serve.py).
+(cli/serve.py) with ``redact_query_keys``, which reads a query string exactly as
+``query_key`` does (the same split, the same percent-decoding of names), so whatever
+authenticates is redacted: ``?%6Bey=...`` too (issue 24, item 12).
 
 The key a request matched is its caller's identity: ``key_identity(key)``, a prefix of
 the key's SHA-256 (never the key itself), is put in the ASGI scope by the gateway's
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from urllib.parse import unquote
 
-from starlette.datastructures import Headers, QueryParams
+from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 
 from llmbridge.core.errors import AuthenticationError
@@ -33,6 +36,8 @@ __all__ = [
     "caller_identity",
     "key_identity",
     "presented_key",
+    "query_key",
+    "redact_query_keys",
 ]
 
 OPEN_PATHS = frozenset({"/", "/api/hello", "/health"})
@@ -62,6 +67,10 @@ class KeyChecker:
     @property
     def enabled(self) -> bool:
         return bool(self._keys)
+
+    @property
+    def count(self) -> int:
+        return len(self._keys)
 
     def match(self, presented: str) -> str | None:
         """The identity of the static key ``presented`` is, else ``None``."""
@@ -104,11 +113,50 @@ def presented_key(headers: Headers, query_string: bytes = b"") -> str:
         scheme, _, credentials = auth.partition(" ")
         if scheme.lower() == "bearer":
             presented = credentials.strip()
-    if not presented and b"key=" in query_string:
-        presented = QueryParams(query_string).get("key")
+    if not presented and query_string:
+        presented = query_key(query_string.decode("latin-1"))
     if not presented:
         raise AuthenticationError(
             "missing API key: send 'Authorization: Bearer <key>', 'x-api-key: <key>' "
             "or 'x-goog-api-key: <key>'"
         )
     return presented
+
+
+REDACTED = "REDACTED"
+
+
+def _query_name(raw: str) -> str:
+    """A query parameter's name as ``urllib.parse.parse_qsl`` (so starlette's
+    ``QueryParams``) decodes it: ``+`` is a space, then percent-decoding as UTF-8."""
+    if "+" in raw:
+        raw = raw.replace("+", " ")
+    return unquote(raw, errors="replace") if "%" in raw else raw
+
+
+def query_key(query: str) -> str | None:
+    """The ``key`` parameter of a query string (the last one, as ``QueryParams.get``
+    gives), its name and value percent-decoded; ``None`` without one."""
+    found: str | None = None
+    for pair in query.split("&"):
+        name, eq, value = pair.partition("=")
+        if eq and _query_name(name) == "key":
+            found = _query_name(value)
+    return found
+
+
+def redact_query_keys(text: str) -> str:
+    """``text`` (a request target, ``/path?query``) with the value of every parameter
+    ``query_key`` would read replaced by ``REDACTED``, however its name is encoded."""
+    path, mark, query = text.partition("?")
+    if not mark:
+        return text
+    # The target ends at whitespace (a request line's " HTTP/1.1"): keep what follows.
+    cut = next((i for i, c in enumerate(query) if c.isspace()), len(query))
+    query, rest = query[:cut], query[cut:]
+    pairs = query.split("&")
+    for i, pair in enumerate(pairs):
+        name, eq, _ = pair.partition("=")
+        if eq and _query_name(name) == "key":
+            pairs[i] = f"{name}={REDACTED}"
+    return f"{path}?{'&'.join(pairs)}{rest}"
