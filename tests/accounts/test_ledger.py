@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmbridge.accounts import ledger as ledger_module
 from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, UsageRecord, spend_key
+from llmbridge.accounts.usage_record import COLUMNS
 from llmbridge.accounts.prices import ModelPrice, PriceTable, cost_of
 from llmbridge.accounts.usage import parse_when, usage_report
 from llmbridge.agent.store import make_engine, migrate
@@ -267,7 +268,7 @@ async def test_every_column_reads_back_as_recorded(
         rows = {row.request_id: row for row in await conn.execute(select(USAGE))}
     assert len(rows) == 7
     got = rows["req_full"]
-    for name in ledger_module._COLUMNS:
+    for name in COLUMNS:
         assert getattr(got, name) == getattr(full, name), name
     assert rows["req_naive"].created_at == at
     assert (rows["req_naive"].status, rows["req_naive"].streamed) == (499, False)

@@ -23,15 +23,8 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmbridge.accounts import ledger as ledger_module
-from llmbridge.accounts.ledger import (
-    API_KEYS,
-    INT_MAX,
-    USAGE,
-    UsageLedger,
-    UsageRecord,
-    spend_key,
-    storable_record,
-)
+from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, spend_key
+from llmbridge.accounts.usage_record import INT_MAX, UsageRecord, storable_record
 from llmbridge.agent.store import make_engine, migrate
 from llmbridge.state.local import LocalState
 

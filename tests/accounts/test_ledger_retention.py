@@ -219,10 +219,11 @@ def test_retention_from_the_file_and_the_environment(tmp_path: Path) -> None:
 
 
 def test_a_gateway_rolls_up_at_start_and_admin_usage_reads_the_rollups(db_url: str) -> None:
-    """A gateway started on a database with rows past the default retention (90 days)
-    rolls them up in its ledger's cleanup, and ``GET /admin/usage`` answers the same
-    totals as before (and as ``llmbridge usage``)."""
-    cutoff = cutoff_for(90)
+    """A gateway started on a database with rows past its ``ledger.retention_days``
+    (30 here: rows 31 days old, which the default 90 would keep) rolls them up in its
+    ledger's cleanup, ``GET /admin/usage`` answers the same totals as before (and as
+    ``llmbridge usage``), and ``/metrics`` shows no row left to clean up."""
+    cutoff = cutoff_for(30)
     assert cutoff is not None
 
     async def prepare() -> Reports:
@@ -247,6 +248,7 @@ def test_a_gateway_rolls_up_at_start_and_admin_usage_reads_the_rollups(db_url: s
         {"scripted": ScriptedBackend("scripted", models=("m",))},
         server={"master_key": master},
         agent={"database": db_url, "summaries": False},
+        ledger={"retention_days": 30},
     ) as server:
         waited = threading.Event()
         for _ in range(200):  # bounded: 20 s
@@ -254,6 +256,16 @@ def test_a_gateway_rolls_up_at_start_and_admin_usage_reads_the_rollups(db_url: s
                 break
             waited.wait(0.1)
         assert asyncio.run(rows_left()) == 0, "the gateway's ledger never cleaned up"
+        created = httpx.post(
+            server.url + "/admin/keys",
+            json={"name": "scraper"},
+            headers={"Authorization": f"Bearer {master}"},
+            timeout=10,
+        )
+        scraper = {"Authorization": f"Bearer {created.json()['key']}"}
+        metrics = httpx.get(server.url + "/metrics", headers=scraper, timeout=10).text
+        assert "llmbridge_usage_rows_pending_cleanup 0.0" in metrics
+        assert "llmbridge_usage_records_set_aside_total 0.0" in metrics
         for group_by in ("key", "model", "day"):
             response = httpx.get(
                 server.url + "/admin/usage",

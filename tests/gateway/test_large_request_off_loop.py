@@ -1,6 +1,6 @@
 """Work that grows with a request runs off the event loop for a large one (issue 13):
 encoding it for the backend (backends/http.py) and the Anthropic front's input-token
-estimate (gateway/pipeline.py). Checked by where the work ran, not by a timer: the
+estimate (gateway/exchange.py). Checked by where the work ran, not by a timer: the
 hooks below wrap the real functions and note whether an event loop was running in
 their thread (``asyncio.get_running_loop`` answers only on the loop's own thread)."""
 
@@ -16,7 +16,7 @@ import pytest
 from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.dialects import openai as openai_dialect
-from llmbridge.gateway import pipeline
+from llmbridge.gateway import exchange
 from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 from tests.upstream import Canned, FakeUpstream
 
@@ -77,9 +77,9 @@ def gateway(upstream: tuple[FakeUpstream, RunningServer]) -> Iterator[RunningSer
 @pytest.fixture
 def hooks(monkeypatch: pytest.MonkeyPatch) -> tuple[_Where, _Where]:
     encode = _Where(openai_dialect.encode_chat_request)
-    count = _Where(pipeline.count_request_tokens)
+    count = _Where(exchange.count_request_tokens)
     monkeypatch.setattr(openai_dialect, "encode_chat_request", encode)
-    monkeypatch.setattr(pipeline, "count_request_tokens", count)
+    monkeypatch.setattr(exchange, "count_request_tokens", count)
     return encode, count
 
 

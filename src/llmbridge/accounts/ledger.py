@@ -18,8 +18,9 @@ in one transaction per batch:
   that hid a commit, or a request id some other replica already wrote, is never
   counted twice;
 - ``api_keys.spent_usd += cost`` for the rows that went in, summed per key, in the
-  same transaction: spend and ledger never disagree. After the commit the batch's
-  cost is taken back out of the shared counters.
+  same transaction: spend and ledger never disagree. The batch's cost is taken back
+  out of the shared counters ``take_back_s`` (6 s) after the commit, once no process
+  still caches a key record read before it (``_flushed_spend``).
 
 Values are made storable in ``record()``, before they are queued (issue 24), the
 same on SQLite and PostgreSQL (``storable_record``): U+0000 and unpaired surrogates
@@ -55,24 +56,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
-import math
-import operator
 import os
 import socket
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Boolean, Float, Integer, String, Table, update
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
+from sqlalchemy import Table, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from llmbridge.accounts.keys import CACHE_S
 from llmbridge.accounts.rollups import (
     CLEANUP_BATCH,
     DEFAULT_RETENTION_DAYS,
@@ -80,10 +78,17 @@ from llmbridge.accounts.rollups import (
     pending_cleanup,
     roll_up_batch,
 )
+from llmbridge.accounts.usage_record import (
+    COLUMNS,
+    CREATED_AT,
+    ROW,
+    UsageRecord,
+    refused,
+    storable_record,
+)
 from llmbridge.agent.store.engine import make_engine, write_engine
 from llmbridge.agent.store.migrate import migrate
 from llmbridge.agent.store.models import ApiKeyRow, UsageRow
-from llmbridge.agent.store.values import storable_text
 from llmbridge.state.base import SharedState
 from llmbridge.state.local import LocalState
 
@@ -117,242 +122,6 @@ def spend_key(key_id: str) -> str:
     return f"spend:{key_id}"
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """One request, as the ``usage`` table keeps it (agent/store/models.py ``UsageRow``)."""
-
-    request_id: str
-    """Unique: the second write of the same request is ignored."""
-    model: str
-    """The public model name the caller asked for."""
-    status: int
-    """The HTTP status; 499 when the client left; an in-stream error's own status."""
-    created_at: datetime = field(default_factory=_now)
-    key_id: str | None = None
-    """``api_keys.id`` of a database key; ``None`` for a static key or no auth."""
-    key_name: str | None = None
-    backend: str | None = None
-    """The serving backend's kind (``ollama``, ``openai``...)."""
-    deployment: str | None = None
-    """The configured backend that served it, after fallbacks and balancing."""
-    endpoint: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    """Reasoning tokens included, as in the core's ``Usage``."""
-    reasoning_tokens: int | None = None
-    cached_tokens: int | None = None
-    """Prompt tokens read from the backend's cache."""
-    cost_usd: float | None = None
-    """From the price table; ``None`` when the model has no price."""
-    latency_ms: float | None = None
-    ttft_ms: float | None = None
-    streamed: bool | None = None
-    replica: str | None = None
-    """``hostname:pid`` of the process that served it."""
-
-
-_COLUMNS = tuple(f.name for f in fields(UsageRecord))
-_CREATED_AT = _COLUMNS.index("created_at")
-_ROW = operator.attrgetter(*_COLUMNS)
-"""A record's values in column order, in one C call."""
-
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-"""The ``usage`` table's integer columns are 32 bits (PostgreSQL ``integer``)."""
-
-
-def _column_kinds() -> tuple[
-    tuple[tuple[int, str, int, bool], ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]
-]:
-    """Per kind, the record fields' positions in ``_COLUMNS``: text with its column's
-    length and whether it may be NULL, integers, floats, booleans."""
-    text, ints, floats, bools = [], [], [], []
-    for i, name in enumerate(_COLUMNS):
-        column = USAGE.c[name]
-        kind = column.type
-        if isinstance(kind, String):
-            text.append((i, name, kind.length or 10_000_000, bool(column.nullable)))
-        elif isinstance(kind, Integer):
-            ints.append(i)
-        elif isinstance(kind, Float):
-            floats.append(i)
-        elif isinstance(kind, Boolean):
-            bools.append(i)
-    return tuple(text), tuple(ints), tuple(floats), tuple(bools)
-
-
-_TEXT, _INTS, _FLOATS, _BOOLS = _column_kinds()
-
-
-def _storable_int(value: object) -> int | None:
-    if isinstance(value, float):
-        return None if not math.isfinite(value) else max(INT_MIN, min(INT_MAX, int(value)))
-    try:
-        number: int = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return max(INT_MIN, min(INT_MAX, number))
-
-
-def _storable_float(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-_REPEATED = tuple(name for _, name, _, _ in _TEXT if name != "request_id")
-"""The text fields a gateway repeats from request to request (model, key, backend,
-deployment, endpoint, replica): checked once per distinct combination."""
-_REPEATED_TEXT = operator.attrgetter(*_REPEATED)
-_REPEATED_LIMITS = tuple(
-    (length, nullable) for _, name, length, nullable in _TEXT if name in _REPEATED
-)
-_REQUEST_ID_LENGTH = next(length for _, name, length, _ in _TEXT if name == "request_id")
-_NUMBERS = operator.attrgetter(*(_COLUMNS[i] for i in _INTS))
-_FLOATS_OF = operator.attrgetter(*(_COLUMNS[i] for i in _FLOATS))
-_STREAMED = next(_COLUMNS[i] for i in _BOOLS)
-_clean_texts: set[tuple[str | None, ...]] = set()
-"""Combinations of ``_REPEATED`` values seen clean, bounded by ``_CLEAN_TEXTS_MAX``."""
-_CLEAN_TEXTS_MAX = 4096
-
-
-def _clean_text(value: object, length: int) -> bool:
-    """Whether a text column takes ``value`` as it is."""
-    if value is None:
-        return True
-    if type(value) is not str or len(value) > length:
-        return False
-    if value.isascii():
-        return "\x00" not in value
-    return storable_text(value) is value
-
-
-def storable_record(record: UsageRecord) -> UsageRecord:
-    """``record`` with every value one the ``usage`` table takes, on SQLite and
-    PostgreSQL alike (module docstring); ``record`` itself when it already was.
-
-    The common case is a clean record, checked in about a microsecond on the request
-    path: the repeated text fields as one set lookup once seen, the request id, then a
-    type and range check per number."""
-    repeated = _REPEATED_TEXT(record)
-    if repeated not in _clean_texts:
-        for value, (length, nullable) in zip(repeated, _REPEATED_LIMITS, strict=True):
-            if (value is None and not nullable) or not _clean_text(value, length):
-                return _storable_copy(record)
-        if len(_clean_texts) >= _CLEAN_TEXTS_MAX:
-            _clean_texts.clear()
-        _clean_texts.add(repeated)
-    request_id = record.request_id
-    if not (
-        type(request_id) is str
-        and len(request_id) <= _REQUEST_ID_LENGTH
-        and request_id.isascii()
-        and "\x00" not in request_id
-    ):
-        return _storable_copy(record)
-    for number in _NUMBERS(record):
-        if number is not None and (type(number) is not int or number > INT_MAX or number < INT_MIN):
-            return _storable_copy(record)
-    for real in _FLOATS_OF(record):
-        # x - x is 0.0 for every finite float, NaN for NaN and the infinities.
-        if real is not None and (type(real) is not float or real - real != 0.0):
-            return _storable_copy(record)
-    streamed = getattr(record, _STREAMED)
-    if (streamed is not None and type(streamed) is not bool) or not isinstance(
-        record.created_at, datetime
-    ):
-        return _storable_copy(record)
-    return record
-
-
-def _storable_copy(record: UsageRecord) -> UsageRecord:
-    """``record`` with each value the ``usage`` table cannot take replaced."""
-    row = _ROW(record)
-    fixed: dict[str, Any] | None = None
-    for i, name, length, nullable in _TEXT:
-        value = row[i]
-        if type(value) is str and len(value) <= length and value.isascii() and "\x00" not in value:
-            continue
-        if value is None:
-            if nullable:
-                continue
-            value = ""
-        clean = storable_text(value if type(value) is str else str(value))[:length]
-        if clean is not value:
-            fixed = fixed or {}
-            fixed[name] = clean
-    for i in _INTS:
-        value = row[i]
-        if value is None or (type(value) is int and INT_MIN <= value <= INT_MAX):
-            continue
-        number = _storable_int(value)
-        if number is None and not USAGE.c[_COLUMNS[i]].nullable:
-            number = 0
-        fixed = fixed or {}
-        fixed[_COLUMNS[i]] = number
-    for i in _FLOATS:
-        value = row[i]
-        if value is None or (type(value) is float and math.isfinite(value)):
-            continue
-        fixed = fixed or {}
-        fixed[_COLUMNS[i]] = _storable_float(value)
-    for i in _BOOLS:
-        value = row[i]
-        if value is None or type(value) is bool:
-            continue
-        fixed = fixed or {}
-        fixed[_COLUMNS[i]] = bool(value)
-    if not isinstance(row[_CREATED_AT], datetime):
-        fixed = fixed or {}
-        fixed["created_at"] = _now()
-    return record if fixed is None else dataclasses.replace(record, **fixed)
-
-
-_REFUSED_SQLSTATE = ("22", "23")
-"""PostgreSQL's SQLSTATE classes "data exception" and "integrity constraint
-violation": the values, not the database."""
-
-
-def refused(exc: BaseException) -> bool:
-    """Whether a failed write was the database refusing the batch's values (split it,
-    set the refused rows aside) rather than the database being unreachable (keep the
-    batch, retry later). Told apart by exception class and SQLSTATE, never by a
-    message's wording; anything unknown counts as unreachable, so no row is set aside
-    for a failure that was not its own."""
-    chain: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        error = todo.pop()
-        if error is None or any(error is seen for seen in chain):
-            continue
-        chain.append(error)
-        if isinstance(error, StatementError):
-            todo.append(error.orig)
-        todo += [error.__cause__, error.__context__]
-    for error in chain:
-        # A connection lost or refused, a timeout: the database, not the row.
-        if isinstance(error, OSError | asyncio.TimeoutError):
-            return False
-        if isinstance(error, DBAPIError) and error.connection_invalidated:
-            return False
-    for error in chain:
-        if isinstance(error, DataError | IntegrityError):
-            return True
-        if str(getattr(error, "sqlstate", "") or "")[:2] in _REFUSED_SQLSTATE:
-            return True
-        # A value the driver cannot send: sqlite3's OverflowError (an int over 64
-        # bits), a str it cannot encode (UnicodeEncodeError), asyncpg's own DataError
-        # (a ValueError: an int over 32 bits for an integer column).
-        if isinstance(error, ValueError | TypeError | ArithmeticError):
-            return True
-    return False
-
-
 ROWS_PER_INSERT = 1000
 """Rows per INSERT statement: 18 parameters each, under SQLite's and PostgreSQL's
 limit of 32,766 and 32,767 parameters per statement."""
@@ -377,14 +146,14 @@ async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:
     on_sqlite = dialect.name == "sqlite"
     values: list[Any] = []
     for record in batch:
-        row = list(_ROW(record))
+        row = list(ROW(record))
         at = record.created_at
         # As UTCDateTime.process_bind_param: a naive value is UTC already.
         at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
         if on_sqlite:
-            row[_CREATED_AT] = at.replace(tzinfo=None).isoformat(" ", "microseconds")
+            row[CREATED_AT] = at.replace(tzinfo=None).isoformat(" ", "microseconds")
         else:
-            row[_CREATED_AT] = at
+            row[CREATED_AT] = at
         values += row
     sql = _insert_sql(paramstyle, len(batch), dialect.identifier_preparer.quote)
     return list((await conn.exec_driver_sql(sql, tuple(values))).scalars())
@@ -393,7 +162,7 @@ async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:
 @functools.lru_cache(maxsize=32)
 def _insert_sql(paramstyle: str, rows: int, quote: Callable[[str], str]) -> str:
     """The statement text of ``_insert`` for ``rows`` rows, built once per size."""
-    width = len(_COLUMNS)
+    width = len(COLUMNS)
     if paramstyle == "qmark":
         groups = ["(" + ", ".join("?" * width) + ")"] * rows
     else:  # numeric_dollar: $1, $2, ... across the rows
@@ -401,7 +170,7 @@ def _insert_sql(paramstyle: str, rows: int, quote: Callable[[str], str]) -> str:
             "(" + ", ".join(f"${row * width + i + 1}" for i in range(width)) + ")"
             for row in range(rows)
         ]
-    columns = ", ".join(quote(name) for name in _COLUMNS)
+    columns = ", ".join(quote(name) for name in COLUMNS)
     return (
         f"INSERT INTO {quote(USAGE.name)} ({columns}) VALUES {', '.join(groups)} "
         f"ON CONFLICT ({quote('request_id')}) DO NOTHING RETURNING {quote('request_id')}"
@@ -428,6 +197,7 @@ class UsageLedger:
         cleanup_batch: int = CLEANUP_BATCH,
         cleanup_pause_s: float = 0.05,
         on_cleanup_pending: Callable[[int], None] | None = None,
+        take_back_s: float = CACHE_S + 1.0,
     ) -> None:
         self.engine = engine
         self.replica = replica_name()
@@ -459,6 +229,10 @@ class UsageLedger:
         self._flush_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._unsent_spend: dict[str, float] = {}
+        self.take_back_s = take_back_s
+        """How long after a commit its cost leaves the shared spend counter
+        (``_flushed_spend``): longer than a key record is cached."""
+        self._taking_back: deque[tuple[float, dict[str, float]]] = deque()
         self.spend_batch_s = (
             spend_batch_s
             if spend_batch_s is not None
@@ -586,6 +360,8 @@ class UsageLedger:
                 await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
             self._wake.clear()
             await self.flush()
+            if self._taking_back:
+                await self._take_back()
 
     async def flush(self) -> bool:
         """Write what waited when it was called, a batch at a time; ``False`` when the
@@ -685,18 +461,34 @@ class UsageLedger:
 
     async def _flushed_spend(self, batch: list[UsageRecord]) -> None:
         """Take the batch's cost out of the shared "not yet flushed" counters: it is in
-        ``api_keys.spent_usd`` now (or was already, for a request written before)."""
+        ``api_keys.spent_usd`` now (or was already, for a request written before). Not
+        at once: every process reads ``spent_usd`` from a key record it caches for up
+        to ``keys.CACHE_S``, so a record read before this commit would see the spend
+        in neither place (issue 24: a key on a spent budget got through right after a
+        flush). The counter is lowered ``take_back_s`` later, when no cached record
+        older than the commit is left; meanwhile the spend counts twice, which can
+        only refuse a request early, never let one overspend."""
         if self._spend is None:
             return
         spent: defaultdict[str, float] = defaultdict(float)
         for record in batch:
             if record.key_id is not None and record.cost_usd:
                 spent[record.key_id] += record.cost_usd
-        for key_id, amount in spent.items():
-            try:
-                await self._spend.add_float(spend_key(key_id), -amount)
-            except Exception as exc:  # noqa: BLE001 - the budget reads high until restart
-                log.warning("usage ledger: the spend counter was not updated: %s", exc)
+        if spent:
+            self._taking_back.append((time.monotonic() + self.take_back_s, dict(spent)))
+
+    async def _take_back(self, *, everything: bool = False) -> None:
+        """Lower the spend counters by what was committed ``take_back_s`` ago (all of
+        it at shutdown)."""
+        assert self._spend is not None
+        now = time.monotonic()
+        while self._taking_back and (everything or self._taking_back[0][0] <= now):
+            _, spent = self._taking_back.popleft()
+            for key_id, amount in spent.items():
+                try:
+                    await self._spend.add_float(spend_key(key_id), -amount)
+                except Exception as exc:  # noqa: BLE001 - the budget reads high until restart
+                    log.warning("usage ledger: the spend counter was not updated: %s", exc)
 
     async def _write(self, batch: list[UsageRecord]) -> int:
         """Insert ``batch`` and add its cost to the keys' spend, in one transaction;
@@ -793,5 +585,7 @@ class UsageLedger:
             log.error(
                 "usage ledger: %d records could not be written at shutdown", len(self._buffer)
             )
+        if self._taking_back:
+            await self._take_back(everything=True)
         if self._owns_engine:
             await self.engine.dispose()

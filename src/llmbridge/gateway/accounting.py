@@ -6,10 +6,10 @@ Each request's row is written by its ``Exchange`` (gateway/exchange.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from llmbridge.accounts.ledger import UsageLedger
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
+from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.state.base import SharedState
 
 __all__ = ["ledger_enabled", "open_ledger"]
@@ -34,19 +34,28 @@ def ledger_enabled(config: GatewayConfig, *, auth_on: bool = False) -> bool:
 async def open_ledger(
     config: GatewayConfig,
     spend: SharedState | None,
-    on_dropped: Callable[[int], None] | None = None,
+    metrics: GatewayMetrics | None = None,
     *,
     auth_on: bool = False,
 ) -> UsageLedger | None:
     """The ledger on the agent's database (``agent.database``, ``--db``), migrated
-    and started; ``None`` when it is off. A database that cannot be opened is logged
-    and leaves the gateway serving without a ledger (as the agent service does).
-    ``on_dropped`` counts records dropped while the database is unreachable."""
+    and started, its rows kept ``ledger.retention_days`` before they are rolled up;
+    ``None`` when it is off. A database that cannot be opened is logged and leaves the
+    gateway serving without a ledger (as the agent service does). ``metrics`` count
+    the records dropped while the database is unreachable, the rows it refused (set
+    aside) and the rows waiting for the cleanup."""
     if not ledger_enabled(config, auth_on=auth_on):
         return None
     database = config.agent.database or default_agent_database()
     try:
-        return await UsageLedger.open(database, spend=spend, on_dropped=on_dropped)
+        return await UsageLedger.open(
+            database,
+            spend=spend,
+            retention_days=config.ledger.retention_days,
+            on_dropped=None if metrics is None else metrics.usage_dropped.inc,
+            on_set_aside=None if metrics is None else metrics.usage_set_aside.inc,
+            on_cleanup_pending=None if metrics is None else metrics.usage_pending_cleanup.set,
+        )
     except Exception as exc:  # noqa: BLE001 - serving goes on; the log says why
         log.error(
             "the usage ledger is off: its database cannot be opened: %s: %s",

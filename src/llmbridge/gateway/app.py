@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -33,6 +34,7 @@ from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
 from llmbridge.gateway.agent_gate import KeyGate
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
+from llmbridge.gateway.exchange import EXCHANGED, log_left_mid_body
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
 from llmbridge.gateway.routes import (
@@ -139,7 +141,7 @@ def _ledger_when_keys_appear(state: GatewayState) -> Callable[[], Awaitable[None
             state.ledger = await open_ledger(
                 state.config,
                 getattr(state.models, "state", None),
-                state.metrics.usage_dropped.inc,
+                state.metrics,
                 auth_on=True,
             )
 
@@ -179,14 +181,15 @@ async def _client_disconnected(request: Request, exc: Exception) -> Response:
     log line and a 499 in the metrics, where a traceback of 80 lines used to be."""
     endpoint = _endpoint_label(request.scope)
     request.app.state.gateway.metrics.unserved(endpoint, 499)
-    client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
-    log.info(
-        "%s disconnected while sending the body of %s %s (499)",
-        client,
-        request.method,
-        request.url.path,
-    )
+    log_left_mid_body(request)
     return Response(status_code=499)  # nobody reads it; uvicorn drops it
+
+
+def _body_timed_out(metrics: GatewayMetrics, scope: Scope) -> None:
+    """A body that did not arrive in time (gateway/read_limits.py), for the metrics:
+    an exchanged route (gateway/exchange.py) counts its own 408 with its ledger row."""
+    if not getattr(scope.get("endpoint"), EXCHANGED, False):
+        metrics.unserved(_endpoint_label(scope), 408)
 
 
 def http_protocol(app: Starlette) -> type[asyncio.Protocol]:
@@ -247,7 +250,7 @@ def create_app(
             state.ledger = await open_ledger(
                 config,
                 getattr(models, "state", None),
-                metrics.usage_dropped.inc,
+                metrics,
                 auth_on=state.accounts.enabled,
             )
             if on_ready is not None:
@@ -305,8 +308,9 @@ def create_app(
     app.state.accounts = state.accounts  # what accounts/routes.py reads
     app.add_middleware(_AuthMiddleware, accounts=state.accounts)
 
-    def body_timed_out(scope: Scope) -> None:
-        state.metrics.unserved(_endpoint_label(scope), 408)
-
-    app.add_middleware(BodyDeadline, seconds=config.server.body_timeout, on_timeout=body_timed_out)
+    app.add_middleware(
+        BodyDeadline,
+        seconds=config.server.body_timeout,
+        on_timeout=partial(_body_timed_out, state.metrics),
+    )
     return app

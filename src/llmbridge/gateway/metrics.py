@@ -143,6 +143,20 @@ class GatewayMetrics:
             "than the ledger's buffer (100,000 records) waited (accounts/ledger.py).",
             registry=self.registry,
         )
+        self.usage_set_aside = Counter(
+            "llmbridge_usage_records_set_aside",
+            "Usage ledger records the database refused for their values, set aside "
+            "(logged with their request id) so the rows behind them are written "
+            "(accounts/ledger.py).",
+            registry=self.registry,
+        )
+        self.usage_pending_cleanup = Gauge(
+            "llmbridge_usage_rows_pending_cleanup",
+            "Usage ledger rows older than ledger.retention_days not yet rolled up into "
+            "daily totals (accounts/rollups.py).",
+            registry=self.registry,
+            multiprocess_mode="max",
+        )
         self.rejected_connections = Counter(
             "llmbridge_rejected_connections",
             "Connections closed while their request headers were read, by reason "
