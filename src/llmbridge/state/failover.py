@@ -22,12 +22,14 @@ whose outcome is unknown (a timeout, a dropped connection, a script that ran too
 late) marks its key dirty. Late scripts do nothing (deadlines, state/redis.py), but
 one that ran just before its deadline and lost its reply did count; so before
 serving from Redis again, once every call sent before the outage has come back or
-given up, the watch task sets this replica's fields of every dirty key to what it
-holds (``RedisState.reconcile``, one script). There is no pending-release queue to
-replay: a release that timed out is a count lowered here and a dirty key, so a
-release is never applied twice. Rate windows and the spend counter are not per
-replica and cannot be reconciled: a deadline keeps a late script from counting, and
-only the lost-reply race can count one request twice, for one window.
+given up, the watch task sets this replica's fields of every dirty key (and of every
+key it holds something under: a Redis restarted empty, or an outage past the
+heartbeat's TTL, lost them) to what it holds (``RedisState.reconcile``, one
+script). There is no pending-release queue to replay: a release that timed out is a
+count lowered here and a dirty key, so a release is never applied twice. Rate
+windows and the spend counter are not per replica and cannot be reconciled: a
+deadline keeps a late script from counting, and only the lost-reply race can count
+one request twice, for one window.
 """
 
 from __future__ import annotations
@@ -143,9 +145,14 @@ class FailoverState:
             )
 
     async def _reconcile(self) -> None:
-        """This replica's fields of the dirty keys set to what it holds in Redis.
-        Runs while degraded, so no other call of this replica reaches Redis; a key
-        dirtied meanwhile (a Redis-held slot given back) is repaired on the next turn."""
+        """This replica's fields of the dirty keys, and of every key it holds
+        something under in Redis, set to what it holds there: a Redis that restarted
+        empty, or an outage longer than the heartbeat's TTL (other replicas' scripts
+        then delete this one's fields), has lost them. Runs while degraded, so no
+        other call of this replica reaches Redis; a key dirtied meanwhile (a
+        Redis-held slot given back) is repaired on the next turn."""
+        self._dirty_slots |= self._redis_held.keys()
+        self._dirty_reserves |= self._redis_reserved.keys()
         while self._dirty_slots or self._dirty_reserves:
             slots, reserves = self._dirty_slots, self._dirty_reserves
             self._dirty_slots, self._dirty_reserves = set(), set()

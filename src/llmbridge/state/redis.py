@@ -570,9 +570,8 @@ class RedisState:
 
     async def _clock_known(self) -> None:
         """Measure Redis's clock before the first call that needs a deadline (once:
-        callers arriving together share the measurement)."""
-        if self.clock.offset is not None:
-            return
+        callers arriving together share the measurement). Callers test
+        ``clock.offset`` first: no coroutine on the hot path."""
         async with self._clock_lock:
             if self.clock.offset is None:
                 await self.heartbeat()
@@ -595,7 +594,8 @@ class RedisState:
         keys = [f"{self._prefix}w:{key}"]
         deadline: float | str = ""  # a read changes nothing: no deadline
         if mode != "used":
-            await self._clock_known()
+            if self.clock.offset is None:
+                await self._clock_known()
             deadline = self._deadline
         args: list[str | int | float] = [cost, limit, window_seconds(window_s), mode, deadline]
         return _on_time(await self._window(keys, args))
@@ -616,7 +616,8 @@ class RedisState:
 
     async def acquire(self, key: str, limit: int | None) -> bool:
         self._start_heartbeat()
-        await self._clock_known()
+        if self.clock.offset is None:
+            await self._clock_known()
         keys = [f"{self._prefix}inf:{key}", self._hb_key]
         args = [
             self.replica,
@@ -628,7 +629,8 @@ class RedisState:
         return bool(_on_time(await self._acquire(keys, args)))
 
     async def release(self, key: str) -> None:
-        await self._clock_known()
+        if self.clock.offset is None:
+            await self._clock_known()
         _on_time(await self._release([f"{self._prefix}inf:{key}"], [self.replica, self._deadline]))
 
     async def in_flight(self, keys: Sequence[str]) -> dict[str, int]:
@@ -647,7 +649,8 @@ class RedisState:
         reserves = c.reserve_key is not None and c.reserve > 0
         if c.parallel_key is not None or reserves:
             self._start_heartbeat()
-        await self._clock_known()
+        if self.clock.offset is None:
+            await self._clock_known()
         keys = [
             unused if c.spend_key is None else f"{prefix}f:{c.spend_key}",
             unused if c.parallel_key is None else f"{prefix}inf:{c.parallel_key}",
@@ -700,7 +703,8 @@ class RedisState:
         spends = spend_key is not None and spend > 0
         if parallel_key is None and not counts and not gives_back and not spends:
             return
-        await self._clock_known()
+        if self.clock.offset is None:
+            await self._clock_known()
         prefix, unused = self._prefix, self._unused
         keys = [
             unused if parallel_key is None else f"{prefix}inf:{parallel_key}",
@@ -733,7 +737,8 @@ class RedisState:
         "Deadlines")."""
         if not slots and not reserves:
             return
-        await self._clock_known()
+        if self.clock.offset is None:
+            await self._clock_known()
         prefix = self._prefix
         keys = [self._hb_key]
         keys += [f"{prefix}inf:{key}" for key in slots]
