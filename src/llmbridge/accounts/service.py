@@ -37,6 +37,7 @@ from pathlib import Path
 
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
 from llmbridge.accounts.limits import Admission, admit
+from llmbridge.agent.store.engine import resolve_url
 from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
 from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.state.base import SharedState
@@ -172,6 +173,12 @@ class Accounts:
         if self.auth is False or self.database is None:
             return
         self._looked_at = time.monotonic()
+        if self.master_key is None and _not_created_yet(self.database):
+            # No file, no keys, and no admin API to create one: the gateway does not
+            # create a database to find that out (``agent.enabled: false`` opens
+            # none); ``look_for_keys`` looks again, for keys made by the CLI.
+            log.info("auth: %s", self.summary())
+            return
         try:
             self.keys = await KeyStore.open(self.database, cache_s=self.cache_s)
             self._counted(await self.keys.count_active())
@@ -214,7 +221,9 @@ class Accounts:
 
     async def _look(self) -> None:
         try:
-            if self.keys is None:  # it failed to open at the start: try again
+            if self.keys is None:  # not there, or it failed to open at the start
+                if self.database is None or _not_created_yet(self.database):
+                    return
                 self.keys = await KeyStore.open(self.database, cache_s=self.cache_s)
                 self.error = None
             if self._counted(await self.keys.count_active()):
@@ -274,3 +283,12 @@ class Accounts:
     ) -> Admission:
         """``accounts.limits.admit`` on this gateway's shared state."""
         return await admit(self.state, record, model, prompt_tokens, reserve_usd=reserve_usd)
+
+
+def _not_created_yet(database: str | Path) -> bool:
+    """Whether ``database`` is a SQLite file that does not exist yet (it holds no key)."""
+    url = resolve_url(database)
+    name = url.database
+    if url.get_backend_name() != "sqlite" or not name or name == ":memory:":
+        return False
+    return not Path(name).exists()
