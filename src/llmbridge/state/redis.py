@@ -571,7 +571,10 @@ class RedisState:
     async def _clock_known(self) -> None:
         """Measure Redis's clock before the first call that needs a deadline (once:
         callers arriving together share the measurement). Callers test
-        ``clock.offset`` first: no coroutine on the hot path."""
+        ``clock.offset`` first: no coroutine on the hot path. The heartbeat task (when
+        this state owns it) measures it again on every beat, so the estimate follows
+        Redis's clock however long the process runs."""
+        self._start_heartbeat()
         async with self._clock_lock:
             if self.clock.offset is None:
                 await self.heartbeat()
