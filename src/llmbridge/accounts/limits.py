@@ -241,7 +241,7 @@ async def admit(
             tpm=tpm or 0,
             tpm_cost=cost,
             window_s=WINDOW_S,
-            reserve_key=keys[4] if reserve > 0 else None,
+            reserve_key=None if budget is None else keys[4],  # others' reservations count
             reserve=reserve,
         )
     )
