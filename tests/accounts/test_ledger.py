@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmbridge.accounts import ledger as ledger_module
 from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, UsageRecord, spend_key
-from llmbridge.accounts.usage_record import COLUMNS
 from llmbridge.accounts.prices import ModelPrice, PriceTable, cost_of
 from llmbridge.accounts.usage import parse_when, usage_report
+from llmbridge.accounts.usage_record import COLUMNS
 from llmbridge.agent.store import make_engine, migrate
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.response import Usage
