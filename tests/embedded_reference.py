@@ -69,12 +69,19 @@ def direct_reply(messages: list[dict[str, str]], *, max_tokens: int, **options: 
     )
 
 
-def direct_completion(prompt: str, *, max_tokens: int) -> DirectReply:
+def direct_completion(prompt: str, *, max_tokens: int, again: bool = False) -> DirectReply:
     """The model's greedy continuation of ``prompt`` as it stands, without the chat
-    template, as the worker completes a legacy completion (``create_completion``)."""
+    template, as the worker completes a legacy completion (``create_completion``).
+
+    ``again``: the continuation of the same prompt asked a second time, as a worker
+    that just completed it answers: llama.cpp reuses the cached prompt and evaluates
+    only its last token again, alone, and on some builds (the AVX2 one among them)
+    that one-token evaluation picks another greedy token than the whole prompt's."""
     llama = _llama()
     llama.reset()
     result = llama.create_completion(prompt=prompt, temperature=0.0, max_tokens=max_tokens)
+    if again:
+        result = llama.create_completion(prompt=prompt, temperature=0.0, max_tokens=max_tokens)
     choice = result["choices"][0]
     return DirectReply(
         text=choice["text"],

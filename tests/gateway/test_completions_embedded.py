@@ -50,9 +50,12 @@ def test_raw_completion_streamed_and_not(zero_config: RunningServer) -> None:
             stream_options={"include_usage": True},
         )
     )
-    assert "".join(c.choices[0].text for c in chunks if c.choices) == choice.text
+    # The same prompt again: the worker reuses its cached prompt, as llama.cpp called
+    # directly twice does (tests/embedded_reference.py, ``again``).
+    again = direct_completion(PROMPT, max_tokens=8, again=True)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == again.text
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+    assert chunks[-1].usage.completion_tokens == again.completion_tokens
 
 
 def test_suffix_is_refused_without_fim_tokens(zero_config: RunningServer) -> None:
