@@ -24,12 +24,12 @@ from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, UsageRecord,
 from llmbridge.accounts.prices import ModelPrice, PriceTable, cost_of
 from llmbridge.accounts.usage import parse_when, usage_report
 from llmbridge.accounts.usage_record import COLUMNS
-from llmbridge.agent.store import make_engine, migrate
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.response import Usage
 from llmbridge.gateway.accounting import ledger_enabled
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 from llmbridge.state.local import LocalState
+from llmbridge.store import Database, make_engine, migrate
 
 
 async def _rows(engine: AsyncEngine) -> int:
@@ -171,7 +171,7 @@ def test_usage_report_dates() -> None:
 
 
 async def test_batches_are_written_by_the_background_task(engine: AsyncEngine) -> None:
-    ledger = UsageLedger(engine, flush_interval_s=0.05)
+    ledger = UsageLedger(Database(engine), flush_interval_s=0.05)
     ledger.start()
     try:
         for n in range(5):
@@ -193,7 +193,7 @@ async def _written(engine: AsyncEngine, count: int) -> bool:
 
 async def test_a_full_batch_is_written_before_the_interval(engine: AsyncEngine) -> None:
     # An interval far longer than the test's wait: only the batch size can trigger it.
-    ledger = UsageLedger(engine, flush_interval_s=3600, batch_size=10)
+    ledger = UsageLedger(Database(engine), flush_interval_s=3600, batch_size=10)
     ledger.start()
     try:
         for n in range(9):
@@ -219,7 +219,7 @@ async def test_a_flush_writes_what_waited_when_it_began(engine: AsyncEngine) -> 
                 self.record(_record(f"late_{Busy.arrivals}"))  # a request ends meanwhile
             return await super()._write(batch)
 
-    ledger = Busy(engine, flush_interval_s=3600, batch_size=2)
+    ledger = Busy(Database(engine), flush_interval_s=3600, batch_size=2)
     for n in range(3):
         ledger.record(_record(f"req_{n}"))
     assert await ledger.flush()
@@ -229,7 +229,7 @@ async def test_a_flush_writes_what_waited_when_it_began(engine: AsyncEngine) -> 
 
 
 async def test_shutdown_writes_what_is_left(engine: AsyncEngine) -> None:
-    ledger = UsageLedger(engine, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), flush_interval_s=3600)
     ledger.start()
     for n in range(3):
         ledger.record(_record(f"req_{n}", status=500 if n == 0 else 200))
@@ -257,7 +257,7 @@ async def test_every_column_reads_back_as_recorded(
     )  # fmt: skip
     naive = UsageRecord("req_naive", "m", 499, created_at=at.replace(tzinfo=None), streamed=False)
     more = [_record(f"req_more_{n}") for n in range(5)]
-    ledger = UsageLedger(engine, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), flush_interval_s=3600)
     monkeypatch.setattr(ledger_module, "ROWS_PER_INSERT", 3)  # 3 statements for these 7
     for record in (full, naive, *more):
         ledger.record(record)
@@ -278,7 +278,7 @@ async def test_every_column_reads_back_as_recorded(
 async def test_a_duplicate_request_id_is_recorded_and_charged_once(engine: AsyncEngine) -> None:
     await _add_key(engine, "key_dup", "dup")
     state = LocalState()
-    ledger = UsageLedger(engine, spend=state, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), spend=state, flush_interval_s=3600)
     first = _record("req_same", key_id="key_dup", key_name="dup", cost_usd=0.25)
     ledger.record(first)
     # In-process state takes the spend at once: no task, nothing to wait for.
@@ -300,7 +300,7 @@ async def test_a_duplicate_request_id_is_recorded_and_charged_once(engine: Async
 async def test_a_failed_write_is_retried_and_nothing_is_lost(db_url: str) -> None:
     # A database without the schema yet: every write fails until it is migrated.
     engine = make_engine(db_url)
-    ledger = UsageLedger(engine, flush_interval_s=3600, owns_engine=True)
+    ledger = UsageLedger(Database(engine, owned=True), flush_interval_s=3600, owns_database=True)
     try:
         for n in range(3):
             ledger.record(_record(f"req_{n}"))
@@ -322,7 +322,11 @@ async def test_the_buffer_is_bounded_while_the_database_is_down(db_url: str) -> 
     engine = make_engine(db_url)
     counted: list[int] = []
     ledger = UsageLedger(
-        engine, flush_interval_s=3600, max_buffer=5, owns_engine=True, on_dropped=counted.append
+        Database(engine, owned=True),
+        flush_interval_s=3600,
+        max_buffer=5,
+        owns_database=True,
+        on_dropped=counted.append,
     )
     try:
         for n in range(8):
@@ -340,7 +344,7 @@ async def test_the_buffer_is_bounded_while_the_database_is_down(db_url: str) -> 
 async def test_report_groups_and_time_window(engine: AsyncEngine) -> None:
     now = datetime.now(UTC)
     yesterday = now - timedelta(days=1)
-    ledger = UsageLedger(engine, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), flush_interval_s=3600)
     rows = [
         _record("a1", key_id="key_a", key_name="alice", model="gpt", input_tokens=10,
                 output_tokens=5, reasoning_tokens=2, cached_tokens=4, cost_usd=0.5),

@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from llmbridge.accounts import ledger as ledger_module
 from llmbridge.accounts.ledger import API_KEYS, USAGE, UsageLedger, spend_key
 from llmbridge.accounts.usage_record import INT_MAX, UsageRecord, storable_record
-from llmbridge.agent.store import make_engine, migrate
 from llmbridge.state.local import LocalState
+from llmbridge.store import Database, make_engine, migrate
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ async def _add_key(engine: AsyncEngine, key_id: str) -> None:
 async def test_hostile_values_are_stored_cleaned_and_the_batches_behind_them_too(
     engine: AsyncEngine,
 ) -> None:
-    ledger = UsageLedger(engine, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), flush_interval_s=3600)
     hostile = [
         _record("req_nul", model="qwen\x00evil", key_name="team\x00"),
         _record("req_long", model="m" * 4096, endpoint="/" + "x" * 4096),
@@ -130,7 +130,11 @@ async def test_a_row_the_database_refuses_is_set_aside_and_its_neighbours_writte
     state = LocalState()
     counted: list[int] = []
     ledger = UsageLedger(
-        engine, spend=state, flush_interval_s=3600, batch_size=50, on_set_aside=counted.append
+        Database(engine),
+        spend=state,
+        flush_interval_s=3600,
+        batch_size=50,
+        on_set_aside=counted.append,
     )
     for n in range(50):
         model = "poison" if n in (7, 31) else "m"
@@ -159,7 +163,7 @@ async def test_a_value_the_driver_cannot_send_is_set_aside(
     """With the cleaning switched off, an int over 64 bits fails in the driver
     (sqlite3's OverflowError, asyncpg's DataError): a refusal, not an outage."""
     monkeypatch.setattr(ledger_module, "storable_record", lambda record: record)
-    ledger = UsageLedger(engine, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), flush_interval_s=3600)
     for n in range(9):
         ledger.record(_record(f"req_{n}", input_tokens=2**70 if n == 4 else n))
     assert await ledger.flush()
@@ -172,7 +176,7 @@ async def test_an_unreachable_database_keeps_the_batch_whole(db_url: str) -> Non
     """A missing table is the database's state, not the rows': nothing is set aside,
     everything is written once the schema is there."""
     engine = make_engine(db_url)
-    ledger = UsageLedger(engine, flush_interval_s=3600, owns_engine=True)
+    ledger = UsageLedger(Database(engine, owned=True), flush_interval_s=3600, owns_database=True)
     try:
         for n in range(5):
             ledger.record(_record(f"req_{n}"))
@@ -192,7 +196,7 @@ async def test_a_server_that_is_not_there_keeps_the_batch_whole() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     engine = make_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
-    ledger = UsageLedger(engine, flush_interval_s=3600, owns_engine=True)
+    ledger = UsageLedger(Database(engine, owned=True), flush_interval_s=3600, owns_database=True)
     for n in range(3):
         ledger.record(_record(f"req_{n}"))
     assert not await ledger.flush()
@@ -205,7 +209,7 @@ async def test_a_server_that_is_not_there_keeps_the_batch_whole() -> None:
 async def test_spend_counted_by_the_caller_is_not_added_again(engine: AsyncEngine) -> None:
     await _add_key(engine, "key_s")
     state = LocalState()
-    ledger = UsageLedger(engine, spend=state, flush_interval_s=3600)
+    ledger = UsageLedger(Database(engine), spend=state, flush_interval_s=3600)
     # The caller settles its reservation and adds the cost itself, atomically.
     await state.add_float(spend_key("key_s"), 0.4)
     ledger.record(_record("req_s1", key_id="key_s", cost_usd=0.4), spend_counted=True)

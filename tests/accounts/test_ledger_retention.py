@@ -27,10 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from llmbridge.accounts.ledger import USAGE, UsageLedger, UsageRecord
 from llmbridge.accounts.rollups import USAGE_DAILY, cutoff_for
 from llmbridge.accounts.usage import UsageGroup, usage_report
-from llmbridge.agent.store import make_engine, migrate
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.gateway.config import ConfigError, load_config
+from llmbridge.store import Database, make_engine, migrate
 from tests.conftest import running_gateway
 
 OLD_ROWS = 200_000
@@ -102,7 +102,7 @@ async def test_a_cleanup_keeps_every_total_by_key_model_and_day(engine: AsyncEng
     assert cutoff is not None
     await _insert_old_rows(engine, OLD_ROWS, cutoff - timedelta(seconds=1))
     # And rows inside the retention, through the ledger: they stay.
-    writer = UsageLedger(engine, flush_interval_s=3600)
+    writer = UsageLedger(Database(engine), flush_interval_s=3600)
     for n in range(50):
         writer.record(
             UsageRecord(
@@ -122,7 +122,7 @@ async def test_a_cleanup_keeps_every_total_by_key_model_and_day(engine: AsyncEng
 
     pending: list[int] = []
     ledger = UsageLedger(
-        engine, retention_days=90, cleanup_batch=BATCH, cleanup_pause_s=0,
+        Database(engine), retention_days=90, cleanup_batch=BATCH, cleanup_pause_s=0,
         on_cleanup_pending=pending.append,
     )  # fmt: skip
     moved = await ledger.cleanup(now)
@@ -141,7 +141,7 @@ async def test_a_cleanup_keeps_every_total_by_key_model_and_day(engine: AsyncEng
     # A window that starts inside the rolled-up days, at a day's start: the same too.
     assert await _reports(engine, since=cutoff - timedelta(days=10), until=now) == windowed
     # Nothing left to do: a second run moves nothing.
-    again = UsageLedger(engine, retention_days=90, cleanup_batch=BATCH)
+    again = UsageLedger(Database(engine), retention_days=90, cleanup_batch=BATCH)
     assert await again.cleanup(now) == 0
     await again.aclose()
 
@@ -151,7 +151,7 @@ async def test_the_ledger_cleans_up_at_start(engine: AsyncEngine, db_url: str) -
     assert cutoff is not None
     await _insert_old_rows(engine, 1234, cutoff - timedelta(hours=1))
     before = await _reports(engine)
-    ledger = UsageLedger(engine, retention_days=30, cleanup_batch=100, cleanup_pause_s=0)
+    ledger = UsageLedger(Database(engine), retention_days=30, cleanup_batch=100, cleanup_pause_s=0)
     ledger.start()
     try:
         for _ in range(1000):  # bounded: 20 s
@@ -180,7 +180,7 @@ async def test_two_replicas_cleaning_up_at_once_count_each_row_once(engine: Asyn
     await _insert_old_rows(engine, 20_000, cutoff - timedelta(seconds=1))
     before = await _reports(engine)
     first, second = (
-        UsageLedger(engine, retention_days=90, cleanup_batch=1000, cleanup_pause_s=0)
+        UsageLedger(Database(engine), retention_days=90, cleanup_batch=1000, cleanup_pause_s=0)
         for _ in range(2)
     )
     await asyncio.gather(first.cleanup(now), second.cleanup(now))
@@ -194,7 +194,7 @@ async def test_two_replicas_cleaning_up_at_once_count_each_row_once(engine: Asyn
 async def test_no_retention_keeps_every_row(engine: AsyncEngine) -> None:
     await _insert_old_rows(engine, 100, datetime(2020, 1, 31, tzinfo=UTC))
     for days in (None, 0):
-        ledger = UsageLedger(engine, retention_days=days)
+        ledger = UsageLedger(Database(engine), retention_days=days)
         ledger.start()
         assert await ledger.cleanup() == 0
         await ledger.aclose()

@@ -21,11 +21,11 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from llmbridge.accounts.ledger import USAGE
-from llmbridge.agent.store import make_engine
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.core.errors import BackendError
 from llmbridge.core.response import Usage
+from llmbridge.store import make_engine
 from tests.conftest import (
     RunningServer,
     anthropic_client,

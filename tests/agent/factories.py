@@ -5,7 +5,7 @@ appointments the way a test wants to spell them (``add_medication(mary, "Metform
 dosage="500mg")``), where the product writes them only through
 ``agent.eldercare.EldercareRecords``'s field-mapping CRUD (the HTTP API). Each
 writer runs in one of the store's write transactions, so its failures are the
-store's own ``core.errors`` (``agent/store/errors.py``).
+store's own ``core.errors`` (``store/errors.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.store.models import (
+from llmbridge.store.models import (
     Appointment,
     Caregiver,
     Medication,

@@ -203,11 +203,11 @@ def test_the_db_option_sets_the_agent_database(tmp_path: Path) -> None:
 
 def test_a_database_that_cannot_be_reached_is_a_clear_error_not_a_traceback() -> None:
     """Nothing listens on port 1: the CLI says the database is unavailable and exits 1
-    (the store maps the driver's ConnectionRefusedError once, agent/store/errors.py)."""
+    (the store maps the driver's ConnectionRefusedError once, store/errors.py)."""
     result = CliRunner().invoke(
         cli, ["agent", "personas", "list", "--db", "postgresql://nobody@127.0.0.1:1/agent"]
     )
     assert result.exit_code == 1, result.output
-    assert "the agent database is unavailable" in result.output
+    assert "the database is unavailable" in result.output
     assert "Traceback" not in result.output and result.exception is not None
     assert isinstance(result.exception, SystemExit)

@@ -1,8 +1,8 @@
 """Deadlines on the database (issue 24, item 9): a frozen, unreachable or saturated
 database costs a caller a ``ServiceUnavailableError`` (503), never a wait without
-end; the deadlines come from the database URL (``agent/store/engine.py``) and every
+end; the deadlines come from the database URL (``store/engine.py``) and every
 way a deadline passes is mapped once, at the store's boundary
-(``agent/store/errors.py``).
+(``store/errors.py``).
 
 The PostgreSQL server is frozen for real (SIGSTOP on every process of it,
 ``postgres_faults.frozen``). Waits are bounded generously (``_BOUND_S``) so that a hang
@@ -23,7 +23,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from llmbridge.accounts.keys import KeyStore
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.store.engine import (
+from llmbridge.core.errors import ServiceUnavailableError
+from llmbridge.store import Database
+from llmbridge.store.engine import (
     Deadlines,
     deadlines_of,
     make_engine,
@@ -31,14 +33,13 @@ from llmbridge.agent.store.engine import (
     shown_url,
     split_deadlines,
 )
-from llmbridge.agent.store.errors import (
+from llmbridge.store.errors import (
     POOL_EXHAUSTED,
     REFUSED,
     TIMED_OUT,
     UNREACHABLE,
     mapped_errors,
 )
-from llmbridge.core.errors import ServiceUnavailableError
 from tests.agent.conftest import PostgresServer
 from tests.agent.postgres_faults import frozen
 
@@ -106,7 +107,7 @@ async def test_a_pool_with_no_free_connection_is_a_503(tmp_path: Path) -> None:
     small = make_engine(
         f"sqlite:///{tmp_path / 'agent.db'}?pool_timeout=0.2", pool_size=1, max_overflow=0
     )
-    limited = AgentStore(small)
+    limited = AgentStore(Database(small))
     try:
         async with small.connect():
             with pytest.raises(ServiceUnavailableError) as caught:

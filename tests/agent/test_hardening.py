@@ -20,11 +20,12 @@ import pytest
 
 import llmbridge.agent.documents as documents_module
 from llmbridge.agent.documents import DocumentStore, PreparedIndex, prepare_index
-from llmbridge.agent.store import MAX_ID, AgentStore
+from llmbridge.agent.store import AgentStore
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
+from llmbridge.store.values import MAX_ID
 from tests.agent.serving import agent_gateway, sse_events
 from tests.conftest import RunningServer
 
@@ -323,7 +324,7 @@ async def test_a_value_the_database_refuses_is_an_invalid_request(
     any_store: AgentStore,
 ) -> None:
     """The safety net under the HTTP checks: one exception for both drivers' refusals,
-    a 400 (``agent/store/errors.py``)."""
+    a 400 (``store/errors.py``)."""
     session = await any_store.create_session()
     with pytest.raises(InvalidRequestError) as refused:
         await any_store.find_message(session.id, BEYOND)

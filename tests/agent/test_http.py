@@ -729,7 +729,7 @@ def test_errors_keep_their_status_and_a_bug_its_secret() -> None:
 
     assert rendered(BackendError("x"))[0] == 502
     assert rendered(BackendUnavailableError("x"))[0] == 503
-    status, error = rendered(ServiceUnavailableError("the agent database is unavailable"))
+    status, error = rendered(ServiceUnavailableError("the database is unavailable"))
     assert (status, error["type"]) == (503, "api_error")
     status, error = rendered(ConflictError("persona id 'cook' is taken"))
     assert (status, error["code"]) == (409, "conflict")

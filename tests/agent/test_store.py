@@ -11,17 +11,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
-from llmbridge.agent.store import (
-    AgentStore,
-    current_revision,
-    head_revision,
-    make_engine,
-    migrate,
-    resolve_url,
-)
-from llmbridge.agent.store.models import Base
+from llmbridge.agent.store import AgentStore
 from llmbridge.core.errors import NotFoundError
 from llmbridge.gateway.config import load_config
+from llmbridge.store import current_revision, head_revision, make_engine, migrate, resolve_url
+from llmbridge.store.models import Base
 
 # -- URLs ----------------------------------------------------------------------------
 
@@ -35,7 +29,7 @@ def test_the_default_database_is_a_sqlite_file_under_xdg_data_home(tmp_path: Pat
     assert url.database == str(tmp_path / "llmbridge" / "agent.db")
     home = load_config(None, environ={}).agent.database
     assert home == str(Path.home() / ".local" / "share" / "llmbridge" / "agent.db")
-    with pytest.raises(ValueError, match="no agent database"):
+    with pytest.raises(ValueError, match="no database"):
         resolve_url(None)
 
 
@@ -51,7 +45,7 @@ def test_urls_from_arguments() -> None:
     assert resolve_url("sqlite:////var/x.db").drivername == "sqlite+aiosqlite"
     assert resolve_url(":memory:").database is None
     assert resolve_url("relative.db").database == str(Path("relative.db").resolve())
-    with pytest.raises(ValueError, match="unsupported agent database"):
+    with pytest.raises(ValueError, match="unsupported database"):
         resolve_url("mysql://u@h/d")
 
 

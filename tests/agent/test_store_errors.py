@@ -1,4 +1,4 @@
-"""The store's boundary (``agent/store/errors.py``): whatever a database or its driver
+"""The store's boundary (``store/errors.py``): whatever a database or its driver
 raises leaves the store as one ``core.errors`` class with its status, on SQLite and
 on a real PostgreSQL server; and ``find_*`` returns ``None`` where ``get_*`` raises.
 The HTTP tests (``test_http.py``) check that clients see these as before."""
@@ -14,13 +14,13 @@ from sqlalchemy import event
 
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.store.errors import REFUSED, UNREACHABLE
 from llmbridge.core.errors import (
     ConflictError,
     NotFoundError,
     PermissionDeniedError,
     ServiceUnavailableError,
 )
+from llmbridge.store.errors import REFUSED, UNREACHABLE
 
 # Nothing listens on port 1 of the loopback address: asyncpg's connect is refused.
 DEAD_POSTGRES = "postgresql://postgres@127.0.0.1:1/agent"

@@ -5,7 +5,7 @@ a 503 in their caller's dialect instead of hanging, requests that do not are ser
 A real PostgreSQL server, frozen for real (SIGSTOP on every process of it,
 ``tests/agent/postgres_faults.py``), a real gateway on a loopback port, the official
 OpenAI and Anthropic clients and httpx for the agent API. The deadlines are short
-ones set in the database URL, as an operator sets them (``agent/store/engine.py``).
+ones set in the database URL, as an operator sets them (``store/engine.py``).
 Every wait is bounded generously so a hang fails the test; no timing is asserted."""
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ import openai
 import pytest
 from sqlalchemy import select
 
-from llmbridge.agent.store.models import ResponseRow
-from llmbridge.agent.store.repository import AgentStore
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.config import GatewayConfig
+from llmbridge.store import Database
+from llmbridge.store.models import ResponseRow
 from tests.agent.conftest import pg_url, postgres_server  # noqa: F401 - PostgreSQL fixtures
 from tests.conftest import RunningServer, openai_client, running_gateway
 
@@ -53,13 +53,13 @@ def stored(database: str) -> dict[str, ResponseRow]:
     """Every stored response, by id, read from the database itself."""
 
     async def read() -> dict[str, ResponseRow]:
-        store = await AgentStore.open(database)
+        opened = await Database.open(database)
         try:
-            async with store.reading() as db:
+            async with opened.reading() as db:
                 rows = (await db.execute(select(ResponseRow))).scalars().all()
                 return {row.id: row for row in rows}
         finally:
-            await store.close()
+            await opened.close()
 
     return asyncio.run(read())
 

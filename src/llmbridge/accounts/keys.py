@@ -53,14 +53,13 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from llmbridge.agent.store.engine import make_engine, write_engine
-from llmbridge.agent.store.errors import UNAVAILABLE, mapped_errors
-from llmbridge.agent.store.migrate import migrate
-from llmbridge.agent.store.models import ApiKeyRow
 from llmbridge.core.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
 from llmbridge.core.ids import new_id
+from llmbridge.store.database import Database
+from llmbridge.store.errors import UNAVAILABLE, mapped_errors
+from llmbridge.store.models import ApiKeyRow
 from llmbridge.web.auth import key_identity
 
 __all__ = ["KEY_PREFIX", "MAX_LIMIT", "MAX_NAME", "KeyRecord", "KeyStore", "hash_key"]
@@ -204,12 +203,19 @@ def _validated_globs(models: Sequence[str] | None) -> list[str] | None:
 
 
 class KeyStore:
-    """Create, list, revoke and find keys on the agent store's database."""
+    """Create, list, revoke and find keys: the ``api_keys`` table's repository on the
+    product's ``Database`` (store/database.py). The gateway hands it the one it
+    opened; ``await KeyStore.open(url)`` opens one of its own (the CLI), closed with
+    the store."""
 
-    def __init__(self, engine: AsyncEngine, *, cache_s: float = CACHE_S) -> None:
-        self.engine = engine
-        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
-        self._writes = async_sessionmaker(write_engine(engine), expire_on_commit=False)
+    def __init__(
+        self, database: Database, *, cache_s: float = CACHE_S, owns_database: bool = False
+    ) -> None:
+        self.database = database
+        self.engine = database.engine
+        self._owns_database = owns_database
+        self._sessions = async_sessionmaker(database.engine, expire_on_commit=False)
+        self._writes = async_sessionmaker(database.writer, expire_on_commit=False)
         self.cache_s = cache_s
         self._cache: OrderedDict[str, tuple[float, KeyRecord | None]] = OrderedDict()
         """Hash -> (when looked up, the record or ``None``), least recently used first."""
@@ -226,18 +232,14 @@ class KeyStore:
 
     @classmethod
     async def open(cls, url: str | Path | None, *, cache_s: float = CACHE_S) -> KeyStore:
-        """The store on the database at ``url``, migrated to the newest schema."""
-        engine = make_engine(url)
-        try:
-            with mapped_errors():
-                await migrate(engine)
-        except BaseException:
-            await engine.dispose()
-            raise
-        return cls(engine, cache_s=cache_s)
+        """The store on a ``Database`` of its own at ``url``, migrated to the newest
+        schema."""
+        return cls(await Database.open(url), cache_s=cache_s, owns_database=True)
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        """Close the database if the store opened it (a handed one is its opener's)."""
+        if self._owns_database:
+            await self.database.close()
 
     async def create(
         self,

@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Table, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from llmbridge.accounts.keys import CACHE_S
 from llmbridge.accounts.rollups import (
@@ -86,11 +86,10 @@ from llmbridge.accounts.usage_record import (
     refused,
     storable_record,
 )
-from llmbridge.agent.store.engine import make_engine, write_engine
-from llmbridge.agent.store.migrate import migrate
-from llmbridge.agent.store.models import ApiKeyRow, UsageRow
 from llmbridge.state.base import SharedState
 from llmbridge.state.local import LocalState
+from llmbridge.store.database import Database
+from llmbridge.store.models import ApiKeyRow, UsageRow
 
 __all__ = [
     "UsageLedger",
@@ -137,11 +136,11 @@ async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:
     type) once per row in Python, about 25 µs of the gateway's CPU per request here
     against about 5 µs for SQLite to store the row (docs/PERFORMANCE.md, "Issue 17").
     The values are already of the types the drivers take; the timestamp is given as
-    ``UTCDateTime`` (agent/store/models.py) stores it: naive UTC text on SQLite, an
+    ``UTCDateTime`` (store/models.py) stores it: naive UTC text on SQLite, an
     aware UTC datetime on PostgreSQL."""
     dialect = conn.dialect
-    # The agent store's engines are aiosqlite (qmark) or asyncpg (numeric_dollar) only
-    # (agent/store/engine.py resolve_url).
+    # The store's engines are aiosqlite (qmark) or asyncpg (numeric_dollar) only
+    # (store/engine.py resolve_url).
     paramstyle = dialect.paramstyle
     on_sqlite = dialect.name == "sqlite"
     values: list[Any] = []
@@ -182,13 +181,13 @@ class UsageLedger:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        database: Database,
         *,
         spend: SharedState | None = None,
         flush_interval_s: float = 1.0,
         batch_size: int = 200,
         max_buffer: int = 100_000,
-        owns_engine: bool = False,
+        owns_database: bool = False,
         on_dropped: Callable[[int], None] | None = None,
         spend_batch_s: float | None = None,
         on_set_aside: Callable[[int], None] | None = None,
@@ -199,16 +198,18 @@ class UsageLedger:
         on_cleanup_pending: Callable[[int], None] | None = None,
         take_back_s: float = CACHE_S + 1.0,
     ) -> None:
-        self.engine = engine
+        self.database = database
+        """The product's database (store/database.py): the gateway's one, handed in."""
+        self.engine = database.engine
         self.replica = replica_name()
         """This process (records name it in ``replica``): taken where the ledger opens,
         in the serving process."""
-        self._writer = write_engine(engine)
+        self._writer = database.writer
         self._spend = spend
         self.flush_interval_s = flush_interval_s
         self.batch_size = batch_size
         self.max_buffer = max_buffer
-        self._owns_engine = owns_engine
+        self._owns_database = owns_database
         self._on_dropped = on_dropped
         """Told how many records were dropped (the gateway's metrics counter)."""
         self._on_set_aside = on_set_aside
@@ -262,23 +263,20 @@ class UsageLedger:
     @classmethod
     async def open(
         cls,
-        database: str | Path,
+        database: Database | str | Path,
         *,
         spend: SharedState | None = None,
         retention_days: int | None = DEFAULT_RETENTION_DAYS,
         **options: Any,
     ) -> UsageLedger:
-        """A started ledger on ``database`` (a URL or a SQLite path, as ``--db``),
-        migrated to the newest schema first, as the agent store is; rows past
+        """A started ledger on ``database``: the gateway's ``Database``, or a URL or a
+        SQLite path (as ``--db``) for a ``Database`` of the ledger's own, migrated to
+        the newest schema first and closed with the ledger. Rows past
         ``retention_days`` (``ledger.retention_days``) are rolled up."""
-        engine = make_engine(database)
-        try:
-            await migrate(engine)
-        except BaseException:
-            await engine.dispose()
-            raise
+        owned = not isinstance(database, Database)
+        handle = await Database.open(database) if not isinstance(database, Database) else database
         ledger = cls(
-            engine, spend=spend, owns_engine=True, retention_days=retention_days, **options
+            handle, spend=spend, owns_database=owned, retention_days=retention_days, **options
         )
         ledger.start()
         return ledger
@@ -587,5 +585,5 @@ class UsageLedger:
             )
         if self._taking_back:
             await self._take_back(everything=True)
-        if self._owns_engine:
-            await self.engine.dispose()
+        if self._owns_database:
+            await self.database.close()

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmbridge.agent.store.models import UsageDailyRow, UsageRow
+from llmbridge.store.models import UsageDailyRow, UsageRow
 
 __all__ = [
     "CLEANUP_BATCH",

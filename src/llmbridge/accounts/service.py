@@ -3,8 +3,9 @@ resolved.
 
 The gateway builds one per app (``app.state.accounts``, which ``accounts.routes``
 reads), opens it in its lifespan and closes it at shutdown. It holds the key store
-(the agent database's ``api_keys``), the shared state the limits are counted in, and
-the master key of the admin API.
+(``api_keys``, on the gateway's one ``Database``: store/database.py, opened once
+through ``OpenOnce``), the shared state the limits are counted in, and the master key
+of the admin API.
 
 When auth is on (``enabled``) the model APIs need a key (issue 24, item 1):
 
@@ -37,10 +38,11 @@ from pathlib import Path
 
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
 from llmbridge.accounts.limits import Admission, admit
-from llmbridge.agent.store.engine import resolve_url
 from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
 from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.state.base import SharedState
+from llmbridge.store.database import OpenOnce
+from llmbridge.store.engine import resolve_url
 from llmbridge.web.auth import KeyChecker
 
 __all__ = ["ACCOUNT", "Accounts", "Caller", "auth_summary", "count_database_keys", "shown_database"]
@@ -125,7 +127,7 @@ class Accounts:
         *,
         static_keys: KeyChecker,
         master_key: str | None,
-        database: str | Path | None,
+        database: OpenOnce | None,
         state: Callable[[], SharedState],
         cache_s: float = CACHE_S,
         body_limits: RequestLimits = DEFAULT_LIMITS,
@@ -136,6 +138,7 @@ class Accounts:
         self.static_keys = static_keys
         self.master_key = master_key or None
         self.database = database
+        """The gateway's database, opened on first use (``None``: no key database)."""
         self._state = state
         self.cache_s = cache_s
         self.body_limits = body_limits
@@ -173,14 +176,14 @@ class Accounts:
         if self.auth is False or self.database is None:
             return
         self._looked_at = time.monotonic()
-        if self.master_key is None and _not_created_yet(self.database):
+        if self.master_key is None and _not_created_yet(self.database.url):
             # No file, no keys, and no admin API to create one: the gateway does not
             # create a database to find that out (``agent.enabled: false`` opens
             # none); ``look_for_keys`` looks again, for keys made by the CLI.
             log.info("auth: %s", self.summary())
             return
         try:
-            self.keys = await KeyStore.open(self.database, cache_s=self.cache_s)
+            self.keys = KeyStore(await self.database.get(), cache_s=self.cache_s)
             self._counted(await self.keys.count_active())
         except Exception as exc:  # noqa: BLE001 - reported by /admin instead
             self.error = type(exc).__name__
@@ -194,7 +197,7 @@ class Accounts:
             static_keys=self.static_keys.count,
             master_key=self.master_key is not None,
             database_keys=self.database_keys,
-            database=self.database,
+            database=None if self.database is None else self.database.url,
             error=self.error,
             on=self.enabled,
         )
@@ -222,9 +225,9 @@ class Accounts:
     async def _look(self) -> None:
         try:
             if self.keys is None:  # not there, or it failed to open at the start
-                if self.database is None or _not_created_yet(self.database):
+                if self.database is None or _not_created_yet(self.database.url):
                     return
-                self.keys = await KeyStore.open(self.database, cache_s=self.cache_s)
+                self.keys = KeyStore(await self.database.get(), cache_s=self.cache_s)
                 self.error = None
             if self._counted(await self.keys.count_active()):
                 log.warning("auth is on: %s", self.summary())
@@ -265,7 +268,7 @@ class Accounts:
             # The key database did not open (logged at start): say so, not "invalid".
             raise ServiceUnavailableError(f"the key database is unavailable ({self.error})")
         if presented.startswith(KEY_PREFIX) and self.keys is not None:
-            # The database down is a 503 from the store's boundary (agent/store/errors.py).
+            # The database down is a 503 from the store's boundary (store/errors.py).
             record = await self.keys.cached(presented)
             if record is not None:
                 if record.revoked:

@@ -31,8 +31,8 @@ from starlette.responses import Response
 
 from llmbridge.accounts.rollups import USAGE_DAILY, day_of
 from llmbridge.accounts.service import Accounts
-from llmbridge.agent.store.models import UsageRow
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.store.models import UsageRow
 
 __all__ = ["GROUP_BY", "GroupBy", "UsageGroup", "parse_when", "usage_endpoint", "usage_report"]
 

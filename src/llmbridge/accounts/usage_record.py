@@ -1,6 +1,6 @@
 """One request's row in the usage ledger, and what makes it storable.
 
-``UsageRecord`` is the ``usage`` table's row (agent/store/models.py ``UsageRow``).
+``UsageRecord`` is the ``usage`` table's row (store/models.py ``UsageRow``).
 ``storable_record`` cleans what a client could put in one before it is queued, the
 same on SQLite and PostgreSQL (issue 24: one NUL in a model name stopped the
 PostgreSQL ledger): NULs and lone surrogates replaced, text cut to its column,
@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import Boolean, Float, Integer, String, Table
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
-from llmbridge.agent.store.models import UsageRow
-from llmbridge.agent.store.values import storable_text
+from llmbridge.store.models import UsageRow
+from llmbridge.store.values import storable_text
 
 __all__ = ["COLUMNS", "CREATED_AT", "ROW", "UsageRecord", "refused", "storable_record"]
 
@@ -37,7 +37,7 @@ def _now() -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
-    """One request, as the ``usage`` table keeps it (agent/store/models.py ``UsageRow``)."""
+    """One request, as the ``usage`` table keeps it (store/models.py ``UsageRow``)."""
 
     request_id: str
     """Unique: the second write of the same request is ignored."""

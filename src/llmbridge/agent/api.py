@@ -42,8 +42,8 @@ from llmbridge.agent.store import (
     StoredMessage,
     SummaryRecord,
 )
-from llmbridge.agent.store.values import MAX_ID, as_utc, unstorable_text
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.store.values import MAX_ID, as_utc, unstorable_text
 
 __all__ = [
     "RECORD_BODIES",

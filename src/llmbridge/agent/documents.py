@@ -52,10 +52,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
-from llmbridge.agent.store.models import Document, DocumentChunk, DocumentTerm, utcnow
-from llmbridge.agent.store.values import storable_text
 from llmbridge.core.errors import NotFoundError, RequestTooLargeError
 from llmbridge.features.token_count import count_text_tokens
+from llmbridge.store.models import Document, DocumentChunk, DocumentTerm, utcnow
+from llmbridge.store.values import storable_text
 
 __all__ = [
     "CHUNK_TOKENS",

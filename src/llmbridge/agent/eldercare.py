@@ -35,7 +35,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from llmbridge.agent.context import ContextRequest
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
-from llmbridge.agent.store.models import (
+from llmbridge.core.errors import NotFoundError
+from llmbridge.features.token_count import count_text_tokens
+from llmbridge.store.models import (
     Appointment,
     Base,
     Caregiver,
@@ -44,8 +46,6 @@ from llmbridge.agent.store.models import (
     Vital,
     utcnow,
 )
-from llmbridge.core.errors import NotFoundError
-from llmbridge.features.token_count import count_text_tokens
 
 __all__ = ["RECORD_KINDS", "EldercareProvider", "EldercareRecords"]
 

@@ -2,10 +2,10 @@
 
 A turn (``POST /agent/sessions/{id}/messages``) or an on-demand summary (``POST
 .../summaries``) spends model tokens like any request to the gateway's dialect routes,
-so a key's limits and the usage ledger (issue 17) must see it. The gateway owns keys,
-limits and the ledger, and ``agent/`` may not import it (docs/ARCHITECTURE.md,
-"Layers": ``accounts`` imports ``agent.store``, so the reverse would be a cycle). So
-the agent side names the hook here and the gateway fills it
+so a key's limits and the usage ledger (issue 17) must see it. The gateway's
+per-request ``Exchange`` admits and records every request, and ``agent/`` may not
+import the gateway, which sits above it and mounts it (docs/ARCHITECTURE.md,
+"Layers"). So the agent side names the hook here and the gateway fills it
 (``gateway/agent_gate.py``, set on ``MountedAgent.gate``):
 
 1. ``ModelGate.admit(request, model, ...)`` before anything runs, with the model the

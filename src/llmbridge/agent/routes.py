@@ -23,7 +23,7 @@ query parameter holding U+0000, an integer path id beyond 64 bits, or a query
 integer that is not plain ASCII digits (``"²"`` passes ``str.isdigit``) is a 400
 naming the parameter; bodies are checked by ``agent.api.parse``. Nothing is
 classified here: the store, the documents and the service raise ``core.errors``
-already (``agent/store/errors.py`` maps the database's failures, once), and
+already (``store/errors.py`` maps the database's failures, once), and
 ``web.render`` renders them; anything else is a bug, logged there and answered as a
 500. In a stream, a failure after the first event is an ``event: error``; the
 partial answer is stored marked ``incomplete``, as it is when the client
@@ -85,7 +85,6 @@ from llmbridge.agent.service import (
     AgentToolCall,
     AgentToolResult,
 )
-from llmbridge.agent.store import MAX_ID
 from llmbridge.core.errors import (
     InvalidRequestError,
     LLMBridgeError,
@@ -95,6 +94,7 @@ from llmbridge.core.errors import (
 from llmbridge.core.limits import RequestLimits
 from llmbridge.dialects.framing import dumps, sse_event
 from llmbridge.dialects.openai.errors import error_type
+from llmbridge.store.values import MAX_ID
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error

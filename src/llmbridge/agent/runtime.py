@@ -1,14 +1,17 @@
 """The agent service wired as the gateway and the CLI run it.
 
-``AgentRuntime.open(config.agent, models)`` migrates and opens the store
-(``config.agent.database``), and builds the service over the serving layer's
-``Models`` (the gateway's own way to call a model: models without native tools get
-them emulated, failures are retried and fall back), with the document store, the
+``AgentRuntime.open(config.agent, models, database=...)`` builds the agent's
+repository (``AgentStore``) on the product's ``Database`` it is handed (the gateway's
+one, store/database.py), or on one of its own opened and migrated from
+``config.agent.database`` when none is handed (``llmbridge agent``), and builds the
+service over the serving layer's ``Models`` (the gateway's own way to call a model:
+models without native tools get them emulated, failures are retried and fall back),
+with the document store, the
 eldercare provider, the ``web_search`` tool when a Tavily key is configured, and the
 background summariser (unless ``agent.summaries`` is off), which writes with
 ``agent.summary_model``, else each session's own model. Turns and summaries share one
 ``TurnGate`` keyed by backend, so a summary never holds a reply back. ``aclose`` stops
-the summariser and closes the database.
+the summariser, and closes the database only if it opened it.
 
 The gateway opens one in its lifespan (``gateway/app.py``) and serves it under
 ``/agent/``; ``llmbridge agent`` (``cli/agent.py``) opens
@@ -31,6 +34,7 @@ from llmbridge.agent.tools import ToolRegistry, web_search_tool
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
 from llmbridge.serving.models import Models
+from llmbridge.store.database import Database
 
 __all__ = ["AgentRuntime", "default_tools"]
 
@@ -65,9 +69,14 @@ class AgentRuntime:
         models: Models,
         *,
         tools: ToolRegistry | None = None,
+        database: Database | None = None,
     ) -> AgentRuntime:
-        """Migrate and open the database, and build the service (module docstring)."""
-        store = await AgentStore.open(config.database)
+        """The service on ``database``, else on a database of its own (module
+        docstring)."""
+        if database is not None:
+            store = AgentStore(database)
+        else:
+            store = await AgentStore.open(config.database)
         documents = DocumentStore(store, max_bytes=config.max_document_bytes)
         turns = TurnGate(models.backend_name)
         summariser = None

@@ -55,7 +55,7 @@ def _run(work: Callable[[], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(_as_coroutine(work))
-    except LLMBridgeError as exc:  # the store's too (agent/store/errors.py)
+    except LLMBridgeError as exc:  # the store's too (store/errors.py)
         raise click.ClickException(exc.message) from exc
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -83,17 +83,17 @@ async def _report(
     database: str, group_by: str, since: datetime | None, until: datetime | None
 ) -> list[UsageGroup]:
     from llmbridge.accounts.usage import usage_report
-    from llmbridge.agent.store import make_engine, migrate
-    from llmbridge.agent.store.errors import mapped_errors
+    from llmbridge.store.database import Database
+    from llmbridge.store.errors import mapped_errors
 
-    engine = make_engine(database)
+    # Its own Database, opened (and migrated) once as the gateway's is.
+    opened = await Database.open(database)
     try:
         # The database's failures as core errors (the database down: a 503's message).
         with mapped_errors():
-            await migrate(engine)
-            return await usage_report(engine, group_by, since, until)
+            return await usage_report(opened.engine, group_by, since, until)
     finally:
-        await engine.dispose()
+        await opened.close()
 
 
 def _table(groups: list[UsageGroup], group_by: str) -> str:

@@ -78,7 +78,7 @@ class RequestLimits:
     """Bytes (JSON) a chain of stored Responses may hold in the database, its every
     stored response counted (400 on ``previous_response_id`` above it). Each stored
     response holds the whole conversation so far (one lookup to continue it, see
-    ``agent/store/responses.py``), so a chain's footprint grows with the square of its
+    ``gateway/stored_responses.py``), so a chain's footprint grows with the square of its
     turns (issue 24: six 4 MB turns took 115 MB); this caps it, and with it the row a
     continuation loads into memory (no more than twice ``max_body_bytes``). A
     conversation that fills a 128k-token context (about 0.5 MB) reaches it after some

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 
 from llmbridge.accounts.ledger import UsageLedger
-from llmbridge.gateway.config import GatewayConfig, default_agent_database
+from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.state.base import SharedState
+from llmbridge.store.database import OpenOnce
 
 __all__ = ["ledger_enabled", "open_ledger"]
 
@@ -36,20 +37,21 @@ async def open_ledger(
     spend: SharedState | None,
     metrics: GatewayMetrics | None = None,
     *,
+    database: OpenOnce,
     auth_on: bool = False,
 ) -> UsageLedger | None:
-    """The ledger on the agent's database (``agent.database``, ``--db``), migrated
-    and started, its rows kept ``ledger.retention_days`` before they are rolled up;
-    ``None`` when it is off. A database that cannot be opened is logged and leaves the
-    gateway serving without a ledger (as the agent service does). ``metrics`` count
-    the records dropped while the database is unreachable, the rows it refused (set
-    aside) and the rows waiting for the cleanup."""
+    """The ledger on the gateway's one database (``agent.database``, ``--db``; opened
+    and migrated by whichever part of the gateway needed it first), started, its rows
+    kept ``ledger.retention_days`` before they are rolled up; ``None`` when it is off.
+    A database that cannot be opened is logged and leaves the gateway serving without
+    a ledger (as the agent service does). ``metrics`` count the records dropped while
+    the database is unreachable, the rows it refused (set aside) and the rows waiting
+    for the cleanup."""
     if not ledger_enabled(config, auth_on=auth_on):
         return None
-    database = config.agent.database or default_agent_database()
     try:
         return await UsageLedger.open(
-            database,
+            await database.get(),
             spend=spend,
             retention_days=config.ledger.retention_days,
             on_dropped=None if metrics is None else metrics.usage_dropped.inc,

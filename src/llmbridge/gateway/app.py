@@ -1,6 +1,11 @@
 """Assemble the ASGI app: backends from configuration, routes, auth, error rendering,
-read limits (gateway/read_limits.py), and the agent service (``/agent/...``, its
-database opened in the lifespan)."""
+read limits (gateway/read_limits.py), and the agent service (``/agent/...``).
+
+The product's database (store/database.py) is one ``Database`` per process, opened and
+migrated once in the lifespan by the first part that needs it (``GatewayState.database``,
+an ``OpenOnce``) and handed to each product's repository: the accounts' ``KeyStore``,
+the agent runtime's ``AgentStore``, the stored Responses and the usage ledger. It is
+closed once, last, at shutdown."""
 
 from __future__ import annotations
 
@@ -47,10 +52,12 @@ from llmbridge.gateway.routes import (
     system,
 )
 from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.stored_responses import ResponseStore
 from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
+from llmbridge.store.database import OpenOnce
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, presented_key
 from llmbridge.web.render import (
     dialect_for_path,
@@ -72,17 +79,19 @@ ADMIN_PREFIX = "/admin/"
 async def _open_agent(
     mounted: MountedAgent, state: GatewayState, tools: ToolRegistry | None
 ) -> None:
-    """Migrate and open the agent database into ``mounted`` (``app.state.agent``, what
-    ``agent/routes.py`` reads). A failure is logged and leaves the rest of the gateway
-    serving; ``/agent/...`` then answers 503 with the reason."""
+    """The agent service on the gateway's database into ``mounted`` (``app.state.agent``,
+    what ``agent/routes.py`` reads), and the stored Responses on the same database. A
+    failure is logged and leaves the rest of the gateway serving; ``/agent/...`` then
+    answers 503 with the reason."""
     from llmbridge.agent.runtime import AgentRuntime
 
     config = state.config
     try:
-        agent_config = config.agent
-        if agent_config.database is None:  # built in code, not read by load_config
-            agent_config = agent_config.model_copy(update={"database": default_agent_database()})
-        mounted.runtime = await AgentRuntime.open(agent_config, state.models, tools=tools)
+        database = await state.database.get()
+        mounted.runtime = await AgentRuntime.open(
+            config.agent, state.models, tools=tools, database=database
+        )
+        state.responses = ResponseStore(database)
     except Exception as exc:  # noqa: BLE001 - reported on every /agent request instead
         # Clients get the kind of failure only: the details may name the database.
         mounted.error = type(exc).__name__
@@ -142,6 +151,7 @@ def _ledger_when_keys_appear(state: GatewayState) -> Callable[[], Awaitable[None
                 state.config,
                 getattr(state.models, "state", None),
                 state.metrics,
+                database=state.database,
                 auth_on=True,
             )
 
@@ -224,10 +234,12 @@ def create_app(
     keys = KeyChecker(config.server.api_keys)
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
     state.workers = workers
+    # One database for every product (module docstring), opened in the lifespan.
+    state.database = OpenOnce(config.agent.database or default_agent_database())
     state.accounts = Accounts(
         static_keys=keys,
         master_key=config.server.master_key,
-        database=config.agent.database or default_agent_database(),
+        database=state.database,
         state=lambda: models.state,
         body_limits=state.limits,
         auth=config.server.auth,
@@ -251,6 +263,7 @@ def create_app(
                 config,
                 getattr(models, "state", None),
                 metrics,
+                database=state.database,
                 auth_on=state.accounts.enabled,
             )
             if on_ready is not None:
@@ -271,9 +284,12 @@ def create_app(
                     try:
                         await agent.runtime.aclose()
                     except Exception:
-                        log.exception("the agent store failed to close")
+                        log.exception("the agent service failed to close")
                     agent.runtime = None
+                state.responses = None
                 await state.accounts.aclose()
+                # Once, after every part that used it (the ledger's last flush above).
+                await state.database.close()
                 await shared.aclose()  # last: the ledger's flush above updates it
 
     agent_routes = agent_api.routes if config.agent.enabled else []

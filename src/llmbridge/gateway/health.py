@@ -14,7 +14,7 @@ item 9) is probed with ``SELECT 1`` on a connection of the probe's own, opened f
 probe and closed after it (no pool: nothing is held between probes, nothing to close
 at shutdown, and a request pool that a frozen server has filled does not make the
 probe wait behind it). It has short deadlines of its own (``DATABASE_PROBE``), well
-under the request path's (``agent/store/engine.py``), so ``/health`` says the
+under the request path's (``store/engine.py``), so ``/health`` says the
 database is down within seconds, however the server fails.
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from sqlalchemy.pool import NullPool
 
-from llmbridge.agent.store.engine import Deadlines, make_engine, resolve_url, shown_url
 from llmbridge.backends.base import Backend, BackendHealth
+from llmbridge.store.engine import Deadlines, make_engine, resolve_url, shown_url
 
 __all__ = [
     "DATABASE_PROBE",

@@ -15,8 +15,10 @@ from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.gateway.stored_responses import ResponseStore
 from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
+from llmbridge.store.database import OpenOnce
 from llmbridge.web.auth import KeyChecker
 
 __all__ = ["GatewayState", "state_of"]
@@ -30,10 +32,17 @@ class GatewayState:
     keys: KeyChecker
     metrics: GatewayMetrics
     started_at: float = field(default_factory=time.time)
+    database: OpenOnce = field(init=False)
+    """The product's database (keys, ledger, the agent's tables, stored responses): one
+    ``Database``, opened and migrated once by the first part of the gateway that needs
+    it, closed once at shutdown (store/database.py)."""
     accounts: Accounts = field(init=False)
     """Keys (static and in the database), the master key, per-key limits (create_app)."""
     ledger: UsageLedger | None = None
     """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
+    responses: ResponseStore | None = None
+    """The stored Responses (gateway/stored_responses.py), on ``database``, set in the
+    lifespan when the agent store is on and its database opened."""
     workers: WorkerBoard | None = None
     """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
     ``None`` when it serves alone."""

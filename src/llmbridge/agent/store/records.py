@@ -1,4 +1,4 @@
-"""Plain values read from the agent store.
+"""Plain values read from the agent's tables.
 
 Rows never leave ``store``: callers get these frozen dataclasses, so nothing outside
 the storage layer holds a live ORM object or can lazy-load through a closed session.
@@ -14,7 +14,6 @@ __all__ = [
     "MessageStatus",
     "PersonaRecord",
     "PinRecord",
-    "ResponseRecord",
     "SessionRecord",
     "StoredMessage",
     "SummaryRecord",
@@ -84,24 +83,3 @@ class PinRecord:
     token_count: int
     created_at: datetime
     message_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseRecord:
-    """A stored Responses API response (``store.responses``)."""
-
-    id: str
-    model: str
-    created_at: datetime
-    instructions: str | None
-    input: list[Any]
-    """The conversation it answered: every input item, earlier turns' included."""
-    output: list[Any]
-    usage: dict[str, Any] | None
-    response: dict[str, Any]
-    """The rest of the response object (status, the echoed request fields)."""
-    owner: str | None = None
-
-    def response_object(self) -> dict[str, Any]:
-        """The response object as its create request answered it."""
-        return {**self.response, "output": self.output, "usage": self.usage}

@@ -1,4 +1,5 @@
-"""``AgentStore``: the agent's reads and writes, each in its own short transaction.
+"""``AgentStore``: the agent's reads and writes, each in its own short transaction, on
+the product's ``Database`` (store/database.py: the engine, the migrations, the errors).
 
 Every method opens one transaction, does its work and commits, so a caller never
 holds a transaction open across a model call (an agent turn takes seconds; a
@@ -23,14 +24,14 @@ not there or not the caller's; ``get_*`` raises ``NotFoundError`` then.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from llmbridge.agent.store.access import (
     check_writable,
@@ -38,10 +39,6 @@ from llmbridge.agent.store.access import (
     sees,
     visible_to,
 )
-from llmbridge.agent.store.engine import make_engine, write_engine
-from llmbridge.agent.store.errors import mapped_errors
-from llmbridge.agent.store.migrate import migrate
-from llmbridge.agent.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
 from llmbridge.agent.store.records import (
     MessageStatus,
     PersonaRecord,
@@ -50,9 +47,11 @@ from llmbridge.agent.store.records import (
     StoredMessage,
     SummaryRecord,
 )
-from llmbridge.agent.store.values import storable, storable_text
 from llmbridge.core.errors import ConflictError, NotFoundError
 from llmbridge.features.token_count import count_text_tokens
+from llmbridge.store.database import Database
+from llmbridge.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
+from llmbridge.store.values import storable, storable_text
 
 __all__ = ["AgentStore"]
 
@@ -91,60 +90,49 @@ _PIN_COLUMNS = (
 
 
 class AgentStore:
-    """The agent database. Build with ``await AgentStore.open(url)``."""
+    """The agent's tables on the product's ``Database`` (store/database.py). The
+    gateway hands it the one it opened; ``await AgentStore.open(url)`` opens one of
+    its own (the CLI, the tests), closed with the store."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-        self._read = async_sessionmaker(engine, expire_on_commit=False)
-        self._write = async_sessionmaker(write_engine(engine), expire_on_commit=False)
+    def __init__(self, database: Database, *, owns_database: bool = False) -> None:
+        self.database = database
+        self.engine = database.engine
+        self.dialect = database.dialect
+        self._owns_database = owns_database
 
     @classmethod
     async def open(
         cls, url: str | Path | URL | None = None, *, run_migrations: bool = True
     ) -> AgentStore:
-        """Connect to ``url`` (see ``engine.resolve_url``) and migrate it to the newest
-        schema. A database that cannot be reached is a ``ServiceUnavailableError`` like
-        any other store failure (store/errors.py), not the driver's own exception."""
-        engine = make_engine(url)
-        if run_migrations:
-            try:
-                with mapped_errors():
-                    await migrate(engine)
-            except BaseException:
-                await engine.dispose()
-                raise
-        return cls(engine)
+        """A store on a ``Database`` of its own at ``url`` (see ``engine.resolve_url``),
+        migrated to the newest schema. A database that cannot be reached is a
+        ``ServiceUnavailableError`` like any other store failure (store/errors.py), not
+        the driver's own exception."""
+        database = await Database.open(url, run_migrations=run_migrations)
+        return cls(database, owns_database=True)
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        """Close the database if the store opened it (a handed one is its opener's)."""
+        if self._owns_database:
+            await self.database.close()
 
-    # -- transactions -----------------------------------------------------------------
+    # -- transactions (the Database's, inside the error boundary) ---------------------
 
-    @asynccontextmanager
-    async def reading(self) -> AsyncIterator[AsyncSession]:
+    def reading(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A read transaction (one snapshot on SQLite WAL and PostgreSQL)."""
-        with mapped_errors():
-            async with self._read() as session, session.begin():
-                yield session
+        return self.database.reading()
 
-    @asynccontextmanager
-    async def writing(
+    def writing(
         self, *, conflict: str | None = None, missing: str | None = None
-    ) -> AsyncIterator[AsyncSession]:
+    ) -> AbstractAsyncContextManager[AsyncSession]:
         """A write transaction, committed on exit (rolled back on an exception).
         ``conflict`` and ``missing`` word the ``ConflictError`` of a unique violation
         and the ``NotFoundError`` of a foreign-key one (``store.errors``)."""
-        with mapped_errors(conflict=conflict, missing=missing):
-            async with self._write() as session, session.begin():
-                yield session
+        return self.database.writing(conflict=conflict, missing=missing)
 
-    @asynccontextmanager
-    async def reader(self) -> AsyncIterator[AsyncConnection]:
+    def reader(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """A raw connection in one read transaction, for several consistent reads."""
-        with mapped_errors():
-            async with self.engine.connect() as conn, conn.begin():
-                yield conn
+        return self.database.reader()
 
     # -- personas ---------------------------------------------------------------------
     # ``owner`` (``store.access``): ``None`` is unscoped; a key sees its own and the

@@ -6,7 +6,8 @@ Stateful responses (docs/RESPONSES.md, "Stateful responses"): with the agent sto
 ``"store": false`` (``agent.store_responses``: ``explicit`` keeps only those that say
 ``"store": true``, ``off`` none): saved once it is complete (``response.completed`` or
 ``response.incomplete``; for a stream, before that event is sent), owned by the
-caller's key (``web.auth.caller_identity``), in ``agent.store.responses``.
+caller's key (``web.auth.caller_identity``), in ``gateway.stored_responses`` on the
+gateway's one database.
 ``previous_response_id`` loads one and puts its conversation and output before the new
 input (``dialects/responses/continuation.py``); another key's response is a 404 like a
 missing one. With the store off, ``previous_response_id`` stays the dialect's 400. A
@@ -35,7 +36,6 @@ from starlette.routing import Route
 
 from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.routes import MountedAgent
-from llmbridge.agent.store.responses import Chain, ResponseStore
 from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.limits import RequestLimits
@@ -55,6 +55,7 @@ from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_token
 from llmbridge.gateway.exchange import Exchange, exchanged
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.gateway.state import GatewayState, state_of
+from llmbridge.gateway.stored_responses import Chain, ResponseStore
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import parse_json, read_body
 from llmbridge.web.render import Dialect, header_value
@@ -172,10 +173,10 @@ def _may_keep(body: dict[str, Any], state: GatewayState) -> bool:
 
 def _store_if_open(request: Request) -> ResponseStore | None:
     """The stored responses, or ``None`` when the agent store is off or not open."""
-    mounted: MountedAgent = request.app.state.agent
-    if not state_of(request).config.agent.enabled or mounted.runtime is None:
+    state = state_of(request)
+    if not state.config.agent.enabled:
         return None
-    return ResponseStore(mounted.runtime.store)
+    return state.responses
 
 
 def _store_for(request: Request, response_id: str) -> ResponseStore:

@@ -71,14 +71,12 @@ async def _may_see_details(request: Request, database_ok: bool) -> bool:
 
 def _database_probe(state: GatewayState) -> DatabaseProbe | None:
     """The probe of the database the gateway uses, if it uses one: for its keys (unless
-    auth is off on purpose), the agent service or the usage ledger."""
-    database = state.accounts.database
-    if database is None:
-        return None
+    auth is off on purpose), the agent service or the usage ledger. The probe has a
+    connection of its own (gateway/health.py), not one of the gateway's ``Database``."""
     in_use = (
         state.accounts.auth is not False or state.config.agent.enabled or state.ledger is not None
     )
-    return state.health.database(database) if in_use else None
+    return state.health.database(state.database.url) if in_use else None
 
 
 async def _probed(database: DatabaseProbe | None) -> BackendHealth | None:

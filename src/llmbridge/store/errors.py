@@ -1,9 +1,10 @@
 """The store's boundary: the one place a database's exceptions become ``core.errors``.
 
-Every transaction of the store (``AgentStore.reading``, ``writing``, ``reader``, and
-so every read and write of ``documents`` and ``eldercare`` too) runs inside
-``mapped_errors``, so nothing above the store imports SQLAlchemy or a driver, or
-classifies a database error itself. What each failure becomes:
+Every transaction on the product's database (``Database.reading``, ``writing``,
+``reader``, so every read and write of the agent's repository, its documents and
+eldercare records, and the stored responses; the key store's and the ledger's own)
+runs inside ``mapped_errors``, so nothing above the store imports SQLAlchemy or a
+driver, or classifies a database error itself. What each failure becomes:
 
 - **A refused value** (``store.values`` says which): ``OverflowError`` (sqlite3), a
   ``DataError`` or PostgreSQL's SQLSTATE class 22 "data exception" (U+0000 in text,
@@ -71,9 +72,9 @@ __all__ = [
     "mapped_errors",
 ]
 
-log = logging.getLogger("llmbridge.agent.store")
+log = logging.getLogger("llmbridge.store")
 
-UNAVAILABLE = "the agent database is unavailable"
+UNAVAILABLE = "the database is unavailable"
 """What a client is told when the database is down, with one of the reasons below
 (the log has the details)."""
 

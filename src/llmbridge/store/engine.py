@@ -1,6 +1,8 @@
-"""Where the agent's data lives: database URLs and the async engine.
+"""Where the product's data lives: database URLs and the async engine.
 
-The database is named by the configuration (``agent.database``; gateway/config.py
+One database holds the agent's tables, the API keys, the usage ledger and the stored
+Responses; ``store.database.Database`` is the one handle a process opens on it. It is
+named by the configuration (``agent.database``; gateway/config.py
 fills in the default file, ``$XDG_DATA_HOME/llmbridge/agent.db``, and ``--db`` /
 ``LLMBRIDGE_DB`` set it). Accepted spellings:
 
@@ -24,8 +26,8 @@ Deadlines (issue 24, item 9): nothing waits on the database without one, so a fr
 or unreachable server costs a request a 503 (``store.errors``), never a hang. Three,
 in seconds, set by the URL's own query parameters (``?connect_timeout=2&
 command_timeout=5&pool_timeout=5``; read and removed here, the driver never sees
-them), so every engine opened on that URL (the agent store, the keys, the ledger, the
-CLI) gets the same ones:
+them), so every engine opened on that URL (the gateway's one ``Database``, the CLI's,
+the ``/health`` probe's own) gets the same ones:
 
 - ``connect_timeout`` (5): opening a connection, TCP and authentication (asyncpg's
   ``timeout``). A healthy server on a LAN answers in milliseconds; 5 s still rides
@@ -119,7 +121,7 @@ def resolve_url(url: str | Path | None) -> URL:
     """The SQLAlchemy async URL for ``url`` (a path or a URL, module docstring)."""
     if url is None or not str(url):
         raise ValueError(
-            "no agent database: set agent.database in the configuration, --db or LLMBRIDGE_DB"
+            "no database: set agent.database in the configuration, --db or LLMBRIDGE_DB"
         )
     raw = str(url)
     if raw in (":memory:", "sqlite://", "sqlite:///:memory:"):
@@ -135,7 +137,7 @@ def resolve_url(url: str | Path | None) -> URL:
     if backend == "postgresql":
         return parsed.set(drivername="postgresql+asyncpg")
     raise ValueError(
-        f"unsupported agent database {shown_url(raw)!r}: use a SQLite path or a postgresql:// URL"
+        f"unsupported database {shown_url(raw)!r}: use a SQLite path or a postgresql:// URL"
     )
 
 

@@ -1,4 +1,4 @@
-"""What the agent's databases can hold, and what the store does about the rest.
+"""What the product's databases can hold, and what the store does about the rest.
 
 Both databases refuse some values Python holds without complaint, and each refusal
 used to surface as a 500:

@@ -1,4 +1,7 @@
-"""The agent's tables, as SQLAlchemy 2 ORM models.
+"""The product's tables, as SQLAlchemy 2 ORM models: the schema is the product's, one
+set for every repository on the ``Database`` (store/database.py).
+
+The agent's (``agent.store``, ``agent.documents``, ``agent.eldercare``):
 
 Conversation: ``personas`` (a system prompt plus generation settings), ``sessions``,
 ``messages`` (ordered by their autoincrement ``id``, which also serves as the
@@ -9,13 +12,13 @@ their terms in ``document_terms`` (portable keyword search, see ``agent.document
 Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and side
 effects), ``vitals``, ``appointments``.
 Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
-``store.responses``).
+``gateway.stored_responses``).
 Accounts (issue 17, ``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
 with their limits), ``usage`` (the ledger: one row per request) and ``usage_daily``
 (the ledger's rows past its retention, summed per day, key and model: issue 24).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
-that created them; ``store.access`` has the rules).
+that created them; ``agent.store.access`` has the rules).
 
 The schema itself is created and changed only by the migrations in
 ``store/migrations``; a test checks that these models and the migrations agree.
@@ -133,7 +136,7 @@ class Persona(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
-    """The API key that created it (``store.access``); ``None``: shared."""
+    """The API key that created it (``agent.store.access``); ``None``: shared."""
 
 
 class SessionRow(Base):
@@ -157,7 +160,7 @@ class SessionRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     owner: Mapped[str | None] = mapped_column(String(64), default=None)
-    """The API key that created it (``store.access``): only that key sees it."""
+    """The API key that created it (``agent.store.access``): only that key sees it."""
 
 
 class MessageRow(Base):
@@ -237,7 +240,7 @@ class Document(Base):
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
-    """The API key that created it (``store.access``); ``None``: shared."""
+    """The API key that created it (``agent.store.access``); ``None``: shared."""
 
 
 class DocumentChunk(Base):
@@ -282,7 +285,7 @@ class Patient(Base):
     notes: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
-    """The API key that created it (``store.access``); ``None``: shared. A patient's
+    """The API key that created it (``agent.store.access``); ``None``: shared. A patient's
     caregivers, medications, vitals and appointments follow the patient."""
 
 
@@ -358,7 +361,7 @@ class Appointment(Base):
 
 
 class ResponseRow(Base):
-    """A response ``POST /v1/responses`` stored (``store.responses``): the conversation
+    """A response ``POST /v1/responses`` stored (``gateway.stored_responses``): the conversation
     it answered and what it answered, private to the key that created it."""
 
     __tablename__ = "responses"
@@ -366,7 +369,7 @@ class ResponseRow(Base):
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
     """The response's id as the client got it (``resp_...``)."""
     owner: Mapped[str | None] = mapped_column(String(64), default=None)
-    """The API key that created it (``store.access``): only that key sees it."""
+    """The API key that created it (``agent.store.access``): only that key sees it."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     model: Mapped[str] = mapped_column(String(200))
     instructions: Mapped[str | None] = mapped_column(Text, default=None)

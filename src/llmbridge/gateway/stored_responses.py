@@ -1,10 +1,11 @@
 """``ResponseStore``: the Responses API's stored responses (``POST /v1/responses`` with
-``store``), read and written through ``AgentStore``'s transactions.
+``store``), the repository of the ``responses`` table on the product's ``Database``
+(store/database.py), which the gateway opens once and hands to it.
 
 A row holds the conversation a response answered (every input item, a continued
 response's earlier turns included, so continuing needs one lookup, never a walk back
 through the chain), the output items, the usage and the rest of the response object.
-Responses are **private**, like sessions (``store.access.private_to``): a key sees only
+Responses are **private**, like sessions (``agent.store.access.private_to``): a key sees only
 its own, and another key's response is a ``NotFoundError`` exactly like a missing one,
 so an id's existence never leaks. JSON is stored through ``values.storable`` (U+0000
 and unpaired surrogates become U+FFFD on both databases).
@@ -26,14 +27,13 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from llmbridge.agent.store.access import private_to
-from llmbridge.agent.store.models import ResponseRow
-from llmbridge.agent.store.records import ResponseRecord
-from llmbridge.agent.store.repository import AgentStore
-from llmbridge.agent.store.values import storable, storable_text
 from llmbridge.core.errors import NotFoundError
 from llmbridge.core.limits import RequestLimits, chain_error
+from llmbridge.store.database import Database
+from llmbridge.store.models import ResponseRow
+from llmbridge.store.values import storable, storable_text
 
-__all__ = ["Chain", "ResponseStore", "not_found"]
+__all__ = ["Chain", "ResponseRecord", "ResponseStore", "not_found"]
 
 _PREVIOUS_RESPONSE_ID = "previous_response_id"
 
@@ -43,6 +43,27 @@ def not_found(response_id: str, *, param: str | None = None) -> NotFoundError:
     wording; ``param`` names the field that gave the id)."""
     prefix = "Previous response" if param == _PREVIOUS_RESPONSE_ID else "Response"
     return NotFoundError(f"{prefix} with id {response_id!r} not found.", param=param)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRecord:
+    """A stored Responses API response (``ResponseStore``)."""
+
+    id: str
+    model: str
+    created_at: datetime
+    instructions: str | None
+    input: list[Any]
+    """The conversation it answered: every input item, earlier turns' included."""
+    output: list[Any]
+    usage: dict[str, Any] | None
+    response: dict[str, Any]
+    """The rest of the response object (status, the echoed request fields)."""
+    owner: str | None = None
+
+    def response_object(self) -> dict[str, Any]:
+        """The response object as its create request answered it."""
+        return {**self.response, "output": self.output, "usage": self.usage}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +116,10 @@ class Chain:
 
 
 class ResponseStore:
-    """Stored responses on ``store``'s database."""
+    """Stored responses on ``database``."""
 
-    def __init__(self, store: AgentStore) -> None:
-        self.store = store
+    def __init__(self, database: Database) -> None:
+        self.database = database
 
     async def put(
         self,
@@ -132,7 +153,7 @@ class ResponseStore:
             conversation_bytes=chain.conversation_bytes,
             chain_bytes=chain.chain_bytes,
         )
-        async with self.store.writing(conflict=f"response id {response_id!r} is taken") as db:
+        async with self.database.writing(conflict=f"response id {response_id!r} is taken") as db:
             db.add(row)
         return _record(row)
 
@@ -141,7 +162,7 @@ class ResponseStore:
         query = select(ResponseRow).where(
             ResponseRow.id == response_id, private_to(ResponseRow.owner, owner)
         )
-        async with self.store.reading() as db:
+        async with self.database.reading() as db:
             row = (await db.execute(query)).scalar_one_or_none()
             return None if row is None else _record(row)
 
@@ -153,7 +174,7 @@ class ResponseStore:
         query = select(
             ResponseRow.chain_turns, ResponseRow.conversation_bytes, ResponseRow.chain_bytes
         ).where(ResponseRow.id == response_id, private_to(ResponseRow.owner, owner))
-        async with self.store.reading() as db:
+        async with self.database.reading() as db:
             found = (await db.execute(query)).one_or_none()
         if found is None:
             raise not_found(response_id, param=param)
@@ -174,7 +195,7 @@ class ResponseStore:
         query = delete(ResponseRow).where(
             ResponseRow.id == response_id, private_to(ResponseRow.owner, owner)
         )
-        async with self.store.writing() as db:
+        async with self.database.writing() as db:
             result = await db.execute(query)
         if not getattr(result, "rowcount", 0):
             raise not_found(response_id)

@@ -1,4 +1,9 @@
-"""Bring an agent database to the current schema: ``await migrate(url)``.
+"""Bring the product's database to the current schema: ``await migrate(url)``.
+
+``Database.open`` (store/database.py) runs it once per process start; every product's
+tables (the agent's, the keys, the ledger, stored responses) are in the one set of
+migrations, under their original revision ids and file names, so a database created
+before they moved here upgrades as before.
 
 Alembic runs in process from a ``Config`` built in code, with the migration scripts
 shipped inside this package (``store/migrations``), so no ``alembic.ini`` is needed
@@ -22,7 +27,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmbridge.agent.store.engine import (
+from llmbridge.store.engine import (
     BUSY_TIMEOUT_MS,
     make_engine,
     migration_engine,
@@ -45,7 +50,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None, "the agent store ships at least one migration"
+    assert head is not None, "the store ships at least one migration"
     return head
 
 

@@ -1,6 +1,6 @@
-"""Alembic's environment script for the agent store.
+"""Alembic's environment script for the product's database.
 
-It runs only inside ``llmbridge.agent.store.migrate``, which passes an open
+It runs only inside ``llmbridge.store.migrate``, which passes an open
 connection (already in a transaction) through ``config.attributes``; there is no
 ``alembic.ini`` and no URL to read.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from alembic import context
 
-from llmbridge.agent.store.models import Base
+from llmbridge.store.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("agent migrations run through llmbridge.agent.store.migrate.migrate()")
+    raise RuntimeError("migrations run through llmbridge.store.migrate.migrate()")
 
 context.configure(
     connection=connection,

@@ -1,1 +1,0 @@
-"""Alembic migrations of the agent store, run in process by ``store.migrate``."""
