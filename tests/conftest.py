@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,3 +179,35 @@ def _close_clients() -> Iterator[None]:
     yield
     while _open_clients:
         _open_clients.pop().close()
+
+
+def create_key(url: str, master: str, name: str, **limits: Any) -> str:
+    """A database key made through the gateway's admin API (``POST /admin/keys``)."""
+    import httpx
+
+    reply = httpx.post(
+        url + "/admin/keys",
+        headers={"Authorization": f"Bearer {master}"},
+        json={"name": name, **limits},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    key: str = reply.json()["key"]
+    return key
+
+
+def ledger_rows(database: Path, key_name: str, count: int) -> list[sqlite3.Row]:
+    """The SQLite usage ledger's rows of ``key_name`` once there are ``count`` (it
+    writes every second): a bounded poll."""
+    waited = threading.Event()
+    rows: list[sqlite3.Row] = []
+    for _ in range(150):
+        with sqlite3.connect(database) as db:
+            db.row_factory = sqlite3.Row
+            rows = db.execute(
+                "SELECT * FROM usage WHERE key_name = ? ORDER BY created_at", (key_name,)
+            ).fetchall()
+        if len(rows) >= count:
+            return rows
+        waited.wait(0.1)
+    raise AssertionError(f"the ledger has {len(rows)} of {count} rows for {key_name}")

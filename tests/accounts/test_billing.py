@@ -13,19 +13,17 @@ database:
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.response import Usage
-from tests.conftest import RunningServer, running_gateway
+from tests.conftest import RunningServer, create_key, ledger_rows, running_gateway
 
 MASTER = "sk-master-billing"
 PRICES = {"priced": {"input": 0.0, "output": 10_000.0}}
@@ -49,28 +47,7 @@ def gateway(scripted: ScriptedBackend, database: Path) -> Iterator[RunningServer
 
 
 def _new_key(gateway: RunningServer, name: str, **limits: Any) -> str:
-    reply = httpx.post(
-        gateway.url + "/admin/keys",
-        headers={"Authorization": f"Bearer {MASTER}"},
-        json={"name": name, **limits},
-    )
-    assert reply.status_code == 201, reply.text
-    key: str = reply.json()["key"]
-    return key
-
-
-def _rows(database: Path, key_name: str, count: int) -> list[sqlite3.Row]:
-    """The ledger's rows of ``key_name`` once there are ``count``: a bounded poll."""
-    waited = threading.Event()
-    rows: list[sqlite3.Row] = []
-    for _ in range(150):
-        with sqlite3.connect(database) as db:
-            db.row_factory = sqlite3.Row
-            rows = db.execute("SELECT * FROM usage WHERE key_name = ?", (key_name,)).fetchall()
-        if len(rows) >= count:
-            return rows
-        waited.wait(0.1)
-    raise AssertionError(f"the ledger has {len(rows)} of {count} rows for {key_name}")
+    return create_key(gateway.url, MASTER, name, **limits)
 
 
 def test_concurrent_requests_cannot_overspend_a_budget(
@@ -107,7 +84,7 @@ def test_concurrent_requests_cannot_overspend_a_budget(
     served = statuses.count(200)
     # $0.03 reserved each: the first (0 < 0.05) and the second (0.03 < 0.05) pass.
     assert served == 2, statuses
-    rows = [row for row in _rows(database, "tight-budget", replies) if row["status"] == 200]
+    rows = [row for row in ledger_rows(database, "tight-budget", replies) if row["status"] == 200]
     spent = sum(row["cost_usd"] for row in rows)
     assert spent == pytest.approx(0.06)  # over by less than one request's worst case
     # The reservations are given back: the spent budget refuses, nothing is held.
@@ -137,7 +114,7 @@ def test_a_dropped_stream_is_billed_for_what_was_generated(
                 seen += 1
             if seen == 20:
                 break  # the client leaves mid-stream
-    (row,) = _rows(database, "dropper", 1)
+    (row,) = ledger_rows(database, "dropper", 1)
     assert row["status"] == 499
     # Billed for at least what the client saw, and not for the 380 words never made
     # (the backend stops at the disconnect; a few chunks may be in flight).

@@ -28,6 +28,7 @@ from llmbridge.web.render import Dialect
 from tests.conftest import (
     RunningServer,
     anthropic_client,
+    create_key,
     ollama_client,
     openai_client,
     running_gateway,
@@ -54,14 +55,7 @@ def gateway(scripted: ScriptedBackend, database: Path) -> Iterator[RunningServer
 
 
 def new_key(gateway: RunningServer, name: str, **limits: Any) -> str:
-    reply = httpx.post(
-        gateway.url + "/admin/keys",
-        headers={"Authorization": f"Bearer {MASTER}"},
-        json={"name": name, **limits},
-    )
-    assert reply.status_code == 201, reply.text
-    key: str = reply.json()["key"]
-    return key
+    return create_key(gateway.url, MASTER, name, **limits)
 
 
 def _google(url: str, key: str) -> genai.Client:

@@ -13,8 +13,6 @@ that calls a model.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import load_config
 from llmbridge.gateway.exchange import EXCHANGED
-from tests.conftest import RunningServer, running_gateway
+from tests.conftest import RunningServer, create_key, ledger_rows, running_gateway
 
 MASTER = "sk-master-routes"
 OPERATIONS = {"/", "/api/hello", "/health", "/metrics", "/openapi.json"}
@@ -152,14 +150,7 @@ def gateway(scripted: ScriptedBackend, database: Path) -> Iterator[RunningServer
 
 
 def _new_key(gateway: RunningServer, name: str, **limits: Any) -> str:
-    reply = httpx.post(
-        gateway.url + "/admin/keys",
-        headers={"Authorization": f"Bearer {MASTER}"},
-        json={"name": name, **limits},
-    )
-    assert reply.status_code == 201, reply.text
-    key: str = reply.json()["key"]
-    return key
+    return create_key(gateway.url, MASTER, name, **limits)
 
 
 def _send(gateway: RunningServer, key: str, call: tuple[str, str, Any, bool], model: str) -> Any:
@@ -186,23 +177,6 @@ def _renamed(body: Any, model: str) -> Any:
     return body
 
 
-def _ledger_rows(database: Path, key_name: str, count: int) -> list[sqlite3.Row]:
-    """The ledger's rows of ``key_name`` once there are ``count`` (it writes every
-    second): a bounded poll."""
-    waited = threading.Event()
-    rows: list[sqlite3.Row] = []
-    for _ in range(150):
-        with sqlite3.connect(database) as db:
-            db.row_factory = sqlite3.Row
-            rows = db.execute(
-                "SELECT * FROM usage WHERE key_name = ? ORDER BY created_at", (key_name,)
-            ).fetchall()
-        if len(rows) >= count:
-            return rows
-        waited.wait(0.1)
-    raise AssertionError(f"the ledger has {len(rows)} of {count} rows for {key_name}")
-
-
 def test_every_route_is_recorded_once_with_its_status(
     gateway: RunningServer, database: Path
 ) -> None:
@@ -212,7 +186,7 @@ def test_every_route_is_recorded_once_with_its_status(
         reply = _send(gateway, key, call, "scripted")
         assert reply.status_code < 500, (call, reply.status_code, reply.text)
         statuses.append((call[1], reply.status_code, reply.headers.get("x-request-id")))
-    rows = _ledger_rows(database, "every-route", len(CALLS))
+    rows = ledger_rows(database, "every-route", len(CALLS))
     assert len(rows) == len(CALLS), [dict(r) for r in rows]
     by_id = {row["request_id"]: row for row in rows}
     for path, status, request_id in statuses:
@@ -274,7 +248,7 @@ def test_unknown_previous_response_and_bad_bodies_are_recorded(
         gateway.url + "/api/chat", json={"model": "scripted"}, headers=headers, timeout=30
     )
     assert load.status_code == 200 and load.json()["done_reason"] == "load"
-    rows = _ledger_rows(database, "edge-cases", 3)
+    rows = ledger_rows(database, "edge-cases", 3)
     assert sorted(row["status"] for row in rows) == [200, 400, 404]
     assert {row["endpoint"] for row in rows} == {
         "/v1/chat/completions",

@@ -12,15 +12,20 @@ message naming the package (``make test`` installs it, as it does PostgreSQL).
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from llmbridge.state.failover import FailoverState
+from llmbridge.state.local import LocalState
+from llmbridge.state.redis import RedisState
 
 INSTALL_HINT = "install it with `apt-get install redis-server` (Debian/Ubuntu) or `make redis`"
 
@@ -114,3 +119,34 @@ def redis_url(redis_server: RedisServer) -> str:
     redis_server.start()
     redis_server.flush()
     return redis_server.url
+
+
+State = LocalState | RedisState | FailoverState
+"""Every implementation of the shared-state contract."""
+
+
+@pytest.fixture(params=["local", "redis", "failover"])
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
+    """Each implementation in turn: in process, Redis, Redis with the local fallback."""
+    if request.param == "local":
+        yield LocalState()
+        return
+    url: str = request.getfixturevalue("redis_url")
+    shared: RedisState | FailoverState = (
+        RedisState(url) if request.param == "redis" else FailoverState(url)
+    )
+    try:
+        yield shared
+    finally:
+        await shared.aclose()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 20.0) -> bool:
+    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while loop.time() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.05)
+    return await check()

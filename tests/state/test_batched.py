@@ -8,33 +8,14 @@ a parallel slot. And ``FailoverState`` keeps a slot where it was taken."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from llmbridge.state.base import AdmitChecks, AdmitVerdict, WindowVerdict
 from llmbridge.state.failover import FailoverState
-from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState
 
-from .conftest import RedisServer
-
-State = LocalState | RedisState | FailoverState
-
-
-@pytest.fixture(params=["local", "redis", "failover"])
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
-    if request.param == "local":
-        yield LocalState()
-        return
-    url: str = request.getfixturevalue("redis_url")
-    shared: RedisState | FailoverState = (
-        RedisState(url) if request.param == "redis" else FailoverState(url)
-    )
-    try:
-        yield shared
-    finally:
-        await shared.aclose()
+from .conftest import RedisServer, State, eventually
 
 
 async def _admit(state: State, **overrides: object) -> AdmitVerdict:
@@ -150,17 +131,6 @@ async def test_two_replicas_admit_exactly_the_limit_together(redis_url: str) -> 
             await replica.aclose()
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], within_s: float = 15.0) -> bool:
-    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.05)
-    return await check()
-
-
 async def test_failover_settles_a_slot_where_it_was_taken(
     redis_server: RedisServer, redis_url: str
 ) -> None:
@@ -185,7 +155,7 @@ async def test_failover_settles_a_slot_where_it_was_taken(
         async def recovered() -> bool:
             return not state.degraded
 
-        assert await _eventually(recovered)
+        assert await eventually(recovered)
         assert await observer.in_flight(["par:f"]) == {"par:f": 0}
         await state.settle(parallel_key="par:f", window_s=60)  # back to this process
         assert await state.local.in_flight(["par:f"]) == {"par:f": 0}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -32,18 +32,7 @@ from llmbridge.state.base import AdmitChecks
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
 
-from .conftest import RedisServer
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], within_s: float = 20.0) -> bool:
-    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.05)
-    return await check()
+from .conftest import RedisServer, eventually
 
 
 def _failover(url: str) -> FailoverState:
@@ -77,7 +66,7 @@ async def _recovered(state: FailoverState) -> None:
     async def back() -> bool:
         return not state.degraded
 
-    assert await _eventually(back), "the failover never left its local fallback"
+    assert await eventually(back), "the failover never left its local fallback"
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
 
-from .conftest import RedisServer, free_port
+from .conftest import RedisServer, eventually, free_port
 
 _RACER = textwrap.dedent(
     """
@@ -64,17 +64,6 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], within_s: float = 15.0) -> bool:
-    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.05)
-    return await check()
 
 
 @pytest.fixture
@@ -127,7 +116,7 @@ async def test_a_killed_replica_leaks_no_slots_beyond_its_heartbeat(redis_url: s
             return await me.in_flight(["par:held"]) == {"par:held": 1}
 
         # The dead replica's 3 go when its heartbeat expires; this live one's stays.
-        assert await _eventually(only_mine_left)
+        assert await eventually(only_mine_left)
         await asyncio.sleep(1.0)  # longer than a TTL: a live replica keeps its count
         assert await only_mine_left()
     finally:
@@ -173,7 +162,7 @@ async def test_redis_stopped_and_restarted_mid_run(
         async def recovered() -> bool:
             return not state.degraded
 
-        assert await _eventually(recovered)
+        assert await eventually(recovered)
         assert (await state.take("rpm:f", 1, 5, 60)).used == 1  # the restarted Redis's count
         assert await observer.used("rpm:f", 60) == 1
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -203,7 +192,7 @@ async def test_a_frozen_redis_times_out_and_slots_go_back_where_taken(
         async def recovered() -> bool:
             return not state.degraded
 
-        assert await _eventually(recovered)
+        assert await eventually(recovered)
         # Redis kept its data: the slot released during the outage is gone there too,
         # and the one taken locally is not counted in Redis.
         assert await observer.in_flight(["par:z"]) == {"par:z": 0}

@@ -14,33 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from llmbridge.state.base import AdmitChecks
-from llmbridge.state.failover import FailoverState
-from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState
 
-from .conftest import free_port
-
-State = LocalState | RedisState | FailoverState
-
-
-@pytest.fixture(params=["local", "redis", "failover"])
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
-    if request.param == "local":
-        yield LocalState()
-        return
-    url: str = request.getfixturevalue("redis_url")
-    shared: RedisState | FailoverState = (
-        RedisState(url) if request.param == "redis" else FailoverState(url)
-    )
-    try:
-        yield shared
-    finally:
-        await shared.aclose()
+from .conftest import State, eventually, free_port
 
 
 def _checks(reserve: float = 0.03, budget: float = 0.05, **more: object) -> AdmitChecks:
@@ -147,17 +127,6 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], within_s: float = 15.0) -> bool:
-    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while loop.time() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.05)
-    return await check()
-
-
 async def test_a_killed_replicas_reservations_stop_counting(redis_url: str) -> None:
     me = RedisState(redis_url)
     checks = AdmitChecks(spend_key="spend:d", budget=0.05, reserve_key="rsv:d", reserve=0.01)
@@ -172,7 +141,7 @@ async def test_a_killed_replicas_reservations_stop_counting(redis_url: str) -> N
             return await me.reserved("rsv:d") == 0.0
 
         # Its heartbeat expires; its reservation with it (nothing leaks for good).
-        assert await _eventually(freed)
+        assert await eventually(freed)
         assert (await me.admit_many(checks)).refused == ""
         assert await me.reserved("rsv:d") == pytest.approx(0.01)  # this live one's stays
     finally:
