@@ -128,13 +128,18 @@ def accounts_config(backend_port: int, database: Path, redis_url: str | None) ->
     return text
 
 
-def create_key(config: Path, database: Path) -> str:
-    """``llmbridge keys create``: the key, printed alone on stdout."""
+def create_key(config: Path, database: Path, env: dict[str, str] | None = None) -> str:
+    """``llmbridge keys create``: the key, printed alone on stdout. ``env``: run another
+    checkout's code (``--baseline-src``), which creates and migrates its own database:
+    a database the newer code migrated has revisions an older one cannot open."""
     script = Path(sys.executable).parent / "llmbridge"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "llmbridge"]
     argv = [*command, "keys", "create", "bench", *KEY_LIMITS, *KEY_BUDGET]
     argv += ["--models", "*", "--config", str(config), "--db", str(database)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    run_env = None if env is None else {**os.environ, **env}
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, check=False, env=run_env
+    )
     if done.returncode != 0 or not done.stdout.strip():
         raise RuntimeError(f"llmbridge keys create failed:\n{done.stdout}{done.stderr}")
     return done.stdout.strip()
@@ -184,11 +189,18 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
         # --baseline-src: the same accounts gateways running another checkout's code
         # (PYTHONPATH, bench/baseline.py), for a before/after in one run.
         base = prepare_baseline(Path(args.baseline_src)) if args.baseline_src else None
+        base_auth = auth
         if base is not None:
-            server = start_gateway(workdir, "accounts-base-w1", config_text, 1, env | base.env)
+            # Its own database, made by its own code (create_key).
+            base_db = workdir / "accounts-base.db"
+            base_text = accounts_config(backend.port, base_db, None)
+            (workdir / "keys-base.yaml").write_text(base_text)
+            base_key = create_key(workdir / "keys-base.yaml", base_db, base.env)
+            base_auth = {"authorization": f"Bearer {base_key}"}
+            server = start_gateway(workdir, "accounts-base-w1", base_text, 1, env | base.env)
             check_process_env(server.pid, base.env)
             started.append(server)
-            gateways.append(Gateway(server.name, server, auth))
+            gateways.append(Gateway(server.name, server, base_auth))
         if args.redis:
             redis = start_redis(workdir)
             started.append(redis)
@@ -199,10 +211,11 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
             gateways.append(Gateway(server.name, server, auth))
             if base is not None:
                 name = "accounts-redis-base-w1"
-                server = start_gateway(workdir, name, text, 1, env | base.env)
+                base_text = accounts_config(backend.port, workdir / "accounts-base.db", url)
+                server = start_gateway(workdir, name, base_text, 1, env | base.env)
                 check_process_env(server.pid, base.env)
                 started.append(server)
-                gateways.append(Gateway(server.name, server, auth))
+                gateways.append(Gateway(server.name, server, base_auth))
         yield backend, gateways
     finally:
         for server in reversed(started):
