@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from llmbridge.core.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
     ContextLengthError,
+    InvalidRequestError,
     LLMBridgeError,
 )
 from llmbridge.core.events import (
@@ -39,8 +41,10 @@ from llmbridge.core.response import StopReason
 from llmbridge.features.apology import APOLOGIES
 from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.tool_emulation import (
+    DECISION_PARAM,
     HISTORY_MESSAGES,
     decision_prompt,
+    decision_schema,
     emulate_tool_calls,
     parse_decision,
 )
@@ -111,7 +115,7 @@ def test_no_decision(reply: str) -> None:
 
 
 def test_prompt_has_context_history_tools_rules_and_a_grounded_example() -> None:
-    history = [Message("user", (TextPart(f"message {i}"),)) for i in range(15)]
+    history = [Message("user", (TextPart(f"message {i}"),)) for i in range(25)]
     request = ChatRequest(
         model="m",
         messages=(
@@ -124,7 +128,8 @@ def test_prompt_has_context_history_tools_rules_and_a_grounded_example() -> None
     )
     prompt = decision_prompt(request)
     assert "You control a smart home." in prompt
-    assert "message 14" in prompt and "message 5" not in prompt  # the last 10 messages
+    # at least the last 10 messages, from a multiple of 10: of 27, those from the 11th
+    assert "message 24" in prompt and "message 9" not in prompt and "message 10" in prompt
     assert HISTORY_MESSAGES == 10
     assert "[GetLiveContext result: kitchen light: on]" in prompt
     assert "1. CallService" in prompt and "service (string, required)" in prompt
@@ -132,6 +137,141 @@ def test_prompt_has_context_history_tools_rules_and_a_grounded_example() -> None
     assert "EXECUTE IT AGAIN" in prompt and "Never assume the state" in prompt
     assert "language of the user's last message" in prompt
     assert '"tool_name":"CallService"' in prompt  # the example names a real tool
+
+
+def _turns(count: int) -> list[Message]:
+    """A conversation of ``count`` messages: requests, calls, results and answers."""
+    messages: list[Message] = []
+    for number in itertools.count():
+        for message in (
+            Message("user", (TextPart(f"request {number}"),)),
+            Message("assistant", (ToolCallPart(f"c{number}", "GetLiveContext", {"a": 1}),)),
+            Message("tool", (ToolResultPart(f"c{number}", f"state {number}"),)),
+            Message("assistant", (TextPart(f"answer {number}"),)),
+        ):
+            if len(messages) == count:
+                return messages
+            messages.append(message)
+    raise AssertionError("unreachable")
+
+
+def test_one_turn_later_the_prompt_begins_with_the_previous_one() -> None:
+    """Issue 25: llama.cpp reuses the longest unchanged prefix, so the stable parts come
+    first and each turn's prompt holds the previous one up to its per-turn tail (the
+    current request, its results, the date and time), except when the history window
+    moves on, once every HISTORY_MESSAGES messages."""
+    system = Message("system", (TextPart("You control a smart home."),))
+    moved = 0
+    for count in range(1, 40):
+        before = decision_prompt(
+            ChatRequest(model="m", messages=(system, *_turns(count)), tools=TOOLS)
+        )
+        after = decision_prompt(
+            ChatRequest(model="m", messages=(system, *_turns(count + 1)), tools=TOOLS)
+        )
+        head = before.split("\n\nCurrent user request:")[0].split("\n\nTool results")[0]
+        head = head.split("\n\nCurrent date/time:")[0]
+        if not after.startswith(head):
+            moved += 1
+            # the window moved: still the system context, tools, rules and examples
+            assert after.startswith(before.split("Conversation (oldest first):")[0])
+        assert before.index("Available tools:") < before.index("Conversation (oldest first):")
+        assert before.rindex("Current date/time:") > before.index("Conversation (oldest first):")
+    assert moved == 3  # at 20, 30 and 40 messages
+
+
+def test_the_decision_schema_names_the_offered_tools() -> None:
+    schema = decision_schema(ASK)
+    call, reply = schema["anyOf"]
+    assert call["properties"]["tool_name"] == {"enum": ["CallService", "GetLiveContext"]}
+    assert list(call["properties"]) == ["action", "tool_name", "arguments"]  # action first
+    assert reply["properties"]["action"] == {"enum": ["chat"]}  # no results to answer from
+    assert call["additionalProperties"] is reply["additionalProperties"] is False
+
+
+def test_a_tool_without_parameters_answered_in_this_turn_is_no_longer_offered() -> None:
+    clock = ToolDefinition(
+        "get_time", "", {"type": "object", "properties": {}, "additionalProperties": False}
+    )
+    request = ChatRequest(
+        model="m",
+        messages=(
+            Message("user", (TextPart("What time is it?"),)),
+            Message("assistant", (ToolCallPart("c1", "get_time", {}),)),
+            Message("tool", (ToolResultPart("c1", "14:30"),)),
+        ),
+        tools=(clock,),
+    )
+    schema = decision_schema(request)
+    assert "anyOf" not in schema  # nothing left to call: answer or chat
+    assert schema["properties"]["action"] == {"enum": ["answer", "chat"]}
+    with_weather = decision_schema(replace(request, tools=(clock, *TOOLS)))
+    names = with_weather["anyOf"][0]["properties"]["tool_name"]["enum"]
+    assert names == ["CallService", "GetLiveContext"]
+
+
+async def test_a_structured_backend_gets_the_schema_and_others_plain_json() -> None:
+    backend = toolless(
+        Script(text=[decision("chat", "Hi!")]), Script(text=[decision("chat", "Hi")])
+    )
+    plain = [e async for e in emulate_tool_calls(backend.chat, ASK)]
+    schema = [e async for e in emulate_tool_calls(backend.chat, ASK, structured=True)]
+    assert accumulate_sync(plain).message.text == "Hi!"
+    assert accumulate_sync(schema).message.text == "Hi"
+    first, second = (r.response_format for r in backend.requests)
+    assert first is not None and first.type == "json"
+    assert second is not None and second.type == "json_schema"
+    assert second.schema == decision_schema(ASK) and second.param == DECISION_PARAM
+
+
+async def test_a_refused_schema_asks_again_for_plain_json() -> None:
+    refused = InvalidRequestError("tool_decision: the grammar is refused", param=DECISION_PARAM)
+    backend = toolless(Script(fail_before=refused), Script(text=[decision("chat", "Hi")]))
+    events = [e async for e in emulate_tool_calls(backend.chat, ASK, structured=True)]
+    assert accumulate_sync(events).message.text == "Hi"
+    assert [r.response_format.type for r in backend.requests if r.response_format] == [
+        "json_schema",
+        "json",
+    ]
+    # any other invalid request is the caller's, raised as it is
+    other = InvalidRequestError("bad temperature", param="temperature")
+    with pytest.raises(InvalidRequestError):
+        _ = [e async for e in emulate_tool_calls(toolless(Script(fail_before=other)).chat, ASK)]
+
+
+@pytest.mark.parametrize("action", ["chat", "tool_call"])
+async def test_generation_is_not_waited_for_once_the_json_has_closed(action: str) -> None:
+    """A model in plain JSON mode may write whitespace after the object up to its
+    ``max_tokens``: the reply ends with the object, and the backend's stream is closed."""
+    reply = (
+        decision("chat", "Hello there")
+        if action == "chat"
+        else json.dumps({"action": "tool_call", "tool_name": "GetLiveContext", "arguments": {}})
+    )
+    backend = toolless(Script(text=[*chunks(reply, 7), "\n", "\n", " ", "\n"] + ["\n"] * 500))
+    events = await emulate(backend)
+    assert_well_formed(events)
+    response = accumulate_sync(events)
+    if action == "chat":
+        assert response.message.text == "Hello there"
+    else:
+        assert [c.name for c in response.message.tool_calls] == ["GetLiveContext"]
+    assert backend.cancelled == 1 and backend.completed == 0
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and end.usage.output_tokens  # estimated from the text
+    assert len(backend.requests) == 1
+
+
+async def test_the_fallback_conversation_ends_with_the_date_not_starts_with_it() -> None:
+    system = Message("system", (TextPart("You control a smart home."),))
+    request = replace(ASK, messages=(system, *ASK.messages))
+    backend = toolless(Script(text=["no json"]), Script(text=["Hello!"]))
+    events = await emulate(backend, request)
+    assert accumulate_sync(events).message.text == "Hello!"
+    fallback = backend.requests[1]
+    assert fallback.messages[0] == system  # the stable head, unchanged
+    assert fallback.messages[-1].role == "system"
+    assert fallback.messages[-1].text.startswith("Current date/time: ")
 
 
 # -- the emulated reply's stream -----------------------------------------------------

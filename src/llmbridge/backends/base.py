@@ -52,6 +52,11 @@ class Capabilities:
     """Completes a prefix and a suffix (fill-in-the-middle)."""
     tokenizer: bool = False
     """``count_tokens`` gives exact counts in the model's own tokens."""
+    structured_output: bool = False
+    """Holds a reply to a JSON schema (``response_format`` ``json_schema``) itself: the
+    embedded model's grammar, Ollama's ``format``, an OpenAI-compatible server that is
+    configured to say so. Tool emulation then sends its decision's schema, so a
+    decision names only offered tools and ends where its JSON ends."""
 
 
 @dataclass(frozen=True, slots=True)

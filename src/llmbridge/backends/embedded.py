@@ -144,6 +144,7 @@ class EmbeddedBackend(Backend):
         sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty"},
         fim=True,  # when the GGUF has FIM tokens: its model info then says "insert"
         tokenizer=True,
+        structured_output=True,  # a llama.cpp grammar compiled from the schema
     )
 
     def __init__(

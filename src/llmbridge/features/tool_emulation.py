@@ -65,7 +65,7 @@ import orjson
 from json_repair import repair_json
 
 from llmbridge.core.accumulate import Accumulator, accumulate
-from llmbridge.core.errors import LLMBridgeError
+from llmbridge.core.errors import BackendProtocolError, InvalidRequestError, LLMBridgeError
 from llmbridge.core.events import (
     PartDelta,
     ResponseEnd,
@@ -79,10 +79,11 @@ from llmbridge.core.messages import Message, TextPart, ToolDefinition, ToolResul
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, ResponseFormat
 from llmbridge.core.response import ChatResponse, StopReason, Usage
-from llmbridge.core.stream import ChatFn
+from llmbridge.core.stream import ChatFn, EventStream
 from llmbridge.features.apology import apology
 from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.rule_selection import select_tool
+from llmbridge.features.token_count import count_text_tokens
 from llmbridge.features.tool_healing import heal_arguments
 from llmbridge.features.tool_turn import Turn, current_turn
 from llmbridge.features.transcript import render_message
@@ -223,28 +224,92 @@ def _results_section(turn: Turn) -> str:
     )
 
 
+def history_start(count: int) -> int:
+    """Where the decision's view of a conversation of ``count`` messages begins: at
+    least the seed's last ``HISTORY_MESSAGES``, from a multiple of ``HISTORY_MESSAGES``.
+    A window that slid by one message per turn would change the prompt right after
+    its stable head on every turn; this one moves once every ``HISTORY_MESSAGES``
+    messages, so between those moves each prompt begins with the whole previous one."""
+    if count <= HISTORY_MESSAGES:
+        return 0
+    return (count - HISTORY_MESSAGES) // HISTORY_MESSAGES * HISTORY_MESSAGES
+
+
 def decision_prompt(request: ChatRequest, *, now: datetime | None = None) -> str:
-    """The single prompt: system context, recent history, the current request and the
-    results already in for it, tools, rules and examples, the date and time."""
+    """The single prompt. What stays the same for a session comes first (system
+    context, tools, rules and examples), then what grows (the conversation), and last
+    what is new in this request (the user's request, the results already in for it,
+    the date and time): llama.cpp and Ollama reuse the longest unchanged prefix of the
+    previous prompt, so a turn costs only its new tail (issue 25)."""
     system = "\n".join(m.text for m in request.messages if m.role == "system" and m.text)
     conversation = [m for m in request.messages if m.role != "system"]
     turn = current_turn(conversation)
+    start = history_start(len(conversation))
     names: dict[str, str] = {}
-    for message in conversation[:-HISTORY_MESSAGES]:
+    for message in conversation[:start]:
         _render(message, names)  # learn tool-call names for results further on
-    history = "\n".join(_render(m, names) for m in conversation[-HISTORY_MESSAGES:])
+    history = "\n".join(_render(m, names) for m in conversation[start:])
     sections = []
     if system:
         sections.append(f"System context:\n{system}")
-    sections.append(f"Recent conversation (oldest first):\n{history or '(empty)'}")
+    sections.append(f"Available tools:\n{format_tools(request.tools)}")
+    sections.append(_RULES + _tool_call_example(request.tools))
+    sections.append(f"Conversation (oldest first):\n{history or '(empty)'}")
     if turn.request:
         sections.append(f"Current user request:\n{turn.request}")
     if turn.answered:
         sections.append(_results_section(turn))
-    sections.append(f"Available tools:\n{format_tools(request.tools)}")
-    sections.append(_RULES + _tool_call_example(request.tools))
     sections.append(date_line(now or _local_now()))
     return "\n\n".join(sections)
+
+
+def decision_schema(request: ChatRequest) -> dict[str, Any]:
+    """The decision's JSON schema, for backends that hold a reply to one
+    (``Capabilities.structured_output``): ``action`` first (the answer streams once it
+    is known), a ``tool_name`` from the offered tools, and nothing after the object,
+    so generation ends with the JSON instead of running on to ``max_tokens``.
+
+    A tool without parameters whose result is already in for this request is left out
+    of the names: calling it again could only repeat that call (which would go to the
+    fallbacks); with no tool left, the decision can only answer or chat."""
+    turn = current_turn([m for m in request.messages if m.role != "system"])
+    repeated = {
+        call.name
+        for call in turn.answered
+        if not call.arguments and _takes_no_arguments(request.tools, call.name)
+    }
+    names = [tool.name for tool in request.tools if tool.name not in repeated]
+    texts = ["answer", "chat"] if turn.answered else ["chat"]
+    reply = {
+        "type": "object",
+        "properties": {"action": {"enum": texts}, "content": {"type": "string"}},
+        "required": ["action", "content"],
+        "additionalProperties": False,
+    }
+    if not names:
+        return reply
+    call = {
+        "type": "object",
+        "properties": {
+            "action": {"const": "tool_call"},
+            "tool_name": {"enum": names},
+            "arguments": {"type": "object"},
+        },
+        "required": ["action", "tool_name", "arguments"],
+        "additionalProperties": False,
+    }
+    return {"anyOf": [call, reply]}
+
+
+def _takes_no_arguments(tools: Sequence[ToolDefinition], name: str) -> bool:
+    """Whether every call of tool ``name`` is the same call: it declares no parameters
+    and allows no others (``_allowed`` then drops whatever the model invents)."""
+    for tool in tools:
+        if tool.name == name:
+            properties = tool.input_schema.get("properties")
+            others = tool.input_schema.get("additionalProperties")
+            return isinstance(properties, dict) and not properties and others in (None, False)
+    return False
 
 
 _PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": []}
@@ -360,17 +425,15 @@ async def _generate(backend_chat: ChatFn, request: ChatRequest) -> ChatResponse:
 def _conversation_request(
     request: ChatRequest, extra_instruction: str | None, now: datetime
 ) -> ChatRequest:
-    """The request as a plain conversation, without tools, its system prompt ending
-    with the date and time (seed 000's ``buildConversationPrompt``)."""
+    """The request as a plain conversation, without tools, with seed 000's
+    ``buildConversationPrompt`` date and time. The seed puts them at the end of the
+    system prompt; here they come after the conversation (and the extra instruction,
+    when there is one), as a last system message, since a line that changes every
+    second at the head of the prompt would make the model re-read all of it."""
     messages = list(request.messages)
-    stamp = date_line(now)
-    if messages and messages[0].role == "system":
-        first = messages[0]
-        messages[0] = replace(first, parts=(*first.parts, TextPart(f"\n\n{stamp}")))
-    else:
-        messages.insert(0, Message("system", (TextPart(stamp),)))
     if extra_instruction:
         messages.append(Message("user", (TextPart(extra_instruction),)))
+    messages.append(Message("system", (TextPart(date_line(now)),)))
     return replace(request, tools=(), tool_choice=None, stream=False, messages=tuple(messages))
 
 
@@ -427,20 +490,23 @@ class _Reply:
         return [start]
 
 
-async def emulate_tool_calls(
-    backend_chat: ChatFn, request: ChatRequest, *, clock: Clock = _local_now
-) -> AsyncGenerator[StreamEvent, None]:
-    """The reply to ``request`` (which offers tools) from a backend without tools.
+DECISION_PARAM = "tool_decision"
+"""``ResponseFormat.param`` of the decision's schema: a backend that cannot use the
+schema names it in its error, and the decision is then asked for as plain JSON."""
 
-    ``backend_chat`` is the backend's ``chat`` method (or anything else that streams a
-    request's reply). The decision is read as it is
-    generated: the text of a ``chat`` or ``answer`` streams as the backend writes it,
-    while a tool call is held back and emitted as one complete call at the end. A
-    backend error before any output is raised as it is (module docstring). Closing
-    this stream closes the backend's.
-    """
-    now = clock()
-    decision_request = replace(
+
+def _decision_request(request: ChatRequest, now: datetime, *, schema: bool) -> ChatRequest:
+    fmt = (
+        ResponseFormat(
+            type="json_schema",
+            schema=decision_schema(request),
+            name="decision",
+            param=DECISION_PARAM,
+        )
+        if schema
+        else ResponseFormat(type="json")
+    )
+    return replace(
         request,
         messages=(
             Message("system", (TextPart(DECISION_SYSTEM_PROMPT),)),
@@ -449,23 +515,71 @@ async def emulate_tool_calls(
         tools=(),
         tool_choice=None,
         stream=False,
-        # A JSON-only reply; backends that can constrain output (the embedded model's
-        # grammar, Ollama's format) then cannot produce anything else.
-        response_format=ResponseFormat(type="json"),
+        # JSON only: a backend that holds a reply to a schema (the embedded model's
+        # grammar, Ollama's format) can write nothing else, and stops where the object
+        # ends; others are asked for JSON and cut off there (``emulate_tool_calls``).
+        response_format=fmt,
         thinking=None,
     )
+
+
+async def emulate_tool_calls(
+    backend_chat: ChatFn,
+    request: ChatRequest,
+    *,
+    clock: Clock = _local_now,
+    structured: bool = False,
+) -> AsyncGenerator[StreamEvent, None]:
+    """The reply to ``request`` (which offers tools) from a backend without tools.
+
+    ``backend_chat`` is the backend's ``chat`` method (or anything else that streams a
+    request's reply); ``structured``: the backend holds a reply to a JSON schema
+    (``Capabilities.structured_output``), so the decision is asked for with its
+    schema. The decision is read as it is generated: the text of a ``chat`` or
+    ``answer`` streams as the backend writes it, while a tool call is held back and
+    emitted as one complete call at the end. Once the decision's JSON object has
+    closed, anything more the backend writes is not waited for: the backend's stream
+    is closed (a model in plain JSON mode may add whitespace up to ``max_tokens``). A
+    backend error before any output is raised as it is (module docstring). Closing
+    this stream closes the backend's.
+    """
+    now = clock()
     reply = _Reply(request.model, time.time())
     content = FieldStreamer("content", gate="action", accept=("answer", "chat"))
     generation = Accumulator()
+    written: list[str] = []
+    cut = False
     failure: LLMBridgeError | None = None
+    decision_request = _decision_request(request, now, schema=structured)
     try:
-        async with aclosing(backend_chat(decision_request)) as events:
-            async for event in events:
+        try:
+            events = backend_chat(decision_request)
+            first = await anext(events)
+        except InvalidRequestError as exc:
+            if not structured or exc.param != DECISION_PARAM:
+                raise
+            # The backend could not use the schema (a grammar llama.cpp refused):
+            # plain JSON mode still works, without the early end.
+            log.warning("the decision's schema was refused (%s): asking for JSON", exc.message)
+            events = backend_chat(_decision_request(request, now, schema=False))
+            first = await anext(events)
+        async with aclosing(events):
+            async for event in _chain(first, events):
                 generation.add(event)  # raises the error of an in-band StreamError
                 if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
+                    if content.done:
+                        cut = True  # the object is complete; more is only trailing text
+                        break
+                    written.append(event.delta.text)
                     for out in reply.stream_text(content.feed(event.delta.text)):
                         yield out
-        decided = generation.response()
+        if cut:
+            usage, text = generation.usage, "".join(written)
+        else:
+            decided = generation.response()
+            usage, text = decided.usage, decided.message.text
+    except StopAsyncIteration:
+        raise BackendProtocolError("the backend ended its reply without sending anything") from None
     except LLMBridgeError as exc:
         if not reply.started:
             # Issue 12, item 3: the backend's own error, not "no usable reply", so the
@@ -473,13 +587,22 @@ async def emulate_tool_calls(
             log.info("the tool decision failed: %s", exc.message)
             raise
         failure = exc
+        usage, text = generation.usage, "".join(written)
+    if cut and usage.output_tokens is None:
+        usage = replace(usage, output_tokens=count_text_tokens(text))
     if reply.started:
-        for out in _end_streamed(reply, content, failure, generation.usage):
+        for out in _end_streamed(reply, content, failure, usage):
             yield out
         return
-    decision, spent = await _decide(backend_chat, request, decided.message.text, now)
-    for out in reply.decision(decision, _added(decided.usage, spent)):
+    decision, spent = await _decide(backend_chat, request, text, now)
+    for out in reply.decision(decision, _added(usage, spent)):
         yield out
+
+
+async def _chain(first: StreamEvent, rest: EventStream) -> AsyncGenerator[StreamEvent, None]:
+    yield first
+    async for event in rest:
+        yield event
 
 
 def _added(first: Usage, second: Usage | None) -> Usage:

@@ -372,7 +372,9 @@ class _Opening:
         backend, request = prepared.target.backend, prepared.request
         source: EventStream
         if prepared.changes.tools_emulated:
-            source = emulate_tool_calls(backend.chat, request)
+            source = emulate_tool_calls(
+                backend.chat, request, structured=backend.capabilities.structured_output
+            )
         else:
             source = backend.chat(request)
         healed = heal_tool_calls(source, request.tools)
