@@ -94,6 +94,12 @@ def test_strict_policy_answers_400_thinking_not_supported(strict: RunningServer)
             model="small", max_tokens=64, messages=USER, thinking=THINK
         )
     assert info.value.status_code == 400
+    # seed 001's error type, which its clients branch on (not invalid_request_error)
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "thinking_not_supported"
+    assert body["request_id"] == info.value.response.headers["request-id"]
     # without thinking the same model is fine
     anthropic_client(strict.url).messages.create(model="small", max_tokens=8, messages=USER)
 

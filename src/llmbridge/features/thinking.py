@@ -7,9 +7,11 @@ seed's list of model-name prefixes; and a per-model ``thinking`` setting in the
 configuration overrides both.
 
 A request with thinking for a model that cannot think is, under the ``strict``
-policy, a 400 whose message contains ``thinking_not_supported`` (the seed's
-behaviour); under the default ``drop`` policy it is served without thinking and the
-response says so in the ``x-llmbridge-thinking: dropped`` header. ``drop`` is the
+policy, a 400 with the code ``thinking_not_supported`` (the seed's behaviour): the
+Anthropic front gives it as ``error.type`` (seed 001's clients branch on it), the
+OpenAI fronts as ``error.code``, and the message starts with it for the rest. Under
+the default ``drop`` policy it is served without thinking and the response says so
+in the ``x-llmbridge-thinking: dropped`` header. ``drop`` is the
 default because Claude Code sends ``thinking`` on every request: rejecting it would
 make the gateway unusable with every model that does not think.
 """

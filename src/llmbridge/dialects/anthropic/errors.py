@@ -1,7 +1,9 @@
 """Anthropic's error JSON: the body of an HTTP error and of an in-stream ``error`` event.
 
 ``{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}``, with
-``error.type`` chosen by HTTP status as docs.claude.com/en/api/errors lists them.
+``error.type`` chosen by HTTP status as docs.claude.com/en/api/errors lists them, except
+for the types seed 001's clients branch on (``thinking_not_supported``: a 400 for
+thinking asked of a model that cannot think), which an error names by its ``code``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from typing import Any
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.dialects.validation import path_prefixed
 
-__all__ = ["VALIDATION_WORDING", "error_body", "error_type_for_status"]
+__all__ = [
+    "SEED_ERROR_TYPES",
+    "VALIDATION_WORDING",
+    "error_body",
+    "error_type",
+    "error_type_for_status",
+]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -36,11 +44,26 @@ def error_type_for_status(status: int) -> str:
     return "invalid_request_error" if 400 <= status < 500 else "api_error"
 
 
+SEED_ERROR_TYPES = frozenset({"thinking_not_supported"})
+"""``error.type`` values beyond Anthropic's own that seed 001 gives its clients: its
+proxy answers thinking for a model that cannot think with HTTP 400 and
+``{"type": "error", "error": {"type": "thinking_not_supported"}}``, and clients written
+against it branch on that type (features/thinking.py raises it under ``strict``)."""
+
+
+def error_type(err: LLMBridgeError) -> str:
+    """``error.type`` for ``err``: its ``code`` when that is one of ``SEED_ERROR_TYPES``,
+    else Anthropic's type for its HTTP status."""
+    if err.code in SEED_ERROR_TYPES:
+        return err.code
+    return error_type_for_status(err.status_code)
+
+
 def error_body(err: LLMBridgeError, request_id: str) -> dict[str, Any]:
     """The JSON body of an error response in Anthropic's shape."""
     return {
         "type": "error",
-        "error": {"type": error_type_for_status(err.status_code), "message": err.message},
+        "error": {"type": error_type(err), "message": err.message},
         "request_id": request_id,
     }
 

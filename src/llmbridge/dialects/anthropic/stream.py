@@ -39,7 +39,7 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
-from llmbridge.dialects.anthropic.errors import error_type_for_status
+from llmbridge.dialects.anthropic.errors import error_type
 from llmbridge.dialects.anthropic.response import (
     anthropic_tool_id,
     decode_stop_reason,
@@ -96,7 +96,7 @@ def error_event(err: LLMBridgeError) -> bytes:
     """
     body = {
         "type": "error",
-        "error": {"type": error_type_for_status(err.status_code), "message": err.message},
+        "error": {"type": error_type(err), "message": err.message},
     }
     return sse_event(body, event="error")
 
