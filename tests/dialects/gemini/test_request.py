@@ -217,6 +217,58 @@ def test_function_response_content(response: dict[str, Any], content: str, is_er
     assert req.messages[2].parts == (ToolResultPart("call_1", content, is_error, name="f"),)
 
 
+@pytest.mark.parametrize(
+    ("response", "content"),
+    [
+        # @ai-sdk/google (and OpenCode over it): {name: <the function>, content: <output>}
+        ({"name": "f", "content": "3 files"}, "3 files"),
+        ({"name": "f", "content": {"files": ["a"]}}, '{"files":["a"]}'),
+        ({"name": "f", "content": ["a", "b"]}, '["a","b"]'),
+        # Google ADK (a non-dict return) and agno: {result: <output>}
+        ({"result": "sunny"}, "sunny"),
+        ({"result": 21.5}, "21.5"),
+        ({"result": {"temp": 21}}, '{"temp":21}'),
+        ({"result": None}, "null"),
+        # Strands: {output: [{text}|{json}, ...]}
+        ({"output": [{"text": "sunny"}]}, "sunny"),
+        ({"output": [{"text": "a"}, {"json": {"b": 1}}, {"text": "c"}]}, 'a\n{"b":1}\nc'),
+    ],
+)
+def test_client_wrappers_are_taken_off(response: dict[str, Any], content: str) -> None:
+    req = decode(body(user({"text": "go"}), model(call("f")), user(result("f", response))))
+    assert req.messages[2].parts == (ToolResultPart("call_1", content, name="f"),)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"name": "other", "content": "x"},  # not this function's name
+        {"name": "f", "content": "x", "status": "ok"},  # another key too
+        {"result": "x", "status": "ok"},
+        {"content": "x", "isError": False},  # an MCP result, not a wrapper
+        {"output": [{"text": "a"}, {"image": {"format": "png"}}]},  # media in it
+        {"output": [{"text": "a", "extra": 1}]},
+        {"output": []},
+        {"output": ["a"]},
+    ],
+)
+def test_objects_that_only_look_like_wrappers_stay_json(response: dict[str, Any]) -> None:
+    req = decode(body(user({"text": "go"}), model(call("f")), user(result("f", response))))
+    (part,) = req.messages[2].parts
+    assert isinstance(part, ToolResultPart) and json.loads(part.content) == response
+
+
+def test_an_error_key_marks_the_result_an_error_wrapped_or_not() -> None:
+    errors: list[dict[str, Any]] = [{"error": "boom"}, {"error": {"code": 2}, "result": None}]
+    contents = [user({"text": "go"}), model(call("f"), call("f"))]
+    contents.append(user(*(result("f", e) for e in errors)))
+    req = decode(body(*contents))
+    first, second = (m.parts[0] for m in req.messages[2:4])
+    assert isinstance(first, ToolResultPart) and (first.content, first.is_error) == ("boom", True)
+    assert isinstance(second, ToolResultPart) and second.is_error
+    assert json.loads(second.content) == errors[1]
+
+
 def test_function_response_without_response_is_empty() -> None:
     req = decode(body(user({"functionResponse": {"name": "f"}})))
     assert req.messages[0].parts[0].content == ""  # type: ignore[union-attr]

@@ -13,6 +13,10 @@ Decoding (``ContentDecoder``), the decisions docs/GEMINI.md lists:
   never one the client used); a result is matched by ``id`` when it has one, else to the
   first unanswered call of its name. ``explicit_ids`` records whether the client sent
   ids, so the reply gives it ids only then.
+- A ``functionResponse.response`` is the result the model sees: the clients' wrappers
+  (``{"output": ...}``, ``{"result": ...}``, ``{"name", "content"}``, Strands'
+  ``{"output": [{"text": ...}]}``) are taken off, anything else goes as JSON text
+  (``_result_content`` says exactly which objects are wrappers).
 - A ``thoughtSignature`` is a ``ThinkingPart`` (empty, or the thought's own text when
   the part is a thought) directly before the part it was on, kept byte for byte: it is
   what the gateway gave the client (``thoughts.py``).
@@ -194,7 +198,7 @@ class ContentDecoder:
         response = part.function_response
         assert response is not None
         call_id = self._match(response.id, response.name)
-        content, is_error = _result_content(response.response)
+        content, is_error = _result_content(response.response, response.name)
         media: list[Part] = []
         for position, item in enumerate(response.parts or ()):
             media.extend(self.media(item, f"{path}.functionResponse.parts.{position}"))
@@ -269,18 +273,71 @@ class ContentDecoder:
         raise self.unsupported(where, f"{blob.mime_type!r} is not supported (images and text only)")
 
 
-def _result_content(response: dict[str, Any] | None) -> tuple[str, bool]:
-    """``ToolResultPart.content`` and ``is_error`` for a ``functionResponse.response``:
-    ``{"output": "<str>"}`` / ``{"content": "<str>"}`` / ``{"error": "<str>"}`` (Gemini
-    CLI's and the SDK's conventions) as that string, any other object as JSON text."""
+def _result_content(response: dict[str, Any] | None, name: str) -> tuple[str, bool]:
+    """``ToolResultPart.content`` and ``is_error`` for a ``functionResponse.response``
+    of the function ``name``: the result itself when the object is one of the
+    clients' wrappers, else the whole object as JSON text. The wrappers, exactly
+    (docs/GEMINI.md, "Function results"):
+
+    - ``{"output"|"content"|"error": <str>}``, that one key only (Gemini CLI, the SDK);
+    - ``{"result": <any>}``, that one key only (Google ADK wraps a non-dict return,
+      agno every result);
+    - ``{"name": <name>, "content": <any>}``, those two keys only and ``name`` equal to
+      the function's (@ai-sdk/google, so OpenCode);
+    - ``{"output": [<item>, ...]}``, that one key only, a non-empty list whose every
+      item is ``{"text": <str>}`` or ``{"json": <any>}`` (Strands): the items joined
+      by newlines.
+
+    A text result stays text; a structured one (a number, list, object) is its JSON.
+    ``is_error`` is whether the object has an ``error`` key, wrapped or not."""
     if not response:
         return "", False
     is_error = "error" in response
+    unwrapped = _unwrap(response, name)
+    if unwrapped is not None:
+        return unwrapped, is_error
+    return _json_text(response), is_error
+
+
+def _unwrap(response: dict[str, Any], name: str) -> str | None:
+    """The result inside a known wrapper (``_result_content``), or ``None``."""
     if len(response) == 1:
         ((key, value),) = response.items()
         if key in ("output", "content", "error") and isinstance(value, str):
-            return value, is_error
-    return orjson.dumps(response).decode(), is_error
+            return value
+        if key == "result":
+            return _as_text(value)
+        if key == "output" and isinstance(value, list):
+            return _strands_items(value)
+        return None
+    if response.keys() == {"name", "content"} and response["name"] == name:
+        return _as_text(response["content"])
+    return None
+
+
+def _strands_items(items: list[Any]) -> str | None:
+    """Strands' ``[{"text": ...}, {"json": ...}]`` as text, or ``None`` when any item
+    is something else (an image, a document): then the whole object goes as JSON."""
+    texts: list[str] = []
+    for item in items:
+        if not isinstance(item, dict) or len(item) != 1:
+            return None
+        ((key, value),) = item.items()
+        if key == "text" and isinstance(value, str):
+            texts.append(value)
+        elif key == "json":
+            texts.append(_json_text(value))
+        else:
+            return None
+    return "\n".join(texts) if texts else None
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else _json_text(value)
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 # -- encoding -----------------------------------------------------------------------
