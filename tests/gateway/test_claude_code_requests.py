@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,21 @@ def test_hello_probe_answers_200_without_a_key(server: RunningServer) -> None:
     assert httpx.get(server.url + "/v1/models").status_code == 401
 
 
+def _anthropic_ids(names: list[str]) -> list[str]:
+    """The Anthropic list's ids for OpenAI's ``names``: each, then its discovery twin
+    when the name says neither claude nor anthropic (dialects/anthropic/models.py)."""
+    ids = []
+    for name in names:
+        ids.append(name)
+        if "claude" not in name.lower() and "anthropic" not in name.lower():
+            ids.append("anthropic/" + name)
+    return ids
+
+
 def test_models_in_the_anthropic_shape(client: anthropic.Anthropic, server: RunningServer) -> None:
-    names = [m.id for m in openai_client(server.url, "sk-test").models.list()]
-    assert len(names) >= 3
+    plain = [m.id for m in openai_client(server.url, "sk-test").models.list()]
+    assert len(plain) >= 3
+    names = _anthropic_ids(plain)
 
     page = client.models.list(limit=2)
     assert [m.id for m in page.data] == names[:2]
@@ -138,6 +151,57 @@ def test_models_in_the_anthropic_shape(client: anthropic.Anthropic, server: Runn
     assert (one.type, one.id) == ("model", names[1])
     served = client.models.retrieve("claude-opus-5-5")  # not listed, but servable
     assert served.id == "claude-opus-5-5"
+
+
+# -- Claude Code's gateway model discovery ---------------------------------------------
+
+
+def test_discovery_lists_every_model_under_an_id_claude_code_keeps(
+    server: RunningServer, thinker: ScriptedBackend
+) -> None:
+    """Claude Code (CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1) GETs
+    /v1/models?limit=1000 and keeps the ids matching /(claude|anthropic)/i: each of the
+    gateway's models is there as anthropic/<name>, shown under its own name, and a
+    request naming that id is served by the model's own route."""
+    headers = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
+    listed = httpx.get(server.url + "/v1/models?limit=1000", headers=headers).json()["data"]
+    kept = {m["id"]: m for m in listed if re.search("claude|anthropic", m["id"], re.IGNORECASE)}
+    assert {"anthropic/qwen3:8b", "anthropic/llama3.2"} <= set(kept)
+    assert kept["anthropic/llama3.2"]["display_name"] == "llama3.2"
+
+    one = anthropic_client(server.url, "sk-test").models.retrieve("anthropic/llama3.2")
+    assert (one.id, one.display_name) == ("anthropic/llama3.2", "llama3.2")
+
+    thinker.enqueue(Script(text=["served"]))
+    reply = anthropic_client(server.url, "sk-test").messages.create(
+        model="anthropic/llama3.2", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert reply.content[0].type == "text"
+    assert thinker.requests[-1].model == "llama3.2"  # its own name, not the discovery id
+
+
+# -- the billing-header line -----------------------------------------------------------
+
+
+def test_requests_differing_only_in_the_billing_hash_reach_the_backend_alike(
+    client: anthropic.Anthropic, thinker: ScriptedBackend
+) -> None:
+    """Some Claude Code versions put a per-request cch= hash in the billing line at the
+    front of the system prompt; a backend that is not Anthropic's API gets the prompt
+    without that line, identical from request to request (its prefix cache hits)."""
+    prompts = []
+    for cch in ("5e1f0", "a7c42"):
+        body = copy.deepcopy(captured())
+        line = body["system"][0]["text"]
+        assert line.startswith("x-anthropic-billing-header:")
+        body["system"][0]["text"] = f"{line} cch={cch};"
+        thinker.enqueue(Script(text=["ok"]))
+        list(client.beta.messages.create(betas=BETAS, **body))
+        prompts.append(thinker.requests[-1].messages)
+    assert prompts[0] == prompts[1]
+    system = prompts[0][0]
+    assert system.role == "system" and "x-anthropic-billing-header" not in system.text
+    assert system.text.startswith("You are a Claude agent")
 
 
 def test_the_raw_model_list_carries_every_field_claude_code_reads(server: RunningServer) -> None:

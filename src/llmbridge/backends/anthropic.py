@@ -4,6 +4,10 @@ Requests go out through the Anthropic dialect's encoder, which sends thinking bl
 back only when Anthropic itself signed them: a block that is unsigned, or signed by
 another provider, would be rejected ("Invalid signature in thinking block"), so it is
 dropped on the way out. Signatures that are sent pass through byte for byte.
+
+The client's ``anthropic-beta`` values go out in the same header, less the retired
+ones (features/anthropic_beta.py); Claude Code's billing-header system line is kept
+(``Capabilities.anthropic_api``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic as dialect
 from llmbridge.dialects.framing import aiter_sse
+from llmbridge.features.anthropic_beta import BETA_DETAILS
 
 __all__ = ["ANTHROPIC_URL", "ANTHROPIC_VERSION", "AnthropicBackend"]
 
@@ -33,6 +38,7 @@ class AnthropicBackend(Backend):
     capabilities = Capabilities(
         tool_choice=True,
         sampling=frozenset({"max_tokens", "temperature", "top_p", "top_k", "stop"}),
+        anthropic_api=True,
     )
 
     def __init__(
@@ -57,7 +63,9 @@ class AnthropicBackend(Backend):
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
-        async with self._http.stream("/v1/messages", body) as chunks:
+        betas = (request.provider_details or {}).get(BETA_DETAILS)
+        headers = {"anthropic-beta": ",".join(betas)} if betas else None
+        async with self._http.stream("/v1/messages", body, headers=headers) as chunks:
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event
 

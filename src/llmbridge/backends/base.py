@@ -52,6 +52,12 @@ class Capabilities:
     """Completes a prefix and a suffix (fill-in-the-middle)."""
     tokenizer: bool = False
     """``count_tokens`` gives exact counts in the model's own tokens."""
+    anthropic_api: bool = False
+    """Is Anthropic's Messages API, so what only that API reads reaches it as the client
+    sent it: Claude Code's ``x-anthropic-billing-header`` system line
+    (features/billing_header.py) and ``anthropic-beta`` values
+    (features/anthropic_beta.py). Every other backend gets the line taken out, so a
+    local model's prompt prefix stays byte-identical from one request to the next."""
     structured_output: bool = False
     """Holds a reply to a JSON schema (``response_format`` ``json_schema``) itself: the
     embedded model's grammar, Ollama's ``format``, an OpenAI-compatible server that is

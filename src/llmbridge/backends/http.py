@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -271,12 +271,19 @@ class HTTPTransport:
 
     @asynccontextmanager
     async def stream(
-        self, path: str, body: Any = None, *, method: str = "POST"
+        self,
+        path: str,
+        body: Any = None,
+        *,
+        method: str = "POST",
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Send ``body`` as JSON (none for ``GET``; ``bytes`` are sent as already
-        encoded, see ``encode``); yields the response body as an async byte iterator."""
+        encoded, see ``encode``), with ``headers`` for this request only (Anthropic's
+        ``anthropic-beta``); yields the response body as an async byte iterator."""
         data = _request_data(body)
-        headers = None if body is None else _JSON_HEADERS
+        json_headers = None if body is None else _JSON_HEADERS
+        headers = {**(json_headers or {}), **headers} if headers else json_headers
         async with (
             map_transport_errors(self.backend, self.settings.total),
             self._client().request(method, self._url(path), data=data, headers=headers) as response,

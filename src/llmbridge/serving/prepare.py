@@ -1,7 +1,9 @@
 """Fitting a request to the backend its model resolved to, saying what changed.
 
 ``prepare`` is what every caller's request goes through before its backend sees
-it: the backend's model name; thinking per the policy (features/thinking.py);
+it: the backend's model name; Claude Code's billing-header line out of the
+system prompt for a backend that is not Anthropic's API (features/billing_header.py);
+thinking per the policy (features/thinking.py);
 ``max_tokens`` clamped to the model's limit; sampling parameters fitted to what the
 backend takes (serving/params.py); tool choice in a form the backend honours
 (features/tool_choice.py); for a model without native tools, the decision to
@@ -19,6 +21,7 @@ from llmbridge.backends.base import Backend
 from llmbridge.core.errors import UnsupportedFeatureError
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
+from llmbridge.features.billing_header import drop_billing_header
 from llmbridge.features.thinking import apply_thinking_policy, can_think
 from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.serving.config import ModelRoute
@@ -98,6 +101,10 @@ async def prepare(
     backend, route = target.backend, target.route
     capabilities = backend.capabilities
     chat = replace(chat, model=target.backend_model)
+    if not capabilities.anthropic_api:
+        # Claude Code's billing line (a per-request hash in some versions) in front of
+        # the system prompt would spoil a local model's prefix cache on every turn.
+        chat = drop_billing_header(chat)
     wants_thinking = chat.thinking is not None and chat.thinking.enabled
     fills_gap = chat.completion is not None and chat.completion.suffix is not None
     info = None

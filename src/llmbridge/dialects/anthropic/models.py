@@ -6,23 +6,68 @@ gateway protocol send: each model is ``{"type": "model", "id", "display_name",
 "created_at", "lifecycle", ...}`` and the list is one page, ``{"data", "has_more",
 "first_id", "last_id"}``, paged by ``limit`` (1 to 1000, default 20), ``after_id`` and
 ``before_id`` as the Models API pages (platform.claude.com/docs/en/api/models/list).
+
+Claude Code's gateway model discovery (``CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1``)
+reads this list with ``limit=1000`` and keeps only ids that contain ``claude`` or
+``anthropic`` (any case), so a gateway's own names (``smollm2``, ``qwen3:8b``) would
+never reach its model picker. ``discoverable`` therefore lists each model whose name
+has neither word a second time, right after itself, as ``anthropic/<name>`` with the
+name as ``display_name``; ``listed_name`` turns such an id back into the name when a
+request sends it (the routes do it, unless a route of its own matches the id).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.models import ModelInfo
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "encode_model", "encode_model_page"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "DISCOVERY_PREFIX",
+    "MAX_PAGE_SIZE",
+    "discoverable",
+    "encode_model",
+    "encode_model_page",
+    "listed_name",
+]
 
 DEFAULT_PAGE_SIZE = 20
 """The Models API's default ``limit``."""
 MAX_PAGE_SIZE = 1000
 """The largest ``limit`` the Models API accepts."""
+
+
+DISCOVERY_PREFIX = "anthropic/"
+"""How a model whose name Claude Code's discovery would filter out is listed again."""
+
+# Claude Code 2.1.330 keeps the ids matching /(claude|anthropic)/i (its binary).
+_DISCOVERED = re.compile("claude|anthropic", re.IGNORECASE)
+
+
+def discoverable(models: Sequence[ModelInfo]) -> list[ModelInfo]:
+    """``models``, each followed by its ``anthropic/<name>`` twin when its name says
+    neither ``claude`` nor ``anthropic`` (the twin's ``display_name`` is the name)."""
+    listed: list[ModelInfo] = []
+    for info in models:
+        listed.append(info)
+        if not _DISCOVERED.search(info.name):
+            listed.append(replace(info, name=DISCOVERY_PREFIX + info.name))
+    return listed
+
+
+def listed_name(model: str) -> str | None:
+    """The gateway's name behind a discovery id (``anthropic/smollm2`` -> ``smollm2``);
+    ``None`` for any other name."""
+    if not model.startswith(DISCOVERY_PREFIX):
+        return None
+    name = model.removeprefix(DISCOVERY_PREFIX)
+    return name if name and not _DISCOVERED.search(name) else None
 
 
 def encode_model(info: ModelInfo) -> dict[str, Any]:
@@ -36,7 +81,8 @@ def encode_model(info: ModelInfo) -> dict[str, Any]:
     return {
         "type": "model",
         "id": info.name,
-        "display_name": info.name,
+        # A discovery twin shows its plain name in Claude Code's model picker.
+        "display_name": listed_name(info.name) or info.name,
         "created_at": datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "lifecycle": "active",
         "max_input_tokens": info.context_length,

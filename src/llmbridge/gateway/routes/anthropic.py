@@ -1,18 +1,33 @@
-"""Anthropic's Messages API: /v1/messages (also ``?beta=true``) and /v1/messages/count_tokens."""
+"""Anthropic's Messages API: /v1/messages (also ``?beta=true``) and /v1/messages/count_tokens.
+
+Besides the body, two things only this front knows about are read here: the
+``anthropic-beta`` header (features/anthropic_beta.py: what an Anthropic backend gets),
+and a model id of Claude Code's gateway discovery, ``anthropic/<name>``
+(dialects/anthropic/models.py), which names the gateway's model ``<name>`` unless a
+route of its own matches it.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from llmbridge.core.errors import ModelNotFoundError
+from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic
+from llmbridge.dialects.anthropic.models import listed_name
 from llmbridge.dialects.framing import dumps
+from llmbridge.features.anthropic_beta import parse_betas, with_betas
 from llmbridge.gateway.exchange import Exchange, exchanged
-from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, counted_tokens
+from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
+from llmbridge.serving.router import ModelRouter
+from llmbridge.web.bodies import read_chat
 from llmbridge.web.render import Dialect
 
-__all__ = ["routes"]
+__all__ = ["discovered_model", "routes"]
 
 MESSAGES = ChatCodec(
     dialect=Dialect.ANTHROPIC,
@@ -24,12 +39,45 @@ MESSAGES = ChatCodec(
 )
 
 
+def discovered_model(router: ModelRouter, model: str) -> str:
+    """The model ``model`` names: for a discovery id (``anthropic/smollm2``) that no
+    route matches, the gateway's own name (``smollm2``); else ``model`` itself."""
+    name = listed_name(model)
+    if name is None:
+        return model
+    try:
+        routed = router.resolve(model).route is not None
+    except ModelNotFoundError:
+        routed = False
+    return model if routed else name
+
+
+def _fitted(chat: ChatRequest, request: Request, router: ModelRouter) -> ChatRequest:
+    model = discovered_model(router, chat.model)
+    if model != chat.model:
+        chat = replace(chat, model=model)
+    return with_betas(chat, parse_betas(request.headers.getlist("anthropic-beta")))
+
+
+@exchanged(MESSAGES.endpoint, MESSAGES.dialect)
+async def messages(request: Request, exchange: Exchange) -> Response:
+    state = exchange.state
+    # Large bodies are parsed and decoded off the event loop (web/bodies.py).
+    chat = await read_chat(request, state.limits, anthropic.decode_chat_request)
+    chat = _fitted(chat, request, state.models.router)
+    exchange.asked(chat.model, streamed=chat.stream)
+    return await serve_chat(request, chat, MESSAGES, exchange=exchange)
+
+
 @exchanged("/v1/messages/count_tokens", Dialect.ANTHROPIC)
 async def count_tokens(request: Request, exchange: Exchange) -> Response:
     """Seed 001's word / four-character estimate over every block and tool definition;
     with ``tokenizer: backend``, the backend's exact count where it can tokenize (the
     embedded model can), falling back to the estimate where it cannot."""
-    input_tokens = await counted_tokens(request, exchange, anthropic.decode_count_tokens_request)
+    state = exchange.state
+    chat = await read_chat(request, state.limits, anthropic.decode_count_tokens_request)
+    chat = _fitted(chat, request, state.models.router)
+    input_tokens = await count_chat_tokens(chat, exchange)
     return Response(
         dumps({"input_tokens": input_tokens}),
         media_type="application/json",
@@ -38,6 +86,6 @@ async def count_tokens(request: Request, exchange: Exchange) -> Response:
 
 
 routes = [
-    Route("/v1/messages", chat_endpoint(MESSAGES, anthropic.decode_chat_request), methods=["POST"]),
+    Route("/v1/messages", messages, methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
 ]

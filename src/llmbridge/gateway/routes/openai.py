@@ -2,7 +2,8 @@
 
 ``/v1/models`` is shared with Anthropic's API: a request with an ``anthropic-version``
 header (the Anthropic SDKs, Claude Code) gets Anthropic's model list and errors
-(dialects/anthropic/models.py), any other OpenAI's.
+(dialects/anthropic/models.py), any other OpenAI's. The Anthropic list also names each
+model as Claude Code's gateway discovery can keep it (``anthropic/<name>``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.admission import visible_models
 from llmbridge.gateway.exchange import Exchange, exchanged
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
+from llmbridge.gateway.routes.anthropic import discovered_model
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect
 
@@ -52,7 +54,8 @@ async def list_models(request: Request, exchange: Exchange) -> Response:
     # A database key sees the models its globs allow (gateway/admission.py).
     models = visible_models(request, await state.models.router.list_models())
     if exchange.dialect is Dialect.ANTHROPIC:
-        return _json(anthropic_models.encode_model_page(models, request.query_params))
+        listed = anthropic_models.discoverable(models)
+        return _json(anthropic_models.encode_model_page(listed, request.query_params))
     return _json(openai.encode_models(models))
 
 
@@ -62,14 +65,16 @@ async def get_model(request: Request, exchange: Exchange) -> Response:
     model_id = request.path_params["model_id"]
     anthropic = exchange.dialect is Dialect.ANTHROPIC
     encode = anthropic_models.encode_model if anthropic else openai.encode_model
-    exchange.admit_model(model_id)  # a model the key may not use is not found
+    # A discovery id (``anthropic/smollm2``) is its model, under the id asked for.
+    name = discovered_model(state.models.router, model_id) if anthropic else model_id
+    exchange.admit_model(name)  # a model the key may not use is not found
     for info in await state.models.router.list_models():
-        if info.name == model_id:
-            return _json(encode(info))
+        if info.name == name:
+            return _json(encode(replace(info, name=model_id)))
     # Not listed, but servable (a glob route or the default backend): say so.
-    resolved = state.models.router.resolve(model_id)
-    info = await state.models.router.show(model_id)
-    return _json(encode(replace(info, backend=resolved.backend.name)))
+    resolved = state.models.router.resolve(name)
+    info = await state.models.router.show(name)
+    return _json(encode(replace(info, name=model_id, backend=resolved.backend.name)))
 
 
 @exchanged("/v1/embeddings", Dialect.OPENAI)
