@@ -23,9 +23,10 @@ Ties (every count zero, say) go to the next deployment of the weighted cycle, ke
 per process: a run of requests one at a time is spread by weight, not all sent to
 the first.
 
-**Affinity** (``affinity: true``): a request carrying a session key (``session_key``:
-OpenAI's ``prompt_cache_key``, Claude Code's session in ``metadata.user_id``, or the
-route's ``affinity_header``) goes to the same deployment while it is healthy, so the
+**Affinity** (``affinity: true``): a request carrying a session key (the route's
+``affinity_header``, else the client's session, ``client_session``: a session header
+Claude Code or Codex sends, OpenAI's ``prompt_cache_key``, Claude Code's session in
+``metadata.user_id``) goes to the same deployment while it is healthy, so the
 server's KV cache for that conversation is reused. The deployments are ordered by
 rendezvous hashing (Thaler and Ravishankar's highest random weight, weighted as in
 Schindelhauer and Schomaker's logarithmic method): each (key, deployment) pair gets
@@ -49,7 +50,9 @@ from llmbridge.serving.config import Deployment, ModelRoute
 from llmbridge.state.base import SharedState
 
 __all__ = [
+    "SESSION_HEADERS",
     "DeploymentPool",
+    "client_session",
     "in_flight_key",
     "latency_key",
     "rendezvous_order",
@@ -149,6 +152,41 @@ def session_key(details: Mapping[str, Any] | None) -> str | None:
         user_id = _text(_member(_member(details.get(_ANTHROPIC), "metadata"), "user_id"))
         key = claude_code_session(user_id) if user_id else None
     return key
+
+
+SESSION_HEADERS = (
+    "x-llmbridge-session-id",
+    "x-claude-code-session-id",
+    "session-id",
+    "session_id",
+)
+"""The headers that name the client's session, in the order they are read:
+
+- ``x-llmbridge-session-id``: the gateway's own, for any client that can add a header
+  (Gemini CLI 0.61.0 sends no session id with an API key, but adds the headers of
+  ``GEMINI_CLI_CUSTOM_HEADERS``);
+- ``x-claude-code-session-id``: Claude Code (2.1.330: the ``session_id`` of its
+  ``metadata.user_id`` too);
+- ``session-id``: Codex CLI (0.169.0: the same id as its ``prompt_cache_key``, beside
+  ``thread-id``);
+- ``session_id``: Codex releases before it, and the clients that copy their headers.
+
+Gemini CLI's ``x-gemini-api-privileged-user-id`` is not one: it is the installation's
+id, the same in every session, sent only while its usage statistics are on."""
+
+
+def client_session(headers: Mapping[str, str], details: Mapping[str, Any] | None) -> str | None:
+    """The session a request names: the first of ``SESSION_HEADERS`` it carries, else
+    the one its body names (``session_key``). What the usage ledger records, and the key
+    a route with ``affinity`` keeps on one deployment (unless its ``affinity_header``
+    gives another). ``headers`` look-ups must ignore case (starlette's ``Headers``)."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            value = value.strip()
+            if value:
+                return value
+    return session_key(details)
 
 
 # -- a route's deployments -----------------------------------------------------------

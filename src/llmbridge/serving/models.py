@@ -47,7 +47,12 @@ from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.serving.build import Host, build_backends
 from llmbridge.serving.config import ServingConfig
-from llmbridge.serving.deployments import in_flight_key, latency_key, session_key
+from llmbridge.serving.deployments import (
+    client_session,
+    in_flight_key,
+    latency_key,
+    session_key,
+)
 from llmbridge.serving.prepare import Prepared, prepare
 from llmbridge.serving.resilience import CircuitBreaker, is_transient
 from llmbridge.serving.router import ModelRouter, Resolved
@@ -177,13 +182,15 @@ class Models:
     def with_affinity(self, request: ChatRequest, headers: Mapping[str, str]) -> ChatRequest:
         """``request`` with its session key (``affinity_key``) when its route keeps
         sessions on one server (``affinity``): the route's ``affinity_header`` from
-        ``headers``, else the body's (``deployments.session_key``). Raises
+        ``headers``, else the client's session (``deployments.client_session``). Raises
         ``ModelNotFoundError`` for a model served nowhere."""
         route = self.router.resolve(request.model).route
         if route is None or not route.affinity or request.affinity_key:
             return request
         header = route.affinity_header
-        key = (headers.get(header) if header else None) or session_key(request.provider_details)
+        key = (headers.get(header) if header else None) or client_session(
+            headers, request.provider_details
+        )
         return replace(request, affinity_key=key) if key else request
 
     async def embed_target(self, model: str) -> Resolved:
