@@ -7,8 +7,8 @@
   400 naming the field for a value no database would store alike (a control
   character in the name, a limit past 2^31 - 1, an empty glob: accounts/keys.py).
 - ``DELETE /admin/keys/{name}``: revoke; 200 with the record (``revoked_at`` set).
-- ``GET /admin/usage?group_by=key|model|day&since=ISO&until=ISO``: the usage ledger
-  summed (accounts/usage.py).
+- ``GET /admin/usage?group_by=key|model|day|session&since=ISO&until=ISO&session=ID``:
+  the usage ledger summed, of one client session with ``session`` (accounts/usage.py).
 
 Every call needs ``Authorization: Bearer <master key>`` (``--master-key``,
 ``server.master_key``, ``LLMBRIDGE_MASTER_KEY``), compared in constant time. With no

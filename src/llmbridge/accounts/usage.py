@@ -1,6 +1,7 @@
-"""The usage report: the ledger's rows summed by key, model or day, in SQL.
+"""The usage report: the ledger's rows summed by key, model, day or client session, in
+SQL.
 
-``usage_report(engine, group_by, since, until)`` is what ``GET /admin/usage``
+``usage_report(engine, group_by, since, until, session)`` is what ``GET /admin/usage``
 (``usage_endpoint``) and ``llmbridge usage`` answer. Each group sums requests,
 tokens (input, output with reasoning included, reasoning, cached) and cost, and
 counts errors (status 400 and up, a client's 499 included). Days are UTC days.
@@ -15,6 +16,14 @@ A rolled-up day is read whole: ``since`` and ``until`` inside such a day take it
 all (a range from ``2026-08-01T18:00`` counts that day's rollups from midnight).
 A row is in one table or the other, never both (a cleanup batch moves it in one
 transaction).
+
+Sessions (issue 25): ``group_by="session"`` sums by ``usage.session_id`` (the session
+a client named: accounts/usage_record.py), and ``session`` keeps one session's rows,
+whatever the grouping, so one Claude Code or Codex session's cost is one line. Rollups
+keep no session (a day, key and model's sums): past the retention a session's rows
+count under the ``None`` group, with the requests that named none, and a ``session``
+filter finds only the rows still kept. The filter goes through
+``ix_usage_session_id``.
 """
 
 from __future__ import annotations
@@ -24,7 +33,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 import orjson
-from sqlalchemy import ColumnElement, Select, Table, case, func, select, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    Table,
+    case,
+    func,
+    literal,
+    select,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,13 +51,22 @@ from starlette.responses import Response
 from llmbridge.accounts.rollups import USAGE_DAILY, day_of
 from llmbridge.accounts.service import Accounts
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.store.models import UsageRow
+from llmbridge.store.models import SESSION_ID_LENGTH, UsageRow
+from llmbridge.store.values import storable_text
 
-__all__ = ["GROUP_BY", "GroupBy", "UsageGroup", "parse_when", "usage_endpoint", "usage_report"]
+__all__ = [
+    "GROUP_BY",
+    "GroupBy",
+    "UsageGroup",
+    "parse_when",
+    "session_filter",
+    "usage_endpoint",
+    "usage_report",
+]
 
 USAGE: Table = UsageRow.__table__  # type: ignore[assignment]
 
-GroupBy = Literal["key", "model", "day"]
+GroupBy = Literal["key", "model", "day", "session"]
 GROUP_BY: tuple[str, ...] = get_args(GroupBy)
 
 
@@ -47,8 +75,9 @@ class UsageGroup:
     """One line of the report."""
 
     group: str | None
-    """The key's name (its id when it has none), the model, or the UTC day
-    (``YYYY-MM-DD``); ``None`` for requests made with no database key."""
+    """The key's name (its id when it has none), the model, the UTC day
+    (``YYYY-MM-DD``) or the client's session; ``None`` for requests made with no key
+    (by key) or that named no session (by session: rolled-up days too)."""
     requests: int
     input_tokens: int
     output_tokens: int
@@ -84,16 +113,31 @@ def _total(column: ColumnElement[Any]) -> ColumnElement[Any]:
     return func.coalesce(func.sum(column), 0)
 
 
+def session_filter(value: str | None) -> str | None:
+    """``value`` as the ledger stores a session id (accounts/usage_record.py: U+0000
+    and lone surrogates replaced, cut to the column), so a filter finds what was
+    recorded for it; ``None`` for no filter (absent or empty)."""
+    if not value:
+        return None
+    return storable_text(value)[:SESSION_ID_LENGTH]
+
+
 def _rows_query(
-    group_by: str, dialect: str, since: datetime | None, until: datetime | None
+    group_by: str,
+    dialect: str,
+    since: datetime | None,
+    until: datetime | None,
+    session: str | None,
 ) -> tuple[Select[Any], int]:
-    """``usage`` summed by the group's columns over ``[since, until)``; the width of
-    the group's columns."""
+    """``usage`` summed by the group's columns over ``[since, until)``, of ``session``
+    alone when one is given; the width of the group's columns."""
     columns: list[ColumnElement[Any]]
     if group_by == "key":
         columns = [USAGE.c.key_id, USAGE.c.key_name]
     elif group_by == "model":
         columns = [USAGE.c.model]
+    elif group_by == "session":
+        columns = [USAGE.c.session_id]
     else:
         columns = [day_of(dialect).label("day")]
     query = select(
@@ -111,37 +155,44 @@ def _rows_query(
         query = query.where(USAGE.c.created_at >= since)
     if until is not None:
         query = query.where(USAGE.c.created_at < until)
+    if session is not None:
+        query = query.where(USAGE.c.session_id == session)
     return query, len(columns)
 
 
 def _rollups_query(
     group_by: str, since: datetime | None, until: datetime | None
 ) -> tuple[Select[Any], int]:
-    """``usage_daily`` summed the same way, over the days ``[since, until)`` touches."""
+    """``usage_daily`` summed the same way, over the days ``[since, until)`` touches
+    (by session: all under ``None``, a rollup keeps none)."""
     daily = USAGE_DAILY.c
     columns: list[ColumnElement[Any]]
     if group_by == "key":
         columns = [daily.key_id, daily.key_name]
     elif group_by == "model":
         columns = [daily.model]
+    elif group_by == "session":
+        columns = [literal(None, String(SESSION_ID_LENGTH)).label("session_id")]
     else:
         columns = [daily.day]
-    query = select(
-        *columns,
-        *(
-            _total(daily[name])
-            for name in (
-                "requests",
-                "input_tokens",
-                "output_tokens",
-                "reasoning_tokens",
-                "cached_tokens",
-                "cost_usd",
-                "priced",
-                "errors",
-            )
-        ),
-    ).group_by(*columns)
+    sums = (
+        _total(daily[name])
+        for name in (
+            "requests",
+            "input_tokens",
+            "output_tokens",
+            "reasoning_tokens",
+            "cached_tokens",
+            "cost_usd",
+            "priced",
+            "errors",
+        )
+    )
+    query = select(*columns, *sums)
+    # By session, one group of a constant: no GROUP BY, and no line at all when
+    # nothing is rolled up (an aggregate over no rows is still one row).
+    grouped = group_by != "session"
+    query = query.group_by(*columns) if grouped else query.having(func.count() > 0)
     if since is not None:
         query = query.where(daily.day >= since.astimezone(UTC).date().isoformat())
     if until is not None:
@@ -157,21 +208,27 @@ async def usage_report(
     group_by: str = "key",
     since: datetime | None = None,
     until: datetime | None = None,
+    session: str | None = None,
 ) -> list[UsageGroup]:
     """The ledger (its rows and its daily rollups) summed by ``group_by`` (``key``,
-    ``model`` or ``day``) over ``[since, until)``; days in order, keys and models by
-    cost then requests."""
+    ``model``, ``day`` or ``session``) over ``[since, until)``, of one client
+    ``session`` alone when given (its rows: rollups keep no session); days in order,
+    the others by cost then requests."""
     if group_by not in GROUP_BY:
         raise InvalidRequestError(
             f"'group_by' must be one of {', '.join(GROUP_BY)}, got {group_by!r}",
             param="group_by",
         )
-    rows_query, width = _rows_query(group_by, engine.dialect.name, since, until)
-    rollups_query, _ = _rollups_query(group_by, since, until)
-    # ONE statement over both tables: one snapshot, so a cleanup batch committing
-    # meanwhile (rows out of usage, their sums into usage_daily) is seen whole or not
-    # at all, never a row in both or neither.
-    both = union_all(rows_query, rollups_query).subquery()
+    session = session_filter(session)
+    rows_query, width = _rows_query(group_by, engine.dialect.name, since, until, session)
+    if session is None:
+        rollups_query, _ = _rollups_query(group_by, since, until)
+        # ONE statement over both tables: one snapshot, so a cleanup batch committing
+        # meanwhile (rows out of usage, their sums into usage_daily) is seen whole or
+        # not at all, never a row in both or neither.
+        both = union_all(rows_query, rollups_query).subquery()
+    else:
+        both = rows_query.subquery()
     group_columns = list(both.c)[:width]
     query = select(*group_columns, *(func.sum(c) for c in list(both.c)[width:])).group_by(
         *group_columns
@@ -209,21 +266,23 @@ async def usage_report(
 
 
 async def usage_endpoint(request: Request, accounts: Accounts) -> Response:
-    """``GET /admin/usage?group_by=key|model|day&since=ISO&until=ISO`` (behind the
-    master key: ``accounts.routes.admin_endpoint``): ``{"object": "list", "group_by",
-    "since", "until", "data": [UsageGroup...]}``, read through the key store's engine
-    (the same database the ledger writes)."""
+    """``GET /admin/usage?group_by=key|model|day|session&since=ISO&until=ISO&session=ID``
+    (behind the master key: ``accounts.routes.admin_endpoint``): ``{"object": "list",
+    "group_by", "since", "until", "session", "data": [UsageGroup...]}``, read through
+    the key store's engine (the same database the ledger writes)."""
     assert accounts.keys is not None
     query = request.query_params
     group_by = query.get("group_by", "key")
     since = parse_when(query.get("since"), "since")
     until = parse_when(query.get("until"), "until")
-    groups = await usage_report(accounts.keys.engine, group_by, since, until)
+    session = session_filter(query.get("session"))
+    groups = await usage_report(accounts.keys.engine, group_by, since, until, session)
     body = {
         "object": "list",
         "group_by": group_by,
         "since": since.isoformat() if since else None,
         "until": until.isoformat() if until else None,
+        "session": session,
         "data": [group.to_json() for group in groups],
     }
     return Response(orjson.dumps(body), media_type="application/json")

@@ -67,6 +67,9 @@ class UsageRecord:
     streamed: bool | None = None
     replica: str | None = None
     """``hostname:pid`` of the process that served it."""
+    session_id: str | None = None
+    """The client's session (serving/deployments.py ``client_session``), cut to
+    ``SESSION_ID_LENGTH``; ``None`` when the request named none."""
 
 
 COLUMNS = tuple(f.name for f in fields(UsageRecord))
@@ -120,7 +123,10 @@ def _storable_float(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-_REPEATED = tuple(name for _, name, _, _ in _TEXT if name != "request_id")
+_PER_REQUEST = ("request_id", "session_id")
+"""Text fields that change from request to request, or session to session: checked
+each time, never remembered (each would be a new combination in ``_clean_texts``)."""
+_REPEATED = tuple(name for _, name, _, _ in _TEXT if name not in _PER_REQUEST)
 """The text fields a gateway repeats from request to request (model, key, backend,
 deployment, endpoint, replica): checked once per distinct combination."""
 _REPEATED_TEXT = operator.attrgetter(*_REPEATED)
@@ -128,6 +134,7 @@ _REPEATED_LIMITS = tuple(
     (length, nullable) for _, name, length, nullable in _TEXT if name in _REPEATED
 )
 _REQUEST_ID_LENGTH = next(length for _, name, length, _ in _TEXT if name == "request_id")
+_SESSION_ID_LENGTH = next(length for _, name, length, _ in _TEXT if name == "session_id")
 _NUMBERS = operator.attrgetter(*(COLUMNS[i] for i in _INTS))
 _FLOATS_OF = operator.attrgetter(*(COLUMNS[i] for i in _FLOATS))
 _STREAMED = next(COLUMNS[i] for i in _BOOLS)
@@ -152,8 +159,8 @@ def storable_record(record: UsageRecord) -> UsageRecord:
     PostgreSQL alike (module docstring); ``record`` itself when it already was.
 
     The common case is a clean record, checked in about a microsecond on the request
-    path: the repeated text fields as one set lookup once seen, the request id, then a
-    type and range check per number."""
+    path: the repeated text fields as one set lookup once seen, the request and session
+    ids, then a type and range check per number."""
     repeated = _REPEATED_TEXT(record)
     if repeated not in _clean_texts:
         for value, (length, nullable) in zip(repeated, _REPEATED_LIMITS, strict=True):
@@ -169,6 +176,8 @@ def storable_record(record: UsageRecord) -> UsageRecord:
         and request_id.isascii()
         and "\x00" not in request_id
     ):
+        return _storable_copy(record)
+    if not _clean_text(record.session_id, _SESSION_ID_LENGTH):
         return _storable_copy(record)
     for number in _NUMBERS(record):
         if number is not None and (type(number) is not int or number > INT_MAX or number < INT_MIN):

@@ -1,4 +1,5 @@
-"""``llmbridge usage``: the usage ledger summed by key, model or day (accounts/usage.py).
+"""``llmbridge usage``: the usage ledger summed by key, model, day or client session
+(accounts/usage.py); ``--session ID`` sums one session (a Claude Code or Codex run).
 
 It reads the database the gateway records into (``--db`` / ``LLMBRIDGE_DB`` /
 ``agent.database`` in ``--config``), migrated to the newest schema first as
@@ -27,15 +28,23 @@ if TYPE_CHECKING:
 __all__ = ["usage"]
 
 _COLUMNS = ("requests", "input", "output", "reasoning", "cached", "cost_usd", "errors")
+_NONE = {"key": "(no key)", "session": "(no session)", "model": "-", "day": "-"}
+"""The line of the requests a group has no value for."""
 
 
 @click.command()
 @click.option(
     "--group-by",
-    type=click.Choice(["key", "model", "day"]),
+    type=click.Choice(["key", "model", "day", "session"]),
     default="key",
     show_default=True,
-    help="What each line sums: a key (its name), a public model name, or a UTC day.",
+    help="What each line sums: a key (its name), a public model name, a UTC day, or a "
+    "client session (Claude Code's, Codex's, x-llmbridge-session-id).",
+)
+@click.option(
+    "--session",
+    metavar="ID",
+    help="Only the requests of this client session (its rows within the ledger's retention).",
 )
 @click.option("--since", metavar="ISO", help="From this date or time on (2026-11-23, UTC).")
 @click.option("--until", metavar="ISO", help="Before this date or time (exclusive).")
@@ -50,6 +59,7 @@ _COLUMNS = ("requests", "input", "output", "reasoning", "cached", "cost_usd", "e
 @db_option
 def usage(
     group_by: str,
+    session: str | None,
     since: str | None,
     until: str | None,
     as_json: bool,
@@ -57,7 +67,7 @@ def usage(
     db: str | None,
 ) -> None:
     """Requests, tokens, cost and errors from the usage ledger (days past its
-    retention from their daily rollups, whole days)."""
+    retention from their daily rollups, whole days; those keep no session)."""
     from llmbridge.accounts.usage import parse_when
     from llmbridge.core.errors import LLMBridgeError
 
@@ -68,7 +78,7 @@ def usage(
     except LLMBridgeError as exc:
         raise click.BadParameter(exc.message, param_hint=f"--{exc.param}") from None
     try:
-        groups = asyncio.run(_report(str(config.agent.database), group_by, start, end))
+        groups = asyncio.run(_report(str(config.agent.database), group_by, start, end, session))
     except LLMBridgeError as exc:
         raise click.ClickException(exc.message) from None
     except ValueError as exc:  # an unusable --db
@@ -80,7 +90,11 @@ def usage(
 
 
 async def _report(
-    database: str, group_by: str, since: datetime | None, until: datetime | None
+    database: str,
+    group_by: str,
+    since: datetime | None,
+    until: datetime | None,
+    session: str | None,
 ) -> list[UsageGroup]:
     from llmbridge.accounts.usage import usage_report
     from llmbridge.store.database import Database
@@ -91,7 +105,7 @@ async def _report(
     try:
         # The database's failures as core errors (the database down: a 503's message).
         with mapped_errors():
-            return await usage_report(opened.engine, group_by, since, until)
+            return await usage_report(opened.engine, group_by, since, until, session)
     finally:
         await opened.close()
 
@@ -104,7 +118,7 @@ def _table(groups: list[UsageGroup], group_by: str) -> str:
         cost = f"{g.cost_usd:.6f}" if g.priced else "-"
         lines.append(
             (
-                g.group if g.group is not None else "(no key)",
+                g.group if g.group is not None else _NONE[group_by],
                 str(g.requests),
                 str(g.input_tokens),
                 str(g.output_tokens),

@@ -18,10 +18,11 @@ slipped past them). Its life:
    the first event becomes the dialect's in-stream error.
 3. **settle and record** (``finish``, once, however the request ends): the slot and
    the reservation given back and the actual cost added to the key's spend in one
-   shared-state step, one usage-ledger row (accounts/ledger.py), the Prometheus
-   metrics. A stream the client dropped is billed for what was generated: the
-   backend's usage when it came, else the tokens counted from the streamed text and
-   the prompt's estimate (a dropped stream used to be free).
+   shared-state step, one usage-ledger row (accounts/ledger.py) with the client's
+   session id (``session_id``), the Prometheus metrics. A stream the client dropped
+   is billed for what was generated: the backend's usage when it came, else the
+   tokens counted from the streamed text and the prompt's estimate (a dropped stream
+   used to be free).
 
 ``exchanged(endpoint, dialect)`` makes a route handler of a function that takes the
 ``Exchange``; it finishes the exchange with the response's status (or, for a stream,
@@ -43,6 +44,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Scope
@@ -70,6 +72,7 @@ from llmbridge.core.response import Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.features.token_count import count_request_tokens, count_text_tokens
 from llmbridge.gateway.state import GatewayState, state_of
+from llmbridge.serving.deployments import client_session
 from llmbridge.serving.router import Resolved
 from llmbridge.web.auth import KEY_IDENTITY
 from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
@@ -428,9 +431,18 @@ class Exchange:
                 ttft_ms=None if self.ttft_s is None else self.ttft_s * 1000,
                 streamed=self.streamed,
                 replica=ledger.replica,
+                session_id=self.session_id(),
             ),
             spend_counted=spend_counted,
         )
+
+    def session_id(self) -> str | None:
+        """The client's session (serving/deployments.py ``client_session``): its
+        session header, else what the decoded chat's body names; a request with no
+        chat (an embedding, a model list) by its header alone."""
+        chat = self.chat
+        details = chat.provider_details if chat is not None else None
+        return client_session(Headers(scope=self.scope), details)
 
     def _count(self, status: int, usage: Usage | None, elapsed: float) -> None:
         metrics = self.state.metrics

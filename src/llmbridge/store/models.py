@@ -14,8 +14,9 @@ effects), ``vitals``, ``appointments``.
 Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
 ``gateway.stored_responses``).
 Accounts (issue 17, ``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
-with their limits), ``usage`` (the ledger: one row per request) and ``usage_daily``
-(the ledger's rows past its retention, summed per day, key and model: issue 24).
+with their limits), ``usage`` (the ledger: one row per request, with the client's
+session id since issue 25) and ``usage_daily`` (the ledger's rows past its retention,
+summed per day, key and model: issue 24).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``agent.store.access`` has the rules).
@@ -47,10 +48,12 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "SESSION_ID_LENGTH",
     "ApiKeyRow",
     "Appointment",
     "Base",
@@ -420,10 +423,25 @@ class ApiKeyRow(Base):
     """What the ledger has flushed for the key (``accounts`` adds the unflushed part)."""
 
 
+SESSION_ID_LENGTH = 128
+"""``usage.session_id``'s length: a client's session id is a UUID (36 characters); a
+longer one is cut (accounts/usage_record.py)."""
+
+
 class UsageRow(Base):
     """One request in the usage ledger."""
 
     __tablename__ = "usage"
+    __table_args__ = (
+        # Partial: most rows of a gateway without agents name no session, and cost the
+        # index nothing. A session's rows are read through it (``usage --session``).
+        Index(
+            "ix_usage_session_id",
+            "session_id",
+            sqlite_where=text("session_id IS NOT NULL"),
+            postgresql_where=text("session_id IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     request_id: Mapped[str] = mapped_column(String(64), unique=True)
@@ -449,6 +467,9 @@ class UsageRow(Base):
     ttft_ms: Mapped[float | None] = mapped_column(Float, default=None)
     streamed: Mapped[bool | None] = mapped_column(Boolean, default=None)
     replica: Mapped[str | None] = mapped_column(String(100), default=None)
+    session_id: Mapped[str | None] = mapped_column(String(SESSION_ID_LENGTH), default=None)
+    """The client's session (``serving.deployments.client_session``: Claude Code's,
+    Codex's, ``x-llmbridge-session-id``...); ``None`` when it named none."""
 
 
 class UsageDailyRow(Base):
