@@ -59,7 +59,7 @@ def recorder(upstream: ScriptedBackend) -> Recorder:
 
 
 @pytest.fixture(scope="module")
-def gateway(recorder: Recorder, local: ScriptedBackend) -> Iterator[RunningServer]:  # type: ignore[override]
+def gateway(recorder: Recorder, local: ScriptedBackend) -> Iterator[RunningServer]:
     with RunningServer(recorder) as b:
         claude = AnthropicBackend("claude", b.url)
         models = [

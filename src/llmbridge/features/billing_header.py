@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from llmbridge.core.messages import Message, TextPart
+from llmbridge.core.messages import Message, Part, TextPart
 from llmbridge.core.request import ChatRequest
 
 __all__ = ["BILLING_HEADER_PREFIX", "drop_billing_header"]
@@ -51,7 +51,7 @@ def _has_line(message: Message) -> bool:
 def _without_line(message: Message) -> Message:
     if not _has_line(message):
         return message
-    parts = []
+    parts: list[Part] = []
     for part in message.parts:
         if isinstance(part, TextPart) and BILLING_HEADER_PREFIX in part.text:
             text = _LINE.sub("", part.text)
