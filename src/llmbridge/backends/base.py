@@ -52,6 +52,10 @@ class Capabilities:
     """Completes a prefix and a suffix (fill-in-the-middle)."""
     tokenizer: bool = False
     """``count_tokens`` gives exact counts in the model's own tokens."""
+    context_option: bool = False
+    """Takes its context window per request (Ollama's ``options.num_ctx``) and silently
+    drops the start of a prompt longer than that window, so serving/context_size.py
+    sizes it to the route's or the model's window, never below the request."""
     anthropic_api: bool = False
     """Is Anthropic's Messages API, so what only that API reads reaches it as the client
     sent it: Claude Code's ``x-anthropic-billing-header`` system line

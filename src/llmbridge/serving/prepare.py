@@ -6,8 +6,10 @@ system prompt for a backend that is not Anthropic's API (features/billing_header
 thinking per the policy (features/thinking.py);
 ``max_tokens`` clamped to the model's limit; sampling parameters fitted to what the
 backend takes (serving/params.py); tool choice in a form the backend honours
-(features/tool_choice.py); for a model without native tools, the decision to
-emulate them (features/tool_emulation.py); and a fill-in-the-middle ``suffix``
+(features/tool_choice.py); for a backend that allocates its context window per
+request (Ollama), a window that holds the request (serving/context_size.py); for a
+model without native tools, the decision to emulate them
+(features/tool_emulation.py); and a fill-in-the-middle ``suffix``
 refused (400 naming ``suffix``) where the backend or model cannot fill a gap. What
 changed comes back as ``Changes``, data the gateway turns into response headers and
 the agent may log.
@@ -25,6 +27,7 @@ from llmbridge.features.billing_header import drop_billing_header
 from llmbridge.features.thinking import apply_thinking_policy, can_think
 from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.serving.config import ModelRoute
+from llmbridge.serving.context_size import context_size, request_size
 from llmbridge.serving.params import fit_params
 from llmbridge.serving.router import ModelRouter, Resolved
 
@@ -42,7 +45,8 @@ class Changes:
     max_tokens: int | None = None
     """``max_tokens`` was clamped to this (the model's or the route's limit)."""
     params: tuple[str, ...] = ()
-    """Sampling parameters converted or dropped for this backend."""
+    """Sampling parameters converted or dropped for this backend, and ``num_ctx=N``
+    where serving set the context window (serving/context_size.py)."""
     fallback: str | None = None
     """``backend/model`` of the fallback that served the reply, if one did."""
 
@@ -107,8 +111,16 @@ async def prepare(
         chat = drop_billing_header(chat)
     wants_thinking = chat.thinking is not None and chat.thinking.enabled
     fills_gap = chat.completion is not None and chat.completion.suffix is not None
+    # Ollama's window comes from the route, else from what the model reports.
+    sizes_context = capabilities.context_option and not (route and route.context_length)
     info = None
-    if wants_thinking or chat.params.max_tokens is not None or chat.tools or fills_gap:
+    if (
+        wants_thinking
+        or chat.params.max_tokens is not None
+        or chat.tools
+        or fills_gap
+        or sizes_context
+    ):
         info = await router.model_info(target)
     if fills_gap:
         _check_fill_in_middle(backend, info)
@@ -131,6 +143,17 @@ async def prepare(
     if params is not chat.params:
         chat = replace(chat, params=params)
     chat = apply_tool_choice(chat, native=capabilities.tool_choice)
+    if capabilities.context_option:
+        # Ollama silently drops the start of a prompt longer than its window
+        # (serving/context_size.py); said in x-llmbridge-params as num_ctx=N.
+        window = route.context_length if route is not None else None
+        if window is None and info is not None:
+            window = info.context_length
+        needed = await request_size(chat)
+        num_ctx = context_size(window=window, client=chat.params.num_ctx, needed=needed)
+        if num_ctx is not None:
+            chat = replace(chat, params=replace(chat.params, num_ctx=num_ctx))
+            fitted = (*fitted, f"num_ctx={num_ctx}")
     emulated = bool(chat.tools) and not has_native_tools(backend, info, route)
     if dropped or emulated or clamped is not None or fitted:
         changes = Changes(
