@@ -262,6 +262,34 @@ async def test_generation_is_not_waited_for_once_the_json_has_closed(action: str
     assert len(backend.requests) == 1
 
 
+async def test_with_a_schema_the_fallback_answer_reuses_the_decision_prompt() -> None:
+    """A repeated call goes to the fallback answer; on a backend that holds a schema it is
+    asked with the decision's own prompt (cached whole) and a schema allowing only an
+    answer, so the next turn's prefix is still in the cache."""
+    request = ChatRequest(
+        model="m",
+        messages=(
+            Message("user", (TextPart("Is the light on?"),)),
+            Message("assistant", (ToolCallPart("c1", "GetLiveContext", {}),)),
+            Message("tool", (ToolResultPart("c1", "kitchen light: on"),)),
+        ),
+        tools=TOOLS,
+    )
+    repeat = json.dumps({"action": "tool_call", "tool_name": "GetLiveContext", "arguments": {}})
+    backend = toolless(Script(text=[repeat]), Script(text=[decision("answer", "Yes, it is on.")]))
+    events = [e async for e in emulate_tool_calls(backend.chat, request, structured=True)]
+    assert accumulate_sync(events).message.text == "Yes, it is on."
+    asked, fallback = backend.requests
+    assert fallback.messages == asked.messages  # the same prompt, to the byte
+    assert fallback.response_format is not None and fallback.response_format.schema
+    assert fallback.response_format.schema["properties"]["action"] == {"const": "answer"}
+    # a reply that is no answer still ends in the apology, never in a repeated call
+    backend = toolless(Script(text=[repeat]), Script(text=[repeat]))
+    events = [e async for e in emulate_tool_calls(backend.chat, request, structured=True)]
+    reply = accumulate_sync(events)
+    assert not reply.message.tool_calls and reply.message.text in APOLOGIES.values()
+
+
 async def test_the_fallback_conversation_ends_with_the_date_not_starts_with_it() -> None:
     system = Message("system", (TextPart("You control a smart home."),))
     request = replace(ASK, messages=(system, *ASK.messages))

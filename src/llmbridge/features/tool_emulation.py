@@ -561,7 +561,8 @@ async def emulate_tool_calls(
             # The backend could not use the schema (a grammar llama.cpp refused):
             # plain JSON mode still works, without the early end.
             log.warning("the decision's schema was refused (%s): asking for JSON", exc.message)
-            events = backend_chat(_decision_request(request, now, schema=False))
+            decision_request = _decision_request(request, now, schema=False)
+            events = backend_chat(decision_request)
             first = await anext(events)
         async with aclosing(events):
             async for event in _chain(first, events):
@@ -594,7 +595,9 @@ async def emulate_tool_calls(
         for out in _end_streamed(reply, content, failure, usage):
             yield out
         return
-    decision, spent = await _decide(backend_chat, request, text, now)
+    fmt = decision_request.response_format
+    held = decision_request if fmt is not None and fmt.type == "json_schema" else None
+    decision, spent = await _decide(backend_chat, request, text, now, held)
     for out in reply.decision(decision, _added(usage, spent)):
         yield out
 
@@ -625,17 +628,22 @@ def _end_streamed(
 
 
 async def _decide(
-    backend_chat: ChatFn, request: ChatRequest, text: str, now: datetime
+    backend_chat: ChatFn,
+    request: ChatRequest,
+    text: str,
+    now: datetime,
+    decision_request: ChatRequest | None,
 ) -> tuple[Decision, Usage | None]:
     """The decision in the model's reply ``text`` when it is usable, else a fallback's;
-    with the usage of the fallback's generation, when one ran."""
+    with the usage of the fallback's generation, when one ran. ``decision_request``:
+    the decision's request when it was asked with its schema (``_fallback``)."""
     turn = current_turn([m for m in request.messages if m.role != "system"])
     decision = parse_decision(text, request.tools)
     if decision is None:
         log.warning("no decision in the model's reply: %.200r", text)
     elif _usable(decision, turn):
         return decision, None
-    return await _fallback(backend_chat, request, turn, now)
+    return await _fallback(backend_chat, request, turn, now, decision_request)
 
 
 def _usable(decision: Decision, turn: Turn) -> bool:
@@ -658,19 +666,50 @@ def _usable(decision: Decision, turn: Turn) -> bool:
 
 
 async def _fallback(
-    backend_chat: ChatFn, request: ChatRequest, turn: Turn, now: datetime
+    backend_chat: ChatFn,
+    request: ChatRequest,
+    turn: Turn,
+    now: datetime,
+    decision_request: ChatRequest | None = None,
 ) -> tuple[Decision, Usage | None]:
     """Seed 000's fallbacks after the decision (module docstring, steps 2 to 5). A
-    backend error in the generation is raised as it is (step 6)."""
+    backend error in the generation is raised as it is (step 6).
+
+    ``decision_request``: the decision as it was asked with its schema. The answer
+    (or chat reply) is then asked with the very same prompt and a schema that allows
+    only that action, rather than as a conversation: the prompt is the one the backend
+    has just read, so its prefix cache serves all of it, and the next turn's decision
+    still finds its own prefix there (a conversation prompt in between would have
+    replaced it)."""
     if not turn.answered:
         tool = select_tool(turn.request, request.tools)
         if tool is not None:
             log.info("rule-based tool selection: %s", tool.name)
             return Decision("tool_call", tool_name=tool.name, arguments={}), None
+    action: Action = "answer" if turn.answered else "chat"
+    if decision_request is not None:
+        generated = await _generate(backend_chat, _only(decision_request, action))
+        decision = parse_decision(generated.message.text, request.tools)
+        if decision is not None and decision.action == action:
+            return decision, generated.usage
+        log.warning("no %s in the model's reply: %.200r", action, generated.message.text)
+        return Decision("chat", content=apology(turn.request)), generated.usage
     instruction = ANSWER_FROM_RESULTS if turn.answered else None
     generated = await _generate(backend_chat, _conversation_request(request, instruction, now))
     text = generated.message.text
     if text.strip():
-        return Decision("answer" if turn.answered else "chat", content=text), generated.usage
+        return Decision(action, content=text), generated.usage
     log.warning("no usable reply from the model: apologising in the user's language")
     return Decision("chat", content=apology(turn.request)), generated.usage
+
+
+def _only(decision_request: ChatRequest, action: Action) -> ChatRequest:
+    """The decision's request with a schema that allows only ``action``'s text."""
+    schema = {
+        "type": "object",
+        "properties": {"action": {"const": action}, "content": {"type": "string"}},
+        "required": ["action", "content"],
+        "additionalProperties": False,
+    }
+    fmt = ResponseFormat(type="json_schema", schema=schema, name=action, param=DECISION_PARAM)
+    return replace(decision_request, response_format=fmt)
