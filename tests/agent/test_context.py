@@ -1,5 +1,5 @@
-"""Documents (keyword retrieval), the eldercare provider, context providers and the
-system prompt in the seed's order."""
+"""Documents (keyword retrieval), the eldercare provider, context providers, and the
+turn's messages in their prefix-stable order (docs/AGENT.md, "Prompt order")."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from datetime import UTC, date, datetime, timedelta
 from llmbridge.agent.context import ContextRequest, gather_context
 from llmbridge.agent.documents import DocumentStore, chunk_text, terms
 from llmbridge.agent.eldercare import EldercareProvider
-from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS, build_system_prompt
+from llmbridge.agent.prompt import (
+    FOCUS_INSTRUCTIONS,
+    assemble_turn,
+    build_system_prompt,
+    build_turn_context,
+)
 from llmbridge.agent.store import AgentStore
+from llmbridge.core.messages import Message, TextPart
 from llmbridge.features.token_count import count_text_tokens
 from tests.agent.factories import EldercareFactory
 
@@ -177,6 +183,34 @@ async def test_eldercare_stays_quiet_when_not_relevant(store: AgentStore) -> Non
     assert count_text_tokens(overview) <= 40
 
 
+async def test_eldercare_sections_come_in_a_fixed_order_edited_records_first(
+    store: AgentStore,
+) -> None:
+    mary = await _mary(store)
+    provider = EldercareProvider(store)
+    overview = await provider.context(ContextRequest("Tell me about Mary", now=NOW, budget=4000))
+    headers = [line for line in overview.split("\n") if line.endswith(":")]
+    assert headers == [
+        "Patient Information:",
+        "Current Medications:",
+        "Caregivers:",
+        "Recent Vitals (Last 7 days):",
+        "Upcoming Appointments:",
+    ]
+    # Vitals by a fixed order of kinds, not by which was measured last: a new reading
+    # of another kind changes its own line only.
+    kinds = [line.split(":")[0] for line in overview.split("\n") if line.startswith("- ")]
+    vitals = [k for k in kinds if k in ("- Weight", "- Blood Glucose", "- Blood Pressure")]
+    assert vitals == ["- Weight", "- Blood Glucose", "- Blood Pressure"]
+    records = EldercareFactory(store)
+    await records.record_vital(mary, "weight", 146, unit="lbs", measured_at=NOW)
+    again = await provider.context(ContextRequest("Tell me about Mary", now=NOW, budget=4000))
+    changed = [
+        (a, b) for a, b in zip(overview.split("\n"), again.split("\n"), strict=True) if a != b
+    ]
+    assert [a.split(":")[0] for a, _ in changed] == ["- Weight"]
+
+
 # -- providers and the prompt --------------------------------------------------------
 
 
@@ -204,9 +238,22 @@ async def test_providers_are_gathered_bounded_and_failures_skipped() -> None:
     assert len(blocks) == 2 and count_text_tokens(blocks[1]) <= 10
 
 
-def test_system_prompt_in_the_seed_order() -> None:
-    prompt = build_system_prompt(
-        "You are a nurse.", "DOCS", ["ELDERCARE", ""], "Be brief.", FOCUS_INSTRUCTIONS
-    )
-    assert prompt == f"You are a nurse.\n\nDOCS\n\nELDERCARE\n\nBe brief.\n\n{FOCUS_INSTRUCTIONS}"
+def test_system_prompt_holds_only_what_is_stable_and_the_turn_context_the_rest() -> None:
+    prompt = build_system_prompt("You are a nurse.", "Be brief.", FOCUS_INSTRUCTIONS)
+    assert prompt == f"You are a nurse.\n\nBe brief.\n\n{FOCUS_INSTRUCTIONS}"
     assert build_system_prompt() == FOCUS_INSTRUCTIONS
+    assert build_turn_context("DOCS", ["ELDERCARE", " "]) == "DOCS\n\nELDERCARE"
+    assert build_turn_context() == ""
+
+
+def test_a_turn_is_system_prompt_history_then_context_and_input() -> None:
+    history = [Message("system", (TextPart("H"),)), Message("user", (TextPart("old"),))]
+    messages = assemble_turn("S", history, "DOCS", "question?")
+    assert [(m.role, m.text) for m in messages] == [
+        ("system", "S"),
+        ("system", "H"),
+        ("user", "old"),
+        ("user", "DOCS\n\nquestion?"),
+    ]
+    bare = assemble_turn("", (), "", "  hi  ")
+    assert [(m.role, m.text) for m in bare] == [("user", "  hi  ")]

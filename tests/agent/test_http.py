@@ -368,7 +368,7 @@ async def test_documents_crud_search_and_context(
     await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "When does she take lisinopril?"}
     )
-    assert "Take lisinopril at night." in backend.requests[-1].messages[0].text
+    assert "Take lisinopril at night." in backend.requests[-1].messages[-1].text
 
     assert (await client.delete(f"/agent/documents/{document['id']}")).status_code == 204
     _error(await client.get(f"/agent/documents/{document['id']}"), 404)
@@ -422,9 +422,9 @@ async def test_eldercare_crud_and_the_patient_context(
     await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "Any side effects of metformin?"}
     )
-    system = backend.requests[-1].messages[0].text
-    assert "Patient Information:" in system and "- Name: Mary Smith" in system
-    assert "Metformin 1g" in system and "Side effects to monitor: Nausea" in system
+    turn = backend.requests[-1].messages[-1].text  # this turn's context, then the input
+    assert "Patient Information:" in turn and "- Name: Mary Smith" in turn
+    assert "Metformin 1g" in turn and "Side effects to monitor: Nausea" in turn
 
     assert (await client.delete(f"{base}/vitals/{ids['vitals']}")).status_code == 204
     _error(await client.get(f"{base}/vitals/{ids['vitals']}"), 404)

@@ -163,7 +163,7 @@ async def test_the_history_reaches_the_next_turn(
     assert texts[-1] == "What is my name?"
 
 
-async def test_documents_and_domain_context_in_the_seed_order(
+async def test_documents_and_domain_context_come_with_the_input_after_the_stable_prompt(
     store: AgentStore, native: ScriptedBackend
 ) -> None:
     documents = DocumentStore(store)
@@ -175,23 +175,22 @@ async def test_documents_and_domain_context_in_the_seed_order(
     service = AgentService(
         store, _models(native), documents=documents, providers=[EldercareProvider(store)]
     )
+    question = "Should Mary take metformin with meals?"
     await service.run_agent(
         AgentRequest(
-            "Should Mary take metformin with meals?",
-            model="scripted",
-            persona_id="nurse",
-            system_prompt="Answer in one line.",
+            question, model="scripted", persona_id="nurse", system_prompt="Answer in one line."
         )
     )
-    system = native.requests[0].messages[0].text
+    system, turn = native.requests[0].messages
+    assert system.text == f"You are a nurse.\n\nAnswer in one line.\n\n{FOCUS_INSTRUCTIONS}"
+    assert turn.role == "user"
+    # The seed's order within the turn's context, then the input.
     order = [
-        system.index("You are a nurse."),
-        system.index("[Metformin leaflet]"),
-        system.index("Patient Information:\n- Name: Mary Smith"),
-        system.index("Answer in one line."),
-        system.index(FOCUS_INSTRUCTIONS),
+        turn.text.index("[Metformin leaflet]"),
+        turn.text.index("Patient Information:\n- Name: Mary Smith"),
+        turn.text.index(question),
     ]
-    assert order == sorted(order)
+    assert order == sorted(order) and turn.text.endswith(question)
 
 
 # -- tools ---------------------------------------------------------------------------

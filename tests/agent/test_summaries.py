@@ -37,7 +37,6 @@ from llmbridge.agent.memory import (
     Summariser,
     SummariserConfig,
 )
-from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS
 from llmbridge.agent.runtime import AgentRuntime
 from llmbridge.agent.service import AgentRequest
 from llmbridge.agent.store import AgentStore
@@ -223,6 +222,29 @@ async def test_a_reply_is_never_delayed_by_a_summary(tmp_path: Path) -> None:
 # -- failures ------------------------------------------------------------------------------
 
 
+async def test_every_summary_request_opens_with_the_same_bytes(store: AgentStore) -> None:
+    """The summary prompt is the same system message for every excerpt; the word limit,
+    which follows the excerpt's length, comes after the excerpt (a local model's prefix
+    cache keeps the system prompt across summaries)."""
+    backend = ScriptedBackend(default=Script(text=[SUMMARY_TEXT]))
+    summariser = Summariser(store, backend.chat, "m")
+    for words in (1, 40):
+        session = await store.create_session()
+        for n in range(4):
+            text = f"turn {n} " + " ".join(f"w{n}x{j}" for j in range(words))
+            await store.add_message(session.id, "user" if n % 2 == 0 else "assistant", text)
+        assert await summariser.summarise_once(session.id, force=True) is not None
+    first, second = backend.requests
+    assert first.messages[0] == second.messages[0]
+    assert first.messages[0].text == SUMMARY_SYSTEM_PROMPT
+    assert not any(ch.isdigit() for ch in SUMMARY_SYSTEM_PROMPT)
+    for request in (first, second):
+        (_, excerpt) = request.messages
+        assert excerpt.text.startswith("Conversation excerpt:\n\nUSER: turn 0")
+        assert excerpt.text.rsplit("\n\n", 1)[1].startswith("Summarise it in at most ")
+    assert first.messages[1].text.rsplit(" ", 2)[1] != second.messages[1].text.rsplit(" ", 2)[1]
+
+
 async def test_a_failed_summary_is_retried_and_no_message_is_lost(store: AgentStore) -> None:
     session = await store.create_session()
     ids = await _fill(store, session.id, 30)
@@ -353,10 +375,13 @@ async def _patient_with_many_medications(store: AgentStore) -> int:
     return mary
 
 
-def _eldercare_block(request: ChatRequest) -> str:
-    """The eldercare block of a turn's system prompt (before the focus instructions)."""
-    system = request.messages[0].text
-    return system[system.index("Patient Information:") : system.index(FOCUS_INSTRUCTIONS)].strip()
+def _eldercare_block(request: ChatRequest, question: str) -> str:
+    """The eldercare block of a turn (in its last message, before the question)."""
+    turn = request.messages[-1].text
+    return turn[turn.index("Patient Information:") : turn.rindex(question)].strip()
+
+
+QUESTION = "Which medications does she take?"
 
 
 @pytest.mark.parametrize(
@@ -375,12 +400,10 @@ async def test_the_eldercare_context_is_sized_by_the_models_window(
     try:
         mary = await _patient_with_many_medications(runtime.store)
         session = await runtime.service.create_session(patient_id=mary)
-        await runtime.service.run_agent(
-            AgentRequest("Which medications does she take?", model="m", session_id=session.id)
-        )
+        await runtime.service.run_agent(AgentRequest(QUESTION, model="m", session_id=session.id))
     finally:
         await runtime.aclose()
-    block = _eldercare_block(backend.requests[-1])
+    block = _eldercare_block(backend.requests[-1], QUESTION)
     effective = route_window or window
     assert block.startswith("Patient Information:\n- Name: Mary Smith")
     assert count_text_tokens(block) <= context_budget(effective)

@@ -1,10 +1,12 @@
 """Context providers: pluggable sources of domain context for the system prompt.
 
 A provider looks at the user's input (and the session's persona and patient) and
-returns a block of text for the system prompt, or ``""`` when it has nothing
+returns a block of text for this turn's context, or ``""`` when it has nothing
 relevant. The agent asks every provider at once, bounds each answer to the
 request's token budget, and skips a provider that fails (logged), as the seed's
-prompt assembly degrades rather than failing the turn.
+prompt assembly degrades rather than failing the turn. The blocks, in provider order,
+go with the input at the end of the prompt (``agent.prompt``), never in front of the
+stable system prompt: they follow the input and the clock (``ContextRequest.now``).
 
 The budget follows the model's capability, as the seed's ``EldercareContextService``
 "checks model capabilities (token limits)": ``context_budget`` gives a provider
@@ -79,7 +81,7 @@ class ContextProvider(Protocol):
     name: str
 
     async def context(self, request: ContextRequest) -> str:
-        """A block of context for the system prompt, or ``""``."""
+        """A block of context for this turn, or ``""``."""
         ...
 
 

@@ -16,9 +16,13 @@ is about (medications, vitals, appointments, caregivers), by keywords and by the
 patient's own medication names. A patient named without any topic gets an overview
 of every section. A medication named in the input is shown with its side effects;
 the others are listed briefly. Vitals are summarised per kind over the last
-``vitals_days`` days (range and latest reading); appointments are the next few. The
-block is cut to the request's token budget by whole lines, the patient's header
-first. Every query is bounded by the patient and a ``LIMIT``.
+``vitals_days`` days (range and latest reading); appointments are the next few.
+Sections come in a fixed order: the patient, medications and caregivers (which change
+only when someone edits them) before vitals and appointments (chosen by the clock),
+vitals in a fixed order of kinds, so the block is the same bytes while the records
+and the day are (docs/AGENT.md, "Prompt order"). The block is cut to the request's
+token budget by whole lines, the patient's header first. Every query is bounded by
+the patient and a ``LIMIT``.
 """
 
 from __future__ import annotations
@@ -408,15 +412,18 @@ class EldercareProvider:
                         .limit(self.max_appointments)
                     )
                 )
+        # The records that change only when someone edits them first, then the ones
+        # chosen by the clock (this week's vitals, the next appointments): the same
+        # question asked again renders the same block up to those.
         sections = [self._patient_section(patient, caregivers, request.now)]
         if topics.medications and medications:
             sections.append(_medications_section(medications, named_meds))
+        if topics.caregivers and len(caregivers) > 1:
+            sections.append(_caregivers_section(caregivers))
         if topics.vitals and vitals:
             sections.append(self._vitals_section(vitals))
         if topics.appointments and appointments:
             sections.append(self._appointments_section(appointments))
-        if topics.caregivers and len(caregivers) > 1:
-            sections.append(_caregivers_section(caregivers))
         return "\n\n".join(sections)
 
     def _patient_section(
@@ -445,7 +452,10 @@ class EldercareProvider:
         for vital in vitals:  # newest first
             by_kind.setdefault(vital.kind, []).append(vital)
         lines = [f"Recent Vitals (Last {self.vitals_days} days):"]
-        for kind, readings in by_kind.items():
+        # A fixed order of kinds (VITAL_LABELS', then by name), not the order of the
+        # latest readings: a new reading must not reshuffle the lines around it.
+        for kind in sorted(by_kind, key=_vital_order):
+            readings = by_kind[kind]
             label = VITAL_LABELS.get(kind, kind.replace("_", " ").title())
             unit = f" {readings[0].unit}" if readings[0].unit else ""
             latest = _reading(readings[0])
@@ -469,6 +479,13 @@ class EldercareProvider:
             stamp = when.strftime("%b %d, %Y at %I:%M %p").replace(" 0", " ")
             lines.append(f"- {item.provider}{specialty} - {stamp}{where}")
         return "\n".join(lines)
+
+
+_VITAL_RANK = {kind: rank for rank, kind in enumerate(VITAL_LABELS)}
+
+
+def _vital_order(kind: str) -> tuple[int, str]:
+    return _VITAL_RANK.get(kind, len(_VITAL_RANK)), kind
 
 
 def _reading(vital: Vital) -> str:

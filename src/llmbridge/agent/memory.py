@@ -410,12 +410,17 @@ def _render(plan: _Plan, *, dropped: int) -> MemoryContext:
 
 # -- the summariser -----------------------------------------------------------------
 
+# The same bytes for every summary request (no per-request number in it), so a local
+# model's prefix cache keeps it: what differs per request, the excerpt and the word
+# limit taken from its length, comes after it, in the user message.
 SUMMARY_SYSTEM_PROMPT = (
     "You summarise conversations for a long-term memory. Write a concise summary of "
-    "the conversation excerpt you are given, in at most {words} words. Carry every "
-    "durable fact: names, numbers, doses, dates, times, decisions and preferences. "
-    "Do not add anything that is not in the excerpt. Reply with the summary only."
+    "the conversation excerpt you are given, within the number of words it states. "
+    "Carry every durable fact: names, numbers, doses, dates, times, decisions and "
+    "preferences. Do not add anything that is not in the excerpt. Reply with the "
+    "summary only."
 )
+SUMMARY_REQUEST = "Conversation excerpt:\n\n{transcript}\n\nSummarise it in at most {words} words."
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,8 +534,11 @@ class Summariser:
         request = ChatRequest(
             model=model,
             messages=(
-                _system(SUMMARY_SYSTEM_PROMPT.format(words=words)),
-                Message("user", (TextPart(f"Conversation excerpt:\n\n{transcript}"),)),
+                _system(SUMMARY_SYSTEM_PROMPT),
+                Message(
+                    "user",
+                    (TextPart(SUMMARY_REQUEST.format(transcript=transcript, words=words)),),
+                ),
             ),
             # Model tokens are not the counter's tokens; leave room, then cut below.
             params=GenerationParams(max_tokens=limit * 2, temperature=self.config.temperature),

@@ -13,9 +13,10 @@ A turn:
    (``settings.merge_settings``) into neutral parameters
    (``settings.generation_params``); the serving layer fits them to the backend.
 2. The user message is stored (committed) before generation.
-3. The prompt: the system prompt in the seed's order (``prompt``: persona,
-   documents, domain context from the context providers, custom prompt, focus
-   instructions), then the hybrid-memory history (``memory``), then the input.
+3. The prompt, stable part first so a local model's prefix cache hits
+   (``prompt``): the system prompt (persona, custom prompt, focus instructions),
+   then the hybrid-memory history (``memory``), then one user message with this
+   turn's context (documents, the context providers' blocks) and the input.
    Each provider's block is sized by the model's context window
    (``context.context_budget``: the route's ``context_length``, else the backend's
    report), unless the service was given a fixed ``context_budget``.
@@ -68,7 +69,7 @@ from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareRecords
 from llmbridge.agent.gate import CallMeter, metered
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
-from llmbridge.agent.prompt import build_system_prompt
+from llmbridge.agent.prompt import assemble_turn, build_system_prompt, build_turn_context
 from llmbridge.agent.session_locks import SessionLocks
 from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.store import (
@@ -131,7 +132,7 @@ class AgentRequest:
     persona_id: str | None = None
     """Defaults to the session's persona."""
     system_prompt: str = ""
-    """The request's custom system prompt (after domain context, before the focus)."""
+    """The request's custom system prompt (after the persona's, before the focus)."""
     settings: AgentSettings | None = None
     """Overrides of the persona's settings."""
     document_ids: tuple[int, ...] | None = None
@@ -528,15 +529,12 @@ class AgentService:
         user = await self.store.add_message(session.id, "user", text)
         yield AgentStart(session.id, user.id)
 
-        system = await self._system_prompt(request, session, persona.prompt if persona else "")
+        system = build_system_prompt(persona.prompt if persona else "", request.system_prompt)
+        context = await self._turn_context(request, session)
         history = await self.memory.build(
             session.id, before_id=user.id, budget=request.history_budget
         )
-        messages = [
-            *([Message("system", (TextPart(system),))] if system else []),
-            *history.messages,
-            Message("user", (TextPart(text),)),
-        ]
+        messages = assemble_turn(system, history.messages, context, text)
         turn = _Turn(session.id, request.model)
         loop = self._loop(request, settings, params, messages, turn, chat)
         completed = False
@@ -571,9 +569,7 @@ class AgentService:
             request.session_id, name=name, persona_id=request.persona_id, owner=request.owner
         )
 
-    async def _system_prompt(
-        self, request: AgentRequest, session: SessionRecord, persona_prompt: str
-    ) -> str:
+    async def _turn_context(self, request: AgentRequest, session: SessionRecord) -> str:
         documents = ""
         if self.documents is not None:
             documents = await self.documents.document_context(
@@ -593,7 +589,7 @@ class AgentService:
                 owner=request.owner,
             ),
         )
-        return build_system_prompt(persona_prompt, documents, domain, request.system_prompt)
+        return build_turn_context(documents, domain)
 
     async def _context_budget(self, model: str) -> int:
         """Tokens for each provider's block: fixed, or sized by ``model``'s window."""
