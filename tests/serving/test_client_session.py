@@ -24,7 +24,7 @@ from starlette.datastructures import Headers
 from llmbridge.dialects.anthropic.request import decode_chat_request as anthropic_request
 from llmbridge.dialects.openai.request import decode_chat_request as openai_request
 from llmbridge.dialects.responses.request import decode_chat_request as responses_request
-from llmbridge.serving.deployments import SESSION_HEADERS, client_session
+from llmbridge.serving.deployments import SESSION_HEADERS, client_session, raw_client_session
 from tests.conftest import anthropic_client, openai_client
 from tests.gateway.test_deployments_http import _cluster, _sessions_on_each_server
 
@@ -77,6 +77,30 @@ def test_what_is_not_a_session_is_not_read() -> None:
     assert client_session(blank, keyed.provider_details) == "k"
     # Surrounding blanks are not part of the id.
     assert client_session(Headers(headers={"session-id": " s-1 "}), None) == "s-1"
+
+
+def test_the_ledgers_one_pass_reading_agrees_with_the_mapping_one() -> None:
+    """``raw_client_session`` (what the exchange records) reads an ASGI scope's raw
+    headers in one pass: the same answer as ``client_session`` in every case, the
+    order of the headers in the request making no difference."""
+    keyed = openai_request(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "prompt_cache_key": "k"}
+    ).provider_details
+    cases: list[list[tuple[str, str]]] = [
+        [],
+        [("host", "x"), ("session-id", "codex")],
+        [("session-id", "codex"), ("x-claude-code-session-id", "claude")],
+        [("x-claude-code-session-id", "claude"), ("x-llmbridge-session-id", "mine")],
+        [("session_id", "old"), ("session-id", "new")],
+        [("x-llmbridge-session-id", " "), ("session_id", "old")],
+        [("x-gemini-api-privileged-user-id", "installation")],
+    ]
+    for pairs in cases:
+        for order in (pairs, pairs[::-1]):
+            raw = [(name.encode(), value.encode()) for name, value in order]
+            for details in (None, keyed):
+                expected = client_session(Headers(raw=raw), details)
+                assert raw_client_session(raw, details) == expected, (order, details)
 
 
 # -- over HTTP: two servers, round robin, affinity without a configured header -----------

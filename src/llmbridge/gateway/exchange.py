@@ -44,7 +44,6 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Scope
@@ -72,7 +71,7 @@ from llmbridge.core.response import Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.features.token_count import count_request_tokens, count_text_tokens
 from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.serving.deployments import client_session
+from llmbridge.serving.deployments import raw_client_session
 from llmbridge.serving.router import Resolved
 from llmbridge.web.auth import KEY_IDENTITY
 from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
@@ -442,7 +441,7 @@ class Exchange:
         chat (an embedding, a model list) by its header alone."""
         chat = self.chat
         details = chat.provider_details if chat is not None else None
-        return client_session(Headers(scope=self.scope), details)
+        return raw_client_session(self.scope.get("headers", ()), details)
 
     def _count(self, status: int, usage: Usage | None, elapsed: float) -> None:
         metrics = self.state.metrics
