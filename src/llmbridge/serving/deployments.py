@@ -200,7 +200,8 @@ def raw_client_session(
     """``client_session`` from an ASGI scope's ``headers``, whose names the server
     gives in lower case (uvicorn does; starlette's ``Headers`` relies on it too): one
     pass over them with a dict look-up each, where four look-ups scanned them four
-    times (every ledger row reads it: see the timing in the commit that added it)."""
+    times (every ledger row reads it; for Claude Code's 20 headers 2-3 µs instead of
+    6-18 µs on a loaded 2-core machine)."""
     best, found = len(SESSION_HEADERS), None
     for name, value in raw:
         rank = _SESSION_RANKS.get(name)
