@@ -223,6 +223,7 @@ def test_a_self_provider_points_at_the_gateway_with_its_first_key() -> None:
         base_url="http://127.0.0.1:12345/v1",
         models={"scripted": {"context": 4096}},
         api_key="first",
+        local=True,  # the gateway itself, whatever address it is bound to
     )
     assert spawn.providers["own"].api_key == "explicit"
     assert spawn.providers["own"].base_url == "http://127.0.0.1:12345/v1"

@@ -100,6 +100,7 @@ def _build_opencode(name: str, config: OpenCodeBackendConfig, host: Host) -> Bac
         OpenCodeTimeouts,
         SpawnSettings,
     )
+    from llmbridge.backends.opencode.deadlines import for_local_provider
 
     timeouts = OpenCodeTimeouts(
         prompt=config.prompt_timeout,
@@ -107,9 +108,13 @@ def _build_opencode(name: str, config: OpenCodeBackendConfig, host: Host) -> Bac
         total=config.total_timeout,
         delete=config.delete_timeout,
     )
+    # A model on this machine evaluates OpenCode's prompt on its CPU or GPU first:
+    # longer deadlines unless the file sets them (backends/opencode/deadlines.py).
+    local = for_local_provider(timeouts, frozenset(config.model_fields_set))
     common: dict[str, Any] = {
         "default_model": config.model,
         "timeouts": timeouts,
+        "local_timeouts": local if local.local else None,
         "pool_size": config.pool_size,
     }
     if config.url is not None:
@@ -129,6 +134,7 @@ def _build_opencode(name: str, config: OpenCodeBackendConfig, host: Host) -> Bac
                 mid: {k: v for k, v in limits.model_dump().items() if v is not None}
                 for mid, limits in p.models.items()
             },
+            local=own,
         )
     spawn = SpawnSettings(
         command=config.command,

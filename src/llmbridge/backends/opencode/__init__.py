@@ -1,6 +1,7 @@
 """The OpenCode server (``opencode serve``) as a backend: see ``backend``."""
 
-from llmbridge.backends.opencode.backend import LatencyBreakdown, OpenCodeBackend, OpenCodeTimeouts
+from llmbridge.backends.opencode.backend import LatencyBreakdown, OpenCodeBackend
+from llmbridge.backends.opencode.deadlines import OpenCodeTimeouts
 from llmbridge.backends.opencode.server import OpenCodeProvider, SpawnSettings
 
 __all__ = [

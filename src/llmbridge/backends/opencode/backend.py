@@ -5,14 +5,15 @@ sent with ``prompt_async`` after the request has subscribed to the session's eve
 on the shared ``/event`` stream (events.py); the reply streams as OpenCode produces
 it (turn.py), and the turn ends on ``session.status`` idle. Nothing is polled.
 
-Deadlines (``OpenCodeTimeouts``, the seed's 20 / 30 / 5 s by default): the prompt
-must be accepted and produce output within ``prompt`` seconds; after that the reply
-may take as long as it keeps streaming, and fails only when ``idle`` seconds pass
-without an event from the session (or, if set, ``total`` seconds after the prompt);
-past any of them, the session is aborted and the request fails with a 504 (or an
-in-stream error once output has been sent). The seed polled for at most 30 s in all,
-which cut a long reply that was streaming steadily (Claude Code writing a file):
-its 30 s is the idle deadline here.
+Deadlines (``OpenCodeTimeouts``, the seed's 20 / 30 / 5 s by default; longer for a
+model on a local provider, deadlines.py): the prompt must be accepted and produce
+output within ``prompt`` seconds; after that the reply may take as long as it keeps
+streaming, and fails only when ``idle`` seconds pass without an event from the
+session (or, if set, ``total`` seconds after the prompt); past any of them, the
+session is aborted and the request fails with a 504 (or an in-stream error once
+output has been sent) saying which deadline passed and how to raise it. The seed
+polled for at most 30 s in all, which cut a long reply that was streaming steadily
+(Claude Code writing a file): its 30 s is the idle deadline here.
 The backend never retries: only the serving layer does (serving/models.py, its
 ``resilience.retries``), and only before the reply's first event, which this backend
 holds back until there is output. It raises each failure so that
@@ -46,6 +47,12 @@ from typing import Any
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.backends.opencode.deadlines import (
+    Deadlines,
+    OpenCodeTimeouts,
+    Stage,
+    is_loopback_url,
+)
 from llmbridge.backends.opencode.events import EventHub
 from llmbridge.backends.opencode.prompt import (
     ModelRef,
@@ -53,7 +60,12 @@ from llmbridge.backends.opencode.prompt import (
     prompt_body,
     resolve_model,
 )
-from llmbridge.backends.opencode.server import AGENT_NAME, OpenCodeServer, SpawnSettings
+from llmbridge.backends.opencode.server import (
+    AGENT_NAME,
+    OpenCodeServer,
+    SpawnSettings,
+    local_providers,
+)
 from llmbridge.backends.opencode.sessions import SessionPool
 from llmbridge.backends.opencode.turn import Turn, as_dict
 from llmbridge.core.errors import (
@@ -72,22 +84,6 @@ __all__ = ["LatencyBreakdown", "OpenCodeBackend", "OpenCodeTimeouts"]
 log = logging.getLogger("llmbridge.opencode")
 
 _CONNECT_SECONDS = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class OpenCodeTimeouts:
-    """Seconds. ``prompt``: from sending the prompt to its first output (OpenCode
-    retries an unreachable provider for ever, so this is what catches a dead model);
-    ``idle``: once output has come, the longest wait for the session's next event (a
-    reply that keeps streaming is never cut; OpenCode's "retrying the provider"
-    reports do not count as events, since they say the model is not answering);
-    ``total``: from sending the prompt to the end of the turn, ``None`` for no limit;
-    ``delete``: for the background abort and deletion of a session."""
-
-    prompt: float = 20.0
-    idle: float = 30.0
-    total: float | None = None
-    delete: float = 5.0
 
 
 @dataclass(slots=True)
@@ -126,40 +122,6 @@ def _outcome(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-class _Deadlines:
-    """When one turn must next hear from OpenCode, and what missing it means.
-
-    Before any output: ``prompt`` seconds from sending the prompt. After: ``idle``
-    seconds from the last event heard. Both within ``total``, when it is set.
-    """
-
-    __slots__ = ("idle_stage", "last_event", "prompt_stage", "sent", "timeouts", "total_stage")
-
-    def __init__(self, timeouts: OpenCodeTimeouts, sent: float) -> None:
-        self.timeouts = timeouts
-        self.sent = sent
-        self.last_event = sent
-        # Worded once: next() runs for every event, and the words are rarely needed.
-        self.idle_stage = f"sent nothing more for {timeouts.idle:g} s while replying"
-        self.prompt_stage = f"did not start its reply within {timeouts.prompt:g} s"
-        total = timeouts.total
-        self.total_stage = "" if total is None else f"did not finish its reply within {total:g} s"
-
-    def heard(self, now: float) -> None:
-        self.last_event = now
-
-    def next(self, produced: bool, now: float) -> tuple[float, str]:
-        """Seconds left until the nearest deadline, and the timeout's wording."""
-        t = self.timeouts
-        if produced:
-            at, stage = self.last_event + t.idle, self.idle_stage
-        else:
-            at, stage = self.sent + t.prompt, self.prompt_stage
-        if t.total is not None and self.sent + t.total < at:
-            at, stage = self.sent + t.total, self.total_stage
-        return at - now, stage
-
-
 class OpenCodeBackend(Backend):
     """Serves chat from an OpenCode server, spawned (``spawn``) or by ``url``."""
 
@@ -176,11 +138,18 @@ class OpenCodeBackend(Backend):
         spawn: SpawnSettings | None = None,
         default_model: str | None = None,
         timeouts: OpenCodeTimeouts | None = None,
+        local_timeouts: OpenCodeTimeouts | None = None,
         pool_size: int = 2,
     ) -> None:
         super().__init__(name)
         self.server = OpenCodeServer(url=url, password=password, spawn=spawn)
         self.timeouts = timeouts or OpenCodeTimeouts()
+        self.local_timeouts = local_timeouts
+        """The deadlines of a model on a local provider (deadlines.py); ``None``: the
+        same as every other model's."""
+        self.local_providers = local_providers(spawn)
+        """The providers that serve their models from this machine: ``self`` or a
+        loopback URL (more are added from OpenCode's own list once it is read)."""
         self.default_model = parse_model_ref(default_model) if default_model else None
         self.pool = SessionPool(
             self._call, size=pool_size, delete_timeout=self.timeouts.delete, backend=name
@@ -196,6 +165,12 @@ class OpenCodeBackend(Backend):
         self._server_default: ModelRef | None = None
         self._agent: str | None = None
         self._background: set[asyncio.Task[Any]] = set()
+
+    def timeouts_for(self, model: ModelRef) -> OpenCodeTimeouts:
+        """The deadlines of a prompt to ``model``: longer when its provider is local."""
+        if self.local_timeouts is not None and model.provider in self.local_providers:
+            return self.local_timeouts
+        return self.timeouts
 
     @property
     def public_name(self) -> str | None:
@@ -243,7 +218,8 @@ class OpenCodeBackend(Backend):
         headers = self.server.headers
         # No single answer from OpenCode's API takes longer than the longest wait
         # for an event (prompt_async answers at once; the reply comes as events).
-        read = max(self.timeouts.prompt, self.timeouts.idle) + 5
+        longest = [self.timeouts, *([self.local_timeouts] if self.local_timeouts else [])]
+        read = max(t for ts in longest for t in (ts.prompt, ts.idle)) + 5
         self._http = HTTPTransport(
             self.name, self.server.url, HTTPSettings(connect=5, read=read), headers
         )
@@ -282,6 +258,10 @@ class OpenCodeBackend(Backend):
         self._providers = {
             str(p["id"]): p for p in listed or [] if isinstance(p, dict) and "id" in p
         }
+        for pid, provider in self._providers.items():
+            base_url = as_dict(provider.get("options")).get("baseURL")
+            if isinstance(base_url, str) and is_loopback_url(base_url):
+                self.local_providers.add(pid)
         model = config.get("model") if isinstance(config, dict) else None
         if isinstance(model, str) and "/" in model:
             self._server_default = parse_model_ref(model)
@@ -310,19 +290,21 @@ class OpenCodeBackend(Backend):
         breakdown = LatencyBreakdown()
         clock = time.perf_counter
         began = clock()
-        body = prompt_body(request, self._model_for(request.model), self._agent)
+        model = self._model_for(request.model)
+        body = prompt_body(request, model, self._agent)
         breakdown.parse = clock() - began
         await self._ensure_ready()  # BackendUnavailableError when the server is not there
+        timeouts = self.timeouts_for(model)
         began = clock()
         try:
-            async with asyncio.timeout(self.timeouts.prompt):
+            async with asyncio.timeout(timeouts.prompt):
                 sid, breakdown.pooled = await self.pool.acquire()
         except (TimeoutError, BackendTimeoutError) as exc:
             # Nothing was prompted yet: the server is not taking work, and a second try
             # may find it back (unlike a prompt's deadline, which is not retried).
             raise BackendUnavailableError(
                 f"backend '{self.name}': OpenCode did not create a session within "
-                f"{self.timeouts.prompt:g} s",
+                f"{timeouts.prompt:g} s (`prompt_timeout`)",
                 backend=self.name,
             ) from exc
         breakdown.session = clock() - began
@@ -331,7 +313,8 @@ class OpenCodeBackend(Backend):
         try:
             # aclosing: a client that hangs up ends the turn's event subscription now,
             # so the session's abort and deletion start at once, not at GC time.
-            async with aclosing(self._run_turn(sid, request, body, breakdown)) as turn_events:
+            turn = self._run_turn(sid, request, body, timeouts, breakdown)
+            async with aclosing(turn) as turn_events:
                 async for event in turn_events:
                     # The turn is over once its end is out: a streaming consumer stops
                     # reading there, and closing this generator then is no cancellation
@@ -349,20 +332,24 @@ class OpenCodeBackend(Backend):
             cleanup.add_done_callback(lambda task: self._log_breakdown(breakdown, task))
 
     async def _run_turn(
-        self, sid: str, request: ChatRequest, body: dict[str, Any], breakdown: LatencyBreakdown
+        self,
+        sid: str,
+        request: ChatRequest,
+        body: dict[str, Any],
+        timeouts: OpenCodeTimeouts,
+        breakdown: LatencyBreakdown,
     ) -> AsyncGenerator[StreamEvent, None]:
         clock = time.perf_counter
         turn = Turn(self.name)
         started = False
         with self.hub.subscribe(sid) as queue:
             sent = clock()
+            deadlines = Deadlines(timeouts, sent)
             try:
-                async with asyncio.timeout(self.timeouts.prompt):
+                async with asyncio.timeout(timeouts.prompt):
                     await self._call("POST", f"session/{sid}/prompt_async", body)
             except TimeoutError:
-                raise self._timeout(
-                    f"did not accept the prompt within {self.timeouts.prompt:g} s"
-                ) from None
+                raise self._timeout(deadlines, deadlines.accept, None) from None
             except BackendHTTPError as exc:
                 if exc.backend_status != 404:
                     raise
@@ -373,10 +360,8 @@ class OpenCodeBackend(Backend):
                     backend=self.name,
                 ) from exc
             breakdown.prompt = clock() - sent
-            deadlines = _Deadlines(self.timeouts, sent)
             while not turn.done:
-                remaining, stage = deadlines.next(turn.produced, clock())
-                event = await self._next_event(queue, remaining, stage, turn)
+                event = await self._next_event(queue, deadlines, turn)
                 converting = clock()
                 out = turn.feed(event)
                 breakdown.convert += clock() - converting
@@ -401,18 +386,15 @@ class OpenCodeBackend(Backend):
                 yield item
 
     async def _next_event(
-        self,
-        queue: asyncio.Queue[dict[str, Any] | None],
-        remaining: float,
-        stage: str,
-        turn: Turn,
+        self, queue: asyncio.Queue[dict[str, Any] | None], deadlines: Deadlines, turn: Turn
     ) -> dict[str, Any]:
         if queue.empty():
+            remaining, stage = deadlines.next(turn.produced, time.perf_counter())
             try:
                 async with asyncio.timeout(max(remaining, 0)):
                     event = await queue.get()
             except TimeoutError:
-                raise self._timeout(stage, turn.retry_message) from None
+                raise self._timeout(deadlines, stage, turn.retry_message) from None
         else:
             event = queue.get_nowait()
         if event is None:
@@ -422,11 +404,11 @@ class OpenCodeBackend(Backend):
             )
         return event
 
-    def _timeout(self, stage: str, retrying: str | None = None) -> BackendTimeoutError:
-        hint = f"; OpenCode was retrying its model provider: {retrying}" if retrying else ""
-        return BackendTimeoutError(
-            f"backend '{self.name}': OpenCode {stage}{hint}", backend=self.name
-        )
+    def _timeout(
+        self, deadlines: Deadlines, stage: Stage, retrying: str | None
+    ) -> BackendTimeoutError:
+        message = deadlines.message(self.name, stage, time.perf_counter(), retrying)
+        return BackendTimeoutError(message, backend=self.name)
 
     def _response_start(self, request: ChatRequest) -> ResponseStart:
         return ResponseStart(id=new_id("opencode-"), model=request.model, created=time.time())

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from llmbridge.backends.opencode.deadlines import is_loopback_url
 from llmbridge.core.errors import BackendUnavailableError
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "OpenCodeServer",
     "SpawnSettings",
     "basic_auth",
+    "local_providers",
     "server_config",
 ]
 
@@ -88,6 +90,9 @@ class OpenCodeProvider:
     """Model id -> limits such as ``{"context": 8192, "output": 1024}``."""
     api_key: str | None = None
     name: str | None = None
+    local: bool = False
+    """Serves its models from this machine though ``base_url`` may not say so (the
+    gateway itself, ``url: self``, bound to a public address)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,22 @@ class SpawnSettings:
     environment: Mapping[str, str] | None = None
     """The variables the server gets besides its isolation and offline switches;
     ``None`` passes the gateway's own environment on (so provider keys work)."""
+
+
+def local_providers(settings: SpawnSettings | None) -> set[str]:
+    """The providers of a spawned server that serve their models from this machine:
+    those marked ``local`` and those whose base URL is a loopback address, including
+    the ones ``extra_config`` defines (an Ollama on 127.0.0.1, say)."""
+    if settings is None:
+        return set()
+    local = {pid for pid, p in settings.providers.items() if p.local or is_loopback_url(p.base_url)}
+    extra = settings.extra_config.get("provider")
+    for pid, spec in extra.items() if isinstance(extra, Mapping) else []:
+        options = spec.get("options") if isinstance(spec, Mapping) else None
+        base_url = options.get("baseURL") if isinstance(options, Mapping) else None
+        if isinstance(base_url, str) and is_loopback_url(base_url):
+            local.add(str(pid))
+    return local
 
 
 def server_config(settings: SpawnSettings) -> dict[str, Any]:
