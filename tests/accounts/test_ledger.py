@@ -104,8 +104,14 @@ def test_cached_input_defaults_and_conventions() -> None:
     assert cost_of(
         anthropic, ModelPrice(input=2.0, cached_input=0.5), cached_beside_input=True
     ) == pytest.approx(2.2 + 0.2)
+    # From an Anthropic backend the dialect's decoder has counted them in (issue 25).
+    decoded = Usage(
+        input_tokens=1_500_000,
+        cache_read_input_tokens=400_000,
+        cache_creation_input_tokens=100_000,
+    )
     table = PriceTable({"c*": ModelPrice(input=2.0, cached_input=0.5)})
-    assert table.cost("claude", anthropic, backend_kind="anthropic") == pytest.approx(2.4)
+    assert table.cost("claude", decoded, backend_kind="anthropic") == pytest.approx(2.4)
     # Reasoning defaults to the output price.
     assert cost_of(
         Usage(output_tokens=1_000_000, reasoning_tokens=500_000), ModelPrice(output=4.0)

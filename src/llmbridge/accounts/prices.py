@@ -16,13 +16,13 @@ How the core's ``Usage`` is read (core/response.py):
 - ``output_tokens`` already include ``reasoning_tokens`` (OpenAI's
   ``completion_tokens_details``; Gemini's thoughts are added in by its decoder), so
   reasoning is billed at ``reasoning`` and only the rest of the output at ``output``.
-- ``input_tokens`` include ``cache_read_input_tokens`` for OpenAI-compatible, Responses,
-  Gemini and Ollama servers (``prompt_tokens`` counts cached tokens), but not for
-  Anthropic, whose ``input_tokens`` are the tokens after the last cache breakpoint,
-  with cache reads and writes counted beside them (Anthropic's "prompt caching" docs).
-  ``cost_of`` takes which convention the usage follows (``CACHED_BESIDE_INPUT``).
-  Anthropic's cache writes are billed at the ``input`` price (the table has no
-  cache-write price; Anthropic charges 1.25x for them).
+- ``input_tokens`` include ``cache_read_input_tokens`` (and cache writes), whatever
+  the backend: OpenAI-compatible, Responses, Gemini and Ollama servers count them in
+  their prompt tokens, and the Anthropic dialect's decoder adds Anthropic's cache reads
+  and writes, which its API counts beside ``input_tokens`` (issue 25). ``cost_of``
+  still takes a usage that follows Anthropic's convention (``cached_beside_input``);
+  no backend kind is in ``CACHED_BESIDE_INPUT`` since. Cache writes are billed at the
+  ``input`` price (the table has no cache-write price; Anthropic charges 1.25x).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ __all__ = ["CACHED_BESIDE_INPUT", "ModelPrice", "PriceTable", "cost_of"]
 PER_TOKEN = 1e-6
 """Prices are per million tokens."""
 
-CACHED_BESIDE_INPUT = frozenset({"anthropic"})
-"""Backend kinds whose ``input_tokens`` leave out cache reads (module docstring)."""
+CACHED_BESIDE_INPUT: frozenset[str] = frozenset()
+"""Backend kinds whose ``input_tokens`` leave out cache reads: none since the Anthropic
+dialect counts them in (module docstring)."""
 
 _GLOB_CHARS = frozenset("*?[")
 

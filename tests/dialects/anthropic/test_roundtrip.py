@@ -174,13 +174,19 @@ def responses(draw: st.DrawFn) -> ChatResponse:
         ),
     )
     stop_reason = draw(stop_reasons | st.just(StopReason.STOP_SEQUENCE))
+    # The core's input_tokens count cache reads and writes in (issue 25); a usage that
+    # knows no input knows no cache either.
+    uncached, output, read, written = draw(counts), draw(counts), draw(counts), draw(counts)
+    if uncached is None:
+        read = written = None
+    total = None if uncached is None else uncached + (read or 0) + (written or 0)
     return ChatResponse(
         id="msg_" + draw(ids),
         model="claude-public",
         message=message,
         stop_reason=stop_reason,
         stop_sequence=draw(texts) if stop_reason is StopReason.STOP_SEQUENCE else None,
-        usage=Usage(draw(counts), draw(counts), draw(counts), draw(counts)),
+        usage=Usage(total, output, read, written),
     )
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "encode_usage",
     "message_id",
     "thinking_omitted",
+    "uncached_input_tokens",
 ]
 
 _UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -97,22 +98,42 @@ def decode_stop_reason(raw: object) -> StopReason:
     return StopReason.END_TURN
 
 
-def decode_usage(raw: object) -> Usage:
-    """``usage`` of a message or a ``message_delta``; absent counts stay ``None``."""
+def decode_usage(raw: object, known: Usage | None = None) -> Usage:
+    """``usage`` of a message or a ``message_delta``; absent counts stay ``None``.
+
+    Anthropic's ``input_tokens`` leave out the tokens read from and written to the
+    cache; the core's include them, as every other API counts prompt tokens, so
+    they are added in here (issue 25). ``known``: the message's usage so far, whose
+    cache counts stand for those a ``message_delta`` leaves out."""
     if not isinstance(raw, dict):
         return Usage()
+    read = int_or_none(raw.get("cache_read_input_tokens"))
+    written = int_or_none(raw.get("cache_creation_input_tokens"))
+    if known is not None:
+        read = known.cache_read_input_tokens if read is None else read
+        written = known.cache_creation_input_tokens if written is None else written
+    uncached = int_or_none(raw.get("input_tokens"))
     return Usage(
-        input_tokens=int_or_none(raw.get("input_tokens")),
+        input_tokens=None if uncached is None else uncached + (read or 0) + (written or 0),
         output_tokens=int_or_none(raw.get("output_tokens")),
-        cache_read_input_tokens=int_or_none(raw.get("cache_read_input_tokens")),
-        cache_creation_input_tokens=int_or_none(raw.get("cache_creation_input_tokens")),
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=written,
     )
+
+
+def uncached_input_tokens(usage: Usage) -> int | None:
+    """Anthropic's ``input_tokens``: the prompt tokens neither read from nor written to
+    the cache (the core's ``input_tokens`` count them all)."""
+    if usage.input_tokens is None:
+        return None
+    cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return max(usage.input_tokens - cached, 0)
 
 
 def encode_usage(usage: Usage) -> dict[str, int]:
     """``usage`` with every count an integer, as the API always sends them."""
     return {
-        "input_tokens": usage.input_tokens or 0,
+        "input_tokens": uncached_input_tokens(usage) or 0,
         "output_tokens": usage.output_tokens or 0,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
         "cache_read_input_tokens": usage.cache_read_input_tokens or 0,

@@ -47,6 +47,7 @@ from llmbridge.dialects.anthropic.response import (
     encode_stop_reason,
     message_id,
     thinking_omitted,
+    uncached_input_tokens,
 )
 from llmbridge.dialects.anthropic.types import PROVIDER
 from llmbridge.dialects.fields import ReplyFields, object_or_empty, str_or_none
@@ -180,7 +181,10 @@ class _Encoder:
         usage = self.usage.merged(event.usage)
         # Claude Code keeps message_start's input_tokens unless message_delta carries
         # one (claudish PR #152), and message_start often only had an estimate.
-        input_tokens = usage.input_tokens if usage.input_tokens is not None else self.input_tokens
+        # Anthropic counts input_tokens without the cached ones (response.py).
+        if usage.input_tokens is None:
+            usage = usage.merged(Usage(input_tokens=self.input_tokens))
+        input_tokens = uncached_input_tokens(usage)
         wire_usage: dict[str, int] = {
             "input_tokens": input_tokens or 0,
             "output_tokens": usage.output_tokens or 0,
@@ -465,7 +469,7 @@ class _Decoder:
             self.stop_sequence = str_or_none(delta.get("stop_sequence"))
         events = self._renumber(self.parts.finish())
         # message_delta usage is cumulative: it replaces, it does not add.
-        self.usage = self.usage.merged(decode_usage(data.get("usage")))
+        self.usage = self.usage.merged(decode_usage(data.get("usage"), self.usage))
         events.append(UsageUpdate(self.usage))
         return events
 

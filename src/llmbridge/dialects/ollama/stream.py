@@ -318,6 +318,7 @@ class ChatFrameDecoder:
             usage=Usage(
                 input_tokens=int_or_none(frame.get("prompt_eval_count")),
                 output_tokens=int_or_none(frame.get("eval_count")),
+                cache_read_input_tokens=int_or_none(frame.get("prompt_eval_cached_count")),
             ),
             timings=Timings(
                 total_ns=int_or_none(frame.get("total_duration")),

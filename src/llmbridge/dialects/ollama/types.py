@@ -425,6 +425,9 @@ def metrics(usage: Usage, timings: Timings) -> dict[str, int]:
         ("total_duration", timings.total_ns),
         ("load_duration", timings.load_ns),
         ("prompt_eval_count", usage.input_tokens),
+        # prompt_eval_count is the whole prompt (ollama/ollama#5371), this the part of
+        # it read from the cache (ollama/ollama#17943).
+        ("prompt_eval_cached_count", usage.cache_read_input_tokens),
         ("prompt_eval_duration", timings.prompt_eval_ns),
         ("eval_count", usage.output_tokens),
         ("eval_duration", timings.eval_ns),
