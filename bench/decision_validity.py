@@ -1,0 +1,289 @@
+"""How often the embedded model's emulated tool decision is usable, over 50 fixed requests.
+
+Issue 25, section 2. Tool emulation (features/tool_emulation.py) asks a model without
+native tools for one JSON decision. This benchmark sends a fixed set of 50 requests
+(five tool sets, ten requests each: actions and queries, greetings, requests in other
+languages, and turns whose tool results are already in) to the embedded model, once
+per mode, and reports for each mode:
+
+- **valid**: the decision parses, names an offered tool (or answers/chats with text),
+  its arguments satisfy the tool's schema, and it does not repeat a call whose result
+  is already in: the reply goes to the client without a fallback generation;
+- the decision's output tokens and seconds (mean), and the whole run's seconds.
+
+Modes: ``schema`` (what the embedded backend gets now: the decision's JSON schema as
+a llama.cpp grammar, ``Capabilities.structured_output``) and ``json`` (plain JSON
+mode, as every backend got before issue 25; the reply is now cut off once its object
+closes, so this mode no longer runs to ``max_tokens``). Ratios are of the same run.
+
+    .venv/bin/python bench/decision_validity.py [--modes schema,json] [--limit 50]
+
+Loopback only: the model runs in the gateway's own worker process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.core.accumulate import accumulate
+from llmbridge.core.events import PartDelta, ResponseEnd, StreamEvent, TextDelta
+from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart
+from llmbridge.core.request import ChatRequest
+from llmbridge.features.token_count import count_text_tokens
+from llmbridge.features.tool_emulation import emulate_tool_calls, parse_decision
+from llmbridge.features.tool_healing import heal_arguments
+from llmbridge.features.tool_turn import current_turn
+
+
+def _tool(name: str, description: str, **parameters: Any) -> ToolDefinition:
+    required = [key for key, spec in parameters.items() if spec.pop("required", False)]
+    schema: dict[str, Any] = {"type": "object", "properties": parameters}
+    if required:
+        schema["required"] = required
+    return ToolDefinition(name, description, schema)
+
+
+def _s(description: str, *, required: bool = False) -> dict[str, Any]:
+    return {"type": "string", "description": description, "required": required}
+
+
+TOOL_SETS: dict[str, tuple[ToolDefinition, ...]] = {
+    "home": (
+        _tool(
+            "CallService",
+            "Call a Home Assistant service",
+            domain=_s("e.g. light", required=True),
+            service=_s("e.g. turn_on", required=True),
+            entity_id=_s("e.g. light.kitchen"),
+        ),
+        _tool("GetLiveContext", "The current state of every device"),
+    ),
+    "clock": (
+        _tool("get_time", "The current time on the server clock"),
+        _tool("get_weather", "The current weather in a city", city=_s("a city", required=True)),
+    ),
+    "files": (
+        _tool("read_file", "Read a file", path=_s("its path", required=True)),
+        _tool(
+            "write_file",
+            "Write a file",
+            path=_s("its path", required=True),
+            content=_s("the text", required=True),
+        ),
+        _tool("run_shell", "Run a shell command", command=_s("the command", required=True)),
+    ),
+    "calendar": (
+        _tool("list_events", "The events of a day", date=_s("YYYY-MM-DD")),
+        _tool(
+            "create_event",
+            "Add an event to the calendar",
+            title=_s("its title", required=True),
+            start=_s("ISO date and time", required=True),
+        ),
+    ),
+    "search": (
+        _tool("web_search", "Search the web", query=_s("what to search", required=True)),
+        _tool("get_page", "Fetch a web page", url=_s("its URL", required=True)),
+    ),
+}
+
+SYSTEMS = {
+    "home": "You are a voice assistant for Home Assistant. Devices: Kitchen light (off), "
+    "Living room lamp (on), Thermostat (21 C).",
+    "clock": "You are a helpful assistant.",
+    "files": "You are a coding assistant working in /home/user/project.",
+    "calendar": "You are a personal assistant managing the user's calendar.",
+    "search": "You are a research assistant.",
+}
+
+ASKS = {
+    "home": [
+        "Turn on the kitchen light",
+        "Is the living room lamp on?",
+        "Set the thermostat to 23 degrees",
+        "Turn everything off",
+        "開客廳的燈",
+        "Allume la lumière de la cuisine",
+    ],
+    "clock": [
+        "What time is it?",
+        "What is the weather in Paris?",
+        "Will it rain in Tokyo today?",
+        "Tell me the time please",
+        "現在幾點？",
+        "Quel temps fait-il à Berlin ?",
+    ],
+    "files": [
+        "Read README.md",
+        "Run the tests with pytest",
+        "Create a file hello.txt that says hello",
+        "What is in setup.py?",
+        "列出目錄中的文件",
+        "Lis le fichier main.py",
+    ],
+    "calendar": [
+        "What do I have on 2026-12-01?",
+        "Add a dentist appointment tomorrow at 10:00",
+        "Schedule lunch with Ana on Friday at noon",
+        "Am I free today?",
+        "明天有什麼行程？",
+        "Ajoute une réunion lundi à 9h",
+    ],
+    "search": [
+        "Search for the latest Python release",
+        "Open https://example.com",
+        "Find recipes for pancakes",
+        "Look up the population of Canada",
+        "搜尋台北的天氣",
+        "Cherche les horaires du musée du Louvre",
+    ],
+}
+CHATS = ["hello", "thanks, that's all"]
+ANSWERED = {
+    "home": ("Is the kitchen light on?", "GetLiveContext", {}, "Kitchen light: off"),
+    "clock": ("What is the weather in Paris?", "get_weather", {"city": "Paris"}, "Sunny, 21 C"),
+    "files": ("Read README.md", "read_file", {"path": "README.md"}, "# Project\nA demo."),
+    "calendar": ("What do I have today?", "list_events", {}, "10:00 Stand-up; 15:00 Review"),
+    "search": ("Who wrote Hamlet?", "web_search", {"query": "Hamlet author"}, "Shakespeare"),
+}
+
+
+def requests() -> list[ChatRequest]:
+    """The fixed 50: per tool set, six requests, two chats, two answered turns (the same
+    answered turn asked twice would be one case; the second adds an earlier exchange)."""
+    out: list[ChatRequest] = []
+    for name, tools in TOOL_SETS.items():
+        system = Message("system", (TextPart(SYSTEMS[name]),))
+        for words in [*ASKS[name], *CHATS]:
+            out.append(
+                ChatRequest(
+                    model="m", messages=(system, Message("user", (TextPart(words),))), tools=tools
+                )
+            )
+        ask, tool, arguments, result = ANSWERED[name]
+        answered = (
+            Message("user", (TextPart(ask),)),
+            Message("assistant", (ToolCallPart("c1", tool, arguments),)),
+            Message("tool", (ToolResultPart("c1", result, name=tool),)),
+        )
+        earlier = (Message("user", (TextPart("hi"),)), Message("assistant", (TextPart("Hello!"),)))
+        for history in (answered, earlier + answered):
+            out.append(ChatRequest(model="m", messages=(system, *history), tools=tools))
+    assert len(out) == 50
+    return out
+
+
+def valid(request: ChatRequest, text: str) -> bool:
+    """Whether the model's first reply is a decision the client gets as it is."""
+    decision = parse_decision(text, request.tools)
+    if decision is None:
+        return False
+    if decision.action != "tool_call":
+        return True
+    tool = next((t for t in request.tools if t.name == decision.tool_name), None)
+    if tool is None:
+        return False  # "unknown": a tool that was not offered
+    if heal_arguments(decision.arguments, tool.input_schema).problem is not None:
+        return False
+    turn = current_turn([m for m in request.messages if m.role != "system"])
+    return turn.answered_call(decision.tool_name, decision.arguments) is None
+
+
+@dataclass
+class Tally:
+    valid: int = 0
+    seconds: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    actions: dict[str, int] = field(default_factory=dict)
+
+
+class FirstCall:
+    """Wraps ``backend.chat`` and keeps each model call of a request: its text, seconds
+    and output tokens (estimated from the text when the reply was cut off once its
+    JSON closed, as the emulation itself then does)."""
+
+    def __init__(self, backend: EmbeddedBackend) -> None:
+        self.backend = backend
+        self.calls: list[tuple[str, float, int]] = []
+
+    async def chat(self, asked: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        started, text, tokens = time.perf_counter(), [], None
+        try:
+            async for event in self.backend.chat(asked):
+                if isinstance(event, PartDelta) and isinstance(event.delta, TextDelta):
+                    text.append(event.delta.text)
+                if isinstance(event, ResponseEnd):
+                    tokens = event.usage.output_tokens
+                yield event
+        finally:
+            written = "".join(text)
+            counted = count_text_tokens(written) if tokens is None else tokens
+            self.calls.append((written, time.perf_counter() - started, counted))
+
+
+async def run_mode(backend: EmbeddedBackend, mode: str, cases: list[ChatRequest]) -> Tally:
+    tally = Tally()
+    for number, request in enumerate(cases, 1):
+        first = FirstCall(backend)
+        await accumulate(emulate_tool_calls(first.chat, request, structured=mode == "schema"))
+        text, seconds, tokens = first.calls[0]
+        ok = valid(request, text)
+        decision = parse_decision(text, request.tools)
+        action = decision.action if decision else "unreadable"
+        tally.valid += ok
+        tally.seconds.append(seconds)
+        tally.tokens.append(tokens)
+        tally.actions[action] = tally.actions.get(action, 0) + 1
+        verdict = "valid  " if ok else "INVALID"
+        print(
+            f"  {mode} {number:2d}/{len(cases)} {verdict} {seconds:6.2f}s {tokens:4d} tok  "
+            f"{text[:90]!r}",
+            flush=True,
+        )
+    return tally
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default="schema,json")
+    parser.add_argument("--limit", type=int, default=50, help="the first N of the 50")
+    parser.add_argument("--max-tokens", type=int, default=None, help="per decision")
+    args = parser.parse_args()
+    cases = requests()[: args.limit]
+    if args.max_tokens is not None:
+        from dataclasses import replace
+
+        cases = [replace(c, params=replace(c.params, max_tokens=args.max_tokens)) for c in cases]
+    backend = EmbeddedBackend("embedded")
+    await backend.start()
+    tallies: dict[str, Tally] = {}
+    wall: dict[str, float] = {}
+    try:
+        for mode in args.modes.split(","):
+            print(f"mode {mode}: {len(cases)} requests", flush=True)
+            started = time.perf_counter()
+            tallies[mode] = await run_mode(backend, mode, cases)
+            wall[mode] = time.perf_counter() - started
+    finally:
+        await backend.aclose()
+    print()
+    print(f"{'mode':8} {'valid':>9} {'mean s':>8} {'mean tok':>9} {'run s':>8}  actions")
+    for mode, tally in tallies.items():
+        print(
+            f"{mode:8} {tally.valid:3d}/{len(cases):<3d} {100 * tally.valid / len(cases):3.0f}% "
+            f"{statistics.fmean(tally.seconds):8.2f} {statistics.fmean(tally.tokens):9.1f} "
+            f"{wall[mode]:8.1f}  {dict(sorted(tally.actions.items()))}"
+        )
+    if "schema" in wall and "json" in wall:
+        print(f"run time schema / json: x{wall['schema'] / wall['json']:.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
