@@ -27,7 +27,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from llmbridge.backends.embedded import default_model_path
+from llmbridge.backends.embedded import DEFAULT_FLASH_ATTN, default_model_path, physical_cores
 from llmbridge.backends.embedded_prompt import DEFAULT_SYSTEM_PROMPT
 
 __all__ = ["DirectReply", "direct_completion", "direct_reply"]
@@ -47,7 +47,17 @@ class DirectReply:
 @functools.cache
 def _llama() -> Any:
     llama_cpp = importlib.import_module("llama_cpp")
-    return llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=N_CTX, verbose=False)
+    # The worker's threads and attention: a sum split over other threads can round
+    # differently, and a greedy reply follows the last bit of a logit.
+    threads = physical_cores()
+    return llama_cpp.Llama(
+        model_path=str(default_model_path()),
+        n_ctx=N_CTX,
+        n_threads=threads,
+        n_threads_batch=threads,
+        flash_attn=DEFAULT_FLASH_ATTN,
+        verbose=False,
+    )
 
 
 def direct_reply(messages: list[dict[str, str]], *, max_tokens: int, **options: Any) -> DirectReply:

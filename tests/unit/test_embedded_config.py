@@ -9,7 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded import DEFAULT_FLASH_ATTN, EmbeddedBackend, physical_cores
 from llmbridge.cli.options import config_options, load_from_options
 from llmbridge.gateway.config import ConfigError, load_config
 from llmbridge.serving.build import build_backend
@@ -35,6 +35,21 @@ def test_the_file_sets_them_and_the_backend_gets_them(tmp_path: Path) -> None:
     assert backend.chat_queue.timeout == 4.5
     assert backend.max_embed_inputs == 9
     assert backend.worker_state()["state"] == "not started"
+
+
+def test_threads_and_flash_attention_reach_the_worker(tmp_path: Path) -> None:
+    path = tmp_path / "llmbridge.yaml"
+    path.write_text("backends:\n  local: {type: embedded, n_threads: 3, flash_attn: true}\n")
+    backend = build_backend("local", load_config(path).backends["local"])
+    assert isinstance(backend, EmbeddedBackend)
+    assert (backend.n_threads, backend.flash_attn) == (3, True)
+    assert backend.workers.settings["n_threads"] == 3
+    assert backend.workers.settings["flash_attn"] is True
+    # Unset: one thread per physical core, and the measured default (docs/DEPLOY.md).
+    default = build_backend("local", load_config(None).backends["embedded"])
+    assert isinstance(default, EmbeddedBackend)
+    assert default.n_threads == physical_cores()
+    assert default.flash_attn is DEFAULT_FLASH_ATTN
 
 
 def test_flags_set_every_embedded_backend_or_the_default_one(tmp_path: Path) -> None:

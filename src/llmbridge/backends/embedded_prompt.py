@@ -2,8 +2,9 @@
 
 Neutral messages become the plain ``{"role", "content"}`` messages a GGUF chat
 template renders; generation parameters become ``create_chat_completion`` keywords;
-and the templated prompt is counted in tokens exactly as llama-cpp-python will count
-it, so an overflow is reported before any generation.
+and the templated prompt is tokenized exactly as llama-cpp-python will tokenize it,
+so an overflow is reported before any generation and the tokens llama.cpp takes from
+its prefix cache can be counted (``cached_prefix``).
 
 The embedded model (SmolLM2-135M-Instruct) only knows ``system``, ``user`` and
 ``assistant`` turns of plain text: its template has no ``tool`` role, no tool-call
@@ -45,8 +46,10 @@ from llmbridge.core.request import ChatRequest
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "LlamaMessage",
+    "cached_prefix",
     "count_prompt_tokens",
     "llama_chat_options",
+    "prompt_tokens",
     "render_tool_call",
     "render_tool_result",
     "template_formatter",
@@ -176,14 +179,43 @@ def template_formatter(llama: Any) -> Any | None:
     )
 
 
+def prompt_tokens(
+    llama: Any, formatter: Any | None, messages: list[LlamaMessage]
+) -> list[int] | None:
+    """The templated prompt's tokens, made the way ``create_chat_completion`` makes them
+    (so they are the ones llama.cpp evaluates, and compares with its cache), or None
+    when the GGUF has no chat template."""
+    if formatter is None:
+        return None  # llama-cpp-python's own overflow check still applies
+    result = formatter(messages=messages)
+    return list(
+        llama.tokenize(
+            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
+        )
+    )
+
+
 def count_prompt_tokens(
     llama: Any, formatter: Any | None, messages: list[LlamaMessage]
 ) -> int | None:
     """Tokens of the templated prompt, counted the way ``create_chat_completion`` does."""
-    if formatter is None:
-        return None  # llama-cpp-python's own overflow check still applies
-    result = formatter(messages=messages)
-    tokens = llama.tokenize(
-        result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
-    )
-    return len(tokens)
+    tokens = prompt_tokens(llama, formatter, messages)
+    return None if tokens is None else len(tokens)
+
+
+def cached_prefix(previous: Sequence[int], prompt: Sequence[int], *, requires_eval: bool) -> int:
+    """Prompt tokens llama.cpp takes from its KV cache rather than evaluating: the
+    common prefix of what the context holds (``previous``: ``input_ids[:n_tokens]``)
+    and ``prompt``, as ``Llama.generate`` computes it. When the whole prompt matches,
+    generate re-evaluates its last token to get fresh logits, unless the context holds
+    exactly the prompt and its logits are live (``requires_eval`` false)."""
+    common = 0
+    for held, wanted in zip(previous, prompt, strict=False):
+        if held != wanted:
+            break
+        common += 1
+    if common == len(prompt) and prompt:
+        if len(previous) == len(prompt) and not requires_eval:
+            return common
+        return common - 1
+    return common

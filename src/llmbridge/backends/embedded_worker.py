@@ -27,7 +27,8 @@ GGUF's fill-in-the-middle tokens around prefix and suffix (``completion_tokens``
 
 Replies per request id: ``started`` (prompt size, at the first token), text frames
 (one per token: written at once, since a client is waiting for it), then one terminal
-message: ``done`` (``cancelled`` true when stopped early), ``failed`` (an error as
+message: ``done`` (``cancelled`` true when stopped early; ``cached_tokens``, the prompt
+tokens llama.cpp took from its KV cache instead of evaluating), ``failed`` (an error as
 ``core.errors`` names it), ``embedded`` or ``counted``.
 """
 
@@ -47,7 +48,12 @@ from typing import Any, NoReturn
 
 import orjson
 
-from llmbridge.backends.embedded_prompt import count_prompt_tokens, template_formatter
+from llmbridge.backends.embedded_prompt import (
+    cached_prefix,
+    count_prompt_tokens,
+    prompt_tokens,
+    template_formatter,
+)
 from llmbridge.backends.embedded_schema import grammar_error
 from llmbridge.backends.embedded_wire import FrameReader, pack_json, pack_text
 from llmbridge.core.errors import (
@@ -168,7 +174,10 @@ class _Worker:
     def load(self) -> None:
         started = time.perf_counter_ns()
         try:
-            llama = self._new_llama(n_ctx=int(self.settings["n_ctx"]))
+            llama = self._new_llama(
+                n_ctx=int(self.settings["n_ctx"]),
+                flash_attn=bool(self.settings.get("flash_attn", False)),
+            )
         except Exception as exc:  # noqa: BLE001 - reported, then the process ends
             self.send(pack_json({"op": "load_failed", "id": 0, "message": str(exc)}))
             sys.stderr.flush()
@@ -198,9 +207,13 @@ class _Worker:
 
     def _new_llama(self, **kwargs: Any) -> Any:
         llama_cpp = importlib.import_module("llama_cpp")
+        threads = self.settings.get("n_threads")
         return llama_cpp.Llama(
             model_path=self.settings["model_path"],
-            n_threads=self.settings.get("n_threads"),
+            # Generation and prompt evaluation alike: llama-cpp-python's defaults are
+            # half the logical CPUs and all of them (the backend sends physical cores).
+            n_threads=threads,
+            n_threads_batch=threads,
             verbose=False,
             **kwargs,
         )
@@ -289,30 +302,38 @@ class _Worker:
         n_ctx = int(llama.n_ctx())
         if completion is None:
             messages = command["messages"]
-            prompt_tokens = count_prompt_tokens(llama, model.formatter, messages)
+            tokens = prompt_tokens(llama, model.formatter, messages)
         else:
             tokens = completion_tokens(llama, model.fim, completion)
-            prompt_tokens = len(tokens)
-        if prompt_tokens is not None:
-            if prompt_tokens >= n_ctx:
-                raise context_error(prompt_tokens, n_ctx)
-            options["max_tokens"] = max(1, min(options["max_tokens"], n_ctx - prompt_tokens))
+        size = None if tokens is None else len(tokens)
+        cached: int | None = None
+        if tokens is not None:
+            if len(tokens) >= n_ctx:
+                raise context_error(len(tokens), n_ctx)
+            options["max_tokens"] = max(1, min(options["max_tokens"], n_ctx - len(tokens)))
+            # What the context holds now, before generate replaces it (issue 25).
+            cached = cached_prefix(
+                llama.input_ids[: llama.n_tokens].tolist(),
+                tokens,
+                requires_eval=bool(getattr(llama, "_requires_eval", True)),
+            )
         begun = time.perf_counter_ns()
         first_token: int | None = None
         finish_reason: str | None = None
         if completion is None:
             stream = llama.create_chat_completion(messages=messages, stream=True, **options)
         else:
+            assert tokens is not None  # a completion's prompt is always tokens
             stream = llama.create_completion(prompt=tokens, stream=True, **options)
         try:
             for chunk in stream:
                 if cancel.is_set():
-                    generated = int(llama.n_tokens) - (prompt_tokens or 0)
+                    generated = int(llama.n_tokens) - (size or 0)
                     self.reply(request_id, "done", cancelled=True, output_tokens=generated)
                     return
                 if first_token is None:
                     first_token = time.perf_counter_ns()
-                    self.reply(request_id, "started", prompt_tokens=prompt_tokens)
+                    self.reply(request_id, "started", prompt_tokens=size)
                 choice = chunk["choices"][0]
                 text = choice["delta"].get("content") if completion is None else choice["text"]
                 if text:
@@ -323,18 +344,19 @@ class _Worker:
         ended = time.perf_counter_ns()
         if first_token is None:
             first_token = ended
-            self.reply(request_id, "started", prompt_tokens=prompt_tokens)
+            self.reply(request_id, "started", prompt_tokens=size)
         output_tokens = None
-        if prompt_tokens is not None:
+        if size is not None:
             # Tokens evaluated after the prompt; the last one sampled is never
             # evaluated when the length limit stops generation.
-            output_tokens = int(llama.n_tokens) - prompt_tokens
+            output_tokens = int(llama.n_tokens) - size
             output_tokens += 1 if finish_reason == "length" else 0
         self.reply(
             request_id,
             "done",
             finish_reason=finish_reason,
             output_tokens=output_tokens,
+            cached_tokens=cached,
             prompt_eval_ns=first_token - begun,
             eval_ns=ended - first_token,
         )

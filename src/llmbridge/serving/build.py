@@ -43,6 +43,8 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
     if config.type == "embedded":
         from llmbridge.backends.embedded import EmbeddedBackend
 
+        # Unset settings keep the backend's defaults (its module says why).
+        optional = {"flash_attn": config.flash_attn} if config.flash_attn is not None else {}
         return EmbeddedBackend(
             name,
             model_path=config.model_path,
@@ -53,6 +55,7 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
             max_queue=config.max_queue,
             queue_timeout=config.queue_timeout_s,
             max_embed_inputs=config.max_embed_inputs,
+            **optional,
         )
     if config.type == "scripted":
         from llmbridge.backends.scripted import Script, ScriptedBackend

