@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from llmbridge.agent.api import usage_view
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareProvider
 from llmbridge.agent.memory import RECENT_PREFIX, Summariser, SummariserConfig
@@ -35,6 +36,7 @@ from llmbridge.agent.tools import (
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError, ModelNotFoundError, NotFoundError
 from llmbridge.core.messages import ToolResultPart
+from llmbridge.core.response import Usage
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.serving.models import Models
 from tests.agent.factories import EldercareFactory
@@ -424,3 +426,33 @@ async def test_the_summariser_runs_after_turns(store: AgentStore, native: Script
     assert session is not None
     (summary,) = await store.last_summaries(session, 10)
     assert summary.content == "They said hello." and len(summary.message_ids) == 4
+
+
+async def test_a_turns_usage_sums_the_cached_input_tokens_of_its_rounds(
+    store: AgentStore, native: ScriptedBackend
+) -> None:
+    """Issue 25: what the backend's prompt cache served, over every round of a turn."""
+
+    async def weather(arguments: dict[str, Any]) -> str:
+        return f"{arguments['city']}: sunny"
+
+    tools = ToolRegistry([Tool("weather", "Weather by city", CITY, weather)])
+    service = AgentService(store, _models(native), tools=tools)
+    native.enqueue(
+        Script(
+            text=[],
+            tool_calls=[("weather", {"city": "Paris"})],
+            usage=Usage(input_tokens=100, output_tokens=5, cache_read_input_tokens=60),
+        ),
+        Script(
+            text=["Sunny."],
+            usage=Usage(input_tokens=120, output_tokens=2, cache_read_input_tokens=105),
+        ),
+    )
+    reply = await service.run_agent(AgentRequest("Weather in Paris?", model="scripted"))
+    assert reply.usage == Usage(input_tokens=220, output_tokens=7, cache_read_input_tokens=165)
+    assert usage_view(reply.usage) == {
+        "input_tokens": 220,
+        "output_tokens": 7,
+        "cached_input_tokens": 165,
+    }

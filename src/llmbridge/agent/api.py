@@ -43,6 +43,7 @@ from llmbridge.agent.store import (
     SummaryRecord,
 )
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.response import Usage
 from llmbridge.store.values import MAX_ID, as_utc, unstorable_text
 
 __all__ = [
@@ -378,15 +379,24 @@ def record_view(fields: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+def usage_view(usage: Usage) -> dict[str, Any]:
+    """A turn's tokens over all its model calls; ``cached_input_tokens`` (of
+    ``input_tokens``, those the backend's prompt cache served) when the backend says."""
+    view: dict[str, Any] = {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+    if usage.cache_read_input_tokens is not None:
+        view["cached_input_tokens"] = usage.cache_read_input_tokens
+    return view
+
+
 def reply_view(reply: AgentReply) -> dict[str, Any]:
     """The non-streamed answer: the seed's ``{reply, tokenUsage}`` and the ids."""
     return {
         "reply": reply.text,
         "token_usage": reply.total_tokens,
-        "usage": {
-            "input_tokens": reply.usage.input_tokens,
-            "output_tokens": reply.usage.output_tokens,
-        },
+        "usage": usage_view(reply.usage),
         "session_id": reply.session_id,
         "message_id": reply.message_id,
         "user_message_id": reply.user_message_id,

@@ -72,6 +72,7 @@ from llmbridge.agent.api import (
     session_view,
     summary_view,
     unstorable_field,
+    usage_view,
 )
 from llmbridge.agent.eldercare import RECORD_KINDS
 from llmbridge.agent.gate import OPEN_GATE, ModelGate, ModelPass
@@ -447,7 +448,7 @@ def _sse(event: AgentEvent) -> bytes:
         result.update(is_error=event.is_error, round=event.round)
         return sse_event(result, "tool_result")
     assert isinstance(event, AgentDone)
-    usage = {"input_tokens": event.usage.input_tokens, "output_tokens": event.usage.output_tokens}
+    usage = usage_view(event.usage)
     done = {
         "session_id": event.session_id,
         "message_id": event.message_id,

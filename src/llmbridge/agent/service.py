@@ -56,7 +56,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from llmbridge.agent.context import (
@@ -227,9 +227,11 @@ class _Turn:
     rounds: int = 0
 
     def add_usage(self, usage: Usage) -> None:
-        self.usage = Usage(
-            input_tokens=(self.usage.input_tokens or 0) + (usage.input_tokens or 0),
-            output_tokens=(self.usage.output_tokens or 0) + (usage.output_tokens or 0),
+        # Cached input tokens are summed too (issue 25): on a local model they say what
+        # the prompt cache saved over the turn's rounds.
+        summed = self.usage.plus(usage)
+        self.usage = replace(
+            summed, input_tokens=summed.input_tokens or 0, output_tokens=summed.output_tokens or 0
         )
 
     @property
