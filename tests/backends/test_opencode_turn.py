@@ -226,7 +226,7 @@ def test_usage_is_summed_over_the_steps_of_a_turn() -> None:
         ],
     )
     usage = turn.usage()
-    assert usage.input_tokens == 230
+    assert usage.input_tokens == 230 + 100 + 8  # cache reads and writes counted in
     assert usage.output_tokens == 35  # reasoning counts as output
     assert usage.cache_read_input_tokens == 100
     assert usage.cache_creation_input_tokens == 8

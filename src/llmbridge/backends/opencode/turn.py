@@ -172,8 +172,10 @@ class Turn:
             totals["write"] += _int(cache.get("write"))
         if not seen:
             return Usage()
+        # OpenCode's ``input`` leaves out cache reads and writes (Session.getUsage), as
+        # Anthropic's does; the core's input_tokens count them in (issue 25).
         return Usage(
-            input_tokens=totals["input"],
+            input_tokens=totals["input"] + totals["read"] + totals["write"],
             output_tokens=totals["output"],
             cache_read_input_tokens=totals["read"] or None,
             cache_creation_input_tokens=totals["write"] or None,
