@@ -100,7 +100,7 @@ async def test_a_call_whose_result_is_in_becomes_an_answer_from_that_result(
     assert reply.message.text == "It is sunny and 21 °C in Paris."
     assert not reply.message.tool_calls and reply.stop_reason is StopReason.END_TURN
     answer = backend.requests[1]
-    assert answer.tools == () and answer.messages[-1].text == ANSWER_FROM_RESULTS
+    assert answer.tools == () and answer.messages[-2].text == ANSWER_FROM_RESULTS
     assert any(isinstance(p, ToolResultPart) for m in answer.messages for p in m.parts)
     assert len(backend.requests) == 2
 
@@ -219,18 +219,19 @@ def test_the_decision_prompt_keeps_the_seed_rules_and_examples() -> None:
     assert prompt.endswith("Current date/time: Thursday, 2026-03-05T14:30:00+00:00")
 
 
-async def test_the_conversation_prompt_carries_the_date_and_time() -> None:
+async def test_the_conversation_prompt_carries_the_date_and_time_last() -> None:
+    """Seed 000 ends the system prompt with the date and time; it comes after the
+    conversation instead, so that the prompt's head stays the same (issue 25)."""
     backend = toolless(Script(text=["not json"]), Script(text=["Hello!"]))
     system = Message("system", (TextPart("You are a voice assistant."),))
     await run(backend, request(system, user("hello")))
     fallback = backend.requests[1]
-    assert fallback.messages[0].role == "system"
-    assert fallback.messages[0].text == (
-        "You are a voice assistant.\n\nCurrent date/time: Thursday, 2026-03-05T14:30:00+00:00"
-    )
+    assert fallback.messages[0] == system
+    assert fallback.messages[-1].role == "system"
+    assert fallback.messages[-1].text == "Current date/time: Thursday, 2026-03-05T14:30:00+00:00"
     backend = toolless(Script(text=["not json"]), Script(text=["Hello!"]))
     await run(backend, request(user("hello")))
-    assert re.fullmatch(r"Current date/time: \w+, \S+", backend.requests[1].messages[0].text)
+    assert re.fullmatch(r"Current date/time: \w+, \S+", backend.requests[1].messages[-1].text)
 
 
 @pytest.mark.parametrize("written", ["GetTime", "get-time", "GET_TIME", "getTime"])

@@ -8,6 +8,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -645,3 +646,16 @@ def test_the_reader_stops_where_the_json_breaks(text: str, out: str) -> None:
 def test_lone_surrogates_become_replacement_characters(escaped: str, decoded: str) -> None:
     text = '{"action": "chat", "content": "' + escaped + '"}'
     assert streamed(text, range(len(text)))[0] == decoded
+
+
+def test_a_call_reads_the_same_whatever_order_its_keys_come_in() -> None:
+    def prompt(arguments: dict[str, Any]) -> str:
+        call = Message("assistant", (ToolCallPart("c1", "CallService", arguments),))
+        result = Message("tool", (ToolResultPart("c1", "done"),))
+        ask = Message("user", (TextPart("Turn on the kitchen light"),))
+        request = ChatRequest(model="m", messages=(ask, call, result), tools=TOOLS)
+        return decision_prompt(request, now=datetime(2026, 11, 28, 9, 0, tzinfo=UTC))
+
+    assert prompt({"domain": "light", "service": "turn_on"}) == prompt(
+        {"service": "turn_on", "domain": "light"}
+    )

@@ -111,6 +111,10 @@ ANSWER_FROM_RESULTS = "Answer my request using the tool results above, in my lan
 
 Clock = Callable[[], datetime]
 
+_SORTED = orjson.OPT_SORT_KEYS
+"""Arguments in prompts have sorted keys: the same call must read the same, whatever
+order a client sends its keys in (a local model's prefix cache, issue 25)."""
+
 
 def _local_now() -> datetime:
     return datetime.now().astimezone()
@@ -214,7 +218,11 @@ def _render(message: Message, names: dict[str, str]) -> str:
 def _results_section(turn: Turn) -> str:
     lines = []
     for call in turn.answered:
-        arguments = "" if call.arguments is None else " " + orjson.dumps(call.arguments).decode()
+        arguments = (
+            ""
+            if call.arguments is None
+            else " " + orjson.dumps(call.arguments, option=_SORTED).decode()
+        )
         verb = "failed with" if call.is_error else "returned"
         lines.append(f"- {call.name}{arguments} {verb}: {call.result}")
     return (

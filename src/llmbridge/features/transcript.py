@@ -5,6 +5,8 @@ user message per prompt, both write earlier turns into a prompt. A tool call bec
 ``[called NAME with ARGS]`` and its result ``[NAME result: ...]`` (or ``error``);
 the tool's name is remembered from the call, since results often carry only its id.
 Images become ``[image]``; thinking is the model's own scratch work and is left out.
+Arguments are written with sorted keys: a client that sends a call back with its keys
+in another order must not change the prompt (a local model's prefix cache, issue 25).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def render_message(message: Message, names: dict[str, str]) -> str:
             pieces.append(part.text)
         elif isinstance(part, ToolCallPart):
             names[part.id] = part.name
-            pieces.append(f"[called {part.name} with {orjson.dumps(part.arguments).decode()}]")
+            arguments = orjson.dumps(part.arguments, option=orjson.OPT_SORT_KEYS).decode()
+            pieces.append(f"[called {part.name} with {arguments}]")
         elif isinstance(part, ToolResultPart):
             name = part.name or names.get(part.tool_call_id, "tool")
             status = "error" if part.is_error else "result"
