@@ -10,6 +10,7 @@ and nothing leaves 127.0.0.1.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,29 @@ from tests.conftest import RunningServer
 
 E2E_DIR = Path(__file__).resolve().parent
 OPENCODE = E2E_DIR / "node_modules" / ".bin" / "opencode"
+
+
+STARTUP_SECONDS = 180.0
+"""How long the gateway may take to start: its startup spawns OpenCode and waits for
+it, and loads the embedded model, which on a loaded 2-core machine takes longer than
+``RunningServer``'s 10 s."""
+
+
+class _SlowStartingServer(RunningServer):
+    """``RunningServer`` given ``STARTUP_SECONDS`` to start, and stopped (so its OpenCode
+    is too) when it does not start in time."""
+
+    def __enter__(self) -> RunningServer:
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the gateway failed to start")
+            if time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"the gateway did not start within {STARTUP_SECONDS:g} s")
+            time.sleep(0.05)
+        return self
 
 
 def opencode_binary() -> str:
@@ -72,5 +96,7 @@ def gateway_over_opencode(
     backend = build_backend("opencode", config.backends["opencode"], config.server.serving_host())
     assert isinstance(backend, OpenCodeBackend)
     app = create_app(config, backends={**others, "opencode": backend})
-    with RunningServer(app, sock=sock) as server:
+    started = time.monotonic()
+    with _SlowStartingServer(app, sock=sock) as server:
+        print(f"gateway over OpenCode started in {time.monotonic() - started:.1f} s")
         yield server, backend

@@ -6,7 +6,9 @@ The conversation is Home Assistant's: a system prompt with the home's state, a
 request, tools; then the tool's result and the answer. SmolLM2-135M decides, so the
 test accepts either a tool call or a chat answer at the first step, as long as every
 response is well-formed; what it pins down is the protocol, and that OpenCode never
-acts on the machine.
+acts on the machine. The OpenCode backend runs with its default deadlines, as the
+documented zero-setup configuration does (docs/OPENCODE.md): OpenCode's first prompt
+is evaluated on this CPU, which takes about a minute on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def stack() -> Iterator[tuple[RunningServer, OpenCodeBackend]]:
         {"smollm2": {"context": 8192, "output": 256}},
         default_model="gw/smollm2",
         routes=[{"name": "smollm2", "backend": "embedded"}],
-        prompt_timeout=60,
-        idle_timeout=120,
+        # No prompt_timeout or idle_timeout: docs/OPENCODE.md's zero-setup configuration
+        # answers with the defaults, which are longer for a model on the gateway itself.
         # Repeatable decisions from the small model: OpenCode samples per its agent.
         opencode_config={"agent": {"llmbridge": {"temperature": 0}}},
     ) as pair:
@@ -57,7 +59,7 @@ def test_home_assistant_conversation_with_tools(
     stack: tuple[RunningServer, OpenCodeBackend], stream: bool
 ) -> None:
     gateway, opencode = stack
-    client = ollama_client(gateway.url, timeout=180)
+    client = ollama_client(gateway.url, timeout=600)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Turn on the kitchen light"},
@@ -108,7 +110,7 @@ def test_a_request_to_run_a_shell_command_or_write_a_file_does_nothing(
 ) -> None:
     gateway, opencode = stack
     marker, written = tmp_path / "ran", tmp_path / "notes.txt"
-    reply = ollama_client(gateway.url, timeout=180).chat(
+    reply = ollama_client(gateway.url, timeout=600).chat(
         model="homeassistant",
         messages=[
             {
