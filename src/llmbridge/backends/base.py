@@ -10,7 +10,7 @@ errors the backend itself reports mid-stream are yielded as ``StreamError``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from llmbridge.core.errors import UnsupportedFeatureError
@@ -87,10 +87,18 @@ class Backend(ABC):
 
     kind: ClassVar[str]
     """A label for logs and ``/health``; decisions read ``capabilities``."""
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: Capabilities = Capabilities()
+    """The class's, unless a configuration changes one for this instance
+    (``with_structured_output``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+    def with_structured_output(self, enabled: bool | None) -> None:
+        """Set ``capabilities.structured_output`` for this instance, where the
+        configuration says (``None``: the class's default stands)."""
+        if enabled is not None:
+            self.capabilities = replace(self.capabilities, structured_output=enabled)
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Acquire resources (connections, a loaded model). Called once at startup."""

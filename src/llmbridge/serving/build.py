@@ -83,17 +83,22 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
         from llmbridge.backends.gemini import GeminiBackend
 
         return GeminiBackend(name, config.url, api_key=config.api_key, http=http)
+    backend: Backend
     if config.type == "ollama":
         from llmbridge.backends.ollama import OllamaBackend
 
-        return OllamaBackend(name, config.url, api_key=config.api_key, http=http)
+        backend = OllamaBackend(name, config.url, api_key=config.api_key, http=http)
+        backend.with_structured_output(config.structured_output)
+        return backend
     if config.type == "openai_responses":
         from llmbridge.backends.openai_responses import OpenAIResponsesBackend
 
         return OpenAIResponsesBackend(name, config.url, api_key=config.api_key, http=http)
     from llmbridge.backends.openai_compat import OpenAICompatBackend
 
-    return OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)
+    backend = OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)
+    backend.with_structured_output(config.structured_output)
+    return backend
 
 
 def _build_opencode(name: str, config: OpenCodeBackendConfig, host: Host) -> Backend:

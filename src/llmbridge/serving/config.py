@@ -84,6 +84,12 @@ class HTTPBackendConfig(Strict):
     chunks keep coming): 504 before the reply's first byte, an in-stream error after."""
     max_connections: int = Field(4096, gt=0)
     """Concurrent connections to this backend; more requests wait for a free one."""
+    structured_output: bool | None = None
+    """Whether the server holds a reply to a JSON schema (``response_format``
+    ``json_schema``; Ollama's ``format``). Emulated tool decisions then get their schema
+    and end with their JSON. Unset: yes for ``ollama``, no for ``openai`` (say yes for
+    vLLM, llama.cpp's server, LM Studio, OpenAI); ``openai_responses`` models call tools
+    natively."""
 
 
 class AnthropicBackendConfig(Strict):

@@ -1,0 +1,122 @@
+"""Issue 25, section 2: a backend that holds a reply to a JSON schema gets the emulated
+decision's schema, in its own API's words, so the model can only name an offered tool
+and stops where the JSON ends; one that does not is asked for plain JSON.
+
+A fake upstream stands in for the servers (what matters is what they are sent); the
+official openai client asks, with a tool, of routes whose models have no native tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from llmbridge.gateway.config import GatewayConfig
+from llmbridge.serving.build import build_backends
+from tests.conftest import RunningServer, openai_client, running_gateway
+from tests.upstream import Canned, FakeUpstream
+
+DECISION = '{"action": "tool_call", "tool_name": "get_weather", "arguments": {"city": "Paris"}}'
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def _openai_stream(text: str) -> Canned:
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
+    end = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    frames = [f"data: {orjson.dumps(f).decode()}\n\n".encode() for f in (chunk, end)]
+    return Canned(chunks=[*frames, b"data: [DONE]\n\n"], media_type="text/event-stream")
+
+
+def _ollama_stream(text: str) -> Canned:
+    frames = [
+        {"model": "m", "created_at": "2026-01-01T00:00:00Z",
+         "message": {"role": "assistant", "content": text}, "done": False},
+        {"model": "m", "created_at": "2026-01-01T00:00:00Z",
+         "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"},
+    ]  # fmt: skip
+    return Canned(chunks=[orjson.dumps(f) + b"\n" for f in frames])
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
+    fake = FakeUpstream()
+    with RunningServer(fake.app) as server:
+        yield fake, server
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: tuple[FakeUpstream, RunningServer]) -> Iterator[RunningServer]:  # type: ignore[override]
+    _, up = upstream
+    sections: dict[str, Any] = {
+        "ollama": {"type": "ollama", "url": up.url},
+        "llamacpp": {"type": "openai", "url": f"{up.url}/v1", "structured_output": True},
+        "plain": {"type": "openai", "url": f"{up.url}/v1"},
+        "old-ollama": {"type": "ollama", "url": up.url, "structured_output": False},
+    }
+    config = GatewayConfig.model_validate({"backends": sections, "default_backend": "ollama"})
+    backends = build_backends(config, config.server.serving_host())
+    models = [
+        {"name": name, "backend": name, "tools": False} for name in sections
+    ]  # no native tools: every request with tools is emulated
+    with running_gateway(backends, models=models) as server:
+        yield server
+
+
+def _ask(gateway: RunningServer, model: str) -> Any:
+    client = openai_client(gateway.url)
+    reply = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[TOOL],  # type: ignore[list-item]
+    )
+    calls = reply.choices[0].message.tool_calls or []
+    assert [(c.function.name, orjson.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+        ("get_weather", {"city": "Paris"})
+    ]
+
+
+@pytest.mark.parametrize("model", ["llamacpp", "ollama"])
+def test_a_backend_that_holds_a_schema_gets_the_decisions(
+    upstream: tuple[FakeUpstream, RunningServer], gateway: RunningServer, model: str
+) -> None:
+    fake, _ = upstream
+    fake.queue.append(_openai_stream(DECISION) if model == "llamacpp" else _ollama_stream(DECISION))
+    _ask(gateway, model)
+    body = orjson.loads(fake.bodies[-1])
+    if model == "llamacpp":
+        assert body["response_format"]["type"] == "json_schema"
+        schema = body["response_format"]["json_schema"]["schema"]
+    else:
+        schema = body["format"]
+    call, reply = schema["anyOf"]
+    assert call["properties"]["tool_name"] == {"enum": ["get_weather"]}
+    assert reply["properties"]["action"] == {"enum": ["chat"]}
+
+
+@pytest.mark.parametrize("model", ["plain", "old-ollama"])
+def test_a_backend_that_does_not_is_asked_for_plain_json(
+    upstream: tuple[FakeUpstream, RunningServer], gateway: RunningServer, model: str
+) -> None:
+    fake, _ = upstream
+    fake.queue.append(_openai_stream(DECISION) if model == "plain" else _ollama_stream(DECISION))
+    _ask(gateway, model)
+    body = orjson.loads(fake.bodies[-1])
+    if model == "plain":
+        assert body["response_format"] == {"type": "json_object"}
+    else:
+        assert body["format"] == "json"
