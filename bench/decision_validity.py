@@ -9,6 +9,8 @@ per mode, and reports for each mode:
 - **valid**: the decision parses, names an offered tool (or answers/chats with text),
   its arguments satisfy the tool's schema, and it does not repeat a call whose result
   is already in: the reply goes to the client without a fallback generation;
+- **whole**: the reply is one complete JSON object and nothing else (it ended where
+  its JSON ended, rather than being cut off at ``max_tokens`` and repaired);
 - the decision's output tokens and seconds (mean), and the whole run's seconds.
 
 Modes: ``schema`` (what the embedded backend gets now: the decision's JSON schema as
@@ -30,6 +32,8 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from llmbridge.backends.embedded import EmbeddedBackend
 from llmbridge.core.accumulate import accumulate
@@ -196,9 +200,18 @@ def valid(request: ChatRequest, text: str) -> bool:
     return turn.answered_call(decision.tool_name, decision.arguments) is None
 
 
+def whole(text: str) -> bool:
+    """Whether ``text`` is one JSON object and nothing more."""
+    try:
+        return isinstance(orjson.loads(text), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
 @dataclass
 class Tally:
     valid: int = 0
+    whole: int = 0
     seconds: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     actions: dict[str, int] = field(default_factory=dict)
@@ -238,6 +251,7 @@ async def run_mode(backend: EmbeddedBackend, mode: str, cases: list[ChatRequest]
         decision = parse_decision(text, request.tools)
         action = decision.action if decision else "unreadable"
         tally.valid += ok
+        tally.whole += whole(text)
         tally.seconds.append(seconds)
         tally.tokens.append(tokens)
         tally.actions[action] = tally.actions.get(action, 0) + 1
@@ -274,10 +288,13 @@ async def main() -> None:
     finally:
         await backend.aclose()
     print()
-    print(f"{'mode':8} {'valid':>9} {'mean s':>8} {'mean tok':>9} {'run s':>8}  actions")
+    print(
+        f"{'mode':8} {'valid':>9} {'whole':>5} {'mean s':>8} {'mean tok':>9} {'run s':>8}  actions"
+    )
     for mode, tally in tallies.items():
         print(
             f"{mode:8} {tally.valid:3d}/{len(cases):<3d} {100 * tally.valid / len(cases):3.0f}% "
+            f"{tally.whole:5d} "
             f"{statistics.fmean(tally.seconds):8.2f} {statistics.fmean(tally.tokens):9.1f} "
             f"{wall[mode]:8.1f}  {dict(sorted(tally.actions.items()))}"
         )

@@ -90,33 +90,29 @@ def _ask(gateway: RunningServer, model: str) -> Any:
     ]
 
 
-@pytest.mark.parametrize("model", ["llamacpp", "ollama"])
-def test_a_backend_that_holds_a_schema_gets_the_decisions(
+def _sent_format(fake: FakeUpstream, model: str) -> Any:
+    """What the upstream was asked to hold its reply to, in its own API's words."""
+    body = orjson.loads(fake.bodies[-1])
+    if model in ("llamacpp", "plain"):
+        fmt = body["response_format"]
+        return fmt["json_schema"]["schema"] if fmt["type"] == "json_schema" else fmt
+    return body["format"]
+
+
+@pytest.mark.parametrize("model", ["llamacpp", "ollama", "plain", "old-ollama"])
+def test_the_decision_is_held_to_its_schema_where_the_backend_can(
     upstream: tuple[FakeUpstream, RunningServer], gateway: RunningServer, model: str
 ) -> None:
     fake, _ = upstream
-    fake.queue.append(_openai_stream(DECISION) if model == "llamacpp" else _ollama_stream(DECISION))
+    openai_api = model in ("llamacpp", "plain")
+    fake.queue.append(_openai_stream(DECISION) if openai_api else _ollama_stream(DECISION))
     _ask(gateway, model)
-    body = orjson.loads(fake.bodies[-1])
-    if model == "llamacpp":
-        assert body["response_format"]["type"] == "json_schema"
-        schema = body["response_format"]["json_schema"]["schema"]
+    sent = _sent_format(fake, model)
+    if model == "plain":  # no json_schema unless the configuration says the server has it
+        assert sent == {"type": "json_object"}
+    elif model == "old-ollama":  # structured_output: false
+        assert sent == "json"
     else:
-        schema = body["format"]
-    call, reply = schema["anyOf"]
-    assert call["properties"]["tool_name"] == {"enum": ["get_weather"]}
-    assert reply["properties"]["action"] == {"enum": ["chat"]}
-
-
-@pytest.mark.parametrize("model", ["plain", "old-ollama"])
-def test_a_backend_that_does_not_is_asked_for_plain_json(
-    upstream: tuple[FakeUpstream, RunningServer], gateway: RunningServer, model: str
-) -> None:
-    fake, _ = upstream
-    fake.queue.append(_openai_stream(DECISION) if model == "plain" else _ollama_stream(DECISION))
-    _ask(gateway, model)
-    body = orjson.loads(fake.bodies[-1])
-    if model == "plain":
-        assert body["response_format"] == {"type": "json_object"}
-    else:
-        assert body["format"] == "json"
+        call, reply = sent["anyOf"]
+        assert call["properties"]["tool_name"] == {"enum": ["get_weather"]}
+        assert reply["properties"]["action"] == {"enum": ["chat"]}
