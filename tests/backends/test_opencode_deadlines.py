@@ -23,9 +23,9 @@ from llmbridge.backends.opencode.deadlines import (
     LOCAL_PROMPT_TIMEOUT,
     Deadlines,
     for_local_provider,
-    is_loopback_url,
 )
 from llmbridge.backends.opencode.prompt import ModelRef
+from llmbridge.core.hosts import is_loopback_url
 from llmbridge.gateway.config import ServerConfig
 from llmbridge.serving.build import build_backend
 from llmbridge.serving.config import OpenCodeBackendConfig

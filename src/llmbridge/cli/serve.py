@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
-import ipaddress
 import logging
 import sys
 from typing import Any
@@ -14,6 +13,7 @@ import click
 
 from llmbridge import __version__
 from llmbridge.cli.options import config_options, limit_options, load_from_options
+from llmbridge.core.hosts import is_loopback_host
 from llmbridge.core.models import ModelInfo
 from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
 from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig, default_agent_database
@@ -50,15 +50,6 @@ def access_log_config() -> dict[str, Any]:
     config.setdefault("filters", {})["redact_query_keys"] = {"()": RedactQueryKeys}
     config["loggers"]["uvicorn.access"]["filters"] = ["redact_query_keys"]
     return config
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _model_lines(config: GatewayConfig, models: list[ModelInfo]) -> str:
@@ -204,7 +195,7 @@ def serve(
     server = config.server
     configure_logging(server.log_level)
     auth_line, auth_on = _auth_line(config)
-    if not _is_loopback(server.host) and not auth_on:
+    if not is_loopback_host(server.host) and not auth_on:
         log.warning(
             "binding %s without keys: anyone who can reach this address can use the backends",
             server.host,

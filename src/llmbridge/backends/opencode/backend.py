@@ -51,7 +51,6 @@ from llmbridge.backends.opencode.deadlines import (
     Deadlines,
     OpenCodeTimeouts,
     Stage,
-    is_loopback_url,
 )
 from llmbridge.backends.opencode.events import EventHub
 from llmbridge.backends.opencode.prompt import (
@@ -75,6 +74,7 @@ from llmbridge.core.errors import (
     LLMBridgeError,
 )
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
+from llmbridge.core.hosts import is_loopback_url
 from llmbridge.core.ids import new_id
 from llmbridge.core.models import Capability, ModelInfo
 from llmbridge.core.request import ChatRequest

@@ -13,7 +13,7 @@ model behind the ``self`` provider, an Ollama or llama.cpp server on loopback) f
 evaluates OpenCode's whole prompt on the local CPU or GPU: a Home Assistant request
 through OpenCode on the embedded model took 57 s on a 2-core machine, so the 20 s
 prompt deadline failed it every time. A provider is local when its URL is ``self`` or
-a loopback address (``is_loopback_url``); a model on one gets ``LOCAL_PROMPT_TIMEOUT``
+a loopback address (``core.hosts.is_loopback_url``); a model on one gets ``LOCAL_PROMPT_TIMEOUT``
 and ``LOCAL_IDLE_TIMEOUT`` instead of the defaults (``for_local_provider``). Settings
 an operator gives explicitly always win. Scaling the default was chosen over timing
 the first output from OpenCode's first event for the session: OpenCode's events
@@ -25,9 +25,7 @@ for ever) must still be caught by the same deadline.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 __all__ = [
     "LOCAL_IDLE_TIMEOUT",
@@ -36,7 +34,6 @@ __all__ = [
     "OpenCodeTimeouts",
     "Stage",
     "for_local_provider",
-    "is_loopback_url",
 ]
 
 LOCAL_PROMPT_TIMEOUT = 300.0
@@ -78,19 +75,6 @@ def for_local_provider(timeouts: OpenCodeTimeouts, explicit: frozenset[str]) -> 
         idle=LOCAL_IDLE_TIMEOUT if idle else timeouts.idle,
         local=frozenset(name for name, scaled in (("prompt", prompt), ("idle", idle)) if scaled),
     )
-
-
-def is_loopback_url(url: str) -> bool:
-    """Whether ``url`` names this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
-    host = urlsplit(url).hostname
-    if host is None:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 
-from llmbridge.backends.opencode.deadlines import is_loopback_url
 from llmbridge.core.errors import BackendUnavailableError
+from llmbridge.core.hosts import is_loopback_url
 
 __all__ = [
     "AGENT_NAME",
