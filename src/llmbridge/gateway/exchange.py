@@ -53,6 +53,7 @@ from llmbridge.accounts.ledger import UsageRecord
 from llmbridge.accounts.limits import OPEN, Admission, KeyLimitError, limit_headers
 from llmbridge.accounts.service import ACCOUNT
 from llmbridge.backends.base import Backend
+from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError, PermissionDeniedError
 from llmbridge.core.events import (
     PartDelta,
@@ -67,7 +68,7 @@ from llmbridge.core.events import (
 )
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_size import larger_than
-from llmbridge.core.response import Usage
+from llmbridge.core.response import ChatResponse, Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.features.token_count import count_request_tokens, count_text_tokens
 from llmbridge.gateway.state import GatewayState, state_of
@@ -319,37 +320,70 @@ class Exchange:
         self.status = error.status_code
         self.error_kind = type(error).__name__
 
+    def _note(self, event: StreamEvent) -> None:
+        """What the ledger needs from one event of the reply: text generated, usage,
+        a failure."""
+        if isinstance(event, PartDelta):
+            delta = event.delta
+            if isinstance(delta, TextDelta | ThinkingDelta):
+                self.generated.append(delta.text)
+            elif isinstance(delta, ToolArgsDelta):
+                self.generated.append(delta.json_fragment)
+        elif isinstance(event, ResponseEnd | UsageUpdate):
+            self.add_usage(event.usage)
+        elif isinstance(event, StreamError):
+            self.failed(event.error)
+
+    def _note_first(self, first: StreamEvent) -> None:
+        if isinstance(first, ResponseStart) and first.input_tokens:
+            self.add_usage(Usage(input_tokens=first.input_tokens))  # as accumulate reads it
+
+    def _stream_failed(self, exc: Exception) -> LLMBridgeError:
+        error = to_bridge_error(exc)
+        self.failed(error)
+        name = self.backend.name if self.backend is not None else "?"
+        log.warning("stream from backend %s failed: %s", name, error.message)
+        return error
+
     async def watch(
         self, first: StreamEvent, events: EventStream
     ) -> AsyncGenerator[StreamEvent, None]:
         """The reply's events (``first`` already read), with its usage and generated
         text noted, and a failure after the first event turned into a ``StreamError``
         (the encoder renders the dialect's in-stream error)."""
-        generated = self.generated
+        note = self._note
         try:
-            if isinstance(first, ResponseStart) and first.input_tokens:
-                self.add_usage(Usage(input_tokens=first.input_tokens))  # as accumulate reads it
+            self._note_first(first)
             yield first
             async for event in events:
-                if isinstance(event, PartDelta):
-                    delta = event.delta
-                    if isinstance(delta, TextDelta | ThinkingDelta):
-                        generated.append(delta.text)
-                    elif isinstance(delta, ToolArgsDelta):
-                        generated.append(delta.json_fragment)
-                elif isinstance(event, ResponseEnd | UsageUpdate):
-                    self.add_usage(event.usage)
-                elif isinstance(event, StreamError):
-                    self.failed(event.error)
+                note(event)
                 yield event
         except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
-            error = to_bridge_error(exc)
-            self.failed(error)
-            name = self.backend.name if self.backend is not None else "?"
-            log.warning("stream from backend %s failed: %s", name, error.message)
-            yield StreamError(error)
+            yield StreamError(self._stream_failed(exc))
         finally:
             await events.aclose()
+
+    async def collect(self, first: StreamEvent, events: EventStream) -> ChatResponse:
+        """The non-streamed reply, ``first`` already read: ``watch``'s noting, with the
+        events accumulated in place (one async-generator hop fewer per event than
+        accumulating ``watch``, issue 26). A failure is raised, noted."""
+        acc = Accumulator()
+        note = self._note
+        try:
+            self._note_first(first)
+            acc.add(first)
+            async for event in events:
+                note(event)
+                acc.add(event)  # a StreamError raises its error
+        except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
+            error = self._stream_failed(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            # Shielded: a client that left must not leave the backend's stream open.
+            await asyncio.shield(events.aclose())
+        return acc.response()
 
     # -- the end -----------------------------------------------------------------------
 

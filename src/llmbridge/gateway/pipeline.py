@@ -11,7 +11,6 @@ goes through.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -20,13 +19,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
 from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
-from llmbridge.core.stream import EventStream
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
@@ -128,7 +125,7 @@ async def serve_chat(
     async def completed() -> ChatResponse:
         first = await opened()
         assert reply is not None
-        return await _accumulate(exchange.watch(first, reply.rest))
+        return await exchange.collect(first, reply.rest)
 
     try:
         if chat.stream:
@@ -138,7 +135,7 @@ async def serve_chat(
             response = await run_until_disconnect(request.receive, completed())
     except ClientDisconnected:
         # An opening cancelled closes its own stream; an opened one is closed here
-        # (a no-op when _accumulate already did).
+        # (a no-op when Exchange.collect already did).
         if reply is not None:
             await reply.rest.aclose()
         return Response(status_code=499)
@@ -171,16 +168,6 @@ async def serve_chat(
         headers=headers,
         on_close=on_close,
     )
-
-
-async def _accumulate(stream: EventStream) -> ChatResponse:
-    acc = Accumulator()
-    try:
-        async for event in stream:
-            acc.add(event)
-    finally:
-        await asyncio.shield(stream.aclose())
-    return acc.response()
 
 
 def _embed_tokens(embed_request: EmbedRequest) -> int:
