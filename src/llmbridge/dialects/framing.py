@@ -125,6 +125,12 @@ async def aiter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEve
         for line in lines:
             if line.startswith(b"data: "):  # the hot path: one per streamed chunk
                 data.append(line[6:].decode("utf-8", errors="replace"))
+            elif not line and len(data) == 1 and not fields.event:
+                # The hot path's end: ``data: {...}`` then a blank line, an unnamed
+                # event of one data line, dispatched without ``_SSEFields.line``.
+                yield ServerSentEvent(data=data[0], id=fields.last_id, retry=fields.retry)
+                data = fields.data = []
+                fields.retry = None
             else:
                 event = fields.line(line)
                 data = fields.data  # a blank line starts a new list
