@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -65,6 +65,7 @@ from llmbridge.web.render import (
     error_response,
     new_request_id,
 )
+from llmbridge.web.routing import IndexedRouter
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry
@@ -202,6 +203,18 @@ def _body_timed_out(metrics: GatewayMetrics, scope: Scope) -> None:
         metrics.unserved(_endpoint_label(scope), 408)
 
 
+_EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    HTTPException: _http_exception,
+    ClientDisconnect: _client_disconnected,
+    # An LLMBridgeError no route caught (a 408 from BodyDeadline, say) is an answer, not
+    # a bug: under its own key starlette renders it in ExceptionMiddleware, and it is not
+    # re-raised to uvicorn's traceback log as the catch-all Exception entry
+    # (ServerErrorMiddleware) would be.
+    LLMBridgeError: _render_error,
+    Exception: _render_error,
+}
+
+
 def http_protocol(app: Starlette) -> type[asyncio.Protocol]:
     """uvicorn's ``http=`` option for ``app``: httptools with the configured header
     limits (gateway/read_limits.py), each closed connection counted in its metrics."""
@@ -293,7 +306,9 @@ def create_app(
                 await shared.aclose()  # last: the ledger's flush above updates it
 
     agent_routes = agent_api.routes if config.agent.enabled else []
-    app = Starlette(
+    app = Starlette(exception_handlers=_EXCEPTION_HANDLERS)
+    # Routes looked up by path instead of tried one by one (web/routing.py).
+    app.router = IndexedRouter(
         routes=[
             *system.routes,
             *ollama.routes,
@@ -307,16 +322,6 @@ def create_app(
             *agent_routes,
             *admin_api.routes,
         ],
-        exception_handlers={
-            HTTPException: _http_exception,
-            ClientDisconnect: _client_disconnected,
-            # An LLMBridgeError no route caught (a 408 from BodyDeadline, say) is an
-            # answer, not a bug: under its own key starlette renders it in
-            # ExceptionMiddleware, and it is not re-raised to uvicorn's traceback log as
-            # the catch-all Exception entry (ServerErrorMiddleware) would be.
-            LLMBridgeError: _render_error,
-            Exception: _render_error,
-        },
         lifespan=lifespan,
     )
     app.state.gateway = state
