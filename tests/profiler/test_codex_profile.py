@@ -129,9 +129,11 @@ def test_codex_run_in_a_workspace(tmp_path: Path) -> None:
 
 
 def test_a_call_the_sandbox_refused_is_named_in_the_trace(tmp_path: Path) -> None:
-    """``deny`` is the read-only sandbox: the scripted write fails there, and Codex
-    0.169.0 prints no item for a call its sandbox refused; the provider finds it in
-    Codex's rollout and says so in the trace rather than leave the trace short."""
+    """``deny`` is the read-only sandbox: the scripted write fails there. Codex 0.169.0
+    usually prints no item for a call its sandbox refused; the provider then finds it in
+    Codex's rollout and says so in the trace rather than leave the trace short. On a
+    busy machine Codex sometimes does print the item (a failed ``command_execution``):
+    then the trace has the call itself, and nothing is said missing."""
     codex = Path(__file__).resolve().parents[1] / "e2e" / "node_modules" / ".bin" / "codex"
     spec = {
         "models": [MODEL],
@@ -153,9 +155,15 @@ def test_a_call_the_sandbox_refused_is_named_in_the_trace(tmp_path: Path) -> Non
     assert not record["passed"]
     assert {c["name"]: c["passed"] for c in record["checks"]} == {"file_exists: hello.txt": False}
     (prompt,) = record["prompts"]
-    assert prompt["completion_reason"] == "stop" and prompt["tool_calls"] == []
-    errors = [e["error"] for e in record["trace"]["events"] if e["type"] == "error"]
-    assert errors[-1] == (
+    assert prompt["completion_reason"] == "stop"
+    missing = (
         "1 tool call(s) in Codex's rollout are not among the items codex exec --json "
         "printed: not in this trace"
     )
+    errors = [e["error"] for e in record["trace"]["events"] if e["type"] == "error"]
+    if prompt["tool_calls"]:  # Codex printed the refused call this time
+        (call,) = prompt["tool_calls"]
+        assert (call["name"], call["status"]) == ("command_execution", "error")
+        assert missing not in errors
+    else:
+        assert errors[-1] == missing
