@@ -304,7 +304,7 @@ class Exchange:
         self.passed_on = resolved.backend_model
         if not self._counting:
             self._counting = True
-            self.state.metrics.in_flight.labels(self.endpoint).inc()
+            self.state.metrics.in_flight_of(self.endpoint).inc()
 
     def first_event(self) -> None:
         if self.ttft_s is None:
@@ -482,7 +482,7 @@ class Exchange:
         if not self._counting:
             metrics.unserved(self.endpoint, status)
             return
-        metrics.in_flight.labels(self.endpoint).dec()
+        metrics.in_flight_of(self.endpoint).dec()
         backend = self.backend.name if self.backend is not None else ""
         label = self.label
         if label is None:

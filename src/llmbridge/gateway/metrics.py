@@ -75,6 +75,8 @@ class GatewayMetrics:
     def __init__(self, multiprocess_dir: str | Path | None = None) -> None:
         self.multiprocess_dir = None if multiprocess_dir is None else str(multiprocess_dir)
         self._bound: dict[tuple[str, str, str], BoundMetrics] = {}
+        self._in_flight: dict[str, Any] = {}
+        self._token_children: dict[tuple[str, str, str], Any] = {}
         self._passed_on: set[str] = set()
         self.registry = CollectorRegistry()
         labels = ("endpoint", "backend", "model")
@@ -200,11 +202,25 @@ class GatewayMetrics:
             bound = self._bound[key] = BoundMetrics(self, endpoint, backend, model)
         return bound
 
+    def in_flight_of(self, endpoint: str) -> Any:
+        """The in-flight gauge's child for ``endpoint``, labelled once (``bound``)."""
+        child = self._in_flight.get(endpoint)
+        if child is None:
+            child = self._in_flight[endpoint] = self.in_flight.labels(endpoint)
+        return child
+
     def record_usage(self, backend: str, model: str, usage: Usage) -> None:
         if usage.input_tokens:
-            self.tokens.labels(backend, model, "input").inc(usage.input_tokens)
+            self._tokens(backend, model, "input").inc(usage.input_tokens)
         if usage.output_tokens:
-            self.tokens.labels(backend, model, "output").inc(usage.output_tokens)
+            self._tokens(backend, model, "output").inc(usage.output_tokens)
+
+    def _tokens(self, backend: str, model: str, direction: str) -> Any:
+        key = (backend, model, direction)
+        child = self._token_children.get(key)
+        if child is None:
+            child = self._token_children[key] = self.tokens.labels(*key)
+        return child
 
     def refresh(self) -> None:
         """Each second in a worker (gateway/workers.py): what a single process computes
@@ -240,7 +256,7 @@ class BoundMetrics:
         self.labels = (endpoint, backend, model)
         self.latency = parent.latency.labels(*self.labels)
         self.first_token = parent.first_token.labels(*self.labels)
-        self.in_flight = parent.in_flight.labels(endpoint)
+        self.in_flight = parent.in_flight_of(endpoint)
         self._requests: dict[int, Any] = {}
 
     def request_done(self, status: int) -> None:

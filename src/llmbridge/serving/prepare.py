@@ -104,7 +104,8 @@ async def prepare(
     """``chat`` (naming a public model) as ``target``'s backend should get it."""
     backend, route = target.backend, target.route
     capabilities = backend.capabilities
-    chat = replace(chat, model=target.backend_model)
+    if chat.model != target.backend_model:  # a copy only when the name changes
+        chat = replace(chat, model=target.backend_model)
     if not capabilities.anthropic_api:
         # Claude Code's billing line (a per-request hash in some versions) in front of
         # the system prompt would spoil a local model's prefix cache on every turn.
