@@ -101,6 +101,37 @@ class AiohttpClient:
             elapsed = time.perf_counter() - started
             return Outcome(0, b"", elapsed, None, f"{type(exc).__name__}: {exc}")
 
+    async def fetch_frames(
+        self, url: str, body: bytes, separator: bytes, headers: Headers | None = None
+    ) -> tuple[Outcome, list[float]]:
+        """A streamed POST that also notes when each frame arrived: the
+        ``time.perf_counter()`` at which each ``separator`` (b"\n\n" ends an SSE event,
+        b"\n" an NDJSON line) was read, so frames that came in one read share a time
+        (``bench/frontier.py``'s frame timing, as the client sees it)."""
+        sent = {**_HEADERS, **headers} if headers else _HEADERS
+        started = time.perf_counter()
+        first: float | None = None
+        frames: list[float] = []
+        keep = len(separator) - 1
+        tail = b""
+        try:
+            async with self._session.post(url, data=body, headers=sent) as response:
+                parts = []
+                async for part in response.content.iter_any():
+                    now = time.perf_counter()
+                    if first is None:
+                        first = now - started
+                    # A separator split across two reads is counted once, in the second.
+                    frames.extend([now] * (tail + part).count(separator))
+                    tail = part[-keep:] if keep else b""
+                    parts.append(part)
+                raw = b"".join(parts)
+                total = time.perf_counter() - started
+                return Outcome(response.status, raw, total, first), frames
+        except self._errors as exc:
+            elapsed = time.perf_counter() - started
+            return Outcome(0, b"", elapsed, None, f"{type(exc).__name__}: {exc}"), frames
+
     async def get(self, url: str) -> tuple[int, str]:
         timeout = self._aiohttp.ClientTimeout(total=5.0)
         async with self._session.get(url, timeout=timeout) as response:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,13 +168,15 @@ def start_gateway(
     profile: Path | None = None,
     launcher: Path | None = None,
     env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Server:
     """``llmbridge serve`` on a free loopback port with ``config_text`` as its config;
-    ``env`` adds to its environment (``PYTHONPATH`` for a baseline checkout)."""
+    ``env`` adds to its environment (``PYTHONPATH`` for a baseline checkout);
+    ``extra_args`` go after ``serve``'s own (``--workers 2``)."""
     port = free_port()
     config = workdir / f"{name}.yaml"
     config.write_text(config_text)
-    argv = gateway_argv(config, port, profile, launcher)
+    argv = [*gateway_argv(config, port, profile, launcher), *extra_args]
     return Server.start(name, port, argv, workdir, env)
 
 

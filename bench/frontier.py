@@ -1,0 +1,790 @@
+"""The throughput frontier: the highest request rate each target sustains with p99
+latency within 5, 10 and 50 ms, under open-loop load, and streaming frame timing.
+
+This file owns that measurement, in the shape of the field's public gateway benchmarks
+(issue 26). It starts, on free loopback ports (``bench/processes.py``, as
+``bench/overhead.py`` does):
+
+- ``bench/fast_backend.py`` twice: ``backend``, replying as fast as it can, and
+  ``paced``, pausing ``--frame-interval-ms`` between streamed chunks (frame timing);
+- ``llmbridge serve`` in front of both (model ``bench-model`` on ``backend``,
+  ``bench-paced`` on ``paced``; OpenAI-compatible backends), with ``--workers N``;
+- with ``--baseline-src DIR``, the same gateway importing another checkout's ``src/``
+  (``bench/baseline.py``: ``PYTHONPATH``, checked), as target ``baseline``;
+- with ``--peers``, the LiteLLM proxy and the Portkey gateway in front of ``backend``,
+  as ``bench/compare.py`` starts them (LiteLLM's virtualenv takes minutes on first use;
+  Portkey's streaming fails on Node 20, so it runs the non-streamed ladder only). A peer
+  that cannot be installed or started is left out, with the reason on stderr.
+
+Targets: ``direct`` (the backend's own ``/v1/chat/completions``), ``llmbridge``,
+``baseline``, ``litellm``, ``portkey``; every request is an OpenAI chat completion with
+``--nonstream-chunks`` (non-streamed) or ``--chunks`` (streamed) pieces, byte-identical
+for every target. One load generator (``bench/open_loop.py``: one process, one aiohttp
+session) sends them open loop: arrivals on a schedule (Poisson by default, ``--arrivals
+even`` evenly spaced), independent of the replies, and each latency runs from the
+request's scheduled time, so a server that falls behind shows it (no coordinated
+omission).
+
+The ladder: rates ``--start-rate`` x ``--factor``^k up to ``--max-rate`` (default 25 x
+1.41^k up to 6,400 requests/s; or ``--rates``), each step ``--seconds-per-step`` (10) per
+target, the targets' order rotated and reversed from step to step so drift hits all
+alike, after an untimed warm-up of every target at the first rate. A step *passes* a
+bound T when no request failed (transport error, status, a reply that is not the
+scripted one: ``bench/replies.py``), the achieved rate is at least ``--min-share`` (97%)
+of the scheduled one (Poisson arrivals make the count of a step random; every target
+gets the same arrivals at the same rate), and p99 <= T. A target's frontier for T
+is the highest rate whose step, and every step below it, passed T ("at least" when it
+passed the whole ladder). A target leaves the ladder at its first step that fails the
+loosest bound (it is saturated; higher rates only pile up a backlog). Reported beside
+each step: the generator's own lag behind its schedule and its CPU; a frontier whose
+first failing step had the generator behind (lag p99 > 1 ms) is marked ``*``: the limit
+may be the generator's, not the target's.
+
+Frame timing: ``--frame-rate`` streams a second for ``--frame-seconds``, each of
+``--frame-chunks`` chunks paced ``--frame-interval-ms`` apart by the backend: per target,
+time to first frame (from the scheduled send) and the gap between consecutive frames
+(p50, p99, max) as the client reads them, and what llmbridge adds to direct's.
+
+On a small machine the load generator, the backends and the gateway share the cores:
+each figure is the whole system's, and the report says how many cores there were.
+Ratios (llmbridge's frontier over direct's, this tree's over the baseline's) come from
+one run; absolute rates differ between machines.
+
+Run: ``.venv/bin/python bench/frontier.py [--quick] [--workers N] [--baseline-src DIR]
+[--peers] [--json OUT]`` (default: about 15-25 minutes; ``--quick``, about a minute).
+Results: tables on stdout, ``bench/results/frontier-<timestamp>.json``, progress on
+stderr. Loopback only; every server is stopped in a ``finally``. docs/PERFORMANCE.md
+has the method and the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import http_clients
+import litellm_proxy
+import portkey_gateway
+from baseline import Baseline, BaselineError, check_process_env, prepare_baseline
+from fast_backend import DEFAULT_MODEL, reply_pieces
+from http_clients import AiohttpClient
+from open_loop import ARRIVALS, OpenLoop, Request, Shot, StepRun, schedule, summarise
+from proc_tree import ProcessTree
+from processes import Server, free_port, start_fast_backend, start_gateway, wait_ready
+from replies import check_reply, request_body
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+CPUS = os.cpu_count() or 1
+BOUNDS_MS = (5.0, 10.0, 50.0)
+PACED_MODEL = "bench-paced"
+CHAT_PATH = "/v1/chat/completions"
+PEERS = ("litellm", "portkey")
+SSE_END = b"\n\n"
+
+
+def log(message: str) -> None:
+    print(f"[frontier {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- servers ----------------------------------------------------------------------------------
+
+
+def gateway_config(backend_port: int, paced_port: int) -> str:
+    """Two OpenAI-compatible backends, the fast one and the paced one, a model each."""
+    return (
+        "server:\n"
+        "  host: 127.0.0.1\n"
+        "  log_level: warning\n"
+        "backends:\n"
+        f"  bench: {{type: openai, url: 'http://127.0.0.1:{backend_port}/v1'}}\n"
+        f"  paced: {{type: openai, url: 'http://127.0.0.1:{paced_port}/v1'}}\n"
+        "models:\n"
+        f"  - {{name: {DEFAULT_MODEL}, backend: bench}}\n"
+        f"  - {{name: {PACED_MODEL}, backend: paced, model: {DEFAULT_MODEL}}}\n"
+        "default_backend: bench\n"
+    )
+
+
+@dataclass
+class Servers:
+    backend: Server
+    paced: Server
+    gateway: Server
+    baseline: Server | None = None
+    peers: list[Server] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+def _start_peer(name: str, workdir: Path, backend_port: int, workers: int) -> Server:
+    """A peer as ``bench/compare.py`` starts it, installed first if need be."""
+    port = free_port()
+    if name == "litellm":
+        litellm_proxy.ensure_venv(log)
+        config = workdir / "litellm.yaml"
+        config.write_text(litellm_proxy.config_yaml(backend_port))
+        argv = litellm_proxy.proxy_argv(config, port, workers)
+        return Server.start("litellm", port, argv, workdir)
+    portkey_gateway.ensure_installed(log)
+    return Server.start("portkey", port, portkey_gateway.gateway_argv(port), workdir)
+
+
+def _start_peers(args: argparse.Namespace, workdir: Path, backend_port: int) -> list[Server]:
+    """The peers asked for; one that cannot be installed or started is left out."""
+    peers: list[Server] = []
+    for name in args.peers:
+        try:
+            peers.append(_start_peer(name, workdir, backend_port, args.workers))
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            log(f"{name} left out: {exc}")
+    return peers
+
+
+@contextlib.contextmanager
+def servers(
+    args: argparse.Namespace, workdir: Path, baseline: Baseline | None
+) -> Iterator[Servers]:
+    started: list[Server] = []
+    try:
+        backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
+        started.append(backend)
+        paced = start_fast_backend(
+            workdir,
+            "--chunks",
+            str(args.frame_chunks),
+            "--interval-ms",
+            str(args.frame_interval_ms),
+            name="paced",
+        )
+        started.append(paced)
+        config = gateway_config(backend.port, paced.port)
+        workers = ("--workers", str(args.workers))
+        gateway = start_gateway(workdir, config, extra_args=workers)
+        started.append(gateway)
+        s = Servers(backend, paced, gateway)
+        if baseline is not None:
+            s.baseline = start_gateway(
+                workdir, config, name="baseline", env=baseline.env, extra_args=workers
+            )
+            started.append(s.baseline)
+            check_process_env(s.baseline.pid, baseline.env)
+        if args.peers:
+            s.peers = _start_peers(args, workdir, backend.port)
+            started.extend(s.peers)
+            names = {p.name for p in s.peers}
+            if "litellm" in names:
+                s.versions["litellm"] = litellm_proxy.installed_version()
+            if "portkey" in names:
+                s.versions["portkey"] = portkey_gateway.installed_version()
+        yield s
+    finally:
+        for server in reversed(started):
+            server.stop()
+            # Workers a server forked are in its own session (start_new_session).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGKILL)
+        log("servers stopped")
+
+
+# -- targets and requests ---------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    tree: ProcessTree
+    """The server whose CPU is reported beside each step."""
+    streams: bool = True
+    frames_url: str | None = None
+    """Where a paced stream goes (None: no frame timing for this target)."""
+    headers: dict[str, str] | None = None
+
+
+def make_targets(s: Servers) -> list[Target]:
+    def url(server: Server) -> str:
+        return f"http://127.0.0.1:{server.port}{CHAT_PATH}"
+
+    targets = [
+        Target("direct", url(s.backend), ProcessTree(s.backend.pid), frames_url=url(s.paced)),
+        Target("llmbridge", url(s.gateway), ProcessTree(s.gateway.pid), frames_url=url(s.gateway)),
+    ]
+    if s.baseline is not None:
+        tree = ProcessTree(s.baseline.pid)
+        targets.append(Target("baseline", url(s.baseline), tree, frames_url=url(s.baseline)))
+    for peer in s.peers:
+        tree = ProcessTree(peer.pid)
+        if peer.name == "portkey":
+            headers = portkey_gateway.headers(s.backend.port)
+            targets.append(Target("portkey", url(peer), tree, streams=False, headers=headers))
+        else:
+            targets.append(Target(peer.name, url(peer), tree))
+    return targets
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Non-streamed or streamed requests of a fixed size, and their check."""
+
+    key: str
+    stream: bool
+    pieces: int
+    body: bytes
+    paced: bool = False
+
+    def request(self, target: Target) -> Request:
+        url = (target.frames_url or target.url) if self.paced else target.url
+        separator = SSE_END if self.paced else None
+        return Request(url, self.body, self.stream, target.name, target.headers, separator)
+
+    def check(self, shot: Shot) -> None:
+        check_reply("openai", self.stream, shot.raw, reply_pieces(self.pieces))
+
+
+def kinds(args: argparse.Namespace) -> dict[str, Kind]:
+    paced = orjson.loads(request_body("openai", True, args.frame_chunks))
+    paced["model"] = PACED_MODEL
+    n, c = args.nonstream_chunks, args.chunks
+    return {
+        "nonstream": Kind("nonstream", False, n, request_body("openai", False, n)),
+        "stream": Kind("stream", True, c, request_body("openai", True, c)),
+        "frames": Kind("frames", True, args.frame_chunks, orjson.dumps(paced), paced=True),
+    }
+
+
+# -- the ladder -------------------------------------------------------------------------------
+
+
+def ladder(args: argparse.Namespace) -> list[float]:
+    if args.rates:
+        return sorted(args.rates)
+    rates, rate = [], args.start_rate
+    while rate <= args.max_rate * 1.0001:
+        rates.append(round(rate, 1))
+        rate *= args.factor
+    return rates
+
+
+def passes(step: dict[str, Any], bound_ms: float, min_share: float) -> bool:
+    p99 = step["latency_ms"]["p99"]
+    return (
+        step["errors"] == 0
+        and (step["achieved_share"] or 0.0) >= min_share
+        and p99 is not None
+        and p99 <= bound_ms
+    )
+
+
+def frontier(steps: list[dict[str, Any]], bound_ms: float, min_share: float) -> dict[str, Any]:
+    """The highest rate passed with every step below it passed; ``reached``: whether a
+    step failed (False: the ladder ended first, so the frontier is a lower bound)."""
+    best: dict[str, Any] | None = None
+    for step in steps:
+        if not passes(step, bound_ms, min_share):
+            return {
+                "rps": best["offered_rps"] if best else None,
+                "achieved_rps": best["achieved_rps"] if best else None,
+                "reached": True,
+                "first_failing_rps": step["offered_rps"],
+                "generator_behind_at_failure": step["generator_behind"],
+            }
+        best = step
+    return {
+        "rps": best["offered_rps"] if best else None,
+        "achieved_rps": best["achieved_rps"] if best else None,
+        "reached": False,
+        "first_failing_rps": None,
+        "generator_behind_at_failure": False,
+    }
+
+
+def round_order(targets: list[Target], index: int) -> list[Target]:
+    shift = index % len(targets)
+    order = targets[shift:] + targets[:shift]
+    return order if index % 2 == 0 else order[::-1]
+
+
+class Bench:
+    def __init__(self, client: AiohttpClient, args: argparse.Namespace) -> None:
+        self.args = args
+        self.loop = OpenLoop(client, args.cap)
+        self.deadline = time.monotonic() + args.max_seconds
+
+    async def step(self, target: Target, kind: Kind, rate: float, seconds: float) -> StepRun:
+        request = kind.request(target)
+        offsets = schedule(rate, seconds, self.args.arrivals)
+        return await self.loop.run(
+            offsets, lambda _: request, rate=rate, seconds=seconds, check=kind.check
+        )
+
+    async def measured(
+        self, target: Target, kind: Kind, rate: float, seconds: float
+    ) -> dict[str, Any]:
+        cpu = target.tree.cpu_seconds()
+        run = await self.step(target, kind, rate, seconds)
+        summary = summarise(run, target.tree.cpu_seconds() - cpu)
+        summary["target"] = target.name
+        await asyncio.sleep(self.args.pause)
+        return summary
+
+    async def warm_up(self, targets: list[Target], plan: list[Kind]) -> None:
+        for kind in plan:
+            for target in targets:
+                if kind.stream and not target.streams:
+                    continue
+                run = await self.step(target, kind, self.args.warm_rate, self.args.warmup_seconds)
+                if run.failures:
+                    log(
+                        f"warm-up {kind.key} {target.name}: {len(run.failures)} of "
+                        f"{len(run.shots)} failed, e.g. {run.failures[0]}"
+                    )
+
+    async def ladder(self, targets: list[Target], kind: Kind) -> dict[str, list[dict[str, Any]]]:
+        args = self.args
+        active = [t for t in targets if t.streams or not kind.stream]
+        steps: dict[str, list[dict[str, Any]]] = {t.name: [] for t in active}
+        loosest = max(BOUNDS_MS)
+        for index, rate in enumerate(ladder(args)):
+            if not active:
+                break
+            if time.monotonic() > self.deadline:
+                log(f"{kind.key}: --max-seconds reached; the ladder stops at {rate:g}/s")
+                break
+            for target in round_order(active, index):
+                summary = await self.measured(target, kind, rate, args.seconds_per_step)
+                steps[target.name].append(summary)
+                log(f"{kind.key} {rate:>8.1f}/s {target.name:<10} {_step_line(summary)}")
+            active = [t for t in active if passes(steps[t.name][-1], loosest, args.min_share)]
+        return steps
+
+
+def _step_line(s: dict[str, Any]) -> str:
+    lat, lag = s["latency_ms"], s["generator_lag_ms"]
+    errors = f" {s['errors']} errors ({s['error_examples'][0]})" if s["errors"] else ""
+    return (
+        f"achieved {s['achieved_rps']:8.1f}/s p50 {_f(lat['p50'])} p99 {_f(lat['p99'])} ms, "
+        f"generator lag p99 {_f(lag['p99'])} ms cpu {s['generator_cpu_share']:.0%}{errors}"
+    )
+
+
+async def measure(args: argparse.Namespace, s: Servers) -> dict[str, Any]:
+    http_clients._TIMEOUT_S = max(http_clients._TIMEOUT_S, 120.0)
+    client = AiohttpClient(args.cap)
+    try:
+        await wait_ready(client, s.backend, "/v1/models")
+        await wait_ready(client, s.paced, "/v1/models")
+        await wait_ready(client, s.gateway, "/health")
+        if s.baseline is not None:
+            await wait_ready(client, s.baseline, "/health")
+        for peer in list(s.peers):
+            path = portkey_gateway.HEALTH_PATH if peer.name == "portkey" else "/health/liveliness"
+            try:
+                await wait_ready(client, peer, path, patience=180.0)
+            except RuntimeError as exc:
+                log(f"{peer.name} left out: {exc}")
+                s.peers.remove(peer)
+        targets = make_targets(s)
+        bench = Bench(client, args)
+        all_kinds = kinds(args)
+        plan = [all_kinds[k] for k in ("nonstream", "stream") if args.kind in ("all", k)]
+        log("warming up: " + ", ".join(t.name for t in targets))
+        await bench.warm_up(targets, plan)
+        out: dict[str, Any] = {"targets": [t.name for t in targets], "kinds": {}}
+        for kind in plan:
+            log(f"{kind.key}: ladder {', '.join(f'{r:g}' for r in ladder(args))}/s")
+            steps = await bench.ladder(targets, kind)
+            out["kinds"][kind.key] = {
+                "pieces": kind.pieces,
+                "steps": steps,
+                "frontier": {
+                    name: {f"{b:g}": frontier(found, b, args.min_share) for b in BOUNDS_MS}
+                    for name, found in steps.items()
+                },
+            }
+        if args.frame_seconds > 0:
+            framed = [t for t in targets if t.frames_url is not None]
+            kind = all_kinds["frames"]
+            await bench.warm_up(framed, [kind])
+            frames: dict[str, Any] = {}
+            for target in framed:
+                log(f"frame timing: {target.name}, {args.frame_rate:g} streams/s")
+                frames[target.name] = await bench.measured(
+                    target, kind, args.frame_rate, args.frame_seconds
+                )
+                log(f"frames {target.name:<10} {_step_line(frames[target.name])}")
+            out["frames"] = frames
+        return out
+    finally:
+        await client.aclose()
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
+def _rate(cell: dict[str, Any], first_rate: float) -> str:
+    if cell["rps"] is None:
+        return f"< {first_rate:g}"
+    text = f"{cell['rps']:,.0f}"
+    if not cell["reached"]:
+        text = ">= " + text
+    return text + (" *" if cell["generator_behind_at_failure"] else "")
+
+
+def _share(mine: dict[str, Any], base: dict[str, Any]) -> str:
+    if mine["rps"] is None or base["rps"] is None:
+        return "-"
+    text = f"{mine['rps'] / base['rps']:.0%}"
+    return text + ("?" if not base["reached"] or not mine["reached"] else "")
+
+
+def render_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        for row in rows
+    ]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def frontier_table(kind: dict[str, Any], first_rate: float) -> str:
+    bounds = [f"{b:g}" for b in BOUNDS_MS]
+    rows = [
+        ["target"]
+        + [f"req/s at p99 <= {b} ms" for b in bounds]
+        + [f"share of direct ({' / '.join(bounds)} ms)"]
+    ]
+    direct = kind["frontier"].get("direct")
+    for name, cells in kind["frontier"].items():
+        share = "-"
+        if direct is not None:
+            share = " / ".join(_share(cells[b], direct[b]) for b in bounds)
+        rows.append([name, *(_rate(cells[b], first_rate) for b in bounds), share])
+    return render_table(rows)
+
+
+def versus_table(kind: dict[str, Any]) -> str | None:
+    """This tree's frontier over the baseline's, when there is one."""
+    front = kind["frontier"]
+    if "baseline" not in front:
+        return None
+    rows = [["bound", "llmbridge / baseline"]]
+    for b in (f"{x:g}" for x in BOUNDS_MS):
+        rows.append([f"p99 <= {b} ms", _share(front["llmbridge"][b], front["baseline"][b])])
+    return render_table(rows)
+
+
+def steps_table(kind: dict[str, Any], stream: bool) -> str:
+    rows = [
+        [
+            "target",
+            "offered/s",
+            "achieved/s (of scheduled)",
+            "errors",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "first byte p99 ms" if stream else "",
+            "gen lag p99 ms",
+            "gen CPU",
+            "server CPU",
+        ]
+    ]
+    for name, steps in kind["steps"].items():
+        for s in steps:
+            lat = s["latency_ms"]
+            first = (s.get("first_byte_ms") or {}).get("p99") if stream else None
+            rows.append(
+                [
+                    name,
+                    f"{s['offered_rps']:g}",
+                    f"{s['achieved_rps']:.0f} ({s['achieved_share']:.0%})",
+                    str(s["errors"]),
+                    _f(lat["p50"]),
+                    _f(lat["p99"]),
+                    _f(lat["p99.9"]),
+                    _f(lat["max"], ".1f"),
+                    _f(first) if stream else "",
+                    _f(s["generator_lag_ms"]["p99"]) + (" *" if s["generator_behind"] else ""),
+                    f"{s['generator_cpu_share']:.0%}",
+                    _percent(s["server_cpu_share"]),
+                ]
+            )
+    if not stream:
+        rows = [row[:8] + row[9:] for row in rows]
+    return render_table(rows)
+
+
+def frames_table(frames: dict[str, Any]) -> str:
+    rows = [
+        [
+            "target",
+            "streams ok / errors",
+            "frames per stream",
+            "first frame p50 / p99 ms",
+            "gap p50 / p99 / max ms",
+            "added to direct: first frame p50, gap p99 ms",
+        ]
+    ]
+    direct = frames.get("direct")
+    for name, s in frames.items():
+        first, gap = s.get("first_frame_ms") or {}, s.get("frame_gap_ms") or {}
+        added = "-"
+        if direct is not None and name != "direct" and first and gap:
+            d_first, d_gap = direct.get("first_frame_ms") or {}, direct.get("frame_gap_ms") or {}
+            if d_first.get("p50") is not None and d_gap.get("p99") is not None:
+                added = f"{first['p50'] - d_first['p50']:+.2f}, {gap['p99'] - d_gap['p99']:+.2f}"
+        rows.append(
+            [
+                name,
+                f"{s['ok']} / {s['errors']}",
+                _f(s.get("frames_per_stream"), ".1f"),
+                f"{_f(first.get('p50'))} / {_f(first.get('p99'))}",
+                f"{_f(gap.get('p50'))} / {_f(gap.get('p99'))} / {_f(gap.get('max'))}",
+                added,
+            ]
+        )
+    return render_table(rows)
+
+
+def report(document: dict[str, Any]) -> str:
+    args = document["settings"]
+    first_rate = document["ladder"][0]
+    out = []
+    titles = {
+        "nonstream": f"non-streamed ({args['nonstream_chunks']} pieces per reply)",
+        "stream": f"streamed ({args['chunks']} chunks per stream, p99 of the whole stream)",
+    }
+    for key, kind in document["results"]["kinds"].items():
+        out += [f"## Throughput frontier, {titles[key]}", "", frontier_table(kind, first_rate), ""]
+        versus = versus_table(kind)
+        if versus:
+            out += [versus, ""]
+        out += [f"### Steps, {key}", "", steps_table(kind, key == "stream"), ""]
+    frames = document["results"].get("frames")
+    if frames:
+        out += [
+            f"## Streaming frame timing: {args['frame_rate']:g} streams/s for "
+            f"{args['frame_seconds']:g} s, {args['frame_chunks']} chunks "
+            f"{args['frame_interval_ms']:g} ms apart",
+            "",
+            frames_table(frames),
+            "",
+        ]
+    out += [
+        "'>=': the ladder ended before the target failed that bound (a lower bound); "
+        "'<': even the first rate failed; '*': the load generator was itself behind its "
+        "schedule (lag p99 > 1 ms) at the first failing step, so that limit may be the "
+        "generator's; '?' on a share: one side is a lower bound.",
+    ]
+    return "\n".join(out)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
+    parser.add_argument(
+        "--kind", choices=("all", "nonstream", "stream"), default="all", help="which ladders"
+    )
+    parser.add_argument(
+        "--seconds-per-step", type=float, default=None, help="per target (10; 2 with --quick)"
+    )
+    parser.add_argument(
+        "--rates", type=float, nargs="+", default=None, help="the ladder's rates, req/s"
+    )
+    parser.add_argument("--start-rate", type=float, default=None, help="(25; 100 with --quick)")
+    parser.add_argument("--max-rate", type=float, default=None, help="(6400; 3200 with --quick)")
+    parser.add_argument("--factor", type=float, default=None, help="(1.41; 2 with --quick)")
+    parser.add_argument("--arrivals", choices=ARRIVALS, default="poisson", help="(default poisson)")
+    parser.add_argument(
+        "--min-share",
+        type=float,
+        default=0.97,
+        help="achieved / offered rate a passing step needs (default 0.97)",
+    )
+    parser.add_argument("--chunks", type=int, default=16, help="pieces per streamed reply")
+    parser.add_argument(
+        "--nonstream-chunks", type=int, default=16, help="pieces per non-streamed reply"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="the gateway's --workers")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also serve another checkout's src/ DIR as target 'baseline' (bench/baseline.py)",
+    )
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        choices=PEERS,
+        default=None,
+        help="also these peers (none named: both), started as bench/compare.py does",
+    )
+    parser.add_argument("--frame-rate", type=float, default=20.0, help="paced streams per s")
+    parser.add_argument("--frame-chunks", type=int, default=50, help="chunks per paced stream")
+    parser.add_argument("--frame-interval-ms", type=float, default=10.0, help="between chunks")
+    parser.add_argument(
+        "--frame-seconds", type=float, default=None, help="per target (10; 4 with --quick; 0: none)"
+    )
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=None, help="per target and kind (3; 1)"
+    )
+    parser.add_argument("--cap", type=int, default=1000, help="most requests in flight")
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds between two steps")
+    parser.add_argument("--max-seconds", type=float, default=None, help="ladder cap (3600; 240)")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
+    parser.add_argument("--no-save", action="store_true", help="no bench/results/ JSON file")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    defaults = {
+        "seconds_per_step": 2.0 if quick else 10.0,
+        "start_rate": 100.0 if quick else 25.0,
+        "max_rate": 3200.0 if quick else 6400.0,
+        "factor": 2.0 if quick else 1.41,
+        "frame_seconds": 4.0 if quick else 10.0,
+        "warmup_seconds": 1.0 if quick else 3.0,
+        "max_seconds": 240.0 if quick else 3600.0,
+    }
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.factor <= 1 or args.start_rate <= 0 or args.seconds_per_step <= 0:
+        parser.error("--factor must be > 1, --start-rate and --seconds-per-step positive")
+    if args.workers < 1 or args.cap < 1:
+        parser.error("--workers and --cap must be positive")
+    if args.peers == []:
+        args.peers = list(PEERS)
+    args.warm_rate = (args.rates and min(args.rates)) or args.start_rate
+    return args
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _git(*argv: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _run(args: argparse.Namespace, s: Servers) -> dict[str, Any]:
+    main = asyncio.wait_for(measure(args, s), args.max_seconds + 600)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    command = "python bench/frontier.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.time()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    try:
+        baseline = prepare_baseline(args.baseline_src) if args.baseline_src else None
+        with (
+            tempfile.TemporaryDirectory(prefix="llmbridge-frontier-") as tmp,
+            servers(args, Path(tmp), baseline) as s,
+        ):
+            log(
+                f"backend :{s.backend.port}, paced :{s.paced.port}, gateway :{s.gateway.port} "
+                f"(--workers {args.workers}); {CPUS} CPUs shared by all of them and the "
+                "load generator"
+            )
+            results = _run(args, s)
+            versions = dict(s.versions)
+    except (RuntimeError, BaselineError) as exc:
+        log(str(exc))
+        return 2
+    except TimeoutError:
+        log("hard time cap reached; stopping")
+        return 3
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    document: dict[str, Any] = {
+        "benchmark": "frontier",
+        "command": command.strip(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        "settings": settings,
+        "ladder": ladder(args),
+        "bounds_ms": list(BOUNDS_MS),
+        "code": {
+            "commit": _git("rev-parse", "HEAD"),
+            "src_dirty": bool(_git("status", "-s", "src")),
+        },
+        "peer_versions": versions,
+        "machine": {
+            "cpus": CPUS,
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "results": results,
+    }
+    if baseline is not None:
+        document["baseline"] = baseline.describe()
+    print(
+        f"\nllmbridge throughput frontier (open loop, {args.arrivals} arrivals, "
+        f"{args.seconds_per_step:g} s per step, gateway --workers {args.workers}); "
+        f"{CPUS} CPUs shared by the load generator, the backends and the gateways, so "
+        "every figure is the whole system's; load average at start "
+        f"{load_at_start}\n"
+    )
+    if baseline is not None:
+        print(f"baseline: {baseline.label()}\n")
+    if versions:
+        print("peers: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "\n")
+    print(report(document))
+    paths = [args.json] if args.json else []
+    if not args.no_save:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
+        paths.append(RESULTS_DIR / f"frontier-{stamp}.json")
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"\nresults: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)
