@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -145,6 +146,7 @@ class OpenLoop:
     def __init__(self, client: AiohttpClient, cap: int) -> None:
         self.client = client
         self.cap = cap
+        _raise_open_file_limit(cap + 256)
 
     async def _send(self, shot: Shot, check: Callable[[Shot], None] | None) -> None:
         request = shot.request
@@ -228,6 +230,17 @@ class OpenLoop:
                 run.failures.append(shot.error)
             shot.raw = b""
         return run
+
+
+def _raise_open_file_limit(wanted: int) -> None:
+    """Each request in flight holds a socket: lift a soft open-file limit below ``wanted``
+    (often 1,024) toward the hard one, so a full ``cap`` never fails with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _check(shot: Shot, check: Callable[[Shot], None]) -> None:
