@@ -74,6 +74,9 @@ class PartsManager:
     def text(self, delta: str) -> list[StreamEvent]:
         if not delta:
             return []
+        if self._open == "text":  # the hot path: every chunk after the first
+            self._text.append(delta)
+            return [PartDelta(self._index, TextDelta(delta))]
         events = self._switch_to("text", TextPart(""))
         self._text.append(delta)
         events.append(PartDelta(self._index, TextDelta(delta)))
@@ -82,6 +85,9 @@ class PartsManager:
     def thinking(self, delta: str) -> list[StreamEvent]:
         if not delta:
             return []
+        if self._open == "thinking":
+            self._text.append(delta)
+            return [PartDelta(self._index, ThinkingDelta(delta))]
         events = self._switch_to("thinking", ThinkingPart(""))
         self._text.append(delta)
         events.append(PartDelta(self._index, ThinkingDelta(delta)))
