@@ -66,6 +66,7 @@ from llmbridge.web.render import (
     new_request_id,
 )
 from llmbridge.web.routing import IndexedRouter
+from llmbridge.web.streaming import SERVER_SEND
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry
@@ -215,6 +216,15 @@ _EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response
 }
 
 
+class GatewayApp(Starlette):
+    """Starlette, keeping the server's own ``send`` in each request's scope for a
+    streamed body's chunks (web/streaming.py ``SERVER_SEND``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SERVER_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
 def http_protocol(app: Starlette) -> type[asyncio.Protocol]:
     """uvicorn's ``http=`` option for ``app``: httptools with the configured header
     limits (gateway/read_limits.py), each closed connection counted in its metrics."""
@@ -306,7 +316,7 @@ def create_app(
                 await shared.aclose()  # last: the ledger's flush above updates it
 
     agent_routes = agent_api.routes if config.agent.enabled else []
-    app = Starlette(exception_handlers=_EXCEPTION_HANDLERS)
+    app = GatewayApp(exception_handlers=_EXCEPTION_HANDLERS)
     # Routes looked up by path instead of tried one by one (web/routing.py).
     app.router = IndexedRouter(
         routes=[

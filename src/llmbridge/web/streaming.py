@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["ClientDisconnected", "StreamingBody", "run_until_disconnect"]
+__all__ = ["SERVER_SEND", "ClientDisconnected", "StreamingBody", "run_until_disconnect"]
+
+SERVER_SEND = "llmbridge.server_send"
+"""Where an app keeps the server's own ``send`` in a request's scope (the gateway's
+does: gateway/app.py). ``StreamingBody`` sends its chunks with it once the response's
+start went through the middleware's wrappers, which watch for the start only: each
+wrapper is a coroutine call per chunk otherwise."""
 
 T = TypeVar("T")
 
@@ -94,7 +100,7 @@ class StreamingBody(Response):
         self.on_close = on_close
         self.init_headers(headers)
 
-    async def _send_body(self, send: Send) -> None:
+    async def _send_body(self, send: Send, send_body: Send) -> None:
         # One send per chunk: the gateway's transport joins the chunks written in one
         # turn of the event loop into one write (gateway/coalesced_writes.py), and a
         # slow client's full buffer makes ``send`` wait, so the backend is read no
@@ -103,13 +109,14 @@ class StreamingBody(Response):
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
         async for chunk in self.body_iterator:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send_body({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send_body({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         disconnected = False
         try:
-            await run_until_disconnect(receive, self._send_body(send))
+            send_body = scope.get(SERVER_SEND, send)
+            await run_until_disconnect(receive, self._send_body(send, send_body))
         except (ClientDisconnected, OSError):
             disconnected = True
         finally:
