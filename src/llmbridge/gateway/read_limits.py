@@ -34,8 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from llmbridge.core.errors import RequestTimeoutError
-from llmbridge.gateway.coalesced_writes import CoalescingTransport
 from llmbridge.gateway.config import ServerConfig
+from llmbridge.gateway.head_write import HeadHoldingTransport
 
 __all__ = ["BodyDeadline", "ReadLimits", "protocol_class"]
 
@@ -91,6 +91,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._headers_began = 0.0
         self._header_clock: TimerHandle | None = None
+        self._writes: HeadHoldingTransport
+        """The connection's transport, as uvicorn is given it (``connection_made``)."""
 
     # -- the header clock ---------------------------------------------------------------
 
@@ -118,8 +120,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # -- uvicorn's protocol, with the checks ---------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        # The writes of one turn of the event loop go out as one (gateway/coalesced_writes.py).
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        # Each response's head goes out with its body in one write (gateway/head_write.py).
+        self._writes = HeadHoldingTransport(transport, self.loop)
+        super().connection_made(self._writes)  # type: ignore[arg-type]
         # The clock starts with the connection: a client that connects and sends
         # nothing is as much a slow client as one that sends a byte a second.
         self._start_headers(self.loop.time())
@@ -191,6 +194,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_header_clock()
+        self._writes.hold_next_write()  # this request's response head
         super().on_headers_complete()
 
     def _count(self, size: int) -> None:

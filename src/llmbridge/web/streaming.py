@@ -21,9 +21,9 @@ __all__ = ["SERVER_SEND", "ClientDisconnected", "StreamingBody", "run_until_disc
 
 SERVER_SEND = "llmbridge.server_send"
 """Where an app keeps the server's own ``send`` in a request's scope (the gateway's
-does: gateway/app.py). ``StreamingBody`` sends its chunks with it once the response's
+does: gateway/app.py). ``StreamingBody`` sends its body with it once the response's
 start went through the middleware's wrappers, which watch for the start only: each
-wrapper is a coroutine call per chunk otherwise."""
+wrapper is a coroutine call per write otherwise."""
 
 T = TypeVar("T")
 
@@ -78,12 +78,67 @@ async def run_until_disconnect(receive: Receive, work: Coroutine[Any, Any, T]) -
     return result
 
 
+class _Coalescer:
+    """Encoded chunks handed from the producer task to the sender, joined per write.
+
+    Under load one network read from the backend carries several events; sending each
+    as its own ``http.response.body`` costs a write system call apiece. The producer
+    appends whatever the stream yields until it has to wait for the backend; the sender
+    then writes everything pending at once. With no load that is one chunk per write,
+    so latency is unchanged. ``limit`` bounds the buffer: a slow client makes the
+    producer wait instead of reading the backend into memory without end.
+    """
+
+    __slots__ = ("done", "error", "pending", "ready", "room", "size")
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+        self.size = 0
+        self.ready = asyncio.Event()
+        self.room = asyncio.Event()
+        self.room.set()
+        self.done = False
+        self.error: BaseException | None = None
+
+    async def produce(self, body: AsyncIterator[bytes], limit: int) -> None:
+        first = True
+        try:
+            async for chunk in body:
+                self.pending.append(chunk)
+                self.size += len(chunk)
+                self.ready.set()
+                if first:
+                    # The first chunk goes out on its own at once: when the backend
+                    # has the whole reply ready, batching would otherwise hold the
+                    # client's first token until all of it was read.
+                    first = False
+                    await asyncio.sleep(0)
+                if self.size >= limit:
+                    self.room.clear()
+                    await self.room.wait()
+        except Exception as exc:  # noqa: BLE001 - handed to the sender, which re-raises
+            self.error = exc
+        finally:
+            self.done = True
+            self.ready.set()
+
+    def take(self) -> bytes:
+        batch = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
+        self.pending.clear()
+        self.size = 0
+        self.room.set()
+        return batch
+
+
 class StreamingBody(Response):
     """A streaming response that cancels its body iterator on client disconnect.
 
     ``on_close`` runs once when the stream ends for any reason, with ``True`` when
     the client disconnected.
     """
+
+    buffer_limit = 256 * 1024
+    """Bytes the producer may read ahead of a slow client."""
 
     def __init__(
         self,
@@ -101,15 +156,28 @@ class StreamingBody(Response):
         self.init_headers(headers)
 
     async def _send_body(self, send: Send, send_body: Send) -> None:
-        # One send per chunk: the gateway's transport joins the chunks written in one
-        # turn of the event loop into one write (gateway/coalesced_writes.py), and a
-        # slow client's full buffer makes ``send`` wait, so the backend is read no
-        # faster than the client reads (uvicorn's flow control).
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
-        async for chunk in self.body_iterator:
-            await send_body({"type": "http.response.body", "body": chunk, "more_body": True})
+        flow = _Coalescer()
+        producer = asyncio.ensure_future(flow.produce(self.body_iterator, self.buffer_limit))
+        try:
+            while True:
+                await flow.ready.wait()
+                flow.ready.clear()
+                if flow.pending:
+                    await send_body(
+                        {"type": "http.response.body", "body": flow.take(), "more_body": True}
+                    )
+                if flow.done and not flow.pending:
+                    break
+        finally:
+            if not producer.done():
+                producer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await producer
+        if flow.error is not None:
+            raise flow.error
         await send_body({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
