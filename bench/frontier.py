@@ -42,8 +42,11 @@ may be the generator's, not the target's.
 
 Frame timing: ``--frame-rate`` streams a second for ``--frame-seconds``, each of
 ``--frame-chunks`` chunks paced ``--frame-interval-ms`` apart by the backend: per target,
-time to first frame (from the scheduled send) and the gap between consecutive frames
-(p50, p99, max) as the client reads them, and what llmbridge adds to direct's.
+time to the first content frame (from the scheduled send) and the gap between
+consecutive content frames (p50, p99, max), each frame timed when the client reads the
+end of its SSE event, and what llmbridge adds to direct's. Only events that carry
+content count (``content_frames``): the trailing finish, usage and ``[DONE]`` events
+are paced by the fast backend as if they were tokens, which real servers do not do.
 
 On a small machine the load generator, the backends and the gateway share the cores:
 each figure is the whole system's, and the report says how many cores there were.
@@ -254,6 +257,22 @@ class Kind:
 
     def check(self, shot: Shot) -> None:
         check_reply("openai", self.stream, shot.raw, reply_pieces(self.pieces))
+        if self.paced and shot.frames is not None:
+            shot.frames = content_frames(shot.raw, shot.frames)
+
+
+def content_frames(raw: bytes, times: list[float]) -> list[float]:
+    """The arrival times of the SSE events that carry content (``times`` has one per
+    event, in order): the finish, usage and ``[DONE]`` events are left out, so the gaps
+    are those between tokens. The fast backend paces those trailers like tokens, which
+    no real server does (they follow the last token at once), and the gateway sends its
+    finish event once the upstream's usage has come, so with them the gaps would
+    measure the backend's pacing of its trailers."""
+    return [
+        at
+        for event, at in zip(raw.split(SSE_END), times, strict=False)
+        if b'"content":"' in event and b'"content":""' not in event
+    ]
 
 
 def kinds(args: argparse.Namespace) -> dict[str, Kind]:
@@ -544,8 +563,8 @@ def frames_table(frames: dict[str, Any]) -> str:
         [
             "target",
             "streams ok / errors",
-            "frames per stream",
-            "first frame p50 / p99 ms",
+            "content frames per stream",
+            "first content frame p50 / p99 ms",
             "gap p50 / p99 / max ms",
             "added to direct: first frame p50, gap p99 ms",
         ]
@@ -595,6 +614,21 @@ def report(document: dict[str, Any]) -> str:
             frames_table(frames),
             "",
         ]
+    failures = [
+        f"- {key} {s['target']} at {s['offered_rps']:g}/s: {s['errors']} failed, e.g. "
+        + "; ".join(s["error_examples"])
+        for key, kind in document["results"]["kinds"].items()
+        for steps in kind["steps"].values()
+        for s in steps
+        if s["errors"]
+    ]
+    failures += [
+        f"- frame timing {name}: {s['errors']} failed, e.g. " + "; ".join(s["error_examples"])
+        for name, s in (frames or {}).items()
+        if s["errors"]
+    ]
+    if failures:
+        out += ["Failures (the step fails every bound):", *failures, ""]
     out += [
         "'>=': the ladder ended before the target failed that bound (a lower bound); "
         "'<': even the first rate failed; '*': the load generator was itself behind its "
