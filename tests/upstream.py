@@ -44,6 +44,8 @@ class FakeUpstream:
         """(host, port) of the connection each request came on."""
         self.paths: list[str] = []
         """The path of each request that took a canned reply, in order."""
+        self.cookies: list[str | None] = []
+        """The ``Cookie`` header of each request that took a canned reply, in order."""
         self.show: dict[str, object] | None = None
         """What ``/api/show`` answers (404 when ``None``: the model's details unknown)."""
         self.app = Starlette(
@@ -63,6 +65,7 @@ class FakeUpstream:
     async def _reply(self, request: Request) -> Response:
         self.bodies.append(await request.body())
         self.paths.append(request.url.path)
+        self.cookies.append(request.headers.get("cookie"))
         if request.client is not None:
             self.peers.append((request.client.host, request.client.port))
         canned = self.queue.popleft() if self.queue else Canned(status=500, chunks=[b"{}"])

@@ -47,8 +47,11 @@ def gateway(upstream: tuple[FakeUpstream, RunningServer]) -> Iterator[RunningSer
     backends = {
         "ollama": OllamaBackend("ollama", up.url),
         "vllm": OpenAICompatBackend("vllm", up.url),
+        # By host name: aiohttp's default cookie jar keeps no cookie from an IP address.
+        "named": OpenAICompatBackend("named", f"http://localhost:{up.port}"),
     }
-    with running_gateway(backends, models=[{"name": "oai-*", "backend": "vllm"}]) as server:
+    models = [{"name": "oai-*", "backend": "vllm"}, {"name": "named-*", "backend": "named"}]
+    with running_gateway(backends, models=models) as server:
         yield server
 
 
@@ -236,6 +239,33 @@ def test_upstream_connections_are_reused(
         )
         assert reply.choices[0].message.content == "ok"
     assert len(set(fake.peers[-3:])) == 1
+
+
+def test_a_cookie_a_backend_sets_is_not_sent_on_later_requests(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    """One upstream session serves every caller: a ``Set-Cookie`` in one caller's reply
+    must not ride along on the next caller's request."""
+    fake, _ = upstream
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    chunks = sse(
+        base | {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]},
+        "[DONE]",
+    )
+    client = openai_client(gateway.url)
+    for _ in range(2):
+        fake.queue.append(
+            Canned(
+                media_type="text/event-stream",
+                chunks=chunks,
+                headers={"set-cookie": "session=first-callers; Path=/"},
+            )
+        )
+        reply = client.chat.completions.create(
+            model="named-model", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert reply.choices[0].message.content == "ok"
+    assert fake.cookies[-2:] == [None, None]
 
 
 def _frame(message: dict[str, object], done: bool = False, **extra: object) -> dict[str, object]:

@@ -254,6 +254,9 @@ class HTTPTransport:
             # picked up from the environment.
             trust_env=False,
             auto_decompress=True,
+            # One session serves every caller: a cookie one backend reply set must not
+            # ride along on the next caller's request (and no jar to consult per call).
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def aclose(self) -> None:
