@@ -11,6 +11,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from llmbridge.backends.base import Backend
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
+from tests.waiting import scaled
 
 _CLIENT_ENV = (
     "HTTP_PROXY",
@@ -97,13 +99,16 @@ class RunningServer:
 
     def __enter__(self) -> RunningServer:
         self._thread.start()
-        for _ in range(1000):
-            if self.server.started:
-                return self
+        # Started is an event; the bound only stops a hang (a gateway's start-up opens
+        # its stores and backends, which takes seconds on a busy machine).
+        deadline = time.monotonic() + scaled(60.0)
+        while not self.server.started:
             if not self._thread.is_alive():
                 raise RuntimeError("the test server failed to start")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test server did not start within {scaled(60.0):.0f} s")
             threading.Event().wait(0.01)
-        raise RuntimeError("the test server did not start within 10 s")
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True

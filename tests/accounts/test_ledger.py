@@ -30,6 +30,7 @@ from llmbridge.gateway.accounting import ledger_enabled
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 from llmbridge.state.local import LocalState
 from llmbridge.store import Database, make_engine, migrate
+from tests.waiting import until as wait_for_event
 
 
 async def _rows(engine: AsyncEngine) -> int:
@@ -57,12 +58,9 @@ async def _add_key(engine: AsyncEngine, key_id: str, name: str) -> None:
 
 
 async def _until(condition: object, what: str) -> None:
-    """Poll ``condition`` (an async callable returning bool) for up to 10 s."""
-    for _ in range(500):
-        if await condition():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"gave up waiting: {what}")
+    """Poll ``condition`` (an async callable returning bool): a bound on a hang, scaled
+    in tests/waiting.py."""
+    await wait_for_event(condition, what)  # type: ignore[arg-type]
 
 
 def _record(request_id: str, **fields: object) -> UsageRecord:

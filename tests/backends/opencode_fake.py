@@ -38,6 +38,7 @@ from llmbridge.core.events import (
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest
 from tests.conftest import RunningServer
+from tests.waiting import HANG_S, until
 
 Event = dict[str, Any]
 DROP = "drop"
@@ -334,14 +335,10 @@ async def collect(
     return [e async for e in backend.chat(request or chat_request())]
 
 
-async def eventually(check: Callable[[], bool], within: float = 3.0) -> None:
-    """Wait, boundedly, for ``check`` to hold (background work to reach the fake)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {within} s")
-        await asyncio.sleep(0.01)
+async def eventually(check: Callable[[], bool], within: float = HANG_S) -> None:
+    """Wait, boundedly, for ``check`` to hold (background work to reach the fake); the
+    bound (scaled in tests/waiting.py) only stops a hang."""
+    await until(check, "background work reached the fake", within)
 
 
 def make_backend(

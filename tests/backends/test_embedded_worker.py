@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,7 @@ from llmbridge.core.errors import (
 from llmbridge.core.events import PartDelta, StreamEvent
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, EmbedRequest, GenerationParams
+from tests.waiting import until as wait_for_event
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.embedded]
 
@@ -63,14 +64,9 @@ async def first_delta(stream: AsyncIterator[StreamEvent]) -> None:
     raise AssertionError("the reply ended before any text")
 
 
-async def until(condition: object, what: str) -> None:
-    """Wait for ``condition()`` (a bounded poll, not a timing assertion)."""
-    assert callable(condition)
-    for _ in range(3000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition()`` (a bound on a hang, scaled in tests/waiting.py)."""
+    await wait_for_event(condition, what)
 
 
 def process_is_gone(pid: int) -> bool:

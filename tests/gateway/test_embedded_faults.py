@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from tests.conftest import (
     openai_client,
     running_gateway,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.embedded
 
@@ -56,12 +56,9 @@ def server(backend: EmbeddedBackend) -> Iterator[RunningServer]:
 
 
 def until(condition: Callable[[], bool], what: str) -> None:
-    """A bounded poll (not a timing assertion)."""
-    for _ in range(3000):
-        if condition():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
+    """Wait for an event the backend counts (a bound on a hang, scaled in tests/waiting.py:
+    a group of embeddings or a worker's restart takes tens of seconds on a busy machine)."""
+    wait_until(condition, what)
 
 
 def health(server: RunningServer) -> dict[str, Any]:

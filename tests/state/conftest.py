@@ -26,6 +26,7 @@ import pytest
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState
+from tests.waiting import scaled
 
 INSTALL_HINT = "install it with `apt-get install redis-server` (Debian/Ubuntu) or `make redis`"
 
@@ -141,10 +142,11 @@ async def state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
         await shared.aclose()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 20.0) -> bool:
-    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion)."""
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 60.0) -> bool:
+    """Poll ``check`` until it holds (a bound on a hang, not a timing assertion; scaled in
+    tests/waiting.py)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
+    deadline = loop.time() + scaled(within_s)
     while loop.time() < deadline:
         if await check():
             return True
