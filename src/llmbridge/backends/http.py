@@ -353,6 +353,8 @@ _DRAIN_SECONDS = 0.5
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:
+    if response.content.at_eof():
+        return  # the usual case: the body's end came with its last event; no timer
     drained = 0
     try:
         async with asyncio.timeout(_DRAIN_SECONDS):
