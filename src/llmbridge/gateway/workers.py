@@ -32,15 +32,15 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from prometheus_client.multiprocess import mark_process_dead
 
-if TYPE_CHECKING:
-    from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.serving.models import Models
 
-__all__ = ["STALE_AFTER_S", "STATUS_INTERVAL_S", "WorkerBoard"]
+__all__ = ["STALE_AFTER_S", "STATUS_INTERVAL_S", "StatusSource", "WorkerBoard"]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -48,6 +48,18 @@ STATUS_INTERVAL_S = 1.0
 """How often a worker rewrites its status file."""
 STALE_AFTER_S = 5.0
 """A status older than this is a worker that no longer runs its event loop."""
+
+
+class StatusSource(Protocol):
+    """What a worker's status is read from: the gateway's state (gateway/state.py), which
+    holds this worker's ``WorkerBoard``. A protocol, so that this module needs only the
+    two parts it reads, not the state that imports it (issue 26: the import circle)."""
+
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+
+    @property
+    def models(self) -> Models: ...
 
 
 def _alive(pid: int) -> bool:
@@ -127,7 +139,7 @@ class WorkerBoard:
         """At this worker's shutdown: its file and its live gauges go with it."""
         self._forget(self.pid)
 
-    def start(self, state: GatewayState) -> None:
+    def start(self, state: StatusSource) -> None:
         """Publish this worker's status now, then every ``STATUS_INTERVAL_S``."""
         self._tick(state)
         self._publishing = asyncio.create_task(self._run(state), name="worker status")
@@ -141,12 +153,12 @@ class WorkerBoard:
                 await task
         self.leave()
 
-    async def _run(self, state: GatewayState) -> None:
+    async def _run(self, state: StatusSource) -> None:
         while True:
             await asyncio.sleep(STATUS_INTERVAL_S)
             self._tick(state)
 
-    def _tick(self, state: GatewayState) -> None:
+    def _tick(self, state: StatusSource) -> None:
         if os.getppid() != self.parent_pid:  # re-parented: the supervisor died
             log.warning("worker %d: its supervisor %d is gone, stopping", self.pid, self.parent_pid)
             self.parent_pid = os.getppid()  # once
@@ -160,7 +172,7 @@ class WorkerBoard:
             log.warning("could not publish worker %d's status: %s", self.pid, exc)
 
 
-def snapshot(board: WorkerBoard, state: GatewayState) -> dict[str, Any]:
+def snapshot(board: WorkerBoard, state: StatusSource) -> dict[str, Any]:
     """What one worker tells the others about itself."""
     requests, in_flight = state.metrics.own_totals()
     breakers = state.models.router.breakers
