@@ -40,6 +40,7 @@ from llmbridge.core.response import Usage
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.serving.models import Models
 from tests.agent.factories import EldercareFactory
+from tests.waiting import HANG_S, scaled
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -208,7 +209,8 @@ async def test_the_tool_loop_runs_a_round_in_parallel(
         started.append(arguments["city"])
         if len(started) == 2:
             both.set()
-        await asyncio.wait_for(both.wait(), 2)  # only returns if both run at once
+        # Only returns if both run at once (run one after the other, the first never does).
+        await asyncio.wait_for(both.wait(), scaled(30))
         return f"{arguments['city']}: sunny"
 
     tools = ToolRegistry([Tool("weather", "Weather by city", CITY, weather)])
@@ -374,7 +376,7 @@ async def test_a_cancelled_turn_keeps_its_partial_answer(
                     answering.set()
 
     task = asyncio.create_task(consume())
-    await asyncio.wait_for(answering.wait(), 5)
+    await asyncio.wait_for(answering.wait(), scaled(HANG_S))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
