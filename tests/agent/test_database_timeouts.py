@@ -42,10 +42,11 @@ from llmbridge.store.errors import (
 )
 from tests.agent.conftest import PostgresServer
 from tests.agent.postgres_faults import frozen
+from tests.waiting import scaled
 
 T = TypeVar("T")
 
-_BOUND_S = 120.0
+_BOUND_S = scaled(120.0)
 """How long a test waits on the store before calling it a hang (far above any
 deadline below: a bound, not a timing)."""
 

@@ -50,9 +50,11 @@ from llmbridge.gateway.config import GatewayConfig
 from llmbridge.serving.models import Models
 from tests.agent.factories import EldercareFactory
 from tests.agent.serving import agent_gateway
+from tests.waiting import scaled
 
 SUMMARY_TEXT = "They counted turns."
-GUARD = 60  # seconds: a hang fails the test instead of stalling the run (not a timing check)
+# Seconds: a hang fails the test instead of stalling the run (not a timing check).
+GUARD = scaled(60)
 
 
 def _is_summary(request: ChatRequest) -> bool:

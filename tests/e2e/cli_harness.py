@@ -29,13 +29,14 @@ from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from tests.conftest import RunningServer
 from tests.e2e.recording import Recorder
+from tests.waiting import scaled
 
 E2E_DIR = Path(__file__).resolve().parent
 PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
     "dependencies"
 ]
 """The npm packages ``make test`` installs, by name (or npm alias): their versions."""
-TIMEOUT = 120  # seconds per CLI run; each takes a few seconds
+TIMEOUT = scaled(120)  # seconds per CLI run; each takes a few seconds
 SETUP = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
 UNSCRIPTED = "(nothing scripted for this request)"
 

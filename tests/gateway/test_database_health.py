@@ -25,6 +25,7 @@ from tests.agent.conftest import PostgresServer, pg_url, postgres_server
 from tests.agent.postgres_faults import frozen
 from tests.agent.serving import agent_gateway
 from tests.conftest import anthropic_client, openai_client
+from tests.waiting import scaled
 
 __all__ = ["pg_url", "postgres_server"]
 
@@ -33,7 +34,7 @@ SHORT = "connect_timeout=1&command_timeout=1&pool_timeout=1"
 STATIC = "static-operator-key"
 """A key in the configuration: it needs no database to be recognised."""
 
-_BOUND_S = 120.0
+_BOUND_S = scaled(120.0)
 """A client's own timeout: far above every deadline, so only a hang reaches it."""
 
 

@@ -46,12 +46,13 @@ from llmbridge.cli import cli
 from tests.agent.conftest import PostgresServer, _admin, postgres_server
 from tests.conftest import anthropic_client, ollama_client, openai_client
 from tests.state.conftest import RedisServer, free_port
+from tests.waiting import scaled
 
 __all__ = ["postgres_server"]  # the session fixture, used by name below
 
 MASTER = "sk-master-replicas-r6"
 HI = [{"role": "user", "content": "hi"}]
-START_PATIENCE_S = 60.0  # a start with migrations on a busy machine
+START_PATIENCE_S = scaled(60.0)  # a start with migrations on a busy machine
 
 
 @dataclass

@@ -32,9 +32,10 @@ from uvicorn.config import STARTUP_FAILURE
 from llmbridge.gateway.asgi import METRICS_DIR_ENV, RUN_DIR_ENV, RunDirectory, create_app_from_env
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 from tests.conftest import RunningServer
+from tests.waiting import scaled
 
 REQUESTS = 40
-DEADLINE_S = 60.0
+DEADLINE_S = scaled(60.0)
 """The longest any wait here lasts (a loaded machine starts two interpreters slowly)."""
 
 
