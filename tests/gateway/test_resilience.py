@@ -25,6 +25,7 @@ from llmbridge.core.errors import BackendError, BackendHTTPError, BackendUnavail
 from llmbridge.serving.resilience import RetryPolicy, is_transient
 from tests.conftest import RunningServer, running_gateway
 from tests.upstream import Canned, FakeUpstream
+from tests.waiting import wait_until
 
 
 def _ollama_reply(text: str) -> Canned:
@@ -285,21 +286,20 @@ def test_nothing_is_retried_after_the_first_byte() -> None:
     assert len(backend.requests) == 1
 
 
-def test_a_client_hang_up_cancels_the_backend_within_100_ms() -> None:
+def test_a_client_hang_up_cancels_the_backend_mid_stream() -> None:
+    # Told by events, not a clock (issue 26: "within 100 ms" failed on a busy machine):
+    # the reply would take four minutes, so a backend that ends before that without
+    # completing was cut by the hang-up.
     backend = ScriptedBackend("slow")
-    backend.enqueue(Script(text=["tick"] * 200, chunk_delay=0.02))
+    backend.enqueue(Script(text=["tick"] * 2400, chunk_delay=0.1))
     with running_gateway({"slow": backend}) as gateway:
         with httpx.stream(
             "POST", f"{gateway.url}/api/chat", json={**CHAT, "model": "m", "stream": True}
         ) as response:
             next(response.iter_lines())
-        hung_up = time.monotonic()
-        for _ in range(200):
-            if backend.cancelled_at:
-                break
-            time.sleep(0.005)
+        wait_until(lambda: bool(backend.cancelled or backend.completed), "the backend call ended")
     assert backend.cancelled == 1
-    assert backend.cancelled_at[0] - hung_up < 0.1
+    assert backend.completed == 0
 
 
 def test_the_circuit_opens_skips_the_backend_and_probes_it_back(
