@@ -279,13 +279,15 @@ async def test_an_open_circuit_is_skipped_and_probed_back() -> None:
         gpu1,
         gpu2,
         route={"strategy": "round-robin"},
-        resilience={"retries": 0, "breaker_failures": 1, "breaker_reset_s": 0.2},
+        # Open for a minute, then "a minute later" by setting its reset to 0: a busy
+        # machine cannot outlast a 0.2 s window between two calls (issue 26).
+        resilience={"retries": 0, "breaker_failures": 1, "breaker_reset_s": 60},
     )
     gpu1.enqueue(_down())
     assert await _served_by(models) == "gpu2"  # gpu1's turn failed and opened its circuit
     assert [await _served_by(models) for _ in range(4)] == ["gpu2"] * 4
     assert len(gpu1.requests) == 1  # skipped while open: not sent anything
-    await asyncio.sleep(0.25)  # past breaker_reset_s: the next turn probes it (healthy)
+    models.router.breakers["gpu1"].reset_s = 0  # past the reset: the next turn probes it
     served = [await _served_by(models) for _ in range(4)]
     assert "gpu1" in served and "gpu2" in served
 
@@ -458,7 +460,7 @@ async def test_when_a_sessions_deployment_fails_only_its_sessions_move_and_come_
     models = _models(
         *backends.values(),
         route={"affinity": True},
-        resilience={"retries": 0, "breaker_failures": 1, "breaker_reset_s": 0.2},
+        resilience={"retries": 0, "breaker_failures": 1, "breaker_reset_s": 60},
     )
     keys = [f"session-{i}" for i in range(15)]
     before = {k: await _served_by(models, _request(k)) for k in keys}
@@ -472,7 +474,7 @@ async def test_when_a_sessions_deployment_fails_only_its_sessions_move_and_come_
             assert after[key] == f"gpu{second + 1}"  # its own second choice
         else:
             assert after[key] == before[key]  # untouched
-    await asyncio.sleep(0.25)  # the circuit's reset: the next request probes gpu2 back
+    models.router.breakers["gpu2"].reset_s = 0  # the circuit's reset: the next probes gpu2
     assert {k: await _served_by(models, _request(k)) for k in keys} == before
 
 
