@@ -17,7 +17,10 @@ from llmbridge.state.base import BreakerView
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
 
-RESET_S = 0.6
+# Long enough that "still open" never depends on the machine's speed; "the reset time has
+# passed" is told to a breaker by setting its reset_s to 0 (issue 26: a 0.6 s period was a
+# window that a busy machine's Redis round trips outlasted).
+RESET_S = 60.0
 DOWN = BackendUnavailableError("connection refused", backend="gpu")
 
 
@@ -86,7 +89,7 @@ async def test_one_probe_at_a_time_across_replicas(
         a.failure(DOWN)
     await a.settled()
     assert await _eventually_open(b)
-    await asyncio.sleep(RESET_S + 0.05)  # past reset_s: a probe is due
+    a.reset_s = b.reset_s = 0  # past reset_s: a probe is due
     admitted = await asyncio.gather(a.admit(), b.admit())
     assert sorted(admitted) == [False, True]  # one probed and got through, one waited
     assert backend.probes == 1
@@ -113,8 +116,8 @@ async def test_a_failed_probe_keeps_it_open_for_everyone(
     for _ in range(4):
         b.failure(DOWN)
     await b.settled()
-    await asyncio.sleep(RESET_S + 0.05)
     assert await _eventually_open(a)
+    a.reset_s = 0  # past the reset for a, which probes; b comes right after it
     assert not await a.admit()  # probed: still down, reopened for another period
     assert backend.probes == 1
     assert not await b.admit()  # within the new period: no second probe
