@@ -17,7 +17,6 @@ from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import openai as dialect
-from llmbridge.dialects.framing import aiter_sse
 
 __all__ = ["OpenAICompatBackend", "normalise_base_url"]
 
@@ -68,7 +67,7 @@ class OpenAICompatBackend(Backend):
             path, encode = "chat/completions", dialect.encode_chat_request
         body = await self._http.encode(replace(request, stream=True), encode)
         async with self._http.stream(path, body) as chunks:
-            async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
+            async for event in dialect.decode_chat_stream_bytes(chunks):
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from llmbridge.core.errors import BackendError, BackendProtocolError
@@ -12,15 +14,19 @@ from llmbridge.core.events import (
     ResponseEnd,
     ResponseStart,
     StreamError,
+    StreamEvent,
     TextDelta,
 )
 from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.response import StopReason, Usage
+from llmbridge.dialects.openai.stream import decode_chat_stream, decode_chat_stream_bytes
 from tests.dialects.openai.helpers import (
+    FIXTURES,
     decode_events,
     decode_response,
     fixture_bytes,
     split_every,
+    sse_events,
 )
 
 
@@ -211,3 +217,35 @@ async def test_other_choices_are_ignored() -> None:
     )
     response = await decode_response([chunk])
     assert response.message.text == "mine"
+
+
+async def _outcome(events: AsyncIterator[StreamEvent]) -> list[object]:
+    """The events of a decode, then the type and message of the error it raised, if any."""
+    seen: list[object] = []
+    try:
+        async for event in events:
+            if isinstance(event, StreamError):  # errors compare by kind and message
+                seen.append(("StreamError", type(event.error).__name__, event.error.message))
+            else:
+                seen.append(event)
+    except BackendError as exc:
+        seen.append((type(exc).__name__, exc.message))
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.sse")))
+@pytest.mark.parametrize("size", [1, 7, 64, 1 << 20])
+async def test_decoding_the_bytes_in_place_gives_what_httpx_sse_parsing_gives(
+    name: str, size: int
+) -> None:
+    """``decode_chat_stream_bytes`` (the backends' path: SSE parsed as the bytes
+    arrive, issue 26) against ``decode_chat_stream`` over httpx-sse's own parser, on
+    every captured stream, cut anywhere."""
+    pieces = split_every(fixture_bytes(name), size)
+    expected = await _outcome(decode_chat_stream(sse_events(pieces)))
+    assert await _outcome(decode_chat_stream_bytes(_chunks(pieces))) == expected
+
+
+async def _chunks(pieces: list[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece

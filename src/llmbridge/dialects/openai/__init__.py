@@ -31,12 +31,17 @@ from llmbridge.dialects.openai.response import (
     encode_chat_response,
     encode_embed_response,
 )
-from llmbridge.dialects.openai.stream import decode_chat_stream, encode_chat_stream
+from llmbridge.dialects.openai.stream import (
+    decode_chat_stream,
+    decode_chat_stream_bytes,
+    encode_chat_stream,
+)
 
 __all__ = [
     "decode_chat_request",
     "decode_chat_response",
     "decode_chat_stream",
+    "decode_chat_stream_bytes",
     "decode_completion_request",
     "decode_embed_request",
     "decode_embed_response",

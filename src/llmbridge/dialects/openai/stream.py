@@ -43,7 +43,7 @@ from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
-from llmbridge.dialects.framing import SSE_DONE, escape_line_breaks, sse_event
+from llmbridge.dialects.framing import SSE_DONE, SSEParser, escape_line_breaks, sse_event
 from llmbridge.dialects.openai.errors import error_body
 from llmbridge.dialects.openai.response import (
     decode_usage,
@@ -54,7 +54,7 @@ from llmbridge.dialects.openai.response import (
     stop_reason_for,
 )
 
-__all__ = ["decode_chat_stream", "encode_chat_stream"]
+__all__ = ["decode_chat_stream", "decode_chat_stream_bytes", "encode_chat_stream"]
 
 _dumps = orjson.dumps
 
@@ -237,22 +237,32 @@ async def decode_chat_stream(
     """
     decoder = _StreamDecoder()
     async for sse in events:
-        if sse.event == "error":
-            yield StreamError(_in_band_error(_loads_lenient(sse.data)))
-            return
-        data = sse.data.strip()
-        if sse.event != "message" or not data:
-            continue  # named events other than errors, keep-alives
-        if data == "[DONE]":
-            decoder.done = True
-            break
-        chunk = _loads(data)
-        error = chunk.get("error")
-        if error is not None:
-            yield StreamError(_in_band_error(error))
-            return
-        for event in decoder.chunk(chunk):
+        for event in decoder.sse(sse):
             yield event
+        if decoder.stopped:
+            break
+    for event in decoder.end():
+        yield event
+
+
+async def decode_chat_stream_bytes(chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
+    """``decode_chat_stream`` of the SSE bytes as they arrive, parsed in place
+    (``framing.SSEParser``): one async-generator hop per event fewer than
+    ``decode_chat_stream(aiter_sse(chunks))``, on every backend chunk (issue 26)."""
+    decoder = _StreamDecoder()
+    parser = SSEParser()
+    async for chunk in chunks:
+        for sse in parser.feed(chunk):
+            for event in decoder.sse(sse):
+                yield event
+            if decoder.stopped:
+                break
+        if decoder.stopped:
+            break
+    else:
+        for sse in parser.finish():
+            for event in decoder.sse(sse):
+                yield event
     for event in decoder.end():
         yield event
 
@@ -260,7 +270,16 @@ async def decode_chat_stream(
 class _StreamDecoder:
     """The state of one decoded stream: ``chunk`` per data chunk, ``end`` at the end."""
 
-    __slots__ = ("_finish_reason", "_parts", "_started", "_stop_sequence", "_usage", "done")
+    __slots__ = (
+        "_finish_reason",
+        "_parts",
+        "_started",
+        "_stop_sequence",
+        "_usage",
+        "done",
+        "failed",
+        "stopped",
+    )
 
     def __init__(self) -> None:
         self._parts = PartsManager()
@@ -270,6 +289,30 @@ class _StreamDecoder:
         self._usage = Usage()
         self.done = False
         """``data: [DONE]`` arrived."""
+        self.stopped = False
+        """Nothing more is read: ``[DONE]`` or an in-band error arrived."""
+        self.failed = False
+        """An in-band error ended the stream (``end`` then adds nothing)."""
+
+    def sse(self, sse: ServerSentEvent) -> list[StreamEvent]:
+        """The events of one SSE event of the stream (``stopped`` after the last)."""
+        if sse.event == "error":
+            return self._fail(_in_band_error(_loads_lenient(sse.data)))
+        data = sse.data.strip()
+        if sse.event != "message" or not data:
+            return []  # named events other than errors, keep-alives
+        if data == "[DONE]":
+            self.done = self.stopped = True
+            return []
+        chunk = _loads(data)
+        error = chunk.get("error")
+        if error is not None:
+            return self._fail(_in_band_error(error))
+        return self.chunk(chunk)
+
+    def _fail(self, error: BackendError) -> list[StreamEvent]:
+        self.stopped = self.failed = True
+        return [StreamError(error)]
 
     def chunk(self, chunk: dict[str, Any]) -> list[StreamEvent]:
         events: list[StreamEvent] = []
@@ -304,6 +347,8 @@ class _StreamDecoder:
         return events
 
     def end(self) -> list[StreamEvent]:
+        if self.failed:
+            return []  # the StreamError was the last event
         if not self._started:
             raise BackendProtocolError("the backend's stream ended before its first chunk")
         if not self.done and self._finish_reason is None:
