@@ -217,11 +217,11 @@ _EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response
 
 
 class GatewayApp(Starlette):
-    """Starlette, keeping the server's own ``send`` in each request's scope for a
+    """Starlette, with the server's own ``send`` in the request task's context for a
     streamed body's chunks (web/streaming.py ``SERVER_SEND``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[SERVER_SEND] = send
+        SERVER_SEND.set(send)  # each request runs in a task of its own: its own context
         await super().__call__(scope, receive, send)
 
 
