@@ -130,3 +130,20 @@ async def test_a_watcher_that_fails_leaves_the_work_alone() -> None:
         return 7
 
     assert await run_until_disconnect(broken_receive, work()) == 7
+
+
+async def test_work_that_turns_the_cancellation_into_an_error_is_a_departure() -> None:
+    client = _Client()
+
+    async def converting() -> str:
+        client.leave()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("cancelled while calling the backend") from None
+        return "never"
+
+    with pytest.raises(ClientDisconnected):
+        await run_until_disconnect(client.receive, converting())
+    caller = asyncio.current_task()
+    assert caller is not None and caller.cancelling() == 0

@@ -73,6 +73,12 @@ async def run_until_disconnect(receive: Receive, work: Coroutine[Any, Any, T]) -
             if caller.uncancel() == 0:  # only the watcher's: the client left
                 raise ClientDisconnected() from None
         raise  # someone else's cancellation (as well)
+    except BaseException as exc:
+        if left:  # ``work`` turned the watcher's cancellation into an error of its own
+            left = False
+            caller.uncancel()
+            raise ClientDisconnected() from exc
+        raise
     finally:
         watcher.remove_done_callback(on_disconnect)
         watcher.cancel()
