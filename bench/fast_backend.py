@@ -41,7 +41,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["DEFAULT_MODEL", "PROMPT_TOKENS", "FastBackend", "main", "reply_pieces"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "PROMPT_TOKENS",
+    "TOOL_CALL_ARGUMENTS",
+    "TOOL_CALL_ID",
+    "FastBackend",
+    "main",
+    "reply_pieces",
+    "tool_call_fragments",
+]
 
 DEFAULT_MODEL = "bench-model"
 PROMPT_TOKENS = 12
@@ -50,6 +59,18 @@ _MAX_CHUNKS = 100_000
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+TOOL_CALL_ID = "call_bench"
+TOOL_CALL_ARGUMENTS = {"city": "Paris", "unit": "celsius", "days": 3}
+
+
+@cache
+def tool_call_fragments() -> tuple[str, ...]:
+    """The tool call's JSON arguments cut into the few-character fragments a model's
+    tokens make, so a streamed call has many argument deltas to merge."""
+    text = orjson.dumps(TOOL_CALL_ARGUMENTS).decode()
+    return tuple(text[i : i + 4] for i in range(0, len(text), 4))
 
 
 @cache
@@ -195,6 +216,19 @@ class FastBackend:
         else:
             limit = request.get("max_completion_tokens") or request.get("max_tokens")
             n = _size(limit, self.default_chunks)
+            tool = _first_tool_name(request.get("tools"))
+            if tool is not None:
+                usage = bool((request.get("stream_options") or {}).get("include_usage"))
+                tool_kind = (
+                    ("tool-stream-usage" if usage else "tool-stream")
+                    if request.get("stream")
+                    else "tool-json"
+                )
+                key = (f"{tool_kind}:{tool}", 0)
+                cached = self._cache.get(key)
+                if cached is None:
+                    cached = self._cache[key] = self._tool_reply(tool_kind, tool)
+                return cached
             if not request.get("stream"):
                 kind = "openai-json"
             elif (request.get("stream_options") or {}).get("include_usage"):
@@ -228,6 +262,41 @@ class FastBackend:
         lines = [self._ollama_line(piece) for piece in pieces]
         lines.append(orjson.dumps(self._ollama_final(n, ""), option=orjson.OPT_APPEND_NEWLINE))
         return _Reply(b"application/x-ndjson", lines, stream=True, eof_apart=self.eof_apart)
+
+    def _tool_reply(self, kind: str, name: str) -> _Reply:
+        """One call of tool ``name``, whole (``tool-json``) or streamed."""
+        fragments = tool_call_fragments()
+        head = {"id": "chatcmpl-bench", "created": self.created, "model": self.model}
+        call = {"id": TOOL_CALL_ID, "type": "function"}
+        if kind == "tool-json":
+            whole = {**call, "function": {"name": name, "arguments": "".join(fragments)}}
+            message = {"role": "assistant", "content": None, "tool_calls": [whole]}
+            choice = {"index": 0, "message": message, "logprobs": None}
+            completion = {
+                **head,
+                "object": "chat.completion",
+                "choices": [{**choice, "finish_reason": "tool_calls"}],
+                "usage": self._usage(len(fragments)),
+            }
+            return _Reply(_JSON, [orjson.dumps(completion)], stream=False)
+
+        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+            return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+        def delta(value: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": value, "finish_reason": finish}]
+
+        first = {**call, "index": 0, "function": {"name": name, "arguments": ""}}
+        out = [event(delta({"role": "assistant", "content": None, "tool_calls": [first]}))]
+        for fragment in fragments:
+            part = {"index": 0, "function": {"arguments": fragment}}
+            out.append(event(delta({"tool_calls": [part]})))
+        out.append(event(delta({}, "tool_calls")))
+        if kind.endswith("usage"):
+            out.append(event([], usage=self._usage(len(fragments))))
+        out.append(b"data: [DONE]\n\n")
+        return _Reply(_SSE, out, stream=True, eof_apart=self.eof_apart)
 
     def _usage(self, n: int) -> dict[str, int]:
         return {
@@ -378,6 +447,15 @@ _MESSAGE_ID = "msg_bench"
 
 def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _first_tool_name(tools: object) -> str | None:
+    """The name of the first function tool of a chat completions request, if any."""
+    if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+        return None
+    function = tools[0].get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _size(value: object, default: int) -> int:
