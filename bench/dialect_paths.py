@@ -39,7 +39,7 @@ from typing import Any
 from baseline import Baseline, BaselineError, check_process_env, prepare_baseline
 from dialect_requests import DIALECTS, CheckError, check, path, request_body
 from http_clients import make_client
-from processes import Server, gateway_config, start_fast_backend, start_gateway, wait_ready
+from processes import CLK_TCK, Server, gateway_config, start_fast_backend, start_gateway, wait_ready
 
 LIMIT = 1.20
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -228,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         results = _run(measure(args, gateways))
     text, ok = table(results)
     print(text)
+    # The gateway's CPU is read in clock ticks; each batch may be off by one either way.
+    tick_us = 1e6 / CLK_TCK / args.requests * args.rounds
+    print(f"CPU per request: /proc ticks of 1/{CLK_TCK} s, at worst +-{tick_us:.0f} us here")
     failures = sum(s["failures"] for paths in results.values() for s in paths.values())
     args.json.parent.mkdir(parents=True, exist_ok=True)
     record = {
