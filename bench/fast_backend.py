@@ -10,7 +10,9 @@ and for ``bench/overhead.py``'s direct calls:
 - OpenAI: ``POST /v1/chat/completions`` (a JSON completion, or an SSE stream of
   ``chat.completion.chunk`` events: one per content piece, a finish chunk, a usage
   chunk when ``stream_options.include_usage``, then ``data: [DONE]``) and
-  ``GET /v1/models``.
+  ``GET /v1/models``. A request that offers ``tools`` and does not end with a tool
+  result gets one call of the first tool instead (whole, or streamed as OpenAI streams
+  tool calls); with the result in, it gets the text, as a model would answer.
 - Ollama: ``POST /api/chat`` (NDJSON, one line per piece plus the ``done`` line, or
   one JSON object with ``"stream": false``), ``GET /api/tags``, ``GET /api/version``,
   ``POST /api/show`` and ``GET /api/ps``.
@@ -216,8 +218,10 @@ class FastBackend:
         else:
             limit = request.get("max_completion_tokens") or request.get("max_tokens")
             n = _size(limit, self.default_chunks)
+            # A model calls a tool when asked, and answers in text once the result is
+            # in: a conversation whose last message is a tool result gets text.
             tool = _first_tool_name(request.get("tools"))
-            if tool is not None:
+            if tool is not None and not _ends_with_tool_result(request.get("messages")):
                 usage = bool((request.get("stream_options") or {}).get("include_usage"))
                 tool_kind = (
                     ("tool-stream-usage" if usage else "tool-stream")
@@ -447,6 +451,13 @@ _MESSAGE_ID = "msg_bench"
 
 def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _ends_with_tool_result(messages: object) -> bool:
+    """Whether a chat completions conversation's last message is a tool result."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return False
+    return messages[-1].get("role") == "tool"
 
 
 def _first_tool_name(tools: object) -> str | None:
