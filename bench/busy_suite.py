@@ -105,6 +105,10 @@ def summary_line(tail: list[str]) -> str:
     return tail[-1] if tail else "(no output)"
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description="Run the test suite beside N busy-loop processes (issue 26).",
@@ -135,6 +139,9 @@ def main() -> int:
     command, env = suite_command(args.make, pytest_args)
 
     print(f"==> {args.burners} burner(s) beside: {shlex.join(command)}", flush=True)
+    # A SIGTERM (a CI job cancelled, ``kill``) must still end the burners: by default it
+    # ends Python without running ``finally``.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     burners = start_burners(max(args.burners, 0), args.burn_limit)
     started = time.monotonic()
     try:
