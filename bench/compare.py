@@ -86,6 +86,8 @@ from processes import (
     Server,
     free_port,
     gateway_config,
+    git_output,
+    raise_interrupt,
     start_fast_backend,
     start_gateway,
     start_py_spy,
@@ -658,20 +660,6 @@ def plot(document: dict[str, Any], data: Path, out: Path) -> None:
     log(f"plot: {out}")
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _git(*argv: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
 def _run_measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
     main = asyncio.wait_for(measure(args, s), args.max_seconds)
     try:
@@ -683,7 +671,7 @@ def _run_measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     command = "python bench/compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
     version = ""
     if not args.no_litellm:
@@ -725,8 +713,8 @@ def main(argv: list[str] | None = None) -> int:
         "portkey_version": portkey_version,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "code": {
-            "commit": _git("rev-parse", "HEAD"),
-            "src_dirty": bool(_git("status", "-s", "src")),
+            "commit": git_output("rev-parse", "HEAD"),
+            "src_dirty": bool(git_output("status", "-s", "src")),
         },
         "client": "aiohttp",
         "profiled": args.py_spy is not None,

@@ -88,7 +88,15 @@ from fast_backend import DEFAULT_MODEL, reply_pieces
 from http_clients import AiohttpClient
 from open_loop import ARRIVALS, OpenLoop, Request, Shot, StepRun, schedule, summarise
 from proc_tree import ProcessTree
-from processes import Server, free_port, start_fast_backend, start_gateway, wait_ready
+from processes import (
+    Server,
+    free_port,
+    git_output,
+    raise_interrupt,
+    start_fast_backend,
+    start_gateway,
+    wait_ready,
+)
 from replies import check_reply, request_body
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -720,20 +728,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _git(*argv: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
 def _run(args: argparse.Namespace, s: Servers) -> dict[str, Any]:
     main = asyncio.wait_for(measure(args, s), args.max_seconds + 600)
     try:
@@ -745,7 +739,7 @@ def _run(args: argparse.Namespace, s: Servers) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     command = "python bench/frontier.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
@@ -778,8 +772,8 @@ def main(argv: list[str] | None = None) -> int:
         "ladder": ladder(args),
         "bounds_ms": list(BOUNDS_MS),
         "code": {
-            "commit": _git("rev-parse", "HEAD"),
-            "src_dirty": bool(_git("status", "-s", "src")),
+            "commit": git_output("rev-parse", "HEAD"),
+            "src_dirty": bool(git_output("status", "-s", "src")),
         },
         "peer_versions": versions,
         "machine": {

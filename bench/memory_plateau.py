@@ -44,7 +44,6 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +60,14 @@ from fast_backend import DEFAULT_MODEL, reply_pieces
 from http_clients import AiohttpClient
 from open_loop import OpenLoop, Request, Shot, StepRun, percentile, schedule, tree_rss_kb
 from proc_tree import ProcessTree
-from processes import Server, start_fast_backend, start_gateway, wait_ready
+from processes import (
+    Server,
+    git_output,
+    raise_interrupt,
+    start_fast_backend,
+    start_gateway,
+    wait_ready,
+)
 from replies import check_reply
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -444,23 +450,9 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, S
         log("servers stopped")
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _git(*argv: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     command = "python bench/memory_plateau.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
@@ -493,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(time.time() - started, 1),
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "code": {
-            "commit": _git("rev-parse", "HEAD"),
-            "src_dirty": bool(_git("status", "-s", "src")),
+            "commit": git_output("rev-parse", "HEAD"),
+            "src_dirty": bool(git_output("status", "-s", "src")),
         },
         "machine": {
             "cpus": CPUS,

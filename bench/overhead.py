@@ -84,6 +84,7 @@ from processes import (
     backend_type,
     gateway_config,
     log,
+    raise_interrupt,
     start_fast_backend,
     start_gateway,
     start_py_spy,
@@ -479,13 +480,9 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     command = "python bench/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]

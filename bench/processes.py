@@ -220,3 +220,25 @@ def stop_py_spy(sampler: subprocess.Popen[bytes]) -> None:
 
 
 # -- requests and their checks ------------------------------------------------------------
+
+
+def raise_interrupt(signum: int, frame: object) -> None:
+    """A signal handler (``signal.signal(SIGTERM, raise_interrupt)``): stop a benchmark as
+    Ctrl-C does, so its servers are stopped on the way out."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def git_output(*argv: str) -> str:
+    """``git argv...`` in this checkout: its output, or "" when git is missing or fails
+    (the commit a result file records)."""
+    try:
+        done = subprocess.run(
+            ["git", *argv],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""

@@ -77,6 +77,8 @@ from processes import (
     free_port,
     gateway_argv,
     gateway_config,
+    git_output,
+    raise_interrupt,
     start_fast_backend,
     wait_ready,
 )
@@ -516,23 +518,9 @@ def _run(args: argparse.Namespace, backend: Server, gateways: list[Gateway]) -> 
     return uvloop.run(main)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _git(*argv: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
@@ -558,8 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(duration, 1),
         "settings": vars(args),
         "code": {
-            "commit": _git("rev-parse", "HEAD"),
-            "src_dirty": bool(_git("status", "-s", "src")),
+            "commit": git_output("rev-parse", "HEAD"),
+            "src_dirty": bool(git_output("status", "-s", "src")),
         },
         "machine": {
             "cpus": CPUS,
