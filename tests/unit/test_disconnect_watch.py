@@ -83,25 +83,12 @@ async def test_work_that_swallows_the_cancellation_still_reports_the_departure()
     assert caller is not None and caller.cancelling() == 0
 
 
-async def test_an_outside_cancellation_propagates_as_a_cancellation() -> None:
-    client = _Client()
-    started = asyncio.Event()
-
-    async def work() -> None:
-        started.set()
-        await asyncio.Event().wait()
-
-    async def serve() -> None:
-        await run_until_disconnect(client.receive, work())
-
-    task = asyncio.create_task(serve())
-    await started.wait()
-    task.cancel()  # a server shutting down, not the client leaving
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def test_an_outside_cancellation_beside_a_departure_is_not_swallowed() -> None:
+@pytest.mark.parametrize("client_leaves_too", [False, True])
+async def test_an_outside_cancellation_propagates_as_a_cancellation(
+    client_leaves_too: bool,
+) -> None:
+    """A server shutting down cancels the request's task: that is a cancellation, not a
+    departure, even when the client leaves at the same moment."""
     client = _Client()
     started = asyncio.Event()
 
@@ -115,7 +102,8 @@ async def test_an_outside_cancellation_beside_a_departure_is_not_swallowed() -> 
     task = asyncio.create_task(serve())
     await started.wait()
     task.cancel()
-    client.leave()
+    if client_leaves_too:
+        client.leave()
     with pytest.raises(asyncio.CancelledError):
         await task
 
