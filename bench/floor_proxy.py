@@ -14,6 +14,10 @@ gateway (``SCRIPT serve --config FILE --port N ...``) and measures it the same w
     .venv/bin/python bench/overhead.py --only nonstream-c1 --only nonstream-c64 \\
         --gateway-launcher bench/floor_proxy.py
 
+``--server granian`` (or ``FLOOR_PROXY_SERVER=granian``, which passes through
+``bench/overhead.py``) serves the same app under granian, the Rust ASGI server, when it
+is installed (it is not a dependency), to see whether another server lowers the floor.
+
 Only ``POST /v1/chat/completions`` without streaming is proxied (the scenarios
 ``nonstream-*``); ``GET`` answers the readiness probe.
 """
@@ -21,6 +25,8 @@ Only ``POST /v1/chat/completions`` without streaming is proxied (the scenarios
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -120,13 +126,48 @@ def _backend_url(config: Path) -> str:
     return found.group(1)
 
 
+def granian_app() -> FloorProxy:
+    """The app for granian's workers, which import it by name (its factory)."""
+    return FloorProxy(os.environ["FLOOR_PROXY_BACKEND"])
+
+
+def _serve_granian(backend_url: str, port: int) -> None:
+    # An optional server, not a dependency: only this comparison needs it.
+    try:
+        granian = importlib.import_module("granian")
+    except ImportError:
+        raise SystemExit("granian is not installed: .venv/bin/pip install granian") from None
+    os.environ["FLOOR_PROXY_BACKEND"] = backend_url
+    os.environ["PYTHONPATH"] = str(Path(__file__).parent)
+    sys.path.insert(0, str(Path(__file__).parent))
+    granian.Granian(
+        "floor_proxy:granian_app",
+        factory=True,
+        address="127.0.0.1",
+        port=port,
+        interface="asgi",
+        loop="uvloop",
+        workers=1,
+        log_enabled=False,
+    ).serve()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["serve"])
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--server",
+        choices=["uvicorn", "granian"],
+        default=os.environ.get("FLOOR_PROXY_SERVER", "uvicorn"),
+        help="the ASGI server (default: $FLOOR_PROXY_SERVER, else uvicorn)",
+    )
     args, _ = parser.parse_known_args(argv)
+    if args.server == "granian":
+        _serve_granian(_backend_url(args.config), args.port)
+        return
     uvicorn.run(
         FloorProxy(_backend_url(args.config)),
         host="127.0.0.1",

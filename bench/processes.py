@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fast_backend import DEFAULT_MODEL
 from http_clients import BenchClient
+from proc_tree import ProcessTree
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -86,12 +87,10 @@ class Server:
         return "\n".join(text.splitlines()[-lines:])
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time so far, from /proc (0 where there is none)."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        """User + system CPU time so far of the process and every process it forked
+        (``--workers N``, a server that runs its app in worker processes), from /proc
+        (0 where there is none)."""
+        return ProcessTree(self.pid).cpu_seconds()
 
     def stop(self) -> None:
         """SIGINT (uvicorn's graceful stop; lets cProfile write its file), then harder."""
