@@ -87,10 +87,12 @@ from processes import (
     free_port,
     gateway_config,
     git_output,
-    raise_interrupt,
+    load_average,
+    run_async,
     start_fast_backend,
     start_gateway,
     start_py_spy,
+    start_run,
     stop_py_spy,
     wait_ready,
 )
@@ -661,18 +663,12 @@ def plot(document: dict[str, Any], data: Path, out: Path) -> None:
 
 
 def _run_measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
-    main = asyncio.wait_for(measure(args, s), args.max_seconds)
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
+    return run_async(asyncio.wait_for(measure(args, s), args.max_seconds))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_interrupt)
-    command = "python bench/compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = start_run("bench/compare.py", argv).command
     version = ""
     if not args.no_litellm:
         litellm_proxy.ensure_venv(log)
@@ -683,8 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         portkey_gateway.ensure_installed(log)
         portkey_version = portkey_gateway.installed_version()
         log(f"Portkey gateway {portkey_version} from {portkey_gateway.PACKAGE_DIR}")
-    started = time.time()
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    # After the peers' installs, which may take minutes: the run itself starts here.
+    started, load_at_start = time.time(), load_average()
     busy_before = system_busy_seconds()
     with (
         tempfile.TemporaryDirectory(prefix="llmbridge-compare-") as tmp,
@@ -721,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {
             "cpus": CPUS,
             "load_average_at_start": load_at_start,
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "load_average_at_end": load_average(),
             "other_load": other / (duration * CPUS),
             "python": platform.python_version(),
             "platform": platform.platform(),

@@ -24,7 +24,6 @@ another checkout).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import statistics
@@ -39,7 +38,15 @@ from typing import Any
 from baseline import Baseline, BaselineError, check_process_env, prepare_baseline
 from dialect_requests import DIALECTS, CheckError, check, path, request_body
 from http_clients import make_client
-from processes import CLK_TCK, Server, gateway_config, start_fast_backend, start_gateway, wait_ready
+from processes import (
+    CLK_TCK,
+    Server,
+    gateway_config,
+    run_async,
+    start_fast_backend,
+    start_gateway,
+    wait_ready,
+)
 
 LIMIT = 1.20
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         servers(args, Path(tmp), baseline) as gateways,
     ):
         log(f"{len(all_paths())} paths, {args.requests} requests each in {args.rounds} rounds")
-        results = _run(measure(args, gateways))
+        results = run_async(measure(args, gateways))
     text, ok = table(results)
     print(text)
     # The gateway's CPU is read in clock ticks; each batch may be off by one either way.
@@ -250,14 +257,6 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{failures} replies failed their check")
         return 1
     return 0
-
-
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 if __name__ == "__main__":

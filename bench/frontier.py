@@ -93,9 +93,11 @@ from processes import (
     Server,
     free_port,
     git_output,
-    raise_interrupt,
+    load_average,
+    run_async,
     start_fast_backend,
     start_gateway,
+    start_run,
     wait_ready,
 )
 from replies import check_reply, request_body
@@ -541,20 +543,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _run(args: argparse.Namespace, s: Servers) -> dict[str, Any]:
-    main = asyncio.wait_for(measure(args, s), args.max_seconds + 600)
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
+    return run_async(asyncio.wait_for(measure(args, s), args.max_seconds + 600))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_interrupt)
-    command = "python bench/frontier.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    started = time.time()
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    command, started, load_at_start = start_run("bench/frontier.py", argv)
     try:
         baseline = prepare_baseline(args.baseline_src) if args.baseline_src else None
         with (
@@ -591,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {
             "cpus": CPUS,
             "load_average_at_start": load_at_start,
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "load_average_at_end": load_average(),
             "python": platform.python_version(),
             "platform": platform.platform(),
         },

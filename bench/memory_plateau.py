@@ -63,9 +63,11 @@ from proc_tree import ProcessTree
 from processes import (
     Server,
     git_output,
-    raise_interrupt,
+    load_average,
+    run_async,
     start_fast_backend,
     start_gateway,
+    start_run,
     wait_ready,
 )
 from replies import check_reply
@@ -452,12 +454,7 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, S
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_interrupt)
-    command = "python bench/memory_plateau.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    started = time.time()
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    command, started, load_at_start = start_run("bench/memory_plateau.py", argv)
     cap = args.warmup_seconds + args.minutes * 60 + 300
     try:
         with (
@@ -465,13 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             servers(args, Path(tmp)) as (backend, gateway),
         ):
             log(f"backend :{backend.port}, gateway :{gateway.port} (--workers {args.workers})")
-            main_coro = asyncio.wait_for(measure(args, backend, gateway), cap)
-            try:
-                import uvloop
-            except ImportError:
-                result = asyncio.run(main_coro)
-            else:
-                result = uvloop.run(main_coro)
+            result = run_async(asyncio.wait_for(measure(args, backend, gateway), cap))
     except RuntimeError as exc:
         log(str(exc))
         return 2
@@ -491,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {
             "cpus": CPUS,
             "load_average_at_start": load_at_start,
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "load_average_at_end": load_average(),
             "python": platform.python_version(),
             "platform": platform.platform(),
         },

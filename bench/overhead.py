@@ -58,12 +58,11 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,10 +83,11 @@ from processes import (
     backend_type,
     gateway_config,
     log,
-    raise_interrupt,
+    run_async,
     start_fast_backend,
     start_gateway,
     start_py_spy,
+    start_run,
     stop_py_spy,
     wait_ready,
 )
@@ -471,21 +471,9 @@ def servers(
         log("servers stopped")
 
 
-def _run(main: Coroutine[Any, Any, T]) -> T:
-    """``main`` on uvloop (as the servers run) where it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_interrupt)
-    command = "python bench/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    started = time.time()
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    command, started, load_at_start = start_run("bench/overhead.py", argv)
     try:
         baseline = prepare_baseline(args.baseline_src) if args.baseline_src else None
         with (
@@ -501,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"baseline pid {other.pid} on :{other.port} imports {baseline.module} "
                     f"({baseline.label()})"
                 )
-            results = _run(
+            results = run_async(
                 asyncio.wait_for(measure(args, backend, gateway, other), args.max_seconds + 180)
             )
     except (RuntimeError, BaselineError) as exc:

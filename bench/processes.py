@@ -16,13 +16,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
 from fast_backend import DEFAULT_MODEL
 from http_clients import BenchClient
 from proc_tree import ProcessTree
+
+T = TypeVar("T")
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -225,6 +228,40 @@ def raise_interrupt(signum: int, frame: object) -> None:
     """A signal handler (``signal.signal(SIGTERM, raise_interrupt)``): stop a benchmark as
     Ctrl-C does, so its servers are stopped on the way out."""
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on uvloop (as the servers run) where it is installed, else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages, rounded, as result files record them."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class RunStart(NamedTuple):
+    """What a benchmark's results document opens with (``start_run``)."""
+
+    command: str
+    """The command line that ran it, to run it again."""
+    started: float
+    """``time.time()`` at the start."""
+    load_at_start: list[float]
+    """``load_average()`` at the start: a loaded machine's figures are not a quiet one's."""
+
+
+def start_run(script: str, argv: Sequence[str] | None) -> RunStart:
+    """What every benchmark's ``main`` does first: a SIGTERM stops it as Ctrl-C does
+    (``raise_interrupt``: its servers are stopped on the way out), and the facts its
+    results document records. ``script`` is its path, e.g. ``bench/overhead.py``."""
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    words = argv if argv is not None else sys.argv[1:]
+    return RunStart(f"python {script} " + " ".join(words), time.time(), load_average())
 
 
 def git_output(*argv: str) -> str:

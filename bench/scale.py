@@ -78,8 +78,10 @@ from processes import (
     gateway_argv,
     gateway_config,
     git_output,
-    raise_interrupt,
+    load_average,
+    run_async,
     start_fast_backend,
+    start_run,
     wait_ready,
 )
 
@@ -510,20 +512,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _run(args: argparse.Namespace, backend: Server, gateways: list[Gateway]) -> Any:
-    main = asyncio.wait_for(measure(args, backend, gateways), args.max_seconds)
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
+    return run_async(asyncio.wait_for(measure(args, backend, gateways), args.max_seconds))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_interrupt)
-    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    started = time.time()
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    command, started, load_at_start = start_run("bench/scale.py", argv)
     busy_before = system_busy_seconds()
     try:
         with (
@@ -552,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {
             "cpus": CPUS,
             "load_average_at_start": load_at_start,
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "load_average_at_end": load_average(),
             "busy_cpu_s": system_busy_seconds() - busy_before,
             "python": platform.python_version(),
             "platform": platform.platform(),
