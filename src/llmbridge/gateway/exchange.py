@@ -149,6 +149,7 @@ class Exchange:
         "generated",
         "label",
         "model",
+        "overhead_ms",
         "passed_on",
         "prompt_tokens",
         "request_id",
@@ -157,6 +158,7 @@ class Exchange:
         "state",
         "status",
         "streamed",
+        "trace_id",
         "ttft_s",
         "usage",
     )
@@ -198,6 +200,13 @@ class Exchange:
         self.done = False
         self._counting = False
         """Whether this request counts in the in-flight gauge (a backend was chosen)."""
+        self.trace_id: str | None = None
+        """The request's OpenTelemetry trace id, 32 hex digits (``None`` when tracing
+        is off): the ledger row links to the trace (issue 27)."""
+        self.overhead_ms: float | None = None
+        """Time spent in the gateway excluding the wait on the backend, in milliseconds:
+        what the ``x-llmbridge-overhead-ms`` header says, the final figure once the
+        reply is done (issue 27)."""
 
     # -- what was asked, and admission -----------------------------------------------
 
