@@ -304,7 +304,7 @@ async def test_migration_0007_adds_the_column_and_its_index_to_a_filled_ledger(
                 "VALUES ('before', CURRENT_TIMESTAMP, 'm', 200, 7)"
             )
         await migrate(engine)
-        assert await current_revision(engine) == head_revision() == "0007"
+        assert await current_revision(engine) == head_revision()  # 0007 or later
         ledger = UsageLedger(Database(engine), flush_interval_s=3600)
         ledger.record(UsageRecord("after", "m", 200, input_tokens=2, session_id=CODEX))
         assert await ledger.flush()

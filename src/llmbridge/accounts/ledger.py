@@ -122,8 +122,8 @@ def spend_key(key_id: str) -> str:
 
 
 ROWS_PER_INSERT = 1000
-"""Rows per INSERT statement: 18 parameters each, under SQLite's and PostgreSQL's
-limit of 32,766 and 32,767 parameters per statement."""
+"""Rows per INSERT statement: one parameter per column (27 since issue 27), under
+SQLite's and PostgreSQL's limit of 32,766 and 32,767 parameters per statement."""
 
 
 async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:

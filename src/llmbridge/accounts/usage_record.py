@@ -70,6 +70,28 @@ class UsageRecord:
     session_id: str | None = None
     """The client's session (serving/deployments.py ``client_session``), cut to
     ``SESSION_ID_LENGTH``; ``None`` when the request named none."""
+    # The request log (issue 27, migration 0008): what the operator console shows.
+    dialect: str | None = None
+    """The API the client spoke (``openai``, ``responses``, ``completions``,
+    ``anthropic``, ``gemini``, ``ollama``, ``agent``)."""
+    served_model: str | None = None
+    """The model name the backend was asked for, after aliases, routes and fallbacks."""
+    retries: int | None = None
+    """Tries of the same target again before the first event; ``None``: not known
+    (no reply came, or the route does not serve chats)."""
+    fallbacks: int | None = None
+    """Fallback targets tried before the first event (``None`` as for ``retries``)."""
+    facts: str | None = None
+    """The reply's ``x-llmbridge-*`` headers as a JSON object (what the gateway
+    changed); ``None`` when it set none."""
+    trace_id: str | None = None
+    """The request's OpenTelemetry trace id (32 hex digits) when tracing is on."""
+    overhead_ms: float | None = None
+    """Time spent in the gateway, the backend excluded (``x-llmbridge-overhead-ms``)."""
+    finish_reason: str | None = None
+    """The reply's stop reason (``end_turn``, ``max_tokens``, ``tool_use``...)."""
+    error: str | None = None
+    """A failed request's message, cut to its column (store/models.py ``ERROR_LENGTH``)."""
 
 
 COLUMNS = tuple(f.name for f in fields(UsageRecord))
@@ -123,7 +145,7 @@ def _storable_float(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-_PER_REQUEST = ("request_id", "session_id")
+_PER_REQUEST = ("request_id", "session_id", "facts", "trace_id", "error")
 """Text fields that change from request to request, or session to session: checked
 each time, never remembered (each would be a new combination in ``_clean_texts``)."""
 _REPEATED = tuple(name for _, name, _, _ in _TEXT if name not in _PER_REQUEST)
@@ -134,7 +156,12 @@ _REPEATED_LIMITS = tuple(
     (length, nullable) for _, name, length, nullable in _TEXT if name in _REPEATED
 )
 _REQUEST_ID_LENGTH = next(length for _, name, length, _ in _TEXT if name == "request_id")
-_SESSION_ID_LENGTH = next(length for _, name, length, _ in _TEXT if name == "session_id")
+_OTHERS_PER_REQUEST = tuple(
+    (operator.attrgetter(name), length)
+    for _, name, length, _ in _TEXT
+    if name in _PER_REQUEST and name != "request_id"
+)
+"""The per-request text fields but the request id, with their columns' lengths."""
 _NUMBERS = operator.attrgetter(*(COLUMNS[i] for i in _INTS))
 _FLOATS_OF = operator.attrgetter(*(COLUMNS[i] for i in _FLOATS))
 _STREAMED = next(COLUMNS[i] for i in _BOOLS)
@@ -177,8 +204,9 @@ def storable_record(record: UsageRecord) -> UsageRecord:
         and "\x00" not in request_id
     ):
         return _storable_copy(record)
-    if not _clean_text(record.session_id, _SESSION_ID_LENGTH):
-        return _storable_copy(record)
+    for value_of, length in _OTHERS_PER_REQUEST:
+        if not _clean_text(value_of(record), length):
+            return _storable_copy(record)
     for number in _NUMBERS(record):
         if number is not None and (type(number) is not int or number > INT_MAX or number < INT_MIN):
             return _storable_copy(record)

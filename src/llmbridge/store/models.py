@@ -15,8 +15,10 @@ Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, s
 ``gateway.stored_responses``).
 Accounts (issue 17, ``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
 with their limits), ``usage`` (the ledger: one row per request, with the client's
-session id since issue 25) and ``usage_daily`` (the ledger's rows past its retention,
-summed per day, key and model: issue 24).
+session id since issue 25, and what the console's request log shows since issue 27),
+``usage_bodies`` (the bodies of requests, when an operator keeps them) and
+``usage_daily`` (the ledger's rows past its retention, summed per day, key and model:
+issue 24).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``agent.store.access`` has the rules).
@@ -53,6 +55,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "ERROR_LENGTH",
+    "FACTS_LENGTH",
     "SESSION_ID_LENGTH",
     "ApiKeyRow",
     "Appointment",
@@ -61,7 +65,10 @@ __all__ = [
     "Document",
     "DocumentChunk",
     "DocumentTerm",
+    "Fact",
+    "LongSummary",
     "Medication",
+    "MemoryCursor",
     "MessageRow",
     "Patient",
     "Persona",
@@ -70,6 +77,7 @@ __all__ = [
     "SessionRow",
     "Summary",
     "UTCDateTime",
+    "UsageBodyRow",
     "UsageRow",
     "Vital",
     "utcnow",
@@ -228,6 +236,69 @@ class Pin(Base):
     """The message the fact was pinned from, if any."""
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LongSummary(Base):
+    """The rolling long-range summary of a session (issue 29, ``agent.memory``): each
+    row folds the previous one and the oldest ordinary summaries into one; the newest
+    row is the one in use, and it covers every message up to ``last_message_id``."""
+
+    __tablename__ = "long_summaries"
+    __table_args__ = (
+        # Two compactions racing on one session cannot both store the same fold.
+        UniqueConstraint("session_id", "last_message_id"),
+        Index("ix_long_summaries_session_id_id", "session_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    content: Mapped[str] = mapped_column(Text)
+    first_message_id: Mapped[int] = mapped_column(BigInteger)
+    last_message_id: Mapped[int] = mapped_column(BigInteger)
+    folded: Mapped[int] = mapped_column(Integer, default=0)
+    """How many ordinary summaries this row folded in (the previous long one aside)."""
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    model: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Fact(Base):
+    """A durable fact about the person a session is with (issue 29): extracted in the
+    background or written through the API, kept in every context like a pin."""
+
+    __tablename__ = "facts"
+    __table_args__ = (
+        Index("ix_facts_session_id_id", "session_id", "id"),
+        Index("ix_facts_patient_id_id", "patient_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    patient_id: Mapped[int | None] = mapped_column(
+        ForeignKey("patients.id", ondelete="SET NULL"), default=None
+    )
+    """The patient the session was about: the fact is shown in their other sessions too."""
+    content: Mapped[str] = mapped_column(Text)
+    message_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="SET NULL"), default=None
+    )
+    """The message the fact was extracted from, if any."""
+    source: Mapped[str] = mapped_column(String(16), default="extracted")
+    """``extracted`` (the model), ``user`` (written or corrected through the API)."""
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MemoryCursor(Base):
+    """How far fact extraction has read a session (the newest message id it read)."""
+
+    __tablename__ = "memory_cursors"
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    facts_upto: Mapped[int] = mapped_column(BigInteger)
 
 
 # -- documents ----------------------------------------------------------------------
@@ -428,6 +499,12 @@ SESSION_ID_LENGTH = 128
 longer one is cut (accounts/usage_record.py)."""
 
 
+FACTS_LENGTH = 2000
+"""``usage.facts``' length: the ``x-llmbridge-*`` headers of one reply, as JSON."""
+ERROR_LENGTH = 500
+"""``usage.error``'s length: a failed request's message is cut to it."""
+
+
 class UsageRow(Base):
     """One request in the usage ledger."""
 
@@ -470,6 +547,39 @@ class UsageRow(Base):
     session_id: Mapped[str | None] = mapped_column(String(SESSION_ID_LENGTH), default=None)
     """The client's session (``serving.deployments.client_session``: Claude Code's,
     Codex's, ``x-llmbridge-session-id``...); ``None`` when it named none."""
+    # The request log (issue 27, migration 0008): what the operator console shows.
+    dialect: Mapped[str | None] = mapped_column(String(20), default=None)
+    """The API the client spoke: ``openai``, ``responses``, ``completions``,
+    ``anthropic``, ``gemini``, ``ollama``, ``agent``."""
+    served_model: Mapped[str | None] = mapped_column(String(200), default=None)
+    """The model name the backend was asked for, after aliases, routes and fallbacks."""
+    retries: Mapped[int | None] = mapped_column(Integer, default=None)
+    """Tries of the same target again before the first event."""
+    fallbacks: Mapped[int | None] = mapped_column(Integer, default=None)
+    """Fallback targets tried before the first event."""
+    facts: Mapped[str | None] = mapped_column(String(FACTS_LENGTH), default=None)
+    """The reply's ``x-llmbridge-*`` headers (what the gateway changed), a JSON object."""
+    trace_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    """The request's OpenTelemetry trace id when tracing is on."""
+    overhead_ms: Mapped[float | None] = mapped_column(Float, default=None)
+    """Time spent in the gateway, the backend excluded (``x-llmbridge-overhead-ms``)."""
+    finish_reason: Mapped[str | None] = mapped_column(String(40), default=None)
+    error: Mapped[str | None] = mapped_column(String(ERROR_LENGTH), default=None)
+    """A failed request's message, cut to ``ERROR_LENGTH``."""
+
+
+class UsageBodyRow(Base):
+    """A request's and its reply's bodies, kept when ``ledger.keep_bodies`` is on:
+    bounded and redacted before they are written (accounts/kept_bodies.py), deleted
+    after ``ledger.body_retention_days`` (accounts/rollups.py)."""
+
+    __tablename__ = "usage_bodies"
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """``usage.request_id`` of the request (no foreign key: module docstring of 0008)."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    request: Mapped[str | None] = mapped_column(Text, default=None)
+    response: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class UsageDailyRow(Base):
