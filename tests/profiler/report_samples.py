@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbridge.profiler.metrics import Price, prompt_result
-from llmbridge.profiler.runner import IterationRecord, summarise
+from llmbridge.profiler.records import IterationRecord, summarise
 from llmbridge.profiler.scenarios import Check, CheckResult, evaluate
 from llmbridge.profiler.trace import build_trace
 from llmbridge.profiler.types import (

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from llmbridge.profiler.runner import IterationRecord, summarise
+from llmbridge.profiler.records import IterationRecord, summarise
 from llmbridge.profiler.types import (
     CostMetrics,
     PromptMetrics,

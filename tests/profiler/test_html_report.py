@@ -13,7 +13,7 @@ import pytest
 
 from llmbridge.profiler.compare import compare_runs, report_dict
 from llmbridge.profiler.html_report import html_comparison, html_report, timeline_steps
-from llmbridge.profiler.runner import summarise
+from llmbridge.profiler.records import summarise
 from llmbridge.profiler.svg_charts import format_value, nice_ticks
 from llmbridge.profiler.trace import build_trace
 from tests.profiler.report_samples import (

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from llmbridge.profiler.metrics import Price, cost_of, prompt_result
+from llmbridge.profiler.records import IterationRecord, describe, summarise
 from llmbridge.profiler.report import html_report, markdown_report
-from llmbridge.profiler.runner import IterationRecord, describe, summarise
 from llmbridge.profiler.scenarios import (
     Check,
     ScenarioFileError,

@@ -21,7 +21,7 @@ import pytest
 
 from llmbridge.profiler.compare import compare_runs, report_dict
 from llmbridge.profiler.html_report import html_comparison, html_report, timeline_steps
-from llmbridge.profiler.runner import summarise
+from llmbridge.profiler.records import summarise
 from tests.profiler.report_samples import sample_records, sample_runs
 
 CHROMIUM = Path("/usr/bin/chromium")

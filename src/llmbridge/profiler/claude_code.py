@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from llmbridge.profiler.cli_agent import (
-    CliAgentSettings,
     CliSession,
     CliSessionProvider,
     OutputLine,
@@ -48,6 +47,7 @@ from llmbridge.profiler.cli_agent import (
     conversation_args,
 )
 from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.settings import ClaudeCodeSettings
 from llmbridge.profiler.types import CompletionReason, CostMetrics, PromptResult, TokenMetrics
 
 __all__ = [
@@ -56,15 +56,6 @@ __all__ = [
     "ClaudeRunMapping",
     "map_claude_run",
 ]
-
-
-class ClaudeCodeSettings(CliAgentSettings):
-    """The scenarios file's ``claude_code`` section."""
-
-    instructions: str | None = None
-    """Replaces Claude Code's own system prompt (``--system-prompt``): its own is
-    thousands of tokens, more than a small local model's context holds. The mode's
-    and the scenario's instructions still follow it (``--append-system-prompt``)."""
 
 
 _PERMISSIONS: dict[str, list[str]] = {

@@ -1,7 +1,8 @@
 """What the profiler's command-line agent providers share (Claude Code, Gemini CLI,
-Codex): their settings (each CLI's section read as its own ``settings_type``, and
-merged into the CLI's own files: ``merge_settings``), a fresh HOME per session, one
-CLI run with the arrival time of each output line, the conversation named then
+Codex): their settings (each CLI's section, settings.py, read as its own
+``settings_type``, and merged into the CLI's own files: ``merge_settings``), a fresh
+HOME per session and one CLI run with the arrival time of each output line (both in
+cli_process.py), the conversation named then
 resumed (``conversation_args``), and a trace built from those lines as they are
 mapped (``RunMapping``: what every mapping keeps, and how a run ends: ``RunEnd``,
 ``end_run``; ``run_failure``: a run cut at its deadline or ended without a result
@@ -10,11 +11,8 @@ line).
 A CLI agent runs once per prompt (``claude -p``, ``gemini -p``, ``codex exec``),
 printing JSON lines as it works; a later prompt of the same session resumes the
 conversation the CLI stored under its HOME. Each run is a child process in its own
-process group, with a minimal environment (so no key, proxy or setting of the
-caller's shell reaches it), stdin closed (``-p`` would read it as more prompt), and
-stderr in a file (a tool's background child holding a pipe cannot stall the run).
-At the deadline, and after every run, the whole group is killed: the CLI and
-whatever its shell tool left behind.
+process group, stdin closed (``-p`` would read it as more prompt), its group killed
+at the deadline and after every run (cli_process.py).
 
 These CLIs print no per-step clock of their own (Gemini CLI's lines carry a
 wall-clock timestamp, Claude Code's only some of them), so every line is stamped
@@ -25,25 +23,27 @@ includes the CLI's own work around the tool and the pipe's latency.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import os
 import shutil
-import signal
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from llmbridge.profiler.cli_process import (
+    CliRun,
+    OutputLine,
+    base_environment,
+    make_home,
+    remove_home,
+    run_cli,
+)
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import combine_instructions
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
+from llmbridge.profiler.settings import CliAgentSettings
 from llmbridge.profiler.trace_builder import TraceBuilder, now_ms
 from llmbridge.profiler.types import (
     CompletionReason,
@@ -80,37 +80,6 @@ __all__ = [
     "run_failure",
 ]
 
-_STDOUT_LIMIT = 64 * 1024 * 1024
-"""Bytes in one output line: Claude Code's init line lists every tool and skill."""
-_DRAIN_SECONDS = 2.0
-"""After the CLI exits, how long its remaining output may take to arrive."""
-_POLL_SECONDS = 0.005
-"""Where there is no pidfd: how often the process's exit is looked for."""
-_TERM_GRACE_SECONDS = 3.0
-"""At the deadline: SIGTERM, then SIGKILL after this long."""
-STDERR_TAIL = 4000
-"""Characters of a run's stderr kept (its end, where failures are reported)."""
-
-
-class CliAgentSettings(BaseModel):
-    """A CLI agent's section of a scenarios file (``claude_code``, ``gemini_cli``,
-    ``codex``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    command: str | None = None
-    """The binary; by default the CLI's usual name on ``PATH``."""
-    endpoint: str | None = None
-    """The model endpoint's base URL (an llmbridge gateway); by default
-    ``profile run --gateway-url``."""
-    api_key: str = "llmbridge"
-    """What the CLI sends as its key (a gateway without ``api_keys`` takes any)."""
-    permission: Literal["allow", "deny", "ask-reject"] = "deny"
-    environment: dict[str, str] = Field(default_factory=dict)
-    """Variables added to the CLI's clean environment (before each mode's own)."""
-    args: tuple[str, ...] = ()
-    """More command-line arguments for every run (``[--tools, Bash]``, say)."""
-
 
 def as_object(value: Any) -> dict[str, Any]:
     """``value`` when a JSON line's field is an object, else ``{}``."""
@@ -134,181 +103,6 @@ def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any
         else:
             merged[key] = value
     return merged
-
-
-# -- a run ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class OutputLine:
-    at_ms: float
-    """When the line arrived (``now_ms``)."""
-    text: str
-    data: dict[str, Any] | None
-    """The line as a JSON object, ``None`` when it is not one."""
-
-    @classmethod
-    def parse(cls, at_ms: float, text: str) -> OutputLine:
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        return cls(at_ms, text, value if isinstance(value, dict) else None)
-
-
-@dataclass
-class CliRun:
-    argv: list[str]
-    started_ms: float
-    ended_ms: float = 0.0
-    lines: list[OutputLine] = field(default_factory=list)
-    returncode: int | None = None
-    """``None`` when the run was killed at its deadline."""
-    stderr: str = ""
-    """Its last ``STDERR_TAIL`` characters."""
-    timed_out: bool = False
-
-    def failure(self) -> str | None:
-        """What went wrong with the process itself, if anything."""
-        if self.timed_out:
-            return None
-        if self.returncode not in (0, None):
-            tail = self.stderr.strip()[-500:]
-            return f"exit status {self.returncode}" + (f": {tail}" if tail else "")
-        return None
-
-
-def _kill_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-async def _exited(process: asyncio.subprocess.Process) -> None:
-    """Until the process itself exits. (``Process.wait`` also waits for its pipes to
-    close, which a background child of the CLI's shell tool can put off for ever.)"""
-    if process.returncode is not None:
-        return
-    try:  # Linux: a pidfd becomes readable when the process exits
-        pidfd = os.pidfd_open(process.pid)
-    except (AttributeError, OSError):
-        while process.returncode is None:  # noqa: ASYNC110 - no pidfd here: look now and then
-            await asyncio.sleep(_POLL_SECONDS)
-        return
-    loop = asyncio.get_running_loop()
-    exited = asyncio.Event()
-    loop.add_reader(pidfd, exited.set)
-    try:
-        await exited.wait()
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-
-
-async def _read_lines(stream: asyncio.StreamReader, run: CliRun) -> None:
-    while line := await stream.readline():
-        text = line.decode("utf-8", errors="replace").rstrip("\r\n")
-        if text.strip():
-            run.lines.append(OutputLine.parse(now_ms(), text))
-
-
-async def run_cli(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: Path,
-    timeout: float,  # noqa: ASYNC109 - the prompt's deadline, passed down
-    stderr_path: Path,
-) -> CliRun:
-    """Run ``argv`` in ``cwd`` until it exits or ``timeout`` seconds pass; every stdout
-    line with its arrival time. The process group is killed afterwards either way."""
-    run = CliRun(list(argv), now_ms())
-    with stderr_path.open("wb") as sink:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=sink,
-            start_new_session=True,
-            limit=_STDOUT_LIMIT,
-        )
-    assert process.stdout is not None
-    reader = asyncio.create_task(_read_lines(process.stdout, run))
-    try:
-        async with asyncio.timeout(timeout):
-            await _exited(process)
-        run.ended_ms = now_ms()
-    except TimeoutError:
-        run.timed_out = True
-        run.ended_ms = now_ms()
-        _kill_group(process, signal.SIGTERM)
-        try:
-            async with asyncio.timeout(_TERM_GRACE_SECONDS):
-                await _exited(process)
-        except TimeoutError:
-            pass
-    finally:
-        # Whatever the CLI's tools started in the background goes with it (and lets go
-        # of stdout, so the output left in the pipe can be read to its end).
-        # (Not ``process.kill()``: Popen polls first, reaping the child under asyncio's
-        # watcher, which then reports exit status 255.)
-        _kill_group(process, signal.SIGKILL)
-        try:
-            async with asyncio.timeout(_DRAIN_SECONDS):
-                await asyncio.shield(reader)
-        except TimeoutError:
-            reader.cancel()
-        except ValueError:  # a line over the limit: what came before it is kept
-            pass
-        await asyncio.shield(process.wait())
-    if run.lines:  # the run ends when its output has all arrived, too
-        run.ended_ms = max(run.ended_ms, run.lines[-1].at_ms)
-    run.returncode = None if run.timed_out else process.returncode
-    run.stderr = _tail(stderr_path)
-    return run
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as source:
-            source.seek(0, os.SEEK_END)
-            size = source.tell()
-            source.seek(max(size - STDERR_TAIL * 4, 0))
-            return source.read().decode("utf-8", errors="replace")[-STDERR_TAIL:]
-    except OSError:
-        return ""
-
-
-# -- a session's home -------------------------------------------------------------------
-
-
-def make_home(prefix: str) -> Path:
-    """A fresh temporary HOME (with its own ``tmp``): the CLI's settings, credentials
-    and stored sessions live there and go with it."""
-    home = Path(tempfile.mkdtemp(prefix=prefix))
-    (home / "tmp").mkdir()
-    return home
-
-
-async def remove_home(home: Path) -> None:
-    await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
-
-
-def base_environment(home: Path, *layers: Mapping[str, str]) -> dict[str, str]:
-    """A minimal environment for a CLI run under ``home``, then ``layers`` in order
-    (the CLI's own variables, the settings', the mode's)."""
-    environment = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "TMPDIR": str(home / "tmp"),
-        "LANG": "C.UTF-8",
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-    }
-    for layer in layers:
-        environment.update(layer)
-    return environment
 
 
 def prompt_result(

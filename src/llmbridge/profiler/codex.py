@@ -44,10 +44,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from llmbridge.profiler.cli_agent import (
-    CliAgentSettings,
     CliRun,
     CliSession,
     CliSessionProvider,
@@ -55,18 +52,10 @@ from llmbridge.profiler.cli_agent import (
     now_ms,
 )
 from llmbridge.profiler.codex_events import CodexTurn, Usage
+from llmbridge.profiler.settings import CodexSettings
 from llmbridge.profiler.types import PromptResult, SessionHandle, SessionTrace
 
 __all__ = ["CodexSessionProvider", "CodexSettings", "toml_value", "unreported_calls"]
-
-
-class CodexSettings(CliAgentSettings):
-    """The scenarios file's ``codex`` section."""
-
-    instructions: str | None = None
-    """Replaces Codex's own base instructions (``model_instructions_file``)."""
-    config: dict[str, Any] = Field(default_factory=dict)
-    """Merged into ``config.toml`` (nested tables as mappings)."""
 
 
 def toml_value(value: Any) -> str:

@@ -35,10 +35,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field
-
 from llmbridge.profiler.cli_agent import (
-    CliAgentSettings,
     CliSession,
     CliSessionProvider,
     OutputLine,
@@ -51,6 +48,7 @@ from llmbridge.profiler.cli_agent import (
     merge_settings,
 )
 from llmbridge.profiler.metrics import Price, cost_of
+from llmbridge.profiler.settings import GeminiCliSettings
 from llmbridge.profiler.types import CompletionReason, CostMetrics, PromptResult, TokenMetrics
 
 __all__ = [
@@ -63,18 +61,6 @@ __all__ = [
 _TRUNCATED = "Model response was truncated"
 """How 0.61.0's error event for a reply cut at the token limit begins
 (``MAX_TOKENS_EXCEEDED_SUGGESTION``)."""
-
-
-class GeminiCliSettings(CliAgentSettings):
-    """The scenarios file's ``gemini_cli`` section."""
-
-    instructions: str | None = None
-    """Replaces Gemini CLI's own system prompt (``GEMINI_SYSTEM_MD``): its own is
-    thousands of tokens, more than a small local model's context holds. The mode's
-    and the scenario's instructions still follow it (``GEMINI.md``)."""
-    settings: dict[str, Any] = Field(default_factory=dict)
-    """Merged into ``~/.gemini/settings.json`` (``{tools: {core: [run_shell_command]}}``
-    offers only the shell tool)."""
 
 
 def gemini_settings() -> dict[str, Any]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmbridge.profiler.html_compare import comparison_body
-from llmbridge.profiler.runner import IterationRecord
+from llmbridge.profiler.records import IterationRecord
 from llmbridge.profiler.svg_charts import (
     SVG_NS,
     Bar,

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmbridge.profiler.html_report import html_report
-from llmbridge.profiler.runner import IterationRecord
+from llmbridge.profiler.records import IterationRecord
 
 __all__ = ["html_report", "markdown_report", "print_summary"]
 

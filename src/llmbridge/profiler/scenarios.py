@@ -56,11 +56,9 @@ from pydantic import (
     model_validator,
 )
 
-from llmbridge.profiler.claude_code import ClaudeCodeSettings
-from llmbridge.profiler.codex import CodexSettings
-from llmbridge.profiler.gemini_cli import GeminiCliSettings
 from llmbridge.profiler.metrics import Price
 from llmbridge.profiler.modes import DEFAULT_MODE, ModeSpec
+from llmbridge.profiler.settings import ClaudeCodeSettings, CodexSettings, GeminiCliSettings
 from llmbridge.profiler.types import PromptResult
 
 __all__ = [
