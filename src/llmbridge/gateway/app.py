@@ -39,6 +39,7 @@ from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
 from llmbridge.gateway.agent_gate import KeyGate
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
+from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.exchange import EXCHANGED, log_left_mid_body
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
@@ -70,12 +71,16 @@ from llmbridge.web.streaming import SERVER_SEND
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry
+    from llmbridge.gateway.telemetry import Tracing
 
 __all__ = ["create_app", "http_protocol"]
 
 log = logging.getLogger("llmbridge.gateway")
 
 ADMIN_PREFIX = "/admin/"
+CONSOLE_PREFIX = "/ui"
+"""The operator console (gateway/console/): it signs its own sessions in with the
+master key, so the API-key check lets its paths through."""
 
 
 async def _open_agent(
@@ -100,6 +105,17 @@ async def _open_agent(
         log.error("the agent service is unavailable: %s: %s", type(exc).__name__, exc)
 
 
+def _open_tracing(config: GatewayConfig) -> Tracing | None:
+    """This process's tracer when ``telemetry.otlp_endpoint`` is set (gateway/telemetry.py,
+    imported only then: with tracing off the OpenTelemetry SDK is never loaded)."""
+    endpoint = config.telemetry.otlp_endpoint
+    if not endpoint:
+        return None
+    from llmbridge.gateway.telemetry import DEFAULT_SERVICE_NAME, Tracing
+
+    return Tracing(endpoint, config.telemetry.service_name or DEFAULT_SERVICE_NAME)
+
+
 class _AuthMiddleware:
     """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap).
     Static keys are checked in memory, database keys through the accounts' cache
@@ -113,7 +129,12 @@ class _AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
-        if not path or path in OPEN_PATHS or path.startswith(ADMIN_PREFIX):
+        if (
+            not path
+            or path in OPEN_PATHS
+            or path.startswith(ADMIN_PREFIX)
+            or path.startswith(CONSOLE_PREFIX)
+        ):
             await self.app(scope, receive, send)
             return
         if not self.accounts.enabled:
@@ -289,6 +310,8 @@ def create_app(
                 database=state.database,
                 auth_on=state.accounts.enabled,
             )
+            # Each process its own tracer (each worker of --workers N opens its own).
+            state.tracing = _open_tracing(config)
             if on_ready is not None:
                 on_ready(await models.list_models())
             if workers is not None:
@@ -303,6 +326,10 @@ def create_app(
                     # Requests are over: what is buffered is written before exit.
                     await state.ledger.aclose()
                     state.ledger = None
+                if state.tracing is not None:
+                    # Requests are over: the spans still queued are sent before exit.
+                    tracing, state.tracing = state.tracing, None
+                    await asyncio.to_thread(tracing.shutdown)
                 if agent.runtime is not None:
                     try:
                         await agent.runtime.aclose()
@@ -331,6 +358,7 @@ def create_app(
             *gemini.unknown_methods,
             *agent_routes,
             *admin_api.routes,
+            *console_routes,
         ],
         lifespan=lifespan,
     )
