@@ -46,6 +46,16 @@ A failed write is one of two things (``refused``):
 ``aclose()`` stops the task and writes what is left, so a graceful shutdown loses
 nothing.
 
+A row is visible to readers (``GET /admin/usage``, the console's request log:
+accounts/request_log.py) once its batch is written: within ``flush_interval_s`` (1 s)
+of the request's end, the "within a few seconds" the console promises (issue 27),
+for one write per second whatever the traffic.
+
+With ``bodies`` (a ``BodyKeeper``: ``ledger.keep_bodies``, accounts/kept_bodies.py),
+``keep_bodies`` hands a request's bodies over with its row; each write renders them in
+a worker thread, redacted and bounded, and inserts them into ``usage_bodies`` after
+the rows, best effort (a failure drops them, logged; the rows never wait on them).
+
 With ``retention_days`` set (``ledger.retention_days``, 90 by default in the
 gateway), a second task moves rows past the retention into daily rollups and
 deletes them, a small batch per transaction, once at start and then hourly
@@ -70,11 +80,17 @@ from typing import Any
 from sqlalchemy import Table, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from llmbridge.accounts.kept_bodies import (
+    DEFAULT_BODY_RETENTION_DAYS,
+    BodyKeeper,
+    write_bodies,
+)
 from llmbridge.accounts.keys import CACHE_S
 from llmbridge.accounts.rollups import (
     CLEANUP_BATCH,
     DEFAULT_RETENTION_DAYS,
     cutoff_for,
+    delete_bodies_batch,
     pending_cleanup,
     roll_up_batch,
 )
@@ -197,6 +213,8 @@ class UsageLedger:
         cleanup_pause_s: float = 0.05,
         on_cleanup_pending: Callable[[int], None] | None = None,
         take_back_s: float = CACHE_S + 1.0,
+        bodies: BodyKeeper | None = None,
+        body_retention_days: int | None = DEFAULT_BODY_RETENTION_DAYS,
     ) -> None:
         self.database = database
         """The product's database (store/database.py): the gateway's one, handed in."""
@@ -217,6 +235,14 @@ class UsageLedger:
         self.retention_days = retention_days
         """Days a row is kept before it is rolled up (accounts/rollups.py); ``None``
         or 0: for ever, and no cleanup task."""
+        self.bodies = bodies
+        """Where requests' bodies wait for the next write when they are kept
+        (``ledger.keep_bodies``); ``None``: not kept, and nothing is built for them."""
+        self.body_retention_days = body_retention_days
+        """Days a kept body stays (``ledger.body_retention_days``); ``None`` or 0: for
+        ever."""
+        self.bodies_deleted = 0
+        """Kept bodies deleted past their retention by this process."""
         self.cleanup_interval_s = cleanup_interval_s
         self.cleanup_batch = cleanup_batch
         self.cleanup_pause_s = cleanup_pause_s
@@ -292,8 +318,19 @@ class UsageLedger:
         loop = asyncio.get_running_loop()
         if self._task is None:
             self._task = loop.create_task(self._run(), name="usage-ledger-flush")
-        if self._cleanup_task is None and self.retention_days:
+        if self._cleanup_task is None and (self.retention_days or self._bodies_expire):
             self._cleanup_task = loop.create_task(self._run_cleanup(), name="usage-ledger-cleanup")
+
+    @property
+    def _bodies_expire(self) -> bool:
+        return self.bodies is not None and bool(self.body_retention_days)
+
+    def keep_bodies(self, record: UsageRecord, request: object, reply: object) -> None:
+        """Keep ``record``'s request and reply (neutral objects or JSON data), when
+        bodies are kept (``bodies``): written with the next batch, rendered off the
+        event loop (accounts/kept_bodies.py)."""
+        if self.bodies is not None:
+            self.bodies.keep(record.request_id, record.created_at, request, reply)
 
     def record(self, record: UsageRecord, *, spend_counted: bool = False) -> None:
         """Keep ``record`` for the next write, its values made storable; never waits
@@ -395,6 +432,8 @@ class UsageLedger:
                         )
                     self._failing = True
                     return False
+            if self.bodies is not None and self.bodies.pending:
+                await write_bodies(self._writer, self.bodies)
             return True
 
     async def _write_splitting(
@@ -511,6 +550,8 @@ class UsageLedger:
         """Roll up and delete the rows past the retention, ``cleanup_batch`` rows per
         transaction (accounts/rollups.py), pausing ``cleanup_pause_s`` between
         two; the rows moved. Nothing to do without a retention."""
+        if self._bodies_expire:
+            await self._delete_bodies(now)
         cutoff = cutoff_for(self.retention_days, now)
         if cutoff is None:
             return 0
@@ -535,6 +576,19 @@ class UsageLedger:
                 cutoff.date().isoformat(),
             )
         return moved
+
+    async def _delete_bodies(self, now: datetime | None) -> None:
+        """Delete the kept bodies past ``body_retention_days``, a batch at a time."""
+        cutoff = cutoff_for(self.body_retention_days, now)
+        if cutoff is None:
+            return
+        async with self._cleanup_lock:
+            while True:
+                count = await delete_bodies_batch(self._writer, cutoff, self.cleanup_batch)
+                self.bodies_deleted += count
+                if count < self.cleanup_batch:
+                    break
+                await asyncio.sleep(self.cleanup_pause_s)
 
     def _set_cleanup_pending(self, count: int) -> None:
         self.cleanup_pending = count

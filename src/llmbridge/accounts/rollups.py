@@ -23,6 +23,10 @@ sums ``usage`` and ``usage_daily`` together) never sees a row in both or in neit
 A group may end with more than one ``usage_daily`` row (two replicas inserting the
 same new group at once): readers sum them, so that costs nothing but a row.
 
+Kept bodies (issue 27, ``ledger.keep_bodies``: accounts/kept_bodies.py) have a
+retention of their own, ``ledger.body_retention_days`` (7 by default): the same
+cleanup deletes the older ones, ``delete_bodies_batch`` at a time, summing nothing.
+
 Why batches: one ``DELETE`` of a year's rows would hold the table's write lock (all
 of SQLite, and PostgreSQL's rows with a long transaction) for minutes while the
 gateway's ledger waits; 5,000 rows take milliseconds. ``UsageLedger`` runs the
@@ -37,20 +41,23 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmbridge.store.models import UsageDailyRow, UsageRow
+from llmbridge.store.models import UsageBodyRow, UsageDailyRow, UsageRow
 
 __all__ = [
     "CLEANUP_BATCH",
     "DEFAULT_RETENTION_DAYS",
+    "USAGE_BODIES",
     "USAGE_DAILY",
     "cutoff_for",
     "day_of",
+    "delete_bodies_batch",
     "pending_cleanup",
     "roll_up_batch",
 ]
 
 USAGE: Table = UsageRow.__table__  # type: ignore[assignment]
 USAGE_DAILY: Table = UsageDailyRow.__table__  # type: ignore[assignment]
+USAGE_BODIES: Table = UsageBodyRow.__table__  # type: ignore[assignment]
 
 DEFAULT_RETENTION_DAYS = 90
 """``ledger.retention_days`` when the configuration says nothing."""
@@ -143,6 +150,20 @@ async def roll_up_batch(engine: AsyncEngine, cutoff: datetime, limit: int = CLEA
                 sums[7] += cost
         await _add(conn, groups)
     return len(rows)
+
+
+async def delete_bodies_batch(
+    engine: AsyncEngine, cutoff: datetime, limit: int = CLEANUP_BATCH
+) -> int:
+    """Delete at most ``limit`` kept bodies (``usage_bodies``, accounts/kept_bodies.py)
+    older than ``cutoff``, in one transaction on ``engine`` (the writer); how many (0:
+    done). Bodies are not summed anywhere: they just go."""
+    chosen = (
+        select(USAGE_BODIES.c.request_id).where(USAGE_BODIES.c.created_at < cutoff).limit(limit)
+    )
+    removed = delete(USAGE_BODIES).where(USAGE_BODIES.c.request_id.in_(chosen.scalar_subquery()))
+    async with engine.begin() as conn:
+        return int((await conn.execute(removed)).rowcount or 0)
 
 
 async def _add(conn: AsyncConnection, groups: dict[GroupKey, list[Any]]) -> None:

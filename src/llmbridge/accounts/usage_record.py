@@ -16,17 +16,27 @@ import asyncio
 import dataclasses
 import math
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Boolean, Float, Integer, String, Table
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
-from llmbridge.store.models import UsageRow
+from llmbridge.store.models import FACTS_LENGTH, UsageRow
 from llmbridge.store.values import storable_text
 
-__all__ = ["COLUMNS", "CREATED_AT", "ROW", "UsageRecord", "refused", "storable_record"]
+__all__ = [
+    "COLUMNS",
+    "CREATED_AT",
+    "ROW",
+    "UsageRecord",
+    "facts_of",
+    "refused",
+    "storable_record",
+]
 
 USAGE: Table = UsageRow.__table__  # type: ignore[assignment]
 
@@ -263,6 +273,29 @@ def _storable_copy(record: UsageRecord) -> UsageRecord:
         fixed = fixed or {}
         fixed["created_at"] = _now()
     return record if fixed is None else dataclasses.replace(record, **fixed)
+
+
+_FACT_PREFIX = b"x-llmbridge-"
+_NOT_FACTS = frozenset({b"x-llmbridge-overhead-ms"})
+"""Headers with a column of their own (``overhead_ms``), not repeated in ``facts``."""
+
+
+def facts_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """A reply's ``x-llmbridge-*`` headers (what the gateway changed: tools emulated,
+    thinking dropped, parameters converted, a fallback...) as the ``facts`` column's
+    JSON object; ``None`` when there is none. Headers are dropped from the end until
+    the object fits its column, so what is stored is always JSON."""
+    facts = {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in headers
+        if name.startswith(_FACT_PREFIX) and name not in _NOT_FACTS
+    }
+    while facts:
+        text = orjson.dumps(facts).decode()
+        if len(text) <= FACTS_LENGTH:
+            return text
+        facts.popitem()
+    return None
 
 
 _REFUSED_SQLSTATE = ("22", "23")
