@@ -67,6 +67,21 @@ def profile() -> None:
     is_flag=True,
     help="Leave each iteration's workspace in place (its path is in traces.jsonl).",
 )
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Iterations run at once within each provider's model and mode, each in its own "
+    "session, workspace and HOME (the gateway's own limits still apply).",
+)
+@click.option(
+    "--resume",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Continue the interrupted run in DIR (instead of --out): the iterations it "
+    "finished are kept and not run again; the rest run and are added to it.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 def run(
     scenarios: Path,
@@ -79,6 +94,8 @@ def run(
     gateway_url: str | None,
     otlp_endpoint: str | None,
     keep_workspaces: bool,
+    concurrency: int,
+    resume: Path | None,
     quiet: bool,
 ) -> None:
     """Run SCENARIOS (YAML) across its models, modes and iterations, with each
@@ -87,8 +104,9 @@ def run(
     from rich.markup import escape
     from rich.progress import Progress
 
+    from llmbridge.profiler.records import IterationRecord
     from llmbridge.profiler.report import html_report, markdown_report, print_summary
-    from llmbridge.profiler.runner import run_plans
+    from llmbridge.profiler.runner import RunDirError, load_finished, run_plans
     from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
     from llmbridge.profiler.setup import PROVIDERS, plan_for
 
@@ -120,18 +138,43 @@ def run(
         )
         for kind in kinds
     ]
-    total = sum(len(plan.groups) for plan in plans) * len(spec.scenarios) * spec.iterations
+    out = resume or out
+    finished: dict[str, int] = {}
+    if resume is not None:
+        try:
+            for key in load_finished(out / "traces.jsonl"):
+                finished[key.provider] = finished.get(key.provider, 0) + 1
+        except RunDirError as exc:
+            raise click.ClickException(str(exc)) from exc
     console = Console(stderr=True, quiet=quiet)
     with Progress(console=console, disable=quiet) as bar:
-        task = bar.add_task(f"profiling with {', '.join(kinds)}", total=total)
+        # One bar per provider: with --concurrency their iterations finish in any order.
+        tasks = {
+            plan.provider.id: bar.add_task(
+                escape(plan.provider.id),
+                total=len(plan.groups) * len(spec.scenarios) * spec.iterations,
+                completed=finished.get(plan.provider.id, 0),
+            )
+            for plan in plans
+        }
 
-        def advance(line: str) -> None:
+        def advance(record: IterationRecord) -> None:
+            verdict = "pass" if record.passed else "FAIL"
+            line = f"{record.provider} {record.scenario} [{record.model} {record.mode}] {verdict}"
             # Escaped: "[model mode]" would otherwise be read as rich markup and vanish.
-            bar.update(task, advance=1, description=escape(line))
+            bar.update(tasks[record.provider], advance=1, description=escape(line))
 
         try:
             result = asyncio.run(
-                run_plans(spec, plans, out, progress=advance, keep_workspaces=keep_workspaces)
+                run_plans(
+                    spec,
+                    plans,
+                    out,
+                    progress=advance,
+                    keep_workspaces=keep_workspaces,
+                    concurrency=concurrency,
+                    resume=resume is not None,
+                )
             )
         except Exception as exc:  # the CLI reports failures, never a traceback
             raise click.ClickException(f"the run failed: {exc}") from exc

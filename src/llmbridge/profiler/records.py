@@ -13,12 +13,19 @@ import math
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmbridge.profiler.scenarios import CheckResult
-from llmbridge.profiler.types import PromptResult
+from llmbridge.profiler.types import (
+    CostMetrics,
+    PromptMetrics,
+    PromptResult,
+    TimingMetrics,
+    TokenMetrics,
+    ToolCallRecord,
+)
 
-__all__ = ["IterationRecord", "describe", "summarise"]
+__all__ = ["IterationKey", "IterationRecord", "describe", "summarise"]
 
 
 @dataclass
@@ -39,6 +46,35 @@ class IterationRecord:
     """The iteration's workspace, when it was kept (``--keep-workspaces``)."""
     provider: str = ""
     """The ``SessionProvider.id`` that ran it (``profile compare`` tells runs apart by it)."""
+    started: bool = True
+    """``False`` when its provider did not start: nothing ran, and ``--resume`` runs it."""
+
+    @property
+    def key(self) -> IterationKey:
+        """Which iteration of the run this is: unique within a run directory."""
+        return IterationKey(self.provider, self.scenario, self.model, self.mode, self.iteration)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> IterationRecord:
+        """A record as ``to_json`` wrote it (a line of ``traces.jsonl``); ``KeyError``,
+        ``TypeError`` or ``ValueError`` for a line that is not one."""
+        return cls(
+            scenario=str(data["scenario"]),
+            model=str(data["model"]),
+            mode=str(data["mode"]),
+            iteration=int(data["iteration"]),
+            session_id=str(data["session_id"]),
+            prompts=[_result_from_json(r) for r in data["prompts"]],
+            checks=[CheckResult.model_validate(c) for c in data["checks"]],
+            passed=bool(data["passed"]),
+            error=data.get("error"),
+            trace=data.get("trace"),
+            spans=list(data.get("spans") or []),
+            invariant_problems=list(data.get("invariant_problems") or []),
+            workspace=data.get("workspace"),
+            provider=str(data.get("provider", "")),
+            started=bool(data.get("started", True)),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,7 +92,18 @@ class IterationRecord:
             "invariant_problems": self.invariant_problems,
             "spans": self.spans,
             "workspace": self.workspace,
+            "started": self.started,
         }
+
+
+class IterationKey(NamedTuple):
+    """An iteration's place in a run: provider, scenario, model, mode, iteration."""
+
+    provider: str
+    scenario: str
+    model: str
+    mode: str
+    iteration: int
 
 
 def _result_json(result: PromptResult) -> dict[str, Any]:
@@ -70,6 +117,27 @@ def _result_json(result: PromptResult) -> dict[str, Any]:
         "tool_calls": [asdict(c) for c in m.tool_calls],
         "cost": asdict(m.cost),
     }
+
+
+def _result_from_json(data: dict[str, Any]) -> PromptResult:
+    tokens = {k: int(v) for k, v in data["tokens"].items() if k not in ("total", "active")}
+    timing = data["timing"]
+    return PromptResult(
+        text=str(data["text"]),
+        metrics=PromptMetrics(
+            tokens=TokenMetrics(**tokens),
+            timing=TimingMetrics(
+                ttft_ms=timing.get("ttft_ms"),
+                total_ms=float(timing["total_ms"]),
+                steps_ms=tuple(timing.get("steps_ms") or ()),
+                tools_ms=dict(timing.get("tools_ms") or {}),
+            ),
+            tool_calls=tuple(ToolCallRecord(**c) for c in data["tool_calls"]),
+            cost=CostMetrics(**data["cost"]),
+        ),
+        completion_reason=data["completion_reason"],
+        error=data.get("error"),
+    )
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from llmbridge.profiler.otel import trace_spans
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
-from llmbridge.profiler.records import IterationRecord, summarise
+from llmbridge.profiler.records import IterationKey, IterationRecord, summarise
 from llmbridge.profiler.scenarios import Scenario, ScenarioFile
 from llmbridge.profiler.trace import check_invariants
 from llmbridge.profiler.types import PromptResult, ProviderConfig
@@ -41,7 +42,18 @@ from llmbridge.profiler.workspace import (
     remove_workspace,
 )
 
-__all__ = ["ProviderPlan", "RunResult", "run_plans", "run_scenarios"]
+__all__ = [
+    "ProviderPlan",
+    "RunDirError",
+    "RunResult",
+    "load_finished",
+    "run_plans",
+    "run_scenarios",
+]
+
+
+class RunDirError(Exception):
+    """A run directory ``--resume`` cannot continue (a damaged ``traces.jsonl``)."""
 
 
 @dataclass
@@ -58,8 +70,8 @@ class ProviderPlan:
     groups: Sequence[tuple[str, ProviderConfig]]
 
 
-Progress = Callable[[str], None]
-"""Called after each iteration with a one-line description (the progress bar)."""
+Progress = Callable[[IterationRecord], None]
+"""Called with each iteration's record as it finishes (the progress display)."""
 
 
 async def _run_iteration(
@@ -178,7 +190,11 @@ async def run_scenarios(
 
 
 def _not_started(
-    plan: ProviderPlan, model: str, config: ProviderConfig, spec: ScenarioFile, error: str
+    plan: ProviderPlan,
+    model: str,
+    config: ProviderConfig,
+    todo: Sequence[tuple[Scenario, int]],
+    error: str,
 ) -> list[IterationRecord]:
     return [
         IterationRecord(
@@ -192,9 +208,9 @@ def _not_started(
             passed=False,
             error=error,
             provider=plan.provider.id,
+            started=False,
         )
-        for scenario in spec.scenarios
-        for iteration in range(spec.iterations)
+        for scenario, iteration in todo
     ]
 
 
@@ -205,52 +221,146 @@ async def run_plans(
     progress: Progress | None = None,
     *,
     keep_workspaces: bool = False,
+    concurrency: int = 1,
+    resume: bool = False,
 ) -> RunResult:
     """Run every scenario for each provider and each of its groups, writing
     ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end.
-    ``keep_workspaces`` leaves each iteration's workspace in place (its path is in
-    the record) instead of removing it."""
-    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
-    records: list[IterationRecord] = []
 
-    def keep(record: IterationRecord, sink: Any) -> None:
+    ``keep_workspaces`` leaves each iteration's workspace in place (its path is in
+    the record) instead of removing it. ``concurrency``: at most this many iterations
+    of a group at once, each in its own session, workspace and (for the command-line
+    agents) HOME; the lines of ``traces.jsonl`` come in the order the iterations
+    finish, and the records returned and summarised are in a sequential run's order.
+    ``resume``: ``out`` holds an interrupted run (``load_finished``); its finished
+    iterations are kept and not run again, and a group with nothing left to run does
+    not start its provider."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
+    traces = out / "traces.jsonl"
+    done = await asyncio.to_thread(load_finished, traces) if resume else {}
+    order = {key: n for n, key in enumerate(_planned(spec, plans))}
+    records = list(done.values())
+
+    def keep(record: IterationRecord, sink: IO[str]) -> None:
         records.append(record)
         sink.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
         sink.flush()
+        # A record on disk survives a killed machine: --resume counts on it.
+        os.fsync(sink.fileno())
         if progress is not None:
-            verdict = "pass" if record.passed else "FAIL"
-            progress(
-                f"{record.provider} {record.scenario} [{record.model} {record.mode}] {verdict}"
-            )
+            progress(record)
 
-    with (out / "traces.jsonl").open("w", encoding="utf-8") as sink:
+    with traces.open("a" if resume else "w", encoding="utf-8") as sink:
         for plan in plans:
             provider = plan.provider
             try:
                 for model, config in plan.groups:
+                    todo = [
+                        (scenario, iteration)
+                        for scenario in spec.scenarios
+                        for iteration in range(spec.iterations)
+                        if IterationKey(provider.id, scenario.id, model, config.mode, iteration)
+                        not in done
+                    ]
+                    if not todo:
+                        continue
                     try:
                         await provider.init(config)
                     except ProviderError as exc:
                         error = f"{provider.id} did not start: {exc}"
-                        for record in _not_started(plan, model, config, spec, error):
+                        for record in _not_started(plan, model, config, todo, error):
                             keep(record, sink)
                         continue
-                    for scenario in spec.scenarios:
-                        for iteration in range(spec.iterations):
-                            record = await _run_iteration(
-                                provider,
-                                scenario,
-                                config,
-                                iteration,
-                                spec.timeout,
-                                keep_workspaces,
-                                model,
-                            )
-                            keep(record, sink)
+                    await _run_group(
+                        provider,
+                        model,
+                        config,
+                        todo,
+                        spec.timeout,
+                        concurrency=concurrency,
+                        keep_workspaces=keep_workspaces,
+                        keep=lambda record: keep(record, sink),
+                    )
             finally:
                 await provider.shutdown()
+    records.sort(key=lambda record: order.get(record.key, len(order)))
     summary = summarise(records)
     await asyncio.to_thread(
         (out / "summary.json").write_text, json.dumps(summary, indent=2), encoding="utf-8"
     )
     return RunResult(records, summary)
+
+
+async def _run_group(
+    provider: SessionProvider,
+    model: str,
+    config: ProviderConfig,
+    todo: Sequence[tuple[Scenario, int]],
+    default_timeout: float,
+    *,
+    concurrency: int,
+    keep_workspaces: bool,
+    keep: Callable[[IterationRecord], None],
+) -> None:
+    """``todo``'s iterations of one group, at most ``concurrency`` at once, each record
+    kept as its iteration finishes."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(scenario: Scenario, iteration: int) -> None:
+        async with gate:
+            record = await _run_iteration(
+                provider, scenario, config, iteration, default_timeout, keep_workspaces, model
+            )
+        keep(record)
+
+    async with asyncio.TaskGroup() as group:
+        for scenario, iteration in todo:
+            group.create_task(one(scenario, iteration))
+
+
+def _planned(spec: ScenarioFile, plans: Sequence[ProviderPlan]) -> list[IterationKey]:
+    """Every iteration of the run, in a sequential run's order."""
+    return [
+        IterationKey(plan.provider.id, scenario.id, model, config.mode, iteration)
+        for plan in plans
+        for model, config in plan.groups
+        for scenario in spec.scenarios
+        for iteration in range(spec.iterations)
+    ]
+
+
+def load_finished(traces: Path) -> dict[IterationKey, IterationRecord]:
+    """The iterations an interrupted run finished, from its ``traces.jsonl``, which is
+    rewritten to hold just them (so nothing is counted twice):
+
+    - a last line cut short (the run was killed while writing it) is dropped;
+    - a record whose provider did not start is dropped, to be run again;
+    - of two records of the same iteration, the later is kept.
+
+    A missing file is a run that finished nothing. Any other line that is not a record
+    raises ``RunDirError`` naming it."""
+    if not traces.exists():
+        return {}
+    text = traces.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    finished: dict[IterationKey, IterationRecord] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = IterationRecord.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):  # no newline after it: cut short
+                continue
+            raise RunDirError(f"{traces} line {number} is not an iteration record: {exc}") from exc
+        if record.started:
+            finished[record.key] = record
+        else:
+            finished.pop(record.key, None)
+    kept = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in finished.values())
+    partial = traces.with_name(traces.name + ".partial")
+    partial.write_text(kept, encoding="utf-8")
+    partial.replace(traces)
+    return finished
