@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmbridge.profiler.html_compare import comparison_body
-from llmbridge.profiler.records import IterationRecord
+from llmbridge.profiler.records import IterationRecord, findings_by_kind
 from llmbridge.profiler.svg_charts import (
     SVG_NS,
     Bar,
@@ -405,6 +405,12 @@ def _iteration(record: IterationRecord, *, opened: bool = False) -> str:
         for n, p in enumerate(record.prompts)
     )
     error = f'<p class="fail">{_esc(record.error)}</p>' if record.error else ""
+    findings = "".join(
+        f'<li class="finding"><code>{_esc(f["kind"])}</code> {_esc(f["message"])}</li>'
+        for f in record.findings
+    )
+    if findings:
+        findings = f'<ul class="findings">{findings}</ul>'
     problems = "".join(f"<li>{_esc(p)}</li>" for p in record.invariant_problems)
     if problems:
         problems = f'<p class="fail">trace invariants broken:</p><ul>{problems}</ul>'
@@ -412,8 +418,25 @@ def _iteration(record: IterationRecord, *, opened: bool = False) -> str:
         f'<details class="iteration"{" open" if opened else ""}><summary>'
         f"{_esc(record.provider + ' · ' if record.provider else '')}{_esc(record.scenario)} "
         f"[{_esc(record.model)} {_esc(record.mode)}] #{record.iteration} {verdict}</summary>"
-        f'{error}<ul class="prompts">{prompts}</ul><ul>{checks}</ul>{problems}'
+        f'{error}{findings}<ul class="prompts">{prompts}</ul><ul>{checks}</ul>{problems}'
         f"{_timeline(record.trace)}</details>"
+    )
+
+
+def _findings_section(records: Sequence[IterationRecord]) -> str:
+    """What the traces show went wrong, grouped by kind across every iteration."""
+    grouped = findings_by_kind(records)
+    if not grouped:
+        return ""
+    rows = "".join(
+        f"<tr><td><code>{_esc(kind)}</code></td><td>{len(seen)} of {len(records)}</td>"
+        f"<td><ul>{''.join(f'<li>{_esc(w)}: {_esc(m)}</li>' for w, m in seen)}</ul></td></tr>"
+        for kind, seen in sorted(grouped.items(), key=lambda item: -len(item[1]))
+    )
+    return (
+        "<h2>Findings</h2>"
+        '<table class="findings"><thead><tr><th>finding</th><th>iterations</th>'
+        f"<th>where</th></tr></thead><tbody>{rows}</tbody></table>"
     )
 
 
@@ -427,6 +450,7 @@ def html_report(summary: Sequence[dict[str, Any]], records: Sequence[IterationRe
         _spread_chart(summary, "tokens", "tokens", "tokens"),
         "<h2>Cost</h2>",
         _cost_chart(summary),
+        _findings_section(records),
         "<h2>Iterations</h2>",
         '<p class="note">Open an iteration for its trace timeline: one row per step on a '
         "time axis shared by the iteration's rows; open a row for its inputs and outputs.</p>",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -25,7 +26,7 @@ from llmbridge.profiler.types import (
     ToolCallRecord,
 )
 
-__all__ = ["IterationKey", "IterationRecord", "describe", "summarise"]
+__all__ = ["IterationKey", "IterationRecord", "describe", "findings_by_kind", "summarise"]
 
 
 @dataclass
@@ -48,6 +49,8 @@ class IterationRecord:
     """The ``SessionProvider.id`` that ran it (``profile compare`` tells runs apart by it)."""
     started: bool = True
     """``False`` when its provider did not start: nothing ran, and ``--resume`` runs it."""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """What its trace shows went wrong (findings.py ``Finding.to_json``)."""
 
     @property
     def key(self) -> IterationKey:
@@ -74,6 +77,7 @@ class IterationRecord:
             workspace=data.get("workspace"),
             provider=str(data.get("provider", "")),
             started=bool(data.get("started", True)),
+            findings=list(data.get("findings") or []),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -93,6 +97,7 @@ class IterationRecord:
             "spans": self.spans,
             "workspace": self.workspace,
             "started": self.started,
+            "findings": self.findings,
         }
 
 
@@ -194,6 +199,19 @@ def summarise(records: list[IterationRecord]) -> list[dict[str, Any]]:
                 "tool_calls": sum(len(r.metrics.tool_calls) for i in items for r in i.prompts),
                 "completion_reasons": dict(reasons),
                 "invariant_problems": sum(len(i.invariant_problems) for i in items),
+                "findings": dict(Counter(f["kind"] for i in items for f in i.findings)),
             }
         )
     return summary
+
+
+def findings_by_kind(records: Sequence[IterationRecord]) -> dict[str, list[tuple[str, str]]]:
+    """Each finding kind seen, with (iteration, message) for every time it was seen,
+    across all the records (providers, models, modes)."""
+    grouped: dict[str, list[tuple[str, str]]] = {}
+    for r in records:
+        who = f"{r.provider} " if r.provider else ""
+        where = f"{who}{r.scenario} [{r.model} {r.mode}] #{r.iteration}"
+        for finding in r.findings:
+            grouped.setdefault(str(finding["kind"]), []).append((where, str(finding["message"])))
+    return grouped

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmbridge.profiler.html_report import html_report
-from llmbridge.profiler.records import IterationRecord
+from llmbridge.profiler.records import IterationRecord, findings_by_kind
 
 __all__ = ["html_report", "markdown_report", "print_summary"]
 
@@ -98,4 +98,18 @@ def markdown_report(summary: Sequence[dict[str, Any]], records: Sequence[Iterati
             why = r.error or f"checks failed: {', '.join(failed)}"
             who = f"{r.provider} " if r.provider else ""
             lines.append(f"- {who}{r.scenario} [{r.model} {r.mode}] #{r.iteration}: {why}")
+    lines += findings_markdown(records)
     return "\n".join(lines) + "\n"
+
+
+def findings_markdown(records: Sequence[IterationRecord]) -> list[str]:
+    grouped = findings_by_kind(records)
+    if not grouped:
+        return []
+    lines = ["", "## Findings", ""]
+    for kind, seen in sorted(grouped.items(), key=lambda item: -len(item[1])):
+        lines.append(f"### {kind} ({len(seen)} of {len(records)} iterations)")
+        lines.append("")
+        lines += [f"- {where}: {message}" for where, message in seen]
+        lines.append("")
+    return lines[:-1]

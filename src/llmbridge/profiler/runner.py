@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from llmbridge.profiler.findings import scan
 from llmbridge.profiler.otel import trace_spans
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
 from llmbridge.profiler.records import IterationKey, IterationRecord, summarise
@@ -157,7 +158,7 @@ async def _run_session(
     # After destroy_session: the agent can no longer change the workspace under a check.
     checks = await evaluate_all(scenario.checks, results, workspace)
     completed = bool(results) and all(r.completion_reason in ("stop", "length") for r in results)
-    return IterationRecord(
+    record = IterationRecord(
         scenario=scenario.id,
         model=config.model,
         mode=config.mode,
@@ -172,6 +173,8 @@ async def _run_session(
         invariant_problems=check_invariants(trace) if trace is not None else [],
         provider=provider.id,
     )
+    record.findings = [finding.to_json() for finding in scan(record, scenario.turns)]
+    return record
 
 
 async def run_scenarios(
