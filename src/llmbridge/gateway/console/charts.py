@@ -2,10 +2,11 @@
 
 The profiler draws its reports' charts the same way (profiler/svg_charts.py), but the
 gateway may not import the profiler (docs/ARCHITECTURE.md's layers: the profiler sits
-beside the gateway, above serving), so the console has these two small drawings of its
-own: horizontal bars (a value per label: requests, tokens, spend by model, key...) and
-a timeline (the turns of a client session on a time axis, each a bar from its start to
-its end). Colours are CSS classes (console.css), so light and dark themes apply and the
+beside the gateway, above serving), so the console has three small drawings of its
+own: horizontal bars (a value per label: requests, spend by model, key...), columns
+over time (requests per minute, hour or day) and a timeline (the turns of a client
+session on a time axis, each a bar from its start to its end). Colours are CSS classes
+(console.css), so light and dark themes apply and the
 Content-Security-Policy needs no inline style.
 
 Every text is escaped (``markupsafe.escape``): labels are model names, key names and
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-__all__ = ["Span", "bar_chart", "nice_ticks", "timeline"]
+__all__ = ["Span", "bar_chart", "column_chart", "nice_ticks", "timeline"]
 
 _WIDTH = 640
 _LABEL_W = 170
@@ -90,6 +91,52 @@ def bar_chart(title: str, rows: Sequence[tuple[str, float]], unit: str) -> Marku
     parts.append(
         f'<text class="unit" x="{_LABEL_W + plot_w}" y="{axis_y + 30}" text-anchor="end">'
         f"{escape(unit)}</text></svg>"
+    )
+    return Markup("".join(parts))
+
+
+def column_chart(
+    title: str, columns: Sequence[tuple[str, float]], unit: str, every: int = 1
+) -> Markup:
+    """Vertical columns in time order, one per ``(label, value)``, on a y axis in
+    ``unit``; every ``every``-th label is written under the x axis."""
+    if not columns:
+        return Markup('<p class="empty">{}: no data yet</p>').format(title)
+    ticks = nice_ticks(max(v for _, v in columns))
+    top = ticks[-1] or 1.0
+    left, plot_h, plot_w = 56, 150, _WIDTH - 56 - 12
+    height = plot_h + 52
+    step = plot_w / len(columns)
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" role="img" '
+        f'aria-label="{escape(title)} ({escape(unit)})">',
+        f"<title>{escape(title)} ({escape(unit)})</title>",
+    ]
+    for tick in ticks:
+        y = 8 + plot_h - plot_h * tick / top
+        parts.append(
+            f'<line class="axis" x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{escape(_number(tick))}</text>"
+        )
+    for i, (label, value) in enumerate(columns):
+        h = plot_h * value / top
+        x = left + i * step
+        parts.append(
+            f'<rect class="bar" x="{x + step * 0.1:.1f}" y="{8 + plot_h - h:.1f}" '
+            f'width="{max(step * 0.8, 1):.1f}" height="{h:.1f}">'
+            f"<title>{escape(label)}: {escape(_number(value))} {escape(unit)}</title></rect>"
+        )
+        if i % every == 0:
+            parts.append(
+                f'<text class="tick" x="{x + step / 2:.1f}" y="{plot_h + 24}" '
+                f'text-anchor="middle">{escape(label)}</text>'
+            )
+    parts.append(
+        f'<line class="axis" x1="{left}" y1="8" x2="{left}" y2="{8 + plot_h}"/>'
+        f'<line class="axis" x1="{left}" y1="{8 + plot_h}" x2="{left + plot_w}" '
+        f'y2="{8 + plot_h}"/>'
+        f'<text class="unit" x="{left}" y="{height - 6}">{escape(unit)} · time (UTC)</text></svg>'
     )
     return Markup("".join(parts))
 

@@ -1,22 +1,279 @@
-"""The console's pages over the request log: overview, requests, sessions."""
+"""The console's pages over the request log (accounts/request_log.py): the overview,
+the live request list and one request's detail, the client sessions and one session's
+timeline.
+
+Every page reads the product's database through the request log's queries (bounded:
+figures computed in SQL, at most a page of rows). With no usage ledger (``server.ledger:
+false``) or its database down, a page says so instead of failing.
+
+The request list polls a fragment (``/ui/requests/rows``, the same filters) every 2 s
+with htmx; a row's time links to its detail page.
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from llmbridge.accounts import request_log
+from llmbridge.accounts.request_log import GROUP_BY, Overview, RequestRow, Status
+from llmbridge.core.errors import LLMBridgeError
+from llmbridge.gateway.console.charts import Span, bar_chart, column_chart, timeline
 from llmbridge.gateway.console.session import Session
 from llmbridge.gateway.console.web import PREFIX, console_page, render
 from llmbridge.gateway.state import GatewayState
 
-__all__ = ["routes"]
+__all__ = ["PERIODS", "routes"]
+
+PERIODS = (
+    ("15m", "15 minutes", timedelta(minutes=15)),
+    ("1h", "hour", timedelta(hours=1)),
+    ("24h", "day", timedelta(days=1)),
+    ("7d", "7 days", timedelta(days=7)),
+    ("30d", "30 days", timedelta(days=30)),
+    ("all", "all kept", None),
+)
+"""The request list's ``since`` choices."""
+WINDOWS = (
+    ("hour", "Last hour", "minute"),
+    ("day", "Last day", "hour"),
+    ("30d", "Last 30 days", "day"),
+)
+"""The overview's windows, and what one of their buckets is."""
+ROWS = 100
+"""Requests the live list shows."""
+
+
+class _NoLog(Exception):
+    """The request log cannot be read: why, for the page."""
+
+
+async def _engine(state: GatewayState) -> AsyncEngine:
+    if state.ledger is None:
+        raise _NoLog(
+            "the usage ledger is off (server.ledger: false, or no keys): no request is recorded"
+        )
+    try:
+        return (await state.database.get()).engine
+    except Exception as exc:  # noqa: BLE001 - the kind of failure, never the URL
+        raise _NoLog(f"the database is unavailable ({type(exc).__name__})") from None
+
+
+def _filters(request: Request) -> dict[str, str]:
+    params = request.query_params
+    since = params.get("since", "1h")
+    return {
+        "key": params.get("key", "").strip(),
+        "model": params.get("model", "").strip(),
+        "status": params.get("status", "").strip(),
+        "since": since if since in {p[0] for p in PERIODS} else "1h",
+    }
+
+
+def _status(text: str) -> Status | None:
+    if text in ("ok", "error"):
+        return text  # type: ignore[return-value]
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+async def _rows(state: GatewayState, filters: dict[str, str]) -> list[RequestRow]:
+    engine = await _engine(state)
+    period = next(p[2] for p in PERIODS if p[0] == filters["since"])
+    page = await request_log.recent_requests(
+        engine,
+        key=filters["key"] or None,
+        model=filters["model"] or None,
+        status=_status(filters["status"]),
+        since=None if period is None else datetime.now(UTC) - period,
+        limit=ROWS,
+    )
+    return page.rows
+
+
+async def _requests(request: Request, state: GatewayState, session: Session) -> Response:
+    filters = _filters(request)
+    context: dict[str, Any] = {
+        "filters": filters,
+        "periods": [(p[0], p[1]) for p in PERIODS],
+        "query": urlencode(filters),
+        "filtered": any(filters[k] for k in ("key", "model", "status")),
+    }
+    try:
+        rows = await _rows(state, filters)
+    except (_NoLog, LLMBridgeError) as exc:
+        return render(
+            request, "requests.html", 200, session, rows=[], unavailable=str(exc), **context
+        )
+    return render(request, "requests.html", session=session, rows=rows, **context)
+
+
+async def _request_rows(request: Request, state: GatewayState, session: Session) -> Response:
+    filters = _filters(request)
+    try:
+        rows = await _rows(state, filters)
+    except (_NoLog, LLMBridgeError):
+        rows = []
+    filtered = any(filters[k] for k in ("key", "model", "status"))
+    return render(request, "request_rows.html", session=session, rows=rows, filtered=filtered)
+
+
+async def _request(request: Request, state: GatewayState, session: Session) -> Response:
+    request_id = request.path_params["request_id"]
+    try:
+        detail = await request_log.request_detail(await _engine(state), request_id)
+    except (_NoLog, LLMBridgeError) as exc:
+        return render(request, "error.html", 503, session, message=str(exc))
+    if detail is None:
+        message = f"no request {request_id!r} in the log (not yet written, or rolled up)"
+        return render(request, "error.html", 404, session, message=message)
+    bodies = [
+        (label, text)
+        for label, text in (("Request", detail.request_body), ("Response", detail.response_body))
+        if text
+    ]
+    return render(request, "request_detail.html", session=session, r=detail.row, bodies=bodies)
+
+
+def _bucket_label(start: datetime, window: str) -> str:
+    return start.strftime({"hour": "%H:%M", "day": "%H:00", "30d": "%m-%d"}[window])
+
+
+def _overview_charts(view: Overview) -> dict[str, Any]:
+    window = view.window
+    unit = next(w[2] for w in WINDOWS if w[0] == window)
+    every = {"hour": 10, "day": 4, "30d": 5}[window]
+    columns = [(_bucket_label(b.start, window), float(b.stats.requests)) for b in view.buckets]
+    tokens = [
+        (_bucket_label(b.start, window), float(b.stats.input_tokens + b.stats.output_tokens))
+        for b in view.buckets
+    ]
+    spend = [(_bucket_label(b.start, window), b.stats.cost_usd) for b in view.buckets]
+    return {
+        "requests_chart": column_chart("Requests", columns, f"requests per {unit}", every),
+        "tokens_chart": column_chart("Tokens", tokens, f"tokens (in + out) per {unit}", every),
+        "spend_chart": column_chart("Spend", spend, f"USD per {unit}", every),
+    }
 
 
 async def _overview(request: Request, state: GatewayState, session: Session) -> Response:
-    return render(request, "overview.html", session=session)
+    window = request.query_params.get("window", "hour")
+    if window not in {w[0] for w in WINDOWS}:
+        window = "hour"
+    context: dict[str, Any] = {"window": window, "windows": WINDOWS}
+    try:
+        engine = await _engine(state)
+        groups = {
+            group: await request_log.overview(engine, window, group, max_groups=10)
+            for group in GROUP_BY
+        }
+    except (_NoLog, LLMBridgeError) as exc:
+        return render(request, "overview.html", 200, session, unavailable=str(exc), **context)
+    view = groups["dialect"]  # every one has the same buckets and totals
+    seconds = view.bucket_seconds * len(view.buckets)
+    by = {
+        group: bar_chart(
+            f"Requests by {group}",
+            [(g.name or "(none)", float(g.stats.requests)) for g in found.groups],
+            "requests",
+        )
+        for group, found in groups.items()
+    }
+    spend_by = {
+        group: bar_chart(
+            f"Spend by {group}",
+            [(g.name or "(none)", g.stats.cost_usd) for g in found.groups],
+            "USD",
+        )
+        for group, found in groups.items()
+        if group in ("model", "key")
+    }
+    return render(
+        request,
+        "overview.html",
+        session=session,
+        view=view,
+        groups=groups,
+        by=by,
+        spend_by=spend_by,
+        rate=view.totals.requests / seconds,
+        **_overview_charts(view),
+        **context,
+    )
+
+
+async def _sessions(request: Request, state: GatewayState, session: Session) -> Response:
+    try:
+        lines = await request_log.sessions(await _engine(state), limit=100)
+    except (_NoLog, LLMBridgeError) as exc:
+        return render(request, "sessions.html", 200, session, lines=[], unavailable=str(exc))
+    return render(request, "sessions.html", session=session, lines=lines)
+
+
+def _spans(rows: list[RequestRow]) -> list[Span]:
+    """Each request from its start (its end less its latency) to its end."""
+    if not rows:
+        return []
+
+    def start(row: RequestRow) -> datetime:
+        return row.created_at - timedelta(milliseconds=row.latency_ms or 0)
+
+    first = min(start(r) for r in rows)
+    spans = []
+    for i, row in enumerate(rows, 1):
+        note = (
+            f"{row.input_tokens or 0} in ({row.cached_tokens or 0} cached), "
+            f"{row.output_tokens or 0} out, ${row.cost_usd or 0:.6f}"
+        )
+        spans.append(
+            Span(
+                label=f"{i}. {row.model}",
+                start_s=(start(row) - first).total_seconds(),
+                duration_s=(row.latency_ms or 0) / 1000,
+                note=note,
+                failed=row.status >= 400,
+            )
+        )
+    return spans
+
+
+async def _session(request: Request, state: GatewayState, session: Session) -> Response:
+    session_id = request.path_params["session_id"]
+    try:
+        rows = await request_log.session_requests(await _engine(state), session_id)
+    except (_NoLog, LLMBridgeError) as exc:
+        return render(request, "error.html", 503, session, message=str(exc))
+    if not rows:
+        return render(request, "error.html", 404, session, message="no requests in that session")
+    totals = {
+        "turns": len(rows),
+        "input_tokens": sum(r.input_tokens or 0 for r in rows),
+        "output_tokens": sum(r.output_tokens or 0 for r in rows),
+        "cached_tokens": sum(r.cached_tokens or 0 for r in rows),
+        "cost_usd": sum(r.cost_usd or 0 for r in rows),
+    }
+    chart = timeline(f"Session {session_id}", _spans(rows))
+    return render(
+        request,
+        "session.html",
+        session=session,
+        session_id=session_id,
+        rows=rows,
+        totals=totals,
+        chart=chart,
+    )
 
 
 routes = [
     Route(f"{PREFIX}/", console_page(_overview), methods=["GET"]),
+    Route(f"{PREFIX}/requests", console_page(_requests), methods=["GET"]),
+    Route(f"{PREFIX}/requests/rows", console_page(_request_rows), methods=["GET"]),
+    Route(f"{PREFIX}/requests/{{request_id}}", console_page(_request), methods=["GET"]),
+    Route(f"{PREFIX}/sessions", console_page(_sessions), methods=["GET"]),
+    Route(f"{PREFIX}/sessions/{{session_id:path}}", console_page(_session), methods=["GET"]),
 ]

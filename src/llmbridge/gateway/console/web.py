@@ -4,8 +4,10 @@ forms, and the gate every page and fragment goes through.
 - **Templates**: Jinja2 with autoescape on (every value a client chose, a model or key
   name, a session id, is escaped), loaded from the package (``templates/``).
 - **Headers**: a strict Content-Security-Policy (``default-src 'self'``, no inline
-  script or style, no framing, forms only to this origin), ``nosniff``, no referrer,
-  and ``Cache-Control: no-store`` (a page may hold a key just created).
+  script or style, no framing, forms only to this origin), ``nosniff``, the referrer
+  only within this origin (``same-origin``: with ``no-referrer`` Chromium sends
+  ``Origin: null`` on the console's own forms, and the origin check refuses them), and
+  ``Cache-Control: no-store`` (a page may hold a key just created).
 - **The gate** (``console_page``): without a master key, a page saying how to set one;
   without a valid session (session.py), a page is a 303 to the sign-in page and a
   fragment (htmx's ``HX-Request``, or a ``/ui/.../rows`` path) a 401. A POST must come
@@ -66,7 +68,7 @@ def secure_headers(response: Response) -> Response:
     headers = response.headers
     headers["content-security-policy"] = CSP
     headers["x-content-type-options"] = "nosniff"
-    headers["referrer-policy"] = "no-referrer"
+    headers["referrer-policy"] = "same-origin"
     headers["x-frame-options"] = "DENY"
     headers.setdefault("cache-control", "no-store")
     return response
