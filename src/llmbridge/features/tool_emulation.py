@@ -80,6 +80,7 @@ from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, ResponseFormat
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.core.stream import ChatFn, EventStream
+from llmbridge.core.tracing import REQUEST_TRACE, TraceSpan, usage_attributes
 from llmbridge.features.apology import apology
 from llmbridge.features.json_stream import FieldStreamer
 from llmbridge.features.rule_selection import select_tool
@@ -425,9 +426,42 @@ def _allowed(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any
 
 
 async def _generate(backend_chat: ChatFn, request: ChatRequest) -> ChatResponse:
-    # aclosing: an error event stops the accumulation; the backend's call ends now.
-    async with aclosing(backend_chat(request)) as events:
-        return await accumulate(events)
+    """The answer's model call (a fallback after the decision): a span of its own when
+    the request is traced (core/tracing.py)."""
+    span = _step("answer", request.model)
+    try:
+        # aclosing: an error event stops the accumulation; the backend's call ends now.
+        async with aclosing(backend_chat(request)) as events:
+            generated = await accumulate(events)
+    except LLMBridgeError as exc:
+        _ended(span, failure=exc)
+        raise
+    _ended(span, generated.usage)
+    return generated
+
+
+def _step(name: str, model: str) -> TraceSpan | None:
+    """A span for one of emulation's model calls (``decision``, ``answer``), as a child
+    of the traced request's backend attempt; ``None`` when tracing is off."""
+    trace = REQUEST_TRACE.get()
+    return None if trace is None else trace.step(name, model)
+
+
+def _ended(
+    span: TraceSpan | None,
+    usage: Usage | None = None,
+    *,
+    failure: LLMBridgeError | None = None,
+    streamed: bool | None = None,
+) -> None:
+    """End ``span`` (when tracing) with the call's usage and failure."""
+    if span is None:
+        return
+    if usage is not None:
+        span.set({**usage_attributes(usage), "llmbridge.tool_emulation.streamed": streamed})
+    if failure is not None:
+        span.fail(failure)
+    span.end()
 
 
 def _conversation_request(
@@ -559,6 +593,7 @@ async def emulate_tool_calls(
     cut = False
     failure: LLMBridgeError | None = None
     decision_request = _decision_request(request, now, schema=structured)
+    span = _step("decision", request.model)  # a span when the request is traced
     try:
         try:
             events = backend_chat(decision_request)
@@ -594,11 +629,13 @@ async def emulate_tool_calls(
             # Issue 12, item 3: the backend's own error, not "no usable reply", so the
             # gateway retries, falls back or trips the breaker as without tools.
             log.info("the tool decision failed: %s", exc.message)
+            _ended(span, failure=exc)
             raise
         failure = exc
         usage, text = generation.usage, "".join(written)
     if cut and usage.output_tokens is None:
         usage = replace(usage, output_tokens=count_text_tokens(text))
+    _ended(span, usage, failure=failure, streamed=reply.started)
     if reply.started:
         for out in _end_streamed(reply, content, failure, usage):
             yield out

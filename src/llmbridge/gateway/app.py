@@ -71,6 +71,7 @@ from llmbridge.web.streaming import SERVER_SEND
 
 if TYPE_CHECKING:
     from llmbridge.agent.tools import ToolRegistry
+    from llmbridge.gateway.telemetry import Tracing
 
 __all__ = ["create_app", "http_protocol"]
 
@@ -102,6 +103,17 @@ async def _open_agent(
         # Clients get the kind of failure only: the details may name the database.
         mounted.error = type(exc).__name__
         log.error("the agent service is unavailable: %s: %s", type(exc).__name__, exc)
+
+
+def _open_tracing(config: GatewayConfig) -> Tracing | None:
+    """This process's tracer when ``telemetry.otlp_endpoint`` is set (gateway/telemetry.py,
+    imported only then: with tracing off the OpenTelemetry SDK is never loaded)."""
+    endpoint = config.telemetry.otlp_endpoint
+    if not endpoint:
+        return None
+    from llmbridge.gateway.telemetry import DEFAULT_SERVICE_NAME, Tracing
+
+    return Tracing(endpoint, config.telemetry.service_name or DEFAULT_SERVICE_NAME)
 
 
 class _AuthMiddleware:
@@ -298,6 +310,8 @@ def create_app(
                 database=state.database,
                 auth_on=state.accounts.enabled,
             )
+            # Each process its own tracer (each worker of --workers N opens its own).
+            state.tracing = _open_tracing(config)
             if on_ready is not None:
                 on_ready(await models.list_models())
             if workers is not None:
@@ -312,6 +326,10 @@ def create_app(
                     # Requests are over: what is buffered is written before exit.
                     await state.ledger.aclose()
                     state.ledger = None
+                if state.tracing is not None:
+                    # Requests are over: the spans still queued are sent before exit.
+                    tracing, state.tracing = state.tracing, None
+                    await asyncio.to_thread(tracing.shutdown)
                 if agent.runtime is not None:
                     try:
                         await agent.runtime.aclose()

@@ -56,6 +56,9 @@ backend and serves any model name. Example file::
       "gpt-4o*": {input: 2.5, output: 10, cached_input: 1.25, reasoning: 10}
     ledger:                           # the usage ledger's life (docs/DEPLOY.md, "Usage and cost")
       retention_days: 90              # then rows become daily rollups (0 or null: kept for ever)
+    telemetry:                        # a trace per request (docs/DEPLOY.md, "Tracing")
+      otlp_endpoint: "http://127.0.0.1:4318"  # OTEL_EXPORTER_OTLP_ENDPOINT; none: off
+      service_name: llmbridge         # OTEL_SERVICE_NAME
     state:                            # shared across workers and replicas (docs/DEPLOY.md)
       redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
@@ -87,6 +90,7 @@ __all__ = [
     "LimitsConfig",
     "ServerConfig",
     "StateConfig",
+    "TelemetryConfig",
     "default_agent_database",
     "load_config",
 ]
@@ -204,6 +208,18 @@ class LedgerConfig(Strict):
     deleted. ``0`` or ``null``: every row is kept for ever."""
 
 
+class TelemetryConfig(Strict):
+    """Tracing every request with OpenTelemetry (gateway/telemetry.py; docs/DEPLOY.md,
+    "Tracing (OpenTelemetry)"). Off while ``otlp_endpoint`` is unset."""
+
+    otlp_endpoint: str | None = None
+    """The collector's OTLP/HTTP base URL (``http://collector:4318``; ``/v1/traces`` is
+    added unless it ends so); ``OTEL_EXPORTER_OTLP_ENDPOINT`` when the file sets none."""
+    service_name: str | None = None
+    """The spans' ``service.name``; ``OTEL_SERVICE_NAME`` when the file sets none, else
+    ``llmbridge``."""
+
+
 class GatewayConfig(ServingConfig):
     """The whole configuration file: the serving layer's part (backends, routes,
     policies: serving/config.py), the server's and the agent's."""
@@ -212,6 +228,7 @@ class GatewayConfig(ServingConfig):
     agent: AgentConfig = AgentConfig()
     state: StateConfig = StateConfig()
     ledger: LedgerConfig = LedgerConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """USD per million tokens by public model name or glob (accounts/prices.py): the
     usage ledger's ``cost_usd``."""
@@ -226,6 +243,9 @@ ENVIRONMENT = {
     "LLMBRIDGE_LEDGER_RETENTION_DAYS": "ledger.retention_days, days a usage row is kept, "
     "when the file sets none",
     "LLMBRIDGE_REDIS_URL": "state.redis_url (shared state's Redis) when file and flags set none",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "telemetry.otlp_endpoint, where traces go, when the file "
+    "sets none",
+    "OTEL_SERVICE_NAME": "telemetry.service_name, the spans' service.name, when the file sets none",
     "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
     "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
     "XDG_DATA_HOME": "where the default agent database lives (llmbridge/agent.db under it)",
@@ -430,6 +450,7 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
             backend[field_name] = value
     _apply_workers_environment(raw, environ)
     _apply_ledger_environment(raw, environ)
+    _apply_telemetry_environment(raw, environ)
     server = raw.get("server")
     if (master := environ.get("LLMBRIDGE_MASTER_KEY", "").strip()) and not (
         isinstance(server, dict) and server.get("master_key")
@@ -475,3 +496,22 @@ def _apply_ledger_environment(raw: dict[str, Any], environ: Mapping[str, str]) -
             f"LLMBRIDGE_LEDGER_RETENTION_DAYS must be a whole number of days, got {days!r}"
         ) from None
     raw["ledger"] = {**(ledger if isinstance(ledger, dict) else {}), "retention_days": value}
+
+
+_TELEMETRY_ENVIRONMENT = {
+    "otlp_endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "service_name": "OTEL_SERVICE_NAME",
+}
+
+
+def _apply_telemetry_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """OpenTelemetry's standard variables for what the file's ``telemetry:`` leaves
+    unset: the file wins, as it does over every other variable."""
+    telemetry = raw.get("telemetry")
+    section = dict(telemetry) if isinstance(telemetry, dict) else {}
+    for field_name, variable in _TELEMETRY_ENVIRONMENT.items():
+        value = environ.get(variable, "").strip()
+        if value and not section.get(field_name):
+            section[field_name] = value
+    if section and (telemetry is None or isinstance(telemetry, dict)):
+        raw["telemetry"] = section

@@ -42,7 +42,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -68,7 +68,7 @@ from llmbridge.core.events import (
 )
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_size import larger_than
-from llmbridge.core.response import ChatResponse, Usage
+from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.core.stream import EventStream
 from llmbridge.features.token_count import count_request_tokens, count_text_tokens
 from llmbridge.gateway.state import GatewayState, state_of
@@ -78,8 +78,12 @@ from llmbridge.web.auth import KEY_IDENTITY
 from llmbridge.web.render import Dialect, error_response, new_request_id, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody
 
+if TYPE_CHECKING:
+    from llmbridge.gateway.telemetry import GatewayTrace
+
 __all__ = [
     "EXCHANGED",
+    "OVERHEAD_HEADER",
     "RESERVE_OUTPUT_TOKENS",
     "Exchange",
     "caller_key",
@@ -157,10 +161,14 @@ class Exchange:
         "started",
         "state",
         "status",
+        "stop_reason",
         "streamed",
+        "trace",
         "trace_id",
         "ttft_s",
         "usage",
+        "waited_s",
+        "waiting_since",
     )
 
     def __init__(
@@ -207,6 +215,20 @@ class Exchange:
         """Time spent in the gateway excluding the wait on the backend, in milliseconds:
         what the ``x-llmbridge-overhead-ms`` header says, the final figure once the
         reply is done (issue 27)."""
+        self.stop_reason: StopReason | None = None
+        """Why the reply ended, when it said (the trace's finish reasons)."""
+        self.waiting_since = 0.0
+        """When the backend was first asked (``served_by``: ``perf_counter``)."""
+        self.waited_s = 0.0
+        """Time spent waiting on the backend: to its first event for a stream, to its
+        last for a reply sent whole (``overhead_ms`` is the rest)."""
+        tracing = state.tracing
+        self.trace: GatewayTrace | None = None
+        """The request's span when tracing is on (gateway/telemetry.py)."""
+        if tracing is not None:
+            key_name = caller_key(scope)[1]
+            self.trace = tracing.request(endpoint, dialect.value, self.request_id, key_name)
+            self.trace_id = self.trace.trace_id
 
     # -- what was asked, and admission -----------------------------------------------
 
@@ -314,10 +336,18 @@ class Exchange:
         if not self._counting:
             self._counting = True
             self.state.metrics.in_flight_of(self.endpoint).inc()
+            self.waiting_since = time.perf_counter()  # the backend is asked next
 
     def first_event(self) -> None:
         if self.ttft_s is None:
-            self.ttft_s = time.perf_counter() - self.started
+            now = time.perf_counter()
+            self.ttft_s = now - self.started
+            self.waited_s = now - self.waiting_since
+
+    def backend_answered(self) -> None:
+        """The backend's whole answer is in (a reply sent whole, an embedding): the
+        wait on it ends now (``overhead_ms``)."""
+        self.waited_s = time.perf_counter() - self.waiting_since
 
     def add_usage(self, usage: Usage) -> None:
         """Counts from the stream; later values win, as ``core.accumulate`` merges
@@ -338,7 +368,10 @@ class Exchange:
                 self.generated.append(delta.text)
             elif isinstance(delta, ToolArgsDelta):
                 self.generated.append(delta.json_fragment)
-        elif isinstance(event, ResponseEnd | UsageUpdate):
+        elif isinstance(event, ResponseEnd):
+            self.add_usage(event.usage)
+            self.stop_reason = event.stop_reason
+        elif isinstance(event, UsageUpdate):
             self.add_usage(event.usage)
         elif isinstance(event, StreamError):
             self.failed(event.error)
@@ -392,6 +425,7 @@ class Exchange:
         finally:
             # Shielded: a client that left must not leave the backend's stream open.
             await asyncio.shield(events.aclose())
+            self.backend_answered()
         return acc.response()
 
     # -- the end -----------------------------------------------------------------------
@@ -439,6 +473,11 @@ class Exchange:
             spend_counted = False
         self._record(status, usage, cost, elapsed, spend_counted=spend_counted)
         self._count(status, usage, elapsed)
+        if self.trace is not None:
+            try:
+                self.trace.finish(self, usage)
+            except Exception:  # a tracing bug must not fail the request
+                log.exception("ending request %s's span failed", self.request_id)
 
     def _record(
         self,
@@ -486,6 +525,15 @@ class Exchange:
         details = chat.provider_details if chat is not None else None
         return raw_client_session(self.scope.get("headers", ()), details)
 
+    def mark_overhead(self, response: Response) -> None:
+        """The gateway's own time so far, without the wait on the backend, as
+        ``overhead_ms`` and the ``x-llmbridge-overhead-ms`` header of ``response``
+        (before its head is written): for a stream, up to its head; for a reply sent
+        whole, all of it but the serialisation that follows."""
+        overhead = (time.perf_counter() - self.started - self.waited_s) * 1000
+        self.overhead_ms = overhead
+        response.raw_headers.append((OVERHEAD_HEADER_BYTES, b"%.3f" % overhead))
+
     def _count(self, status: int, usage: Usage | None, elapsed: float) -> None:
         metrics = self.state.metrics
         if not self._counting:
@@ -525,6 +573,11 @@ def log_left_mid_body(request: Request) -> None:
     )
 
 
+OVERHEAD_HEADER = "x-llmbridge-overhead-ms"
+"""Milliseconds the gateway spent on a reply, excluding the wait on the backend."""
+OVERHEAD_HEADER_BYTES = OVERHEAD_HEADER.encode("latin-1")
+
+
 EXCHANGED = "__llmbridge_exchanged__"
 """The attribute ``exchanged`` sets on the route handlers it makes."""
 
@@ -551,13 +604,16 @@ def exchanged(
                 return Response(status_code=499)
             except LLMBridgeError as exc:
                 exchange.failed(exc)
-                await exchange.finish()
                 headers = {"x-request-id": exchange.request_id, **exchange.refusal_headers(exc)}
-                return error_response(caller, exc, exchange.request_id, headers=headers)
+                failed = error_response(caller, exc, exchange.request_id, headers=headers)
+                exchange.mark_overhead(failed)
+                await exchange.finish()
+                return failed
             except BaseException:
                 exchange.status = 500
                 await asyncio.shield(exchange.finish())
                 raise
+            exchange.mark_overhead(response)  # before finish: the ledger row has it
             if not (isinstance(response, StreamingBody) and response.on_close is not None):
                 await exchange.finish(response.status_code)  # a stream's ``on_close`` does
             return response

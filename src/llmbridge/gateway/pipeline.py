@@ -192,6 +192,7 @@ async def serve_embed(
     exchange.served_by(resolved)
     work = resolved.backend.embed(replace(embed_request, model=resolved.backend_model))
     result = await run_until_disconnect(request.receive, work)
+    exchange.backend_answered()  # the overhead header excludes the wait
     exchange.add_usage(Usage(input_tokens=result.input_tokens))
     return result
 
@@ -210,6 +211,7 @@ async def count_chat_tokens(chat: ChatRequest, exchange: Exchange) -> int:
     exchange.served_by(resolved)
     if state.config.tokenizer == "backend" and resolved.backend.capabilities.tokenizer:
         counted = await resolved.backend.count_tokens(replace(chat, model=resolved.backend_model))
+        exchange.backend_answered()
         if counted is not None:
             return counted
     return await exchange.estimate_prompt(chat)

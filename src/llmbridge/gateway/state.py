@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -20,6 +21,9 @@ from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.store.database import OpenOnce
 from llmbridge.web.auth import KeyChecker
+
+if TYPE_CHECKING:
+    from llmbridge.gateway.telemetry import Tracing
 
 __all__ = ["GatewayState", "state_of"]
 
@@ -46,6 +50,9 @@ class GatewayState:
     workers: WorkerBoard | None = None
     """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
     ``None`` when it serves alone."""
+    tracing: Tracing | None = None
+    """This process's OpenTelemetry tracer when ``telemetry.otlp_endpoint`` is set
+    (gateway/telemetry.py, opened in the lifespan); ``None``: tracing is off."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""

@@ -43,6 +43,7 @@ from llmbridge.core.events import StreamError, StreamEvent
 from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.stream import EventStream
+from llmbridge.core.tracing import REQUEST_TRACE
 from llmbridge.features.tool_emulation import emulate_tool_calls
 from llmbridge.features.tool_healing import heal_tool_calls
 from llmbridge.serving.build import Host, build_backends
@@ -54,7 +55,7 @@ from llmbridge.serving.deployments import (
     session_key,
 )
 from llmbridge.serving.prepare import Prepared, prepare
-from llmbridge.serving.resilience import CircuitBreaker, is_transient
+from llmbridge.serving.resilience import CircuitBreaker, attempt_span, is_transient
 from llmbridge.serving.router import ModelRouter, Resolved
 from llmbridge.state.base import SharedState
 from llmbridge.state.local import LocalState
@@ -313,12 +314,14 @@ class _Opening:
     """One reply being opened: the tries in order, and the stream of the current one
     (closed if the opening fails or is cancelled)."""
 
-    __slots__ = ("models", "request", "stream")
+    __slots__ = ("fallback", "models", "request", "stream")
 
     def __init__(self, models: Models, request: ChatRequest) -> None:
         self.models = models
         self.request = request
         self.stream: EventStream | None = None
+        self.fallback = False
+        """The tries are the route's fallbacks' (a traced request's spans say it)."""
 
     async def first(self, prepared: Prepared) -> Reply:
         try:
@@ -344,6 +347,7 @@ class _Opening:
             if isinstance(outcome, Reply):
                 return outcome
             error = outcome
+        self.fallback = True
         for target in router.fallbacks(prepared.target):
             fallback_breaker = router.breakers[target.backend.name]
             if not await fallback_breaker.admit():
@@ -390,6 +394,11 @@ class _Opening:
         return healed
 
     async def _try(self, prepared: Prepared, breaker: CircuitBreaker) -> Reply:
+        trace = REQUEST_TRACE.get()  # None unless the gateway traces this request
+        span = None
+        if trace is not None:  # each try its own span: retries, deployments, fallbacks
+            target = prepared.target
+            span = attempt_span(trace, target.backend, target.backend_model, fallback=self.fallback)
         events = self.stream = self._events(prepared)
         try:
             try:
@@ -403,6 +412,9 @@ class _Opening:
         except LLMBridgeError as exc:
             await events.aclose()
             breaker.failure(exc)
+            if span is not None:
+                span.fail(exc)
+                span.end()
             raise
         breaker.success()
         return Reply(first, events, prepared)

@@ -48,9 +48,10 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
     LLMBridgeError,
 )
+from llmbridge.core.tracing import RequestTrace, TraceSpan
 from llmbridge.state.base import BreakerView, SharedState
 
-__all__ = ["CircuitBreaker", "RetryPolicy", "is_transient"]
+__all__ = ["CircuitBreaker", "RetryPolicy", "attempt_span", "is_transient"]
 
 log = logging.getLogger("llmbridge.resilience")
 
@@ -76,6 +77,20 @@ def _counts_against_backend(error: LLMBridgeError) -> bool:
     if isinstance(error, BackendBusyError):
         return False  # a full queue (the embedded model): busy, not broken
     return is_transient(error)
+
+
+def attempt_span(trace: RequestTrace, backend: Backend, model: str, *, fallback: bool) -> TraceSpan:
+    """The traced request's child span for one try of ``backend`` (core/tracing.py):
+    every try is one, so retries and fallbacks show as separate spans, each with its
+    deployment; ``fallback``: a route fallback's try."""
+    url = getattr(backend, "base_url", None) or getattr(backend, "url", None)
+    return trace.attempt(
+        deployment=backend.name,
+        kind=backend.kind,
+        model=model,
+        url=url if isinstance(url, str) else None,
+        fallback=fallback,
+    )
 
 
 @dataclass(frozen=True, slots=True)
