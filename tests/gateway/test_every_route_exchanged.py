@@ -30,9 +30,10 @@ from tests.conftest import RunningServer, create_key, ledger_rows, running_gatew
 MASTER = "sk-master-routes"
 OPERATIONS = {"/", "/api/hello", "/health", "/metrics", "/openapi.json"}
 """Probes and operations: answered without a key, no model, no ledger row."""
-OWN_GATES = ("/admin/", "/agent/")
+OWN_GATES = ("/admin/", "/agent/", "/ui")
 """The admin API (the master key) and the agent API (its gate, gateway/agent_gate.py:
-tests/accounts/test_agent_limits.py)."""
+tests/accounts/test_agent_limits.py); the operator console (its session, no model:
+tests/console/)."""
 
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
 GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
