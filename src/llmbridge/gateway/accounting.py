@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from llmbridge.accounts.kept_bodies import BodyKeeper
 from llmbridge.accounts.ledger import UsageLedger
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.metrics import GatewayMetrics
@@ -57,6 +58,8 @@ async def open_ledger(
             on_dropped=None if metrics is None else metrics.usage_dropped.inc,
             on_set_aside=None if metrics is None else metrics.usage_set_aside.inc,
             on_cleanup_pending=None if metrics is None else metrics.usage_pending_cleanup.set,
+            bodies=_body_keeper(config),
+            body_retention_days=config.ledger.body_retention_days,
         )
     except Exception as exc:  # noqa: BLE001 - serving goes on; the log says why
         log.error(
@@ -65,3 +68,13 @@ async def open_ledger(
             exc,
         )
         return None
+
+
+def _body_keeper(config: GatewayConfig) -> BodyKeeper | None:
+    """Where kept bodies wait (``ledger.keep_bodies``), with the gateway's own keys to
+    redact; ``None`` when bodies are not kept (the default)."""
+    if not config.ledger.keep_bodies:
+        return None
+    server = config.server
+    secrets = [*server.api_keys, *([server.master_key] if server.master_key else [])]
+    return BodyKeeper(max_bytes=config.ledger.max_body_bytes, secrets=secrets)

@@ -56,6 +56,9 @@ backend and serves any model name. Example file::
       "gpt-4o*": {input: 2.5, output: 10, cached_input: 1.25, reasoning: 10}
     ledger:                           # the usage ledger's life (docs/DEPLOY.md, "Usage and cost")
       retention_days: 90              # then rows become daily rollups (0 or null: kept for ever)
+      keep_bodies: false              # keep bodies for the request log (DEPLOY.md, "Request log")
+      max_body_bytes: 16384           # each kept body cut to this, redacted
+      body_retention_days: 7          # then kept bodies are deleted (0 or null: kept for ever)
     telemetry:                        # a trace per request (docs/DEPLOY.md, "Tracing")
       otlp_endpoint: "http://127.0.0.1:4318"  # OTEL_EXPORTER_OTLP_ENDPOINT; none: off
       service_name: llmbridge         # OTEL_SERVICE_NAME
@@ -206,6 +209,15 @@ class LedgerConfig(Strict):
     """Days a ``usage`` row is kept (``LLMBRIDGE_LEDGER_RETENTION_DAYS``); older rows
     are summed per day, key and model into ``usage_daily``, which reports read, and
     deleted. ``0`` or ``null``: every row is kept for ever."""
+
+    keep_bodies: bool = False
+    """Keep each request's and reply's body for the console's request log (issue 27,
+    accounts/kept_bodies.py): bounded, redacted, deleted after ``body_retention_days``.
+    Off by default: a request then costs nothing more."""
+    max_body_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)
+    """Each kept body's bound in UTF-8 bytes; a longer one is cut with a marker."""
+    body_retention_days: int | None = Field(7, ge=0)
+    """Days a kept body stays; ``0`` or ``null``: for ever."""
 
 
 class TelemetryConfig(Strict):

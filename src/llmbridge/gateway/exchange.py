@@ -39,6 +39,7 @@ without bound.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -52,6 +53,7 @@ from llmbridge.accounts.keys import KeyRecord
 from llmbridge.accounts.ledger import UsageRecord
 from llmbridge.accounts.limits import OPEN, Admission, KeyLimitError, limit_headers
 from llmbridge.accounts.service import ACCOUNT
+from llmbridge.accounts.usage_record import facts_of
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError, PermissionDeniedError
@@ -150,13 +152,18 @@ class Exchange:
         "done",
         "endpoint",
         "error_kind",
+        "error_message",
+        "fallbacks",
         "generated",
+        "kept_reply",
         "label",
         "model",
         "overhead_ms",
         "passed_on",
         "prompt_tokens",
+        "reply_headers",
         "request_id",
+        "retries",
         "scope",
         "started",
         "state",
@@ -205,6 +212,16 @@ class Exchange:
         backend's usage never came."""
         self.status = 200
         self.error_kind: str | None = None
+        self.error_message: str | None = None
+        """A failed request's message (the ledger's ``error``, cut there)."""
+        self.retries: int | None = None
+        self.fallbacks: int | None = None
+        """Tries of a target again, and fallback targets tried, before the reply's first
+        event (serving/models.py ``Reply``); ``None`` when no reply came."""
+        self.reply_headers: list[tuple[bytes, bytes]] | None = None
+        """The response's headers: its ``x-llmbridge-*`` ones are the ledger's ``facts``."""
+        self.kept_reply: ChatResponse | Accumulator | None = None
+        """The reply, kept only when the ledger keeps bodies (``ledger.keep_bodies``)."""
         self.done = False
         self._counting = False
         """Whether this request counts in the in-flight gauge (a backend was chosen)."""
@@ -358,6 +375,7 @@ class Exchange:
         """The request failed with ``error`` (before or inside the reply)."""
         self.status = error.status_code
         self.error_kind = type(error).__name__
+        self.error_message = error.message
 
     def _note(self, event: StreamEvent) -> None:
         """What the ledger needs from one event of the reply: text generated, usage,
@@ -375,6 +393,12 @@ class Exchange:
             self.add_usage(event.usage)
         elif isinstance(event, StreamError):
             self.failed(event.error)
+
+    def _note_kept(self, event: StreamEvent) -> None:
+        """``_note``, and the event added to the reply kept for the request log."""
+        self._note(event)
+        if isinstance(self.kept_reply, Accumulator) and not isinstance(event, StreamError):
+            self.kept_reply.add(event)
 
     def _note_first(self, first: StreamEvent) -> None:
         if isinstance(first, ResponseStart) and first.input_tokens:
@@ -394,6 +418,11 @@ class Exchange:
         text noted, and a failure after the first event turned into a ``StreamError``
         (the encoder renders the dialect's in-stream error)."""
         note = self._note
+        ledger = self.state.ledger
+        if ledger is not None and ledger.bodies is not None:  # bodies kept: the reply too
+            note = self._note_kept
+            self.kept_reply = Accumulator()
+            self.kept_reply.add(first)
         try:
             self._note_first(first)
             yield first
@@ -426,7 +455,11 @@ class Exchange:
             # Shielded: a client that left must not leave the backend's stream open.
             await asyncio.shield(events.aclose())
             self.backend_answered()
-        return acc.response()
+        response = acc.response()
+        ledger = self.state.ledger
+        if ledger is not None and ledger.bodies is not None:  # kept for the request log
+            self.kept_reply = response
+        return response
 
     # -- the end -----------------------------------------------------------------------
 
@@ -493,29 +526,50 @@ class Exchange:
             return
         key_id, key_name = caller_key(self.scope)
         backend = self.backend
-        ledger.record(
-            UsageRecord(
-                request_id=self.request_id,
-                model=self.model,
-                status=status,
-                key_id=key_id,
-                key_name=key_name,
-                backend=backend.kind if backend is not None else None,
-                deployment=backend.name if backend is not None else None,
-                endpoint=self.endpoint,
-                input_tokens=usage.input_tokens if usage else None,
-                output_tokens=usage.output_tokens if usage else None,
-                reasoning_tokens=usage.reasoning_tokens if usage else None,
-                cached_tokens=usage.cache_read_input_tokens if usage else None,
-                cost_usd=cost,
-                latency_ms=elapsed * 1000,
-                ttft_ms=None if self.ttft_s is None else self.ttft_s * 1000,
-                streamed=self.streamed,
-                replica=ledger.replica,
-                session_id=self.session_id(),
-            ),
-            spend_counted=spend_counted,
+        headers, stop = self.reply_headers, self.stop_reason
+        record = UsageRecord(
+            request_id=self.request_id,
+            model=self.model,
+            status=status,
+            key_id=key_id,
+            key_name=key_name,
+            backend=backend.kind if backend is not None else None,
+            deployment=backend.name if backend is not None else None,
+            endpoint=self.endpoint,
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            reasoning_tokens=usage.reasoning_tokens if usage else None,
+            cached_tokens=usage.cache_read_input_tokens if usage else None,
+            cost_usd=cost,
+            latency_ms=elapsed * 1000,
+            ttft_ms=None if self.ttft_s is None else self.ttft_s * 1000,
+            streamed=self.streamed,
+            replica=ledger.replica,
+            session_id=self.session_id(),
+            dialect=ledger_dialect(self.endpoint, self.dialect),
+            served_model=self.passed_on or None,
+            retries=self.retries,
+            fallbacks=self.fallbacks,
+            facts=None if headers is None else facts_of(headers),
+            trace_id=self.trace_id,
+            overhead_ms=self.overhead_ms,
+            finish_reason=None if stop is None else stop.value,
+            error=self.error_message,
         )
+        ledger.record(record, spend_counted=spend_counted)
+        if ledger.bodies is not None:  # kept for the request log (ledger.keep_bodies)
+            ledger.keep_bodies(record, self.chat, self._kept_reply())
+
+    def _kept_reply(self) -> object:
+        """The reply to keep: the whole response, or what a stream that did not end
+        had finished."""
+        reply = self.kept_reply
+        if isinstance(reply, Accumulator):
+            try:
+                return reply.response()
+            except LLMBridgeError:  # it did not end: its finished parts, said so
+                return {"incomplete": True, "parts": reply.parts, "usage": reply.usage}
+        return reply
 
     def session_id(self) -> str | None:
         """The client's session (serving/deployments.py ``client_session``): its
@@ -578,6 +632,21 @@ OVERHEAD_HEADER = "x-llmbridge-overhead-ms"
 OVERHEAD_HEADER_BYTES = OVERHEAD_HEADER.encode("latin-1")
 
 
+@functools.lru_cache(maxsize=256)
+def ledger_dialect(endpoint: str, dialect: Dialect) -> str:
+    """The API a request spoke, as the usage ledger's ``dialect`` names it: the
+    caller's dialect, told apart where one dialect has several APIs (``responses``,
+    ``completions``) and ``agent`` for the agent service. ``endpoint`` is a route's
+    template, so the cache stays small."""
+    if endpoint.startswith("/v1/responses"):
+        return "responses"
+    if endpoint == "/v1/completions":
+        return "completions"
+    if endpoint.startswith("/agent"):
+        return "agent"
+    return dialect.value
+
+
 EXCHANGED = "__llmbridge_exchanged__"
 """The attribute ``exchanged`` sets on the route handlers it makes."""
 
@@ -614,6 +683,7 @@ def exchanged(
                 await asyncio.shield(exchange.finish())
                 raise
             exchange.mark_overhead(response)  # before finish: the ledger row has it
+            exchange.reply_headers = response.raw_headers  # its facts, for the ledger
             if not (isinstance(response, StreamingBody) and response.on_close is not None):
                 await exchange.finish(response.status_code)  # a stream's ``on_close`` does
             return response

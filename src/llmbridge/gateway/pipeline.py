@@ -112,6 +112,7 @@ async def serve_chat(
         reply = await models.open(chat, prepared)
         first = reply.first
         exchange.served_by(reply.prepared.target)  # a fallback's, if one served
+        exchange.retries, exchange.fallbacks = reply.retries, reply.fallbacks  # the ledger's
         exchange.first_event()
         if isinstance(first, ResponseStart):
             tokens = first.input_tokens

@@ -90,6 +90,10 @@ class Reply:
     first: StreamEvent
     rest: EventStream
     prepared: Prepared
+    retries: int = 0
+    """Tries of a target again before this reply (the usage ledger's ``retries``)."""
+    fallbacks: int = 0
+    """Fallback targets tried before this reply, the one that answered included."""
 
     @property
     def deployment(self) -> str:
@@ -314,24 +318,30 @@ class _Opening:
     """One reply being opened: the tries in order, and the stream of the current one
     (closed if the opening fails or is cancelled)."""
 
-    __slots__ = ("fallback", "models", "request", "stream")
+    __slots__ = ("fallback", "fallbacks", "models", "request", "retries", "stream")
 
     def __init__(self, models: Models, request: ChatRequest) -> None:
         self.models = models
         self.request = request
         self.stream: EventStream | None = None
+        self.retries = 0
+        self.fallbacks = 0
+        """Counted for the reply (``Reply.retries``, ``Reply.fallbacks``)."""
         self.fallback = False
         """The tries are the route's fallbacks' (a traced request's spans say it)."""
 
     async def first(self, prepared: Prepared) -> Reply:
         try:
-            return await self._first(prepared)
+            reply = await self._first(prepared)
         except BaseException:
             # A failure or the caller's cancellation (its client left): release the
             # backend's stream now, not at garbage collection.
             if self.stream is not None:
                 await asyncio.shield(self.stream.aclose())
             raise
+        if self.retries or self.fallbacks:
+            return replace(reply, retries=self.retries, fallbacks=self.fallbacks)
+        return reply
 
     async def _first(self, prepared: Prepared) -> Reply:
         models, router = self.models, self.models.router
@@ -353,6 +363,7 @@ class _Opening:
             if not await fallback_breaker.admit():
                 error = fallback_breaker.open_error()
                 continue
+            self.fallbacks += 1
             outcome = await self._attempts(await models.prepare(self.request, target))
             if isinstance(outcome, LLMBridgeError):
                 error = outcome
@@ -432,6 +443,7 @@ class _Opening:
             if delay is None or breaker.state == "open":
                 return None
             self.models.observer.retry(prepared.target.backend.name)
+            self.retries += 1
             await asyncio.sleep(delay)
             try:
                 return await self._try(prepared, breaker)
