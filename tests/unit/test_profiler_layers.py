@@ -13,7 +13,17 @@ from tests.unit.test_layering import PACKAGE_DIR
 from tests.unit.test_module_cycles import import_graph
 
 PROFILER = "llmbridge.profiler."
-BOTTOM = ("types", "settings", "scenarios", "records", "findings", "metrics", "trace", "stats")
+BOTTOM = (
+    "types",
+    "settings",
+    "scenarios",
+    "records",
+    "findings",
+    "atif",
+    "metrics",
+    "trace",
+    "stats",
+)
 """What a scenarios file and a run's records are: no provider, no runner in them."""
 REPORTS = ("report", "html_report", "html_compare", "compare", "compare_report", "svg_charts")
 PROVIDERS = ("agent", "claude_code", "codex", "gemini_cli", "opencode", "cli_agent")

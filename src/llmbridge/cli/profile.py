@@ -235,3 +235,33 @@ def compare(runs: tuple[Path, ...], out: Path | None) -> None:
     (out / "comparison.html").write_text(html_comparison(report), encoding="utf-8")
     print_comparison(comparisons, Console())
     click.echo(json.dumps({"out": str(out), "comparisons": len(comparisons)}))
+
+
+@profile.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("profile-imported"),
+    show_default=True,
+    help="Directory for traces.jsonl, summary.json, report.md, report.html and trajectories/.",
+)
+@click.option("--quiet", is_flag=True, help="No table.")
+def import_(paths: tuple[Path, ...], out: Path, quiet: bool) -> None:
+    """Report sessions the profiler did not run: ATIF trajectory files (or directories of
+    them, such as a run's trajectories/), as a run directory `profile compare` reads."""
+    from rich.console import Console
+
+    from llmbridge.profiler.importing import TrajectoryImportError, import_paths, write_run
+    from llmbridge.profiler.records import summarise
+    from llmbridge.profiler.report import print_summary
+
+    try:
+        records = import_paths(paths)
+    except TrajectoryImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    write_run(out, records)
+    if not quiet:
+        print_summary(summarise(records), Console())
+    passed = sum(r.passed for r in records)
+    click.echo(json.dumps({"out": str(out), "iterations": len(records), "passed": passed}))

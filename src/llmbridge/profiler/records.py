@@ -51,6 +51,8 @@ class IterationRecord:
     """``False`` when its provider did not start: nothing ran, and ``--resume`` runs it."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """What its trace shows went wrong (findings.py ``Finding.to_json``)."""
+    inputs: list[str] = field(default_factory=list)
+    """The prompts sent, in order (one per result in ``prompts``)."""
 
     @property
     def key(self) -> IterationKey:
@@ -78,6 +80,7 @@ class IterationRecord:
             provider=str(data.get("provider", "")),
             started=bool(data.get("started", True)),
             findings=list(data.get("findings") or []),
+            inputs=[str(text) for text in data.get("inputs") or []],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -98,6 +101,7 @@ class IterationRecord:
             "workspace": self.workspace,
             "started": self.started,
             "findings": self.findings,
+            "inputs": self.inputs,
         }
 
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from llmbridge.profiler.atif import to_atif
 from llmbridge.profiler.findings import scan
 from llmbridge.profiler.otel import trace_spans
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
@@ -50,6 +52,7 @@ __all__ = [
     "load_finished",
     "run_plans",
     "run_scenarios",
+    "write_trajectories",
 ]
 
 
@@ -173,6 +176,7 @@ async def _run_session(
         invariant_problems=check_invariants(trace) if trace is not None else [],
         provider=provider.id,
     )
+    record.inputs = list(scenario.turns[: len(results)])
     record.findings = [finding.to_json() for finding in scan(record, scenario.turns)]
     return record
 
@@ -293,7 +297,23 @@ async def run_plans(
     await asyncio.to_thread(
         (out / "summary.json").write_text, json.dumps(summary, indent=2), encoding="utf-8"
     )
+    await asyncio.to_thread(write_trajectories, out, records)
     return RunResult(records, summary)
+
+
+def write_trajectories(out: Path, records: Sequence[IterationRecord]) -> None:
+    """Every iteration as an ATIF trajectory in ``out/trajectories/`` (atif.py), one
+    file per iteration named after it; files of iterations no longer in the run go."""
+    folder = out / "trajectories"
+    folder.mkdir(exist_ok=True)
+    kept = set()
+    for record in records:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(map(str, record.key))) + ".json"
+        kept.add(name)
+        (folder / name).write_text(json.dumps(to_atif(record), indent=1), encoding="utf-8")
+    for stale in folder.glob("*.json"):
+        if stale.name not in kept:
+            stale.unlink()
 
 
 async def _run_group(

@@ -1,0 +1,82 @@
+"""``llmbridge profile import``: sessions the profiler did not run, as a profiled run
+(issue 28, section 2).
+
+Each file given (or each ``*.json`` in a directory given, such as a run's
+``trajectories/``) is read as an ATIF trajectory (atif.py): validated against ATIF's
+schema first, so a file that is not one is named with what is wrong, never half read.
+Each becomes an ``IterationRecord``; its findings are scanned (findings.py) when the
+file carried none, and the records are written as a run directory: ``traces.jsonl``,
+``summary.json``, ``report.md``, ``report.html`` and ``trajectories/``, which
+``profile compare`` and the reports read like any run's.
+
+Not read yet: Claude Code's session transcripts, Codex's rollout files, Gemini CLI's
+sessions and the gateway's OTLP spans (docs/PROFILER.md says what is left).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import jsonschema
+
+from llmbridge.profiler.atif import ATIF_SCHEMA, from_atif
+from llmbridge.profiler.findings import scan
+from llmbridge.profiler.records import IterationRecord, summarise
+from llmbridge.profiler.report import html_report, markdown_report
+from llmbridge.profiler.runner import write_trajectories
+
+__all__ = ["TrajectoryImportError", "import_paths", "write_run"]
+
+
+class TrajectoryImportError(Exception):
+    """A file ``profile import`` cannot read, with the file and the reason."""
+
+
+def _files(paths: Sequence[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(path.glob("*.json"))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise TrajectoryImportError(f"{path}: no such file or directory")
+    if not found:
+        raise TrajectoryImportError("no trajectory files found in " + ", ".join(map(str, paths)))
+    return found
+
+
+def import_paths(paths: Sequence[Path]) -> list[IterationRecord]:
+    """The records of every trajectory in ``paths`` (module docstring)."""
+    validator = jsonschema.Draft202012Validator(ATIF_SCHEMA)
+    records = []
+    for path in _files(paths):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise TrajectoryImportError(f"{path}: not a JSON file: {exc}") from exc
+        problem = jsonschema.exceptions.best_match(validator.iter_errors(data))
+        if problem is not None:
+            where = "/".join(map(str, problem.absolute_path)) or "the top level"
+            raise TrajectoryImportError(
+                f"{path}: not an ATIF trajectory: at {where}: {problem.message}"
+            )
+        record = from_atif(data)
+        if not record.findings:
+            record.findings = [f.to_json() for f in scan(record, record.inputs)]
+        records.append(record)
+    return records
+
+
+def write_run(out: Path, records: Sequence[IterationRecord]) -> None:
+    """``records`` as a run directory in ``out`` (module docstring)."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records)
+    (out / "traces.jsonl").write_text(lines, encoding="utf-8")
+    summary = summarise(list(records))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (out / "report.md").write_text(markdown_report(summary, records), encoding="utf-8")
+    (out / "report.html").write_text(html_report(summary, records), encoding="utf-8")
+    write_trajectories(out, records)
