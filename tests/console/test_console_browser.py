@@ -175,5 +175,11 @@ def test_an_operator_signs_in_creates_a_key_sees_its_request_and_revokes_it(
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.className") == "skip"
 
-    page.close()
     assert errors == []
+
+    # The session ends under a polling page (signed out elsewhere, expired, a new
+    # master key): its next poll is a 401, and the page goes to the sign-in page.
+    page.goto(gateway.url + "/ui/requests")
+    page.context.clear_cookies()
+    page.wait_for_url("**/ui/sign-in", timeout=WAIT_MS)
+    page.close()

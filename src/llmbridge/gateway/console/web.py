@@ -17,7 +17,6 @@ forms, and the gate every page and fragment goes through.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
@@ -42,8 +41,6 @@ __all__ = [
     "secure_headers",
     "session_of",
 ]
-
-log = logging.getLogger("llmbridge.console")
 
 PREFIX = "/ui"
 CSP = (
