@@ -6,6 +6,7 @@ cookie's attributes, and that the master key is in no page, header or log line.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 from llmbridge.gateway.console.session import COOKIE, issue
 from tests.conftest import RunningServer
 from tests.console.conftest import MASTER, console_gateway, csrf_of, sign_in
-from tests.waiting import scaled
+from tests.waiting import scaled, wait_until
 
 PAGES = ("/ui/", "/ui/requests", "/ui/sessions", "/ui/keys", "/ui/backends")
 
@@ -253,3 +254,49 @@ def test_serve_logs_no_key(tmp_path: Path) -> None:
     output = log.read_text()
     assert "/ui/sign-in" in output  # the access log is on
     assert MASTER not in output and "a wrong key" not in output
+
+
+def _first_request_id(client: httpx.Client) -> str | None:
+    found = re.search(r'href="/ui/requests/([^"]+)"', client.get("/ui/requests/rows").text)
+    return found.group(1) if found else None
+
+
+def test_a_requests_detail_shows_its_kept_bodies(tmp_path: Path) -> None:
+    """With ``ledger.keep_bodies``, a request's page shows what it asked and got."""
+    with (
+        console_gateway(tmp_path, ledger={"keep_bodies": True}) as server,
+        httpx.Client(base_url=server.url, follow_redirects=False, timeout=30) as client,
+    ):
+        sign_in(client)
+        token = csrf_of(client.get("/ui/keys"))
+        made = client.post("/ui/keys", data={"name": "bodies", "csrf": token})
+        key = made.text.split('id="new-key" class="secret">')[1].split("<")[0]
+        asked = httpx.post(
+            server.url + "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "scripted", "messages": [{"role": "user", "content": "a kept prompt"}]},
+            timeout=30,
+        )
+        assert asked.status_code == 200
+        wait_until(lambda: _first_request_id(client) is not None, "the request in the log")
+        request_id = _first_request_id(client)
+        page = client.get(f"/ui/requests/{request_id}")
+        assert page.status_code == 200
+        wait_until(
+            lambda: "a kept prompt" in client.get(f"/ui/requests/{request_id}").text,
+            "the kept request body on the detail page",
+        )
+        assert key not in client.get(f"/ui/requests/{request_id}").text  # redacted
+
+
+def test_without_a_ledger_the_log_pages_say_so(tmp_path: Path) -> None:
+    with (
+        console_gateway(tmp_path, server={"ledger": False}) as server,
+        httpx.Client(base_url=server.url, follow_redirects=False, timeout=30) as client,
+    ):
+        sign_in(client)
+        for page in ("/ui/", "/ui/requests", "/ui/sessions"):
+            shown = client.get(page)
+            assert shown.status_code == 200
+            assert "the usage ledger is off" in shown.text
+        assert client.get("/ui/requests/rows").status_code == 200
