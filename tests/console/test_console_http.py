@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llmbridge.gateway.console.pages import SIGN_IN_FAILURES
 from llmbridge.gateway.console.session import COOKIE, issue
 from tests.conftest import RunningServer
 from tests.console.conftest import MASTER, console_gateway, csrf_of, sign_in
@@ -300,3 +301,15 @@ def test_without_a_ledger_the_log_pages_say_so(tmp_path: Path) -> None:
             assert shown.status_code == 200
             assert "the usage ledger is off" in shown.text
         assert client.get("/ui/requests/rows").status_code == 200
+
+
+def test_an_address_guessing_the_master_key_is_held_back(tmp_path: Path) -> None:
+    with (
+        console_gateway(tmp_path) as server,
+        httpx.Client(base_url=server.url, follow_redirects=False, timeout=30) as client,
+    ):
+        for attempt in range(SIGN_IN_FAILURES):
+            assert sign_in(client, f"guess-{attempt}").status_code == 401
+        held = sign_in(client)  # even the right key, until the minute has passed
+        assert held.status_code == 429
+        assert COOKIE not in held.headers.get("set-cookie", "")

@@ -1,6 +1,10 @@
 """The console's sign-in, keys and backends pages, its static files, and ``routes``
 (every ``/ui/`` route, the request-log pages of log_pages.py included).
 
+Signing in checks the master key in constant time (``Accounts.master_matches``); an
+address that sent ``SIGN_IN_FAILURES`` wrong keys in the last minute gets 429 until
+the window moves on, so the form is no way to guess the key at speed.
+
 Keys are created and revoked through the same ``KeyStore`` calls as the admin API
 (accounts/routes.py) after the same validation (``KeyIn``): the console adds no rule of
 its own. A new key is shown once, on the page that answers the creating POST (never
@@ -34,6 +38,11 @@ from llmbridge.gateway.console.web import (
 from llmbridge.gateway.state import GatewayState, state_of
 
 __all__ = ["routes"]
+
+SIGN_IN_FAILURES = 10
+"""Wrong master keys one address may try per ``SIGN_IN_WINDOW_S`` (counted in the
+shared state: across workers and replicas with Redis) before sign-in answers 429."""
+SIGN_IN_WINDOW_S = 60.0
 
 _STATIC_TYPES = {
     "console.css": "text/css; charset=utf-8",
@@ -83,7 +92,13 @@ async def sign_in(request: Request) -> Response:
         form = await form_of(request)
     except LLMBridgeError as exc:
         return render(request, "sign_in.html", exc.status_code, error=str(exc))
+    shared = state.models.state
+    tries = f"console:sign-in:{request.client.host if request.client else '-'}"
+    if await shared.used(tries, SIGN_IN_WINDOW_S) >= SIGN_IN_FAILURES:
+        message = "too many wrong master keys from this address: try again in a minute"
+        return render(request, "sign_in.html", 429, error=message)
     if not accounts.master_matches(form.get("master_key", "").strip()):
+        await shared.add(tries, 1, SIGN_IN_WINDOW_S)
         return render(request, "sign_in.html", 401, error="that is not the master key")
     response = RedirectResponse(f"{PREFIX}/", status_code=303)
     response.set_cookie(
