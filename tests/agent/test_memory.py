@@ -19,6 +19,7 @@ from llmbridge.agent.memory import (
     RECENT_SEPARATOR,
     RECENT_SUFFIX,
     SUMMARIES_PREFIX,
+    SUMMARY_SYSTEM_PROMPT,
     MemoryBuilder,
     MemoryConfig,
     Summariser,
@@ -120,19 +121,21 @@ async def test_tool_messages_are_left_out_and_interrupted_answers_marked(
 
 async def test_hundreds_of_messages_stay_within_budget(store: AgentStore) -> None:
     """500 messages, summaries written as the session grows, a dozen pins: every
-    context is within the budget and keeps every pin verbatim."""
+    context is within the budget and keeps every pin verbatim. (The budget holds the
+    unsummarised tail, up to 29 messages of 30 words: a summary is shown only when
+    every message after it is, issue 29.)"""
     session = await store.create_session()
     backend = ScriptedBackend(default=Script(text=["Summary: " + "detail " * 60]))
     summariser = Summariser(store, backend.chat, "scripted")
     pins = [f"fact {n}: the code word is {'alpha' * (n + 1)}" for n in range(12)]
     for pin in pins:
         await store.add_pin(session.id, pin)
-    builder = MemoryBuilder(store, MemoryConfig(budget=1500))
+    builder = MemoryBuilder(store, MemoryConfig(budget=3000))
     for _ in range(10):
         await _chat(store, session.id, 50, words=30)
         await summariser.summarise_pending(session.id)
         context = await builder.build(session.id)
-        assert context.tokens <= 1500
+        assert context.tokens <= 3000
         assert context.tokens == sum(count_message_tokens(m) for m in context.messages)
         assert context.summary_ids and context.pins_dropped == 0
         pinned = next(m.text for m in context.messages if m.text.startswith(PINS_PREFIX))
@@ -248,7 +251,8 @@ async def test_pinned_facts_survive_summarisation(store: AgentStore) -> None:
     assert sum(m.text.count(ALLERGY) for m in context.messages) == 1
     # The summariser never saw the pins table: only the messages of each run.
     for request in backend.requests[1:]:
-        assert ALLERGY not in request.messages[-1].text
+        if request.messages[0].text == SUMMARY_SYSTEM_PROMPT:
+            assert ALLERGY not in request.messages[-1].text
 
 
 async def test_the_summariser_threshold_and_coverage(store: AgentStore) -> None:

@@ -252,7 +252,7 @@ async def test_a_failed_summary_is_retried_and_no_message_is_lost(store: AgentSt
     ids = await _fill(store, session.id, 30)
     backend = ScriptedBackend(default=Script(text=[SUMMARY_TEXT]))
     backend.enqueue(Script(fail_before=BackendError("model down")))
-    config = SummariserConfig(retry_delays=(0.0,))
+    config = SummariserConfig(retry_delays=(0.0,), facts=False)
     summariser = Summariser(store, backend.chat, config=config)
     assert await summariser.schedule(session.id, "m") == 1
     assert summariser.failures == 1 and len(backend.requests) == 2
@@ -266,7 +266,8 @@ async def test_a_summary_that_keeps_failing_waits_for_the_next_turn(store: Agent
     ids = await _fill(store, session.id, 30)
     backend = ScriptedBackend(default=Script(text=[SUMMARY_TEXT]))
     backend.enqueue(*[Script(fail_before=BackendError("model down"))] * 3)
-    summariser = Summariser(store, backend.chat, config=SummariserConfig(retry_delays=(0.0, 0.0)))
+    config = SummariserConfig(retry_delays=(0.0, 0.0), facts=False)
+    summariser = Summariser(store, backend.chat, config=config)
     assert await summariser.schedule(session.id, "m") == 0
     assert summariser.failures == 3
     # Nothing was lost: the newest messages are still in the next turn's context.
@@ -286,7 +287,8 @@ async def test_the_configured_summary_model_overrides_the_sessions(store: AgentS
     backend = ScriptedBackend(default=Script(text=[SUMMARY_TEXT]))
     summariser = Summariser(store, backend.chat, "writer")
     assert await summariser.schedule(session.id, "session-model") == 1
-    assert [r.model for r in backend.requests] == ["writer"]
+    # The summary, then the facts of the user's statements: both with the writer.
+    assert {r.model for r in backend.requests} == {"writer"}
 
 
 # -- forcing one over HTTP -------------------------------------------------------------------

@@ -11,6 +11,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
+    "FactRecord",
+    "FactSource",
+    "LongSummaryRecord",
     "MessageStatus",
     "PersonaRecord",
     "PinRecord",
@@ -20,6 +23,7 @@ __all__ = [
 ]
 
 MessageStatus = Literal["complete", "incomplete"]
+FactSource = Literal["extracted", "user"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +87,31 @@ class PinRecord:
     token_count: int
     created_at: datetime
     message_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LongSummaryRecord:
+    """The rolling long-range summary: every message up to ``last_message_id``."""
+
+    id: int
+    session_id: str
+    content: str
+    first_message_id: int
+    last_message_id: int
+    folded: int
+    token_count: int
+    created_at: datetime
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FactRecord:
+    id: int
+    session_id: str
+    content: str
+    token_count: int
+    created_at: datetime
+    updated_at: datetime
+    source: FactSource = "extracted"
+    message_id: int | None = None
+    patient_id: int | None = None

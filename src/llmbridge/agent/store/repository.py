@@ -39,6 +39,7 @@ from llmbridge.agent.store.access import (
     sees,
     visible_to,
 )
+from llmbridge.agent.store.memory_rows import MemoryRows
 from llmbridge.agent.store.records import (
     MessageStatus,
     PersonaRecord,
@@ -99,6 +100,8 @@ class AgentStore:
         self.engine = database.engine
         self.dialect = database.dialect
         self._owns_database = owns_database
+        self.memory = MemoryRows(self)
+        """Memory's own tables: the long-range summary, facts, the extraction cursor."""
 
     @classmethod
     async def open(
