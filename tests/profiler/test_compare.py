@@ -22,6 +22,8 @@ from rich.console import Console
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.profiler.compare import CompareError, compare_runs, load_run, report_dict
+from llmbridge.profiler.compare_report import comparison_markdown
+from llmbridge.profiler.html_report import html_comparison
 from llmbridge.profiler.stats import (
     bootstrap_mean_difference,
     permutation_p_value,
@@ -117,7 +119,9 @@ def test_the_report_dict_is_json_with_the_documented_shape(two_models: tuple[Pat
     assert c["a"]["models"] == ["gw/m1"] and c["b"]["providers"] == ["opencode"]
     assert c["unmatched"] == {"a": [["only-a", "gw/m1", "default", "opencode"]], "b": []}
     build = c["scenarios"][0]
-    assert set(build) == {"scenario", "a", "b", "pass_rate", "duration_ms", "tokens", "cost_usd"}
+    assert set(build) == {
+        *("scenario", "status", "a", "b", "pass_rate", "duration_ms", "tokens", "cost_usd")
+    }
     assert build["a"] == {"model": "gw/m1", "mode": "default", "provider": "opencode"}
     duration = build["duration_ms"]
     assert duration["unit"] == "ms" and duration["p_method"] == "permutation-exact"
@@ -316,3 +320,22 @@ def test_compare_two_real_profile_runs(
     # 2 vs 2 iterations: never distinguishable (the smallest p is 2/6).
     assert hello["duration_ms"]["p_value"] >= 1 / 3
     assert hello["duration_ms"]["verdict"].startswith(("not distinguishable", "equal"))
+
+
+def test_each_scenario_is_marked_improved_regressed_or_unchanged(
+    two_models: tuple[Path, Path],
+) -> None:
+    """B is slower on ``build`` beyond doubt (its pass rate the same): regressed; on
+    ``fix`` B passed 1 of 3 against 3 of 3, too few to tell, with no real difference of
+    the means: unchanged. Swapped, the slower run is the baseline: improved."""
+    (forward,) = compare_runs(list(two_models))
+    build, fix = forward.scenarios
+    assert build.means["duration_ms"].distinguishable and not build.pass_rate.distinguishable
+    assert (build.scenario, build.status) == ("build", "regressed")
+    assert (fix.scenario, fix.status) == ("fix", "unchanged")
+    (backward,) = compare_runs(list(reversed(two_models)))
+    assert [g.status for g in backward.scenarios] == ["improved", "unchanged"]
+    markdown = comparison_markdown([forward])
+    assert "| build | **regressed** |" in markdown and "| fix | **unchanged** |" in markdown
+    page = html_comparison(report_dict([forward]))
+    assert '<td class="status status-regressed">regressed</td>' in page

@@ -25,7 +25,10 @@ BOTTOM = (
     "stats",
 )
 """What a scenarios file and a run's records are: no provider, no runner in them."""
-REPORTS = ("report", "html_report", "html_compare", "compare", "compare_report", "svg_charts")
+REPORTS = (
+    *("report", "html_report", "html_iterations", "html_compare", "compare", "compare_report"),
+    "svg_charts",
+)
 PROVIDERS = ("agent", "claude_code", "codex", "gemini_cli", "opencode", "cli_agent")
 RUNNING = ("runner", "setup", "workspace", "cli_process")
 

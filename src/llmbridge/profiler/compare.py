@@ -67,6 +67,8 @@ ALPHA = 0.05
 """The permutation test's threshold for calling a difference in means."""
 
 Metric = Literal["duration_ms", "tokens", "cost_usd"]
+Status = Literal["improved", "regressed", "mixed", "unchanged"]
+"""A matched scenario's verdict, B against A (``GroupComparison.status``)."""
 METRICS: tuple[Metric, ...] = ("duration_ms", "tokens", "cost_usd")
 UNITS: dict[Metric, str] = {"duration_ms": "ms", "tokens": "tokens", "cost_usd": "USD"}
 _LOWER_IS: dict[Metric, tuple[str, str]] = {
@@ -316,9 +318,24 @@ class GroupComparison:
     pass_rate: RateDifference
     means: dict[Metric, MeanDifference]
 
+    @property
+    def status(self) -> Status:
+        """B against A: ``improved`` or ``regressed`` when the pass rate's difference is
+        real (it decides alone); else when the real differences of the means (duration,
+        tokens, cost: lower is better) all go one way; ``mixed`` when they go both ways;
+        ``unchanged`` when no difference is real."""
+        if self.pass_rate.distinguishable:
+            return "improved" if self.pass_rate.difference > 0 else "regressed"
+        real = [m.difference for m in self.means.values() if m.distinguishable]
+        better, worse = any(d < 0 for d in real), any(d > 0 for d in real)
+        if better and worse:
+            return "mixed"
+        return "improved" if better else "regressed" if worse else "unchanged"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
+            "status": self.status,
             "a": self.group_a,
             "b": self.group_b,
             "pass_rate": self.pass_rate.to_dict(),

@@ -75,7 +75,10 @@ def _mean_cells(mean: MeanDifference) -> tuple[str, str, str, str]:
 
 def _group_title(group: GroupComparison) -> str:
     if group.scenario == "overall":
-        return "overall (pass rates pooled; means: average of the scenario differences)"
+        return (
+            "overall (pass rates pooled; means: average of the scenario differences): "
+            + group.status
+        )
     a, b = group.group_a, group.group_b
 
     def names(g: dict[str, str]) -> str:
@@ -83,8 +86,8 @@ def _group_title(group: GroupComparison) -> str:
         return f"{provider}{g['model']}, {g['mode']}"
 
     if a == b:
-        return f"{group.scenario}  ({names(a)})"
-    return f"{group.scenario}  (A: {names(a)}; B: {names(b)})"
+        return f"{group.scenario}  ({names(a)}): {group.status}"
+    return f"{group.scenario}  (A: {names(a)}; B: {names(b)}): {group.status}"
 
 
 def _table(group: GroupComparison) -> Table:
@@ -148,12 +151,15 @@ def comparison_markdown(comparisons: Sequence[Comparison]) -> str:
         unmatched = comparison.unmatched_a + comparison.unmatched_b
         if unmatched:
             lines.append(f"- not in both runs: {', '.join(' / '.join(k) for k in unmatched)}")
+        groups = [*comparison.scenarios, comparison.overall]
+        lines += ["", "| scenario | B against A |", "|---|---|"]
+        lines += [f"| {_cell(g.scenario)} | **{g.status}** |" for g in groups]
         lines += [
             "",
             "| scenario | metric | A | B | B - A | 95% CI | p | verdict |",
             "|---|---|---:|---:|---:|---|---:|---|",
         ]
-        for group in [*comparison.scenarios, comparison.overall]:
+        for group in groups:
             name = _cell(group.scenario)
             ra, rb, rd, rci = _rate_cells(group.pass_rate)
             lines.append(f"| {name} | pass | {ra} | {rb} | {rd} | {rci} pts |  | ")

@@ -110,7 +110,8 @@ def _difference_text(metric: dict[str, Any], unit: str, factor: float = 1.0) -> 
 
 def _table(groups: Sequence[dict[str, Any]]) -> str:
     head = (
-        "<tr><th>scenario</th><th>passed A → B</th><th>pass rate B − A (pts)<br>"
+        "<tr><th>scenario</th><th>B against A</th><th>passed A → B</th>"
+        "<th>pass rate B − A (pts)<br>"
         "[95% interval]</th>"
         + "".join(
             f"<th>{what} B − A ({unit})<br>[95% interval], p</th>" for _, what, unit in _METRICS
@@ -120,8 +121,10 @@ def _table(groups: Sequence[dict[str, Any]]) -> str:
     rows = []
     for group in groups:
         rate = group.get("pass_rate") or {}
+        status = str(group.get("status") or "unchanged")
         cells = [
             f'<td class="name">{_esc(_group_label(group))}</td>',
+            f'<td class="status status-{_esc(status)}">{_esc(status)}</td>',
             f"<td>{_esc(_rate_text(rate.get('a') or {}))} → "
             f"{_esc(_rate_text(rate.get('b') or {}))}</td>",
             f"<td>{_esc(_difference_text(rate, 'pts', 100.0))}<br>{_verdict(rate)}</td>",

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmbridge.profiler.html_compare import comparison_body
+from llmbridge.profiler.html_iterations import ITERATIONS_CSS, iterations_section
 from llmbridge.profiler.records import IterationRecord, findings_by_kind
 from llmbridge.profiler.svg_charts import (
     SVG_NS,
@@ -39,7 +40,8 @@ from llmbridge.profiler.svg_charts import (
 
 __all__ = ["PAGE_CSS", "html_comparison", "html_report", "page", "timeline_steps"]
 
-PAGE_CSS = """
+PAGE_CSS = (
+    """
 body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:1200px}
 table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;
 text-align:right;vertical-align:top}td.name,th{text-align:left}.fail{color:#b00}.pass{color:#070}
@@ -63,7 +65,11 @@ gap:0 .5rem;align-items:center;font-size:.82rem}
 .tl-body pre{background:#f6f6f6;padding:.4rem;max-height:20rem;overflow:auto;
 white-space:pre-wrap;word-break:break-word;margin:.2rem 0}
 .verdict-none{color:#666}.verdict-yes{color:#1f6f3f;font-weight:600}
+.status-improved{color:#1f6f3f;font-weight:600}.status-regressed{color:#b00;font-weight:600}
+.status-mixed{color:#9a5b00;font-weight:600}.status-unchanged{color:#555}
 """
+    + ITERATIONS_CSS
+)
 
 _TEXT_LIMIT = 20_000
 """Characters of one input or output shown in full; longer ones are cut, saying so."""
@@ -389,7 +395,9 @@ _TIMELINE_LEGEND = (
 )
 
 
-def _iteration(record: IterationRecord, *, opened: bool = False) -> str:
+def _iteration(
+    record: IterationRecord, opened: bool = False, style: str = "", beside: str = ""
+) -> str:
     verdict = (
         '<span class="pass">pass</span>' if record.passed else '<span class="fail">FAIL</span>'
     )
@@ -414,12 +422,15 @@ def _iteration(record: IterationRecord, *, opened: bool = False) -> str:
     problems = "".join(f"<li>{_esc(p)}</li>" for p in record.invariant_problems)
     if problems:
         problems = f'<p class="fail">trace invariants broken:</p><ul>{problems}</ul>'
+    classes = "iteration " + ("passed" if record.passed else "failed")
+    classes += " has-findings" if record.findings else ""
+    style_attribute = f' style="{_esc(style)}"' if style else ""
     return (
-        f'<details class="iteration"{" open" if opened else ""}><summary>'
+        f'<details class="{classes}"{style_attribute}{" open" if opened else ""}><summary>'
         f"{_esc(record.provider + ' · ' if record.provider else '')}{_esc(record.scenario)} "
         f"[{_esc(record.model)} {_esc(record.mode)}] #{record.iteration} {verdict}</summary>"
         f'{error}{findings}<ul class="prompts">{prompts}</ul><ul>{checks}</ul>{problems}'
-        f"{_timeline(record.trace)}</details>"
+        f"{beside}{_timeline(record.trace)}</details>"
     )
 
 
@@ -453,10 +464,12 @@ def html_report(summary: Sequence[dict[str, Any]], records: Sequence[IterationRe
         _findings_section(records),
         "<h2>Iterations</h2>",
         '<p class="note">Open an iteration for its trace timeline: one row per step on a '
-        "time axis shared by the iteration's rows; open a row for its inputs and outputs.</p>",
+        "time axis shared by the iteration's rows; open a row for its inputs and outputs. "
+        "Show and sort the iterations with the buttons; an iteration of a group of several "
+        "sets its tool calls beside its group's reference (the first that passed).</p>",
         legend(_TIMELINE_LEGEND),
         # The first iteration starts open, so the page shows a timeline before any click.
-        "".join(_iteration(r, opened=i == 0) for i, r in enumerate(records)),
+        iterations_section(records, _iteration),
     ]
     return page("llmbridge profile", "".join(body))
 
