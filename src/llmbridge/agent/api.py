@@ -36,6 +36,8 @@ from llmbridge.agent.documents import DocumentHit, DocumentRecord
 from llmbridge.agent.service import AgentReply
 from llmbridge.agent.settings import AgentSettings
 from llmbridge.agent.store import (
+    FactRecord,
+    LongSummaryRecord,
     PersonaRecord,
     PinRecord,
     SessionRecord,
@@ -50,6 +52,7 @@ __all__ = [
     "RECORD_BODIES",
     "DocumentIn",
     "DocumentPatch",
+    "FactIn",
     "MessageIn",
     "PatientIn",
     "PersonaIn",
@@ -59,7 +62,9 @@ __all__ = [
     "SessionPatch",
     "SummaryIn",
     "document_view",
+    "fact_view",
     "hit_view",
+    "long_summary_view",
     "message_view",
     "parse",
     "persona_view",
@@ -183,6 +188,20 @@ class PinIn(_Body):
     content: str = Field(min_length=1, max_length=20_000)
     message_id: RowId | None = None
     """The message the fact comes from (of the same session)."""
+
+
+class FactIn(_Body):
+    """A fact written or corrected through the API (issue 29): it stays in every
+    context of the session like a pin."""
+
+    content: str = Field(min_length=1, max_length=2_000)
+
+    @field_validator("content")
+    @classmethod
+    def _fact_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
 
 
 class SummaryIn(_Body):
@@ -330,6 +349,34 @@ def pin_view(pin: PinRecord) -> dict[str, Any]:
         "message_id": pin.message_id,
         "token_count": pin.token_count,
         "created_at": pin.created_at,
+    }
+
+
+def fact_view(fact: FactRecord) -> dict[str, Any]:
+    return {
+        "id": fact.id,
+        "session_id": fact.session_id,
+        "content": fact.content,
+        "source": fact.source,
+        "message_id": fact.message_id,
+        "patient_id": fact.patient_id,
+        "token_count": fact.token_count,
+        "created_at": fact.created_at,
+        "updated_at": fact.updated_at,
+    }
+
+
+def long_summary_view(summary: LongSummaryRecord) -> dict[str, Any]:
+    return {
+        "id": summary.id,
+        "session_id": summary.session_id,
+        "content": summary.content,
+        "first_message_id": summary.first_message_id,
+        "last_message_id": summary.last_message_id,
+        "folded": summary.folded,
+        "token_count": summary.token_count,
+        "model": summary.model,
+        "created_at": summary.created_at,
     }
 
 

@@ -6,8 +6,9 @@ limits. Nothing here imports the gateway: only ``core``, ``dialects``, ``web`` a
 the agent's own modules.
 
 Personas, sessions, a session's messages (a turn: ``POST .../messages``, streamed as
-Server-Sent Events when asked), pins and summaries, documents, and the eldercare
-records (patients and their caregivers, medications, vitals, appointments).
+Server-Sent Events when asked), pins and summaries, facts (listed, added, corrected,
+deleted) and the long-range summary (issue 29), documents, and the eldercare records
+(patients and their caregivers, medications, vitals, appointments).
 
 Ownership (``agent.store.access``): with API keys on, the key a request matched
 (``auth.caller_identity``) owns what it creates. Sessions are private: another
@@ -53,6 +54,7 @@ from llmbridge.agent.api import (
     RECORD_BODIES,
     DocumentIn,
     DocumentPatch,
+    FactIn,
     MessageIn,
     PatientIn,
     PersonaIn,
@@ -62,7 +64,9 @@ from llmbridge.agent.api import (
     SessionPatch,
     SummaryIn,
     document_view,
+    fact_view,
     hit_view,
+    long_summary_view,
     message_view,
     parse,
     persona_view,
@@ -486,6 +490,58 @@ async def delete_pin(request: Request) -> Response:
     return Response(status_code=204)
 
 
+# -- facts and long-range memory (issue 29) ---------------------------------------------
+
+
+async def list_facts(request: Request) -> Response:
+    """The facts in the session's context: its own, and its patient's from other
+    sessions, oldest first."""
+    runtime, owner = _runtime(request)
+    session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
+    limit = _int_query(request, "limit", MAX_PAGE)
+    facts = await runtime.store.memory.facts(session.id, limit, patient_id=session.patient_id)
+    return _json({"facts": [fact_view(f) for f in facts]})
+
+
+async def create_fact(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
+    body = parse(FactIn, await _body(request))
+    fact = await runtime.store.memory.add_fact(
+        session.id, body.content, source="user", patient_id=session.patient_id
+    )
+    return _json(fact_view(fact), 201)
+
+
+async def update_fact(request: Request) -> Response:
+    """Correct a fact: it becomes the user's (``source: user``)."""
+    runtime, owner = _runtime(request)
+    params = request.path_params
+    session = await runtime.service.get_session(params["session_id"], owner=owner)
+    body = parse(FactIn, await _body(request))
+    fact = await runtime.store.memory.update_fact(session.id, params["fact_id"], body.content)
+    if fact is None:
+        raise NotFoundError(f"no fact {params['fact_id']} in session {session.id!r}")
+    return _json(fact_view(fact))
+
+
+async def delete_fact(request: Request) -> Response:
+    runtime, owner = _runtime(request)
+    params = request.path_params
+    session = await runtime.service.get_session(params["session_id"], owner=owner)
+    if not await runtime.store.memory.delete_fact(session.id, params["fact_id"]):
+        raise NotFoundError(f"no fact {params['fact_id']} in session {session.id!r}")
+    return Response(status_code=204)
+
+
+async def get_long_summary(request: Request) -> Response:
+    """The session's long-range summary in use (``null`` before the first compaction)."""
+    runtime, owner = _runtime(request)
+    session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
+    long = await runtime.store.memory.long_summary(session.id)
+    return _json({"long_summary": long_summary_view(long) if long is not None else None})
+
+
 async def list_summaries(request: Request) -> Response:
     runtime, owner = _runtime(request)
     limit = _int_query(request, "limit", 100)
@@ -703,6 +759,11 @@ routes = [
     _route(_SESSION + "/pins/{pin_id:int}", delete_pin, "DELETE"),
     _route(_SESSION + "/summaries", list_summaries, "GET"),
     _route(_SESSION + "/summaries", create_summary, "POST"),
+    _route(_SESSION + "/facts", list_facts, "GET"),
+    _route(_SESSION + "/facts", create_fact, "POST"),
+    _route(_SESSION + "/facts/{fact_id:int}", update_fact, "PATCH"),
+    _route(_SESSION + "/facts/{fact_id:int}", delete_fact, "DELETE"),
+    _route(_SESSION + "/long-summary", get_long_summary, "GET"),
     _route("/agent/documents", create_document, "POST"),
     _route("/agent/documents", list_documents, "GET"),
     _route("/agent/documents/search", search_documents, "GET"),

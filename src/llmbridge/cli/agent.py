@@ -1,6 +1,7 @@
 """``llmbridge agent``: the agent service from the terminal, on its database.
 
-``personas list|create``, ``sessions list|create`` and ``chat`` (an interactive
+``personas list|create``, ``sessions list|create``, ``facts list|add|edit|delete``
+(a session's durable facts, issue 29) and ``chat`` (an interactive
 conversation on a session: streamed replies, ``/pin TEXT``, ``/quit``). They open the
 same database as the gateway (``--db`` / ``LLMBRIDGE_DB`` / ``agent.database`` in
 ``--config``) directly, unscoped (the CLI sees every session and writes shared
@@ -207,6 +208,102 @@ def sessions_create(
         return session.id
 
     click.echo(_run(work))
+
+
+# -- facts ----------------------------------------------------------------------------
+
+
+@agent.group()
+def facts() -> None:
+    """List, add, correct and delete a session's durable facts (kept in every context)."""
+
+
+@facts.command("list")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@config_options
+def facts_list(session_id: str, as_json: bool, config_path: str | None, **shortcuts: Any) -> None:
+    """List SESSION_ID's facts (its own and its patient's), oldest first."""
+    from llmbridge.agent.api import fact_view
+
+    config = load_from_options(config_path, **shortcuts)
+
+    async def work() -> None:
+        async with _store(config) as store:
+            session = await store.get_session(session_id)
+            found = await store.memory.facts(session.id, patient_id=session.patient_id)
+        if as_json:
+            _print_json([fact_view(f) for f in found])
+            return
+        click.echo(f"{'ID':<8} {'SOURCE':<10} FACT")
+        for f in found:
+            click.echo(f"{f.id:<8} {f.source:<10} {f.content}")
+
+    _run(work)
+
+
+@facts.command("add")
+@click.argument("session_id")
+@click.argument("text")
+@config_options
+def facts_add(session_id: str, text: str, config_path: str | None, **shortcuts: Any) -> None:
+    """Add a fact to SESSION_ID; prints its id."""
+    if not text.strip():
+        raise click.BadParameter("must not be blank", param_hint="TEXT")
+    config = load_from_options(config_path, **shortcuts)
+
+    async def work() -> int:
+        async with _store(config) as store:
+            session = await store.get_session(session_id)
+            fact = await store.memory.add_fact(
+                session.id, text, source="user", patient_id=session.patient_id
+            )
+        return fact.id
+
+    click.echo(_run(work))
+
+
+@facts.command("edit")
+@click.argument("session_id")
+@click.argument("fact_id", type=int)
+@click.argument("text")
+@config_options
+def facts_edit(
+    session_id: str, fact_id: int, text: str, config_path: str | None, **shortcuts: Any
+) -> None:
+    """Correct fact FACT_ID of SESSION_ID to TEXT."""
+    from llmbridge.core.errors import NotFoundError
+
+    if not text.strip():
+        raise click.BadParameter("must not be blank", param_hint="TEXT")
+    config = load_from_options(config_path, **shortcuts)
+
+    async def work() -> None:
+        async with _store(config) as store:
+            if await store.memory.update_fact(session_id, fact_id, text) is None:
+                raise NotFoundError(f"no fact {fact_id} in session {session_id!r}")
+
+    _run(work)
+    click.echo("corrected.")
+
+
+@facts.command("delete")
+@click.argument("session_id")
+@click.argument("fact_id", type=int)
+@config_options
+def facts_delete(session_id: str, fact_id: int, config_path: str | None, **shortcuts: Any) -> None:
+    """Delete fact FACT_ID of SESSION_ID."""
+    from llmbridge.core.errors import NotFoundError
+
+    config = load_from_options(config_path, **shortcuts)
+
+    async def work() -> None:
+        async with _store(config) as store:
+            if not await store.memory.delete_fact(session_id, fact_id):
+                raise NotFoundError(f"no fact {fact_id} in session {session_id!r}")
+
+    _run(work)
+    click.echo("deleted.")
 
 
 # -- chat -----------------------------------------------------------------------------
