@@ -40,7 +40,7 @@ from llmbridge.profiler.types import (
     ToolCallRecord,
 )
 
-__all__ = ["ATIF_SCHEMA", "ATIF_VERSION", "from_atif", "to_atif"]
+__all__ = ["ATIF_SCHEMA", "ATIF_VERSION", "from_atif", "timestamp_ms", "to_atif"]
 
 ATIF_VERSION = "ATIF-v1.4"
 ATIF_SCHEMA: dict[str, Any] = json.loads(
@@ -55,7 +55,8 @@ def _iso(ms: float | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _ms(stamp: Any) -> float | None:
+def timestamp_ms(stamp: Any) -> float | None:
+    """An ISO 8601 time as Unix milliseconds (``None`` when it is not one)."""
     if not isinstance(stamp, str):
         return None
     try:
@@ -237,7 +238,7 @@ def _boundary(step: dict[str, Any], extra: dict[str, Any], turn: int) -> dict[st
             "cache_read": cached,
         }
     boundary: dict[str, Any] = {"type": "turn_boundary", "turn": turn}
-    if (at := _ms(step.get("timestamp"))) is not None:
+    if (at := timestamp_ms(step.get("timestamp"))) is not None:
         boundary["timestamp_ms"] = at
     if extra.get("duration_ms") is not None:
         boundary["duration_ms"] = extra["duration_ms"]

@@ -1,16 +1,19 @@
 """``llmbridge profile import``: sessions the profiler did not run, as a profiled run
 (issue 28, section 2).
 
-Each file given (or each ``*.json`` in a directory given, such as a run's
-``trajectories/``) is read as an ATIF trajectory (atif.py): validated against ATIF's
-schema first, so a file that is not one is named with what is wrong, never half read.
+Each file given (or each ``*.json`` and ``*.jsonl`` under a directory given, such as a
+run's ``trajectories/``) is read as what it is: an ATIF trajectory (``.json``, atif.py),
+or a session file a CLI kept (``.jsonl``: Claude Code's transcript or Codex's rollout,
+told apart by their lines; transcripts.py turns each into an ATIF trajectory). Every
+trajectory is validated against ATIF's schema first, so a file that is not one is
+named with what is wrong, never half read.
 Each becomes an ``IterationRecord``; its findings are scanned (findings.py) when the
 file carried none, and the records are written as a run directory: ``traces.jsonl``,
 ``summary.json``, ``report.md``, ``report.html`` and ``trajectories/``, which
 ``profile compare`` and the reports read like any run's.
 
-Not read yet: Claude Code's session transcripts, Codex's rollout files, Gemini CLI's
-sessions and the gateway's OTLP spans (docs/PROFILER.md says what is left).
+Not read yet: Gemini CLI's sessions and the gateway's OTLP spans (docs/PROFILER.md
+says what is left).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
@@ -26,6 +30,7 @@ from llmbridge.profiler.findings import scan
 from llmbridge.profiler.records import IterationRecord, summarise
 from llmbridge.profiler.report import html_report, markdown_report
 from llmbridge.profiler.runner import write_trajectories
+from llmbridge.profiler.transcripts import claude_code_to_atif, codex_rollout_to_atif, sniff
 
 __all__ = ["TrajectoryImportError", "import_paths", "write_run"]
 
@@ -38,7 +43,7 @@ def _files(paths: Sequence[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(path.glob("*.json"))
+            found += sorted([*path.rglob("*.json"), *path.rglob("*.jsonl")])
         elif path.is_file():
             found.append(path)
         else:
@@ -48,15 +53,32 @@ def _files(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
+def _trajectory(path: Path) -> Any:
+    """``path`` as an ATIF trajectory: read as it is, or converted from a CLI's file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix != ".jsonl":
+            return json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TrajectoryImportError(f"{path}: not a JSON file: {exc}") from exc
+    lines = text.splitlines()
+    kind = sniff(lines)
+    if kind == "claude-code":
+        return claude_code_to_atif(lines)
+    if kind == "codex":
+        return codex_rollout_to_atif(lines)
+    raise TrajectoryImportError(
+        f"{path}: neither a Claude Code transcript nor a Codex rollout (its first lines "
+        "have neither a sessionId nor a session_meta line)"
+    )
+
+
 def import_paths(paths: Sequence[Path]) -> list[IterationRecord]:
     """The records of every trajectory in ``paths`` (module docstring)."""
     validator = jsonschema.Draft202012Validator(ATIF_SCHEMA)
     records = []
     for path in _files(paths):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise TrajectoryImportError(f"{path}: not a JSON file: {exc}") from exc
+        data = _trajectory(path)
         problem = jsonschema.exceptions.best_match(validator.iter_errors(data))
         if problem is not None:
             where = "/".join(map(str, problem.absolute_path)) or "the top level"

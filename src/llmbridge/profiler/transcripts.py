@@ -1,0 +1,298 @@
+"""Real sessions' files as ATIF trajectories, for ``profile import`` (issue 28).
+
+A developer's own sessions were not run by the profiler, but their CLIs kept them:
+
+- **Claude Code**'s transcript, ``~/.claude/projects/<project>/<session id>.jsonl``:
+  one JSON object per line; ``user`` lines whose content is text are the prompts, the
+  ``assistant`` lines of one API message (one line per content block, the same
+  ``message.id``) are one model step (thinking, text, ``tool_use``; the message's
+  ``usage``), and ``user`` lines carrying ``tool_result`` blocks are the calls' results
+  (``is_error`` when they failed). Other line types (queue operations, attachments,
+  request shapes, costs) say nothing a trace needs.
+- **Codex**'s rollout, ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-...-<thread>.jsonl``:
+  ``{"timestamp", "type", "payload"}`` lines; ``response_item`` payloads are the
+  conversation (the user's ``message`` items, except the context Codex injects, are the
+  prompts; ``reasoning``, the assistant's ``message`` and ``function_call`` items make
+  a model step, closed by the ``token_usage_record`` of that response with its usage;
+  ``function_call_output`` is a call's result, failed when it says the process exited
+  with a code other than 0).
+
+Each becomes an ATIF trajectory (atif.py) that ``from_atif`` turns into a record, so an
+imported session is reported exactly as a profiled one. The shapes were read from the
+files the pinned CLIs wrote (tests/profiler/capture_transcripts.py: Claude Code
+2.1.330, Codex 0.169.0); a line of another shape is skipped, never guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from llmbridge.profiler.atif import ATIF_VERSION, timestamp_ms
+
+__all__ = ["claude_code_to_atif", "codex_rollout_to_atif", "sniff"]
+
+_EXIT_CODE = re.compile(r"Process exited with code (-?\d+)")
+_INJECTED = ("<environment_context>", "<user_instructions>", "<permissions", "<skills")
+"""How the user-role messages Codex adds itself begin (not the user's prompts)."""
+
+
+def _objects(lines: Iterable[str]) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def sniff(lines: list[str]) -> str | None:
+    """``claude-code``, ``codex`` or ``None``: which CLI wrote these JSON lines."""
+    for value in _objects(lines[:20]):
+        if value.get("type") == "session_meta" and isinstance(value.get("payload"), dict):
+            return "codex"
+        if "sessionId" in value and value.get("type") in ("user", "assistant", "queue-operation"):
+            return "claude-code"
+    return None
+
+
+class _Steps:
+    """The ATIF steps being built: prompts, model steps, and each call's step."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.call_step: dict[str, dict[str, Any]] = {}
+        self.last_seen: dict[int, str] = {}
+        """Per model step (by ``id``), the timestamp of its last line: its duration ends
+        there (a tool's result included, as a profiled step's does)."""
+
+    def touch(self, step: dict[str, Any] | None, stamp: Any) -> None:
+        if step is not None and isinstance(stamp, str):
+            self.last_seen[id(step)] = stamp
+
+    def prompt(self, text: str, stamp: Any) -> None:
+        step: dict[str, Any] = {"source": "user", "message": text}
+        if isinstance(stamp, str):
+            step["timestamp"] = stamp
+        self.steps.append(step)
+
+    def model_step(self, model: str, stamp: Any) -> dict[str, Any]:
+        step: dict[str, Any] = {"source": "agent", "model_name": model, "message": ""}
+        if isinstance(stamp, str):
+            step["timestamp"] = stamp
+        step["extra"] = {"llmbridge": {"failed_calls": [], "layout": [], "tokens": {}}}
+        self.steps.append(step)
+        return step
+
+    @staticmethod
+    def _ours(step: dict[str, Any]) -> dict[str, Any]:
+        ours: dict[str, Any] = step["extra"]["llmbridge"]
+        return ours
+
+    def text(self, step: dict[str, Any], kind: str, piece: str) -> None:
+        if not piece:
+            return
+        key = "message" if kind == "text" else "reasoning_content"
+        step[key] = step.get(key, "") + piece
+        self._ours(step)["layout"].append([kind, len(piece)])
+
+    def call(self, step: dict[str, Any], call_id: str, name: str, arguments: Any) -> None:
+        args = arguments if isinstance(arguments, dict) else {"value": arguments}
+        step.setdefault("tool_calls", []).append(
+            {"tool_call_id": call_id, "function_name": name, "arguments": args}
+        )
+        self._ours(step)["layout"].append(["call", call_id])
+        self.call_step[call_id] = step
+
+    def result(self, call_id: str, content: str, failed: bool, stamp: Any = None) -> None:
+        step = self.call_step.get(call_id)
+        if step is None:
+            return
+        self.touch(step, stamp)
+        results = step.setdefault("observation", {"results": []})["results"]
+        results.append({"source_call_id": call_id, "content": content})
+        self._ours(step)["layout"].append(["result", call_id])
+        if failed:
+            self._ours(step)["failed_calls"].append(call_id)
+
+    def usage(self, step: dict[str, Any], tokens: dict[str, int]) -> None:
+        self._ours(step)["tokens"] = tokens
+        step["metrics"] = {
+            "prompt_tokens": tokens["input"] + tokens["cache_read"] + tokens["cache_write"],
+            "completion_tokens": tokens["output"] + tokens["reasoning"],
+            "cached_tokens": tokens["cache_read"],
+        }
+
+    def trajectory(self, session_id: str, agent: dict[str, str]) -> dict[str, Any]:
+        for step in self.steps:
+            first, last = (
+                timestamp_ms(step.get("timestamp")),
+                timestamp_ms(self.last_seen.get(id(step))),
+            )
+            if step["source"] == "agent" and first is not None and last is not None:
+                self._ours(step)["duration_ms"] = max(last - first, 0.0)
+        numbered = [{"step_id": n, **step} for n, step in enumerate(self.steps, 1)]
+        return {
+            "schema_version": ATIF_VERSION,
+            "session_id": session_id,
+            "agent": agent,
+            "steps": numbered,
+        }
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _tool_result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text") or "") for b in content if isinstance(b, dict))
+    return ""
+
+
+def claude_code_to_atif(lines: list[str]) -> dict[str, Any]:
+    """A Claude Code transcript as an ATIF trajectory (module docstring)."""
+    built = _Steps()
+    session, version, model = "", "", ""
+    current: dict[str, Any] | None = None
+    current_id = None
+    for line in _objects(lines):
+        session = session or str(line.get("sessionId") or "")
+        version = version or str(line.get("version") or "")
+        message = line.get("message")
+        if line.get("isSidechain") or line.get("isMeta") or not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if line.get("type") == "user":
+            blocks = content if isinstance(content, list) else []
+            results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+            for block in results:
+                built.result(
+                    str(block.get("tool_use_id")),
+                    _tool_result_text(block.get("content")),
+                    bool(block.get("is_error")),
+                    line.get("timestamp"),
+                )
+            if not results:
+                text = content if isinstance(content, str) else _tool_result_text(content)
+                built.prompt(text, line.get("timestamp"))
+                current, current_id = None, None
+        elif line.get("type") == "assistant":
+            model = str(message.get("model") or model)
+            if current is None or message.get("id") != current_id:
+                current = built.model_step(model, line.get("timestamp"))
+                current_id = message.get("id")
+            built.touch(current, line.get("timestamp"))
+            for block in content if isinstance(content, list) else []:
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "thinking":
+                    built.text(current, "reasoning", str(block.get("thinking") or ""))
+                elif kind == "text":
+                    built.text(current, "text", str(block.get("text") or ""))
+                elif kind == "tool_use":
+                    built.call(current, str(block["id"]), str(block["name"]), block.get("input"))
+            usage = message.get("usage")
+            if isinstance(usage, dict):
+                built.usage(
+                    current,
+                    {
+                        "input": _count(usage.get("input_tokens")),
+                        "output": _count(usage.get("output_tokens")),
+                        "reasoning": 0,
+                        "cache_read": _count(usage.get("cache_read_input_tokens")),
+                        "cache_write": _count(usage.get("cache_creation_input_tokens")),
+                    },
+                )
+    agent = {"name": "claude-code", "version": version or "unknown", "model_name": model}
+    return built.trajectory(session or "claude-code-session", agent)
+
+
+def _codex_text(item: dict[str, Any], kind: str) -> str:
+    parts = item.get("content") if kind != "summary_text" else item.get("summary")
+    return "".join(
+        str(p.get("text") or "")
+        for p in parts or []
+        if isinstance(p, dict) and p.get("type") == kind
+    )
+
+
+def codex_rollout_to_atif(lines: list[str]) -> dict[str, Any]:
+    """A Codex rollout file as an ATIF trajectory (module docstring)."""
+    built = _Steps()
+    session, version, model = "", "", ""
+    current: dict[str, Any] | None = None
+    for line in _objects(lines):
+        payload = line.get("payload")
+        if not isinstance(payload, dict):
+            continue
+        kind, stamp = line.get("type"), line.get("timestamp")
+        if kind == "session_meta":
+            session = str(payload.get("id") or payload.get("session_id") or "")
+            version = str(payload.get("cli_version") or "")
+        elif kind == "turn_context":
+            model = str(payload.get("model") or model)
+        elif kind == "token_usage_record" and current is not None:
+            usage = payload.get("usage") or {}
+            cached, reasoning = (
+                _count(usage.get("cached_input_tokens")),
+                _count(usage.get("reasoning_output_tokens")),
+            )
+            built.usage(
+                current,
+                {
+                    "input": _count(usage.get("input_tokens")) - cached,
+                    "output": _count(usage.get("output_tokens")) - reasoning,
+                    "reasoning": reasoning,
+                    "cache_read": cached,
+                    "cache_write": _count(usage.get("cache_write_input_tokens")),
+                },
+            )
+            current = None
+        elif kind == "response_item":
+            current = _codex_item(built, payload, current, model, stamp)
+    agent = {"name": "codex", "version": version or "unknown", "model_name": model}
+    return built.trajectory(session or "codex-session", agent)
+
+
+def _codex_item(
+    built: _Steps, item: dict[str, Any], current: dict[str, Any] | None, model: str, stamp: Any
+) -> dict[str, Any] | None:
+    """One ``response_item``; the model step it belongs to afterwards."""
+    kind = item.get("type")
+    if kind == "message" and item.get("role") == "user":
+        text = _codex_text(item, "input_text")
+        if not text.lstrip().startswith(_INJECTED):
+            built.prompt(text, stamp)
+        return None
+    if kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else json.dumps(output)
+        code = _EXIT_CODE.search(text)
+        failed = code is not None and code.group(1) != "0"
+        built.result(str(item.get("call_id")), text, failed, stamp)
+        return current
+    if kind not in ("reasoning", "message", "function_call", "custom_tool_call"):
+        return current
+    if kind == "message" and item.get("role") != "assistant":
+        return current
+    step = current or built.model_step(model, stamp)
+    built.touch(step, stamp)
+    if kind == "reasoning":
+        built.text(step, "reasoning", _codex_text(item, "summary_text"))
+    elif kind == "message":
+        built.text(step, "text", _codex_text(item, "output_text"))
+    else:
+        raw = item.get("arguments", item.get("input"))
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            arguments = raw
+        built.call(step, str(item.get("call_id")), str(item.get("name")), arguments)
+    return step
