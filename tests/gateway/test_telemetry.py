@@ -402,3 +402,41 @@ def test_the_file_wins_over_the_otel_variables(tmp_path: Any) -> None:
     assert telemetry.service_name == "svc"
     assert traces_url(telemetry.otlp_endpoint) == "http://file:4318/v1/traces"
     assert traces_url("http://env:4318/") == "http://env:4318/v1/traces"
+
+
+def test_each_worker_of_serve_workers_traces_with_its_own_provider(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``llmbridge serve --workers 2`` with ``OTEL_EXPORTER_OTLP_ENDPOINT``: each worker
+    opens its own tracer, so spans come from both, each process its own
+    ``service.instance.id``."""
+    import httpx
+
+    from tests.gateway.test_workers import serving_workers
+
+    with OtlpReceiver() as workers_receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", workers_receiver.url)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+        with serving_workers(tmp_path) as served:
+            pids = {w["pid"] for w in served.health()["workers"]}
+
+            def instances(spans: list[ReceivedSpan]) -> set[str]:
+                return {s.resource["service.instance.id"] for s in spans}
+
+            def both_traced(spans: list[ReceivedSpan]) -> bool:
+                if len(instances(spans)) >= 2:
+                    return True
+                # New connections until the kernel has handed one to each worker.
+                with httpx.Client(limits=httpx.Limits(max_keepalive_connections=0)) as http:
+                    for _ in range(4):
+                        body = {
+                            "model": "scripted",
+                            "messages": [{"role": "user", "content": "hi"}],
+                        }
+                        reply = http.post(served.url + "/v1/chat/completions", json=body)
+                        assert reply.status_code == 200
+                return False
+
+            spans = workers_receiver.wait_for(both_traced, "spans from both workers")
+            traced_pids = {int(i.rsplit(":", 1)[1]) for i in instances(spans)}
+            assert traced_pids == pids

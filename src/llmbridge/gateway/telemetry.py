@@ -35,6 +35,8 @@ The spans, named and attributed after the OpenTelemetry GenAI semantic conventio
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -318,7 +320,15 @@ class Tracing:
         self, endpoint: str, service_name: str, *, exporter: SpanExporter | None = None
     ) -> None:
         self.endpoint = traces_url(endpoint)
-        resource = Resource.create({"service.name": service_name, "service.version": __version__})
+        # service.instance.id tells the workers of --workers N (and replicas) apart.
+        instance = f"{socket.gethostname()}:{os.getpid()}"
+        resource = Resource.create(
+            {
+                "service.name": service_name,
+                "service.version": __version__,
+                "service.instance.id": instance,
+            }
+        )
         self.provider = TracerProvider(resource=resource)
         # Headers (OTEL_EXPORTER_OTLP_HEADERS), timeout and compression come from the
         # SDK's own environment variables.
