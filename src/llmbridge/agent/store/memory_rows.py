@@ -229,10 +229,12 @@ class MemoryRows:
             result = await db.execute(query)
             return bool(getattr(result, "rowcount", 0))
 
-    async def session_patient(self, session_id: str) -> int | None:
+    async def session_patient(
+        self, session_id: str, *, conn: AsyncConnection | None = None
+    ) -> int | None:
         """The patient the session is about, if any."""
         query = select(SessionRow.patient_id).where(SessionRow.id == session_id)
-        rows = await self.store._rows(query, None)
+        rows = await self.store._rows(query, conn)
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     # -- the extraction cursor ------------------------------------------------------------
