@@ -192,7 +192,12 @@ async def test_the_overview_buckets_totals_percentiles_and_groups(database: Data
     assert (groups["openai"].requests, groups["openai"].errors) == (6, 2)
     assert (groups["openai"].latency_p50_ms, groups["openai"].latency_p99_ms) == (30.0, 60.0)
     assert (groups["anthropic"].latency_p50_ms, groups["anthropic"].latency_p99_ms) == (80.0, 100.0)
-    assert not hour.partial
+    assert not hour.partial and hour.percentile_stride == 1
+    # A window past max_percentile_rows: percentiles over every k-th row by id (ids 3,
+    # 6 and 9 here: latencies 30, 60 and 90 ms), counts and sums still over all.
+    sampled = await overview(engine, "hour", now=NOW, max_percentile_rows=4)
+    assert sampled.percentile_stride == 3 and sampled.totals.requests == 10
+    assert (sampled.totals.latency_p50_ms, sampled.totals.latency_p99_ms) == (60.0, 90.0)
 
     day = await overview(engine, "day", "model", now=NOW)
     assert len(day.buckets) == 24 and day.totals.requests == 11

@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
-from sqlalchemy import ColumnElement, Select, Table, and_, case, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    and_,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmbridge.accounts.rollups import USAGE_DAILY
@@ -108,6 +118,10 @@ class Overview:
     partial: bool = False
     """Rolled-up days (no latencies) were counted, or exist in the window: the
     percentiles describe the rows still kept only (module docstring)."""
+    percentile_stride: int = 1
+    """1: the percentiles are over every row kept in the window; ``k``: over every
+    ``k``-th (by id, the order rows were written), a window holding more than
+    ``max_percentile_rows`` rows: a sample, so their cost stays bounded."""
 
 
 def _sum(column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -167,26 +181,43 @@ def _percentiles_query(
     value: ColumnElement[Any],
     partition: Sequence[ColumnElement[Any]],
     where: ColumnElement[bool],
+    *,
+    total: bool = False,
 ) -> Select[Any]:
     """The p50 and p99 of ``value`` per ``partition`` (nearest rank), as rows
-    ``(*partition, rank, n, value)``: two per partition, picked in the database."""
+    ``(*partition, rank, n, total rank, total n, value)``: two per partition (and, with
+    ``total``, the two of the whole set, from the same scan), picked in the database."""
     over: dict[str, Any] = {"partition_by": list(partition)} if partition else {}
-    ranked = (
-        select(
-            *(p.label(f"p{i}") for i, p in enumerate(partition)),
-            value.label("v"),
-            func.row_number().over(order_by=value, **over).label("rn"),
-            func.count().over(**over).label("n"),
-        )
-        .where(where, value.is_not(None))
-        .subquery()
-    )
+    columns = [
+        *(p.label(f"p{i}") for i, p in enumerate(partition)),
+        value.label("v"),
+        func.row_number().over(order_by=value, **over).label("rn"),
+        func.count().over(**over).label("n"),
+    ]
+    if total:
+        columns += [func.row_number().over(order_by=value).label("trn")]
+        columns += [func.count().over().label("tn")]
+    ranked = select(*columns).where(where, value.is_not(None)).subquery()
     keys = [ranked.c[f"p{i}"] for i in range(len(partition))]
     n, rn = ranked.c.n, ranked.c.rn
     # ceil(n * p / 100) in integer arithmetic, the same on both databases.
-    return select(*keys, rn, n, ranked.c.v).where(
-        or_(rn == (n * 50 + 99) // 100, rn == (n * 99 + 99) // 100)
-    )
+    picked = [rn == (n * 50 + 99) // 100, rn == (n * 99 + 99) // 100]
+    ranks = [rn, n]
+    if total:
+        tn, trn = ranked.c.tn, ranked.c.trn
+        picked += [trn == (tn * 50 + 99) // 100, trn == (tn * 99 + 99) // 100]
+        ranks += [trn, tn]
+    return select(*keys, *ranks, ranked.c.v).where(or_(*picked))
+
+
+Pair = tuple[float | None, float | None]
+
+
+def _pick(pair: list[float | None], rank: int, n: int, value: float) -> None:
+    if rank == (n * 50 + 99) // 100:
+        pair[0] = value
+    if rank == (n * 99 + 99) // 100:
+        pair[1] = value
 
 
 async def _percentiles(
@@ -194,18 +225,20 @@ async def _percentiles(
     value: ColumnElement[Any],
     partition: Sequence[ColumnElement[Any]],
     where: ColumnElement[bool],
-) -> dict[tuple[Any, ...], tuple[float | None, float | None]]:
+    *,
+    total: bool = False,
+) -> tuple[dict[tuple[Any, ...], Pair], Pair]:
+    """p50 and p99 per partition, and of the whole set when ``total`` (one scan)."""
     found: dict[tuple[Any, ...], list[float | None]] = {}
+    whole: list[float | None] = [None, None]
     width = len(partition)
-    for row in (await conn.execute(_percentiles_query(value, partition, where))).all():
-        key = tuple(row[:width])
-        rank, n, v = int(row[width]), int(row[width + 1]), float(row[width + 2])
-        pair = found.setdefault(key, [None, None])
-        if rank == (n * 50 + 99) // 100:
-            pair[0] = v
-        if rank == (n * 99 + 99) // 100:
-            pair[1] = v
-    return {key: (pair[0], pair[1]) for key, pair in found.items()}
+    query = _percentiles_query(value, partition, where, total=total)
+    for row in (await conn.execute(query)).all():
+        key, ranks, v = tuple(row[:width]), row[width:-1], float(row[-1])
+        _pick(found.setdefault(key, [None, None]), int(ranks[0]), int(ranks[1]), v)
+        if total:
+            _pick(whole, int(ranks[2]), int(ranks[3]), v)
+    return {key: (pair[0], pair[1]) for key, pair in found.items()}, (whole[0], whole[1])
 
 
 class _Acc:
@@ -251,6 +284,7 @@ async def overview(
     *,
     now: datetime | None = None,
     max_groups: int = 20,
+    max_percentile_rows: int = 20_000,
 ) -> Overview:
     """The requests of the last ``window``, per bucket, in total and per group
     (module docstring)."""
@@ -270,7 +304,13 @@ async def overview(
     since = until - timedelta(seconds=width * count)
     dialect = engine.dialect.name
     c = USAGE.c
-    in_window = and_(c.created_at >= since, c.created_at < until)
+    created: ColumnElement[Any] = c.created_at
+    if dialect == "sqlite" and width == 86400:
+        # 30 days hold a large part of the table: a scan reads it 3-4 times faster than
+        # the index's row-by-row lookups (measured: docs/DEPLOY.md, "Request log"), and
+        # SQLite's planner, without statistics, would take the index ("+" prevents it).
+        created = literal_column("+usage.created_at", type_=c.created_at.type)
+    in_window = and_(created >= since, created < until)
     bucket = _bucket_of(dialect, width)
     first_day, end_day = since.date().isoformat(), (until - timedelta(microseconds=1)).date()
     days = USAGE_DAILY.c.day.between(first_day, end_day.isoformat())
@@ -278,17 +318,24 @@ async def overview(
         per_bucket: dict[str, _Acc] = {}
         for row in (await conn.execute(_sums_query([bucket], in_window))).all():
             per_bucket.setdefault(row[0], _Acc()).add(row[1], row[2], row[3:])
-        totals = _Acc()
-        for row in (await conn.execute(_sums_query([], in_window))).all():
-            totals.add(row[0], row[1], row[2:])
-        latency = await _percentiles(conn, c.latency_ms, [bucket], in_window)
-        ttft = await _percentiles(conn, c.ttft_ms, [bucket], in_window)
-        total_latency = await _percentiles(conn, c.latency_ms, [], in_window)
-        total_ttft = await _percentiles(conn, c.ttft_ms, [], in_window)
-        rolled = await _rollups(conn, days, width == 86400, per_bucket, totals)
+        # Sorting every row of a busy month took seconds: past max_percentile_rows the
+        # percentiles are of a sample, every stride-th row by id (unrelated to latency).
+        kept_rows = sum(acc.requests for acc in per_bucket.values())
+        stride = max(1, -(-kept_rows // max(max_percentile_rows, 1)))
+        sampled = in_window if stride == 1 else and_(in_window, c.id % stride == 0)
+        latency, total_latency = await _percentiles(
+            conn, c.latency_ms, [bucket], sampled, total=True
+        )
+        ttft, total_ttft = await _percentiles(conn, c.ttft_ms, [bucket], sampled, total=True)
+        rolled = await _rollups(conn, days, width == 86400, per_bucket)
+        totals = _Acc()  # every row is in one bucket: the totals are their sums
+        for kept in per_bucket.values():
+            totals.add(kept.requests, kept.errors, kept.sums)
         groups: list[GroupStats] = []
         if group_by is not None:
-            groups = await _groups(conn, group_by, in_window, days, width == 86400, max_groups)
+            groups = await _groups(
+                conn, group_by, (in_window, sampled), days, width == 86400, max_groups
+            )
     buckets = []
     for i in range(count):
         start = since + timedelta(seconds=width * i)
@@ -305,9 +352,10 @@ async def overview(
         since=since,
         until=until,
         buckets=buckets,
-        totals=totals.stats(total_latency.get((), _NONE), total_ttft.get((), _NONE)),
+        totals=totals.stats(total_latency, total_ttft),
         groups=groups,
         partial=rolled,
+        percentile_stride=stride,
     )
 
 
@@ -337,9 +385,8 @@ async def _rollups(
     days: ColumnElement[bool],
     by_day: bool,
     per_bucket: dict[str, _Acc],
-    totals: _Acc,
 ) -> bool:
-    """Add the rolled-up days to the day buckets and the totals (``by_day``: a window
+    """Add the rolled-up days to the day buckets (``by_day``: a window
     of day buckets), or only tell whether any exist for the window's days (an hour
     is finer than a rollup). Whether any were found."""
     if not by_day:
@@ -349,19 +396,20 @@ async def _rollups(
     for row in (await conn.execute(_rollup_sums([USAGE_DAILY.c.day], days))).all():
         found = True
         per_bucket.setdefault(row[0], _Acc()).add(row[1], row[2], row[3:])
-        totals.add(row[1], row[2], row[3:])
     return found
 
 
 async def _groups(
     conn: AsyncConnection,
     group_by: str,
-    in_window: ColumnElement[bool],
+    where: tuple[ColumnElement[bool], ColumnElement[bool]],
     days: ColumnElement[bool],
     by_day: bool,
     max_groups: int,
 ) -> list[GroupStats]:
-    """The busiest ``max_groups`` groups' stats (rollups counted in a window of days)."""
+    """The busiest ``max_groups`` groups' stats (rollups counted in a window of days);
+    ``where``: the window's rows, and those its percentiles are over."""
+    in_window, sampled = where
     group = _group_of(group_by).label("g")
     accs: dict[Any, _Acc] = {}
     for row in (await conn.execute(_sums_query([group], in_window))).all():
@@ -376,18 +424,18 @@ async def _groups(
     busiest = sorted(accs.items(), key=lambda kv: (-kv[1].requests, kv[0] is None, str(kv[0])))
     busiest = busiest[:max_groups]
     names = [name for name, _ in busiest if name is not None]
-    chosen = and_(in_window, group.in_(names)) if names else None
-    latency: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
-    ttft: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
+    chosen = and_(sampled, group.in_(names)) if names else None
+    latency: dict[tuple[Any, ...], Pair] = {}
+    ttft: dict[tuple[Any, ...], Pair] = {}
     if chosen is not None:
-        latency = await _percentiles(conn, USAGE.c.latency_ms, [group], chosen)
-        ttft = await _percentiles(conn, USAGE.c.ttft_ms, [group], chosen)
+        latency, _ = await _percentiles(conn, USAGE.c.latency_ms, [group], chosen)
+        ttft, _ = await _percentiles(conn, USAGE.c.ttft_ms, [group], chosen)
     if any(name is None for name, _ in busiest):
-        unnamed = and_(in_window, _group_of(group_by).is_(None))
-        latency[(None,)] = (await _percentiles(conn, USAGE.c.latency_ms, [], unnamed)).get(
+        unnamed = and_(sampled, _group_of(group_by).is_(None))
+        latency[(None,)] = (await _percentiles(conn, USAGE.c.latency_ms, [], unnamed))[0].get(
             (), _NONE
         )
-        ttft[(None,)] = (await _percentiles(conn, USAGE.c.ttft_ms, [], unnamed)).get((), _NONE)
+        ttft[(None,)] = (await _percentiles(conn, USAGE.c.ttft_ms, [], unnamed))[0].get((), _NONE)
     return [
         GroupStats(
             None if name is None else str(name),
