@@ -162,44 +162,46 @@ def _overview_charts(view: Overview) -> dict[str, Any]:
 
 
 async def _overview(request: Request, state: GatewayState, session: Session) -> Response:
-    window = request.query_params.get("window", "hour")
+    """One window's figures and charts, and one grouping of them (``by``: dialect,
+    model, backend or key; links switch). One grouping per page: each ``overview`` call
+    computes the window's buckets too, so four groupings were four times the work (a
+    30-day window over 100,000 SQLite rows: seconds per call)."""
+    params = request.query_params
+    window = params.get("window", "hour")
     if window not in {w[0] for w in WINDOWS}:
         window = "hour"
-    context: dict[str, Any] = {"window": window, "windows": WINDOWS}
+    group = params.get("by", "model")
+    if group not in GROUP_BY:
+        group = "model"
+    context: dict[str, Any] = {
+        "window": window,
+        "windows": WINDOWS,
+        "group": group,
+        "groupings": GROUP_BY,
+    }
     try:
         engine = await _engine(state)
-        groups = {
-            group: await request_log.overview(engine, window, group, max_groups=10)
-            for group in GROUP_BY
-        }
+        view = await request_log.overview(engine, window, group, max_groups=10)
     except (_NoLog, LLMBridgeError) as exc:
         return render(request, "overview.html", 200, session, unavailable=str(exc), **context)
-    view = groups["dialect"]  # every one has the same buckets and totals
     seconds = view.bucket_seconds * len(view.buckets)
-    by = {
-        group: bar_chart(
-            f"Requests by {group}",
-            [(g.name or "(none)", float(g.stats.requests)) for g in found.groups],
-            "requests",
-        )
-        for group, found in groups.items()
-    }
-    spend_by = {
-        group: bar_chart(
-            f"Spend by {group}",
-            [(g.name or "(none)", g.stats.cost_usd) for g in found.groups],
-            "USD",
-        )
-        for group, found in groups.items()
-        if group in ("model", "key")
-    }
+    names = [g.name or "(none)" for g in view.groups]
+    requests_by = bar_chart(
+        f"Requests by {group}",
+        [(n, float(g.stats.requests)) for n, g in zip(names, view.groups, strict=True)],
+        "requests",
+    )
+    spend_by = bar_chart(
+        f"Spend by {group}",
+        [(n, g.stats.cost_usd) for n, g in zip(names, view.groups, strict=True)],
+        "USD",
+    )
     return render(
         request,
         "overview.html",
         session=session,
         view=view,
-        groups=groups,
-        by=by,
+        requests_by=requests_by,
         spend_by=spend_by,
         rate=view.totals.requests / seconds,
         **_overview_charts(view),
