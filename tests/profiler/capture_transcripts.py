@@ -1,5 +1,5 @@
-"""Capture the session files the pinned Claude Code and Codex CLIs write, as fixtures
-for ``profile import`` (issue 28).
+"""Capture the session files the pinned Claude Code, Codex and Gemini CLIs write, as
+fixtures for ``profile import`` (issue 28).
 
     .venv/bin/python -m tests.profiler.capture_transcripts   # rewrites fixtures/transcripts/
 
@@ -7,8 +7,9 @@ Each CLI runs one session through the profiler's own provider against a gateway 
 scripted backend: a shell tool call that writes a file, its result, a line of text,
 then the session resumed for a second prompt. Before the session's HOME is removed,
 the file the CLI kept is copied: Claude Code's transcript
-(``$HOME/.claude/projects/<project>/<session>.jsonl``) and Codex's rollout
-(``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-...jsonl``). The temporary HOME and working
+(``$HOME/.claude/projects/<project>/<session>.jsonl``), Codex's rollout
+(``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-...jsonl``) and Gemini CLI's session
+(``$HOME/.gemini/tmp/<project>/chats/session-...jsonl``). The temporary HOME and working
 directory are replaced by ``$HOME`` and ``$WORKDIR``; nothing else is touched.
 """
 
@@ -24,13 +25,14 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider
 from llmbridge.profiler.cli_agent import CliSessionProvider
 from llmbridge.profiler.codex import CodexSessionProvider
-from llmbridge.profiler.settings import ClaudeCodeSettings, CodexSettings
+from llmbridge.profiler.gemini_cli import GeminiCliSessionProvider
+from llmbridge.profiler.settings import ClaudeCodeSettings, CodexSettings, GeminiCliSettings
 from llmbridge.profiler.types import ProviderConfig
 from tests.conftest import running_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 BIN = Path(__file__).resolve().parent.parent / "e2e" / "node_modules" / ".bin"
-SHELLS = {"Bash": "command", "exec_command": "cmd"}
+SHELLS = {"Bash": "command", "exec_command": "cmd", "run_shell_command": "command"}
 """Each CLI's shell tool and the name of its command argument."""
 PROMPTS = ["Write hi to out.txt", "Say it again"]
 
@@ -92,6 +94,10 @@ async def main() -> None:
             gateway_url=gateway.url,
         )
         await _capture(codex, "sessions/**/rollout-*.jsonl", "codex_rollout")
+        gemini = GeminiCliSessionProvider(
+            GeminiCliSettings(command=str(BIN / "gemini")), gateway_url=gateway.url
+        )
+        await _capture(gemini, ".gemini/tmp/*/chats/session-*.jsonl", "gemini_cli_session")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """``profile import`` of the sessions people actually had (issue 28, section 2): the
-transcript Claude Code keeps and the rollout Codex keeps, as the pinned CLIs wrote them
+transcript Claude Code keeps, the rollout Codex keeps and Gemini CLI's session file, as
+the pinned CLIs wrote them
 (tests/profiler/capture_transcripts.py: one session each, a shell call that writes a
 file, then the session resumed for a second prompt), reported as a profiled run is.
 """
@@ -16,11 +17,16 @@ from click.testing import CliRunner
 from llmbridge.cli import cli
 from llmbridge.profiler.atif import ATIF_SCHEMA
 from llmbridge.profiler.importing import import_paths
-from llmbridge.profiler.transcripts import claude_code_to_atif, codex_rollout_to_atif
+from llmbridge.profiler.transcripts import (
+    claude_code_to_atif,
+    codex_rollout_to_atif,
+    gemini_session_to_atif,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 CLAUDE = FIXTURES / "claude_code_session.jsonl"
 CODEX = FIXTURES / "codex_rollout.jsonl"
+GEMINI = FIXTURES / "gemini_cli_session.jsonl"
 PROMPTS = ["Write hi to out.txt", "Say it again"]
 
 
@@ -80,6 +86,23 @@ def test_a_codex_rollout() -> None:
     assert sum(t.output + t.reasoning for t in tokens) == last["output_tokens"]
 
 
+def test_a_gemini_cli_session() -> None:
+    _valid(gemini_session_to_atif(GEMINI.read_text().splitlines()))
+    (record,) = import_paths([GEMINI])
+    assert (record.provider, record.model, record.passed) == ("gemini-cli", "scripted", True)
+    # Not the <session_context> message Gemini CLI adds; the resumed session's restated
+    # history is not counted twice.
+    assert record.inputs == PROMPTS
+    assert [p.text for p in record.prompts] == ["Wrote out.txt.", "Hi again."]
+    (call,) = record.prompts[0].metrics.tool_calls
+    assert (call.name, call.status) == ("run_shell_command", "completed")
+    # Each model message's tokens once, though the file writes a message again.
+    latest = {line["id"]: line["tokens"] for line in _lines(GEMINI) if line.get("type") == "gemini"}
+    assert sum(p.metrics.tokens.input for p in record.prompts) == sum(
+        t["input"] - t["cached"] for t in latest.values()
+    )
+
+
 def test_a_failed_call_in_a_transcript_is_a_tool_error_and_a_finding(tmp_path: Path) -> None:
     """The same transcript, its Bash result marked failed as Claude Code marks one."""
     lines = []
@@ -103,11 +126,11 @@ def test_the_cli_imports_a_folder_of_sessions_as_a_run(tmp_path: Path) -> None:
     out = tmp_path / "imported"
     result = CliRunner().invoke(cli, ["profile", "import", str(FIXTURES), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output.strip().splitlines()[-1])["iterations"] == 2
+    assert json.loads(result.output.strip().splitlines()[-1])["iterations"] == 3
     records = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
-    assert sorted(r["provider"] for r in records) == ["claude-code", "codex"]
+    assert sorted(r["provider"] for r in records) == ["claude-code", "codex", "gemini-cli"]
     assert "claude-code" in (out / "report.html").read_text()
-    assert len(list((out / "trajectories").glob("*.json"))) == 2
+    assert len(list((out / "trajectories").glob("*.json"))) == 3
 
 
 def test_a_jsonl_file_of_another_kind_is_named(tmp_path: Path) -> None:
@@ -115,5 +138,5 @@ def test_a_jsonl_file_of_another_kind_is_named(tmp_path: Path) -> None:
     other.write_text('{"hello": "world"}\n')
     result = CliRunner().invoke(cli, ["profile", "import", str(other)])
     assert result.exit_code == 1
-    assert "neither a Claude Code transcript nor a Codex rollout" in result.output
+    assert "not a Claude Code transcript, a Codex rollout or a Gemini CLI session" in result.output
     assert "Traceback" not in result.output

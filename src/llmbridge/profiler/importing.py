@@ -3,17 +3,16 @@
 
 Each file given (or each ``*.json`` and ``*.jsonl`` under a directory given, such as a
 run's ``trajectories/``) is read as what it is: an ATIF trajectory (``.json``, atif.py),
-or a session file a CLI kept (``.jsonl``: Claude Code's transcript or Codex's rollout,
-told apart by their lines; transcripts.py turns each into an ATIF trajectory). Every
-trajectory is validated against ATIF's schema first, so a file that is not one is
-named with what is wrong, never half read.
+or a session file a CLI kept (``.jsonl``: Claude Code's transcript, Codex's rollout or
+Gemini CLI's session, told apart by their lines; transcripts.py turns each into an
+ATIF trajectory). Every trajectory is validated against ATIF's schema first, so a file
+that is not one is named with what is wrong, never half read.
 Each becomes an ``IterationRecord``; its findings are scanned (findings.py) when the
 file carried none, and the records are written as a run directory: ``traces.jsonl``,
 ``summary.json``, ``report.md``, ``report.html`` and ``trajectories/``, which
 ``profile compare`` and the reports read like any run's.
 
-Not read yet: Gemini CLI's sessions and the gateway's OTLP spans (docs/PROFILER.md
-says what is left).
+Not read yet: the gateway's OTLP spans (docs/PROFILER.md says what is left).
 """
 
 from __future__ import annotations
@@ -30,7 +29,12 @@ from llmbridge.profiler.findings import scan
 from llmbridge.profiler.records import IterationRecord, summarise
 from llmbridge.profiler.report import html_report, markdown_report
 from llmbridge.profiler.runner import write_trajectories
-from llmbridge.profiler.transcripts import claude_code_to_atif, codex_rollout_to_atif, sniff
+from llmbridge.profiler.transcripts import (
+    claude_code_to_atif,
+    codex_rollout_to_atif,
+    gemini_session_to_atif,
+    sniff,
+)
 
 __all__ = ["TrajectoryImportError", "import_paths", "write_run"]
 
@@ -67,9 +71,11 @@ def _trajectory(path: Path) -> Any:
         return claude_code_to_atif(lines)
     if kind == "codex":
         return codex_rollout_to_atif(lines)
+    if kind == "gemini-cli":
+        return gemini_session_to_atif(lines)
     raise TrajectoryImportError(
-        f"{path}: neither a Claude Code transcript nor a Codex rollout (its first lines "
-        "have neither a sessionId nor a session_meta line)"
+        f"{path}: not a Claude Code transcript, a Codex rollout or a Gemini CLI session "
+        "(no sessionId, session_meta or projectHash in its first lines)"
     )
 
 

@@ -17,10 +17,20 @@ A developer's own sessions were not run by the profiler, but their CLIs kept the
   ``function_call_output`` is a call's result, failed when it says the process exited
   with a code other than 0).
 
+- **Gemini CLI**'s session, ``~/.gemini/tmp/<project>/chats/session-...jsonl``: a
+  header line (``sessionId``, ``projectHash``), then messages by ``id`` (a message
+  written again under the same id replaces the first: a ``gemini`` message is written
+  before and after its tool calls ran) and ``{"$set": {"messages": [...]}}`` lines that
+  restate the history when the session is resumed; ``user`` messages of text are the
+  prompts (not the ``<session_context>`` one Gemini CLI adds), a ``gemini`` message is
+  one model step (``thoughts``, ``content``, ``toolCalls`` with their ``result`` and
+  ``status``, ``tokens``).
+
 Each becomes an ATIF trajectory (atif.py) that ``from_atif`` turns into a record, so an
 imported session is reported exactly as a profiled one. The shapes were read from the
 files the pinned CLIs wrote (tests/profiler/capture_transcripts.py: Claude Code
-2.1.330, Codex 0.169.0); a line of another shape is skipped, never guessed at.
+2.1.330, Codex 0.169.0, Gemini CLI 0.61.0); a line of another shape is skipped, never
+guessed at.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 
 from llmbridge.profiler.atif import ATIF_VERSION, timestamp_ms
 
-__all__ = ["claude_code_to_atif", "codex_rollout_to_atif", "sniff"]
+__all__ = ["claude_code_to_atif", "codex_rollout_to_atif", "gemini_session_to_atif", "sniff"]
 
 _EXIT_CODE = re.compile(r"Process exited with code (-?\d+)")
 _INJECTED = ("<environment_context>", "<user_instructions>", "<permissions", "<skills")
@@ -52,10 +62,13 @@ def _objects(lines: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def sniff(lines: list[str]) -> str | None:
-    """``claude-code``, ``codex`` or ``None``: which CLI wrote these JSON lines."""
+    """``claude-code``, ``codex``, ``gemini-cli`` or ``None``: which CLI wrote these
+    JSON lines."""
     for value in _objects(lines[:20]):
         if value.get("type") == "session_meta" and isinstance(value.get("payload"), dict):
             return "codex"
+        if "sessionId" in value and "projectHash" in value:
+            return "gemini-cli"
         if "sessionId" in value and value.get("type") in ("user", "assistant", "queue-operation"):
             return "claude-code"
     return None
@@ -67,6 +80,8 @@ class _Steps:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
         self.call_step: dict[str, dict[str, Any]] = {}
+        self.answered: set[str] = set()
+        """Calls whose result is in: a file may say it twice (Gemini CLI does)."""
         self.last_seen: dict[int, str] = {}
         """Per model step (by ``id``), the timestamp of its last line: its duration ends
         there (a tool's result included, as a profiled step's does)."""
@@ -111,8 +126,9 @@ class _Steps:
 
     def result(self, call_id: str, content: str, failed: bool, stamp: Any = None) -> None:
         step = self.call_step.get(call_id)
-        if step is None:
+        if step is None or call_id in self.answered:
             return
+        self.answered.add(call_id)
         self.touch(step, stamp)
         results = step.setdefault("observation", {"results": []})["results"]
         results.append({"source_call_id": call_id, "content": content})
@@ -296,3 +312,88 @@ def _codex_item(
             arguments = raw
         built.call(step, str(item.get("call_id")), str(item.get("name")), arguments)
     return step
+
+
+def _gemini_messages(lines: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """The session id, and its messages by id in the order they first appeared, each
+    as last written."""
+    session = ""
+    messages: dict[str, dict[str, Any]] = {}
+    for line in _objects(lines):
+        session = session or str(line.get("sessionId") or "")
+        restated = (line.get("$set") or {}).get("messages")
+        # A resumed session restates its history in the API's shape (content parts, no
+        # tokens): what was written as it happened is kept over it.
+        for message in restated if isinstance(restated, list) else []:
+            if isinstance(message, dict) and message.get("id") and message.get("type"):
+                messages.setdefault(str(message["id"]), message)
+        if line.get("id") and line.get("type"):
+            messages[str(line["id"])] = line
+    return session, list(messages.values())
+
+
+def _gemini_result(call: dict[str, Any]) -> tuple[str, bool]:
+    """A tool call's result text, and whether it failed."""
+    texts, failed = [], call.get("status") not in (None, "success")
+    for part in call.get("result") or []:
+        response = ((part or {}).get("functionResponse") or {}).get("response") or {}
+        if response.get("error"):
+            failed = True
+            texts.append(str(response["error"]))
+        elif "output" in response:
+            texts.append(str(response["output"]))
+    return "\n".join(texts), failed
+
+
+def gemini_session_to_atif(lines: list[str]) -> dict[str, Any]:
+    """A Gemini CLI session file as an ATIF trajectory (module docstring)."""
+    built = _Steps()
+    session, messages = _gemini_messages(lines)
+    model = ""
+    for message in messages:
+        stamp = message.get("timestamp")
+        content = message.get("content")
+        if message.get("type") == "user":
+            listed = content if isinstance(content, list) else [{"text": content}]
+            parts: list[dict[str, Any]] = [p for p in listed if isinstance(p, dict)]
+            for part in parts:
+                response = part.get("functionResponse")
+                if isinstance(response, dict):
+                    text, failed = _gemini_result({"result": [part]})
+                    built.result(str(response.get("id")), text, failed, stamp)
+            text = "".join(str(p.get("text") or "") for p in parts)
+            if text and not text.startswith("<session_context>"):
+                built.prompt(text, stamp)
+        elif message.get("type") == "gemini":
+            model = str(message.get("model") or model)
+            step = built.model_step(model, stamp)
+            built.touch(step, stamp)
+            for thought in message.get("thoughts") or []:
+                built.text(step, "reasoning", str((thought or {}).get("description") or ""))
+            built.text(step, "text", content if isinstance(content, str) else "")
+            for part in content if isinstance(content, list) else []:  # the API's shape
+                call = part.get("functionCall") if isinstance(part, dict) else None
+                if isinstance(call, dict):
+                    built.call(step, str(call.get("id")), str(call.get("name")), call.get("args"))
+                elif isinstance(part, dict):
+                    kind = "reasoning" if part.get("thought") else "text"
+                    built.text(step, kind, str(part.get("text") or ""))
+            for call in message.get("toolCalls") or []:
+                call_id = str(call.get("id"))
+                built.call(step, call_id, str(call.get("name")), call.get("args"))
+                text, failed = _gemini_result(call)
+                built.result(call_id, text, failed, call.get("timestamp"))
+            tokens = message.get("tokens") or {}
+            cached, thoughts = _count(tokens.get("cached")), _count(tokens.get("thoughts"))
+            built.usage(
+                step,
+                {
+                    "input": _count(tokens.get("input")) - cached,
+                    "output": _count(tokens.get("output")),
+                    "reasoning": thoughts,
+                    "cache_read": cached,
+                    "cache_write": 0,
+                },
+            )
+    agent = {"name": "gemini-cli", "version": "unknown", "model_name": model}
+    return built.trajectory(session or "gemini-cli-session", agent)
