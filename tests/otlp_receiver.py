@@ -85,6 +85,8 @@ class OtlpReceiver:
 
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
+        self.exports: list[ExportTraceServiceRequest] = []
+        """Every request received, as it came (a collector's file exporter writes these)."""
         self.posts = 0
         self._lock = threading.Lock()
         app = Starlette(routes=[Route("/v1/traces", self._traces, methods=["POST"])])
@@ -120,6 +122,7 @@ class OtlpReceiver:
         with self._lock:
             self.posts += 1
             self.spans.extend(received)
+            self.exports.append(export)
         return Response(
             ExportTraceServiceResponse().SerializeToString(),
             media_type="application/x-protobuf",

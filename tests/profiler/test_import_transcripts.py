@@ -138,5 +138,5 @@ def test_a_jsonl_file_of_another_kind_is_named(tmp_path: Path) -> None:
     other.write_text('{"hello": "world"}\n')
     result = CliRunner().invoke(cli, ["profile", "import", str(other)])
     assert result.exit_code == 1
-    assert "not a Claude Code transcript, a Codex rollout or a Gemini CLI session" in result.output
+    assert "not a Claude Code transcript, a Codex rollout, a Gemini CLI session" in result.output
     assert "Traceback" not in result.output

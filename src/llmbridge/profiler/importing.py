@@ -12,7 +12,10 @@ file carried none, and the records are written as a run directory: ``traces.json
 ``summary.json``, ``report.md``, ``report.html`` and ``trajectories/``, which
 ``profile compare`` and the reports read like any run's.
 
-Not read yet: the gateway's OTLP spans (docs/PROFILER.md says what is left).
+The gateway's own spans (OTLP/JSON, as a collector's file exporter writes them: one
+``ExportTraceServiceRequest`` per line or per file) become one record per client
+session, its requests as steps with their models, tokens and times (the spans hold no
+prompt or reply).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from llmbridge.profiler.transcripts import (
     claude_code_to_atif,
     codex_rollout_to_atif,
     gemini_session_to_atif,
+    otlp_to_atif,
     sniff,
 )
 
@@ -57,26 +61,35 @@ def _files(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
-def _trajectory(path: Path) -> Any:
-    """``path`` as an ATIF trajectory: read as it is, or converted from a CLI's file."""
+def _trajectories(path: Path) -> list[Any]:
+    """``path`` as ATIF trajectories: one read as it is, one converted from a CLI's
+    session file, or one per client session of the gateway's spans (OTLP/JSON)."""
     try:
         text = path.read_text(encoding="utf-8")
         if path.suffix != ".jsonl":
-            return json.loads(text)
+            data = json.loads(text)
+            return otlp_to_atif([data]) if _is_otlp(data) else [data]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise TrajectoryImportError(f"{path}: not a JSON file: {exc}") from exc
     lines = text.splitlines()
     kind = sniff(lines)
     if kind == "claude-code":
-        return claude_code_to_atif(lines)
+        return [claude_code_to_atif(lines)]
     if kind == "codex":
-        return codex_rollout_to_atif(lines)
+        return [codex_rollout_to_atif(lines)]
     if kind == "gemini-cli":
-        return gemini_session_to_atif(lines)
+        return [gemini_session_to_atif(lines)]
+    exports = [json.loads(line) for line in lines if line.strip().startswith("{")]
+    if exports and all(_is_otlp(e) for e in exports):
+        return otlp_to_atif(exports)
     raise TrajectoryImportError(
-        f"{path}: not a Claude Code transcript, a Codex rollout or a Gemini CLI session "
-        "(no sessionId, session_meta or projectHash in its first lines)"
+        f"{path}: not a Claude Code transcript, a Codex rollout, a Gemini CLI session or "
+        "OTLP/JSON spans (no sessionId, session_meta, projectHash or resourceSpans)"
     )
+
+
+def _is_otlp(data: Any) -> bool:
+    return isinstance(data, dict) and "resourceSpans" in data
 
 
 def import_paths(paths: Sequence[Path]) -> list[IterationRecord]:
@@ -84,17 +97,17 @@ def import_paths(paths: Sequence[Path]) -> list[IterationRecord]:
     validator = jsonschema.Draft202012Validator(ATIF_SCHEMA)
     records = []
     for path in _files(paths):
-        data = _trajectory(path)
-        problem = jsonschema.exceptions.best_match(validator.iter_errors(data))
-        if problem is not None:
-            where = "/".join(map(str, problem.absolute_path)) or "the top level"
-            raise TrajectoryImportError(
-                f"{path}: not an ATIF trajectory: at {where}: {problem.message}"
-            )
-        record = from_atif(data)
-        if not record.findings:
-            record.findings = [f.to_json() for f in scan(record, record.inputs)]
-        records.append(record)
+        for data in _trajectories(path):
+            problem = jsonschema.exceptions.best_match(validator.iter_errors(data))
+            if problem is not None:
+                where = "/".join(map(str, problem.absolute_path)) or "the top level"
+                raise TrajectoryImportError(
+                    f"{path}: not an ATIF trajectory: at {where}: {problem.message}"
+                )
+            record = from_atif(data)
+            if not record.findings:
+                record.findings = [f.to_json() for f in scan(record, record.inputs)]
+            records.append(record)
     return records
 
 

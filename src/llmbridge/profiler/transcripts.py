@@ -38,11 +38,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from llmbridge.profiler.atif import ATIF_VERSION, timestamp_ms
 
-__all__ = ["claude_code_to_atif", "codex_rollout_to_atif", "gemini_session_to_atif", "sniff"]
+__all__ = [
+    "claude_code_to_atif",
+    "codex_rollout_to_atif",
+    "gemini_session_to_atif",
+    "otlp_to_atif",
+    "sniff",
+]
 
 _EXIT_CODE = re.compile(r"Process exited with code (-?\d+)")
 _INJECTED = ("<environment_context>", "<user_instructions>", "<permissions", "<skills")
@@ -105,7 +112,8 @@ class _Steps:
         return step
 
     @staticmethod
-    def _ours(step: dict[str, Any]) -> dict[str, Any]:
+    def ours(step: dict[str, Any]) -> dict[str, Any]:
+        """The step's ``extra.llmbridge``: what ATIF has no field for."""
         ours: dict[str, Any] = step["extra"]["llmbridge"]
         return ours
 
@@ -114,14 +122,14 @@ class _Steps:
             return
         key = "message" if kind == "text" else "reasoning_content"
         step[key] = step.get(key, "") + piece
-        self._ours(step)["layout"].append([kind, len(piece)])
+        self.ours(step)["layout"].append([kind, len(piece)])
 
     def call(self, step: dict[str, Any], call_id: str, name: str, arguments: Any) -> None:
         args = arguments if isinstance(arguments, dict) else {"value": arguments}
         step.setdefault("tool_calls", []).append(
             {"tool_call_id": call_id, "function_name": name, "arguments": args}
         )
-        self._ours(step)["layout"].append(["call", call_id])
+        self.ours(step)["layout"].append(["call", call_id])
         self.call_step[call_id] = step
 
     def result(self, call_id: str, content: str, failed: bool, stamp: Any = None) -> None:
@@ -132,12 +140,12 @@ class _Steps:
         self.touch(step, stamp)
         results = step.setdefault("observation", {"results": []})["results"]
         results.append({"source_call_id": call_id, "content": content})
-        self._ours(step)["layout"].append(["result", call_id])
+        self.ours(step)["layout"].append(["result", call_id])
         if failed:
-            self._ours(step)["failed_calls"].append(call_id)
+            self.ours(step)["failed_calls"].append(call_id)
 
     def usage(self, step: dict[str, Any], tokens: dict[str, int]) -> None:
-        self._ours(step)["tokens"] = tokens
+        self.ours(step)["tokens"] = tokens
         step["metrics"] = {
             "prompt_tokens": tokens["input"] + tokens["cache_read"] + tokens["cache_write"],
             "completion_tokens": tokens["output"] + tokens["reasoning"],
@@ -151,7 +159,7 @@ class _Steps:
                 timestamp_ms(self.last_seen.get(id(step))),
             )
             if step["source"] == "agent" and first is not None and last is not None:
-                self._ours(step)["duration_ms"] = max(last - first, 0.0)
+                self.ours(step)["duration_ms"] = max(last - first, 0.0)
         numbered = [{"step_id": n, **step} for n, step in enumerate(self.steps, 1)]
         return {
             "schema_version": ATIF_VERSION,
@@ -397,3 +405,97 @@ def gemini_session_to_atif(lines: list[str]) -> dict[str, Any]:
             )
     agent = {"name": "gemini-cli", "version": "unknown", "model_name": model}
     return built.trajectory(session or "gemini-cli-session", agent)
+
+
+def _otlp_value(value: Any) -> Any:
+    """An OTLP/JSON ``AnyValue`` as a Python value (int64s come as strings)."""
+    if not isinstance(value, dict):
+        return None
+    for key in ("stringValue", "boolValue", "doubleValue"):
+        if key in value:
+            return value[key]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "arrayValue" in value:
+        return [_otlp_value(v) for v in (value["arrayValue"] or {}).get("values") or []]
+    return None
+
+
+def _otlp_spans(exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every span of ``exports`` with its attributes and its resource's as plain dicts."""
+    spans = []
+    for export in exports:
+        for resource_spans in export.get("resourceSpans") or []:
+            resource = {
+                a.get("key"): _otlp_value(a.get("value"))
+                for a in (resource_spans.get("resource") or {}).get("attributes") or []
+            }
+            for scope in resource_spans.get("scopeSpans") or []:
+                for span in scope.get("spans") or []:
+                    attributes = {
+                        a.get("key"): _otlp_value(a.get("value"))
+                        for a in span.get("attributes") or []
+                    }
+                    spans.append({**span, "attributes": attributes, "resource": resource})
+    return spans
+
+
+def _server_span(span: dict[str, Any]) -> bool:
+    """A request the gateway served: a SERVER span (kind 2, by number or by name) with a
+    GenAI operation."""
+    kind = span.get("kind")
+    server = kind in (2, "SPAN_KIND_SERVER")
+    return server and "gen_ai.operation.name" in span["attributes"]
+
+
+def otlp_to_atif(exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gateway's request spans (OTLP/JSON ``ExportTraceServiceRequest`` objects, as
+    a collector's file exporter writes them) as one ATIF trajectory per client session
+    (``session.id``; a request without one is a session of its own). Each request is
+    an agent step with its model, tokens and time; the spans carry no prompt or reply,
+    so the steps have no text, and one user step says so. A request whose span ended
+    in an error (status code 2) is an error step, and fails the session."""
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for span in _otlp_spans(exports):
+        if _server_span(span):
+            key = str(span["attributes"].get("session.id") or f"trace-{span.get('traceId')}")
+            sessions.setdefault(key, []).append(span)
+    trajectories = []
+    for session, spans in sessions.items():
+        spans.sort(key=lambda s: int(s.get("startTimeUnixNano") or 0))
+        built = _Steps()
+        built.prompt("(the gateway's spans carry no prompts)", None)
+        version = ""
+        for span in spans:
+            a = span["attributes"]
+            version = version or str(span["resource"].get("service.version") or "")
+            model = str(a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or "")
+            start = int(span.get("startTimeUnixNano") or 0) / 1e6
+            stamp = datetime.fromtimestamp(start / 1000, UTC).isoformat().replace("+00:00", "Z")
+            step = built.model_step(model, stamp)
+            ours = built.ours(step)
+            ours["duration_ms"] = (int(span.get("endTimeUnixNano") or 0) / 1e6) - start
+            cached = _count(a.get("gen_ai.usage.cache_read.input_tokens"))
+            reasoning = _count(a.get("gen_ai.usage.reasoning.output_tokens"))
+            built.usage(
+                step,
+                {
+                    # The GenAI conventions' input count includes the cached tokens.
+                    "input": _count(a.get("gen_ai.usage.input_tokens")) - cached,
+                    "output": _count(a.get("gen_ai.usage.output_tokens")) - reasoning,
+                    "reasoning": reasoning,
+                    "cache_read": cached,
+                    "cache_write": _count(a.get("gen_ai.usage.cache_creation.input_tokens")),
+                },
+            )
+            status = (span.get("status") or {}).get("code")
+            if status in (2, "STATUS_CODE_ERROR"):
+                error = str(a.get("error.type") or "error")
+                ours["layout"].append(["error", f"{span.get('name')}: {error}"])
+        agent = {
+            "name": "llmbridge-gateway",
+            "version": version or "unknown",
+            "model_name": str(spans[0]["attributes"].get("gen_ai.request.model") or ""),
+        }
+        trajectories.append(built.trajectory(session, agent))
+    return trajectories
