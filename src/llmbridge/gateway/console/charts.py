@@ -53,6 +53,27 @@ def _cut(text: str, limit: int = 26) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _x_axis(axis_y: int, plot_w: int, ticks: list[float], unit: str) -> str:
+    """The horizontal axis of the bars and the timeline under their rows, its ticks,
+    and the unit; closes the SVG."""
+    top = ticks[-1] or 1.0
+    parts = [
+        f'<line class="axis" x1="{_LABEL_W}" y1="{axis_y}" x2="{_LABEL_W + plot_w}" y2="{axis_y}"/>'
+    ]
+    for tick in ticks:
+        x = _LABEL_W + plot_w * tick / top
+        parts.append(
+            f'<line class="axis" x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}"/>'
+            f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">'
+            f"{escape(_number(tick))}</text>"
+        )
+    parts.append(
+        f'<text class="unit" x="{_LABEL_W + plot_w}" y="{axis_y + 30}" text-anchor="end">'
+        f"{escape(unit)}</text></svg>"
+    )
+    return "".join(parts)
+
+
 def bar_chart(title: str, rows: Sequence[tuple[str, float]], unit: str) -> Markup:
     """Horizontal bars, one per ``(label, value)``, on an axis in ``unit``."""
     if not rows:
@@ -77,21 +98,7 @@ def bar_chart(title: str, rows: Sequence[tuple[str, float]], unit: str) -> Marku
             f'<text class="value" x="{_LABEL_W + w + 4:.1f}" y="{y + 15}">'
             f"{escape(_number(value))}</text>"
         )
-    axis_y = 4 + len(rows) * _ROW_H
-    parts.append(
-        f'<line class="axis" x1="{_LABEL_W}" y1="{axis_y}" x2="{_LABEL_W + plot_w}" y2="{axis_y}"/>'
-    )
-    for tick in ticks:
-        x = _LABEL_W + plot_w * tick / top
-        parts.append(
-            f'<line class="axis" x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">'
-            f"{escape(_number(tick))}</text>"
-        )
-    parts.append(
-        f'<text class="unit" x="{_LABEL_W + plot_w}" y="{axis_y + 30}" text-anchor="end">'
-        f"{escape(unit)}</text></svg>"
-    )
+    parts.append(_x_axis(4 + len(rows) * _ROW_H, plot_w, ticks, unit))
     return Markup("".join(parts))
 
 
@@ -179,19 +186,6 @@ def timeline(title: str, spans: Sequence[Span]) -> Markup:
             f"<title>{escape(span.label)}: {span.duration_s * 1000:.0f} ms"
             f"{' · ' + escape(span.note) if span.note else ''}</title></rect>"
         )
-    axis_y = 4 + len(spans) * _ROW_H
-    parts.append(
-        f'<line class="axis" x1="{_LABEL_W}" y1="{axis_y}" x2="{_LABEL_W + plot_w}" y2="{axis_y}"/>'
-    )
-    for tick in ticks:
-        x = _LABEL_W + plot_w * tick / top
-        parts.append(
-            f'<line class="axis" x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">'
-            f"{escape(_number(tick))}</text>"
-        )
-    parts.append(
-        f'<text class="unit" x="{_LABEL_W + plot_w}" y="{axis_y + 30}" text-anchor="end">'
-        "seconds since the session's first request</text></svg>"
-    )
+    unit = "seconds since the session's first request"
+    parts.append(_x_axis(4 + len(spans) * _ROW_H, plot_w, ticks, unit))
     return Markup("".join(parts))

@@ -196,14 +196,7 @@ async def _create_key(request: Request, state: GatewayState, session: Session) -
         return await _keys_page(request, state, session)
     try:
         body = _key_in(form)
-        record, key = await keys.create(
-            body.name,
-            rpm=body.rpm,
-            tpm=body.tpm,
-            max_parallel=body.max_parallel,
-            budget_usd=body.budget_usd,
-            models=body.models,
-        )
+        record, key = await keys.create(body.name, **body.model_dump(exclude={"name"}))
     except LLMBridgeError as exc:  # 400 naming the field, 409 for a name in use, 503
         return await _keys_page(
             request, state, session, error=str(exc), status_code=exc.status_code, form=form
