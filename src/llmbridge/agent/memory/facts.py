@@ -45,12 +45,19 @@ FACTS_SYSTEM_PROMPT = (
     "durable fact about the user or the people in their life: a name, relationship, "
     "number or code, address, allergy, medication, appointment, date, routine or "
     'preference. Label it "chat" when it is small talk, thanks, a greeting or about '
-    "the moment. Reply with JSON only."
+    "the moment. Reply with JSON only.\n\n"
+    "Example statements:\n- My brother is called Tom.\n- Thanks, that is kind.\n"
+    "- The door code is 2580.\n- It is raining again today.\n- I am allergic to nuts.\n"
+    'Example reply: {"My brother is called Tom.": "fact", "Thanks, that is kind.": '
+    '"chat", "The door code is 2580.": "fact", "It is raining again today.": '
+    '"chat", "I am allergic to nuts.": "fact"}'
 )
 FACTS_REQUEST = 'Statements:\n{listed}\n\nLabel each statement "fact" or "chat".'
 LABELS = ("fact", "chat")
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_ABBREVIATIONS = frozenset({"dr.", "mr.", "mrs.", "ms.", "st.", "prof.", "mt.", "no."})
+"""Words after which a full stop does not end the sentence ("Dr. Okafor")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +79,7 @@ def candidates(
     for message in messages:
         if message.role != "user":
             continue
-        for sentence in _SENTENCE.split(message.content.strip()):
+        for sentence in _sentences(message.content):
             text = " ".join(sentence.split())
             if not text or text.endswith("?") or len(text.split()) < min_words:
                 continue
@@ -82,6 +89,16 @@ def candidates(
             seen.add(key)
             found.append(Candidate(text, message.id))
     return found[-limit:] if limit else []
+
+
+def _sentences(text: str) -> list[str]:
+    pieces: list[str] = []
+    for piece in _SENTENCE.split(text.strip()):
+        if pieces and pieces[-1].split()[-1].casefold() in _ABBREVIATIONS:
+            pieces[-1] = f"{pieces[-1]} {piece}"
+        else:
+            pieces.append(piece)
+    return pieces
 
 
 def facts_schema(found: Sequence[Candidate]) -> dict[str, Any]:
