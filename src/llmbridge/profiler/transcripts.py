@@ -152,6 +152,29 @@ class _Steps:
             "cached_tokens": tokens["cache_read"],
         }
 
+    def usage_inclusive(
+        self,
+        step: dict[str, Any],
+        *,
+        prompt: int,
+        cached: int,
+        output: int,
+        reasoning: int,
+        cache_write: int = 0,
+    ) -> None:
+        """``usage`` from counts where the prompt includes its cached tokens and the
+        output its reasoning (OpenAI's, Gemini's and the GenAI conventions' way)."""
+        self.usage(
+            step,
+            {
+                "input": prompt - cached,
+                "output": output - reasoning,
+                "reasoning": reasoning,
+                "cache_read": cached,
+                "cache_write": cache_write,
+            },
+        )
+
     def trajectory(self, session_id: str, agent: dict[str, str]) -> dict[str, Any]:
         for step in self.steps:
             first, last = (
@@ -264,19 +287,13 @@ def codex_rollout_to_atif(lines: list[str]) -> dict[str, Any]:
             model = str(payload.get("model") or model)
         elif kind == "token_usage_record" and current is not None:
             usage = payload.get("usage") or {}
-            cached, reasoning = (
-                _count(usage.get("cached_input_tokens")),
-                _count(usage.get("reasoning_output_tokens")),
-            )
-            built.usage(
+            built.usage_inclusive(
                 current,
-                {
-                    "input": _count(usage.get("input_tokens")) - cached,
-                    "output": _count(usage.get("output_tokens")) - reasoning,
-                    "reasoning": reasoning,
-                    "cache_read": cached,
-                    "cache_write": _count(usage.get("cache_write_input_tokens")),
-                },
+                prompt=_count(usage.get("input_tokens")),
+                cached=_count(usage.get("cached_input_tokens")),
+                output=_count(usage.get("output_tokens")),
+                reasoning=_count(usage.get("reasoning_output_tokens")),
+                cache_write=_count(usage.get("cache_write_input_tokens")),
             )
             current = None
         elif kind == "response_item":
@@ -392,16 +409,14 @@ def gemini_session_to_atif(lines: list[str]) -> dict[str, Any]:
                 text, failed = _gemini_result(call)
                 built.result(call_id, text, failed, call.get("timestamp"))
             tokens = message.get("tokens") or {}
-            cached, thoughts = _count(tokens.get("cached")), _count(tokens.get("thoughts"))
-            built.usage(
+            # Gemini's input counts the cached tokens; its output leaves out the thoughts.
+            thoughts = _count(tokens.get("thoughts"))
+            built.usage_inclusive(
                 step,
-                {
-                    "input": _count(tokens.get("input")) - cached,
-                    "output": _count(tokens.get("output")),
-                    "reasoning": thoughts,
-                    "cache_read": cached,
-                    "cache_write": 0,
-                },
+                prompt=_count(tokens.get("input")),
+                cached=_count(tokens.get("cached")),
+                output=_count(tokens.get("output")) + thoughts,
+                reasoning=thoughts,
             )
     agent = {"name": "gemini-cli", "version": "unknown", "model_name": model}
     return built.trajectory(session or "gemini-cli-session", agent)
@@ -475,18 +490,13 @@ def otlp_to_atif(exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
             step = built.model_step(model, stamp)
             ours = built.ours(step)
             ours["duration_ms"] = (int(span.get("endTimeUnixNano") or 0) / 1e6) - start
-            cached = _count(a.get("gen_ai.usage.cache_read.input_tokens"))
-            reasoning = _count(a.get("gen_ai.usage.reasoning.output_tokens"))
-            built.usage(
+            built.usage_inclusive(
                 step,
-                {
-                    # The GenAI conventions' input count includes the cached tokens.
-                    "input": _count(a.get("gen_ai.usage.input_tokens")) - cached,
-                    "output": _count(a.get("gen_ai.usage.output_tokens")) - reasoning,
-                    "reasoning": reasoning,
-                    "cache_read": cached,
-                    "cache_write": _count(a.get("gen_ai.usage.cache_creation.input_tokens")),
-                },
+                prompt=_count(a.get("gen_ai.usage.input_tokens")),
+                cached=_count(a.get("gen_ai.usage.cache_read.input_tokens")),
+                output=_count(a.get("gen_ai.usage.output_tokens")),
+                reasoning=_count(a.get("gen_ai.usage.reasoning.output_tokens")),
+                cache_write=_count(a.get("gen_ai.usage.cache_creation.input_tokens")),
             )
             status = (span.get("status") or {}).get("code")
             if status in (2, "STATUS_CODE_ERROR"):
