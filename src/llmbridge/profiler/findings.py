@@ -31,7 +31,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from llmbridge.profiler.records import IterationRecord
 
@@ -46,15 +46,7 @@ FindingKind = Literal[
     "test_files_edited",
     "no_answer",
 ]
-FINDING_KINDS: tuple[FindingKind, ...] = (
-    "loop",
-    "ends_failing",
-    "tool_failures",
-    "permission_refused",
-    "context_exhausted",
-    "test_files_edited",
-    "no_answer",
-)
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 
 LOOP_REPEATS = 3
 """Identical failing calls that make a loop."""
