@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -82,6 +83,12 @@ def profile() -> None:
     help="Continue the interrupted run in DIR (instead of --out): the iterations it "
     "finished are kept and not run again; the rest run and are added to it.",
 )
+@click.option(
+    "--grade-model",
+    metavar="MODEL",
+    help="Also have MODEL (through --gateway-url) read each iteration and list what went "
+    "wrong, as 'graded' findings beside the deterministic ones. Off by default.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 def run(
     scenarios: Path,
@@ -96,6 +103,7 @@ def run(
     keep_workspaces: bool,
     concurrency: int,
     resume: Path | None,
+    grade_model: str | None,
     quiet: bool,
 ) -> None:
     """Run SCENARIOS (YAML) across its models, modes and iterations, with each
@@ -106,20 +114,12 @@ def run(
 
     from llmbridge.profiler.records import IterationRecord
     from llmbridge.profiler.report import html_report, markdown_report, print_summary
-    from llmbridge.profiler.runner import RunDirError, load_finished, run_plans
+    from llmbridge.profiler.runner import run_plans
     from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
     from llmbridge.profiler.setup import PROVIDERS, plan_for
 
     kinds = list(dict.fromkeys(providers or ("opencode",)))
-    binaries: dict[str, str] = {}
-    for entry in commands:
-        kind, sep, path = entry.partition("=")
-        if not sep or not path or kind not in PROVIDERS:
-            raise click.BadParameter(
-                f"{entry!r}: give PROVIDER=PATH, PROVIDER one of {', '.join(PROVIDERS)}",
-                param_hint="--command",
-            )
-        binaries[kind] = path
+    binaries = _binaries(commands, PROVIDERS)
     try:
         spec = load_scenarios(scenarios)
     except ScenarioFileError as exc:
@@ -139,13 +139,14 @@ def run(
         for kind in kinds
     ]
     out = resume or out
-    finished: dict[str, int] = {}
-    if resume is not None:
-        try:
-            for key in load_finished(out / "traces.jsonl"):
-                finished[key.provider] = finished.get(key.provider, 0) + 1
-        except RunDirError as exc:
-            raise click.ClickException(str(exc)) from exc
+    grader = None
+    if grade_model:
+        if not gateway_url:
+            raise click.UsageError("--grade-model needs --gateway-url (the grader's gateway)")
+        from llmbridge.profiler.graded import Grader
+
+        grader = Grader(gateway_url, grade_model)
+    finished = _finished(out) if resume is not None else {}
     console = Console(stderr=True, quiet=quiet)
     with Progress(console=console, disable=quiet) as bar:
         # One bar per provider: with --concurrency their iterations finish in any order.
@@ -174,6 +175,7 @@ def run(
                     keep_workspaces=keep_workspaces,
                     concurrency=concurrency,
                     resume=resume is not None,
+                    grader=grader,
                 )
             )
         except Exception as exc:  # the CLI reports failures, never a traceback
@@ -196,6 +198,33 @@ def run(
         json.dumps({"out": str(out), "iterations": len(result.records), "passed": passed}),
         err=quiet,
     )
+
+
+def _binaries(commands: tuple[str, ...], providers: Any) -> dict[str, str]:
+    """``--command PROVIDER=PATH`` values as a mapping, checked."""
+    binaries: dict[str, str] = {}
+    for entry in commands:
+        kind, sep, path = entry.partition("=")
+        if not sep or not path or kind not in providers:
+            raise click.BadParameter(
+                f"{entry!r}: give PROVIDER=PATH, PROVIDER one of {', '.join(providers)}",
+                param_hint="--command",
+            )
+        binaries[kind] = path
+    return binaries
+
+
+def _finished(out: Path) -> dict[str, int]:
+    """Per provider, the iterations the interrupted run in ``out`` finished."""
+    from llmbridge.profiler.runner import RunDirError, load_finished
+
+    finished: dict[str, int] = {}
+    try:
+        for key in load_finished(out / "traces.jsonl"):
+            finished[key.provider] = finished.get(key.provider, 0) + 1
+    except RunDirError as exc:
+        raise click.ClickException(str(exc)) from exc
+    return finished
 
 
 @profile.command("compare")

@@ -21,6 +21,9 @@ evidence (call ids, an excerpt):
 - ``no_answer``: the session ended with no text after its last tool call (or none
   at all) and no error: it stopped without answering.
 
+``graded`` findings come from the optional model-graded scanner (graded.py), not from
+``scan``.
+
 A finding is a pointer, not a verdict: the report groups them across runs so a loop
 that happens in one iteration of ten is seen, and each carries what to look at.
 """
@@ -45,6 +48,7 @@ FindingKind = Literal[
     "context_exhausted",
     "test_files_edited",
     "no_answer",
+    "graded",
 ]
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 

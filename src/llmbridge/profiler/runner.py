@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from llmbridge.profiler.atif import to_atif
 from llmbridge.profiler.findings import scan
+from llmbridge.profiler.graded import Grader
 from llmbridge.profiler.otel import trace_spans
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
 from llmbridge.profiler.records import IterationKey, IterationRecord, summarise
@@ -230,6 +231,7 @@ async def run_plans(
     keep_workspaces: bool = False,
     concurrency: int = 1,
     resume: bool = False,
+    grader: Grader | None = None,
 ) -> RunResult:
     """Run every scenario for each provider and each of its groups, writing
     ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end.
@@ -241,7 +243,8 @@ async def run_plans(
     finish, and the records returned and summarised are in a sequential run's order.
     ``resume``: ``out`` holds an interrupted run (``load_finished``); its finished
     iterations are kept and not run again, and a group with nothing left to run does
-    not start its provider."""
+    not start its provider. ``grader``: the optional model-graded scanner (graded.py),
+    whose findings join each record's before it is written."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
@@ -289,6 +292,7 @@ async def run_plans(
                         concurrency=concurrency,
                         keep_workspaces=keep_workspaces,
                         keep=lambda record: keep(record, sink),
+                        grader=grader,
                     )
             finally:
                 await provider.shutdown()
@@ -326,6 +330,7 @@ async def _run_group(
     concurrency: int,
     keep_workspaces: bool,
     keep: Callable[[IterationRecord], None],
+    grader: Grader | None = None,
 ) -> None:
     """``todo``'s iterations of one group, at most ``concurrency`` at once, each record
     kept as its iteration finishes."""
@@ -336,6 +341,8 @@ async def _run_group(
             record = await _run_iteration(
                 provider, scenario, config, iteration, default_timeout, keep_workspaces, model
             )
+        if grader is not None and record.started:
+            record.findings += [finding.to_json() for finding in await grader.grade(record)]
         keep(record)
 
     async with asyncio.TaskGroup() as group:
