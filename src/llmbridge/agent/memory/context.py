@@ -270,8 +270,7 @@ class MemoryBuilder:
         rows = store.memory
         async with store.reader() as conn:
             pins = await store.pins(session_id, config.max_pins, conn=conn)
-            patient = await rows.session_patient(session_id, conn=conn)
-            facts = await rows.facts(session_id, config.max_facts, patient_id=patient, conn=conn)
+            facts = await rows.facts(session_id, config.max_facts, with_patient=True, conn=conn)
             long = await rows.long_summary(session_id, conn=conn)
             after = long.last_message_id if long is not None else None
             # One more than is used: more than ``max_summaries`` unfolded summaries

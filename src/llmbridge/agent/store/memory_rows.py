@@ -156,13 +156,18 @@ class MemoryRows:
         limit: int = 1000,
         *,
         patient_id: int | None = None,
+        with_patient: bool = False,
         conn: AsyncConnection | None = None,
     ) -> list[FactRecord]:
         """Up to ``limit`` newest facts of the session (and, with ``patient_id``, of
-        every session about that patient), oldest first."""
+        every session about that patient; with ``with_patient``, about the session's
+        own patient, read in the same query), oldest first."""
         where = Fact.session_id == session_id
         if patient_id is not None:
             where = or_(where, Fact.patient_id == patient_id)
+        elif with_patient:
+            patient = select(SessionRow.patient_id).where(SessionRow.id == session_id)
+            where = or_(where, Fact.patient_id == patient.scalar_subquery())
         query = select(*_FACT_COLUMNS).where(where).order_by(Fact.id.desc()).limit(limit)
         rows = await self.store._rows(query, conn)
         return [_fact(r) for r in reversed(rows)]
