@@ -104,8 +104,9 @@ def _sentences(text: str) -> list[str]:
 def facts_schema(found: Sequence[Candidate]) -> dict[str, Any]:
     """The reply's JSON schema: every statement, as written, a required key whose value
     is ``fact`` or ``chat``. A small model asked for a list of facts answers with an
-    empty one (SmolLM2-135M: ``{"facts": []}`` to twenty facts); asked for a label per
-    statement, right after the statement itself, it has to decide each one."""
+    empty one (SmolLM2-135M: ``{"facts": []}`` to a batch holding two facts); asked
+    for a label per statement, right after the statement itself, it has to decide
+    each one."""
     keys = [c.text for c in found]
     return {
         "type": "object",
