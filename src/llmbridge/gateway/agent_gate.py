@@ -15,23 +15,30 @@ adds ``refusal_headers`` (OpenAI-shaped: the agent API's errors are).
 makes several, ``Usage.plus``) into the exchange, whose endpoint is the route's path
 template and whose model is the model the turn used. ``finish`` settles the key and
 writes the one ledger row, once, however the request ended.
+
+``memory_usage_recorder`` puts the agent's background memory calls (summaries,
+compaction, fact extraction: agent/memory/summariser.py), which belong to no request,
+in the same ledger: one row per call, endpoint ``/agent memory:<kind>``, dialect
+``agent``, priced like any call of that model, no key (the gateway's own work for a
+session).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from starlette.requests import Request
 
+from llmbridge.accounts.ledger import UsageRecord
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.response import Usage
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.exchange import Exchange
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.router import Resolved
-from llmbridge.web.render import Dialect
+from llmbridge.web.render import Dialect, new_request_id
 
-__all__ = ["AgentPass", "KeyGate"]
+__all__ = ["AgentPass", "KeyGate", "memory_usage_recorder"]
 
 
 class AgentPass:
@@ -106,3 +113,30 @@ class KeyGate:
         if models.router.pool(resolved) is not None:
             return None
         return resolved
+
+
+def memory_usage_recorder(state: GatewayState) -> Callable[[str, str, Usage | None], None]:
+    """The hook ``Summariser.on_usage`` calls after each memory call (module docstring)."""
+
+    def record(kind: str, model: str, usage: Usage | None) -> None:
+        ledger = state.ledger
+        if ledger is None:
+            return
+        cost = state.prices.cost(model, usage) if usage is not None else None
+        ledger.record(
+            UsageRecord(
+                request_id=new_request_id(),
+                model=model,
+                status=200,
+                endpoint=f"/agent memory:{kind}",
+                input_tokens=usage.input_tokens if usage else None,
+                output_tokens=usage.output_tokens if usage else None,
+                reasoning_tokens=usage.reasoning_tokens if usage else None,
+                cached_tokens=usage.cache_read_input_tokens if usage else None,
+                cost_usd=cost,
+                replica=ledger.replica,
+                dialect="agent",
+            )
+        )
+
+    return record

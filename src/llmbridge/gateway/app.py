@@ -37,7 +37,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
-from llmbridge.gateway.agent_gate import KeyGate
+from llmbridge.gateway.agent_gate import KeyGate, memory_usage_recorder
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.exchange import EXCHANGED, log_left_mid_body
@@ -98,6 +98,9 @@ async def _open_agent(
         mounted.runtime = await AgentRuntime.open(
             config.agent, state.models, tools=tools, database=database
         )
+        if mounted.runtime.summariser is not None:
+            # Memory's background calls count in the ledger like any model call.
+            mounted.runtime.summariser.on_usage = memory_usage_recorder(state)
         state.responses = ResponseStore(database)
     except Exception as exc:  # noqa: BLE001 - reported on every /agent request instead
         # Clients get the kind of failure only: the details may name the database.
