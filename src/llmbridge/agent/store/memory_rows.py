@@ -9,10 +9,12 @@ their cost follows the budget, never the length of the history.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
-from sqlalchemy import delete, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Row, delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from llmbridge.agent.store.records import (
     FactRecord,
@@ -25,10 +27,20 @@ from llmbridge.features.token_count import count_text_tokens
 from llmbridge.store.models import Fact, LongSummary, MemoryCursor, SessionRow, Summary, utcnow
 from llmbridge.store.values import storable_text
 
-if TYPE_CHECKING:
-    from llmbridge.agent.store.repository import AgentStore
 
-__all__ = ["MemoryRows"]
+class RowSource(Protocol):
+    """What memory's rows need of the agent's store (``AgentStore``, repository.py,
+    which holds a ``MemoryRows``: a protocol, so the two modules do not import each
+    other)."""
+
+    def writing(
+        self, *, conflict: str | None = None, missing: str | None = None
+    ) -> AbstractAsyncContextManager[AsyncSession]: ...
+
+    async def _rows(self, query: Any, conn: AsyncConnection | None) -> Sequence[Row[Any]]: ...
+
+
+__all__ = ["MemoryRows", "RowSource"]
 
 _LONG_COLUMNS = (
     LongSummary.id,
@@ -68,7 +80,7 @@ _SUMMARY_COLUMNS = (
 class MemoryRows:
     """Memory's tables through ``store``'s transactions (module docstring)."""
 
-    def __init__(self, store: AgentStore) -> None:
+    def __init__(self, store: RowSource) -> None:
         self.store = store
 
     # -- the long-range summary ---------------------------------------------------------
