@@ -50,6 +50,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from llmbridge.agent.store import (
     AgentStore,
@@ -404,6 +405,9 @@ def _items_cost(items: Sequence[PinRecord] | Sequence[FactRecord], label: int) -
     return label + sum(count_text_tokens(item.content.strip() + ";") for item in items)
 
 
+_Listed = TypeVar("_Listed", PinRecord, FactRecord)
+
+
 def _older_cost(message: StoredMessage) -> int:
     return count_text_tokens(f"{message.role.upper()}: {body_of(message)}")
 
@@ -413,31 +417,35 @@ def _summary_cost(text: str) -> int:
     return count_text_tokens(text.strip() + "\n\n")
 
 
-def _plan_pins(plan: _Plan, pins: Sequence[PinRecord]) -> None:
-    cost = _PINS_COST
-    for pin in reversed(pins):
-        item = count_text_tokens(pin.content.strip() + ";")
-        if plan.used + cost + item > plan.budget:
+def _fit_newest(
+    items: Sequence[_Listed], header: int, used: int, limit: int
+) -> tuple[list[_Listed], int]:
+    """The newest of ``items`` (pins, facts: each listed as ``content;`` after a header
+    costing ``header``) that fit under ``limit`` beside ``used`` tokens, oldest first,
+    and what they cost with their header (0 when none fits)."""
+    cost = header
+    kept: list[_Listed] = []
+    for item in reversed(items):
+        tokens = count_text_tokens(item.content.strip() + ";")
+        if used + cost + tokens > limit:
             break
-        cost += item
-        plan.pins.append(pin)
-    if plan.pins:
-        plan.used += cost
-        plan.pins.reverse()
+        cost += tokens
+        kept.append(item)
+    kept.reverse()
+    return kept, cost if kept else 0
+
+
+def _plan_pins(plan: _Plan, pins: Sequence[PinRecord]) -> None:
+    kept, cost = _fit_newest(pins, _PINS_COST, plan.used, plan.budget)
+    plan.pins.extend(kept)
+    plan.used += cost
 
 
 def _plan_facts(plan: _Plan, facts: Sequence[FactRecord], share: int) -> None:
-    cost = _FACTS_COST
     limit = min(plan.budget, plan.used + share)
-    for fact in reversed(facts):
-        item = count_text_tokens(fact.content.strip() + ";")
-        if plan.used + cost + item > limit:
-            break
-        cost += item
-        plan.facts.append(fact)
-    if plan.facts:
-        plan.used += cost
-        plan.facts.reverse()
+    kept, cost = _fit_newest(facts, _FACTS_COST, plan.used, limit)
+    plan.facts.extend(kept)
+    plan.used += cost
 
 
 def _plan_recent(plan: _Plan, recent: Sequence[StoredMessage], share: float) -> None:

@@ -40,7 +40,7 @@ class RowSource(Protocol):
     async def _rows(self, query: Any, conn: AsyncConnection | None) -> Sequence[Row[Any]]: ...
 
 
-__all__ = ["MemoryRows", "RowSource"]
+__all__ = ["SUMMARY_COLUMNS", "MemoryRows", "RowSource"]
 
 _LONG_COLUMNS = (
     LongSummary.id,
@@ -64,7 +64,7 @@ _FACT_COLUMNS = (
     Fact.message_id,
     Fact.patient_id,
 )
-_SUMMARY_COLUMNS = (
+SUMMARY_COLUMNS = (
     Summary.id,
     Summary.session_id,
     Summary.content,
@@ -151,7 +151,7 @@ class MemoryRows:
         """Up to ``limit`` summaries that start after message ``after_id`` (those the
         long-range summary has not folded in), the newest ``limit`` (or with
         ``newest=False`` the oldest), oldest first."""
-        query = select(*_SUMMARY_COLUMNS).where(Summary.session_id == session_id)
+        query = select(*SUMMARY_COLUMNS).where(Summary.session_id == session_id)
         if after_id is not None:
             query = query.where(Summary.first_message_id > after_id)
         order = Summary.id.desc() if newest else Summary.id

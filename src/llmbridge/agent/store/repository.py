@@ -39,7 +39,7 @@ from llmbridge.agent.store.access import (
     sees,
     visible_to,
 )
-from llmbridge.agent.store.memory_rows import MemoryRows
+from llmbridge.agent.store.memory_rows import SUMMARY_COLUMNS, MemoryRows
 from llmbridge.agent.store.records import (
     MessageStatus,
     PersonaRecord,
@@ -68,17 +68,6 @@ _MESSAGE_COLUMNS = (
     MessageRow.model,
     MessageRow.input_tokens,
     MessageRow.output_tokens,
-)
-_SUMMARY_COLUMNS = (
-    Summary.id,
-    Summary.session_id,
-    Summary.content,
-    Summary.first_message_id,
-    Summary.last_message_id,
-    Summary.token_count,
-    Summary.created_at,
-    Summary.message_ids,
-    Summary.model,
 )
 _PIN_COLUMNS = (
     Pin.id,
@@ -512,7 +501,7 @@ class AgentStore:
     ) -> list[SummaryRecord]:
         """Up to ``limit`` newest summaries, oldest first."""
         query = (
-            select(*_SUMMARY_COLUMNS)
+            select(*SUMMARY_COLUMNS)
             .where(Summary.session_id == session_id)
             .order_by(Summary.id.desc())
             .limit(limit)
