@@ -91,7 +91,7 @@ FACTS: tuple[tuple[str, str], ...] = (
 )
 """Each stated once, in its own user message; the key word is what is looked for."""
 
-_ORDINARY = (
+ORDINARY = (
     "What would be a nice idea for lunch today?",
     "Tell me a short joke, please.",
     "It was sunny this morning.",
@@ -112,7 +112,7 @@ REPLY = "Noted."
 def conversation(exchanges: int = 180) -> list[str]:
     """The user's messages: the 20 facts, then ``exchanges`` ordinary ones."""
     ordinary = [
-        f"{_ORDINARY[n % len(_ORDINARY)]} (chat {n + 1})" if n >= len(_ORDINARY) else _ORDINARY[n]
+        f"{ORDINARY[n % len(ORDINARY)]} (chat {n + 1})" if n >= len(ORDINARY) else ORDINARY[n]
         for n in range(exchanges)
     ]
     return [text for text, _ in FACTS] + ordinary
@@ -139,9 +139,8 @@ def _kind(request: ChatRequest) -> str:
 def _keeping_reply(request: ChatRequest) -> str:
     """The scripted memory model that keeps every fact: the sentences holding a key."""
     source = request.messages[-1].text
-    if _kind(request) == "facts":
-        statements = [line[2:] for line in source.splitlines() if line.startswith("- ")]
-        return json.dumps({s: "fact" if facts_present(s) else "chat" for s in statements})
+    if _kind(request) == "facts":  # one statement, the last message's question
+        return json.dumps({"label": "yes" if facts_present(source) else "no"})
     kept = [text for text, key in FACTS if key.casefold() in source.casefold()]
     return " ".join(kept) if kept else "Small talk."
 

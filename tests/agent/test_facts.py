@@ -21,7 +21,15 @@ from llmbridge.agent.memory import (
     Summariser,
     SummariserConfig,
 )
-from llmbridge.agent.memory.facts import candidates, facts_schema, parse_facts
+from llmbridge.agent.memory.facts import (
+    EXAMPLES,
+    FACT_QUESTION,
+    FACT_SCHEMA,
+    READINGS,
+    candidates,
+    fact_messages,
+    parse_answer,
+)
 from llmbridge.agent.store import AgentStore
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
@@ -39,8 +47,8 @@ STATED = [
 
 
 class Labeller(ScriptedBackend):
-    """Turns get ``ok``; fact requests a label per statement: ``fact`` for those
-    holding a digit or a capitalised name after the first word, else ``chat``."""
+    """Turns get ``ok``; each fact question gets ``yes`` for a statement holding a
+    digit or a capitalised name after the first word, else ``no``."""
 
     def __init__(self, name: str = "scripted") -> None:
         super().__init__(name, default=Script(text=["ok"]))
@@ -49,12 +57,17 @@ class Labeller(ScriptedBackend):
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         if request.messages and request.messages[0].text == FACTS_SYSTEM_PROMPT:
             self.fact_requests.append(request)
-            schema = request.response_format.schema if request.response_format else None
-            assert schema is not None
-            labels = {key: "fact" if _salient(key) else "chat" for key in schema["required"]}
-            self.enqueue(Script(text=[json.dumps(labels)]))
+            statement = _asked(request)
+            answer = "yes" if _salient(statement) else "no"
+            self.enqueue(Script(text=[json.dumps({"label": answer})]))
         async for event in super().chat(request):
             yield event
+
+
+def _asked(request: ChatRequest) -> str:
+    """The statement a fact question asks about (``FACT_QUESTION``'s quotes)."""
+    question = request.messages[-1].text
+    return question[question.index('"') + 1 : question.rindex('"')]
 
 
 def _salient(text: str) -> bool:
@@ -77,16 +90,26 @@ def test_candidates_are_the_users_statements() -> None:
         "The gate code is 4417.",
         "I am allergic to penicillin!",
     ]
-    schema = facts_schema(found)
-    assert schema["required"] == [c.text for c in found]
-    assert schema["properties"]["Thanks, that helps."] == {
-        "type": "string",
-        "enum": ["fact", "chat"],
-    }
-    reply = json.dumps({"My sister's name is Margaret.": "fact", "invented": "fact"})
-    assert [c.text for c in parse_facts(reply, found)] == ["My sister's name is Margaret."]
-    with pytest.raises(ValueError, match="JSON"):
-        parse_facts("Margaret and 4417", found)
+
+
+def test_a_fact_question_is_one_statement_after_worked_examples() -> None:
+    examples = READINGS[0]
+    turns = fact_messages("The gate code is 4417.", examples)
+    assert turns[0].role == "system" and turns[0].text == FACTS_SYSTEM_PROMPT
+    # The examples as earlier turns, question then answer: a prefix shared by every call.
+    assert [t.role for t in turns[1:-1]] == ["user", "assistant"] * examples
+    for n, (text, is_fact) in enumerate(EXAMPLES[:examples]):
+        asked, answered = turns[1 + 2 * n], turns[2 + 2 * n]
+        assert asked.text == FACT_QUESTION.format(statement=text)
+        assert json.loads(answered.text) == {"label": "yes" if is_fact else "no"}
+    assert turns[-1].text == FACT_QUESTION.format(statement="The gate code is 4417.")
+    assert fact_messages("x y z", READINGS[1])[: len(turns) - 1] == turns[:-1]
+    assert FACT_SCHEMA["properties"]["label"]["enum"] == ["yes", "no"]
+    assert parse_answer('{"label": "yes"}') is True
+    assert parse_answer(' {"label":"NO"} ') is False
+    for prose in ("Margaret and 4417", '{"label": "maybe"}', "[1]", '{"fact": "yes"}'):
+        with pytest.raises(ValueError):
+            parse_answer(prose)
 
 
 async def test_facts_are_extracted_in_the_background_and_kept_in_the_context(
@@ -99,10 +122,21 @@ async def test_facts_are_extracted_in_the_background_and_kept_in_the_context(
     backend = Labeller()
     summariser = Summariser(store, backend.chat, "scripted")
     await summariser.schedule(session.id)
-    assert summariser.usage.calls == {"facts": 1}
-    (request,) = backend.fact_requests
-    assert request.response_format is not None
-    assert request.response_format.type == "json_schema"
+    # Each statement once in the first reading, then the two it did not keep again in
+    # the second (a statement either reading keeps is kept).
+    assert [_asked(r) for r in backend.fact_requests] == [
+        "My sister's name is Margaret.",
+        "Thanks, that helps.",
+        "The gate code is 4417.",
+        "I am allergic to penicillin!",
+        "Thanks, that helps.",
+        "I am allergic to penicillin!",
+    ]
+    assert summariser.usage.calls == {"facts": 6}
+    for request in backend.fact_requests:
+        assert request.response_format is not None
+        assert request.response_format.type == "json_schema"
+        assert request.response_format.schema == FACT_SCHEMA
     facts = await store.memory.facts(session.id)
     assert [f.content for f in facts] == [
         "My sister's name is Margaret.",
@@ -111,11 +145,38 @@ async def test_facts_are_extracted_in_the_background_and_kept_in_the_context(
     assert all(f.source == "extracted" and f.message_id for f in facts)
     # Read once: the next run has nothing new to offer.
     await summariser.schedule(session.id)
-    assert summariser.usage.calls == {"facts": 1}
+    assert summariser.usage.calls == {"facts": 6}
     context = await MemoryBuilder(store).build(session.id)
     block = next(m.text for m in context.messages if m.text.startswith(FACTS_PREFIX))
     assert "Margaret" in block and "4417" in block
     assert context.fact_ids == tuple(f.id for f in facts)
+
+
+class SecondReading(Labeller):
+    """Says ``yes`` to the allergy only after the second reading's examples, and with
+    one reading configured never sees them."""
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if request.messages and request.messages[0].text == FACTS_SYSTEM_PROMPT:
+            self.fact_requests.append(request)
+            examples = (len(request.messages) - 2) // 2
+            yes = "penicillin" in _asked(request) and examples == READINGS[1]
+            self.enqueue(Script(text=[json.dumps({"label": "yes" if yes else "no"})]))
+        async for event in ScriptedBackend.chat(self, request):
+            yield event
+
+
+@pytest.mark.parametrize("readings", [1, 2])
+async def test_a_statement_any_reading_keeps_is_kept(store: AgentStore, readings: int) -> None:
+    session = await store.create_session()
+    for text in STATED:
+        await store.add_message(session.id, "user", text)
+    backend = SecondReading()
+    config = SummariserConfig(facts_every=1, fact_readings=readings)
+    await Summariser(store, backend.chat, "m", config).schedule(session.id)
+    facts = [f.content for f in await store.memory.facts(session.id)]
+    assert facts == (["I am allergic to penicillin!"] if readings == 2 else [])
+    assert len(backend.fact_requests) == 4 * readings
 
 
 async def test_a_reply_that_is_not_json_stores_nothing_and_moves_on(store: AgentStore) -> None:
@@ -126,7 +187,8 @@ async def test_a_reply_that_is_not_json_stores_nothing_and_moves_on(store: Agent
     summariser = Summariser(store, backend.chat, "m", SummariserConfig(facts_every=1))
     await summariser.schedule(session.id)
     assert await store.memory.facts(session.id) == []
-    assert summariser.usage.failures == {"facts": 1}
+    # Four statements, two readings: every reply unusable, each counted, none kept.
+    assert summariser.usage.failures == {"facts": 8}
     assert await store.memory.facts_upto(session.id) is not None
 
 

@@ -1,6 +1,7 @@
 """The agent's background memory calls count in the usage ledger like any model call
 (issue 29): once four user messages wait (``facts_every``), fact extraction runs after
-the turn's reply, and that call is a ledger row of its own (endpoint
+the turn's reply, and each of its calls (one per statement and reading) is a ledger
+row of its own (endpoint
 ``/agent memory:facts``, dialect ``agent``, its tokens and its price), beside the
 turns' own rows.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from llmbridge.accounts.request_log import RequestRow, recent_requests
+from llmbridge.agent.memory.facts import READINGS
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.response import Usage
 from llmbridge.store.engine import make_engine
@@ -59,14 +61,18 @@ def test_fact_extraction_is_a_ledger_row_of_its_own(tmp_path: Path) -> None:
 
         def both_written() -> bool:
             found[:] = _rows(url)
-            endpoints = {row.endpoint for row in found}
-            return "/agent memory:facts" in endpoints
+            return sum(row.endpoint == "/agent memory:facts" for row in found) == asked
 
-        wait_until(both_written, "the fact extraction's row")
+        # The scripted reply is no yes/no answer, so every statement is asked in
+        # every reading.
+        asked = len(STATED) * len(READINGS)
+        wait_until(both_written, "the fact extraction's rows")
     turns = [row for row in found if row.endpoint == "/agent/sessions/{session_id}/messages"]
     assert len(turns) == len(STATED)
-    (facts,) = [row for row in found if row.endpoint == "/agent memory:facts"]
-    assert (facts.dialect, facts.model, facts.status) == ("agent", "scripted", 200)
-    assert (facts.input_tokens, facts.output_tokens) == (100, 10)
-    assert facts.cost_usd is not None and facts.cost_usd > 0
-    assert facts.key_name is None
+    facts = [row for row in found if row.endpoint == "/agent memory:facts"]
+    assert len(facts) == asked
+    for row in facts:
+        assert (row.dialect, row.model, row.status) == ("agent", "scripted", 200)
+        assert (row.input_tokens, row.output_tokens) == (100, 10)
+        assert row.cost_usd is not None and row.cost_usd > 0
+        assert row.key_name is None

@@ -21,9 +21,10 @@ So the whole session is represented within ``long_range_tokens +
 recent_summary_tokens`` of the budget, however long it grows.
 
 **Facts** (``memory.facts``): after the summaries, the user's statements since the
-extraction cursor are offered to the model, once at least ``facts_every`` user
-messages wait, and the ones it chooses (a JSON-schema ``enum`` of the statements, so
-it cannot invent one) are stored as the session's facts.
+extraction cursor are put to the model one by one, once at least ``facts_every`` user
+messages wait (a yes-or-no answer constrained by a JSON schema, in ``fact_readings``
+readings), and the ones it keeps (the person's own sentences: it cannot invent one)
+are stored as the session's facts.
 
 In the background (``schedule``), this work never delays a reply: with a ``TurnGate``
 (``agent.turns``) each call waits until no turn is in flight on its model's backend,
@@ -48,11 +49,11 @@ from typing import Literal
 
 from llmbridge.agent.memory.context import body_of, truncate_to_tokens
 from llmbridge.agent.memory.facts import (
-    FACTS_SYSTEM_PROMPT,
+    READINGS,
+    Candidate,
     candidates,
-    facts_request_text,
-    facts_schema,
-    parse_facts,
+    fact_request,
+    parse_answer,
 )
 from llmbridge.agent.store import (
     AgentStore,
@@ -64,7 +65,7 @@ from llmbridge.agent.store import (
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.messages import Message, TextPart
-from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat
+from llmbridge.core.request import ChatRequest, GenerationParams
 from llmbridge.core.response import Usage
 from llmbridge.core.stream import ChatFn
 from llmbridge.features.token_count import count_text_tokens
@@ -144,6 +145,10 @@ class SummariserConfig:
     """The most statements one extraction offers the model."""
     max_fact_tokens: int = 60
     """A statement longer than this is cut before it is stored as a fact."""
+    fact_readings: int = 2
+    """How many readings (``facts.READINGS``) put each statement to the model: a
+    statement any of them answers ``yes`` to is kept. One halves the calls of a
+    backend that needs no second opinion."""
 
 
 @dataclass(slots=True)
@@ -360,47 +365,52 @@ class Summariser:
         users = sum(1 for m in batch if m.role == "user")
         if not batch or users == 0 or (not force and users < config.facts_every):
             return None
-        found = candidates(batch, limit=config.max_candidates)
+        known = {f.content.casefold() for f in await rows.facts(session_id)}
+        found = [
+            Candidate(truncate_to_tokens(c.text, config.max_fact_tokens), c.message_id)
+            for c in candidates(batch, limit=config.max_candidates)
+        ]
+        asked = [c for c in found if c.text.casefold() not in known]
         chosen: list[FactRecord] = []
-        if found:
-            name = model or self.model_for(None)
-            reply = await self._call(
-                "facts",
-                ChatRequest(
-                    model=name,
-                    messages=(_system(FACTS_SYSTEM_PROMPT), _user(facts_request_text(found))),
-                    params=GenerationParams(
-                        max_tokens=40 + sum(count_text_tokens(c.text) * 2 for c in found),
-                        temperature=0.0,
-                    ),
-                    response_format=ResponseFormat(
-                        type="json_schema", schema=facts_schema(found), name="facts"
-                    ),
-                ),
-                chat,
-            )
-            try:
-                kept = parse_facts(reply, found)
-            except ValueError as exc:
-                # A backend that ignores the schema answered in prose: the call was
-                # made and counted; its statements stay in the summaries.
-                self.usage.fail("facts")
-                log.warning("the fact extractor's reply was unusable: %s", exc)
-                kept = []
+        if asked:
+            kept = await self._choose_facts(asked, model or self.model_for(None), chat)
             patient = await rows.session_patient(session_id)
-            known = {f.content.casefold() for f in await rows.facts(session_id)}
             for candidate in kept:
-                text = truncate_to_tokens(candidate.text, config.max_fact_tokens)
-                if text.casefold() in known:
-                    continue
-                known.add(text.casefold())
                 chosen.append(
                     await rows.add_fact(
-                        session_id, text, message_id=candidate.message_id, patient_id=patient
+                        session_id,
+                        candidate.text,
+                        message_id=candidate.message_id,
+                        patient_id=patient,
                     )
                 )
         await rows.set_facts_upto(session_id, batch[-1].id)
         return chosen
+
+    async def _choose_facts(
+        self, asked: Sequence[Candidate], model: str, chat: ChatFn | None
+    ) -> list[Candidate]:
+        """The statements some reading (``facts.READINGS``) answers ``yes`` to, in
+        order. Readings go one after the other, each over every statement not yet
+        kept, so a backend's prompt cache holds one reading's examples at a time. An
+        unusable reply counts as a failure and as ``no``; a failed call raises (the
+        extraction is retried, the cursor unmoved)."""
+        kept: set[int] = set()
+        for examples in READINGS[: max(1, self.config.fact_readings)]:
+            for index, candidate in enumerate(asked):
+                if index in kept:
+                    continue
+                request = fact_request(candidate.text, examples, model)
+                reply = await self._call("facts", request, chat)
+                try:
+                    if parse_answer(reply):
+                        kept.add(index)
+                except ValueError as exc:
+                    # A backend that ignores the schema answered in prose: the call
+                    # was made and counted; the statement stays in the summaries.
+                    self.usage.fail("facts")
+                    log.warning("the fact extractor's reply was unusable: %s", exc)
+        return [candidate for index, candidate in enumerate(asked) if index in kept]
 
     async def _call(self, kind: CallKind, request: ChatRequest, chat: ChatFn | None) -> str:
         """One memory call, counted (``usage``, ``on_usage``) whether it fails or not."""
