@@ -107,6 +107,7 @@ BODIES: dict[str, Strategy] = {
     "pin": st.fixed_dictionaries(
         {"content": TEXT}, optional={"message_id": _int(st.integers(1, 5))}
     ),
+    "fact": st.fixed_dictionaries({"content": TEXT}),
     "document": st.fixed_dictionaries(
         {"title": NAME, "content": _text(st.sampled_from(["Take metformin.", "Walk daily."]))},
         optional={"source": TEXT},
@@ -148,6 +149,11 @@ ROUTES: list[tuple[str, str, str | None, tuple[str, ...]]] = [
     ("GET", "/agent/sessions/{session}/pins", None, ("limit",)),
     ("DELETE", "/agent/sessions/{session}/pins/{id}", None, ()),
     ("GET", "/agent/sessions/{session}/summaries", None, ("limit",)),
+    ("POST", "/agent/sessions/{session}/facts", "fact", ()),
+    ("GET", "/agent/sessions/{session}/facts", None, ("limit",)),
+    ("PATCH", "/agent/sessions/{session}/facts/{id}", "fact", ()),
+    ("DELETE", "/agent/sessions/{session}/facts/{id}", None, ()),
+    ("GET", "/agent/sessions/{session}/long-summary", None, ()),
     ("POST", "/agent/documents", "document", ()),
     ("GET", "/agent/documents", None, ("limit", "offset")),
     ("GET", "/agent/documents/search", None, ("limit",)),
