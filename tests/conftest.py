@@ -27,6 +27,9 @@ from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from tests.waiting import scaled
 
+# The session's PostgreSQL and Redis, defined once so every module shares them.
+pytest_plugins = ["tests.servers"]
+
 _CLIENT_ENV = (
     "HTTP_PROXY",
     "HTTPS_PROXY",

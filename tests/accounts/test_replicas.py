@@ -19,8 +19,7 @@ from click.testing import CliRunner
 from llmbridge.cli import cli
 from llmbridge.web.render import Dialect
 from tests.accounts.test_limits import DIALECTS, Call, _attempt
-from tests.agent.conftest import PostgresServer, _admin
-from tests.state.conftest import RedisServer, free_port
+from tests.servers import PostgresServer, RedisServer, _admin, free_port
 
 MASTER = "sk-master-replicas"
 

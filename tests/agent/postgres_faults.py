@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.agent.conftest import PostgresServer
+from tests.servers import PostgresServer
 
 __all__ = ["frozen"]
 

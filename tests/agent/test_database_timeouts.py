@@ -40,8 +40,8 @@ from llmbridge.store.errors import (
     UNREACHABLE,
     mapped_errors,
 )
-from tests.agent.conftest import PostgresServer
 from tests.agent.postgres_faults import frozen
+from tests.servers import PostgresServer
 from tests.waiting import scaled
 
 T = TypeVar("T")

@@ -21,13 +21,11 @@ import pytest
 
 from llmbridge.accounts.keys import KeyStore
 from llmbridge.backends.scripted import ScriptedBackend
-from tests.agent.conftest import PostgresServer, pg_url, postgres_server
 from tests.agent.postgres_faults import frozen
 from tests.agent.serving import agent_gateway
 from tests.conftest import anthropic_client, openai_client
+from tests.servers import PostgresServer
 from tests.waiting import scaled
-
-__all__ = ["pg_url", "postgres_server"]
 
 SHORT = "connect_timeout=1&command_timeout=1&pool_timeout=1"
 

@@ -43,12 +43,9 @@ from google import genai
 from google.genai import types as genai_types
 
 from llmbridge.cli import cli
-from tests.agent.conftest import PostgresServer, _admin, postgres_server
 from tests.conftest import anthropic_client, ollama_client, openai_client
-from tests.state.conftest import RedisServer, free_port
+from tests.servers import PostgresServer, RedisServer, _admin, free_port
 from tests.waiting import scaled
-
-__all__ = ["postgres_server"]  # the session fixture, used by name below
 
 MASTER = "sk-master-replicas-r6"
 HI = [{"role": "user", "content": "hi"}]

@@ -25,7 +25,6 @@ from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.store import Database
 from llmbridge.store.models import ResponseRow
-from tests.agent.conftest import pg_url, postgres_server  # noqa: F401 - PostgreSQL fixtures
 from tests.conftest import RunningServer, openai_client, running_gateway
 
 

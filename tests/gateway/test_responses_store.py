@@ -15,7 +15,6 @@ import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.request import ChatRequest
-from tests.agent.conftest import pg_url, postgres_server  # noqa: F401 - PostgreSQL fixtures
 from tests.agent.serving import agent_gateway
 from tests.conftest import RunningServer, openai_client, running_gateway
 

@@ -39,7 +39,6 @@ from llmbridge.serving.deployments import (
 from llmbridge.serving.models import Models
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState
-from tests.state.conftest import redis_server, redis_url  # noqa: F401 - the real Redis fixtures
 
 REQUESTS = Path(__file__).parents[1] / "fixtures" / "requests"
 """Captured requests of the real clients (copies of shared/reference/captured/)."""
@@ -417,7 +416,7 @@ async def test_over_the_network_the_latency_sample_does_not_delay_the_reply() ->
     assert await _in_flight(models, "gpu1", "gpu2") == [0, 0]
 
 
-async def test_replicas_sharing_redis_balance_on_each_others_counts(redis_url: str) -> None:  # noqa: F811
+async def test_replicas_sharing_redis_balance_on_each_others_counts(redis_url: str) -> None:
     """Two replicas (each its own Models and Redis connection) see one set of counts:
     taking turns, their six requests split 3/3. Each on its own counts would send four
     to gpu1 (each replica's ties start there)."""

@@ -14,8 +14,9 @@ import pytest
 from llmbridge.state.base import AdmitChecks, AdmitVerdict, WindowVerdict
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
+from tests.servers import RedisServer
 
-from .conftest import RedisServer, State, eventually
+from .conftest import State, eventually
 
 
 async def _admit(state: State, **overrides: object) -> AdmitVerdict:

@@ -11,8 +11,7 @@ import httpx
 
 from llmbridge.backends.scripted import ScriptedBackend
 from tests.conftest import openai_client, running_gateway
-
-from .conftest import RedisServer
+from tests.servers import RedisServer
 
 
 def _health_until(url: str, degraded: bool, within_s: float = 15.0) -> dict[str, Any]:

@@ -31,8 +31,9 @@ import pytest
 from llmbridge.state.base import AdmitChecks
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
+from tests.servers import RedisServer
 
-from .conftest import RedisServer, eventually
+from .conftest import eventually
 
 
 def _failover(url: str) -> FailoverState:

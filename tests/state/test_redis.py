@@ -17,8 +17,9 @@ import pytest
 
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
+from tests.servers import RedisServer, free_port
 
-from .conftest import RedisServer, eventually, free_port
+from .conftest import eventually
 
 _RACER = textwrap.dedent(
     """

@@ -19,8 +19,9 @@ import pytest
 
 from llmbridge.state.base import AdmitChecks
 from llmbridge.state.redis import RedisState
+from tests.servers import free_port
 
-from .conftest import State, eventually, free_port
+from .conftest import State, eventually
 
 
 def _checks(reserve: float = 0.03, budget: float = 0.05, **more: object) -> AdmitChecks:
