@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -28,13 +27,11 @@ from llmbridge.store.models import ResponseRow
 from tests.conftest import RunningServer, openai_client, running_gateway
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The agent database: a SQLite file, then a PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "agent.db")
-    url: str = request.getfixturevalue("pg_url")
-    return url
+@pytest.fixture
+def database(db_url: str) -> str:
+    """The agent database: a SQLite file, then a PostgreSQL database
+    (``tests/servers.py``' ``db_url``)."""
+    return db_url
 
 
 @pytest.fixture

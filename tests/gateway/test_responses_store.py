@@ -21,13 +21,11 @@ from tests.conftest import RunningServer, openai_client, running_gateway
 KEYS = ("key-a", "key-b")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The agent database: a SQLite file, then a PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "agent.db")
-    url: str = request.getfixturevalue("pg_url")
-    return url
+@pytest.fixture
+def database(db_url: str) -> str:
+    """The agent database: a SQLite file, then a PostgreSQL database
+    (``tests/servers.py``' ``db_url``)."""
+    return db_url
 
 
 @pytest.fixture
