@@ -365,12 +365,15 @@ class Summariser:
         users = sum(1 for m in batch if m.role == "user")
         if not batch or users == 0 or (not force and users < config.facts_every):
             return None
+        # Statements are cut to what a fact may hold before anything else, so one
+        # already stored, or two that are the same once cut, are asked about once.
         known = {f.content.casefold() for f in await rows.facts(session_id)}
-        found = [
-            Candidate(truncate_to_tokens(c.text, config.max_fact_tokens), c.message_id)
-            for c in candidates(batch, limit=config.max_candidates)
-        ]
-        asked = [c for c in found if c.text.casefold() not in known]
+        asked: list[Candidate] = []
+        for found in candidates(batch, limit=config.max_candidates):
+            text = truncate_to_tokens(found.text, config.max_fact_tokens)
+            if text.casefold() not in known:
+                known.add(text.casefold())
+                asked.append(Candidate(text, found.message_id))
         chosen: list[FactRecord] = []
         if asked:
             kept = await self._choose_facts(asked, model or self.model_for(None), chat)
