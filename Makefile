@@ -15,6 +15,10 @@ E2E    := tests/e2e
 # Set LLAMA_CMAKE_ARGS= (empty) for a native build.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 E2E_STAMP := $(E2E)/node_modules/.installed
+# pytest-xdist: one worker per core (at most 8), whole modules per worker and the
+# embedded model's tests one after another on one of them (tests/parallel.py).
+# PYTEST_ARGS="-n0 ..." runs in one process.
+PYTEST_ARGS ?= -n auto --maxprocesses=8
 
 .PHONY: run test lint typecheck bench clean install postgres chromium redis
 

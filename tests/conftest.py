@@ -22,13 +22,14 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from llmbridge.backends.base import Backend
+from llmbridge.backends.embedded import THREADS_VARIABLE
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from tests.waiting import scaled
 
 # The session's PostgreSQL and Redis, defined once so every module shares them.
-pytest_plugins = ["tests.servers"]
+pytest_plugins = ["tests.servers", "tests.parallel"]
 
 _CLIENT_ENV = (
     "HTTP_PROXY",
@@ -52,7 +53,9 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _CLIENT_ENV:
         monkeypatch.delenv(name, raising=False)
     for name in list(os.environ):
-        if name.startswith("LLMBRIDGE_"):
+        # The embedded model's threads are the harness's (tests/parallel.py), and no
+        # test's outcome depends on them.
+        if name.startswith("LLMBRIDGE_") and name != THREADS_VARIABLE:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 

@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from llmbridge.backends import embedded
-from llmbridge.backends.embedded import EmbeddedBackend, physical_cores
+from llmbridge.backends.embedded import EmbeddedBackend, default_threads, physical_cores
 from llmbridge.backends.embedded_prompt import cached_prefix
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.messages import Message, TextPart
@@ -98,6 +98,7 @@ async def test_physical_cores_counts_cores_not_hyperthreads(
 # -- the worker's count ------------------------------------------------------------------
 
 
+@pytest.mark.embedded
 async def test_a_repeated_prompt_is_read_from_the_cache_but_its_last_token(
     backend: EmbeddedBackend,
 ) -> None:
@@ -109,6 +110,7 @@ async def test_a_repeated_prompt_is_read_from_the_cache_but_its_last_token(
     assert again.usage.cache_read_input_tokens == prompt - 1
 
 
+@pytest.mark.embedded
 async def test_a_conversation_one_turn_longer_reuses_the_turn_before(
     backend: EmbeddedBackend,
 ) -> None:
@@ -123,6 +125,7 @@ async def test_a_conversation_one_turn_longer_reuses_the_turn_before(
     assert before - 2 <= cached < total
 
 
+@pytest.mark.embedded
 async def test_a_completion_reports_its_cached_prefix(backend: EmbeddedBackend) -> None:
     text = "The first three primes are two, three and"
     raw = Completion(prompt=text, raw=True)
@@ -132,10 +135,13 @@ async def test_a_completion_reports_its_cached_prefix(backend: EmbeddedBackend) 
     assert again.usage.cache_read_input_tokens == again.usage.input_tokens - 1
 
 
+@pytest.mark.embedded
 async def test_threads_default_to_physical_cores_and_show_in_health(
     backend: EmbeddedBackend,
 ) -> None:
-    assert backend.n_threads == physical_cores()
+    # Physical cores, or what $LLMBRIDGE_EMBEDDED_THREADS says (the parallel suite sets
+    # 1; tests/unit/test_embedded_config.py checks both without a model).
+    assert backend.n_threads == default_threads("embedded")
     state = backend.worker_state()
     assert state["n_threads"] == backend.n_threads
     assert state["flash_attn"] is embedded.DEFAULT_FLASH_ATTN

@@ -9,8 +9,15 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from llmbridge.backends.embedded import DEFAULT_FLASH_ATTN, EmbeddedBackend, physical_cores
+from llmbridge.backends.embedded import (
+    DEFAULT_FLASH_ATTN,
+    THREADS_VARIABLE,
+    EmbeddedBackend,
+    default_threads,
+    physical_cores,
+)
 from llmbridge.cli.options import config_options, load_from_options
+from llmbridge.core.errors import BackendUnavailableError
 from llmbridge.gateway.config import ConfigError, load_config
 from llmbridge.serving.build import build_backend
 from llmbridge.serving.config import EmbeddedBackendConfig
@@ -37,7 +44,10 @@ def test_the_file_sets_them_and_the_backend_gets_them(tmp_path: Path) -> None:
     assert backend.worker_state()["state"] == "not started"
 
 
-def test_threads_and_flash_attention_reach_the_worker(tmp_path: Path) -> None:
+def test_threads_and_flash_attention_reach_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(THREADS_VARIABLE, raising=False)  # the parallel suite sets it
     path = tmp_path / "llmbridge.yaml"
     path.write_text("backends:\n  local: {type: embedded, n_threads: 3, flash_attn: true}\n")
     backend = build_backend("local", load_config(path).backends["local"])
@@ -50,6 +60,25 @@ def test_threads_and_flash_attention_reach_the_worker(tmp_path: Path) -> None:
     assert isinstance(default, EmbeddedBackend)
     assert default.n_threads == physical_cores()
     assert default.flash_attn is DEFAULT_FLASH_ATTN
+
+
+def test_the_environment_sets_the_threads_the_configuration_leaves_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(THREADS_VARIABLE, "1")
+    unset = build_backend("embedded", load_config(None).backends["embedded"])
+    assert isinstance(unset, EmbeddedBackend)
+    assert unset.n_threads == 1 and unset.workers.settings["n_threads"] == 1
+    path = tmp_path / "llmbridge.yaml"
+    path.write_text("backends:\n  local: {type: embedded, n_threads: 3}\n")
+    configured = build_backend("local", load_config(path).backends["local"])
+    assert isinstance(configured, EmbeddedBackend) and configured.n_threads == 3
+    assert default_threads("x", {}) == physical_cores()
+    assert default_threads("x", {THREADS_VARIABLE: " 4 "}) == 4
+    for bad in ("0", "two", "-1", "1.5"):
+        with pytest.raises(BackendUnavailableError, match=THREADS_VARIABLE) as caught:
+            default_threads("x", {THREADS_VARIABLE: bad})
+        assert repr(bad) in str(caught.value)
 
 
 def test_flags_set_every_embedded_backend_or_the_default_one(tmp_path: Path) -> None:

@@ -44,12 +44,13 @@ separate feature); earlier tool calls and results are rendered as text (see
 L2-normalised.
 
 The machine and the cache (issue 25). llama.cpp runs ``n_threads`` threads, for
-generation and prompt evaluation alike, by default one per physical core this
-process may use (``physical_cores``), and flash attention as ``flash_attn`` says
-(``DEFAULT_FLASH_ATTN``). The one model keeps its KV cache between requests and
-evaluates only what follows the prefix a prompt shares with it; the worker counts that
-prefix for every generation, and it becomes ``Usage.cache_read_input_tokens`` (within
-``input_tokens``, as OpenAI counts), which every dialect reports in its own words.
+generation and prompt evaluation alike, by default one per physical core this process
+may use (``physical_cores``) or ``$LLMBRIDGE_EMBEDDED_THREADS``, and flash attention as
+``flash_attn`` says (``DEFAULT_FLASH_ATTN``). The one model keeps its KV cache between
+requests and evaluates only what follows the prefix a prompt shares with it; the worker
+counts that prefix for every generation, and it becomes
+``Usage.cache_read_input_tokens`` (within ``input_tokens``, as OpenAI counts), which
+every dialect reports in its own words.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ import importlib.metadata
 import importlib.util
 import os
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,29 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+THREADS_VARIABLE = "LLMBRIDGE_EMBEDDED_THREADS"
+
+
+def default_threads(backend: str, environ: Mapping[str, str] | None = None) -> int:
+    """llama.cpp's threads when the configuration sets none: ``$LLMBRIDGE_EMBEDDED_THREADS``
+    where it is set (a machine shared with other CPU work, where fewer threads than cores
+    keep llama.cpp's step barrier from waiting on a thread that lost its core; the test
+    suite's parallel workers set it), else ``physical_cores()``."""
+    raw = (os.environ if environ is None else environ).get(THREADS_VARIABLE, "").strip()
+    if not raw:
+        return physical_cores()
+    try:
+        threads = int(raw)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise BackendUnavailableError(
+            f"{THREADS_VARIABLE} must be a whole number of threads, 1 or more, not {raw!r}",
+            backend=backend,
+        )
+    return threads
+
+
 class EmbeddedBackend(Backend):
     """A GGUF model run by llama.cpp in a supervised worker process (module docstring)."""
 
@@ -219,7 +243,7 @@ class EmbeddedBackend(Backend):
         self.n_ctx = n_ctx
         self.max_output_tokens = max_output_tokens
         self.max_embed_inputs = max_embed_inputs
-        self.n_threads = physical_cores() if n_threads is None else n_threads
+        self.n_threads = default_threads(name) if n_threads is None else n_threads
         self.flash_attn = flash_attn
         settings = {
             "model_path": str(path),
