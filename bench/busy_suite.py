@@ -10,7 +10,9 @@ loaded machine misses) fails here, where it would otherwise fail only now and th
     .venv/bin/python bench/busy_suite.py --make               # the whole `make test`
     .venv/bin/python bench/busy_suite.py --burners 2 -- tests/gateway/test_x.py::test_y -x
 
-Everything after ``--`` goes to pytest as it is (with ``--make``, as ``PYTEST_ARGS``).
+Everything after ``--`` goes to pytest as it is (with ``--make``, as ``PYTEST_ARGS``,
+which replaces the Makefile's ``-n auto --maxprocesses=8``; without ``--make`` pytest
+runs in one process unless the arguments say ``-n``).
 The burners are bounded twice: this script kills them (by their own process ids) when
 the suite ends, and each one stops by itself after ``--burn-limit`` seconds, so none
 outlives a run that was killed.
