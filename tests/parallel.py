@@ -56,13 +56,9 @@ class ModuleScheduling(LoadScopeScheduling):
     model belongs to one unit, handed out first: it is the longest, and a long unit
     started last would leave the other workers idle at the end."""
 
-    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
-        super().__init__(config, log)
-        self._root = config.rootpath
-
     def _split_scope(self, nodeid: str) -> str:
         module = nodeid.split("::", 1)[0]
-        return EMBEDDED_UNIT if runs_embedded_model(self._root / module) else module
+        return EMBEDDED_UNIT if runs_embedded_model(self.config.rootpath / module) else module
 
     def _assign_work_unit(self, node: WorkerController) -> None:
         if EMBEDDED_UNIT in self.workqueue:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,23 @@ def test_python_dash_m_help() -> None:
         timeout=60,
     ).stdout
     assert "--ollama-url" in out and "--api-key" in out and "--config" in out
+
+
+def test_a_backend_that_cannot_be_built_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "llmbridge.yaml"
+    config.write_text(f"backends:\n  e: {{type: embedded, model_path: {tmp_path / 'no.gguf'}}}\n")
+    cases = [
+        (["models", "--config", str(config)], {}, "embedded model file not found"),
+        (["models"], {"LLMBRIDGE_EMBEDDED_THREADS": "two"}, "LLMBRIDGE_EMBEDDED_THREADS must be"),
+    ]
+    for args, environ, said in cases:
+        out = subprocess.run(
+            [sys.executable, "-m", "llmbridge", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **environ},
+        )
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.startswith(f"Error: {said}"), out.stderr
+        assert "Traceback" not in out.stderr

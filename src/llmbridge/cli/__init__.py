@@ -11,6 +11,7 @@ from llmbridge.cli.models import models
 from llmbridge.cli.profile import profile
 from llmbridge.cli.serve import serve
 from llmbridge.cli.usage import usage
+from llmbridge.core.errors import BackendUnavailableError
 
 __all__ = ["cli", "main"]
 
@@ -30,4 +31,10 @@ cli.add_command(usage)
 
 
 def main() -> None:
-    cli(prog_name="llmbridge")
+    try:
+        cli(prog_name="llmbridge")
+    except BackendUnavailableError as exc:
+        # A backend that cannot be built (its package, its model file, its settings) is a
+        # setup error: one line, as click says its own, not a traceback.
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(1) from None

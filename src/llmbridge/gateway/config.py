@@ -250,7 +250,7 @@ ENVIRONMENT = {
     "ANTHROPIC_API_KEY": "the key of Anthropic backends that set none",
     "GEMINI_API_KEY": "the key of Gemini backends that set none",
     "LLMBRIDGE_EMBEDDED_THREADS": "llama.cpp's threads for embedded backends that set no "
-    "n_threads (default: the physical cores)",
+    "n_threads (default: the physical cores; read by the backend as it is built)",
     "LLMBRIDGE_MASTER_KEY": "server.master_key, the admin API key, when file and flags set none",
     "LLMBRIDGE_WORKERS": "server.workers, the processes serving the port, when file and flags "
     "set none",
