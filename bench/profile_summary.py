@@ -5,7 +5,10 @@ This file owns the reading of profiles, not their taking. It accepts:
 - py-spy collapsed stacks (``overhead.py --py-spy FILE``, i.e. ``py-spy record -f raw
   --native``): every sample is put in one category (the socket write, the upstream
   HTTP client, llmbridge's stream decode or encode, ...) by its innermost frame that
-  says something, so the shares add up to 100%;
+  says something, so the shares add up to 100%. Samples of a thread that was waiting,
+  not running (the event loop in ``epoll_wait``, a helper thread such as aiosqlite's
+  blocked on its queue's lock), are counted apart and left out of the shares: py-spy
+  records them when native frames are on, and they are no CPU;
 - cProfile stats (``overhead.py --profile-gateway FILE``): the same categories over
   each function's own time (cProfile's overhead inflates many-small-call code, and
   time in uvloop's C code lands in its Python caller, so prefer py-spy).
@@ -21,7 +24,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-__all__ = ["categorise_frame", "summarise_collapsed", "summarise_pstats"]
+__all__ = ["categorise_frame", "is_waiting", "summarise_collapsed", "summarise_pstats"]
 
 _SITE = re.compile(r".*/site-packages/|.*/src/|.*/lib/python3\.\d+/")
 _NEUTRAL = re.compile(
@@ -107,21 +110,45 @@ def categorise_stack(frames: list[tuple[str, str]]) -> str:
     return LOOP
 
 
+_WAITS = re.compile(
+    r"^(epoll_p?wait|poll|select|PyThread_acquire_lock_timed|pthread_cond_(timed)?wait)\b"
+)
+
+
+def is_waiting(frames: list[tuple[str, str]]) -> bool:
+    """Whether a sample is a thread waiting, not running: its innermost named frame,
+    past the unnamed libc frames inside it (the kernel call), is a wait (``epoll_wait``,
+    ``poll``, a lock or condition variable a thread sleeps on)."""
+    for path, function in reversed(frames):
+        if path == "<native>" and function.startswith("0x"):
+            continue
+        return _WAITS.match(function) is not None
+    return False
+
+
 def summarise_collapsed(path: Path, top: int) -> str:
     categories: Counter[str] = Counter()
     leaves: Counter[str] = Counter()
-    total = 0
+    total = waiting = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        total += count
         frames = [short(f) for f in stack.split(";")]
+        if is_waiting(frames):
+            waiting += count
+            continue
+        total += count
         categories[categorise_stack(frames)] += count
         path_, function = frames[-1]
         leaves[f"{function} ({path_})"] += count
-    lines = [f"{total} samples (py-spy, native frames included)", "", "share  category"]
+    lines = [
+        f"{total} samples (py-spy, native frames included); "
+        f"{waiting} more of threads waiting (no CPU) left out",
+        "",
+        "share  category",
+    ]
     lines += [f"{n / total:6.1%}  {name}" for name, n in categories.most_common()]
     lines += ["", f"innermost frames, top {top}:"]
     lines += [f"{n / total:6.1%}  {name}" for name, n in leaves.most_common(top)]

@@ -440,20 +440,23 @@ class Exchange:
         accumulating ``watch``, issue 26). A failure is raised, noted."""
         acc = Accumulator()
         note = self._note
+        ended = False
         try:
             self._note_first(first)
             acc.add(first)
             async for event in events:
                 note(event)
                 acc.add(event)  # a StreamError raises its error
+            ended = True  # the stream ran out: nothing of it is left open to close
         except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
             error = self._stream_failed(exc)
             if error is exc:
                 raise
             raise error from exc
         finally:
-            # Shielded: a client that left must not leave the backend's stream open.
-            await asyncio.shield(events.aclose())
+            if not ended:
+                # Shielded: a client that left must not leave the backend's stream open.
+                await asyncio.shield(events.aclose())
             self.backend_answered()
         response = acc.response()
         ledger = self.state.ledger
