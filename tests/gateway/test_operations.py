@@ -190,6 +190,46 @@ def test_a_kept_alive_connections_next_request_has_its_own_header_clock(
     assert second.startswith(b"HTTP/1.1 408 ")
 
 
+def _served_on(sock: socket.socket) -> bytes:
+    """One ``GET /`` on ``sock``, read to its end (``Ollama is running``)."""
+    sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    answer = b""
+    while not answer.endswith(b"Ollama is running"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break  # closed before the answer ended: the caller's assertion says so
+        answer += chunk
+    return answer
+
+
+def test_an_idle_kept_alive_connection_lasts_its_keep_alive_timeout(
+    scripted: ScriptedBackend,
+) -> None:
+    """``server.keep_alive_timeout`` reaches the protocol: the idle connection is closed,
+    and not before that many seconds."""
+    with (
+        running_gateway({"scripted": scripted}, server={"keep_alive_timeout": 0.5}) as gateway,
+        _connect(gateway) as sock,
+    ):
+        assert _served_on(sock).startswith(b"HTTP/1.1 200 ")
+        answered = time.monotonic()
+        sock.settimeout(scaled(30.0))
+        assert sock.recv(65536) == b""  # the gateway closed it
+        assert time.monotonic() - answered >= 0.5
+
+
+def test_a_connection_idle_past_uvicorns_five_seconds_is_still_served(
+    scripted: ScriptedBackend,
+) -> None:
+    """The default outlasts the pools of the clients in front (httpx 5 s, aiohttp 15 s):
+    with uvicorn's 5 s the gateway closed first, and a client that reused the connection
+    just then had its request fail (two "Can not write request body" in a benchmark)."""
+    with running_gateway({"scripted": scripted}) as gateway, _connect(gateway) as sock:
+        assert _served_on(sock).startswith(b"HTTP/1.1 200 ")
+        time.sleep(6.0)  # past uvicorn's own 5 s; the default is 120 s
+        assert _served_on(sock).startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_megabyte_of_headers_is_a_431(scripted: ScriptedBackend) -> None:
     with running_gateway({"scripted": scripted}) as gateway:
         with _connect(gateway) as sock:

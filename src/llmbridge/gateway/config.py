@@ -160,6 +160,13 @@ class ServerConfig(Strict):
     the headers; then 408 and the connection is closed."""
     body_timeout: float = Field(60.0, gt=0)
     """Seconds from the end of the headers to the end of the body; then 408."""
+    keep_alive_timeout: float = Field(120.0, gt=0)
+    """Seconds a kept-alive connection may stay idle between requests before the
+    gateway closes it. Longer than the idle time of the connection pools in front
+    (httpx and the official SDKs 5 s, Node's undici 4 s, aiohttp 15 s, ingress-nginx
+    60 s, Rust's reqwest and Go 90 s), so that the client closes an idle connection
+    first: a gateway that closes first races the client's next request, which is
+    then written onto a closed connection and fails (uvicorn's own default, 5 s)."""
     ledger: bool | None = None
     """Record every request in the usage ledger (the ``usage`` table of the agent's
     database, accounts/ledger.py). ``None``: on when auth is (``auth``: keys in the

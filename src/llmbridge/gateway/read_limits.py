@@ -11,7 +11,9 @@ for httptools (its ``h11_max_incomplete_event_size`` is for h11 only), so:
   their count, and the time they take. Over either size: ``431 Request Header Fields
   Too Large`` (RFC 6585 section 5); too slow: ``408 Request Timeout`` (RFC 9110
   15.5.9). Both close the connection: nothing is left to read it by. ``llmbridge
-  serve`` passes the class as uvicorn's ``http=`` option.
+  serve`` passes the class as uvicorn's ``http=`` option. Between requests the class
+  keeps a connection for ``keep_alive_timeout`` (``ServerConfig`` says why 120 s, not
+  uvicorn's 5).
 - ``BodyDeadline``, an ASGI middleware, bounds the time from the end of the headers to
   the end of the body: a ``receive()`` still waiting at the deadline raises
   ``RequestTimeoutError``, which the route renders as a 408 in the caller's dialect,
@@ -53,10 +55,16 @@ class ReadLimits:
     max_header_bytes: int
     max_headers: int
     header_timeout: float
+    keep_alive_timeout: float = 120.0
 
     @classmethod
     def of(cls, server: ServerConfig) -> ReadLimits:
-        return cls(server.max_header_bytes, server.max_headers, server.header_timeout)
+        return cls(
+            server.max_header_bytes,
+            server.max_headers,
+            server.header_timeout,
+            server.keep_alive_timeout,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = self.settings.limits
+        # uvicorn's own idle timeout between requests, replaced by the configured one
+        # here so that every server of the app (one process, workers, tests) has it.
+        self.timeout_keep_alive = self.limits.keep_alive_timeout  # type: ignore[assignment]
         self._reading_headers = False
         self._header_bytes = 0
         """Bytes received since the request began: the whole of them while the
