@@ -3,6 +3,7 @@ a fake upstream replaying a backend's quirky stream behind."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import anthropic
@@ -10,8 +11,12 @@ import httpx
 import orjson
 import pytest
 
+from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.openai_compat import OpenAICompatBackend
+from llmbridge.core.messages import Message, TextPart
+from llmbridge.core.request import ChatRequest
+from llmbridge.gateway.config import GatewayConfig
 from tests.conftest import (
     RunningServer,
     anthropic_client,
@@ -239,6 +244,51 @@ def test_upstream_connections_are_reused(
         )
         assert reply.choices[0].message.content == "ok"
     assert len(set(fake.peers[-3:])) == 1
+
+
+async def _one_chat(backend: OpenAICompatBackend, fake: FakeUpstream) -> None:
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    fake.queue.append(
+        Canned(
+            media_type="text/event-stream",
+            chunks=sse(
+                base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
+                base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                "[DONE]",
+            ),
+        )
+    )
+    request = ChatRequest(model="x", messages=[Message(role="user", parts=(TextPart("hi"),))])
+    events = [event async for event in backend.chat(request)]
+    assert events, "the backend answered nothing"
+
+
+async def test_an_idle_upstream_connection_is_dropped_after_keep_alive_timeout(
+    upstream: tuple[FakeUpstream, RunningServer],
+) -> None:
+    """``keep_alive_timeout`` reaches the pool: a connection idle for longer is not reused
+    (the gateway drops it before a backend that closes at 5 s would), a shorter pause
+    reuses it."""
+    fake, up = upstream
+    brief = OpenAICompatBackend("brief", up.url, http=HTTPSettings(keep_alive=0.2))
+    kept = OpenAICompatBackend("kept", up.url, http=HTTPSettings(keep_alive=60))
+    try:
+        for backend in (brief, kept):
+            await _one_chat(backend, fake)
+            await asyncio.sleep(0.4)  # longer than brief's 0.2 s, far shorter than 60 s
+            await _one_chat(backend, fake)
+        brief_first, brief_second, kept_first, kept_second = fake.peers[-4:]
+        assert brief_first != brief_second  # a new connection
+        assert kept_first == kept_second  # the same one
+    finally:
+        await brief.aclose()
+        await kept.aclose()
+
+
+def test_backends_default_to_dropping_idle_connections_before_five_seconds() -> None:
+    for kind in ({"type": "openai", "url": "http://h"}, {"type": "anthropic"}, {"type": "gemini"}):
+        config = GatewayConfig.model_validate({"backends": {"b": kind}})
+        assert 0 < config.backends["b"].keep_alive_timeout < 5  # type: ignore[union-attr]
 
 
 def test_a_cookie_a_backend_sets_is_not_sent_on_later_requests(

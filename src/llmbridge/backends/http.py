@@ -72,6 +72,9 @@ class HTTPSettings:
     max_connections: int = 4096
     """Concurrent connections to the backend; requests beyond wait for a free one
     (without a deadline: the wait is the backend's capacity, not a fault)."""
+    keep_alive: float = 4.0
+    """Seconds an idle pooled connection is kept: under the 5 s of the servers most
+    often behind (serving/config.py, ``keep_alive_timeout``, says why)."""
     probe_timeout: float = 5.0
     offload_bytes: int = DEFAULT_LIMITS.offload_bytes
     """Requests larger than this (estimated, ``core/request_size.py``) are encoded in a
@@ -244,7 +247,10 @@ class HTTPTransport:
 
     def _new_session(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
-            limit=self.settings.max_connections, limit_per_host=0, ttl_dns_cache=300
+            limit=self.settings.max_connections,
+            limit_per_host=0,
+            ttl_dns_cache=300,
+            keepalive_timeout=self.settings.keep_alive,
         )
         return aiohttp.ClientSession(
             connector=connector,

@@ -68,14 +68,9 @@ class EmbeddedBackendConfig(Strict):
     """Inputs per embedding request; more is a 400 naming ``input``."""
 
 
-class HTTPBackendConfig(Strict):
-    """An Ollama server (``ollama``), an OpenAI-compatible ``/v1`` server (``openai``,
-    chat completions) or a server of OpenAI's Responses API (``openai_responses``,
-    ``/v1/responses``: OpenAI, Ollama >= 0.13, vLLM, LiteLLM, another llmbridge)."""
+class _HTTPConnectionConfig(Strict):
+    """How the gateway talks HTTP to a backend: the settings every HTTP backend shares."""
 
-    type: Literal["ollama", "openai", "openai_responses"]
-    url: str
-    api_key: str | None = None
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
     """Longest silence between two chunks of a reply, in seconds."""
@@ -84,6 +79,23 @@ class HTTPBackendConfig(Strict):
     chunks keep coming): 504 before the reply's first byte, an in-stream error after."""
     max_connections: int = Field(4096, gt=0)
     """Concurrent connections to this backend; more requests wait for a free one."""
+    keep_alive_timeout: float = Field(4.0, gt=0)
+    """Seconds an idle pooled connection to this backend is kept for the next request.
+    Under the 5 s after which vLLM, SGLang, llama.cpp's server and anything on uvicorn
+    close an idle connection, so that the gateway drops it first: a request sent on a
+    connection just as the server closes it fails. The official SDKs keep theirs 5 s.
+    Raise it for a server known to keep connections longer (a TLS handshake per idle
+    gap costs tens of milliseconds to a distant API)."""
+
+
+class HTTPBackendConfig(_HTTPConnectionConfig):
+    """An Ollama server (``ollama``), an OpenAI-compatible ``/v1`` server (``openai``,
+    chat completions) or a server of OpenAI's Responses API (``openai_responses``,
+    ``/v1/responses``: OpenAI, Ollama >= 0.13, vLLM, LiteLLM, another llmbridge)."""
+
+    type: Literal["ollama", "openai", "openai_responses"]
+    url: str
+    api_key: str | None = None
     structured_output: bool | None = None
     """Whether the server holds a reply to a JSON schema (``response_format``
     ``json_schema``; Ollama's ``format``). Emulated tool decisions then get their schema
@@ -92,20 +104,16 @@ class HTTPBackendConfig(Strict):
     natively."""
 
 
-class AnthropicBackendConfig(Strict):
+class AnthropicBackendConfig(_HTTPConnectionConfig):
     """Anthropic's API, or any server with an Anthropic front (another llmbridge)."""
 
     type: Literal["anthropic"]
     url: str = "https://api.anthropic.com"
     api_key: str | None = None
     """Defaults to the ``ANTHROPIC_API_KEY`` environment variable."""
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(600.0, gt=0)
-    total_timeout: float | None = Field(None, gt=0)
-    max_connections: int = Field(4096, gt=0)
 
 
-class GeminiBackendConfig(Strict):
+class GeminiBackendConfig(_HTTPConnectionConfig):
     """Google's Gemini API (AI Studio's ``generativelanguage``), or any server with a
     Gemini front (another llmbridge): backends/gemini.py, docs/GEMINI.md."""
 
@@ -113,10 +121,6 @@ class GeminiBackendConfig(Strict):
     url: str = "https://generativelanguage.googleapis.com"
     api_key: str | None = None
     """Defaults to the ``GEMINI_API_KEY`` environment variable."""
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(600.0, gt=0)
-    total_timeout: float | None = Field(None, gt=0)
-    max_connections: int = Field(4096, gt=0)
 
 
 class ScriptedBackendConfig(Strict):
