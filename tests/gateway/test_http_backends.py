@@ -285,10 +285,21 @@ async def test_an_idle_upstream_connection_is_dropped_after_keep_alive_timeout(
         await kept.aclose()
 
 
-def test_backends_default_to_dropping_idle_connections_before_five_seconds() -> None:
-    for kind in ({"type": "openai", "url": "http://h"}, {"type": "anthropic"}, {"type": "gemini"}):
-        config = GatewayConfig.model_validate({"backends": {"b": kind}})
-        assert 0 < config.backends["b"].keep_alive_timeout < 5  # type: ignore[union-attr]
+def test_idle_connection_defaults_follow_what_a_new_connection_costs() -> None:
+    """Plain HTTP (vLLM, llama.cpp's server: closed at 5 s, cheap to reopen): under 5 s.
+    HTTPS (cloud APIs: a TLS handshake to reopen): longer. A set value wins."""
+    kinds = {
+        "local": {"type": "openai", "url": "http://127.0.0.1:8000/v1"},
+        "cloud": {"type": "openai", "url": "https://api.openai.com/v1"},
+        "claude": {"type": "anthropic"},
+        "gemini": {"type": "gemini"},
+        "set": {"type": "ollama", "url": "http://h:11434", "keep_alive_timeout": 30},
+    }
+    config = GatewayConfig.model_validate({"backends": kinds})
+    keep = {name: b.keep_alive_s(b.url) for name, b in config.backends.items()}  # type: ignore[union-attr]
+    assert 0 < keep["local"] < 5
+    assert keep["cloud"] == keep["claude"] == keep["gemini"] == 15
+    assert keep["set"] == 30
 
 
 def test_a_cookie_a_backend_sets_is_not_sent_on_later_requests(

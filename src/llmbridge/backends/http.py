@@ -73,8 +73,8 @@ class HTTPSettings:
     """Concurrent connections to the backend; requests beyond wait for a free one
     (without a deadline: the wait is the backend's capacity, not a fault)."""
     keep_alive: float = 4.0
-    """Seconds an idle pooled connection is kept: under the 5 s of the servers most
-    often behind (serving/config.py, ``keep_alive_timeout``, says why)."""
+    """Seconds an idle pooled connection is kept; the configuration's default depends on
+    the URL's scheme (serving/config.py, ``keep_alive_timeout``, says why)."""
     probe_timeout: float = 5.0
     offload_bytes: int = DEFAULT_LIMITS.offload_bytes
     """Requests larger than this (estimated, ``core/request_size.py``) are encoded in a

@@ -79,13 +79,20 @@ class _HTTPConnectionConfig(Strict):
     chunks keep coming): 504 before the reply's first byte, an in-stream error after."""
     max_connections: int = Field(4096, gt=0)
     """Concurrent connections to this backend; more requests wait for a free one."""
-    keep_alive_timeout: float = Field(4.0, gt=0)
+    keep_alive_timeout: float | None = Field(None, gt=0)
     """Seconds an idle pooled connection to this backend is kept for the next request.
-    Under the 5 s after which vLLM, SGLang, llama.cpp's server and anything on uvicorn
-    close an idle connection, so that the gateway drops it first: a request sent on a
-    connection just as the server closes it fails. The official SDKs keep theirs 5 s.
-    Raise it for a server known to keep connections longer (a TLS handshake per idle
-    gap costs tens of milliseconds to a distant API)."""
+    Unset: 4 s for a plain ``http://`` URL, under the 5 s after which vLLM, SGLang,
+    llama.cpp's server and anything on uvicorn close an idle connection, so that the
+    gateway drops it first (a request sent on a connection just as the server closes it
+    fails), and a new connection costs a fraction of a millisecond; 15 s for
+    ``https://``, where a new connection costs a TLS handshake and the servers (cloud
+    APIs, TLS-terminating proxies) keep idle connections a minute or more."""
+
+    def keep_alive_s(self, url: str) -> float:
+        """``keep_alive_timeout``, or its default for ``url``'s scheme."""
+        if self.keep_alive_timeout is not None:
+            return self.keep_alive_timeout
+        return 15.0 if url.lower().startswith("https:") else 4.0
 
 
 class HTTPBackendConfig(_HTTPConnectionConfig):
