@@ -71,7 +71,13 @@ class AiohttpClient:
 
         self._aiohttp = aiohttp
         self._errors = (aiohttp.ClientError, TimeoutError)
-        connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0)
+        # Idle connections dropped after 4 s, before the 5 s after which uvicorn closes
+        # them: a baseline checkout or a peer on uvicorn's default would otherwise
+        # fail the odd request reused just as it closed (a keep-alive race, not a
+        # fault of the target; llmbridge itself now keeps them 120 s).
+        connector = aiohttp.TCPConnector(
+            limit=max_connections, limit_per_host=0, keepalive_timeout=4.0
+        )
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S),
