@@ -39,6 +39,16 @@ def sse(*payloads: dict[str, object] | str) -> list[bytes]:
     return out
 
 
+def ok_stream(chunk_id: str = "c") -> list[bytes]:
+    """An OpenAI-compatible server's stream of one reply, ``ok``, then ``[DONE]``."""
+    base = {"id": chunk_id, "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    return sse(
+        base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        "[DONE]",
+    )
+
+
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
     fake = FakeUpstream()
@@ -219,12 +229,7 @@ def test_upstream_connections_are_reused(
     client = openai_client(gateway.url)
     for _ in range(3):
         if model.startswith("oai-"):
-            base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
-            chunks = sse(
-                base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
-                base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                "[DONE]",
-            )
+            chunks = ok_stream()
             fake.queue.append(Canned(media_type="text/event-stream", chunks=chunks, end_delay=0.05))
         else:
             fake.queue.append(
@@ -247,17 +252,7 @@ def test_upstream_connections_are_reused(
 
 
 async def _one_chat(backend: OpenAICompatBackend, fake: FakeUpstream) -> None:
-    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
-    fake.queue.append(
-        Canned(
-            media_type="text/event-stream",
-            chunks=sse(
-                base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
-                base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                "[DONE]",
-            ),
-        )
-    )
+    fake.queue.append(Canned(media_type="text/event-stream", chunks=ok_stream()))
     request = ChatRequest(model="x", messages=[Message(role="user", parts=(TextPart("hi"),))])
     events = [event async for event in backend.chat(request)]
     assert events, "the backend answered nothing"
@@ -423,18 +418,8 @@ def test_an_ollama_repeat_penalty_reaches_an_openai_backend_as_frequency_penalty
     turns (serving/params.py): an OpenAI-compatible server has no repeat_penalty, so it
     gets the converted frequency_penalty, and the reply says what was fitted."""
     fake, _ = upstream
-    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "x"}
     for _ in range(2):
-        fake.queue.append(
-            Canned(
-                media_type="text/event-stream",
-                chunks=sse(
-                    base | {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
-                    base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                    "[DONE]",
-                ),
-            )
-        )
+        fake.queue.append(Canned(media_type="text/event-stream", chunks=ok_stream("c1")))
     reply = ollama_client(gateway.url).chat(
         model="oai-x",
         messages=[{"role": "user", "content": "hi"}],
