@@ -111,10 +111,7 @@ class FloorProxy:
             streamed = bytes(await (await sent.send()).bytes())
         else:
             assert self.session is not None
-            async with self.session.post(
-                self.url, data=orjson.dumps(request), headers={"content-type": "application/json"}
-            ) as reply:
-                streamed = b"".join([chunk async for chunk in reply.content.iter_any()])
+            streamed = await _streamed(self.session, self.url, request)
         await self._answer(send, _joined_answer(streamed))
 
     async def _relay(self, body: bytes, send: Send) -> None:
@@ -142,6 +139,14 @@ def _pyreqwest_client() -> Any:
     except ImportError:
         raise SystemExit("pyreqwest is not installed: .venv/bin/pip install pyreqwest") from None
     return pyreqwest.ClientBuilder().max_connections(4096).build()
+
+
+async def _streamed(session: aiohttp.ClientSession, url: str, request: object) -> bytes:
+    """The whole of the backend's streamed reply to ``request``, as it came."""
+    async with session.post(
+        url, data=orjson.dumps(request), headers={"content-type": "application/json"}
+    ) as reply:
+        return b"".join([chunk async for chunk in reply.content.iter_any()])
 
 
 def _joined_answer(streamed: bytes) -> bytes:
@@ -221,10 +226,7 @@ def _serve_aiohttp(backend_url: str, port: int) -> None:
                 return web.Response(body=b'{"status":"ok"}', content_type="application/json")
             body = orjson.loads(await request.read())
             body["stream"] = True
-            async with session.post(
-                url, data=orjson.dumps(body), headers={"content-type": "application/json"}
-            ) as reply:
-                streamed = b"".join([chunk async for chunk in reply.content.iter_any()])
+            streamed = await _streamed(session, url, body)
             return web.Response(body=_joined_answer(streamed), content_type="application/json")
 
         runner = web.ServerRunner(web.Server(handle), access_log=None)

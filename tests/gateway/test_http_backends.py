@@ -291,7 +291,7 @@ def test_idle_connection_defaults_follow_what_a_new_connection_costs() -> None:
         "set": {"type": "ollama", "url": "http://h:11434", "keep_alive_timeout": 30},
     }
     config = GatewayConfig.model_validate({"backends": kinds})
-    keep = {name: b.keep_alive_s(b.url) for name, b in config.backends.items()}  # type: ignore[union-attr]
+    keep = {name: b.keep_alive_s for name, b in config.backends.items()}  # type: ignore[union-attr]
     assert 0 < keep["local"] < 5
     assert keep["cloud"] == keep["claude"] == keep["gemini"] == 15
     assert keep["set"] == 30

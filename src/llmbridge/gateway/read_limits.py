@@ -55,7 +55,7 @@ class ReadLimits:
     max_header_bytes: int
     max_headers: int
     header_timeout: float
-    keep_alive_timeout: float = 120.0
+    keep_alive_timeout: float
 
     @classmethod
     def of(cls, server: ServerConfig) -> ReadLimits:

@@ -73,7 +73,7 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
         read=config.read_timeout,
         total=config.total_timeout,
         max_connections=config.max_connections,
-        keep_alive=config.keep_alive_s(config.url),
+        keep_alive=config.keep_alive_s,
         offload_bytes=host.offload_bytes,
     )
     if config.type == "anthropic":

@@ -71,6 +71,8 @@ class EmbeddedBackendConfig(Strict):
 class _HTTPConnectionConfig(Strict):
     """How the gateway talks HTTP to a backend: the settings every HTTP backend shares."""
 
+    url: str
+    """The backend's base URL (each kind says its default, if it has one)."""
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
     """Longest silence between two chunks of a reply, in seconds."""
@@ -88,11 +90,12 @@ class _HTTPConnectionConfig(Strict):
     ``https://``, where a new connection costs a TLS handshake and the servers (cloud
     APIs, TLS-terminating proxies) keep idle connections a minute or more."""
 
-    def keep_alive_s(self, url: str) -> float:
-        """``keep_alive_timeout``, or its default for ``url``'s scheme."""
+    @property
+    def keep_alive_s(self) -> float:
+        """``keep_alive_timeout``, or its default for the URL's scheme."""
         if self.keep_alive_timeout is not None:
             return self.keep_alive_timeout
-        return 15.0 if url.lower().startswith("https:") else 4.0
+        return 15.0 if self.url.lower().startswith("https:") else 4.0
 
 
 class HTTPBackendConfig(_HTTPConnectionConfig):
