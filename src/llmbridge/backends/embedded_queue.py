@@ -1,7 +1,7 @@
 """The embedded model's waiting line: first come, first served, bounded in length and time.
 
-One model serves one generation at a time, so requests wait their turn. Issue 13
-found the line unbounded (20 concurrent requests: the last waited 146 s). Now:
+One model serves one generation at a time, so requests wait their turn. An
+unbounded line made the last of 20 concurrent requests wait 146 s. So:
 
 - at most ``max_waiting`` requests wait (the one being served is not counted); one
   more is refused at once;

@@ -1,6 +1,6 @@
 """Response-format schemas for the embedded model, checked before llama.cpp sees them.
 
-Issue 13 (crash): llama-cpp-python turns a JSON schema into a GBNF grammar (its
+A crash to prevent: llama-cpp-python turns a JSON schema into a GBNF grammar (its
 pure-Python port of llama.cpp's ``json_schema_to_grammar``) and hands the grammar to
 llama.cpp, whose parser refuses some of them (an empty ``enum`` gives a rule with no
 alternative; ``maxLength: 5000`` a repetition past its limits). llama.cpp then

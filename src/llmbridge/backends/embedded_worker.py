@@ -1,7 +1,7 @@
 """The embedded model's worker process: the only place llama.cpp runs.
 
 ``python -m llmbridge.backends.embedded_worker SETTINGS_JSON`` is spawned by the
-gateway (``embedded_process.py``), never by a user. Native code can crash (issue 13:
+gateway (``embedded_process.py``), never by a user. Native code can crash (it did:
 llama-cpp-python dereferenced a NULL grammar and took the whole gateway down), so it
 runs here, where a crash costs the request in flight and a respawn, not the gateway.
 
@@ -311,7 +311,7 @@ class _Worker:
             if len(tokens) >= n_ctx:
                 raise context_error(len(tokens), n_ctx)
             options["max_tokens"] = max(1, min(options["max_tokens"], n_ctx - len(tokens)))
-            # What the context holds now, before generate replaces it (issue 25).
+            # What the context holds now, before generate replaces it: the reused prefix.
             cached = cached_prefix(
                 llama.input_ids[: llama.n_tokens].tolist(),
                 tokens,
@@ -409,7 +409,7 @@ class _Worker:
         """Vectors and tokens, or None when cancelled. Inputs are embedded in groups
         that fill one batch (as ``Llama.embed`` would batch them itself), and the
         cancel flag is checked between groups: a client that left stops the work
-        within one batch's time (issue 13: it used to hold the model for the rest)."""
+        within one batch's time (it used to hold the model for the rest)."""
         limit = int(llama.n_batch)
         sizes: list[int] = []
         for index, text in enumerate(inputs):

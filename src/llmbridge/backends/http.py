@@ -272,7 +272,7 @@ class HTTPTransport:
         """``encode(request)`` (a dialect's ``encode_chat_request``) as JSON bytes, for
         ``stream``. In a worker thread when the request is larger than
         ``offload_bytes``: the encoder is Python code that walks every message (0.2-0.35 s
-        for 10,000 of them, issue 13), so there the event loop gets the interpreter
+        for 10,000 of them), so there the event loop gets the interpreter
         back every few milliseconds instead of waiting for the whole of it."""
         if larger_than(request, self.settings.offload_bytes):
             return await asyncio.to_thread(_encode_json, encode, request)

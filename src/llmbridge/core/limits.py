@@ -1,6 +1,6 @@
 """How much one request may hold, and the checks that keep decoded JSON encodable.
 
-``RequestLimits`` bounds the work a single request can make the gateway do (issue 13:
+``RequestLimits`` bounds the work a single request can make the gateway do (unbounded,
 one 10 MB body of 300k tiny messages stalled every other request for 10 s; one of 900k
 took the process from 97 MB to 1 GB). The gateway reads them from ``server.limits``
 (``gateway/config.py``); the dialect decoders take them as an argument and default to
@@ -79,7 +79,7 @@ class RequestLimits:
     stored response counted (400 on ``previous_response_id`` above it). Each stored
     response holds the whole conversation so far (one lookup to continue it, see
     ``gateway/stored_responses.py``), so a chain's footprint grows with the square of its
-    turns (issue 24: six 4 MB turns took 115 MB); this caps it, and with it the row a
+    turns (six 4 MB turns took 115 MB); this caps it, and with it the row a
     continuation loads into memory (no more than twice ``max_body_bytes``). A
     conversation that fills a 128k-token context (about 0.5 MB) reaches it after some
     250 turns; past it a client sends the whole conversation (``store: false``)."""

@@ -2,7 +2,7 @@
 
 Every dialect carries images as base64 text (Ollama ``images``, OpenAI ``data:`` URLs,
 Anthropic ``base64`` sources). Text that is not base64 used to be forwarded, and the
-backend failed on it, or worse, did not (issue 13); each dialect now answers 400
+backend failed on it, or worse, did not; each dialect now answers 400
 naming the part, in its own words.
 """
 

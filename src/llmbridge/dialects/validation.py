@@ -15,7 +15,7 @@ interpreter for long.
 
 A pydantic validation is one call into compiled code that keeps the interpreter
 (the GIL) until it returns: 100k content blocks took 0.7 s in one call, during which
-the event loop could not run even with the call in a worker thread (issue 13). The
+the event loop could not run even with the call in a worker thread. The
 gateway decodes large bodies in a worker thread (``web/bodies.py``); validating the
 messages a few hundred blocks at a time lets the event loop take the interpreter
 between slices, every few milliseconds.

@@ -6,7 +6,7 @@ cc_version=2.1.330.440; cc_entrypoint=sdk-cli;`` in front of its stable system p
 a per-request hash, ``cch=...;``. Anthropic's API reads the line (and bills by it); for
 any other backend it is prompt text, and one that changes per request sits in front of
 everything else, so a local model's prefix cache (llama.cpp, Ollama, vLLM) misses on
-the whole prompt every turn (issue 25, section 1; DESIGN.md rule 7).
+the whole prompt every turn (DESIGN.md rule 7: prompts keep their prefix).
 
 ``drop_billing_header`` takes the line out of every system message for a backend
 whose ``Capabilities.anthropic_api`` is false; an Anthropic backend gets the request as

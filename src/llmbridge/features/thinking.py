@@ -56,7 +56,7 @@ THINKING_CAPABLE_PREFIXES = (
 )
 """Model families that can think, by name prefix: seed 001's Ollama families, then
 OpenAI's reasoning models (``gpt-oss``, ``gpt-5*`` with its Codex models, the ``o``
-series), so a Responses client's ``reasoning.effort`` reaches them (issue 15) when no
+series), so a Responses client's ``reasoning.effort`` reaches them when no
 backend reports capabilities and no route says otherwise."""
 
 THINKING_HEADER = "x-llmbridge-thinking"

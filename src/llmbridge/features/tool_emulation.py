@@ -21,7 +21,7 @@ healed and checked against the tool's schema with the same code as every other t
 call (``tool_healing``); keys the tool does not declare are dropped unless its schema
 allows others.
 
-An agent loop must end (issue 12, item 2). When the conversation ends with tool
+An agent loop must end. When the conversation ends with tool
 results, the decision prompt shows them as the results of the current request
 (features/tool_turn.py), and a decided call with the same name and arguments as one
 whose result is already in (since the user's last message) is never emitted again:
@@ -114,7 +114,7 @@ Clock = Callable[[], datetime]
 
 _SORTED = orjson.OPT_SORT_KEYS
 """Arguments in prompts have sorted keys: the same call must read the same, whatever
-order a client sends its keys in (a local model's prefix cache, issue 25)."""
+order a client sends its keys in (a local model's prefix cache keeps hitting)."""
 
 
 def _local_now() -> datetime:
@@ -249,7 +249,7 @@ def decision_prompt(request: ChatRequest, *, now: datetime | None = None) -> str
     context, tools, rules and examples), then what grows (the conversation), and last
     what is new in this request (the user's request, the results already in for it,
     the date and time): llama.cpp and Ollama reuse the longest unchanged prefix of the
-    previous prompt, so a turn costs only its new tail (issue 25)."""
+    previous prompt, so a turn costs only its new tail."""
     system = "\n".join(m.text for m in request.messages if m.role == "system" and m.text)
     conversation = [m for m in request.messages if m.role != "system"]
     turn = current_turn(conversation)
@@ -626,7 +626,7 @@ async def emulate_tool_calls(
         raise BackendProtocolError("the backend ended its reply without sending anything") from None
     except LLMBridgeError as exc:
         if not reply.started:
-            # Issue 12, item 3: the backend's own error, not "no usable reply", so the
+            # The backend's own error, not "no usable reply", so the
             # gateway retries, falls back or trips the breaker as without tools.
             log.info("the tool decision failed: %s", exc.message)
             _ended(span, failure=exc)

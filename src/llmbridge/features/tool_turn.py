@@ -4,7 +4,7 @@ for it whose results are already in.
 Tool-call emulation (features/tool_emulation.py) needs both to end an agent loop:
 the decision must see the results as results (seed 000: "if the tool result answers
 the question, answer"), and a call whose result is already in the conversation is
-never emitted again (issue 12, item 2: without this a small model asked the same
+never emitted again (without this a small model asked for the same
 ``get_weather(city=Paris)`` after every result, forever).
 
 The turn begins after the user's last message that carries no tool result. Anthropic

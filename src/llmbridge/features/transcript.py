@@ -6,7 +6,7 @@ user message per prompt, both write earlier turns into a prompt. A tool call bec
 the tool's name is remembered from the call, since results often carry only its id.
 Images become ``[image]``; thinking is the model's own scratch work and is left out.
 Arguments are written with sorted keys: a client that sends a call back with its keys
-in another order must not change the prompt (a local model's prefix cache, issue 25).
+in another order must not change the prompt (a local model's prefix cache would miss).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ by the gateway's middleware through ``accounts.service``, after the static ones.
 are never logged; ``llmbridge serve`` takes ``key=`` values out of its access log
 (cli/serve.py) with ``redact_query_keys``, which reads a query string exactly as
 ``query_key`` does (the same split, the same percent-decoding of names), so whatever
-authenticates is redacted: ``?%6Bey=...`` too (issue 24, item 12).
+authenticates is redacted: ``?%6Bey=...`` too (a regex on the raw text missed it).
 
 The key a request matched is its caller's identity: ``key_identity(key)``, a prefix of
 the key's SHA-256 (never the key itself), is put in the ASGI scope by the gateway's

@@ -6,7 +6,7 @@ and against the bytes actually received (chunked uploads carry no length). Then 
 raw bytes are scanned (``scan_json``) before anything is parsed: nesting depth and the
 number of JSON items are bounded there, because parsing (``orjson.loads``) is one call
 that holds the interpreter for as long as it takes, ~100 ns per item, and its result's
-memory grows with the items too (issue 13: 900k tiny messages took 1 GB).
+memory grows with the items too (900k tiny messages took 1 GB).
 
 Bodies over ``offload_bytes`` are scanned, parsed and decoded in a worker thread
 (``asyncio.to_thread``): the scan and the decoders are Python code, which lets the
@@ -60,7 +60,7 @@ async def read_body(request: Request, limit: int) -> bytes | bytearray:
     A body that arrives in one piece is that piece. A longer one is gathered into a
     ``bytearray`` as it arrives, not joined at the end: joining 32 MB is one call that
     held the event loop 20-100 ms (a fresh allocation, then a copy), where each append
-    takes microseconds (issue 13, ``bench/health_under_load.py``)."""
+    takes microseconds (``bench/health_under_load.py`` measured it)."""
     declared = request.headers.get("content-length")
     # isascii(): str.isdigit() is true for superscript digits, which int() refuses.
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:

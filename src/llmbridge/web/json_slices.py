@@ -4,7 +4,7 @@ for long.
 ``orjson.loads`` is one call into compiled code that keeps the GIL until it returns:
 54-64 ms for a 32 MB chat body or a body of 500k items on this project's 2-core
 machine, during which the event loop cannot answer ``/health`` even though the parse
-runs in a worker thread (issue 13). A chat body is one object whose weight sits in a
+runs in a worker thread. A chat body is one object whose weight sits in a
 few arrays (``messages``, ``tools``, ``contents``, ``input``), so it is parsed here
 member by member, and the elements of a large array in chunks of about
 ``CHUNK_BYTES``; between two calls the interpreter can switch to the event loop.

@@ -3,7 +3,7 @@
 Starlette's router tries each route's regular expression in order until one matches.
 The gateway has 76 routes (five dialects, the agent and admin APIs), and OpenAI's
 chat route sits behind every Ollama and Gemini one: that scan was about
-3% of a request's CPU (issue 26's profile). ``IndexedRouter`` keeps, for each path a
+3% of a request's CPU (profiled). ``IndexedRouter`` keeps, for each path a
 route names exactly, the routes that could match it, in their order: those routes,
 and every route with path parameters whose text before the first parameter begins the
 path (and any mount). Scanning that short list finds the same first full match as

@@ -47,7 +47,7 @@ async def run_until_disconnect(receive: Receive, work: Coroutine[Any, Any, T]) -
     """Await ``work``; if the client disconnects first, cancel it and raise.
 
     ``work`` runs in the caller's own task, and one watcher task cancels that task
-    when ``http.disconnect`` arrives (issue 26: a second task for ``work`` and an
+    when ``http.disconnect`` arrives (a second task for ``work`` and an
     ``asyncio.wait`` over both cost a tenth of a non-streamed request's CPU). The
     watcher's cancellation is taken back (``Task.uncancel``), so the caller's later
     timeouts and an outside cancellation (a server shutting down) behave as without

@@ -173,7 +173,7 @@ class Turn:
         if not seen:
             return Usage()
         # OpenCode's ``input`` leaves out cache reads and writes (Session.getUsage), as
-        # Anthropic's does; the core's input_tokens count them in (issue 25).
+        # Anthropic's does; the core's input_tokens count them in.
         return Usage(
             input_tokens=totals["input"] + totals["read"] + totals["write"],
             output_tokens=totals["output"],

@@ -103,7 +103,7 @@ def decode_usage(raw: object, known: Usage | None = None) -> Usage:
 
     Anthropic's ``input_tokens`` leave out the tokens read from and written to the
     cache; the core's include them, as every other API counts prompt tokens, so
-    they are added in here (issue 25). ``known``: the message's usage so far, whose
+    they are added in here. ``known``: the message's usage so far, whose
     cache counts stand for those a ``message_delta`` leaves out."""
     if not isinstance(raw, dict):
         return Usage()

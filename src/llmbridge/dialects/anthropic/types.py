@@ -82,7 +82,7 @@ class TextBlock(_Wire):
 
 
 def _check_image_data(data: str) -> str:
-    # Anthropic's own 400s, in its words (issue 13: bad base64 was forwarded).
+    # Anthropic's own 400s, in its words (bad base64 used to be forwarded).
     if not data:
         raise PydanticCustomError("base64", "image cannot be empty")
     if not is_base64(data):

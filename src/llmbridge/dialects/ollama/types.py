@@ -60,7 +60,7 @@ def _whole_number(value: Any) -> Any:
     # Go decodes every JSON number as float64, so Ollama takes 100.0 for an int option.
     if isinstance(value, float) and value.is_integer():
         if not _INT64[0] <= value < _INT64[1]:
-            # 1e19 would become an integer the JSON encoder cannot write (issue 13: a 500).
+            # 1e19 would become an integer the JSON encoder cannot write (it was a 500).
             raise PydanticCustomError(
                 "int_range", "number {value} overflows a 64-bit integer", {"value": value}
             )

@@ -248,7 +248,7 @@ async def decode_chat_stream(
 async def decode_chat_stream_bytes(chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
     """``decode_chat_stream`` of the SSE bytes as they arrive, parsed in place
     (``framing.SSEParser``): one async-generator hop per event fewer than
-    ``decode_chat_stream(aiter_sse(chunks))``, on every backend chunk (issue 26)."""
+    ``decode_chat_stream(aiter_sse(chunks))``, on every backend chunk (a hot path)."""
     decoder = _StreamDecoder()
     parser = SSEParser()
     async for chunk in chunks:

@@ -11,7 +11,7 @@ not be carried over to the next response"), so a client can swap its system mess
 A response id the client sends is echoed back (``previous_response_id`` in the reply,
 the id in a 404's message, ``DELETE``'s body): ``check_response_id`` refuses one longer
 than any stored id can be (``MAX_RESPONSE_ID_CHARS``) with a 400 naming the field, in
-OpenAI's words, before it is looked up or echoed (issue 24: a megabyte echoed in a
+OpenAI's words, before it is looked up or echoed (a megabyte echoed in a
 header broke the OpenAI SDK).
 """
 

@@ -10,7 +10,7 @@
   tool's own name with ``namespace: ns``, as OpenAI answers. Two tools whose flat
   names meet (namespace ``a`` with ``b__c`` and namespace ``a__b`` with ``c``, or
   namespace ``a`` with ``b`` and a function ``a__b``) could not be told apart when the
-  model calls one, so the request is a 400 naming the second (issue 24: the call went
+  model calls one, so the request is a 400 naming the second (the call used to go
   back under the other tool). So is a ``custom`` and a ``function`` tool of one name.
 - hosted tools (``web_search``, ``image_generation``...) are run by OpenAI's servers,
   not by any backend here: they are left out, and named so the route can say so in

@@ -54,7 +54,7 @@ __all__ = [
 
 
 MAX_ITEM_ID_CHARS = 64 * 1024
-"""The longest item id or ``call_id`` (a 400 naming the field above it; issue 24: ids
+"""The longest item id or ``call_id`` (a 400 naming the field above it: ids
 are the client's strings, kept with a stored response and sent on). Real ids run to
 a few dozen characters; some gateways carry a Gemini thought signature inside a call
 id (LiteLLM's ``__thought__``), which takes a few kilobytes."""
