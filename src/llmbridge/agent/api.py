@@ -191,7 +191,7 @@ class PinIn(_Body):
 
 
 class FactIn(_Body):
-    """A fact written or corrected through the API (issue 29): it stays in every
+    """A fact written or corrected through the API: it stays in every
     context of the session like a pin."""
 
     content: str = Field(min_length=1, max_length=2_000)

@@ -2,7 +2,7 @@
 
 A turn (``POST /agent/sessions/{id}/messages``) or an on-demand summary (``POST
 .../summaries``) spends model tokens like any request to the gateway's dialect routes,
-so a key's limits and the usage ledger (issue 17) must see it. The gateway's
+so a key's limits and the usage ledger must see it. The gateway's
 per-request ``Exchange`` admits and records every request, and ``agent/`` may not
 import the gateway, which sits above it and mounts it (docs/ARCHITECTURE.md,
 "Layers"). So the agent side names the hook here and the gateway fills it

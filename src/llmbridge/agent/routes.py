@@ -7,7 +7,7 @@ the agent's own modules.
 
 Here: personas, sessions, a session's messages (a turn: ``POST .../messages``,
 streamed as Server-Sent Events when asked), pins and summaries, facts (listed, added,
-corrected, deleted) and the long-range summary (issue 29). ``routes`` also carries
+corrected, deleted) and the long-range summary. ``routes`` also carries
 ``agent.care_routes``' documents and eldercare records (patients and their caregivers,
 medications, vitals, appointments); the guard and the readers every handler shares
 are in ``agent.route_plumbing``.
@@ -368,7 +368,7 @@ async def delete_pin(request: Request) -> Response:
     return Response(status_code=204)
 
 
-# -- facts and long-range memory (issue 29) ---------------------------------------------
+# -- facts and long-range memory ---------------------------------------------------------
 
 
 async def list_facts(request: Request) -> Response:

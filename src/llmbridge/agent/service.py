@@ -227,7 +227,7 @@ class _Turn:
     rounds: int = 0
 
     def add_usage(self, usage: Usage) -> None:
-        # Cached input tokens are summed too (issue 25): on a local model they say what
+        # Cached input tokens are summed too: on a local model they say what
         # the prompt cache saved over the turn's rounds.
         summed = self.usage.plus(usage)
         self.usage = replace(

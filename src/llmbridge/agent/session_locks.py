@@ -3,7 +3,7 @@
 A turn stores its question, builds the history from the messages before it, asks the
 model and stores the answer. Two turns of one session running at once interleave:
 200 concurrent turns stored 200 questions, then 200 answers, and each turn's history
-held the other turns' unanswered questions (issue 13). So turns of one session are
+held the other turns' unanswered questions. So turns of one session are
 serialised: ``SessionLocks.serialise`` holds the session's ``asyncio.Lock`` from
 before the turn's first step (storing the question) until its event stream is
 closed (the answer stored, complete or ``incomplete``). ``asyncio.Lock`` wakes its

@@ -1,7 +1,7 @@
 """``llmbridge agent``: the agent service from the terminal, on its database.
 
 ``personas list|create``, ``sessions list|create``, ``facts list|add|edit|delete``
-(a session's durable facts, issue 29) and ``chat`` (an interactive
+(a session's durable facts) and ``chat`` (an interactive
 conversation on a session: streamed replies, ``/pin TEXT``, ``/quit``). They open the
 same database as the gateway (``--db`` / ``LLMBRIDGE_DB`` / ``agent.database`` in
 ``--config``) directly, unscoped (the CLI sees every session and writes shared

@@ -29,7 +29,7 @@ class RedactQueryKeys(logging.Filter):
     ``?key=`` (web/auth.py), and uvicorn logs the path with its raw query string. The
     query is read as the auth reads it (``web.auth.redact_query_keys``: names
     percent-decoded), so a key sent as ``?%6Bey=`` is redacted too; a regex on the raw
-    text missed it (issue 24, item 12)."""
+    text missed it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
@@ -239,7 +239,7 @@ def _serve_workers(config: GatewayConfig, access_log: bool, auth_on: bool) -> No
 
     server = config.server
     if auth_on and config.state.redis_url is None:
-        # The LiteLLM defect issue 17 names: limits kept in each process's memory.
+        # LiteLLM's defect: limits kept in each process's memory, multiplied by N.
         log.warning(
             "%d workers without --redis-url: each checks per-key limits in its own memory, "
             "so a key gets up to %d times its limits; set --redis-url to share them",

@@ -21,7 +21,7 @@ log = logging.getLogger("llmbridge.gateway")
 
 def ledger_enabled(config: GatewayConfig, *, auth_on: bool = False) -> bool:
     """``server.ledger``, or when unset whether auth is on: ``auth_on`` (what the
-    gateway's ``Accounts`` found, database keys included: issue 24, item 1), or from
+    gateway's ``Accounts`` found, database keys included), or from
     the configuration alone (``api_keys``, ``master_key``, ``server.auth: true``). A
     team's gateway records usage, the zero-configuration one writes nothing per
     request."""

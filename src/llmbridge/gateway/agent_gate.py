@@ -1,5 +1,5 @@
 """The agent API's requests that call a model, admitted and recorded as the dialect
-routes' are (issue 17): ``KeyGate`` fills the hook ``agent/gate.py`` names, and
+routes' are (key limits, the ledger): ``KeyGate`` fills the hook ``agent/gate.py`` names, and
 ``gateway/app.py`` sets it on the ``MountedAgent``.
 
 ``admit`` opens the request's ``Exchange`` (gateway/exchange.py) for the turn's model:

@@ -218,8 +218,8 @@ class LedgerConfig(Strict):
     deleted. ``0`` or ``null``: every row is kept for ever."""
 
     keep_bodies: bool = False
-    """Keep each request's and reply's body for the console's request log (issue 27,
-    accounts/kept_bodies.py): bounded, redacted, deleted after ``body_retention_days``.
+    """Keep each request's and reply's body for the console's request log
+    (accounts/kept_bodies.py): bounded, redacted, deleted after ``body_retention_days``.
     Off by default: a request then costs nothing more."""
     max_body_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)
     """Each kept body's bound in UTF-8 bytes; a longer one is cut with a marker."""

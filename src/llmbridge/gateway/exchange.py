@@ -3,7 +3,7 @@
 Every route that serves the model API (every dialect's chats, completions, token
 counts, embeddings, model lists and lookups, stored responses, and the agent API's
 turns through ``gateway/agent_gate.py``) goes through ONE ``Exchange``, so a request
-cannot be served without being admitted and recorded (issue 24: four objects used to
+cannot be served without being admitted and recorded (four objects used to
 watch the same stream, each finished by hand on up to four exit paths, and requests
 slipped past them). Its life:
 
@@ -122,7 +122,7 @@ def metric_model(resolved: Resolved, default_model: str | None) -> str | None:
     route or alias, a route's ``model:``, the default backend's model); ``None`` for a
     name a glob route or a default backend passes on as the client sent it, which
     earns a label of its own only once a backend served it (``GatewayMetrics.
-    model_label``): each made-up name would otherwise be a label (issue 24: 400
+    model_label``): each made-up name would otherwise be a label (400
     requests with 4 KB names grew /metrics from 0.5 to 63 MB)."""
     route = resolved.route
     if route is not None:
@@ -227,11 +227,11 @@ class Exchange:
         """Whether this request counts in the in-flight gauge (a backend was chosen)."""
         self.trace_id: str | None = None
         """The request's OpenTelemetry trace id, 32 hex digits (``None`` when tracing
-        is off): the ledger row links to the trace (issue 27)."""
+        is off): the ledger row links to the trace."""
         self.overhead_ms: float | None = None
         """Time spent in the gateway excluding the wait on the backend, in milliseconds:
         what the ``x-llmbridge-overhead-ms`` header says, the final figure once the
-        reply is done (issue 27)."""
+        reply is done (the request log shows it)."""
         self.stop_reason: StopReason | None = None
         """Why the reply ended, when it said (the trace's finish reasons)."""
         self.waiting_since = 0.0
@@ -437,7 +437,7 @@ class Exchange:
     async def collect(self, first: StreamEvent, events: EventStream) -> ChatResponse:
         """The non-streamed reply, ``first`` already read: ``watch``'s noting, with the
         events accumulated in place (one async-generator hop fewer per event than
-        accumulating ``watch``, issue 26). A failure is raised, noted."""
+        accumulating ``watch``). A failure is raised, noted."""
         acc = Accumulator()
         note = self._note
         ended = False

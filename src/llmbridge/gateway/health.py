@@ -5,12 +5,12 @@ for a moment, one probe in flight per backend and one for the database.
 may call it (it then says only up/degraded/down). Probing every backend on every call
 would pass each caller's load on to the backends, and make ``/health`` as slow as the
 slowest of them: a single-threaded backend busy reading a 32 MB request held it for
-60-70 ms (issue 13, ``bench/health_under_load.py``). So a probe's result is reused for
+60-70 ms (``bench/health_under_load.py``). So a probe's result is reused for
 ``server.health_cache_s`` (1 s by default; 0 probes on every call), and callers that
 arrive while a probe runs wait for that one instead of starting another.
 
-The database (keys, the usage ledger, the agent's tables, stored responses: issue 24,
-item 9) is probed with ``SELECT 1`` on a connection of the probe's own, opened for the
+The database (keys, the usage ledger, the agent's tables, stored responses) is
+probed with ``SELECT 1`` on a connection of the probe's own, opened for the
 probe and closed after it (no pool: nothing is held between probes, nothing to close
 at shutdown, and a request pool that a frozen server has filled does not make the
 probe wait behind it). It has short deadlines of its own (``DATABASE_PROBE``), well

@@ -4,7 +4,7 @@ Each app gets its own registry, so several gateways in one process (tests) do no
 share counters. Model labels use the *resolved* backend model name, never an
 arbitrary client-supplied string: a name the configuration names, or one a backend
 served (at most ``MAX_PASSED_ON_LABELS``), else ``other`` (``model_label``), so label
-cardinality stays bounded whatever clients send (issue 24).
+cardinality stays bounded whatever clients send.
 A request that ends before any backend is chosen (the client left while sending its
 body: 499; its body came too slowly: 408) is counted with empty backend and model and
 its route's path template as the endpoint. Connections closed while their headers were

@@ -180,7 +180,7 @@ async def serve_embed(
 ) -> EmbedResponse:
     """Embed with the backend ``embed_request``'s model resolves to, admitted and
     recorded by ``exchange`` (its tokens: the input's). A client that leaves cancels
-    the batch (issue 13: it held the model 26 s more): ``ClientDisconnected``."""
+    the batch (it used to hold the model 26 s more): ``ClientDisconnected``."""
     exchange.asked(embed_request.model)
     record = exchange.record
     prompt = 0

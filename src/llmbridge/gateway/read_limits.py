@@ -297,7 +297,7 @@ class _TimedBody:
     headers, and cancelled when the body's last chunk is in (or the app is done);
     when it fires, the task waiting in ``receive()`` (if one is) is cancelled and
     gets the 408 instead. (An ``asyncio.timeout`` per ``receive()`` call cost about 2%
-    of a request's CPU, issue 26.) Once the body is in, ``receive()`` is the app's
+    of a request's CPU.) Once the body is in, ``receive()`` is the app's
     own: a disconnect watcher waits on it as long as a reply takes."""
 
     __slots__ = (

@@ -15,7 +15,7 @@ takes room that grows with the square of its turns. Each row therefore carries i
 chain's running totals (``Chain``: turns, the conversation's bytes, the bytes the whole
 chain stores), and ``chain`` reads just those three integers, so a continuation past
 ``server.limits.max_chain_bytes`` or ``max_chain_turns`` (``Chain.check_continued``) is
-refused before the conversation is loaded, and before anything is stored (issue 24).
+refused before the conversation is loaded, and before anything is stored.
 """
 
 from __future__ import annotations

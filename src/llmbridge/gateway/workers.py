@@ -53,7 +53,7 @@ STALE_AFTER_S = 5.0
 class StatusSource(Protocol):
     """What a worker's status is read from: the gateway's state (gateway/state.py), which
     holds this worker's ``WorkerBoard``. A protocol, so that this module needs only the
-    two parts it reads, not the state that imports it (issue 26: the import circle)."""
+    two parts it reads, not the state that imports it (no import circle)."""
 
     @property
     def metrics(self) -> GatewayMetrics: ...

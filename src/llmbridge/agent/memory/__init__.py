@@ -1,4 +1,4 @@
-"""Hybrid memory (seed 002, issue 29): a session's history as context within a token
+"""Hybrid memory (seed 002): a session's history as context within a token
 budget, and the background work that feeds it.
 
 - ``context``: ``MemoryBuilder`` and ``assemble_history``, the history within the

@@ -1,5 +1,5 @@
 """The history context: a session's memory within a token budget (seed 002's
-``getConversationHistory``), without gaps (issue 29).
+``getConversationHistory``), without gaps.
 
 What the model sees, in the seed's order and with the seed's labels::
 
@@ -23,7 +23,7 @@ the unsummarised older messages, the summaries (newest first) and the long-range
 summary (which covers every message before them); the budget is spent in that order
 and stops at the first item that does not fit. When everything fits, everything is
 shown: the whole session, through the long-range summary that compaction
-(``memory.summariser``) keeps within its share. Before issue 29 the summaries were
+(``memory.summariser``) keeps within its share. Summaries used to be
 placed first and the messages between the newest summary and the recent window fell
 out; a summary or long-range summary is now shown only when every message newer than
 it is.

@@ -1,6 +1,6 @@
 """Durable facts: what the person said about themselves and their world (names,
 numbers, codes, allergies, appointments, preferences), kept in every context of the
-session like pins the user did not have to make (issue 29).
+session like pins the user did not have to make.
 
 Extraction reads the session's user messages after its cursor (``memory_cursors``),
 splits them into sentences and keeps the candidates: statements (not questions) of
@@ -13,10 +13,10 @@ can write nothing else; others are asked for it and their reply is checked).
 
 Why one statement per call, with worked examples as earlier turns of the
 conversation: SmolLM2-135M, the embedded default, labelling a batch of statements in
-one reply labelled nearly everything ``fact`` or nearly nothing (16 of issue 29's 20
+one reply labelled nearly everything ``fact`` or nearly nothing (16 of the benchmark's 20
 facts, with 5 of 7 small-talk lines kept); asked one question at a time after worked
 examples, it separates them (``bench/agent_memory.py`` and docs/AGENT.md give the
-figures, on issue 29's statements and on a held-out set). The examples and the
+figures, on its statements and on a held-out set). The examples and the
 system prompt are the same for every call, so a backend with a prompt cache (the
 embedded model's KV cache, Ollama's, llama.cpp's) evaluates only the statement.
 
@@ -100,7 +100,7 @@ set's."""
 READINGS: tuple[int, ...] = (12, 16)
 """Each reading asks after the first N ``EXAMPLES``: the second adds a rule phrased as
 a negation, a contact detail and two more remarks about the moment. Measured on the
-embedded model, either reading alone misses two of issue 29's 20 facts, and not the
+embedded model, either reading alone misses two of the benchmark's 20 facts, and not the
 same two."""
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")

@@ -11,7 +11,7 @@ unsummarised run whatever the threshold, leaving only the newest ``force_keep_re
 messages. A summary is capped at ``max_summary_tokens`` and never longer than its
 source.
 
-**Compaction** (issue 29): summaries are never dropped for want of room; once the
+**Compaction**: summaries are never dropped for want of room; once the
 summaries after the long-range summary pass ``recent_summary_tokens`` (or number more
 than ``max_recent_summaries``), the oldest of them (up to ``fold_batch``) are folded,
 with the current long-range summary, into a new long-range summary of at most

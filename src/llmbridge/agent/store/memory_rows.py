@@ -1,4 +1,4 @@
-"""``MemoryRows``: the reads and writes of memory's own tables (issue 29), on the agent
+"""``MemoryRows``: the reads and writes of memory's own tables, on the agent
 store's transactions: the rolling long-range summary (``long_summaries``), the facts
 (``facts``) and how far fact extraction has read a session (``memory_cursors``).
 

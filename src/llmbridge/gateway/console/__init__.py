@@ -1,4 +1,4 @@
-"""The operator console: the gateway's web UI under ``/ui/`` (issue 27).
+"""The operator console: the gateway's web UI under ``/ui/``.
 
 Served by the gateway itself on its own port, with nothing fetched from the internet:
 its templates (Jinja2) and static files (its CSS, a small script, and htmx 2, vendored

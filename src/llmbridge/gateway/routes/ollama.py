@@ -29,7 +29,7 @@ __all__ = ["OLLAMA_VERSION", "routes"]
 OLLAMA_VERSION = "0.13.5"
 """The Ollama API version we report: clients gate features on it (tools, thinking).
 Codex CLI's ``--oss`` mode refuses an Ollama older than 0.13.4, the first with
-``/v1/responses`` (issue 15), which llmbridge serves."""
+``/v1/responses``, which llmbridge serves."""
 
 _NDJSON = "application/x-ndjson"
 

@@ -69,7 +69,7 @@ DROPPED_REASONING_HEADER = "x-llmbridge-dropped-reasoning"
 IGNORED_TOOLS_MAX_BYTES = 1024
 """The most the ignored-tools header lists; the rest are counted (``,+N more``). Tool
 types are the client's strings: unbounded, a megabyte of them broke the OpenAI SDK,
-whose HTTP library refuses a response head over 64 KiB (issue 24)."""
+whose HTTP library refuses a response head over 64 KiB."""
 
 RESPONSES = ChatCodec(
     dialect=Dialect.OPENAI,
