@@ -1,4 +1,4 @@
-"""Accounts (issue 17): API keys kept in the database with their limits, the usage
+"""Accounts: API keys kept in the database with their limits, the usage
 ledger and the price table. The gateway and the CLI use it.
 
 ``keys`` (``KeyStore``: keys stored as SHA-256 hashes, ``KeyRecord``, the per-process

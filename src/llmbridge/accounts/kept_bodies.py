@@ -1,4 +1,4 @@
-"""Keeping requests' and replies' bodies for the request log (issue 27), when an
+"""Keeping requests' and replies' bodies for the request log, when an
 operator turns it on (``ledger.keep_bodies``; off by default): bounded, redacted, in
 the ``usage_bodies`` table (store/models.py ``UsageBodyRow``), deleted after
 ``ledger.body_retention_days`` (accounts/rollups.py ``delete_bodies_batch``).

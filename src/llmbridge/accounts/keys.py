@@ -10,7 +10,7 @@ A key owns agent rows like a static key does: its ``identity`` is
 ``web.auth.key_identity(key)``, computed at creation, when the plaintext is at hand.
 
 ``KeyStore.cached`` is what the auth middleware calls on every request, and what it
-costs the database (issue 24, item 10):
+costs the database:
 
 - A key seen in the last ``cache_s`` (5 s): nothing, a dictionary lookup. So a revoked
   key stops working within ``cache_s`` on every replica (docs/DEPLOY.md, "Keys and

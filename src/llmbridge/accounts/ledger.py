@@ -22,7 +22,7 @@ in one transaction per batch:
   out of the shared counters ``take_back_s`` (6 s) after the commit, once no process
   still caches a key record read before it (``_flushed_spend``).
 
-Values are made storable in ``record()``, before they are queued (issue 24), the
+Values are made storable in ``record()``, before they are queued, the
 same on SQLite and PostgreSQL (``storable_record``): U+0000 and unpaired surrogates
 become U+FFFD, text is cut to its column's length, integers are clamped to the
 columns' 32 bits, a non-finite float becomes NULL. One hostile model name then
@@ -48,7 +48,7 @@ nothing.
 
 A row is visible to readers (``GET /admin/usage``, the console's request log:
 accounts/request_log.py) once its batch is written: within ``flush_interval_s`` (1 s)
-of the request's end, the "within a few seconds" the console promises (issue 27),
+of the request's end, the "within a few seconds" the console promises,
 for one write per second whatever the traffic.
 
 With ``bodies`` (a ``BodyKeeper``: ``ledger.keep_bodies``, accounts/kept_bodies.py),
@@ -138,7 +138,7 @@ def spend_key(key_id: str) -> str:
 
 
 ROWS_PER_INSERT = 1000
-"""Rows per INSERT statement: one parameter per column (27 since issue 27), under
+"""Rows per INSERT statement: one parameter per column (27 since migration 0008), under
 SQLite's and PostgreSQL's limit of 32,766 and 32,767 parameters per statement."""
 
 
@@ -150,7 +150,7 @@ async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:
     Why not SQLAlchemy's own ``insert`` with a list of rows: it runs its parameter
     processing (``construct_params``, a bind processor per column, the UTC timestamp
     type) once per row in Python, about 25 µs of the gateway's CPU per request here
-    against about 5 µs for SQLite to store the row (docs/PERFORMANCE.md, "Issue 17").
+    against about 5 µs for SQLite to store the row (docs/PERFORMANCE.md, "The usage ledger").
     The values are already of the types the drivers take; the timestamp is given as
     ``UTCDateTime`` (store/models.py) stores it: naive UTC text on SQLite, an
     aware UTC datetime on PostgreSQL."""
@@ -501,7 +501,7 @@ class UsageLedger:
         ``api_keys.spent_usd`` now (or was already, for a request written before). Not
         at once: every process reads ``spent_usd`` from a key record it caches for up
         to ``keys.CACHE_S``, so a record read before this commit would see the spend
-        in neither place (issue 24: a key on a spent budget got through right after a
+        in neither place (a key on a spent budget got through right after a
         flush). The counter is lowered ``take_back_s`` later, when no cached record
         older than the commit is left; meanwhile the spend counts twice, which can
         only refuse a request early, never let one overspend."""

@@ -3,8 +3,8 @@
 Every count lives in the shared state (``state.SharedState``: this process's memory,
 or Redis shared by every worker and replica) and is checked and taken in one atomic
 step there, never read here and written back: N replicas allow a key its limit once,
-not N times (LiteLLM's per-deployment limits were checked in local memory, LiteLLM
-issues #27736 and #40291). In order:
+not N times (LiteLLM's per-deployment limits were checked in local memory; upstream bugs:
+github.com/BerriAI/litellm/issues/27736, /40291). In order:
 
 1. **models**: the public model name must match one of the key's globs, else 403
    (``PermissionDeniedError`` naming the model).
@@ -15,8 +15,7 @@ issues #27736 and #40291). In order:
    (``reserve_usd``: its prompt's estimate and its ``max_tokens`` at the model's
    prices, gateway/exchange.py); ``finish`` gives the reservation back and adds the
    actual cost to the spend counter in the same step. So 50 concurrent requests on a
-   nearly spent budget cannot all pass: the overspend is bounded by one request
-   (issue 24).
+   nearly spent budget cannot all pass: the overspend is bounded by one request.
 3. **max_parallel**: one in-flight slot (``par:<key id>``), released by ``finish``.
 4. **rpm**: one request in the 60-second sliding window ``rpm:<key id>``.
 5. **tpm**: the prompt's estimated tokens taken from ``tpm:<key id>`` (60 s);

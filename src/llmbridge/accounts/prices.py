@@ -19,7 +19,7 @@ How the core's ``Usage`` is read (core/response.py):
 - ``input_tokens`` include ``cache_read_input_tokens`` (and cache writes), whatever
   the backend: OpenAI-compatible, Responses, Gemini and Ollama servers count them in
   their prompt tokens, and the Anthropic dialect's decoder adds Anthropic's cache reads
-  and writes, which its API counts beside ``input_tokens`` (issue 25). ``cost_of``
+  and writes, which its API counts beside ``input_tokens``. ``cost_of``
   still takes a usage that follows Anthropic's convention (``cached_beside_input``);
   no backend kind is in ``CACHED_BESIDE_INPUT`` since. Cache writes are billed at the
   ``input`` price (the table has no cache-write price; Anthropic charges 1.25x).

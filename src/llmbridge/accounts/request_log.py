@@ -1,4 +1,4 @@
-"""The request log (issue 27): the usage ledger's rows read as the operator console's
+"""The request log: the usage ledger's rows read as the operator console's
 Requests, Overview and Sessions pages show them. Plain dataclasses out, no HTML.
 
 Public signatures (``engine``: the product's database, the one the ledger writes and

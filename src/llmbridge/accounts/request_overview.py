@@ -1,4 +1,4 @@
-"""The request log's overview (issue 27): the requests of the last hour, day or 30 days
+"""The request log's overview: the requests of the last hour, day or 30 days
 in time buckets, in total and per group, for the operator console's Overview page; the
 rest of the request log (and the module docstring that explains both: percentiles,
 rollups, bounds) is accounts/request_log.py, which re-exports ``overview``.

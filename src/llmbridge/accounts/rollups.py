@@ -1,4 +1,4 @@
-"""The ledger's life (issue 24): rows past the retention are summed into daily rollups
+"""The ledger's life: rows past the retention are summed into daily rollups
 (``usage_daily``) and deleted, a small batch per transaction.
 
 ``ledger.retention_days`` (default 90; ``0`` or ``null``: keep every row) says how
@@ -23,7 +23,7 @@ sums ``usage`` and ``usage_daily`` together) never sees a row in both or in neit
 A group may end with more than one ``usage_daily`` row (two replicas inserting the
 same new group at once): readers sum them, so that costs nothing but a row.
 
-Kept bodies (issue 27, ``ledger.keep_bodies``: accounts/kept_bodies.py) have a
+Kept bodies (``ledger.keep_bodies``: accounts/kept_bodies.py) have a
 retention of their own, ``ledger.body_retention_days`` (7 by default): the same
 cleanup deletes the older ones, ``delete_bodies_batch`` at a time, summing nothing.
 

@@ -1,4 +1,4 @@
-"""The admin HTTP API under ``/admin/`` (issue 17): keys, behind the master key.
+"""The admin HTTP API under ``/admin/``: keys, behind the master key.
 
 - ``GET /admin/keys``: every key (``{"object": "list", "data": [...]}``), revoked ones
   included, never a key itself (its ``prefix`` only).

@@ -7,7 +7,7 @@ reads), opens it in its lifespan and closes it at shutdown. It holds the key sto
 through ``OpenOnce``), the shared state the limits are counted in, and the master key
 of the admin API.
 
-When auth is on (``enabled``) the model APIs need a key (issue 24, item 1):
+When auth is on (``enabled``) the model APIs need a key:
 
 - ``server.auth: false`` (``--no-auth``): never; the gateway is open on purpose and
   does not read the keys in the database.

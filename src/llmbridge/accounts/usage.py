@@ -17,7 +17,7 @@ all (a range from ``2026-08-01T18:00`` counts that day's rollups from midnight).
 A row is in one table or the other, never both (a cleanup batch moves it in one
 transaction).
 
-Sessions (issue 25): ``group_by="session"`` sums by ``usage.session_id`` (the session
+Sessions: ``group_by="session"`` sums by ``usage.session_id`` (the session
 a client named: accounts/usage_record.py), and ``session`` keeps one session's rows,
 whatever the grouping, so one Claude Code or Codex session's cost is one line. Rollups
 keep no session (a day, key and model's sums): past the retention a session's rows

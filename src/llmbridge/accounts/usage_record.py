@@ -2,7 +2,7 @@
 
 ``UsageRecord`` is the ``usage`` table's row (store/models.py ``UsageRow``).
 ``storable_record`` cleans what a client could put in one before it is queued, the
-same on SQLite and PostgreSQL (issue 24: one NUL in a model name stopped the
+same on SQLite and PostgreSQL (one NUL in a model name stopped the
 PostgreSQL ledger): NULs and lone surrogates replaced, text cut to its column,
 integers clamped to the columns' 32 bits, non-finite floats NULL. ``refused`` tells a
 write the database refused for its values (split the batch, set the row aside) from a
@@ -80,7 +80,7 @@ class UsageRecord:
     session_id: str | None = None
     """The client's session (serving/deployments.py ``client_session``), cut to
     ``SESSION_ID_LENGTH``; ``None`` when the request named none."""
-    # The request log (issue 27, migration 0008): what the operator console shows.
+    # The request log (migration 0008): what the operator console shows.
     dialect: str | None = None
     """The API the client spoke (``openai``, ``responses``, ``completions``,
     ``anthropic``, ``gemini``, ``ollama``, ``agent``)."""

@@ -1,4 +1,4 @@
-"""Iterations as ATIF trajectories, and ATIF trajectories back as iterations (issue 28).
+"""Iterations as ATIF trajectories, and ATIF trajectories back as iterations.
 
 ATIF, the Agent Trajectory Interchange Format (Harbor's RFC 0001, v1.4), is a JSON
 object per session: ``schema_version``, ``session_id``, ``agent``, ``steps`` and

@@ -1,5 +1,5 @@
 """Findings: what went wrong in an iteration, read from its trace, beyond pass or fail
-(issue 28, section 3).
+(loops, failing tests left behind, refused permissions...).
 
 Each detector is deterministic, reads one ``IterationRecord`` (its trace's events,
 its prompts' results) and the scenario's prompts, and says what it saw with the

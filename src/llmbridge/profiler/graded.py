@@ -1,5 +1,5 @@
 """The optional model-graded scanner: a model reads each iteration's transcript and says
-what went wrong, beside the deterministic findings (issue 28, section 3). Off by
+what went wrong, beside the deterministic findings. Off by
 default; ``profile run --grade-model MODEL`` turns it on.
 
 The model is asked through the gateway (``--gateway-url``), as any OpenAI client asks

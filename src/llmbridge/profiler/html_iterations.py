@@ -1,5 +1,5 @@
 """The report's iteration list, filtered and sorted in the page, and each iteration's
-tool calls beside another's (issue 28, section 4).
+tool calls beside another's.
 
 The page stays one file with no script: the controls are radio buttons placed before
 the list, and CSS reads them (``#show-failed:checked ~ .iterations``). Filtering hides

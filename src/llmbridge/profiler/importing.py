@@ -1,5 +1,5 @@
 """``llmbridge profile import``: sessions the profiler did not run, as a profiled run
-(issue 28, section 2).
+(the sessions a developer actually had, read from their CLIs' files).
 
 Each file given (or each ``*.json`` and ``*.jsonl`` under a directory given, such as a
 run's ``trajectories/``) is read as what it is: an ATIF trajectory (``.json``, atif.py),

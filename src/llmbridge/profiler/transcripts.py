@@ -1,4 +1,4 @@
-"""Real sessions' files as ATIF trajectories, for ``profile import`` (issue 28).
+"""Real sessions' files as ATIF trajectories, for ``profile import``.
 
 A developer's own sessions were not run by the profiler, but their CLIs kept them:
 

@@ -10,7 +10,7 @@ only ``core.errors`` (store/errors.py). Each product keeps its own repository on
 handle (``agent.store.AgentStore``, ``accounts.keys.KeyStore``,
 ``accounts.ledger.UsageLedger``, ``gateway.stored_responses.ResponseStore``); none of
 them makes an engine or migrates. Three engines, three pools and three migration runs
-on one database at every start (issue 24) was what this replaced.
+on one database at every start was what this replaced.
 
 Ownership: whoever opens a ``Database`` closes it, once. A repository built on one it
 was handed never closes it; the ``open(url)`` shortcuts of the repositories (the CLI's,

@@ -22,7 +22,7 @@ real snapshot, and ``write_engine(...)`` begins with ``BEGIN IMMEDIATE`` so a
 read-then-write transaction takes the write lock up front instead of failing with
 ``SQLITE_BUSY`` when another writer committed in between.
 
-Deadlines (issue 24, item 9): nothing waits on the database without one, so a frozen
+Deadlines: nothing waits on the database without one, so a frozen
 or unreachable server costs a request a 503 (``store.errors``), never a hang. Three,
 in seconds, set by the URL's own query parameters (``?connect_timeout=2&
 command_timeout=5&pool_timeout=5``; read and removed here, the driver never sees

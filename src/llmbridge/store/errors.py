@@ -17,7 +17,7 @@ driver, or classifies a database error itself. What each failure becomes:
   (503), logged here with the details, which the client never sees (they may name
   the server); its message says which of these it was:
 
-  - a deadline passed (``store/engine.py``, issue 24 item 9): the builtin
+  - a deadline passed (``store/engine.py``): the builtin
     ``TimeoutError``, which is ``asyncio.TimeoutError`` and what asyncpg raises past
     ``connect_timeout`` or ``command_timeout`` (outside SQLAlchemy's exception
     translation), and SQLAlchemy's own ``sqlalchemy.exc.TimeoutError``, no pooled

@@ -13,12 +13,11 @@ Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and si
 effects), ``vitals``, ``appointments``.
 Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
 ``gateway.stored_responses``).
-Accounts (issue 17, ``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
+Accounts (``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
 with their limits), ``usage`` (the ledger: one row per request, with the client's
-session id since issue 25, and what the console's request log shows since issue 27),
+session id since 0007, and what the console's request log shows since 0008),
 ``usage_bodies`` (the bodies of requests, when an operator keeps them) and
-``usage_daily`` (the ledger's rows past its retention, summed per day, key and model:
-issue 24).
+``usage_daily`` (the ledger's rows past its retention, summed per day, key and model).
 
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``agent.store.access`` has the rules).
@@ -239,7 +238,7 @@ class Pin(Base):
 
 
 class LongSummary(Base):
-    """The rolling long-range summary of a session (issue 29, ``agent.memory``): each
+    """The rolling long-range summary of a session (``agent.memory``): each
     row folds the previous one and the oldest ordinary summaries into one; the newest
     row is the one in use, and it covers every message up to ``last_message_id``."""
 
@@ -263,7 +262,7 @@ class LongSummary(Base):
 
 
 class Fact(Base):
-    """A durable fact about the person a session is with (issue 29): extracted in the
+    """A durable fact about the person a session is with: extracted in the
     background or written through the API, kept in every context like a pin."""
 
     __tablename__ = "facts"
@@ -455,7 +454,7 @@ class ResponseRow(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     response: Mapped[dict[str, Any]] = mapped_column(JSON)
     """The rest of the response object as created (status, the echoed request fields)."""
-    # The chain's running totals (migration 0006, issue 24), so a continuation beyond
+    # The chain's running totals (migration 0006), so a continuation beyond
     # ``server.limits.max_chain_*`` is refused without loading the conversation.
     chain_turns: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     """Stored responses in the ``previous_response_id`` chain ending with this one."""
@@ -465,7 +464,7 @@ class ResponseRow(Base):
     """JSON bytes stored for the chain: this response's and every earlier one's."""
 
 
-# -- accounts (issue 17: llmbridge.accounts) ------------------------------------------
+# -- accounts (llmbridge.accounts) ---------------------------------------------------
 
 
 class ApiKeyRow(Base):
@@ -547,7 +546,7 @@ class UsageRow(Base):
     session_id: Mapped[str | None] = mapped_column(String(SESSION_ID_LENGTH), default=None)
     """The client's session (``serving.deployments.client_session``: Claude Code's,
     Codex's, ``x-llmbridge-session-id``...); ``None`` when it named none."""
-    # The request log (issue 27, migration 0008): what the operator console shows.
+    # The request log (migration 0008): what the operator console shows.
     dialect: Mapped[str | None] = mapped_column(String(20), default=None)
     """The API the client spoke: ``openai``, ``responses``, ``completions``,
     ``anthropic``, ``gemini``, ``ollama``, ``agent``."""

@@ -1,5 +1,5 @@
 """Accounts: API keys kept in the database (``api_keys``) and the usage ledger
-(``usage``), issue 17; ``llmbridge.accounts`` reads and writes them.
+(``usage``); ``llmbridge.accounts`` reads and writes them.
 
 Revision ID: 0004
 Revises: 0003

@@ -1,4 +1,4 @@
-"""The usage ledger's daily rollups (``usage_daily``, issue 24): rows past the
+"""The usage ledger's daily rollups (``usage_daily``): rows past the
 ledger's retention, summed per UTC day, key and model, kept after the rows go.
 
 Revision ID: 0005

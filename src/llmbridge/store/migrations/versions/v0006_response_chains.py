@@ -1,4 +1,4 @@
-"""Stored responses: each row's ``previous_response_id`` chain totals (issue 24), so a
+"""Stored responses: each row's ``previous_response_id`` chain totals, so a
 continuation beyond ``server.limits.max_chain_bytes`` or ``max_chain_turns`` is refused
 from three integers, without loading the conversation (``store.responses``).
 

@@ -1,4 +1,4 @@
-"""The usage ledger's client session (issue 25): ``usage.session_id``, the session a
+"""The usage ledger's client session: ``usage.session_id``, the session a
 request named (Claude Code's ``X-Claude-Code-Session-Id``, Codex's ``session-id``,
 ``x-llmbridge-session-id``, or the body's ``prompt_cache_key`` or Claude Code
 ``metadata.user_id``), so one session's cost can be summed.

@@ -1,4 +1,4 @@
-"""The request log (issue 27): what the operator console's Requests, Overview and
+"""The request log: what the operator console's Requests, Overview and
 Sessions pages read, on the usage ledger's rows, and the bodies an operator chose to
 keep.
 

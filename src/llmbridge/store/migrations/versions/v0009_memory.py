@@ -1,4 +1,4 @@
-"""Memory that compacts and remembers facts (issue 29): ``long_summaries`` (the rolling
+"""Memory that compacts and remembers facts: ``long_summaries`` (the rolling
 long-range summary of a session: each row folds the previous one and the oldest
 ordinary summaries into one, so the whole session stays represented in the budget),
 ``facts`` (durable facts extracted from a session, optionally shared by every session
