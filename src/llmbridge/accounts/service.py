@@ -180,7 +180,7 @@ class Accounts:
             # No file, no keys, and no admin API to create one: the gateway does not
             # create a database to find that out (``agent.enabled: false`` opens
             # none); ``look_for_keys`` looks again, for keys made by the CLI.
-            log.info("auth: %s", self.summary())
+            log.debug("auth: %s", self.summary())
             return
         try:
             self.keys = KeyStore(await self.database.get(), cache_s=self.cache_s)
@@ -188,7 +188,8 @@ class Accounts:
         except Exception as exc:  # noqa: BLE001 - reported by /admin instead
             self.error = type(exc).__name__
             log.error("the key database is unavailable: %s: %s", type(exc).__name__, exc)
-        log.info("auth: %s", self.summary())
+        # DEBUG: the banner says it (cli/serve.py); auth turning on later is a warning.
+        log.debug("auth: %s", self.summary())
 
     def summary(self) -> str:
         """What the banner says of auth (``auth_summary``), as this gateway sees it."""

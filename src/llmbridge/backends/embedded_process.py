@@ -262,7 +262,8 @@ class WorkerProcess:
             load_ns=int(message["load_ns"]),
             fim=message.get("fim") is True,
         )
-        log.info("embedded model loaded in worker pid %d in %.2f s", info.pid, info.load_ns / 1e9)
+        # DEBUG: a start prints the banner and the database line only; a death is an error.
+        log.debug("embedded model loaded in worker pid %d in %.2f s", info.pid, info.load_ns / 1e9)
         if not self.ready.done():
             self.ready.set_result(info)
 

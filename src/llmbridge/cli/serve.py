@@ -64,21 +64,41 @@ def _model_lines(config: GatewayConfig, models: list[ModelInfo]) -> str:
         lines.append(f"    {info.name:<28} {info.backend}:{info.backend_model:<24} {flags}")
     if not models:
         lines.append("    (none listed yet; backends may be unreachable)")
-    lines.append(f"  thinking-capable prefixes: {', '.join(THINKING_CAPABLE_PREFIXES)}")
     policy = "400 thinking_not_supported" if config.thinking == "strict" else "served without it"
-    lines.append(f"  thinking asked of other models: {policy} (--thinking)")
+    lines.append(
+        f"  thinking: names starting {', '.join(THINKING_CAPABLE_PREFIXES)}; "
+        f"asked of other models: {policy} (--thinking)"
+    )
     return "\n".join(lines)
 
 
+CLIENT_APIS: tuple[tuple[str, str, str], ...] = (
+    ("Ollama API", "", "OLLAMA_HOST, ollama.Client(host=...)"),
+    ("OpenAI chat, completions", "/v1", "OPENAI_BASE_URL, openai.OpenAI(base_url=...)"),
+    ("OpenAI Responses", "/v1", "Codex: model_providers base_url, wire_api responses"),
+    ("Anthropic API", "", "ANTHROPIC_BASE_URL (Claude Code), anthropic.Anthropic"),
+    ("Gemini API", "", "GOOGLE_GEMINI_BASE_URL (Gemini CLI), google-genai base_url"),
+)
+"""Every client API the gateway serves: its name, the base URL's path a client is given
+(the routes are below it: ``/api/chat``, ``/v1/chat/completions``, ``/v1/responses``,
+``/v1/messages``, ``/v1beta/models/M:generateContent``) and the setting that points a
+client there (README.md has the table per client)."""
+
+
 def _banner(config: GatewayConfig, host: str, port: int, auth: str) -> str:
+    """What ``llmbridge serve`` prints before it serves: where each client API is, the
+    console, the backends and routes, auth. Short on purpose: with the database's line
+    (store/migrate.py), the model list and uvicorn's own it stays within 20 lines."""
     base = f"http://{host}:{port}"
-    lines = [
-        f"llmbridge {__version__} listening on {base}",
-        f"  Ollama API     {base}          (ollama.Client(host='{base}'))",
-        f"  OpenAI API     {base}/v1       (openai.OpenAI(base_url='{base}/v1'))",
-        f"  Anthropic API  {base}          (anthropic.Anthropic(base_url='{base}'))",
-        "  backends:",
-    ]
+    lines = [f"llmbridge {__version__} listening on {base}; point clients at:"]
+    for name, path, setting in CLIENT_APIS:
+        lines.append(f"  {name:<25} {base + path:<28} {setting}")
+    if config.server.master_key:
+        lines.append(
+            f"  console: {base}/ui/ (sign in with the master key); "
+            f"admin API: {base}/admin/keys, /admin/usage"
+        )
+    lines.append("  backends:")
     for name, backend in config.backends.items():
         where = getattr(backend, "url", None) or getattr(backend, "model_path", None) or ""
         default = "  (default)" if name == config.resolved_default_backend() else ""
@@ -89,8 +109,6 @@ def _banner(config: GatewayConfig, host: str, port: int, auth: str) -> str:
     if config.server.workers > 1:
         lines.append(f"  workers: {config.server.workers} (each listed in /health)")
     lines.append(f"  auth: {auth}")
-    if config.server.master_key:
-        lines.append(f"  admin API: {base}/admin/keys, {base}/admin/usage")
     lines.append(f"  health: {base}/health; metrics: {base}/metrics")
     return "\n".join(lines)
 

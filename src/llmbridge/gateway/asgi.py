@@ -68,8 +68,11 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def configure_logging(level: str) -> None:
-    """llmbridge's own log lines on stderr (uvicorn configures its loggers itself)."""
+    """llmbridge's own log lines on stderr (uvicorn configures its loggers itself).
+    Alembic's INFO lines (a plugin list when it is imported, each ``Running upgrade``)
+    only at ``debug``: the database says its one line instead (store/migrate.py)."""
     logging.basicConfig(level=level.upper(), format=_LOG_FORMAT, stream=sys.stderr)
+    logging.getLogger("alembic").setLevel(logging.NOTSET if level == "debug" else logging.WARNING)
 
 
 def tune_interpreter() -> None:

@@ -10,12 +10,21 @@ shipped inside this package (``store/migrations``), so no ``alembic.ini`` is nee
 at run time. The whole upgrade is one transaction; on SQLite it starts with
 ``BEGIN IMMEDIATE`` and on PostgreSQL it takes an advisory lock, so two processes
 starting at once upgrade one after the other instead of racing.
+
+What a start says: one line, ``database: sqlite:////srv/agent.db, schema 0009, migrated
+from 0007`` (or ``up to date``, or ``created``), logged at INFO the first time a process
+migrates that database and at DEBUG after (the gateway opens it more than once as it
+starts: the banner's key count, then the lifespan). Alembic's own INFO lines (its
+plugins, its context, each ``Running upgrade``) are debug detail: a serving process
+shows them at ``--log-level debug`` only (gateway/asgi.py ``configure_logging``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -31,13 +40,44 @@ from llmbridge.store.engine import (
     BUSY_TIMEOUT_MS,
     make_engine,
     migration_engine,
+    shown_url,
     write_engine,
 )
 
-__all__ = ["MIGRATIONS", "alembic_config", "current_revision", "head_revision", "migrate"]
+__all__ = [
+    "MIGRATIONS",
+    "Migrated",
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "migrate",
+]
+
+log = logging.getLogger("llmbridge.store")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 _LOCK_KEY = 0x6C6C6D62  # "llmb": the PostgreSQL advisory lock held while migrating
+_SAID: set[str] = set()
+"""The databases this process has said its line about at INFO (module docstring)."""
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What one ``migrate`` did: the schema before (``None``: a new database) and after."""
+
+    url: str
+    """The database as a log shows it: no password, no driver (``sqlite:///...``)."""
+    before: str | None
+    after: str
+
+    def __str__(self) -> str:
+        if self.before == self.after:
+            done = "up to date"
+        elif self.before is None:
+            done = "created"
+        else:
+            done = f"migrated from {self.before}"
+        return f"database: {self.url}, schema {self.after}, {done}"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -54,9 +94,10 @@ def head_revision() -> str:
     return head
 
 
-async def migrate(target: str | Path | URL | AsyncEngine | None = None) -> None:
+async def migrate(target: str | Path | URL | AsyncEngine | None = None) -> Migrated:
     """Upgrade the database at ``target`` (a URL, a path, an engine, or the default
-    from ``resolve_url``) to the newest schema. Safe to call on every start."""
+    from ``resolve_url``) to the newest schema, and say so in one line (module
+    docstring). Safe to call on every start."""
     engine = target if isinstance(target, AsyncEngine) else make_engine(target)
     try:
         # Its own statement deadline: waiting for another process's migration, or a
@@ -67,12 +108,17 @@ async def migrate(target: str | Path | URL | AsyncEngine | None = None) -> None:
                 async with conn.begin():
                     if conn.dialect.name == "postgresql":
                         await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
-                    await conn.run_sync(_upgrade)
+                    before, after = await conn.run_sync(_upgrade)
             finally:
                 await conn.close()
     finally:
         if engine is not target:
             await engine.dispose()
+    url = engine.url
+    migrated = Migrated(shown_url(url.set(drivername=url.get_backend_name())), before, after)
+    log.log(logging.DEBUG if migrated.url in _SAID else logging.INFO, "%s", migrated)
+    _SAID.add(migrated.url)
+    return migrated
 
 
 async def _connect(engine: AsyncEngine) -> AsyncConnection:
@@ -90,8 +136,13 @@ async def _connect(engine: AsyncEngine) -> AsyncConnection:
             await asyncio.sleep(0.02)
 
 
-def _upgrade(connection: Connection) -> None:
+def _upgrade(connection: Connection) -> tuple[str | None, str]:
+    """The revision before and after upgrading, in the migration's one transaction."""
+    before = MigrationContext.configure(connection).get_current_revision()
     command.upgrade(alembic_config(connection), "head")
+    after = MigrationContext.configure(connection).get_current_revision()
+    assert after is not None, "an upgrade to head ends at a revision"
+    return before, after
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
