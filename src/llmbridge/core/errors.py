@@ -1,8 +1,11 @@
 """The one error hierarchy of llmbridge.
 
-Every failure that can reach a client is one of these. Lower-level exceptions
-(httpx, llama.cpp, JSON decoding) are mapped once, at the boundary where they occur,
-with ``raise ... from exc``; the gateway renders these in the caller's dialect.
+Every failure that can reach a client is one of these. Lower-level exceptions are
+mapped once, at the boundary where they occur, with ``raise ... from exc``: aiohttp's in
+``backends/http.py`` (every HTTP backend's transport), llama.cpp's in the embedded
+worker (``backends/embedded_worker.py``), the database drivers' in ``store/errors.py``,
+JSON decoding in the dialects' decoders. The gateway renders these in the caller's
+dialect.
 
     LLMBridgeError                      500  (base; never raised directly)
     ├── InvalidRequestError             400  malformed JSON, wrong types, missing fields
