@@ -28,8 +28,9 @@ from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from tests.waiting import scaled
 
-# The session's PostgreSQL and Redis, defined once so every module shares them.
-pytest_plugins = ["tests.servers", "tests.parallel"]
+# The session's PostgreSQL and Redis, defined once so every module shares them; the
+# scheduler of make test's workers; the guard that turns a hang into one failure.
+pytest_plugins = ["tests.servers", "tests.parallel", "tests.hang_guard"]
 
 _CLIENT_ENV = (
     "HTTP_PROXY",

@@ -102,6 +102,7 @@ from llmbridge.accounts.usage_record import (
     refused,
     storable_record,
 )
+from llmbridge.core.tasks import stop_task
 from llmbridge.state.base import SharedState
 from llmbridge.state.local import LocalState
 from llmbridge.store.database import Database
@@ -615,9 +616,9 @@ class UsageLedger:
         times; what still cannot be written is logged as lost)."""
         if self._cleanup_task is not None:
             # A cleanup batch under way is rolled back: its rows are moved next time.
-            self._cleanup_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._cleanup_task
+            # stop_task: the database driver's own wait_for can lose a cancellation
+            # on Python 3.11 (core/tasks.py), and the loop would never end.
+            await stop_task(self._cleanup_task)
             self._cleanup_task = None
         if self._task is not None:
             # Not cancelled: a write under way finishes (or fails and keeps its records).

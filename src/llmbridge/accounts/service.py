@@ -29,7 +29,6 @@ opens ``/admin/`` only (accounts/routes.py), not the model APIs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import time
@@ -40,6 +39,7 @@ from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
 from llmbridge.accounts.limits import Admission, admit
 from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
 from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
+from llmbridge.core.tasks import stop_task
 from llmbridge.state.base import SharedState
 from llmbridge.store.database import OpenOnce
 from llmbridge.store.engine import resolve_url
@@ -242,10 +242,8 @@ class Accounts:
     async def stop_looking(self) -> None:
         """Stop ``look_for_keys``'s count, if one is under way (at shutdown)."""
         looking, self._looking = self._looking, None
-        if looking is not None:
-            looking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await looking
+        # stop_task: a count on the database may lose one cancellation (core/tasks.py).
+        await stop_task(looking)
 
     async def aclose(self) -> None:
         await self.stop_looking()

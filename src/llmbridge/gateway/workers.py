@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import orjson
 from prometheus_client.multiprocess import mark_process_dead
 
+from llmbridge.core.tasks import stop_task
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.serving.models import Models
 
@@ -147,10 +148,7 @@ class WorkerBoard:
     async def stop(self) -> None:
         """At shutdown, before the backends close: stop publishing, and ``leave``."""
         task, self._publishing = self._publishing, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         self.leave()
 
     async def _run(self, state: StatusSource) -> None:

@@ -35,7 +35,6 @@ one request twice, for one window.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -43,6 +42,7 @@ from typing import Literal, TypeVar
 
 from redis.exceptions import RedisError
 
+from llmbridge.core.tasks import stop_task
 from llmbridge.state.base import DUST, AdmitChecks, AdmitVerdict, BreakerView, WindowVerdict
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState, redacted
@@ -402,11 +402,10 @@ class FailoverState:
         )
 
     async def aclose(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        # The watch task talks to Redis: a cancel-and-await could wait for ever on
+        # one that lost its cancellation (core/tasks.py).
+        await stop_task(self._watch)
+        self._watch = None
         await self.redis.aclose()
         await self.local.aclose()
 

@@ -75,6 +75,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from llmbridge.core.tasks import stop_task
 from llmbridge.state.base import (
     EWMA_ALPHA,
     AdmitChecks,
@@ -521,11 +522,11 @@ class RedisState:
         return 0.0 if value is None else float(cast(str, value))
 
     async def aclose(self) -> None:
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat_task
-            self._heartbeat_task = None
+        # stop_task, not cancel-and-await: a cancellation that lands just as one of
+        # redis-py's socket writes finishes is lost on Python 3.11 (core/tasks.py),
+        # and the beat would go on while this waited for it for ever.
+        await stop_task(self._heartbeat_task)
+        self._heartbeat_task = None
         with contextlib.suppress(Exception):
             # A clean shutdown: this replica's in-flight counts stop counting now,
             # not a TTL later.
