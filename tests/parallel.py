@@ -65,6 +65,34 @@ class ModuleScheduling(LoadScopeScheduling):
             self.workqueue.move_to_end(EMBEDDED_UNIT, last=False)
         super()._assign_work_unit(node)
 
+    def remove_node(self, node: WorkerController) -> str | None:
+        """A worker gone: hand its unfinished modules to the others, and name the test
+        it died in.
+
+        pytest-xdist's own version puts the dead worker's whole workload back in the
+        queue, modules it had finished included, and hands them out again as they
+        come: a live worker then gets a module with nothing left to run, sends back
+        no result, and is never asked again, so the run waits for ever (a worker
+        killed by the hang guard left ``make test`` idle until CI's limit). Here only
+        modules with tests still to run go back, first in the queue so that a
+        module's fixtures are rebuilt while the rest of the run goes on; and the test
+        the worker died in counts as run (xdist reports it failed, naming the
+        worker), so a test that kills or hangs its worker is not run again."""
+        workload = self.assigned_work.pop(node)
+        unfinished = [(scope, unit) for scope, unit in workload.items() if not all(unit.values())]
+        if not unfinished:
+            return None
+        running = unfinished[0][1]  # a worker runs its modules in the order it got them
+        crashitem = next(nodeid for nodeid, done in running.items() if not done)
+        running[crashitem] = True
+        for scope, unit in reversed(unfinished):
+            if not all(unit.values()):
+                self.workqueue[scope] = unit
+                self.workqueue.move_to_end(scope, last=False)
+        for live in self.assigned_work:
+            self._reschedule(live)
+        return crashitem
+
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling:

@@ -1,13 +1,19 @@
-"""Bounded waits for the tests, all scaled from one place (issue 26).
+"""Bounded waits for the tests, all scaled from one place.
 
 A test waits on an event (a counter moving, a process gone, a line printed), never on a
 wall-clock window, and the bound on that wait only stops a hang: it must hold on a
 machine whose cores something else keeps busy (``bench/busy_suite.py`` checks that).
 Every such bound is ``scaled(seconds)``: ``LLMBRIDGE_TEST_TIMEOUT_SCALE`` multiplies
-them all (default 1, or 3 where ``CI=true``: shared runners are slower and noisier).
+them all. Unset, the factor is measured from the machine: at least 3 (what CI's shared
+runners need, and what a person's laptop running other work needs as much), more when
+the load average per core is already high when the run starts (1.5 times it, at most
+10). A larger bound costs nothing on a passing test: it only decides how long a real
+hang takes to fail.
 
-The factor is read once, when this module is imported: the autouse fixture that clears
-``LLMBRIDGE_*`` from each test's environment cannot turn it off.
+The factor is settled once, when this module is first imported (in pytest-xdist's
+controller, before the workers start), and exported in ``LLMBRIDGE_TEST_TIMEOUT_SCALE``
+so every worker uses the same one; the autouse fixture that clears ``LLMBRIDGE_*``
+from each test's environment cannot change it afterwards.
 """
 
 from __future__ import annotations
@@ -20,11 +26,34 @@ from collections.abc import Awaitable, Callable
 __all__ = ["HANG_S", "TIMEOUT_SCALE", "scaled", "until", "wait_until"]
 
 
+SCALE_VARIABLE = "LLMBRIDGE_TEST_TIMEOUT_SCALE"
+MIN_SCALE = 3.0
+MAX_MEASURED_SCALE = 10.0
+
+
+def load_per_core() -> float:
+    """The one-minute load average over the cores this process may use (0 where the
+    platform has no load average)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 0.0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return load / max(cores or 1, 1)
+
+
+def measured_scale(load: float) -> float:
+    """The factor for a machine whose load per core is ``load`` (module docstring)."""
+    return min(max(MIN_SCALE, 1.5 * load), MAX_MEASURED_SCALE)
+
+
 def _scale() -> float:
-    raw = os.environ.get("LLMBRIDGE_TEST_TIMEOUT_SCALE", "").strip()
+    raw = os.environ.get(SCALE_VARIABLE, "").strip()
     if raw:
         return max(float(raw), 0.1)
-    return 3.0 if os.environ.get("CI", "").lower() == "true" else 1.0
+    scale = measured_scale(load_per_core())
+    os.environ[SCALE_VARIABLE] = f"{scale:.2f}"
+    return scale
 
 
 TIMEOUT_SCALE = _scale()
