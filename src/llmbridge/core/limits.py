@@ -1,6 +1,6 @@
 """How much one request may hold, and the checks that keep decoded JSON encodable.
 
-``RequestLimits`` bounds the work a single request can make the gateway do (unbounded,
+``RequestLimits`` bounds the work a single request can make the gateway do (without them,
 one 10 MB body of 300k tiny messages stalled every other request for 10 s; one of 900k
 took the process from 97 MB to 1 GB). The gateway reads them from ``server.limits``
 (``gateway/config.py``); the dialect decoders take them as an argument and default to
