@@ -2,7 +2,7 @@
 the gateway's answer with.
 
 llama.cpp is compiled for the host CPU, so what SmolLM2-135M says changes between
-machines and builds (issue 12: at temperature 0 one machine answered "What is the
+machines and builds (at temperature 0 one machine answered "What is the
 capital of France?" with ``Català: Català ...``). So no test asserts what the model
 knows. Where the content matters, a test asserts that the answer that came through the
 gateway equals what the same model gives here for the same prompt with the same greedy

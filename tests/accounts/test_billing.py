@@ -1,6 +1,6 @@
-"""What a key is billed for when requests race and streams break (issue 24, items 3
-and 4), through the official openai client on a real gateway with keys in its
-database:
+"""What a key is billed for when requests race and streams break (a budget's
+reservation, a dropped stream's bill), through the official openai client on a real
+gateway with keys in its database:
 
 - a budget holds under concurrency: each request reserves its worst case on
   admission (its ``max_tokens`` at the model's price, gateway/exchange.py), so 50

@@ -102,7 +102,7 @@ def test_cached_input_defaults_and_conventions() -> None:
     assert cost_of(
         anthropic, ModelPrice(input=2.0, cached_input=0.5), cached_beside_input=True
     ) == pytest.approx(2.2 + 0.2)
-    # From an Anthropic backend the dialect's decoder has counted them in (issue 25).
+    # From an Anthropic backend the dialect's decoder has counted them in.
     decoded = Usage(
         input_tokens=1_500_000,
         cache_read_input_tokens=400_000,

@@ -1,4 +1,4 @@
-"""The usage ledger under values a database refuses (issue 24, item 5), on SQLite and
+"""The usage ledger under values a database refuses, on SQLite and
 PostgreSQL.
 
 Before: one NUL in a model name made PostgreSQL refuse the whole batch, which was

@@ -1,4 +1,4 @@
-"""The ledger's life (issue 24, section 3), on SQLite and PostgreSQL: rows past
+"""The ledger's life, on SQLite and PostgreSQL: rows past
 ``ledger.retention_days`` are summed into ``usage_daily`` and deleted in bounded
 batches, and the usage report (``GET /admin/usage``, ``llmbridge usage``) gives the
 same totals by key, model and day before and after.

@@ -1,4 +1,4 @@
-"""The request log's queries (accounts/request_log.py, issue 27) on rows written through
+"""The request log's queries (accounts/request_log.py) on rows written through
 the real usage ledger, on SQLite and on PostgreSQL: the same answers on both.
 
 The list's filters and keyset pages, one request's detail, the overview's buckets,

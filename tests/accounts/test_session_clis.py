@@ -1,4 +1,4 @@
-"""The agent CLIs' own session ids in the usage ledger (issue 25): the pinned Claude
+"""The agent CLIs' own session ids in the usage ledger: the pinned Claude
 Code, Codex and Gemini CLI (tests/e2e/package.json) against a gateway that records
 usage in SQLite, each request's ledger row naming the session the CLI sent.
 

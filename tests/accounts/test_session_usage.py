@@ -1,4 +1,4 @@
-"""One client session's cost (issue 25), on SQLite and PostgreSQL: each request's
+"""One client session's cost, on SQLite and PostgreSQL: each request's
 session id in the usage ledger (``usage.session_id``, migration 0007), summed by
 ``GET /admin/usage?group_by=session``, one session alone with ``session=ID``, and
 ``llmbridge usage --group-by session --session ID``.

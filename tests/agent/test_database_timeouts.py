@@ -1,4 +1,4 @@
-"""Deadlines on the database (issue 24, item 9): a frozen, unreachable or saturated
+"""Deadlines on the database: a frozen, unreachable or saturated
 database costs a caller a ``ServiceUnavailableError`` (503), never a wait without
 end; the deadlines come from the database URL (``store/engine.py``) and every
 way a deadline passes is mapped once, at the store's boundary

@@ -1,4 +1,4 @@
-"""Durable facts (issue 29): extracted in the background from the user's statements in
+"""Durable facts: extracted in the background from the user's statements in
 a constrained format, kept in every context like pins, shared with the sessions of
 the same patient, and listed, corrected and deleted through the agent API (a real
 gateway on a loopback port) and ``llmbridge agent facts``."""

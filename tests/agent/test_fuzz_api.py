@@ -1,5 +1,5 @@
 """Hypothesis-drawn agent API requests (``tests/fuzz/agent_strategies.py``) against a
-real gateway on a loopback port, on SQLite and on PostgreSQL: issue 13's shapes
+real gateway on a loopback port, on SQLite and on PostgreSQL: the shapes that broke it once
 (superscript digits, U+0000, non-finite floats, ids beyond 64 bits, timestamps past
 the ends of the calendar) and ordinary requests mixed.
 

@@ -1,4 +1,4 @@
-"""Issue 13, the agent service: values the databases refuse are 400s naming the field,
+"""The agent service under bad input: values the databases refuse are 400s naming the field,
 a model's answer holding U+0000 is stored, turns of one session run one at a time,
 and documents are bounded in size and indexed off the event loop.
 

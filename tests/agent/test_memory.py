@@ -123,7 +123,7 @@ async def test_hundreds_of_messages_stay_within_budget(store: AgentStore) -> Non
     """500 messages, summaries written as the session grows, a dozen pins: every
     context is within the budget and keeps every pin verbatim. (The budget holds the
     unsummarised tail, up to 29 messages of 30 words: a summary is shown only when
-    every message after it is, issue 29.)"""
+    every message after it is.)"""
     session = await store.create_session()
     backend = ScriptedBackend(default=Script(text=["Summary: " + "detail " * 60]))
     summariser = Summariser(store, backend.chat, "scripted")

@@ -1,4 +1,4 @@
-"""Issue 29's measurement, its structural part: the conversation of
+"""The memory benchmark's structural part: the conversation of
 ``bench/agent_memory.py`` (20 stated facts, 180 ordinary exchanges, one question)
 through the agent service with a scripted summariser and extractor that keep every
 fact. Every fact is in the last prompt, by either road (facts, or summaries folded

@@ -1,4 +1,4 @@
-"""Memory without gaps, and compaction instead of forgetting (issue 29).
+"""Memory without gaps, and compaction instead of forgetting.
 
 Every message is in the context verbatim or inside a summary that is in it, from some
 point of the conversation on (what is shown is its newest part, contiguous); when the
@@ -71,7 +71,7 @@ def assert_no_gap(shown: set[int], messages: Sequence[StoredMessage]) -> None:
 async def test_messages_between_the_newest_summary_and_the_recent_window_are_shown(
     store: AgentStore,
 ) -> None:
-    """Issue 29's defect: 19 summaries cover messages 1-380, 18 messages after them
+    """The gap defect: 19 summaries cover messages 1-380, 18 messages after them
     are unsummarised, the 399th is the current input. The summaries fill the budget;
     before the fix they were placed first and messages 381-396 fell out while the
     summaries stayed. Now a summary is shown only when every message after it is."""

@@ -1,5 +1,5 @@
 """The agent's background memory calls count in the usage ledger like any model call
-(issue 29): once four user messages wait (``facts_every``), fact extraction runs after
+as well: once four user messages wait (``facts_every``), fact extraction runs after
 the turn's reply, and each of its calls (one per statement and reading) is a ledger
 row of its own (endpoint
 ``/agent memory:facts``, dialect ``agent``, its tokens and its price), beside the

@@ -433,7 +433,7 @@ async def test_the_summariser_runs_after_turns(store: AgentStore, native: Script
 async def test_a_turns_usage_sums_the_cached_input_tokens_of_its_rounds(
     store: AgentStore, native: ScriptedBackend
 ) -> None:
-    """Issue 25: what the backend's prompt cache served, over every round of a turn."""
+    """What the backend's prompt cache served, over every round of a turn."""
 
     async def weather(arguments: dict[str, Any]) -> str:
         return f"{arguments['city']}: sunny"

@@ -1,4 +1,4 @@
-"""Summaries by default, and domain context sized by the model (issue 12, part 5).
+"""Summaries by default, and domain context sized by the model.
 
 - The runtime summarises long sessions with no configuration, with the session's own
   model; ``agent.summaries: false`` turns it off; ``summary_model`` overrides it.

@@ -239,7 +239,7 @@ _STOP_REASONS = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}
 
 @pytest.mark.embedded
 async def test_answers_as_the_model_called_directly_does(backend: EmbeddedBackend) -> None:
-    # What the model knows depends on the CPU and the llama.cpp build (issue 12): the
+    # What the model knows depends on the CPU and the llama.cpp build: the
     # answer must be the one the same model gives in this process, whatever it says.
     system, question = "You are a helpful assistant.", "What is the capital of France?"
     request = ChatRequest(

@@ -1,4 +1,4 @@
-"""The embedded model's prefix cache, as the backend reports it (issue 25): the
+"""The embedded model's prefix cache, as the backend reports it: the
 prompt tokens llama.cpp took from its KV cache come back as
 ``Usage.cache_read_input_tokens``; and the machine settings (threads, flash
 attention) it starts with.

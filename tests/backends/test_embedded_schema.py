@@ -1,4 +1,4 @@
-"""Response-format schemas checked before llama.cpp sees them (issue 13, the crash).
+"""Response-format schemas checked before llama.cpp sees them (a grammar it refused crashed it).
 
 Each schema here made llama.cpp refuse its grammar, which llama-cpp-python turned into
 a SIGSEGV, or would make the grammar unreasonably large. The check runs in the gateway

@@ -1,4 +1,4 @@
-"""The embedded model's worker process, its waiting line and its limits (issue 13).
+"""The embedded model's worker process, its waiting line and its limits.
 
 Fault tests with real faults: the worker really dies of SIGSEGV (a NULL read inside a
 C call, or the signal sent to its pid) while it generates, the gateway-side backend
@@ -172,7 +172,7 @@ async def test_cancel_stops_generation_within_a_few_tokens(backend: EmbeddedBack
 
 async def test_a_grammar_llama_cpp_refuses_is_a_400_not_a_crash(backend: EmbeddedBackend) -> None:
     """The worker's own check (llama.cpp's parser, its NULL checked): what would have
-    been the SIGSEGV of issue 13, for a grammar the gateway-side check let through."""
+    been a SIGSEGV in the worker, for a grammar the gateway-side check let through."""
     process, _ = await backend.workers.ready()
     pid = process.pid
     call = process.open(

@@ -3,7 +3,7 @@ completion, a lost event stream, a lost warm session, provider errors, deadlines
 permission and question requests. Every deadline is under a second, every wait a
 bounded poll, everything on 127.0.0.1.
 
-Only the serving layer retries (issue 14: the backend used to retry inside too, so
+Only the serving layer retries (the backend used to retry inside too, so
 one failure could be retried twice over): each transient failure is shown failing
 the backend alone at once, with one prompt, and retried once in a new session
 through ``Models.chat`` (``resilience.retries`` 1, the default)."""

@@ -64,7 +64,7 @@ async def test_an_event_cut_off_by_the_end_of_the_stream_is_discarded() -> None:
 
 
 async def test_a_retry_of_superscript_digits_is_not_a_number() -> None:
-    # str.isdigit() is true for "²", which int() refuses: a ValueError mid-stream before
-    # (issue 13). The specification takes ASCII digits only; anything else is ignored.
+    # str.isdigit() is true for "²", which int() refuses: a ValueError mid-stream used to
+    # be the result. The specification takes ASCII digits only; anything else is ignored.
     events = await framed("retry: ²\ndata: a\n\nretry: 5\u2075\ndata: b\n\n".encode(), 3)
     assert [(e.data, e.retry) for e in events] == [("a", None), ("b", None)]

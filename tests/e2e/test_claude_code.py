@@ -117,7 +117,7 @@ def test_prints_the_embedded_models_answer(claude: Claude, tmp_path: Path) -> No
     the date reminder Claude Code puts before the question distracts the 135M model,
     and now and then it loops until the context is full (minutes, since Claude Code asks
     for 64000 tokens). What it says at temperature 0 still depends on the CPU and the
-    llama.cpp build (issue 12: "Català: Català ..." on one machine), so the answer is
+    llama.cpp build ("Català: Català ..." on one machine), so the answer is
     compared with what the same request gives, not streamed, from a fresh gateway.
     """
     recorder = Recorder(create_app(load_config(None)))

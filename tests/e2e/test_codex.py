@@ -1,7 +1,7 @@
 """OpenAI's Codex CLI end to end: the real ``codex exec``, pinned in
 ``tests/e2e/package.json`` (``@openai/codex``, whose Linux binary comes as an optional
 dependency) and installed by ``make test``, against the gateway's ``/v1/responses`` on
-loopback (issue 15).
+loopback.
 
 Codex is configured as a user would: a custom model provider in
 ``$CODEX_HOME/config.toml`` with ``wire_api = "responses"`` (the only value 0.169.0

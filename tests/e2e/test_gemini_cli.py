@@ -1,7 +1,7 @@
 """Google's Gemini CLI end to end: the real ``gemini -p``, pinned in
 ``tests/e2e/package.json`` (``@google/gemini-cli``) and installed by ``make test``,
 against the gateway's Gemini API (``/v1beta/models/{model}:streamGenerateContent``) on
-loopback (issue 16).
+loopback.
 
 Gemini CLI is configured as a user would point it at llmbridge (docs/GEMINI.md, "Gemini
 CLI"): ``GOOGLE_GEMINI_BASE_URL`` is the gateway, ``GEMINI_API_KEY`` any key, and
@@ -183,7 +183,7 @@ def test_prints_the_embedded_models_answer(gemini: Path, tmp_path: Path) -> None
     short one (``GEMINI_SYSTEM_MD``, the CLI's documented override) and the built-in
     tools are switched off (``tools.core: []``); ``modelConfigs`` sets temperature 0 and
     a short ``maxOutputTokens`` for the model, as a user tunes the CLI. What the model
-    says still depends on the CPU and the llama.cpp build (issue 12), so the answer is
+    says still depends on the CPU and the llama.cpp build, so the answer is
     compared with what the same request body gives, not streamed, from a fresh gateway.
     """
     home = tmp_path / "home"

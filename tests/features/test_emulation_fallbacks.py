@@ -1,4 +1,4 @@
-"""Issue 12, item 2: emulated tool calling ends an agent loop, and seed 000's fallback
+"""Emulated tool calling ends an agent loop, and seed 000's fallback
 hierarchy runs in full (features/tool_emulation.py, tool_turn.py, rule_selection.py,
 apology.py). Exact decisions come from the scripted backend."""
 
@@ -221,7 +221,7 @@ def test_the_decision_prompt_keeps_the_seed_rules_and_examples() -> None:
 
 async def test_the_conversation_prompt_carries_the_date_and_time_last() -> None:
     """Seed 000 ends the system prompt with the date and time; it comes after the
-    conversation instead, so that the prompt's head stays the same (issue 25)."""
+    conversation instead, so that the prompt's head stays the same."""
     backend = toolless(Script(text=["not json"]), Script(text=["Hello!"]))
     system = Message("system", (TextPart("You are a voice assistant."),))
     await run(backend, request(system, user("hello")))

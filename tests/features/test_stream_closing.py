@@ -1,4 +1,4 @@
-"""A consumer that stops early closes the producer at once (core/stream.py, issue 14).
+"""A consumer that stops early closes the producer at once (core/stream.py).
 
 Each wrapper of a reply's events (tool emulation, tool healing) and each consumer
 that stops before the end (the fallback generation's accumulation) closes the stream

@@ -157,7 +157,7 @@ def _turns(count: int) -> list[Message]:
 
 
 def test_one_turn_later_the_prompt_begins_with_the_previous_one() -> None:
-    """Issue 25: llama.cpp reuses the longest unchanged prefix, so the stable parts come
+    """The model server (llama.cpp) reuses the longest unchanged prefix, so the stable parts come
     first and each turn's prompt holds the previous one up to its per-turn tail (the
     current request, its results, the date and time), except when the history window
     moves on, once every HISTORY_MESSAGES messages."""
@@ -509,7 +509,7 @@ async def test_the_first_event_waits_for_the_first_answer_character_only() -> No
 async def test_a_backend_error_before_any_output_is_raised_with_its_class(
     error: LLMBridgeError,
 ) -> None:
-    # Issue 12, item 3: no fallback swallows it, so the gateway's retries, route
+    # No fallback swallows it, so the gateway's retries, route
     # fallbacks and breaker act, and the client sees the status it would without tools.
     backend = toolless(Script(fail_before=error), Script(text=["never asked"]))
     seen: list[StreamEvent] = []

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the agent API (``/agent/...``), issue 13's shapes first.
+"""Hypothesis strategies for the agent API (``/agent/...``), the shapes that broke it once first.
 
 ``strategies.py`` covers the chat dialects; this module draws whole agent requests:
 a route (method and path), query parameters and a JSON body, each usually valid and

@@ -9,7 +9,7 @@ anywhere. About half the bodies stay valid, so replies get checked too, not only
 include the empty string, NUL, right-to-left marks, emoji, lone surrogates, superscript
 digits and 70 kB runs; numbers include 2**64, 2**70 and the infinities (which no JSON
 parser may accept), and literals such as ``1e999`` that parse as infinite; schemas and
-tool-call arguments nest up to 279 levels (issue 13: past the encoder's 254 they were a
+tool-call arguments nest up to 279 levels (past the encoder's 254 they were a
 500); images include base64 that is not base64.
 """
 
@@ -52,7 +52,7 @@ place of these strings (Python's json cannot write them itself)."""
 NUMBERS: Strategy = st.one_of(
     st.integers(min_value=-5, max_value=10_000),
     # 2**64 and beyond: orjson reads them as floats, which whole-number fields made
-    # integers again, which the encoder refused (issue 13)
+    # integers again, which the encoder refused
     st.sampled_from([-(2**63), 2**63, 2**64 - 1, 2**64, 2**70, 10**30, 0.5, -1.5, 1e300, 1e19]),
     st.floats(),  # NaN and the infinities too: json.dumps writes them, no parser may take them
     st.sampled_from(sorted(HUGE)),

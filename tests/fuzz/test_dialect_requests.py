@@ -1,4 +1,4 @@
-"""Hypothesis-generated requests for every dialect (issue #8, item 4).
+"""Hypothesis-generated requests for every dialect.
 
 Wild bodies (``strategies.py``) go over loopback to a real gateway on the scripted
 backend, as raw bytes, to each route that takes a body. For every reply:
@@ -13,7 +13,7 @@ backend, as raw bytes, to each route that takes a body. For every reply:
 
 The Responses routes are fuzzed the same way; their decoder is also run in-process on
 the same bodies, where it may raise only ``InvalidRequestError`` naming the field
-(``param``) of any body that is a JSON object (issue 15).
+(``param``) of any body that is a JSON object.
 
 Deterministic (``derandomize``, no example database). ``FUZZ_MAX_EXAMPLES`` raises the
 number of bodies per route.

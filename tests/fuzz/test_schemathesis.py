@@ -1,4 +1,4 @@
-"""Schemathesis against the gateway's own OpenAPI description (issue #8, item 4).
+"""Schemathesis against the gateway's own OpenAPI description.
 
 The description is fetched from the running gateway (``GET /openapi.json`` on a
 loopback uvicorn over the scripted backend) and every operation in it is fuzzed with
@@ -116,7 +116,7 @@ EXTRA_KEYS = 1
 with an arbitrary JSON value: most of a body's size and about a third of its generation
 time (80 ``generateContent`` bodies: 19.8 s of CPU with 5, 12.5 s with 1). One such key
 at every open object still checks what the others would (a decoder ignores or carries a
-key it does not know, whatever its name and value). Negative cases too (issue 26: their
+key it does not know, whatever its name and value). Negative cases too (their
 tests' CPU fell about a quarter): a negative body is a valid body with one breaking
 mutation, either of the schema (``mutated``: it negates keywords the description names,
 and no schema here has ``minProperties``/``maxProperties``, the only keywords the count

@@ -1,4 +1,4 @@
-"""A tool-using agent loop through each dialect's official client (issue 12, item 2).
+"""A tool-using agent loop through each dialect's official client.
 
 What pydantic-ai, the Vercel AI SDK or ``llm --functions`` do, written out: send the
 question with a tool; while the reply calls tools, run them and send the results

@@ -1,4 +1,4 @@
-"""Issue 12 on the real embedded model: zero configuration (what ``make run`` serves),
+"""Agent loops on the real embedded model: zero configuration (what ``make run`` serves),
 tools emulated, each dialect's official client.
 
 What a 135M model writes changes with the CPU and the llama.cpp build, so nothing

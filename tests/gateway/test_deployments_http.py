@@ -1,4 +1,4 @@
-"""Several servers behind one model, over HTTP (issue 17): the gateway in front of two
+"""Several servers behind one model, over HTTP: the gateway in front of two
 OpenAI-compatible servers on loopback, called by the official clients.
 
 Each "GPU server" is another llmbridge on its own port whose scripted backend says

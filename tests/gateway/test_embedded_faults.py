@@ -1,7 +1,7 @@
-"""Issue 13 through the official clients: the gateway on the real embedded model, with
-schemas that used to crash it, a worker that really dies, a full line and abandoned
-embedding batches. Every failure must reach the client in its own dialect, and the
-gateway must go on serving.
+"""Faults of the embedded model through the official clients: the gateway on the
+real embedded model, with schemas that used to crash it, a worker that really dies, a
+full line and abandoned embedding batches. Every failure must reach the client in its
+own dialect, and the gateway must go on serving.
 
 The backend-level versions (and the worker's own protocol) are in
 ``tests/backends/test_embedded_worker.py`` and ``test_embedded_schema.py``.
@@ -67,7 +67,7 @@ def health(server: RunningServer) -> dict[str, Any]:
     return body
 
 
-# -- schemas (the crash of issue 13, level 1) ---------------------------------------------
+# -- schemas (a grammar llama.cpp refused used to crash the gateway) -----------------------
 
 EMPTY_ENUM = {"enum": []}
 LONG_STRING = {"type": "string", "maxLength": 5000}
@@ -261,7 +261,7 @@ def test_a_client_that_leaves_cancels_its_embedding_batch(
     text = "The quick brown fox jumps over the lazy dog. " * 40  # about 400 tokens
     body = json.dumps({"model": "smollm2", "input": [text] * 300}).encode()
     head = b"POST /api/embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-    # Told by events, not windows (issue 26: a client that left after a 1 s read timeout
+    # Told by events, not windows (a client that left after a 1 s read timeout
     # and a 30 s poll both failed on a busy machine). The client leaves once the batch
     # holds the model, whenever that is ...
     with socket.create_connection(("127.0.0.1", server.port)) as client:

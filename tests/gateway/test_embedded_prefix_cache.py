@@ -1,4 +1,4 @@
-"""Prefix-cache hits reach the client and the ledger (issue 25): a conversation that
+"""Prefix-cache hits reach the client and the ledger: a conversation that
 extends the previous request is mostly read from the embedded model's KV cache, and
 each dialect says so in its own words, through its official client:
 

@@ -1,4 +1,4 @@
-"""Issue 25, section 2: a backend that holds a reply to a JSON schema gets the emulated
+"""A backend that holds a reply to a JSON schema gets the emulated
 decision's schema, in its own API's words, so the model can only name an offered tool
 and stops where the JSON ends; one that does not is asked for plain JSON.
 

@@ -118,7 +118,7 @@ def test_stream_without_alt_sse_is_one_json_array(
 def test_alt_given_twice_or_unknown_is_a_400_naming_it_on_every_method(
     gateway: RunningServer, scripted: ScriptedBackend
 ) -> None:
-    """Issue 24: ``alt=xml`` on generateContent was served as JSON, and ``alt`` given
+    """``alt=xml`` on generateContent was served as JSON, and ``alt`` given
     twice was read as its last value; now each is Google's 400 naming ``alt``, on every
     method, before the model is called."""
     body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}]}
@@ -152,7 +152,7 @@ def test_alt_given_twice_or_unknown_is_a_400_naming_it_on_every_method(
 def test_output_dimensionality_below_one_is_a_400_naming_it(
     client: genai.Client, gateway: RunningServer
 ) -> None:
-    """Issue 24: ``outputDimensionality`` 0 or -3 reached the backend (which cut the
+    """``outputDimensionality`` 0 or -3 reached the backend (which cut the
     vector to nothing, or to all but its last three values)."""
     for dimensions in (0, -3):
         with pytest.raises(errors.ClientError) as caught:

@@ -1,4 +1,4 @@
-"""``loads_in_slices`` is ``orjson.loads``, a slice at a time (issue 13: no one parse
+"""``loads_in_slices`` is ``orjson.loads``, a slice at a time (no one parse
 call may hold the interpreter long while a large body is read).
 
 The properties run with a tiny chunk size so that every array value is sliced."""

@@ -1,4 +1,4 @@
-"""Work that grows with a request runs off the event loop for a large one (issue 13):
+"""Work that grows with a request runs off the event loop for a large one:
 encoding it for the backend (backends/http.py) and the Anthropic front's input-token
 estimate (gateway/exchange.py). Checked by where the work ran, not by a timer: the
 hooks below wrap the real functions and note whether an event loop was running in
@@ -132,7 +132,7 @@ def test_a_small_request_is_encoded_and_counted_in_place(
 def test_every_token_count_of_a_large_prompt_runs_off_the_event_loop(
     gateway: RunningServer, hooks: tuple[_Where, _Where]
 ) -> None:
-    """The three token-count routes (issue 24, item 6: 16 counts on a 4 MB stored chain
+    """The three token-count routes (16 counts on a 4 MB stored chain
     took another client's /api/chat from 10 ms to 2.3 s): one count each, each in a
     worker thread, each the same figure."""
     import httpx

@@ -1,4 +1,4 @@
-"""Request bounds and input checks (issue 13): every finding is a 4xx in the caller's
+"""Request bounds and input checks: every finding is a 4xx in the caller's
 dialect, naming the field and, for a limit, its setting and value; never a 500.
 
 Bodies go over loopback as raw bytes where a client library would refuse to build

@@ -1,4 +1,4 @@
-"""``/metrics`` stays bounded whatever model names clients send (issue 24, item 8: 400
+"""``/metrics`` stays bounded whatever model names clients send (400
 requests with 4 KB names grew it from 0.5 MB to 63 MB, two seconds a scrape).
 
 A model label is a name the configuration names, or one that a backend served, at

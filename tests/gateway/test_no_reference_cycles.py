@@ -3,7 +3,7 @@
 Garbage in a cycle waits for the collector, which the gateway runs rarely (its gen-0
 threshold is 50,000: gateway/asgi.py ``tune_interpreter``); a cycle per request made
 the gateway's memory grow by 1.3 MB a minute at 100 requests/s (``bench/
-memory_plateau.py``, issue 26: the server's ``send`` kept in the request's scope). Each
+memory_plateau.py``: the server's ``send`` kept in the request's scope). Each
 request here goes over one kept-alive raw socket, so the client makes no garbage of its
 own, and the collector is off while they are served: whatever it finds afterwards is
 the gateway's.

@@ -1,4 +1,4 @@
-"""The gateway opens the product's database once (issue 24, section 2): one engine and
+"""The gateway opens the product's database once: one engine and
 one migration run per start, shared by the key store, the agent service, the stored
 Responses and the usage ledger (store/database.py), and closed once at shutdown.
 

@@ -1,4 +1,4 @@
-"""``x-llmbridge-overhead-ms`` (issue 27, section 2): on every reply of every dialect,
+"""``x-llmbridge-overhead-ms``: on every reply of every dialect,
 streamed or not, a refusal included, as each dialect's official client reads it (its
 raw response; Ollama's client shows no headers, so plain HTTP there).
 

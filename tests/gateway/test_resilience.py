@@ -1,4 +1,4 @@
-"""What happens when things break (issue 8, faults): each failure a backend can
+"""What happens when things break (faults): each failure a backend can
 produce on demand, and the gateway's retries, fallbacks and circuit breaker.
 
 Backends are real HTTP backends (Ollama and OpenAI-compatible) in front of a fake
@@ -192,7 +192,7 @@ def test_a_slow_answer_within_the_deadline_is_fine(
     reply = _ollama_reply("slowly")
     reply.delay = 0.3
     fake.queue.append(reply)
-    # A read timeout well above the delay (issue 26: 0.3 s against 0.5 s left a 0.2 s
+    # A read timeout well above the delay (0.3 s against 0.5 s left a 0.2 s
     # margin that a busy machine's scheduling ate).
     with _gateway(server, spare, read_s=scaled(3.0)) as gateway:
         answer = chat(gateway, "up-model")
@@ -291,7 +291,7 @@ def test_nothing_is_retried_after_the_first_byte() -> None:
 
 
 def test_a_client_hang_up_cancels_the_backend_mid_stream() -> None:
-    # Told by events, not a clock (issue 26: "within 100 ms" failed on a busy machine):
+    # Told by events, not a clock ("within 100 ms" failed on a busy machine):
     # the reply would take four minutes, so a backend that ends before that without
     # completing was cut by the hang-up.
     backend = ScriptedBackend("slow")
@@ -311,7 +311,7 @@ def test_the_circuit_opens_skips_the_backend_and_probes_it_back(
 ) -> None:
     fake, server = upstream
     # Open for a minute; "the reset time has passed" is told to the breaker by setting its
-    # reset_s to 0, not by sleeping past a short one (issue 26: a busy machine outlasted a
+    # reset_s to 0, not by sleeping past a short one (a busy machine outlasted a
     # 0.5 s window between two requests, and the circuit half-opened too early).
     with _gateway(server, spare, retries=0, breaker_failures=2, breaker_reset_s=60) as gateway:
         breaker = gateway.server.config.app.state.gateway.models.router.breakers["up"]
@@ -342,7 +342,7 @@ def test_the_circuit_opens_skips_the_backend_and_probes_it_back(
         assert health["circuit"] == "closed"
 
 
-# -- the same faults under tool-call emulation (issue 12, item 3) -------------------------
+# -- the same faults under tool-call emulation ----------------------------------------
 #
 # A request with tools to a model without them goes through features/tool_emulation.py;
 # a backend failure keeps its class through it, so retries, route fallbacks and the

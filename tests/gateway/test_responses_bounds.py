@@ -1,4 +1,4 @@
-"""Bounds on what a Responses client sends and llmbridge names back (issue 24), through
+"""Bounds on what a Responses client sends and llmbridge names back, through
 the official ``openai`` client against the gateway over a scripted backend:
 
 - namespace tools whose flattened names meet (two namespaces, or a namespace and a

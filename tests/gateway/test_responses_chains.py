@@ -1,4 +1,4 @@
-"""Bounded ``previous_response_id`` chains (issue 24, item 11), through the official
+"""Bounded ``previous_response_id`` chains, through the official
 ``openai`` client against a gateway whose agent store is on (SQLite, then PostgreSQL on
 loopback) over a scripted backend.
 

@@ -1,4 +1,4 @@
-"""Stateful Responses (issue 15): ``store``, ``previous_response_id``, ``GET`` and
+"""Stateful Responses: ``store``, ``previous_response_id``, ``GET`` and
 ``DELETE /v1/responses/{id}``, through the official ``openai`` SDK against a gateway
 whose agent store is on (SQLite, then PostgreSQL on loopback, as tests/agent does) over
 a scripted backend, which shows exactly what a continued request sent the model."""

@@ -1,4 +1,4 @@
-"""Tool calls on the Responses front, emulated and healed as on the other fronts (issue 15).
+"""Tool calls on the Responses front, emulated and healed as on the other fronts.
 
 Through the official ``openai`` client's ``responses.create`` and ``responses.stream``
 (whose accumulator checks the event grammar):

@@ -1,4 +1,4 @@
-"""Every request a trace (issue 27, section 2): the gateway's spans, as a real OTLP/HTTP
+"""Every request a trace: the gateway's spans, as a real OTLP/HTTP
 receiver on loopback gets them from the gateway's own SDK exporter.
 
 The traced gateway serves three kinds of backend: ``local`` (scripted, in process),

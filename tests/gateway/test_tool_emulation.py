@@ -158,7 +158,7 @@ def test_then_a_plain_chat_reply_and_finally_an_apology_in_the_users_language(
     assert "".join(p.message.content for p in parts) == APOLOGIES["zh-Hant"]
 
 
-# -- issue 12, item 2: the agent loop ends ----------------------------------------------
+# -- the agent loop ends ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -210,7 +210,7 @@ def test_a_decision_that_answers_from_the_result_ends_the_loop_in_one_call(
     assert [(r.text, r.model_calls) for r in rounds[1:]] == [("It is sunny.", 1)]
 
 
-# -- issue 12, item 3: a prompt too long for the model ------------------------------------
+# -- a prompt too long for the model -------------------------------------------------------
 
 TOO_LONG = "the prompt is 9000 tokens but the model's context window is 8192 tokens"
 

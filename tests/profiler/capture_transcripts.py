@@ -1,5 +1,5 @@
 """Capture the session files the pinned Claude Code, Codex and Gemini CLIs write, as
-fixtures for ``profile import`` (issue 28).
+fixtures for ``profile import``.
 
     .venv/bin/python -m tests.profiler.capture_transcripts   # rewrites fixtures/transcripts/
 

@@ -1,4 +1,4 @@
-"""ATIF export and ``profile import`` (issue 28, section 2): every iteration of a run is
+"""ATIF export and ``profile import``: every iteration of a run is
 written as an ATIF trajectory that validates against the format's schema, and
 ``profile import`` reads trajectories back into the same records, reports and
 findings (a round trip), and reads a trajectory another tool wrote.

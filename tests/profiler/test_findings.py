@@ -1,4 +1,4 @@
-"""The findings detectors (issue 28, section 3): each fires on its fixture and not on its
+"""The findings detectors: each fires on its fixture and not on its
 clean twin, and the report groups what they found.
 
 The traces are what the providers' mappings produce (``TraceBuilder``'s events: a

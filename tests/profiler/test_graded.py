@@ -1,4 +1,4 @@
-"""The optional model-graded scanner (issue 28, section 3): off by default; with
+"""The optional model-graded scanner: off by default; with
 ``--grade-model`` the model is asked through the gateway, with a JSON schema for its
 answer, and what it says becomes ``graded`` findings beside the deterministic ones; a
 grader that fails adds nothing and the run stands.

@@ -1,5 +1,5 @@
-"""``profile import`` of the gateway's own spans (issue 28, section 2): a real gateway
-traces its requests (issue 27) to a real OTLP/HTTP receiver on loopback; what it
+"""``profile import`` of the gateway's own spans: a real gateway
+traces its requests to a real OTLP/HTTP receiver on loopback; what it
 received, written as OTLP/JSON lines as a collector's file exporter writes them, is
 imported as one session per client session id, its requests as steps with their
 models, tokens and times.

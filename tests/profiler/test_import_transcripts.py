@@ -1,4 +1,4 @@
-"""``profile import`` of the sessions people actually had (issue 28, section 2): the
+"""``profile import`` of the sessions people actually had: the
 transcript Claude Code keeps, the rollout Codex keeps and Gemini CLI's session file, as
 the pinned CLIs wrote them
 (tests/profiler/capture_transcripts.py: one session each, a shell call that writes a

@@ -1,4 +1,4 @@
-"""The report's iteration list in a real browser (issue 28, section 4): filtered and
+"""The report's iteration list in a real browser: filtered and
 sorted by its controls (radio buttons read by CSS: the page has no script), and an
 iteration's tool calls set beside its group's reference, aligned, differences marked.
 

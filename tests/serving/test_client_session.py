@@ -1,4 +1,4 @@
-"""The client's session (serving/deployments.py ``client_session``, issue 25): the
+"""The client's session (serving/deployments.py ``client_session``): the
 session headers the agent CLIs send, read before the body's fields, keep a session on
 one deployment of a route with ``affinity``.
 

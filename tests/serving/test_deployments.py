@@ -1,6 +1,6 @@
 """Several servers behind one model (serving/deployments.py, serving/models.py): the
 strategies, weights, session affinity, failover before the first byte, and the
-shared in-flight counts going back to zero however a reply ends (issue 17).
+shared in-flight counts going back to zero however a reply ends.
 
 Two scripted backends stand for two GPU servers of one model: they count the
 requests each got, fail and stall on demand. The shared state is ``LocalState``,
@@ -279,7 +279,7 @@ async def test_an_open_circuit_is_skipped_and_probed_back() -> None:
         gpu2,
         route={"strategy": "round-robin"},
         # Open for a minute, then "a minute later" by setting its reset to 0: a busy
-        # machine cannot outlast a 0.2 s window between two calls (issue 26).
+        # machine cannot outlast a 0.2 s window between two calls.
         resilience={"retries": 0, "breaker_failures": 1, "breaker_reset_s": 60},
     )
     gpu1.enqueue(_down())

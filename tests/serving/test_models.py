@@ -1,6 +1,6 @@
 """The serving layer on its own (serving/models.py): one ``chat`` for every caller,
 with request preparation, retries, fallbacks and the circuit breaker, and the
-agent's turns served through it (issue 14: a dead primary with a configured fallback
+agent's turns served through it (a dead primary with a configured fallback
 used to fail an agent turn with 503 while the same gateway request was served)."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ async def test_preparation_is_reported_as_data() -> None:
 
 
 async def test_an_agent_turn_is_served_by_the_fallback(tmp_path: Path) -> None:
-    """The defect issue 14 names: the agent called the router's backend directly, so
+    """The defect this guards: the agent used to call the router's backend directly, so
     a dead primary failed the turn although a fallback was configured."""
     primary = ScriptedBackend("primary", default=_down())
     spare = ScriptedBackend("spare", default=Script(text=["from ", "the spare"]))

@@ -1,5 +1,5 @@
 """A frozen Redis (``SIGSTOP``, then ``SIGCONT``) while requests arrive, against a real
-``redis-server`` (issue 24, item 2). The calls time out, the replica serves from its
+``redis-server``. The calls time out, the replica serves from its
 local state, and the commands already written to Redis's sockets run when it
 resumes. Those must do nothing (deadlines, state/redis.py), and whatever this replica
 holds in Redis must be right again once it answers (state/failover.py's

@@ -1,4 +1,4 @@
-"""Budget reservations (issue 24, item 3's shared-state side): ``admit_many`` counts the
+"""Budget reservations, the shared state's side: ``admit_many`` counts the
 key's live reservations against its budget and, when it lets a request in, holds the
 request's worst case (``AdmitChecks.reserve``); ``settle`` gives it back and adds the
 actual cost to the spend counter in the same atomic step. Run against ``LocalState``,

@@ -18,7 +18,7 @@ from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
 
 # Long enough that "still open" never depends on the machine's speed; "the reset time has
-# passed" is told to a breaker by setting its reset_s to 0 (issue 26: a 0.6 s period was a
+# passed" is told to a breaker by setting its reset_s to 0 (a 0.6 s period was a
 # window that a busy machine's Redis round trips outlasted).
 RESET_S = 60.0
 DOWN = BackendUnavailableError("connection refused", backend="gpu")

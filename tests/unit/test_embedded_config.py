@@ -1,4 +1,4 @@
-"""The embedded model's limits as configuration: file, flags and environment (issue 13)."""
+"""The embedded model's limits as configuration: file, flags and environment."""
 
 from __future__ import annotations
 

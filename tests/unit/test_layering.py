@@ -1,4 +1,4 @@
-"""The package layering written in docs/ARCHITECTURE.md, checked against the code (issue 14).
+"""The package layering written in docs/ARCHITECTURE.md, checked against the code.
 
 The "Layers" table in docs/ARCHITECTURE.md is the specification. Its first column names
 a package (`` `core/` ``), its "may import" column (the last) the llmbridge packages that

@@ -1,4 +1,4 @@
-"""No import circle between two modules of src/llmbridge (issue 26).
+"""No import circle between two modules of src/llmbridge.
 
 ``test_layering.py`` checks the packages against docs/ARCHITECTURE.md's table; inside a
 package any import is allowed, so two modules could still import each other (the last

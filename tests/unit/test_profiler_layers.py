@@ -1,4 +1,4 @@
-"""The profiler's layers (issue 28): settings and record types at the bottom, the CLI
+"""The profiler's layers: settings and record types at the bottom, the CLI
 process runner in a module of its own, reports that depend on records only.
 
 Read from the modules' imports (every kind: module level, type-only, lazy), transitively,

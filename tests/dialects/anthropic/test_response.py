@@ -142,7 +142,7 @@ def test_decode_a_real_message() -> None:
         ToolCallPart("toolu_1", "f", {"a": [1]}),
     )
     assert resp.stop_reason is StopReason.TOOL_USE
-    # The core's input_tokens count the cache reads in (issue 25).
+    # The core's input_tokens count the cache reads in.
     assert resp.usage == Usage(input_tokens=5, output_tokens=4, cache_read_input_tokens=2)
     assert resp.provider_details is None
 

@@ -174,7 +174,7 @@ def responses(draw: st.DrawFn) -> ChatResponse:
         ),
     )
     stop_reason = draw(stop_reasons | st.just(StopReason.STOP_SEQUENCE))
-    # The core's input_tokens count cache reads and writes in (issue 25); a usage that
+    # The core's input_tokens count cache reads and writes in; a usage that
     # knows no input knows no cache either.
     uncached, output, read, written = draw(counts), draw(counts), draw(counts), draw(counts)
     if uncached is None:

@@ -57,7 +57,7 @@ async def test_thinking_with_signature_then_text() -> None:
         ),
         TextPart("27 * 453 = 12,231"),
     )
-    # 40 not read from the cache, 12 read: 52 in all, as the core counts (issue 25).
+    # 40 not read from the cache, 12 read: 52 in all, as the core counts.
     assert resp.usage == Usage(52, 60, cache_read_input_tokens=12, cache_creation_input_tokens=0)
 
 

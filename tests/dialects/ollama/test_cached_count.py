@@ -1,4 +1,4 @@
-"""Ollama's cached prompt tokens (issue 25): ``prompt_eval_count`` is the whole prompt
+"""Ollama's cached prompt tokens: ``prompt_eval_count`` is the whole prompt
 (ollama/ollama#5371) and ``prompt_eval_cached_count`` the part read from the cache
 (ollama/ollama#17943); both directions keep them."""
 

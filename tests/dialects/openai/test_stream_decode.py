@@ -239,7 +239,7 @@ async def test_decoding_the_bytes_in_place_gives_what_httpx_sse_parsing_gives(
     name: str, size: int
 ) -> None:
     """``decode_chat_stream_bytes`` (the backends' path: SSE parsed as the bytes
-    arrive, issue 26) against ``decode_chat_stream`` over httpx-sse's own parser, on
+    arrive) against ``decode_chat_stream`` over httpx-sse's own parser, on
     every captured stream, cut anywhere."""
     pieces = split_every(fixture_bytes(name), size)
     expected = await _outcome(decode_chat_stream(sse_events(pieces)))
