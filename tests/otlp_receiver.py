@@ -1,4 +1,4 @@
-"""A real OTLP/HTTP trace receiver on loopback, for the gateway's tracing tests (issue 27).
+"""A real OTLP/HTTP trace receiver on loopback, for the gateway's tracing tests.
 
 What an OpenTelemetry collector does with ``POST /v1/traces``: the body is an
 ``ExportTraceServiceRequest`` in protobuf (gzip-compressed when the exporter says so),

@@ -1,5 +1,5 @@
 """Keys that are enforced, guessing that costs nothing, inputs refused the same on every
-database (issue 24, items 1, 10 and 12's key items; accounts/service.py, accounts/keys.py,
+database (accounts/service.py, accounts/keys.py,
 web/auth.py, cli/serve.py).
 
 - A database that holds keys turns auth on: ``llmbridge serve --db F`` after ``llmbridge

@@ -1,4 +1,4 @@
-"""Two replicas, one limit (issue 17): two ``llmbridge serve`` processes on different
+"""Two replicas, one limit: two ``llmbridge serve`` processes on different
 ports sharing one Redis (the limits' windows) and one PostgreSQL database (the keys).
 A key with ``--rpm 10`` gets exactly 10 successes out of 30 requests alternated between
 the two, in each dialect, through its official client: the window is counted once in

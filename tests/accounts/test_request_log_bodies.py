@@ -1,4 +1,4 @@
-"""Kept bodies (accounts/kept_bodies.py, issue 27): redacted (images' base64, credential
+"""Kept bodies (accounts/kept_bodies.py): redacted (images' base64, credential
 fields, key-shaped text, the gateway's own keys), bounded with a marker, written by the
 real ledger with its rows, and deleted after their own retention by the ledger's
 cleanup, on SQLite and PostgreSQL.

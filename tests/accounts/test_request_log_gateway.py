@@ -1,4 +1,4 @@
-"""The request log through a real gateway (issue 27): requests sent with the official
+"""The request log through a real gateway: requests sent with the official
 openai client show up in ``recent_requests`` with their tokens, cost, dialect, the
 model served, the retries and fallbacks serving made, the ``x-llmbridge-*`` facts and
 a failure's message; with ``ledger.keep_bodies`` their bodies are kept, bounded and

@@ -741,7 +741,7 @@ def test_errors_keep_their_status_and_a_bug_its_secret() -> None:
 async def test_a_dead_primary_with_a_fallback_serves_the_turn_as_it_serves_api_chat(
     db: str, stream: bool
 ) -> None:
-    """Issue 14: an agent turn reached its backend around the gateway's resilience,
+    """An agent turn used to reach its backend around the gateway's resilience,
     so with a dead primary and a configured fallback ``/api/chat`` was served by the
     fallback while ``POST /agent/sessions/{id}/messages`` answered 503."""
     down = Script(fail_before=BackendUnavailableError("connection refused"))

@@ -1,4 +1,4 @@
-"""A frozen database through the gateway (issue 24, item 9): requests that need it get
+"""A frozen database through the gateway: requests that need it get
 a 503 in their caller's dialect instead of hanging, requests that do not are served,
 ``/health`` names the database and says it is down, then up again once it thaws.
 

@@ -1,6 +1,6 @@
 """Every route of the model API goes through one ``Exchange`` (gateway/exchange.py):
 admitted on the caller's key and recorded once in the usage ledger, however it ends
-(issue 24: requests slipped past four hand-finished objects; 400s, 404s for an unknown
+(requests slipped past four hand-finished objects; 400s, 404s for an unknown
 ``previous_response_id``, Ollama load requests and ``/v1/responses/input_tokens`` were
 never recorded, and the last skipped every key check).
 

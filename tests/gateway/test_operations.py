@@ -1,4 +1,4 @@
-"""Operations faults (issue 13): clients that leave or dawdle while sending a request,
+"""Operations faults: clients that leave or dawdle while sending a request,
 oversized headers, what ``/health`` tells a stranger, and backends that trickle.
 
 Every test runs a real gateway on a loopback port through the HTTP protocol

@@ -1,4 +1,4 @@
-"""Two replicas on one Redis and one PostgreSQL (issue 17): what happens to usage, to a
+"""Two replicas on one Redis and one PostgreSQL: what happens to usage, to a
 replica killed with -9, and to everyone when Redis goes away.
 
 Two ``llmbridge serve`` processes on different loopback ports share a Redis
