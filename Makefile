@@ -122,10 +122,11 @@ chromium:
 		fi; \
 	fi
 
-# Shared state (issue 17): tests/state/conftest.py starts Debian's redis-server on a free
-# loopback port, in a temp directory, with persistence off. Installed the way PostgreSQL
-# is above (root with apt-get, the package lists refreshed only if the first try cannot
-# find it); otherwise say why the Redis tests will be skipped. Instant when present.
+# Shared state (limits, in-flight counts, breakers across replicas): tests/servers.py
+# starts Debian's redis-server on a free loopback port, in a temp directory, with
+# persistence off. Installed the way PostgreSQL is above (root with apt-get, the package
+# lists refreshed only if the first try cannot find it); otherwise say why the Redis
+# tests will be skipped. Instant when present.
 REDIS_FOUND = command -v redis-server >/dev/null 2>&1
 REDIS_APT = DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
 
