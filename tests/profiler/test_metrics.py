@@ -102,6 +102,23 @@ def test_cost_of_prices_reasoning_at_the_output_price_by_default() -> None:
     assert tokens.total == 2_000_000 and tokens.active == 2_000_000
 
 
+def test_total_counts_reasoning_once_and_active_is_the_total_less_cache_reads() -> None:
+    # docs/PROFILER.md: total = input + output + reasoning (seed 004 has input + output,
+    # with output never holding the reasoning here); active = total - cache read, >= 0.
+    tokens = TokenMetrics(input=100, output=20, reasoning=30, cache_read=40, cache_write=7)
+    assert (tokens.total, tokens.active) == (150, 110)
+    assert tokens.to_dict() == {
+        "input": 100,
+        "output": 20,
+        "reasoning": 30,
+        "cache_read": 40,
+        "cache_write": 7,
+        "total": 150,
+        "active": 110,
+    }
+    assert TokenMetrics(input=5, output=1, cache_read=50).active == 0
+
+
 # -- the scenarios file --------------------------------------------------------------
 
 

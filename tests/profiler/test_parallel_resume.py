@@ -1,4 +1,4 @@
-"""``profile run --concurrency N`` and ``--resume DIR`` (issue 28, section 1).
+"""``profile run --concurrency N`` and ``--resume DIR``.
 
 The agent service profiles sessions against a real gateway whose scripted backend
 shows what the runs did: how many requests were in flight together (a gate that holds
@@ -6,6 +6,12 @@ each request until ``together`` of them have arrived: concurrent iterations pass
 once, sequential ones never could), and where a run was killed (a hold on every request
 after the first ``free`` ones). A run killed with SIGKILL in the middle of an iteration
 is resumed: the finished iterations are kept as they were, the rest run once.
+
+Two faults of parallel iterations: the real OpenCode server killed under N iterations
+(they share one restart, seed 004's "restart and retry once", and then run together on
+the new server), and one iteration whose session cannot be created (a fault scripted
+into the agent service's provider while the other iterations' requests are held at the
+backend): it fails alone, the others finish, and ``--resume`` runs only it.
 """
 
 from __future__ import annotations
@@ -28,10 +34,18 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
+from llmbridge.profiler.agent import AgentSessionProvider
+from llmbridge.profiler.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.provider import ProviderError
 from llmbridge.profiler.records import IterationRecord
-from llmbridge.profiler.runner import RunDirError, load_finished
+from llmbridge.profiler.report import html_report, markdown_report
+from llmbridge.profiler.runner import ProviderPlan, RunDirError, load_finished, run_plans
+from llmbridge.profiler.scenarios import ScenarioFile, load_scenarios
+from llmbridge.profiler.setup import groups_for, plan_for
+from llmbridge.profiler.types import ProviderConfig, SessionHandle
 from tests.conftest import RunningServer, running_gateway
-from tests.waiting import HANG_S, scaled, wait_until
+from tests.e2e.opencode import opencode_binary
+from tests.waiting import HANG_S, scaled, until, wait_until
 
 
 class GatedBackend(ScriptedBackend):
@@ -91,7 +105,7 @@ def gateway(backend: GatedBackend) -> Iterator[RunningServer]:
         yield server
 
 
-def _scenarios(tmp_path: Path, iterations: int, scenarios: int = 1) -> Path:
+def _scenarios(tmp_path: Path, iterations: int, scenarios: int = 1, **extra: Any) -> Path:
     spec = {
         "models": ["scripted"],
         "iterations": iterations,
@@ -101,6 +115,7 @@ def _scenarios(tmp_path: Path, iterations: int, scenarios: int = 1) -> Path:
             {"id": f"task-{n}", "prompt": f"Do task {n}.", "checks": [{"completes": True}]}
             for n in range(scenarios)
         ],
+        **extra,
     }
     path = tmp_path / "scenarios.yaml"
     path.write_text(json.dumps(spec))
@@ -205,6 +220,151 @@ def test_a_run_killed_mid_iteration_resumes_without_running_anything_twice(
     assert len(backend.requests) == 2
     assert result == {"out": str(out), "iterations": 4, "passed": 4}
     assert _shape(out) == [("agent", "task-0", "scripted", "default", 4, 4)]
+
+
+class _KilledOnceUp(OpenCodeSessionProvider):
+    """The OpenCode provider whose server is killed (SIGKILL) as soon as ``init`` has
+    started it: every iteration of the run then finds it dead. ``restart_with``: a
+    command for the restart (one that is not there makes the restart fail)."""
+
+    def __init__(self, command: str, restart_with: str | None = None) -> None:
+        super().__init__(command=command)
+        self.restart_with = restart_with
+
+    async def init(self, config: ProviderConfig) -> None:
+        await super().init(config)
+        assert self.server is not None
+        process = self.server._process
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        await until(lambda: process.returncode is not None, "the killed server reaped")
+        self.command = self.restart_with or self.command
+
+
+def _opencode_spec(tmp_path: Path, gateway: RunningServer) -> ScenarioFile:
+    opencode = {
+        "endpoint": {"url": gateway.url + "/v1", "limits": {"context": 32768, "output": 1024}}
+    }
+    return load_scenarios(_scenarios(tmp_path, iterations=3, opencode=opencode))
+
+
+async def test_iterations_that_find_the_opencode_server_dead_share_one_restart(
+    gateway: RunningServer, backend: GatedBackend, tmp_path: Path
+) -> None:
+    spec = _opencode_spec(tmp_path, gateway)
+    provider = _KilledOnceUp(opencode_binary())
+    # Each model request waits until all three are in flight: the three iterations
+    # prompt together, on one server.
+    backend.reset(together=3)
+    result = await run_plans(
+        spec,
+        [ProviderPlan(provider, groups_for("opencode", spec))],
+        tmp_path / "out",
+        concurrency=3,
+    )
+    assert [r.passed for r in result.records] == [True] * 3, [r.error for r in result.records]
+    # The server init started, and one restart: the iterations that waited for the
+    # first one's restart found the new server healthy.
+    assert provider.spawns == 2
+    assert backend.most_in_flight == 3
+    assert len({r.session_id for r in result.records}) == 3
+
+
+async def test_iterations_that_waited_through_a_failed_restart_share_its_failure(
+    gateway: RunningServer, backend: GatedBackend, tmp_path: Path
+) -> None:
+    spec = _opencode_spec(tmp_path, gateway)
+    provider = _KilledOnceUp(opencode_binary(), restart_with=str(tmp_path / "no-opencode"))
+    backend.reset()
+    result = await run_plans(
+        spec,
+        [ProviderPlan(provider, groups_for("opencode", spec))],
+        tmp_path / "out",
+        concurrency=3,
+    )
+    # One restart was tried (init's server and it: two spawns), and failed; the two
+    # iterations that waited for it got its failure instead of a restart each. The
+    # run finished with all three recorded, to be run again by --resume.
+    assert provider.spawns == 2
+    errors = {r.error for r in result.records}
+    assert len(errors) == 1
+    (error,) = errors
+    assert error is not None and error.startswith("could not create the session: OpenCode")
+    assert "no-opencode" in error
+    assert [(r.passed, r.started) for r in result.records] == [(False, False)] * 3
+    assert backend.requests == []
+
+
+class _OneSessionRefused(AgentSessionProvider):
+    """The agent service's provider, except that iteration ``refused`` cannot have its
+    session: refused once the other iterations' requests are held at the backend, so
+    they are in the middle of their prompts when it fails."""
+
+    def __init__(self, spec: ScenarioFile, gateway: RunningServer, backend: GatedBackend) -> None:
+        super().__init__(spec.agent, gateway_url=gateway.url)
+        self.backend = backend
+        self.refused = 1
+
+    async def create_session(
+        self,
+        *,
+        system_instructions: str | None,
+        scenario_id: str,
+        iteration: int,
+        workspace: Path | None = None,
+    ) -> SessionHandle:
+        if iteration == self.refused:
+            await until(lambda: self.backend.held == 2, "the other iterations' requests held")
+            raise ProviderError("the session store is full")
+        return await super().create_session(
+            system_instructions=system_instructions,
+            scenario_id=scenario_id,
+            iteration=iteration,
+            workspace=workspace,
+        )
+
+
+async def test_a_session_that_cannot_be_created_fails_its_iteration_alone(
+    gateway: RunningServer, backend: GatedBackend, tmp_path: Path
+) -> None:
+    scenarios = _scenarios(tmp_path, iterations=3)
+    spec = load_scenarios(scenarios)
+    out = tmp_path / "run"
+    finished: list[IterationRecord] = []
+
+    def progress(record: IterationRecord) -> None:
+        finished.append(record)
+        backend.release.set()  # the others go on once the failure is recorded
+
+    backend.reset(free=0)
+    provider = _OneSessionRefused(spec, gateway, backend)
+    plan = ProviderPlan(provider, groups_for("agent", spec))
+    result = await run_plans(spec, [plan], out, progress, concurrency=3)
+
+    assert finished[0].iteration == 1  # recorded while the others were held
+    refused = result.records[1]
+    assert not refused.passed and not refused.started
+    assert refused.error == "could not create the session: the session store is full"
+    assert [p.completion_reason for p in refused.prompts] == ["error"]
+    assert [r.passed for r in result.records] == [True, False, True]
+    assert len(backend.requests) == 2  # the other two finished their prompts
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary[0]["completion_reasons"] == {"stop": 2, "error": 1}
+    for report in (markdown_report, html_report):
+        assert "could not create the session: the session store is full" in report(
+            result.summary, result.records
+        )
+
+    backend.reset()
+    resumed = await run_plans(
+        spec, [plan_for("agent", spec, gateway_url=gateway.url)], out, resume=True
+    )
+    assert len(backend.requests) == 1  # only the refused iteration ran again
+    assert [r.passed for r in resumed.records] == [True] * 3
+    assert _keys(_lines(out)) == [("task-0", i) for i in range(3)]
+    # The finished iterations are the first run's, untouched.
+    kept = [r.session_id for r in result.records if r.passed]
+    assert [r.session_id for r in resumed.records if r.iteration != 1] == kept
 
 
 def _record(iteration: int, **changes: Any) -> dict[str, Any]:

@@ -29,7 +29,10 @@ the session go idle (briefly, bounded) before it reads the messages, so they are
 final. Permission requests are answered by the policy, questions refused. At the
 deadline the session is aborted and ``PromptTimeoutError`` raised with the metrics
 so far. The server is health-checked before each session and restarted, once, if
-it does not answer.
+it does not answer: under ``--concurrency N`` the check and the restart hold one
+lock for the server, and health is checked again once it is held, so iterations that
+find the same server dead share one restart (each restart would otherwise stop the
+server the previous one had just started).
 """
 
 from __future__ import annotations
@@ -169,6 +172,14 @@ class OpenCodeSessionProvider:
         self._system: dict[str, str | None] = {}
         self._users: dict[str, set[str]] = {}
         """Per session, the user messages of earlier prompts."""
+        self._server_lock = asyncio.Lock()
+        """Held to check the server's health and restart it: the provider holds one
+        server at a time, so this is one lock per server."""
+        self._restarts = 0
+        """Restarts done (tried and ended, well or not): a caller that finds it moved
+        after waiting for the lock waited through one."""
+        self._restart_failure: str | None = None
+        """Why the last restart failed; ``None`` after one that worked."""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -272,9 +283,7 @@ class OpenCodeSessionProvider:
     ) -> SessionHandle:
         if self.config is None:
             raise ProviderError("init() first")
-        if not await self._healthy():
-            log.warning("OpenCode is not healthy: restarting it once")
-            await self._restart()
+        await self._ensure_healthy()
         channel = await self._open_channel(workspace) if workspace is not None else None
         # A title: OpenCode then makes no title-generation LLM call to skew the metrics.
         title = f"{scenario_id or 'session'} #{iteration}"
@@ -292,6 +301,29 @@ class OpenCodeSessionProvider:
             self.config.system_instructions, system_instructions
         )
         return SessionHandle(sid, self.id, time.time(), scenario_id, iteration)
+
+    async def _ensure_healthy(self) -> None:
+        """Seed 004: if the server is unhealthy, restart it and retry once. Iterations
+        that find it unhealthy together wait for one another at the lock; the first
+        restarts it and the others, checking again, find it healthy. One that waited
+        through a restart that failed gets that failure rather than trying another."""
+        restarts = self._restarts
+        if await self._healthy():
+            return
+        async with self._server_lock:
+            if await self._healthy():
+                return  # another iteration restarted it while this one waited
+            if self._restarts != restarts and self._restart_failure is not None:
+                raise ProviderError(self._restart_failure)
+            log.warning("OpenCode is not healthy: restarting it once")
+            self._restart_failure = None
+            try:
+                await self._restart()
+            except ProviderError as exc:
+                self._restart_failure = str(exc)
+                raise
+            finally:
+                self._restarts += 1
 
     async def _restart(self) -> None:
         assert self.config is not None
@@ -432,6 +464,9 @@ class OpenCodeSessionProvider:
         return build_trace(sid, messages)
 
     async def destroy_session(self, handle: SessionHandle) -> None:
+        """Delete the session. Seed 004 makes this a no-op, but OpenCode keeps every
+        session in its database and the server is reused across iterations and
+        groups, so they would pile up (docs/PROFILER.md)."""
         sid = handle.session_id
         self._system.pop(sid, None)
         self._users.pop(sid, None)

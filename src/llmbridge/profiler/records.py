@@ -48,7 +48,8 @@ class IterationRecord:
     provider: str = ""
     """The ``SessionProvider.id`` that ran it (``profile compare`` tells runs apart by it)."""
     started: bool = True
-    """``False`` when its provider did not start: nothing ran, and ``--resume`` runs it."""
+    """``False`` when its provider did not start or its session could not be created:
+    nothing ran, and ``--resume`` runs it."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """What its trace shows went wrong (findings.py ``Finding.to_json``)."""
     inputs: list[str] = field(default_factory=list)

@@ -9,7 +9,9 @@ the provider's configuration, whose model is the provider's own form of it
 For each (model, mode) group the provider is initialised once (a provider that cannot
 start fails that group's iterations, with its error, and the run goes on); each iteration of each
 scenario gets a fresh session (and, when the scenario declares one or checks one, a
-fresh workspace: workspace.py), its prompts in order (a timeout or a provider failure
+fresh workspace: workspace.py; a session that cannot be created fails that iteration
+alone, recorded as not started, so the iterations beside it go on and ``--resume``
+runs it again), its prompts in order (a timeout or a provider failure
 ends the iteration, recorded as such), the session's exported trace, and is
 destroyed; then its checks run, and the workspace is removed unless it is kept.
 Every iteration is one line of ``traces.jsonl`` (the prompt results, the checks,
@@ -33,12 +35,21 @@ from typing import IO, Any
 from llmbridge.profiler.atif import to_atif
 from llmbridge.profiler.findings import scan
 from llmbridge.profiler.graded import Grader
+from llmbridge.profiler.input_files import InputLimits
 from llmbridge.profiler.otel import trace_spans
 from llmbridge.profiler.provider import PromptTimeoutError, ProviderError, SessionProvider
 from llmbridge.profiler.records import IterationKey, IterationRecord, summarise
+from llmbridge.profiler.run_dir import RunDirError, load_finished
 from llmbridge.profiler.scenarios import Scenario, ScenarioFile
 from llmbridge.profiler.trace import check_invariants
-from llmbridge.profiler.types import PromptResult, ProviderConfig
+from llmbridge.profiler.types import (
+    CostMetrics,
+    PromptMetrics,
+    PromptResult,
+    ProviderConfig,
+    TimingMetrics,
+    TokenMetrics,
+)
 from llmbridge.profiler.workspace import (
     WorkspaceError,
     evaluate_all,
@@ -55,10 +66,6 @@ __all__ = [
     "run_scenarios",
     "write_trajectories",
 ]
-
-
-class RunDirError(Exception):
-    """A run directory ``--resume`` cannot continue (a damaged ``traces.jsonl``)."""
 
 
 @dataclass
@@ -134,12 +141,17 @@ async def _run_session(
 ) -> IterationRecord:
     results: list[PromptResult] = []
     error: str | None = None
-    handle = await provider.create_session(
-        system_instructions=scenario.system,
-        scenario_id=scenario.id,
-        iteration=iteration,
-        workspace=workspace,
-    )
+    try:
+        handle = await provider.create_session(
+            system_instructions=scenario.system,
+            scenario_id=scenario.id,
+            iteration=iteration,
+            workspace=workspace,
+        )
+    except ProviderError as exc:
+        # This iteration's failure, not the run's: raised here it would cancel every
+        # iteration running beside it.
+        return _no_session(provider, scenario, config, iteration, str(exc))
     try:
         for text in scenario.turns:
             try:
@@ -180,6 +192,40 @@ async def _run_session(
     record.inputs = list(scenario.turns[: len(results)])
     record.findings = [finding.to_json() for finding in scan(record, scenario.turns)]
     return record
+
+
+def _no_session(
+    provider: SessionProvider,
+    scenario: Scenario,
+    config: ProviderConfig,
+    iteration: int,
+    error: str,
+) -> IterationRecord:
+    """The record of an iteration whose session could not be created: failed, with
+    the error as its first prompt's (completion reason ``error``, seed 004's for an
+    error; ``inputs`` holds that prompt, which was never sent), and not started, so
+    ``--resume`` runs it again."""
+    message = f"could not create the session: {error}"
+    failed = PromptResult(
+        text="",
+        metrics=PromptMetrics(TokenMetrics(), TimingMetrics(None, 0.0), (), CostMetrics()),
+        completion_reason="error",
+        error=message,
+    )
+    return IterationRecord(
+        scenario=scenario.id,
+        model=config.model,
+        mode=config.mode,
+        iteration=iteration,
+        session_id="",
+        prompts=[failed],
+        checks=[],
+        passed=False,
+        error=message,
+        provider=provider.id,
+        started=False,
+        inputs=list(scenario.turns[:1]),
+    )
 
 
 async def run_scenarios(
@@ -232,6 +278,7 @@ async def run_plans(
     concurrency: int = 1,
     resume: bool = False,
     grader: Grader | None = None,
+    input_limits: InputLimits | None = None,
 ) -> RunResult:
     """Run every scenario for each provider and each of its groups, writing
     ``out/traces.jsonl`` as it goes and ``out/summary.json`` at the end.
@@ -244,12 +291,13 @@ async def run_plans(
     ``resume``: ``out`` holds an interrupted run (``load_finished``); its finished
     iterations are kept and not run again, and a group with nothing left to run does
     not start its provider. ``grader``: the optional model-graded scanner (graded.py),
-    whose findings join each record's before it is written."""
+    whose findings join each record's before it is written. ``input_limits``: how
+    much of ``traces.jsonl`` ``resume`` reads (run_dir.py)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
     traces = out / "traces.jsonl"
-    done = await asyncio.to_thread(load_finished, traces) if resume else {}
+    done = await asyncio.to_thread(load_finished, traces, input_limits) if resume else {}
     order = {key: n for n, key in enumerate(_planned(spec, plans))}
     records = list(done.values())
 
@@ -314,7 +362,10 @@ def write_trajectories(out: Path, records: Sequence[IterationRecord]) -> None:
     for record in records:
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(map(str, record.key))) + ".json"
         kept.add(name)
-        (folder / name).write_text(json.dumps(to_atif(record), indent=1), encoding="utf-8")
+        # json.dump, not dumps: written as it is encoded, never whole in memory (a long
+        # session's trajectory is tens of megabytes, its pieces several times that).
+        with (folder / name).open("w", encoding="utf-8") as sink:
+            json.dump(to_atif(record), sink, indent=1)
     for stale in folder.glob("*.json"):
         if stale.name not in kept:
             stale.unlink()
@@ -359,38 +410,3 @@ def _planned(spec: ScenarioFile, plans: Sequence[ProviderPlan]) -> list[Iteratio
         for scenario in spec.scenarios
         for iteration in range(spec.iterations)
     ]
-
-
-def load_finished(traces: Path) -> dict[IterationKey, IterationRecord]:
-    """The iterations an interrupted run finished, from its ``traces.jsonl``, which is
-    rewritten to hold just them (so nothing is counted twice):
-
-    - a last line cut short (the run was killed while writing it) is dropped;
-    - a record whose provider did not start is dropped, to be run again;
-    - of two records of the same iteration, the later is kept.
-
-    A missing file is a run that finished nothing. Any other line that is not a record
-    raises ``RunDirError`` naming it."""
-    if not traces.exists():
-        return {}
-    text = traces.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    finished: dict[IterationKey, IterationRecord] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = IterationRecord.from_json(json.loads(line))
-        except (ValueError, KeyError, TypeError) as exc:
-            if number == len(lines):  # no newline after it: cut short
-                continue
-            raise RunDirError(f"{traces} line {number} is not an iteration record: {exc}") from exc
-        if record.started:
-            finished[record.key] = record
-        else:
-            finished.pop(record.key, None)
-    kept = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in finished.values())
-    partial = traces.with_name(traces.name + ".partial")
-    partial.write_text(kept, encoding="utf-8")
-    partial.replace(traces)
-    return finished

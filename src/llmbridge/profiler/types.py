@@ -75,11 +75,16 @@ class TokenMetrics:
 
     @property
     def total(self) -> int:
+        """Input, output and reasoning: every token counted once. Seed 004 sums input and
+        output only, but where an agent reports reasoning apart, ``output`` leaves it
+        out (OpenCode; Codex's is taken out into ``reasoning``), so that sum would
+        leave the thinking out (docs/PROFILER.md, "What is measured")."""
         return self.input + self.output + self.reasoning
 
     @property
     def active(self) -> int:
-        """Tokens actually processed: the total less what was read from the cache."""
+        """Tokens actually processed: the total less what was read from the cache
+        (seed 004's definition), never below 0."""
         return max(self.total - self.cache_read, 0)
 
     def __add__(self, other: TokenMetrics) -> TokenMetrics:
