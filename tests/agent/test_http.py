@@ -16,7 +16,13 @@ import pytest
 
 from llmbridge.agent.memory import PINS_PREFIX, RECENT_PREFIX
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.tools import Tool, ToolRegistry
+from llmbridge.agent.tools import (
+    SEARCHING_ONLINE,
+    SearchResult,
+    Tool,
+    ToolRegistry,
+    web_search_tool,
+)
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import (
     BackendError,
@@ -451,6 +457,9 @@ async def test_bad_input_is_a_clear_error(client: httpx.AsyncClient) -> None:
         ("POST", messages, {"input": "hi", "stream": "yes"}, 400, "stream"),
         ("POST", messages, {"input": "hi", "settings": {"temperature": "hot"}}, 400, None),
         ("POST", messages, {"input": "hi", "surprise": 1}, 400, "surprise"),
+        ("POST", messages, {"input": "hi", "tools": "web_search"}, 400, "tools"),
+        ("POST", messages, {"input": "hi", "tools": [""]}, 400, "tools"),
+        ("POST", messages, {"input": "hi", "tools": ["tavily_search"]}, 400, "tools"),
         ("POST", "/agent/sessions/nope/messages", {"input": "hi"}, 404, None),
         ("GET", "/agent/sessions/nope/messages", None, 404, None),
         ("POST", "/agent/personas", {"prompt": "no name"}, 400, "name"),
@@ -649,6 +658,61 @@ async def test_tools_work_on_a_backend_without_native_tools(db: str, stream: boo
     assert all(r.tools == () for r in plain.requests)  # the tools went into the prompt
     assert stored[-1]["content"] == "21 C in Paris."
     assert stored[-1]["tool_data"]["results"][0]["content"] == "Paris: 21 C"
+
+
+async def test_the_seeds_search_name_reaches_web_search(db: str) -> None:
+    """Seed 002 calls the search tool ``tavily_search``: a persona written for it (its
+    prompt names that tool) and a client choosing the tool by that name both get
+    ``web_search``."""
+
+    class Prices:
+        name = "prices"
+
+        async def search(self, query: str, max_results: int) -> list[SearchResult]:
+            return [SearchResult("Price", "https://p.example", "43,250 USD")]
+
+    async def weather(arguments: dict[str, Any]) -> str:
+        return f"{arguments['city']}: 21 C"
+
+    tools = ToolRegistry(
+        [web_search_tool(Prices()), Tool("get_weather", "Weather by city", CITY, weather)]
+    )
+    backend = ScriptedBackend("scripted")
+    # What a model reading that persona calls: the seed's name.
+    backend.enqueue(
+        Script(text=[], tool_calls=[("tavily_search", {"query": "bitcoin price"})]),
+        Script(text=["It is $43,250."]),
+    )
+    with agent_gateway(db, {"scripted": backend}, tools=tools) as srv:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+            persona = await client.post(
+                "/agent/personas",
+                json={"name": "Kalito", "prompt": "Call tavily_search for anything current."},
+            )
+            session_id = await _session(client, persona_id=persona.json()["id"])
+            messages = f"/agent/sessions/{session_id}/messages"
+            response = await client.post(
+                messages, json={"input": "Bitcoin price?", "tools": ["tavily_search"]}
+            )
+            refused = await client.post(
+                messages, json={"input": "Again?", "tools": ["tavily_search", "no_such_tool"]}
+            )
+            stored = await _messages(client, session_id)
+    body = response.json()
+    assert body["reply"] == f"{SEARCHING_ONLINE}\n\nIt is $43,250."
+    assert [c["name"] for c in body["tool_calls"]] == ["tavily_search"]
+    (result,) = body["tool_results"]
+    assert result["is_error"] is False
+    assert (
+        result["content"]
+        == 'Search results for "bitcoin price":\n1. Price (https://p.example)\n   43,250 USD'
+    )
+    # The client named one tool: only it was offered, under its own name.
+    assert [t.name for t in backend.requests[0].tools] == ["web_search"]
+    error = _error(refused, 400)
+    assert error["param"] == "tools" and "'no_such_tool'" in error["message"]
+    assert "'tavily_search'" not in error["message"]  # the alias was known
+    assert len(stored) == 2  # the refused turn stored nothing
 
 
 # -- memory across a restart ---------------------------------------------------------------

@@ -86,6 +86,29 @@ def test_settings_are_validated() -> None:
         AgentSettings.model_validate({"repeatPenalty": 1.1})  # no camelCase aliases
 
 
+def test_the_accepted_ranges_are_wider_than_the_seeds() -> None:
+    # docs/AGENT.md, "Settings": seed 002 bounds temperature to 0.1-1.2, maxTokens to
+    # 4,000 and the penalties to 0-2; these are accepted, and why is written there.
+    wide = AgentSettings(
+        temperature=0.0,
+        max_tokens=100_000,
+        presence_penalty=-2.0,
+        frequency_penalty=-1.5,
+        repeat_penalty=10.0,
+    )
+    assert wide.set_values()["max_tokens"] == 100_000
+    assert AgentSettings(temperature=5.0).temperature == 5.0
+    for beyond in (
+        {"temperature": 5.01},
+        {"max_tokens": 0},
+        {"presence_penalty": -2.01},
+        {"frequency_penalty": 2.01},
+        {"repeat_penalty": 10.01},
+    ):
+        with pytest.raises(ValidationError):
+            AgentSettings.model_validate(beyond)
+
+
 def test_merge_is_persona_first_then_request() -> None:
     persona = AgentSettings(temperature=0.7, max_tokens=2000, repeat_penalty=1.1)
     request = AgentSettings(temperature=0.2, stop=("END",))

@@ -13,12 +13,14 @@ import pytest
 from llmbridge.agent.runtime import default_tools
 from llmbridge.agent.tools import (
     SEARCHING_ONLINE,
+    SEED_SEARCH_NAME,
     SearchError,
     SearchNotConfiguredError,
     SearchResult,
     TavilySearch,
     Tool,
     ToolRegistry,
+    UnknownToolError,
     web_search_tool,
 )
 from llmbridge.core.messages import ToolCallPart
@@ -39,6 +41,39 @@ def test_registration_checks_names_and_schemas() -> None:
         registry.register(Tool("weather", "again", CITY, _echo))
     with pytest.raises(ValueError, match="invalid schema"):
         registry.register(Tool("bad", "bad", {"type": "no-such-type"}, _echo))
+
+
+async def test_a_tool_answers_to_its_aliases() -> None:
+    # Seed 002 names the search tool tavily_search; ours is web_search, under both.
+    class Fake:
+        name = "fake"
+
+        async def search(self, query: str, max_results: int) -> list[SearchResult]:
+            return [SearchResult(f"About {query}", "https://x.example", "text")]
+
+    registry = ToolRegistry([web_search_tool(Fake()), Tool("weather", "Weather", CITY, _echo)])
+    assert SEED_SEARCH_NAME == "tavily_search"
+    assert "tavily_search" in registry and registry.get("tavily_search") is registry.get(
+        "web_search"
+    )
+    # Offered under its own name only.
+    assert [d.name for d in registry.definitions()] == ["web_search", "weather"]
+    by_alias = await registry.execute(ToolCallPart("1", "tavily_search", {"query": "cats"}))
+    assert not by_alias.is_error and by_alias.name == "tavily_search"
+    assert by_alias.content.startswith('Search results for "cats":')
+
+    chosen = registry.only(["tavily_search"])
+    assert [d.name for d in chosen.definitions()] == ["web_search"]
+    assert "tavily_search" in chosen and "weather" not in chosen
+    assert len(registry.only(["web_search", "tavily_search"])) == 1
+    with pytest.raises(
+        UnknownToolError, match=r"no tool 'nope' \(available: web_search, weather\)"
+    ):
+        registry.only(["weather", "nope"])
+    with pytest.raises(ValueError, match="'tavily_search' is already registered"):
+        registry.register(Tool("tavily_search", "a second search", CITY, _echo))
+    with pytest.raises(ValueError, match="'weather' is already registered"):
+        registry.register(Tool("forecast", "Forecast", CITY, _echo, aliases=("weather",)))
 
 
 async def test_failures_become_error_results() -> None:

@@ -83,6 +83,8 @@ ShortStr = Annotated[str, StringConstraints(max_length=500)]
 ShortList = Annotated[list[ShortStr], Field(max_length=100)]
 RowId = Annotated[int, Field(ge=1, le=MAX_ID)]
 """A row id: what SQLite's INTEGER and PostgreSQL's BIGINT hold."""
+_MAX_TOOLS = 64
+"""The most tool names a turn may choose."""
 UTCDatetime = Annotated[datetime, AfterValidator(as_utc)]
 """A timestamp, in UTC (naive means UTC) within years 1-9999."""
 
@@ -173,7 +175,9 @@ class MessageIn(_Body):
     system_prompt: str = Field("", max_length=100_000)
     document_ids: list[RowId] | None = Field(None, max_length=100)
     """Search only these documents."""
-    tools: StrictBool = True
+    tools: bool | tuple[str, ...] = True
+    """``true``: every tool; ``false``: none; names: just those (an alias counts:
+    ``tavily_search`` is ``web_search``)."""
     history_budget: int | None = Field(None, ge=0, le=1_000_000)
 
     @field_validator("input")
@@ -182,6 +186,21 @@ class MessageIn(_Body):
         if not value.strip():
             raise ValueError("must not be blank")
         return value
+
+    @field_validator("tools", mode="plain")
+    @classmethod
+    def _tool_choice(cls, value: Any) -> bool | tuple[str, ...]:
+        # One check for the union: pydantic's own would name each branch in the
+        # error's field ("tools.bool").
+        if isinstance(value, bool):
+            return value
+        if (
+            isinstance(value, list)
+            and len(value) <= _MAX_TOOLS
+            and all(isinstance(name, str) and 0 < len(name) <= 200 for name in value)
+        ):
+            return tuple(value)
+        raise ValueError(f"must be true, false or a list of up to {_MAX_TOOLS} tool names")
 
 
 class PinIn(_Body):

@@ -227,6 +227,7 @@ async def post_message(request: Request) -> Response:
     runtime, owner = runtime_of(request)
     body = parse(MessageIn, await read_body(request))
     session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
+    runtime.service.offered_tools(body.tools)  # an unknown tool is a 400 before admission
     turn = AgentRequest(
         input=body.input,
         model=await runtime.model_for(body.model),

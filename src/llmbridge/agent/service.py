@@ -80,7 +80,7 @@ from llmbridge.agent.store import (
     StoredMessage,
     SummaryRecord,
 )
-from llmbridge.agent.tools import ToolRegistry
+from llmbridge.agent.tools import ToolRegistry, UnknownToolError
 from llmbridge.agent.turns import TurnGate
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import InvalidRequestError, NotFoundError
@@ -137,7 +137,10 @@ class AgentRequest:
     """Overrides of the persona's settings."""
     document_ids: tuple[int, ...] | None = None
     """Search only these documents (the seed's ``fileIds``); ``None``: all."""
-    tools: bool = True
+    tools: bool | tuple[str, ...] = True
+    """``True``: every tool the agent has; ``False``: none; names: just those, each a
+    tool's name or an alias (``tavily_search`` for ``web_search``). A name the agent
+    has no tool for is an ``InvalidRequestError`` before anything is stored."""
     history_budget: int | None = None
     """Tokens for the history context (default: the memory config's, 3000)."""
     owner: str | None = None
@@ -509,6 +512,7 @@ class AgentService:
         turn's model calls: its first event and its usage (``agent.gate``: how the
         gateway counts a turn against a key's limits and in the usage ledger)."""
         self.models.backend_name(request.model)  # an unknown model fails before any work
+        self.offered_tools(request.tools)  # so does an unknown tool
         backend = self.turns.begin(request.model)
         try:
             turn = self._turn(request, metered(self.models.chat, meter))
@@ -555,6 +559,18 @@ class AgentService:
             # Starts once this turn has ended (``turns``), never before the reply.
             self.summariser.schedule(session.id, request.model)
         yield AgentDone(session.id, message_id, "".join(turn.shown), turn.usage, turn.rounds)
+
+    def offered_tools(self, tools: bool | Sequence[str]) -> ToolRegistry:
+        """The tools a turn offers (``AgentRequest.tools``); ``InvalidRequestError``
+        (``param: tools``) naming a tool the agent does not have."""
+        if tools is True:
+            return self.tools
+        if tools is False:
+            return ToolRegistry(max_parallel=self.tools.max_parallel)
+        try:
+            return self.tools.only(tools)
+        except UnknownToolError as exc:
+            raise InvalidRequestError(f"tools: {exc}", param="tools") from exc
 
     async def _persona(self, persona_id: str | None, owner: str | None) -> PersonaRecord | None:
         if not persona_id:
@@ -613,7 +629,8 @@ class AgentService:
         turn: _Turn,
         chat_fn: ChatFn,
     ) -> AsyncGenerator[AgentEvent, None]:
-        offered = self.tools.definitions() if request.tools else ()
+        tools = self.offered_tools(request.tools)
+        offered = tools.definitions()
         fmt = ResponseFormat("json") if settings.output_format == "json" else None
         shown_markers: set[str] = set()
         for number in range(self.max_rounds + 1):
@@ -643,14 +660,14 @@ class AgentService:
             if final or not calls:
                 return
             for call in calls:
-                tool = self.tools.get(call.name)
+                tool = tools.get(call.name)
                 if tool is not None and tool.marker and tool.marker not in shown_markers:
                     shown_markers.add(tool.marker)
                     turn.shown.append(f"{tool.marker}\n\n")
                     yield AgentDelta(f"{tool.marker}\n\n")
                 turn.calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
                 yield AgentToolCall(call.id, call.name, dict(call.arguments), number)
-            results = await self.tools.execute_all(calls)
+            results = await tools.execute_all(calls)
             for result in results:
                 turn.results.append(
                     {

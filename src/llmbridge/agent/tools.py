@@ -8,9 +8,12 @@ timeout. A call never raises: an unknown tool, arguments that do not match the
 schema, a handler's exception or a timeout become an error result the model reads,
 so the loop can go on and the model can say what went wrong.
 
-``web_search`` is built in, over a pluggable ``SearchProvider``. The default provider
-is Tavily, with the key the configuration holds (``agent.tavily_api_key``, read
-from ``TAVILY_API_KEY`` by gateway/config.py); without one, ``TavilySearch`` raises
+``web_search`` is built in, over a pluggable ``SearchProvider``; it also answers to
+seed 002's name for it, ``tavily_search`` (``Tool.aliases``), so a persona written for
+the seed, whose prompt tells the model to call ``tavily_search``, and a client that
+names the tool so still reach it. The default provider is Tavily, with the key the
+configuration holds (``agent.tavily_api_key``, read from ``TAVILY_API_KEY`` by
+gateway/config.py); without one, ``TavilySearch`` raises
 ``SearchNotConfiguredError`` saying how to configure it, and a ``web_search_tool()``
 without a provider or key returns that message as the tool's error result. Running
 it shows the seed's ``[SEARCHING_ONLINE]`` marker to the user.
@@ -32,6 +35,7 @@ from llmbridge.core.messages import ToolCallPart, ToolDefinition, ToolResultPart
 
 __all__ = [
     "SEARCHING_ONLINE",
+    "SEED_SEARCH_NAME",
     "TAVILY_API_KEY_ENV",
     "SearchError",
     "SearchNotConfiguredError",
@@ -40,12 +44,15 @@ __all__ = [
     "TavilySearch",
     "Tool",
     "ToolRegistry",
+    "UnknownToolError",
     "web_search_tool",
 ]
 
 SEARCHING_ONLINE = "[SEARCHING_ONLINE]"
 """The seed's marker, shown to the user before a web search runs."""
 TAVILY_API_KEY_ENV = "TAVILY_API_KEY"
+SEED_SEARCH_NAME = "tavily_search"
+"""Seed 002's name for the search tool, which ``web_search`` answers to as well."""
 
 ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 
@@ -62,9 +69,16 @@ class Tool:
     marker: str | None = None
     """Text shown to the user (once per turn) when the tool runs."""
     timeout: float = 30.0
+    aliases: tuple[str, ...] = ()
+    """Other names the tool answers to: a call, or a client choosing tools, may use
+    them. It is offered to the model under ``name`` only."""
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(self.name, self.description, self.parameters)
+
+
+class UnknownToolError(ValueError):
+    """Tools named that are not in the registry (by name or alias)."""
 
 
 @dataclass(slots=True)
@@ -78,14 +92,18 @@ class ToolRegistry:
 
     def __init__(self, tools: Sequence[Tool] = (), *, max_parallel: int = 8) -> None:
         self._tools: dict[str, _Entry] = {}
+        self._aliases: dict[str, str] = {}
+        """Alias -> the name of the tool that answers to it."""
         self.max_parallel = max_parallel
         for tool in tools:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        """Add ``tool``. Raises ``ValueError`` for a taken name or an invalid schema."""
-        if tool.name in self._tools:
-            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        """Add ``tool``. Raises ``ValueError`` for a name or alias already taken (by a
+        tool's name or alias) or an invalid schema."""
+        for name in (tool.name, *tool.aliases):
+            if name in self:
+                raise ValueError(f"a tool named {name!r} is already registered")
         try:
             Draft202012Validator.check_schema(tool.parameters)
         except jsonschema.SchemaError as exc:
@@ -93,23 +111,45 @@ class ToolRegistry:
         # An empty registry: a schema's $ref can never make the agent fetch a URL.
         validator = Draft202012Validator(tool.parameters, registry=Registry())
         self._tools[tool.name] = _Entry(tool, validator)
+        self._aliases.update((alias, tool.name) for alias in tool.aliases if alias != tool.name)
+
+    def _entry(self, name: str) -> _Entry | None:
+        return self._tools.get(self._aliases.get(name, name))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return isinstance(name, str) and self._entry(name) is not None
 
     def __len__(self) -> int:
         return len(self._tools)
 
     def get(self, name: str) -> Tool | None:
-        entry = self._tools.get(name)
+        """The tool called ``name`` or answering to it as an alias."""
+        entry = self._entry(name)
         return entry.tool if entry else None
+
+    def only(self, names: Sequence[str]) -> ToolRegistry:
+        """A registry of just the tools ``names`` names (names or aliases), in this
+        registry's order. ``UnknownToolError`` names any it does not have."""
+        unknown = [name for name in names if name not in self]
+        if unknown:
+            known = ", ".join(self._tools) or "none"
+            missing = ", ".join(repr(name) for name in unknown)
+            raise UnknownToolError(f"no tool {missing} (available: {known})")
+        chosen = {self._aliases.get(name, name) for name in names}
+        picked = ToolRegistry(max_parallel=self.max_parallel)
+        for name, entry in self._tools.items():
+            if name in chosen:
+                picked._tools[name] = entry
+                picked._aliases.update((a, name) for a in entry.tool.aliases if a != name)
+        return picked
 
     def definitions(self) -> tuple[ToolDefinition, ...]:
         return tuple(entry.tool.definition() for entry in self._tools.values())
 
     async def execute(self, call: ToolCallPart) -> ToolResultPart:
-        """Run one call; every failure is an error result, never an exception."""
-        entry = self._tools.get(call.name)
+        """Run one call (named by the tool's name or an alias); every failure is an
+        error result, never an exception."""
+        entry = self._entry(call.name)
         if entry is None:
             known = ", ".join(self._tools) or "none"
             return _error(call, f"unknown tool {call.name!r} (available: {known})")
@@ -256,7 +296,8 @@ def web_search_tool(
     max_results: int = 5,
 ) -> Tool:
     """The built-in ``web_search`` tool over ``provider`` (default: Tavily with
-    ``api_key``; without a key each call's result is the error saying how to set one)."""
+    ``api_key``; without a key each call's result is the error saying how to set one),
+    answering to seed 002's ``tavily_search`` too."""
 
     async def handler(arguments: dict[str, Any]) -> str:
         query = str(arguments["query"])
@@ -269,4 +310,5 @@ def web_search_tool(
         parameters=WEB_SEARCH_SCHEMA,
         handler=handler,
         marker=SEARCHING_ONLINE,
+        aliases=(SEED_SEARCH_NAME,),
     )
