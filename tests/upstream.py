@@ -48,6 +48,12 @@ class FakeUpstream:
         """The ``Cookie`` header of each request that took a canned reply, in order."""
         self.show: dict[str, object] | None = None
         """What ``/api/show`` answers (404 when ``None``: the model's details unknown)."""
+        self.tags: list[dict[str, object]] = []
+        """The models ``/api/tags`` lists."""
+        self.running: list[dict[str, object]] = []
+        """The models ``/api/ps`` lists."""
+        self.methods: list[str] = []
+        """The method of each request that took a canned reply, in order."""
         self.app = Starlette(
             routes=[
                 Route("/api/chat", self._reply, methods=["POST"]),
@@ -55,16 +61,28 @@ class FakeUpstream:
                 Route("/api/generate", self._reply, methods=["POST"]),
                 Route("/v1/completions", self._reply, methods=["POST"]),
                 Route("/v1/responses", self._reply, methods=["POST"]),
+                # Ollama's model management: canned replies too.
+                Route("/api/pull", self._reply, methods=["POST"]),
+                Route("/api/push", self._reply, methods=["POST"]),
+                Route("/api/create", self._reply, methods=["POST"]),
+                Route("/api/copy", self._reply, methods=["POST"]),
+                Route("/api/delete", self._reply, methods=["DELETE"]),
                 Route("/api/show", self._show, methods=["POST"]),
                 Route("/api/version", self._version, methods=["GET"]),
                 Route("/api/tags", self._tags, methods=["GET"]),
+                Route("/api/ps", self._ps, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
 
+    def serve_canned(self, path: str, method: str = "POST") -> None:
+        """Answer ``path`` from the queue too (unrouted paths are a 404)."""
+        self.app.add_route(path, self._reply, methods=[method])
+
     async def _reply(self, request: Request) -> Response:
         self.bodies.append(await request.body())
         self.paths.append(request.url.path)
+        self.methods.append(request.method)
         self.cookies.append(request.headers.get("cookie"))
         if request.client is not None:
             self.peers.append((request.client.host, request.client.port))
@@ -94,7 +112,10 @@ class FakeUpstream:
         return Response(orjson.dumps(self.show), media_type="application/json")
 
     async def _tags(self, request: Request) -> Response:
-        return Response(b'{"models":[]}', media_type="application/json")
+        return Response(orjson.dumps({"models": self.tags}), media_type="application/json")
+
+    async def _ps(self, request: Request) -> Response:
+        return Response(orjson.dumps({"models": self.running}), media_type="application/json")
 
     async def _models(self, request: Request) -> Response:
         return Response(b'{"object":"list","data":[]}', media_type="application/json")

@@ -48,6 +48,13 @@ CALLS: list[tuple[str, str, dict[str, Any] | None, bool]] = [
     ("GET", "/api/ps", None, False),
     ("GET", "/api/version", None, False),
     ("POST", "/api/embed", {"model": "scripted", "input": "hi"}, True),
+    ("POST", "/api/embeddings", {"model": "scripted", "prompt": "hi"}, True),
+    # Model management: a database key may not (403), but the request is recorded.
+    ("POST", "/api/pull", {"model": "scripted"}, False),
+    ("POST", "/api/push", {"model": "scripted"}, False),
+    ("DELETE", "/api/delete", {"model": "scripted"}, False),
+    ("POST", "/api/copy", {"source": "scripted", "destination": "scripted-copy"}, False),
+    ("POST", "/api/create", {"model": "scripted", "from": "scripted"}, False),
     ("POST", "/v1/chat/completions", CHAT, True),
     ("GET", "/v1/models", None, False),
     ("GET", "/v1/models/scripted", None, False),

@@ -10,11 +10,13 @@ errors the backend itself reports mid-stream are yielded as ``StreamError``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.models import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.core.stream import EventStream
@@ -67,6 +69,9 @@ class Capabilities:
     embedded model's grammar, Ollama's ``format``, an OpenAI-compatible server that is
     configured to say so. Tool emulation then sends its decision's schema, so a
     decision names only offered tools and ends where its JSON ends."""
+    manages_models: bool = False
+    """Pulls, pushes, deletes, copies and creates its models through Ollama's API
+    (``/api/pull``...): the gateway forwards those requests to it (``manage_models``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,25 @@ class Backend(ABC):
     async def running_models(self) -> list[ModelInfo]:
         """Models currently loaded in memory (Ollama ``/api/ps``)."""
         return []
+
+    async def unload(self, model: str) -> bool:
+        """Free the memory ``model`` holds now (Ollama's ``keep_alive: 0`` with nothing
+        to generate); whether there was anything to free. The default: a backend that
+        holds no model in this gateway's reach (a remote API) has nothing to free."""
+        return False
+
+    def manage_models(
+        self, operation: ModelOperation, body: dict[str, Any]
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Send a model-management request (``pull``, ``push``, ``delete``, ``copy``,
+        ``create``) with Ollama's ``body``; the reply's bytes as they come (a pull's
+        progress lines). Only a backend whose ``capabilities.manages_models`` says so
+        overrides this; the others refuse."""
+        raise UnsupportedFeatureError(
+            f"the gateway does not manage the models of backend '{self.name}' ({self.kind}):"
+            f" {operation} goes to Ollama backends only",
+            param="model",
+        )
 
     async def count_tokens(self, request: ChatRequest) -> int | None:
         """The exact prompt size in the model's own tokens, or ``None`` when this

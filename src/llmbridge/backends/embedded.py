@@ -14,7 +14,10 @@ serving with ``BackendUnavailableError`` (503 in the caller's dialect, or the
 dialect's in-stream error once the reply has begun) and a new one is started for the
 requests after it; ``/health`` shows the worker's pid, state and restarts. Schemas
 are also checked before llama.cpp sees them (``embedded_schema.py``): an unusable
-one is a 400 naming the field, not a crash.
+one is a 400 naming the field, not a crash. An unload (Ollama's ``keep_alive: 0`` with
+nothing to generate, ``unload``) stops the worker once the generation and the
+embedding batch under way are done, which frees the model's memory and its KV cache;
+the next request starts a new worker, as the first one did.
 
 Order and limits. One model holds one KV cache, so generations run one at a time, in
 arrival order, through a bounded line (``embedded_queue.py``): at most ``max_queue``
@@ -61,6 +64,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -267,6 +271,18 @@ class EmbeddedBackend(Backend):
     async def start(self) -> None:
         await self.workers.ready()
 
+    async def unload(self, model: str) -> bool:
+        """Stop the worker, which frees the model and its KV cache (Ollama's unload),
+        once the generation and the embedding batch under way have finished; the next
+        request starts a new worker and loads the model again (its ``load_duration``)."""
+        chat_turn = await self.chat_queue.enter_unbounded()
+        embed_turn = await self.embed_queue.enter_unbounded()
+        try:
+            return await self.workers.stop()
+        finally:
+            chat_turn.release()
+            embed_turn.release()
+
     async def aclose(self) -> None:
         # A running generation or batch finishes first (its client is still reading).
         chat_turn = await self.chat_queue.enter_unbounded()
@@ -458,6 +474,13 @@ class EmbeddedBackend(Backend):
                 "gguf_metadata": {
                     k: v for k, v in metadata.items() if not k.startswith("tokenizer.chat_")
                 },
+                # /api/show's model_info, as Ollama shows a GGUF's: its keys, numbers as
+                # numbers (llama.cpp gives every value as a string).
+                "model_info": {
+                    k: _gguf_value(v)
+                    for k, v in metadata.items()
+                    if not k.startswith("tokenizer.chat_")
+                },
             },
         )
 
@@ -511,6 +534,20 @@ class EmbeddedBackend(Backend):
                     sha.update(block)
             self._digest = f"sha256:{sha.hexdigest()}"
         return stat.st_size, stat.st_mtime, self._digest
+
+
+def _gguf_value(text: str) -> int | float | str:
+    """A GGUF metadata value as llama.cpp gives it (a string), as its JSON number when
+    it is one."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
 
 
 def _response_end(

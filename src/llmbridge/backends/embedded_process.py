@@ -418,6 +418,16 @@ class WorkerSupervisor:
         )
         self._start()
 
+    async def stop(self) -> bool:
+        """Stop the worker (its model and KV cache freed); the next ``ready`` starts a
+        new one. Whether one was running. The caller holds every turn, so no request is
+        using it."""
+        process = self.process
+        if process is None or not process.alive:
+            return False
+        await process.close()  # ``closing``: its exit is not a death to restart after
+        return True
+
     async def aclose(self) -> None:
         self._closed = True
         task = self._starting

@@ -3,19 +3,25 @@
 
 Model list and capabilities come from ``/api/tags`` and ``/api/show``, so what the
 gateway reports (tools, thinking, vision, context length) is what Ollama reports.
+An unload (``keep_alive: 0`` with nothing to generate) and the model-management
+requests (``/api/pull``, ``/api/push``, ``/api/delete``, ``/api/copy``,
+``/api/create``) go to the server as Ollama clients send them, and a model they change
+is described afresh next time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any
 
 from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.models import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import ollama as dialect
@@ -34,6 +40,7 @@ class OllamaBackend(Backend):
         fim=True,  # /api/generate's suffix, for models whose /api/show says "insert"
         context_option=True,  # options.num_ctx, sized by serving/context_size.py
         structured_output=True,  # ``format`` takes a JSON schema (Ollama 0.5 and later)
+        manages_models=True,  # /api/pull, /api/delete... are forwarded to it
     )
 
     def __init__(
@@ -97,6 +104,25 @@ class OllamaBackend(Backend):
     async def running_models(self) -> list[ModelInfo]:
         reply = await self._http.request_json("GET", "/api/ps")
         return [replace(m, backend=self.name) for m in dialect.decode_tags(reply)]
+
+    async def unload(self, model: str) -> bool:
+        # What Ollama clients send for it (Open WebUI's eject): an empty prompt with
+        # keep_alive 0; Ollama expires the model's runner and answers "unload".
+        body = {"model": model, "prompt": "", "keep_alive": 0, "stream": False}
+        await self._http.request_json("POST", "/api/generate", body)
+        return True
+
+    @asynccontextmanager
+    async def manage_models(
+        self, operation: ModelOperation, body: dict[str, Any]
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        method = "DELETE" if operation == "delete" else "POST"
+        try:
+            async with self._http.stream(f"/api/{operation}", body, method=method) as chunks:
+                yield chunks
+        finally:
+            # What the server knows of a pulled, created, copied or deleted model changed.
+            self._show_cache.clear()
 
     async def health(self) -> BackendHealth:
         verdict, body = await self._http.probe("/api/version")

@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Capability", "ModelInfo"]
+__all__ = ["Capability", "ModelInfo", "ModelOperation"]
 
 Capability = Literal["completion", "tools", "thinking", "vision", "embedding", "insert"]
+
+ModelOperation = Literal["pull", "push", "delete", "copy", "create"]
+"""What a client may ask a model server to do to its models (Ollama's ``/api/pull``,
+``/api/push``, ``/api/delete``, ``/api/copy``, ``/api/create``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,3 +132,8 @@ class EmbedRequest:
     inputs: tuple[str, ...]
     dimensions: int | None = None
     truncate: bool = True
+    keep_alive: str | int | None = None
+    """How long the model stays loaded afterwards (Ollama's ``keep_alive``)."""
+    provider_details: dict[str, Any] | None = None
+    """Dialect fields the core does not model, keyed by dialect name (Ollama's
+    ``options``)."""

@@ -52,6 +52,7 @@ from llmbridge.gateway.routes import (
     responses,
     system,
 )
+from llmbridge.gateway.routes.ollama_models import MANAGEMENT_PATHS, MASTER_KEY_CALLER
 from llmbridge.gateway.state import GatewayState
 from llmbridge.gateway.stored_responses import ResponseStore
 from llmbridge.gateway.workers import WorkerBoard
@@ -59,7 +60,7 @@ from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
 from llmbridge.store.database import OpenOnce
-from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, presented_key
+from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, key_identity, presented_key
 from llmbridge.web.render import (
     dialect_for_path,
     dialect_for_scope,
@@ -123,8 +124,10 @@ class _AuthMiddleware:
     """Rejects requests without a valid key, in the caller's dialect (pure ASGI: cheap).
     Static keys are checked in memory, database keys through the accounts' cache
     (accounts/service.py); ``/admin/`` checks the master key itself
-    (accounts/routes.py). While auth is off for want of keys, each request lets the
-    accounts look for a first database key (in the background, at most every 5 s)."""
+    (accounts/routes.py), and the model-management routes accept it besides the other
+    keys (gateway/routes/ollama_models.py). While auth is off for want of keys, each
+    request lets the accounts look for a first database key (in the background, at
+    most every 5 s)."""
 
     def __init__(self, app: ASGIApp, accounts: Accounts) -> None:
         self.app = app
@@ -147,9 +150,13 @@ class _AuthMiddleware:
         try:
             query = scope.get("query_string", b"")  # Gemini clients' ?key=
             presented = presented_key(Headers(scope=scope), query)
-            # Which key matched: the caller's identity (the agent API's owner), and its
-            # record when it is a database key (its limits: accounts/limits.py).
-            scope[KEY_IDENTITY], scope[ACCOUNT] = await self.accounts.caller(presented)
+            if path in MANAGEMENT_PATHS and self.accounts.master_matches(presented):
+                # The operator's key also manages models (gateway/routes/ollama_models.py).
+                scope[KEY_IDENTITY], scope[MASTER_KEY_CALLER] = key_identity(presented), True
+            else:
+                # Which key matched: the caller's identity (the agent API's owner), and
+                # its record when it is a database key (its limits: accounts/limits.py).
+                scope[KEY_IDENTITY], scope[ACCOUNT] = await self.accounts.caller(presented)
         except LLMBridgeError as exc:  # 401; 503 with the key database down or frozen
             await self._refuse(scope, receive, send, exc)
             return

@@ -28,7 +28,6 @@ from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.exchange import Exchange, exchanged
-from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
 from llmbridge.web.bodies import read_chat
@@ -227,7 +226,10 @@ async def counted_tokens(
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-Shortcut = Callable[[GatewayState, ChatRequest], Response | None]
+Answer = Callable[[Exchange, ChatRequest], Awaitable[Response]]
+Shortcut = Callable[[ChatRequest], Answer | None]
+"""Whether a decoded chat is answered without a generation: ``None`` to go on, else
+how it is answered (Ollama's load and unload replies)."""
 
 
 def chat_endpoint(
@@ -238,9 +240,10 @@ def chat_endpoint(
     """A route handler: read the body, ``decode`` it, then ``serve_chat``, in one
     ``Exchange``.
 
-    ``shortcut`` may answer a decoded request without a backend (Ollama's "load the
-    model" reply to an empty conversation); it returns ``None`` to go on. Its answer
-    is admitted (the key's globs) and recorded like any other.
+    ``shortcut`` may answer a decoded request without a generation (Ollama's "load
+    the model" and "unload it" replies to an empty conversation); it returns ``None``
+    to go on. Its answer is admitted (the key's globs) before it runs, and recorded
+    like any other.
     """
 
     @exchanged(codec.endpoint, codec.dialect)
@@ -249,9 +252,9 @@ def chat_endpoint(
         # Large bodies are parsed and decoded off the event loop (web/bodies.py).
         chat = await read_chat(request, state.limits, decode)
         exchange.asked(chat.model, streamed=chat.stream)
-        if shortcut is not None and (early := shortcut(state, chat)) is not None:
+        if shortcut is not None and (answer := shortcut(chat)) is not None:
             exchange.admit_model(chat.model, refuse=True)  # as a chat would be
-            return early
+            return await answer(exchange, chat)
         return await serve_chat(request, chat, codec, exchange=exchange)
 
     return endpoint

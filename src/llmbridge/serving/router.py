@@ -168,6 +168,11 @@ class ModelRouter:
         self._info[key] = (info, now)
         return info
 
+    def forget(self, backend: str, backend_model: str) -> None:
+        """Drop what ``model_info`` keeps of a model that changed on its backend (it
+        was pulled, created, copied over or deleted there)."""
+        self._info.pop((backend, backend_model), None)
+
     async def show(self, name: str) -> ModelInfo:
         resolved = self.resolve(name)
         info = await resolved.backend.show_model(resolved.backend_model)

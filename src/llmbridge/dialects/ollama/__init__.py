@@ -1,5 +1,7 @@
-"""Ollama's native API (``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/tags``,
-``/api/show``, ``/api/ps``): wire types and codecs in both directions, no I/O.
+"""Ollama's native API (``/api/chat``, ``/api/generate``, ``/api/embed``,
+``/api/embeddings``, ``/api/tags``, ``/api/show``, ``/api/ps``, and the model-management
+requests ``/api/pull``, ``/api/push``, ``/api/delete``, ``/api/copy``, ``/api/create``):
+wire types and codecs in both directions, no I/O.
 
 The gateway's Ollama routes use the server side (decode requests, encode replies and
 NDJSON streams); the Ollama backend uses the client side (encode requests, decode
@@ -9,6 +11,7 @@ replies and streams). See docs/ARCHITECTURE.md for the dialect contract.
 from __future__ import annotations
 
 from llmbridge.dialects.ollama.errors import error_body
+from llmbridge.dialects.ollama.manage import ModelRequest, decode_model_request
 from llmbridge.dialects.ollama.models import (
     decode_show,
     decode_tags,
@@ -19,6 +22,7 @@ from llmbridge.dialects.ollama.models import (
 from llmbridge.dialects.ollama.request import (
     decode_chat_request,
     decode_embed_request,
+    decode_embeddings_request,
     decode_generate_request,
     decode_show_request,
     encode_chat_request,
@@ -30,6 +34,7 @@ from llmbridge.dialects.ollama.response import (
     decode_embed_response,
     encode_chat_response,
     encode_embed_response,
+    encode_embeddings_response,
     encode_generate_response,
 )
 from llmbridge.dialects.ollama.stream import (
@@ -41,12 +46,15 @@ from llmbridge.dialects.ollama.stream import (
 
 __all__ = [
     "ChatFrameDecoder",
+    "ModelRequest",
     "decode_chat_request",
     "decode_chat_response",
     "decode_chat_stream",
     "decode_embed_request",
     "decode_embed_response",
+    "decode_embeddings_request",
     "decode_generate_request",
+    "decode_model_request",
     "decode_show",
     "decode_show_request",
     "decode_tags",
@@ -55,6 +63,7 @@ __all__ = [
     "encode_chat_stream",
     "encode_embed_request",
     "encode_embed_response",
+    "encode_embeddings_response",
     "encode_generate_request",
     "encode_generate_response",
     "encode_ps",

@@ -3,8 +3,14 @@
 What Ollama reports beyond the fields ``ModelInfo`` models is kept in
 ``ModelInfo.details`` under Ollama's own names, so a model listed by a real Ollama
 server is shown to clients as Ollama showed it: ``model_info``, ``parameters``,
-``license``, ``modelfile``, ``system``, ``parent_model``, ``families``,
-``remote_model``, ``remote_host``, ``expires_at``, ``size_vram``.
+``license``, ``modelfile``, ``system``, ``renderer``, ``parser``, ``messages``,
+``projector_info``, ``requires``, ``parent_model``, ``families``, ``remote_model``,
+``remote_host``, ``expires_at``, ``size_vram``, and the capabilities the core does not
+model (``image``, ``audio``) under ``capabilities``.
+
+A model whose backend gave no template but can call tools is shown with a stand-in
+template in Ollama's form (``template.py`` says why clients need one); a real Ollama
+server's template goes through unchanged.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 from llmbridge.core.errors import BackendProtocolError
 from llmbridge.core.models import Capability, ModelInfo
 from llmbridge.dialects.fields import int_or_none, nonempty_str, object_or_empty
+from llmbridge.dialects.ollama.template import stand_in_template
 from llmbridge.dialects.ollama.types import parse_rfc3339, rfc3339
 
 __all__ = ["decode_show", "decode_tags", "encode_ps", "encode_show", "encode_tags"]
@@ -29,12 +36,20 @@ _CAPABILITIES: tuple[Capability, ...] = (
     "embedding",
     "thinking",
 )
+_OTHER_CAPABILITIES = ("image", "audio")
+"""Ollama's capabilities the core does not model, in Ollama's order after the others:
+kept from a real Ollama server's reply and shown again as it sent them."""
 _DEFAULT_CAPABILITIES: frozenset[Capability] = frozenset({"completion"})
 # Keys of ``details`` copied between ModelInfo.details and a listing entry.
 _REMOTE_KEYS = ("remote_model", "remote_host")
 _ENTRY_KEYS = (*_REMOTE_KEYS, "expires_at", "size_vram")
 _DETAIL_KEYS = ("parent_model", "families")
 _SHOW_KEYS = ("model_info", "parameters", "license", "modelfile", "system")
+# Fields of a real Ollama server's /api/show reply shown again only when it sent them
+# (Ollama omits each when empty), after ``capabilities``'s neighbours in its order.
+_SHOW_OPTIONAL = ("renderer", "parser", "messages", *_REMOTE_KEYS)
+_SHOW_TRAILING = ("projector_info",)
+_SHOW_LAST = ("requires",)
 _KEEP_ALIVE_S = 300.0
 """Ollama's default keep_alive, for ``expires_at`` when nothing better is known."""
 
@@ -86,18 +101,25 @@ def encode_show(info: ModelInfo) -> dict[str, Any]:
         for key in [k for k in model_info if k.endswith(".context_length")]:
             del model_info[key]  # a stale window would contradict ours
         model_info[f"{architecture}.context_length"] = info.context_length
+    capabilities = _capability_list(info)
+    template = info.template or ""
+    if not template and "tools" in capabilities:
+        template = stand_in_template(capabilities)
     body: dict[str, Any] = {
         "license": details.get("license") or "",
         "modelfile": details.get("modelfile") or f"FROM {info.name}\n",
         "parameters": details.get("parameters") or "",
-        "template": info.template or "",
+        "template": template,
     }
     if details.get("system"):
         body["system"] = details["system"]
+    body.update((key, details[key]) for key in _SHOW_OPTIONAL if details.get(key))
     body["details"] = _details(info)
     body["model_info"] = model_info
-    body["capabilities"] = _capability_list(info)
+    body.update((key, details[key]) for key in _SHOW_TRAILING if details.get(key))
+    body["capabilities"] = capabilities
     body["modified_at"] = rfc3339(info.modified_at if info.modified_at is not None else time.time())
+    body.update((key, details[key]) for key in _SHOW_LAST if details.get(key))
     return body
 
 
@@ -130,7 +152,11 @@ def _details(info: ModelInfo) -> dict[str, Any]:
 
 
 def _capability_list(info: ModelInfo) -> list[str]:
-    return [cap for cap in _CAPABILITIES if cap in info.capabilities]
+    listed: list[str] = [cap for cap in _CAPABILITIES if cap in info.capabilities]
+    others = info.details.get("capabilities")
+    if isinstance(others, list):
+        listed.extend(cap for cap in _OTHER_CAPABILITIES if cap in others)
+    return listed
 
 
 def _digest(name: str) -> str:
@@ -160,6 +186,7 @@ def decode_tags(body: object) -> list[ModelInfo]:
         wire_details = object_or_empty(entry.get("details"))
         extra = {key: wire_details[key] for key in _DETAIL_KEYS if wire_details.get(key)}
         extra.update((key, entry[key]) for key in _ENTRY_KEYS if entry.get(key))
+        extra.update(_other_capabilities(entry.get("capabilities")))
         models.append(
             ModelInfo(
                 name=name,
@@ -195,7 +222,11 @@ def decode_show(name: str, body: object) -> ModelInfo:
     model_info = object_or_empty(body.get("model_info"))
     architecture = nonempty_str(model_info.get("general.architecture"))
     extra = {key: body[key] for key in _SHOW_KEYS if body.get(key)}
+    extra.update(
+        (key, body[key]) for key in (*_SHOW_OPTIONAL, *_SHOW_TRAILING, *_SHOW_LAST) if body.get(key)
+    )
     extra.update((key, wire_details[key]) for key in _DETAIL_KEYS if wire_details.get(key))
+    extra.update(_other_capabilities(body.get("capabilities")))
     return ModelInfo(
         name=name,
         backend_model=name,
@@ -220,6 +251,14 @@ def _context_length(model_info: dict[str, Any], architecture: str | None) -> int
         if key.endswith(".context_length") and int_or_none(value) is not None:
             return int_or_none(value)
     return None
+
+
+def _other_capabilities(value: object) -> dict[str, list[str]]:
+    """The capabilities the core does not model, as ``details`` keeps them."""
+    if not isinstance(value, list):
+        return {}
+    others = [cap for cap in _OTHER_CAPABILITIES if cap in value]
+    return {"capabilities": others} if others else {}
 
 
 def _capabilities(value: object) -> frozenset[Capability]:

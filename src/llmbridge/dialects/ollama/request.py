@@ -1,4 +1,5 @@
-"""Ollama request bodies <-> neutral requests: ``/api/chat``, ``/api/generate``, ``/api/embed``.
+"""Ollama request bodies <-> neutral requests: ``/api/chat``, ``/api/generate``,
+``/api/embed`` and ``/api/embeddings``.
 
 A backend sends a completion request (``ChatRequest.completion``) as ``/api/generate``
 (``encode_generate_request``), where Ollama fills the gap before a ``suffix`` with the
@@ -48,6 +49,7 @@ from llmbridge.dialects.ollama.errors import VALIDATION_WORDING
 from llmbridge.dialects.ollama.types import (
     ChatMessage,
     ChatRequestBody,
+    EmbeddingsRequestBody,
     EmbedRequestBody,
     GenerateRequestBody,
     Options,
@@ -60,6 +62,7 @@ from llmbridge.dialects.validation import validate_body
 __all__ = [
     "decode_chat_request",
     "decode_embed_request",
+    "decode_embeddings_request",
     "decode_generate_request",
     "decode_show_request",
     "encode_chat_request",
@@ -184,7 +187,31 @@ def decode_embed_request(body: object) -> EmbedRequest:
         inputs=inputs,
         dimensions=parsed.dimensions,
         truncate=parsed.truncate is not False,
+        keep_alive=_decode_keep_alive(parsed.keep_alive),
+        provider_details=_embed_details(parsed.options),
     )
+
+
+def decode_embeddings_request(body: object) -> EmbedRequest:
+    """Validate and translate an ``/api/embeddings`` body (one ``prompt``, one vector).
+
+    An empty prompt is valid: Ollama loads the model and answers an empty vector, so
+    it decodes to a request with no inputs.
+    """
+    parsed = validate_body(EmbeddingsRequestBody, body, VALIDATION_WORDING)
+    return EmbedRequest(
+        model=parsed.model,
+        inputs=(parsed.prompt,) if parsed.prompt else (),
+        keep_alive=_decode_keep_alive(parsed.keep_alive),
+        provider_details=_embed_details(parsed.options),
+    )
+
+
+def _embed_details(options: Options | None) -> dict[str, Any] | None:
+    """The embedding's ``options`` as an Ollama backend takes them back (the load-time
+    ones, ``num_ctx`` and ``num_thread`` say, matter to an embedding model too)."""
+    values = options.model_dump(exclude_none=True) if options is not None else {}
+    return {"ollama": {"options": values}} if values else None
 
 
 def decode_show_request(body: object) -> str:
@@ -469,12 +496,19 @@ def encode_generate_request(req: ChatRequest) -> dict[str, Any]:
 
 
 def encode_embed_request(req: EmbedRequest) -> dict[str, Any]:
-    """The ``/api/embed`` body llmbridge sends to a real Ollama server."""
+    """The ``/api/embed`` body llmbridge sends to a real Ollama server (an
+    ``/api/embeddings`` caller's too: one input, and its ``options`` and
+    ``keep_alive``)."""
     body: dict[str, Any] = {"model": req.model, "input": list(req.inputs)}
     if not req.truncate:
         body["truncate"] = False
     if req.dimensions is not None:
         body["dimensions"] = req.dimensions
+    if req.keep_alive is not None:
+        body["keep_alive"] = req.keep_alive
+    options = ((req.provider_details or {}).get("ollama") or {}).get("options")
+    if options:
+        body["options"] = options
     return body
 
 

@@ -1,4 +1,5 @@
-"""Ollama non-streamed replies <-> neutral responses (``/api/chat``, ``/generate``, ``/embed``).
+"""Ollama non-streamed replies <-> neutral responses (``/api/chat``, ``/generate``, ``/embed``,
+``/embeddings``).
 
 Encoders build what an Ollama client reads; decoders read a real Ollama server's
 reply. A non-streamed chat reply is decoded as a one-frame stream (through
@@ -23,6 +24,7 @@ __all__ = [
     "decode_embed_response",
     "encode_chat_response",
     "encode_embed_response",
+    "encode_embeddings_response",
     "encode_generate_response",
 ]
 
@@ -98,6 +100,13 @@ def encode_embed_response(resp: EmbedResponse, request: EmbedRequest) -> dict[st
     )
     body.update((key, value) for key, value in fields if value is not None)
     return body
+
+
+def encode_embeddings_response(resp: EmbedResponse) -> dict[str, Any]:
+    """The ``/api/embeddings`` reply: the one vector (empty for an empty prompt, which
+    only loads the model), and nothing else, as Ollama answers."""
+    vector = list(resp.embeddings[0]) if resp.embeddings else []
+    return {"embedding": vector}
 
 
 def decode_embed_response(body: object) -> EmbedResponse:

@@ -36,15 +36,22 @@ __all__ = [
     "THINK_LEVELS",
     "ChatMessage",
     "ChatRequestBody",
+    "CopyRequestBody",
+    "CreateRequestBody",
+    "DeleteRequestBody",
     "EmbedRequestBody",
+    "EmbeddingsRequestBody",
     "GenerateRequestBody",
     "Options",
+    "PullRequestBody",
+    "PushRequestBody",
     "ShowRequestBody",
     "Tool",
     "ToolCall",
     "ToolCallFunction",
     "ToolFunction",
     "done_reason",
+    "keep_alive_seconds",
     "metrics",
     "parse_rfc3339",
     "rfc3339",
@@ -362,6 +369,20 @@ class EmbedRequestBody(_Body):
         raise ValueError("must be a string or a list of strings")
 
 
+class EmbeddingsRequestBody(_Body):
+    """The body of ``POST /api/embeddings``: one prompt, one vector (the route Ollama
+    keeps beside ``/api/embed``, which ollama-js's ``embeddings()`` still calls)."""
+
+    model: str = Field(min_length=1)
+    """Name of the model."""
+    prompt: str = ""
+    """The text to embed; empty just loads the model (the reply's vector is empty)."""
+    keep_alive: KeepAlive = None
+    """How long the model stays loaded after the request."""
+    options: Options | None = None
+    """Model options."""
+
+
 class ShowRequestBody(_Body):
     """The body of ``POST /api/show``."""
 
@@ -390,6 +411,63 @@ class ShowRequestBody(_Body):
         return self.model or self.name or ""
 
 
+# -- model management (``/api/pull``, ``/api/push``, ``/api/delete``, ``/api/copy``,
+# ``/api/create``): validated here, then forwarded as the client sent them, so only
+# the fields the gateway reads are declared (``extra="allow"`` keeps the rest).
+
+
+class _NamedModelBody(_Body):
+    model: str | None = None
+    """Name of the model."""
+    name: str | None = None
+    """Deprecated spelling of ``model`` (ollama-js still sends it)."""
+
+    @property
+    def model_name(self) -> str:
+        """The model named, whichever field named it (empty when neither did)."""
+        return self.model or self.name or ""
+
+
+class PullRequestBody(_NamedModelBody):
+    """The body of ``POST /api/pull``."""
+
+    insecure: bool | None = None
+    """Deprecated, ignored by Ollama."""
+    stream: bool | None = None
+    """Stream progress lines (Ollama's default is true); false: one final line."""
+
+
+class PushRequestBody(PullRequestBody):
+    """The body of ``POST /api/push``."""
+
+
+class DeleteRequestBody(_NamedModelBody):
+    """The body of ``DELETE /api/delete``."""
+
+
+class CopyRequestBody(_Body):
+    """The body of ``POST /api/copy``."""
+
+    source: str = Field(min_length=1)
+    """The model to copy."""
+    destination: str = Field(min_length=1)
+    """The new name."""
+
+
+class CreateRequestBody(_NamedModelBody):
+    """The body of ``POST /api/create`` (``files``, ``adapters``, ``template``,
+    ``system``, ``parameters``, ``messages``... go through as sent)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str | None = Field(None, alias="from")
+    """The model (or file) the new one is made from."""
+    stream: bool | None = None
+    """Stream progress lines (Ollama's default is true)."""
+    quantize: str | None = None
+    """Quantization format for the new model."""
+
+
 # -- spellings shared by the codecs ---------------------------------------------------
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -412,6 +490,35 @@ def parse_rfc3339(value: object) -> float | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+_DURATION = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_UNITS = {
+    "ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+    "h": 3600.0,
+}  # fmt: skip
+
+
+def keep_alive_seconds(value: str | int | float | None) -> float | None:
+    """``keep_alive`` in seconds as Ollama reads it: a number is seconds, a string a Go
+    duration (``"5m"``, ``"1h30m"``, ``"0"``); ``None`` when absent or not a duration.
+    A negative value means "for ever" to Ollama and stays negative here."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    text = value.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    text = text.lstrip("+-")
+    if text == "0":
+        return 0.0
+    total, position = 0.0, 0
+    for match in _DURATION.finditer(text):
+        if match.start() != position:
+            return None
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    return sign * total if text and position == len(text) else None
 
 
 def done_reason(stop_reason: StopReason) -> str:

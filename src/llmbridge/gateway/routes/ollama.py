@@ -1,5 +1,13 @@
 """Ollama's native API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps,
-/api/version and /api/embed."""
+/api/version, /api/embed and /api/embeddings; the model-management routes (/api/pull,
+/api/push, /api/delete, /api/copy, /api/create) are ``ollama_models``'.
+
+A chat or generate request with nothing to generate is answered here, as Ollama
+answers it: a load (``done_reason: "load"``), or with ``keep_alive`` 0 an unload
+(``"unload"``), which the backends that hold models in memory are told of first (an
+Ollama server, the embedded model: ``Backend.unload``); one with nothing to free (a
+remote API) has nothing to do.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +25,12 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.ollama.types import keep_alive_seconds
 from llmbridge.gateway.admission import visible_models
 from llmbridge.gateway.exchange import Exchange, exchanged
-from llmbridge.gateway.pipeline import ChatCodec, Shortcut, chat_endpoint, serve_embed
-from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.pipeline import Answer, ChatCodec, Shortcut, chat_endpoint, serve_embed
+from llmbridge.gateway.routes import ollama_models
+from llmbridge.serving.router import Resolved
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect
 
@@ -61,23 +71,49 @@ def _json(body: object, status: int = 200) -> Response:
     return Response(dumps(body), status_code=status, media_type="application/json")
 
 
-def _load_reply(generate: bool) -> Shortcut:
-    """Ollama answers a conversation with nothing to generate by loading the model."""
+def _nothing_to_generate(generate: bool) -> Shortcut:
+    """Ollama answers a request with nothing to generate (a chat without messages, a
+    generate without a prompt) by loading the model, or with ``keep_alive`` 0 by
+    unloading it (Open WebUI's eject sends ``/api/generate`` so)."""
 
-    def shortcut(state: GatewayState, chat: ChatRequest) -> Response | None:
-        if chat.messages:
+    def shortcut(chat: ChatRequest) -> Answer | None:
+        if (chat.completion is not None) if generate else bool(chat.messages):
             return None
-        state.models.router.resolve(chat.model)  # an unknown model is still an error
-        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        body: dict[str, object] = {"model": chat.model, "created_at": now}
-        if generate:
-            body["response"] = ""
-        else:
-            body["message"] = {"role": "assistant", "content": ""}
-        body.update({"done_reason": "load", "done": True})
-        return _json(body)
+        unload = keep_alive_seconds(chat.keep_alive) == 0
+
+        async def answer(exchange: Exchange, chat: ChatRequest) -> Response:
+            resolved = exchange.state.models.router.resolve(chat.model)  # unknown: 404
+            if unload:
+                await _unload(exchange, resolved)
+            return _empty_reply(chat, generate, "unload" if unload else "load")
+
+        return answer
 
     return shortcut
+
+
+async def _unload(exchange: Exchange, resolved: Resolved) -> None:
+    """Tell the backend (each server of a route with several) to free the model."""
+    router = exchange.state.models.router
+    pool = router.pool(resolved)
+    targets = [resolved]
+    if pool is not None:
+        targets = [router.deployment(resolved, d.name) for d in pool.deployments]
+    exchange.served_by(resolved)  # the ledger's backend; the wait on it is the backend's
+    for target in targets:
+        await target.backend.unload(target.backend_model)
+    exchange.backend_answered()
+
+
+def _empty_reply(chat: ChatRequest, generate: bool, reason: str) -> Response:
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    body: dict[str, object] = {"model": chat.model, "created_at": now}
+    if generate:
+        body["response"] = ""
+    else:
+        body["message"] = {"role": "assistant", "content": ""}
+    body.update({"done_reason": reason, "done": True})
+    return _json(body)
 
 
 @exchanged("/api/tags", Dialect.OLLAMA)
@@ -125,15 +161,28 @@ async def embed(request: Request, exchange: Exchange) -> Response:
     return _json(body)
 
 
+@exchanged("/api/embeddings", Dialect.OLLAMA)
+async def embeddings(request: Request, exchange: Exchange) -> Response:
+    """One prompt, one vector: served as ``/api/embed`` is (admitted, counted and
+    recorded alike), answered in the older route's shape. An empty prompt loads the
+    model and gets an empty vector, as from Ollama."""
+    state = exchange.state
+    embed_request = ollama.decode_embeddings_request(await read_json(request, state.limits))
+    result = await serve_embed(request, embed_request, exchange=exchange)
+    return _json(ollama.encode_embeddings_response(result))
+
+
 routes = [
     Route(
         "/api/chat",
-        chat_endpoint(CHAT, ollama.decode_chat_request, _load_reply(generate=False)),
+        chat_endpoint(CHAT, ollama.decode_chat_request, _nothing_to_generate(generate=False)),
         methods=["POST"],
     ),
     Route(
         "/api/generate",
-        chat_endpoint(GENERATE, ollama.decode_generate_request, _load_reply(generate=True)),
+        chat_endpoint(
+            GENERATE, ollama.decode_generate_request, _nothing_to_generate(generate=True)
+        ),
         methods=["POST"],
     ),
     Route("/api/tags", tags, methods=["GET", "HEAD"]),
@@ -141,4 +190,6 @@ routes = [
     Route("/api/ps", ps, methods=["GET"]),
     Route("/api/version", version, methods=["GET", "HEAD"]),
     Route("/api/embed", embed, methods=["POST"]),
+    Route("/api/embeddings", embeddings, methods=["POST"]),
+    *ollama_models.routes,
 ]
