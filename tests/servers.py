@@ -42,7 +42,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_until
 
 
 def free_port() -> int:
@@ -226,12 +227,18 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while not _answers(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
-            time.sleep(0.02)
+        process = self.process
+
+        def up() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"redis-server exited on port {self.port}")
+            return _answers(self.port)
+
+        try:
+            wait_until(up, f"redis-server answering on port {self.port}", 30)
+        except AssertionError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """Kill it (SIGKILL: as an outage looks to clients, no goodbye) and wait."""

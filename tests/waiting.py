@@ -20,10 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-__all__ = ["HANG_S", "TIMEOUT_SCALE", "scaled", "until", "wait_until"]
+import httpx
+
+T = TypeVar("T")
+
+__all__ = [
+    "HANG_S",
+    "TIMEOUT_SCALE",
+    "scaled",
+    "serving",
+    "until",
+    "value_until",
+    "wait_until",
+]
 
 
 SCALE_VARIABLE = "LLMBRIDGE_TEST_TIMEOUT_SCALE"
@@ -77,6 +91,51 @@ def wait_until(condition: Callable[[], bool], what: str, within: float = HANG_S)
         if time.monotonic() > deadline:
             raise AssertionError(f"never happened within {scaled(within):.0f} s: {what}")
         time.sleep(0.01)
+
+
+def value_until(get: Callable[[], T], what: str, within: float = HANG_S, step: float = 0.01) -> T:
+    """The first truthy ``get()``, tried every ``step`` seconds; fail (naming ``what``)
+    after ``scaled(within)`` seconds. For a poll that needs what it found (a reply, a
+    body), where ``wait_until`` would need a variable outside the lambda."""
+    deadline = time.monotonic() + scaled(within)
+    while True:
+        value = get()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened within {scaled(within):.0f} s: {what}")
+        time.sleep(step)
+
+
+def serving(
+    url: str,
+    process: subprocess.Popen[Any],
+    output: Callable[[], str] | None = None,
+    within: float = HANG_S,
+) -> None:
+    """Return once the server ``process`` started answers ``url``'s ``/health`` with
+    200; fail with ``output()`` (its log; by default what it wrote to its pipes, once
+    it has exited) if it exits first or never does."""
+    if output is None:
+
+        def output() -> str:
+            if process.poll() is None:
+                return ""
+            out, err = process.communicate()
+            return "".join(part if isinstance(part, str) else "" for part in (out, err))
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"the server at {url} exited:\n{output()[-3000:]}")
+        try:
+            return httpx.get(url + "/health", timeout=scaled(5)).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(answers, f"{url}/health answering 200", within)
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\n{output()[-3000:]}") from None
 
 
 async def until(

@@ -20,7 +20,6 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +42,7 @@ from llmbridge.gateway.config import GatewayConfig
 from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, anthropic_client, openai_client
 from tests.fuzz.shapes import assert_error_shape
+from tests.waiting import serving, wait_until
 
 STATIC = "sk-static-0123456789"
 MASTER = "sk-master-0123456789"
@@ -100,16 +100,7 @@ def _serve(tmp_path: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
     output: list[str] = []
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(600):  # bounded: 60 s for a start that takes about 2
-            if process.poll() is not None:
-                raise AssertionError(f"llmbridge serve exited: {process.communicate()[0]}")
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("llmbridge serve did not start")
+        serving(base, process)
         yield base, output
     finally:
         process.terminate()
@@ -188,21 +179,19 @@ def test_the_first_key_created_while_running_turns_auth_and_the_ledger_on(
         assert _chat(server.url, "anything").choices[0].message.content  # open: no keys
         assert app.state.gateway.ledger is None
         key = _create_key(database, "first")  # another process, as an operator would
-        for _ in range(400):  # bounded (20 s); the gateway looks again every 0.2 s
+
+        def refused() -> bool:  # the gateway looks again every 0.2 s
             try:
                 _chat(server.url, "anything")
             except openai.AuthenticationError:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the first database key never turned auth on")
+                return True
+            return False
+
+        wait_until(refused, "the first database key turning auth on")
         assert _chat(server.url, key).choices[0].message.content
-        for _ in range(400):  # opened right after auth turned on
-            if app.state.gateway.ledger is not None:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the ledger did not start with the first key")
+        wait_until(  # opened right after auth turned on
+            lambda: app.state.gateway.ledger is not None, "the ledger started with the first key"
+        )
         # Revoking every key does not open the gateway again.
         assert CliRunner().invoke(cli, ["keys", "revoke", "first", "--db", database]).exit_code == 0
         with pytest.raises(openai.AuthenticationError):
@@ -274,14 +263,14 @@ def test_during_a_flood_a_new_key_works_within_the_cache_time(db_url: str) -> No
         with pytest.raises(openai.AuthenticationError):
             _chat(server.url, guess)  # the directory is read now, without the key below
         key = _create_key(db_url, "late")
-        for _ in range(400):  # bounded (20 s); the directory is read again after 0.3 s
+
+        def accepted() -> bool:  # the directory is read again after 0.3 s
             try:
-                assert _chat(server.url, key).choices[0].message.content
-                break
+                return bool(_chat(server.url, key).choices[0].message.content)
             except openai.AuthenticationError:
-                time.sleep(0.05)
-        else:
-            raise AssertionError("a key created after a miss was never accepted")
+                return False
+
+        wait_until(accepted, "a key created after a miss being accepted")
 
 
 # -- item 12: the same answer on SQLite and PostgreSQL ------------------------------------

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -20,6 +18,7 @@ from llmbridge.cli import cli
 from llmbridge.web.render import Dialect
 from tests.accounts.test_limits import DIALECTS, Call, _attempt
 from tests.servers import PostgresServer, RedisServer, _admin, free_port
+from tests.waiting import serving
 
 MASTER = "sk-master-replicas"
 
@@ -76,16 +75,7 @@ def replicas(
 
 
 def _wait_until_up(url: str, process: subprocess.Popen[str]) -> None:
-    for _ in range(600):  # bounded: 60 s at most for a start (migrations included)
-        if process.poll() is not None:
-            raise AssertionError(f"llmbridge serve exited: {process.communicate()[1][-3000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"llmbridge serve at {url} did not start")
+    serving(url, process)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from llmbridge.gateway.console.pages import SIGN_IN_FAILURES
 from llmbridge.gateway.console.session import COOKIE, issue
 from tests.conftest import RunningServer
 from tests.console.conftest import MASTER, console_gateway, csrf_of, sign_in
-from tests.waiting import scaled, wait_until
+from tests.waiting import scaled, serving, wait_until
 
 PAGES = ("/ui/", "/ui/requests", "/ui/sessions", "/ui/keys", "/ui/backends")
 
@@ -233,16 +233,7 @@ def test_serve_logs_no_key(tmp_path: Path) -> None:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + scaled(120)
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if httpx.get(url + "/health", timeout=10).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        serving(url, process, log.read_text)
         with httpx.Client(base_url=url, follow_redirects=False, timeout=30) as client:
             assert sign_in(client, "a wrong key").status_code == 401
             assert sign_in(client).status_code == 303

@@ -24,6 +24,7 @@ from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.serving.build import build_backend
 from tests.conftest import RunningServer
+from tests.waiting import wait_until
 
 E2E_DIR = Path(__file__).resolve().parent
 OPENCODE = E2E_DIR / "node_modules" / ".bin" / "opencode"
@@ -41,14 +42,17 @@ class _SlowStartingServer(RunningServer):
 
     def __enter__(self) -> RunningServer:
         self._thread.start()
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while not self.server.started:
+
+        def started() -> bool:
             if not self._thread.is_alive():
                 raise RuntimeError("the gateway failed to start")
-            if time.monotonic() > deadline:
-                self.__exit__(None, None, None)
-                raise RuntimeError(f"the gateway did not start within {STARTUP_SECONDS:g} s")
-            time.sleep(0.05)
+            return bool(self.server.started)
+
+        try:
+            wait_until(started, "the gateway over OpenCode started", STARTUP_SECONDS)
+        except AssertionError:
+            self.__exit__(None, None, None)
+            raise
         return self
 
 

@@ -24,6 +24,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
 from tests.conftest import RunningServer, anthropic_client, ollama_client, openai_client
 from tests.e2e.opencode import gateway_over_opencode
+from tests.waiting import scaled, wait_until
 
 TURN_ON = {
     "type": "function",
@@ -68,8 +69,10 @@ def stack(model: ScriptedBackend) -> Iterator[tuple[RunningServer, OpenCodeBacke
         {"scripted": {"context": 32768, "output": 1024}},
         default_model="gw/scripted",
         routes=[{"name": "scripted", "backend": "model"}],
-        prompt_timeout=15,
-        idle_timeout=30,
+        # Scaled like every bound (tests/waiting.py): after a restart on a loaded
+        # machine OpenCode took more than 15 s to start its reply.
+        prompt_timeout=scaled(15),
+        idle_timeout=scaled(30),
     ) as pair:
         yield pair
 
@@ -94,19 +97,15 @@ def _session_exists(backend: OpenCodeBackend, sid: str) -> bool:
 def _breakdown_after(backend: OpenCodeBackend, count: int) -> LatencyBreakdown:
     """The breakdown of the request after the first ``count``, once its session's
     cleanup (which runs in the background) is done."""
-    for _ in range(200):
-        if len(backend.breakdowns) > count and backend.breakdowns[count].cleaned:
-            return backend.breakdowns[count]
-        time.sleep(0.05)
-    raise AssertionError("no latency breakdown was logged")
+    wait_until(
+        lambda: len(backend.breakdowns) > count and backend.breakdowns[count].cleaned,
+        "the request's latency breakdown, once its session was cleaned up",
+    )
+    return backend.breakdowns[count]
 
 
 def _wait_until_deleted(backend: OpenCodeBackend, sid: str) -> None:
-    for _ in range(100):
-        if not _session_exists(backend, sid):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"session {sid} was not deleted")
+    wait_until(lambda: not _session_exists(backend, sid), f"session {sid} deleted")
 
 
 # -- the Home Assistant conversation, official ollama client ---------------------------
@@ -294,11 +293,9 @@ def test_a_reply_past_the_deadline_is_aborted_and_cleaned_up(
     breakdown = _breakdown_after(opencode, count)
     assert breakdown.outcome == "BackendTimeoutError"
     _wait_until_deleted(opencode, breakdown.session_id)
-    for _ in range(100):  # the abort reached OpenCode, which dropped its model call
-        if model.cancelled > cancelled:
-            break
-        time.sleep(0.05)
-    assert model.cancelled > cancelled
+    wait_until(  # the abort reached OpenCode, which dropped its model call
+        lambda: model.cancelled > cancelled, "OpenCode dropping its model call"
+    )
 
 
 def test_a_reply_streaming_longer_than_the_idle_deadline_arrives_whole(
@@ -344,11 +341,7 @@ def test_a_client_that_hangs_up_aborts_the_opencode_session(
     breakdown = _breakdown_after(opencode, count)
     assert breakdown.outcome == "cancelled"
     _wait_until_deleted(opencode, breakdown.session_id)
-    for _ in range(100):
-        if model.cancelled > cancelled:
-            break
-        time.sleep(0.05)
-    assert model.cancelled > cancelled
+    wait_until(lambda: model.cancelled > cancelled, "OpenCode dropping its model call")
 
 
 def test_every_request_logs_its_latency_breakdown(
@@ -404,10 +397,7 @@ def test_health_reports_opencode_and_a_dead_server_is_restarted_once(
     process = opencode.server._process
     assert process is not None
     process.send_signal(signal.SIGKILL)
-    for _ in range(100):
-        if process.returncode is not None:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: process.returncode is not None, "the OpenCode server gone")
     model.enqueue(Script(text=["back again"]))
     reply = ollama_client(gateway.url).chat(
         model="homeassistant", messages=[{"role": "user", "content": "still there?"}]

@@ -11,7 +11,6 @@ Every wait is bounded generously so a hang fails the test; no timing is asserted
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import anthropic
@@ -25,7 +24,7 @@ from tests.agent.postgres_faults import frozen
 from tests.agent.serving import agent_gateway
 from tests.conftest import anthropic_client, openai_client
 from tests.servers import PostgresServer
-from tests.waiting import scaled
+from tests.waiting import scaled, value_until
 
 SHORT = "connect_timeout=1&command_timeout=1&pool_timeout=1"
 
@@ -56,12 +55,12 @@ def _health(url: str, key: str | None = None) -> httpx.Response:
 def _health_until(url: str, database_ok: bool, within_s: float = 60.0) -> dict[str, Any]:
     """``/health`` (with the static key) once it says the database is ``database_ok``:
     its probe is cached for ``server.health_cache_s`` (a bound on a hang, not a timing)."""
-    deadline = time.monotonic() + within_s
-    while True:
+
+    def matching() -> dict[str, Any] | None:
         body: dict[str, Any] = _health(url, STATIC).json()
-        if body["database"]["ok"] is database_ok or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
+        return body if body["database"]["ok"] is database_ok else None
+
+    return value_until(matching, f"/health saying the database is ok={database_ok}", within_s)
 
 
 def _agent_session(url: str) -> httpx.Response:

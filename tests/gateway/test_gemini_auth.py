@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, running_gateway
 from tests.fuzz.shapes import assert_error_shape
+from tests.waiting import serving
 
 KEY = "gk-test-key-0123456789"
 
@@ -111,14 +111,7 @@ def test_query_keys_stay_out_of_the_access_log(tmp_path: Path) -> None:
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("llmbridge serve did not start")
+        serving(base, process)
         listed = httpx.get(base + "/v1beta/models", params={"pageSize": 5, "key": KEY})
         assert listed.status_code == 200
         refused = httpx.get(base + "/v1beta/models", params={"key": KEY + "-not"})

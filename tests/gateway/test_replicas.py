@@ -45,7 +45,7 @@ from google.genai import types as genai_types
 from llmbridge.cli import cli
 from tests.conftest import anthropic_client, ollama_client, openai_client
 from tests.servers import PostgresServer, RedisServer, _admin, free_port
-from tests.waiting import scaled
+from tests.waiting import scaled, value_until, wait_until
 
 MASTER = "sk-master-replicas-r6"
 HI = [{"role": "user", "content": "hi"}]
@@ -133,17 +133,15 @@ class Cluster:
 
 
 def _wait_until_up(replica: Replica) -> None:
-    deadline = time.monotonic() + START_PATIENCE_S
-    while time.monotonic() < deadline:
+    def up() -> bool:
         if replica.process.poll() is not None:
             raise AssertionError(f"llmbridge serve exited:\n{replica.log.read_text()[-3000:]}")
         try:
-            if httpx.get(replica.url + "/health", timeout=1).status_code == 200:
-                return
+            return httpx.get(replica.url + "/health", timeout=1).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{replica.url} did not start:\n{replica.log.read_text()[-3000:]}")
+            return False
+
+    wait_until(up, f"{replica.url} serving (log: {replica.log})", START_PATIENCE_S)
 
 
 @pytest.fixture
@@ -255,14 +253,13 @@ def test_usage_totals_equal_the_sum_of_the_replies_usage(cluster: Cluster) -> No
             usage = call(replica.url, key, stream)
             assert usage[0] > 0 and usage[1] > 0, (name, stream, usage)
             received.append(usage)
+
     # The ledger writes in batches (about every second): wait for all of them, bounded.
-    deadline = time.monotonic() + 20
-    groups: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        groups = [g for g in _admin_usage(second) if g["group"] == "metered"]
-        if groups and groups[0]["requests"] >= len(received):
-            break
-        time.sleep(0.2)
+    def written() -> list[dict[str, Any]] | None:
+        found = [g for g in _admin_usage(second) if g["group"] == "metered"]
+        return found if found and found[0]["requests"] >= len(received) else None
+
+    groups = value_until(written, "every request in the ledger", step=0.2)
     assert len(groups) == 1, groups
     (group,) = groups
     assert group["requests"] == len(received) == 16
@@ -304,7 +301,7 @@ def _open_stream(replica: Replica, key: str, opened: threading.Barrier) -> None:
         assert reply.status_code == 200
         chunks = reply.iter_raw()
         next(chunks)
-        opened.wait(timeout=30)
+        opened.wait(timeout=scaled(30))
         for _ in chunks:
             pass
 
@@ -334,11 +331,13 @@ def test_a_replica_killed_mid_load_leaves_the_other_serving_and_nothing_twice(
     for thread in [*streams, *loaders]:
         thread.start()
     try:
-        opened.wait(timeout=30)  # 4 streams admitted on the doomed replica: 4 slots
+        opened.wait(timeout=scaled(30))  # 4 streams admitted on the doomed replica: 4 slots
         doomed.process.kill()  # SIGKILL: no release, no flush, no goodbye
         doomed.process.wait(timeout=10)
         killed = time.monotonic()
-        time.sleep(0.5)
+        wait_until(
+            lambda: any(sent > killed for sent, _ in served), "a request served after the kill"
+        )
     finally:
         stop.set()
         for thread in [*streams, *loaders]:
@@ -351,16 +350,15 @@ def test_a_replica_killed_mid_load_leaves_the_other_serving_and_nothing_twice(
     first_burst = _burst(survivor, key, 6)
     assert first_burst == [200] * 4 + [429] * 2, first_burst
     # Then they stop counting: the key's 8 slots are whole again (bounded wait).
-    deadline = time.monotonic() + 15
     bursts = list(first_burst)
-    while True:
+
+    def whole() -> bool:
         burst = _burst(survivor, key, 8)
-        bursts += burst
-        if burst == [200] * 8 or time.monotonic() > deadline:
-            break
+        bursts.extend(burst)
         assert set(burst) <= {200, 429}, burst  # refused while the slots lived, never 5xx
-        time.sleep(0.5)
-    assert burst == [200] * 8, burst
+        return burst == [200] * 8
+
+    wait_until(whole, "the dead replica's slots to stop counting (its heartbeat's TTL)")
     # A graceful stop flushes the survivor's ledger; then count what was recorded.
     survivor.process.terminate()
     survivor.process.wait(timeout=30)
@@ -400,10 +398,8 @@ def test_redis_killed_mid_load_no_5xx_degraded_and_limits_per_replica(cluster: C
         assert during[replica.name].count(429) == 2, during
         assert replica.health()["status"] == "degraded"
     cluster.redis.start()  # the same port, empty
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if all(r.health()["status"] == "up" for r in (first, second)):
-            break
-        time.sleep(0.2)
-    assert [r.health()["status"] for r in (first, second)] == ["up", "up"]
+    wait_until(
+        lambda: all(r.health()["status"] == "up" for r in (first, second)),
+        "both replicas back on Redis",
+    )
     assert _request(first, key) == 200  # Redis's window started over when it did

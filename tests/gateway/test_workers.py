@@ -16,7 +16,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from uvicorn.config import STARTUP_FAILURE
 from llmbridge.gateway.asgi import METRICS_DIR_ENV, RUN_DIR_ENV, RunDirectory, create_app_from_env
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 from tests.conftest import RunningServer
-from tests.waiting import scaled
+from tests.waiting import scaled, value_until, wait_until
 
 REQUESTS = 40
 DEADLINE_S = scaled(60.0)
@@ -57,18 +56,19 @@ class Served:
 
 def _wait_for(what: str, served: Served, check: Callable[[], Any]) -> Any:
     """``check()``'s first truthy result, tried until ``DEADLINE_S``."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
+
+    def found() -> Any:
         if served.process.poll() is not None:
             raise AssertionError(f"llmbridge serve exited while waiting for {what}")
         try:
-            result = check()
+            return check()
         except httpx.TransportError:
-            result = None
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {DEADLINE_S:g} s:\n{served.output()}")
+            return None
+
+    try:
+        return value_until(found, what, 60.0, step=0.2)  # DEADLINE_S, before its scaling
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}:\n{served.output()}") from None
 
 
 @contextmanager
@@ -206,9 +206,7 @@ def test_sigterm_stops_every_worker_and_removes_the_run_directory(tmp_path: Path
 
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=DEADLINE_S) == 0, served.output()
-        deadline = time.monotonic() + DEADLINE_S
-        while any(_running(pid) for pid in tree) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not any(_running(pid) for pid in tree), "every worker gone")
         assert not [pid for pid in tree if _running(pid)], "orphans left running"
         assert not run_dir.exists()
         output = served.output()
@@ -223,9 +221,7 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
         run_dir = _run_dir(served.health()["workers"][0]["pid"])
         served.process.kill()
         served.process.wait(timeout=DEADLINE_S)
-        deadline = time.monotonic() + DEADLINE_S
-        while any(_running(pid) for pid in tree) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not any(_running(pid) for pid in tree), "every worker gone")
         assert not [pid for pid in tree if _running(pid)], served.output()
         with pytest.raises(httpx.TransportError):
             httpx.get(served.url + "/health", timeout=5)

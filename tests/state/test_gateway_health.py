@@ -4,7 +4,6 @@ a real ``redis-server`` and the official OpenAI client."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -12,16 +11,17 @@ import httpx
 from llmbridge.backends.scripted import ScriptedBackend
 from tests.conftest import openai_client, running_gateway
 from tests.servers import RedisServer
+from tests.waiting import value_until
 
 
 def _health_until(url: str, degraded: bool, within_s: float = 15.0) -> dict[str, Any]:
     """``/health`` once its state says ``degraded`` (a bound on a hang, not a timing)."""
-    deadline = time.monotonic() + within_s
-    while True:
+
+    def matching() -> dict[str, Any] | None:
         body: dict[str, Any] = httpx.get(url + "/health").json()
-        if body["state"]["degraded"] is degraded or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
+        return body if body["state"]["degraded"] is degraded else None
+
+    return value_until(matching, f"/health saying degraded={degraded}", within_s)
 
 
 def _ask(url: str) -> str:
