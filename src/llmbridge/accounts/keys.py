@@ -31,10 +31,13 @@ costs the database:
   with the table) and an unseen key past the bucket is one query.
 
 Every value is checked here, once, before it reaches a database, so SQLite and
-PostgreSQL give the same answer: a name or a glob holding a control character
-(PostgreSQL refuses U+0000 in text), a limit past ``MAX_LIMIT`` (a PostgreSQL
-``integer``), an empty glob (it would match no model: ``models`` left out means every
-model) are each a 400 naming the field.
+PostgreSQL give the same answer (accounts/key_fields.py has the rules): a name that is
+not printable (a control character, which PostgreSQL refuses, or a format character
+such as U+202E that makes one name look like another), more than 256 globs or one
+longer than 200 characters, an empty glob (it would match no model: ``models`` left
+out means every model), a limit past ``MAX_LIMIT`` (a PostgreSQL ``integer``) are
+each a 400 naming the field. A record's globs are compiled when it is read, so a
+request matches its model against them without compiling anything.
 """
 
 from __future__ import annotations
@@ -44,17 +47,24 @@ import builtins
 import hashlib
 import secrets
 import time
-import unicodedata
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from llmbridge.accounts.key_fields import (
+    MAX_GLOBS,
+    MAX_NAME,
+    GlobSet,
+    compiled_globs,
+    has_control,
+    validated_globs,
+    validated_name,
+)
 from llmbridge.core.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
 from llmbridge.core.ids import new_id
 from llmbridge.store.database import Database
@@ -84,8 +94,6 @@ MISS_BURST = 20
 MISS_RATE = 5.0
 """Lookups of keys a process has not seen: ``MISS_BURST`` at once, then ``MISS_RATE`` a
 second (a team's new keys come far slower; a flood of guesses far faster)."""
-
-MAX_NAME = 200
 
 MAX_LIMIT = 2**31 - 1
 """The largest ``rpm``, ``tpm`` and ``max_parallel``: a PostgreSQL ``integer`` (SQLite
@@ -120,14 +128,21 @@ class KeyRecord:
     """Globs of the public model names the key may use; ``None``: every model."""
     spent_usd: float
     """What the ledger has written to the database for this key so far."""
+    model_globs: GlobSet | None = field(default=None, compare=False, repr=False)
+    """``models`` compiled, once, when the record is made (``None``: every model)."""
+
+    def __post_init__(self) -> None:
+        if self.models is not None and self.model_globs is None:
+            object.__setattr__(self, "model_globs", compiled_globs(self.models))
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
 
     def allows(self, model: str) -> bool:
-        """Whether the key may use the public model name ``model``."""
-        return self.models is None or any(fnmatchcase(model, glob) for glob in self.models)
+        """Whether the key may use the public model name ``model`` (no compiling: the
+        globs were compiled with the record)."""
+        return self.model_globs is None or self.model_globs.matches(model)
 
 
 def _record(row: ApiKeyRow) -> KeyRecord:
@@ -147,6 +162,18 @@ def _record(row: ApiKeyRow) -> KeyRecord:
     )
 
 
+async def _records(rows: Iterable[ApiKeyRow]) -> list[KeyRecord]:
+    """The records of ``rows``. The globs of a key stored before their bound (more
+    than ``MAX_GLOBS``) are compiled in a worker thread first: tens of thousands take
+    seconds, which the event loop must not wait (``compiled_globs`` keeps them, so the
+    record then finds them compiled)."""
+    rows = list(rows)
+    for row in rows:
+        if row.models is not None and len(row.models) > MAX_GLOBS:
+            await asyncio.to_thread(compiled_globs, tuple(str(m) for m in row.models))
+    return [_record(row) for row in rows]
+
+
 def _limit(name: str, value: int | None) -> int | None:
     if value is not None and value < 1:
         raise InvalidRequestError(f"{name} must be at least 1 (or unset for no limit)", param=name)
@@ -155,51 +182,6 @@ def _limit(name: str, value: int | None) -> int | None:
             f"{name} must be at most {MAX_LIMIT} (2^31 - 1; unset for no limit)", param=name
         )
     return value
-
-
-def _has_control(text: str) -> bool:
-    # U+0000 first of all: PostgreSQL refuses it in text, SQLite stores it.
-    return any(unicodedata.category(c) == "Cc" for c in text)
-
-
-def _validated_name(name: str) -> str:
-    name = name.strip()
-    if not name or len(name) > MAX_NAME:
-        raise InvalidRequestError(
-            f"a key's name must have 1 to {MAX_NAME} characters", param="name"
-        )
-    if _has_control(name):
-        raise InvalidRequestError(
-            "a key's name must not hold control characters (U+0000 to U+001F, U+007F to U+009F)",
-            param="name",
-        )
-    return name
-
-
-def _validated_globs(models: Sequence[str] | None) -> list[str] | None:
-    """The globs as stored; ``None`` (every model) when ``models`` is ``None``."""
-    if models is None:
-        return None
-    if not models:
-        raise InvalidRequestError(
-            "models is empty, which would allow no model: give at least one glob, or leave "
-            "models out to allow every model",
-            param="models",
-        )
-    for glob in models:
-        if not glob.strip():
-            raise InvalidRequestError(
-                "models holds an empty glob, which matches no model: give a model name or "
-                "glob (such as 'gpt-4o*'), or leave models out to allow every model",
-                param="models",
-            )
-        if len(glob) > MAX_NAME or _has_control(glob):
-            raise InvalidRequestError(
-                f"a glob in models must have at most {MAX_NAME} characters and no control "
-                "characters",
-                param="models",
-            )
-    return list(models)
 
 
 class KeyStore:
@@ -253,10 +235,10 @@ class KeyStore:
     ) -> tuple[KeyRecord, str]:
         """A new key named ``name``: its record and its plaintext (shown once, never
         stored). ``ConflictError`` when the name is taken."""
-        name = _validated_name(name)
+        name = validated_name(name)
         if budget_usd is not None and not 0 <= budget_usd < float("inf"):  # NaN too
             raise InvalidRequestError("budget_usd must be 0 or more", param="budget_usd")
-        globs = _validated_globs(models)
+        globs = validated_globs("models", models, "model")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         row = ApiKeyRow(
             id=new_id("key_"),
@@ -281,14 +263,15 @@ class KeyStore:
         self._cache.pop(row.key_hash, None)
         return _record(row), key
 
-    async def list(self) -> builtins.list[KeyRecord]:
-        """Every key, revoked ones included, oldest first."""
-        with mapped_errors():
+    async def list(self, *, log_unavailable: bool = True) -> builtins.list[KeyRecord]:
+        """Every key, revoked ones included, oldest first. ``log_unavailable=False``:
+        the caller logs a database that is down itself (store/outages.py)."""
+        with mapped_errors(log_unavailable=log_unavailable):
             async with self._sessions() as session:
                 rows = await session.scalars(
                     select(ApiKeyRow).order_by(ApiKeyRow.created_at, ApiKeyRow.id)
                 )
-                return [_record(row) for row in rows]
+                return await _records(rows)
 
     async def count_active(self) -> int:
         """How many keys are not revoked."""
@@ -302,16 +285,16 @@ class KeyStore:
                 return int(count or 0)
 
     async def find(self, name: str) -> KeyRecord | None:
-        if _has_control(name):
+        if has_control(name):
             return None  # never stored (``create`` refuses it); PostgreSQL would refuse it
         with mapped_errors():
             async with self._sessions() as session:
                 row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.name == name))
-                return _record(row) if row is not None else None
+                return (await _records([row]))[0] if row is not None else None
 
     async def revoke(self, name: str) -> KeyRecord:
         """Revoke the key named ``name`` (again: a no-op); ``NotFoundError`` if none is."""
-        if _has_control(name):
+        if has_control(name):
             raise NotFoundError(f"no key named {name!r}")
         with mapped_errors():
             async with self._writes() as session, session.begin():
@@ -337,7 +320,7 @@ class KeyStore:
         with mapped_errors():
             async with self._sessions() as session:
                 row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == digest))
-                return _record(row) if row is not None else None
+                return (await _records([row]))[0] if row is not None else None
 
     async def cached(self, key: str) -> KeyRecord | None:
         """``find_by_key`` through the per-process cache, bucket and directory (module
