@@ -14,6 +14,14 @@ write completes, inside the write, it starts the close and lets it run before th
 write returns, so the close's cancellation reaches the watch exactly in that instant.
 On Python 3.12 and later ``wait_for`` no longer loses it and the test passes either
 way; on 3.11 it hung before ``core/tasks.stop_task``.
+
+And the other way a Redis call could wait for ever, or worse, get the wrong answer: a
+connection whose reply was given up on (a timeout, a caller cancelled) going back to
+the pool and handing that late reply to the next command. redis-py closes such a
+connection (``disconnect_on_error``); the last two tests pin it on a pool of one
+connection against a frozen Redis, so a redis-py upgrade that changed it would fail
+here. Every call is bounded by the client's socket timeouts (0.25 s, state/redis.py)
+and its pool's wait (1 s).
 """
 
 from __future__ import annotations
@@ -23,10 +31,12 @@ from collections.abc import Iterable
 
 import pytest
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from llmbridge.core.tasks import stop_task
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
+from tests.servers import RedisServer
 from tests.waiting import HANG_S, scaled, until
 
 
@@ -90,3 +100,57 @@ async def test_stop_task_cancels_again_a_task_that_swallowed_a_cancellation() ->
     await asyncio.wait_for(stop_task(task), scaled(HANG_S))
     assert swallowed.is_set()
     assert task.cancelled()
+
+
+# -- a reply given up on is never read as another command's ---------------------------
+
+
+async def _one_connection(url: str) -> RedisState:
+    """A state whose pool has one connection, so the next command reuses it."""
+    state = RedisState(url, max_connections=1, own_heartbeat=False)
+    await state.client.set("x", "x's value")
+    await state.client.set("y", "y's value")
+    return state
+
+
+async def test_a_reply_that_timed_out_is_not_the_next_commands_reply(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    state = await _one_connection(redis_url)
+    try:
+        redis_server.pause()
+        try:
+            with pytest.raises(RedisTimeoutError):
+                await state.client.get("x")  # sent; Redis answers it once resumed
+        finally:
+            redis_server.resume()
+        assert await state.client.get("y") == "y's value"
+    finally:
+        await state.aclose()
+
+
+async def test_a_reply_whose_caller_was_cancelled_is_not_the_next_commands_reply(
+    redis_server: RedisServer, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = await _one_connection(redis_url)
+    sent = asyncio.Event()
+    write = AbstractConnection._send_packed_command
+
+    async def write_and_say(self: AbstractConnection, command: Iterable[bytes]) -> None:
+        await write(self, command)
+        sent.set()
+
+    monkeypatch.setattr(AbstractConnection, "_send_packed_command", write_and_say)
+    try:
+        redis_server.pause()
+        try:
+            waiting = asyncio.get_running_loop().create_task(state.client.get("x"))
+            await asyncio.wait_for(sent.wait(), scaled(HANG_S))
+            waiting.cancel()  # the caller leaves while its reply is still to come
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        finally:
+            redis_server.resume()
+        assert await state.client.get("y") == "y's value"
+    finally:
+        await state.aclose()
