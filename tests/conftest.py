@@ -195,8 +195,11 @@ def running_gateway(backends: dict[str, Backend], **config: Any) -> Iterator[Run
         "default_backend": names[0],
     }
     settings.update(config)
-    app = create_app(GatewayConfig.model_validate(settings), backends=backends)
-    with RunningServer(app, http=http_protocol(app)) as server:
+    gateway_config = GatewayConfig.model_validate(settings)
+    app = create_app(gateway_config, backends=backends)
+    # Forwarded headers believed as llmbridge serve believes them (server.trusted_proxies).
+    options = gateway_config.server.forwarded_options()
+    with RunningServer(app, http=http_protocol(app), **options) as server:
         yield server
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmbridge.gateway.console.pages import SIGN_IN_FAILURES
+from llmbridge.accounts.master_key import MASTER_KEY_FAILURES
 from llmbridge.gateway.console.session import COOKIE, issue
 from tests.conftest import RunningServer
 from tests.console.conftest import MASTER, console_gateway, csrf_of, sign_in
@@ -105,11 +105,15 @@ def test_signing_in_sets_a_strict_expiring_cookie_and_signing_out_ends_it(
     _refused(client)
 
 
-def test_the_cookie_is_secure_over_https(client: httpx.Client) -> None:
-    # uvicorn trusts X-Forwarded-Proto from 127.0.0.1 (a TLS proxy in front of it).
-    reply = client.post(
-        "/ui/sign-in", data={"master_key": MASTER}, headers={"X-Forwarded-Proto": "https"}
-    )
+def test_the_cookie_is_secure_over_https(tmp_path: Path) -> None:
+    # A TLS proxy in front, on 127.0.0.1, listed in server.trusted_proxies: its
+    # X-Forwarded-Proto is believed (tests/console/test_console_hardening.py: only then).
+    with console_gateway(tmp_path, server={"trusted_proxies": ["127.0.0.1"]}) as server:
+        reply = httpx.post(
+            server.url + "/ui/sign-in",
+            data={"master_key": MASTER},
+            headers={"X-Forwarded-Proto": "https"},
+        )
     assert reply.status_code == 303
     assert "Secure" in reply.headers["set-cookie"]
 
@@ -241,6 +245,13 @@ def test_serve_logs_no_key(tmp_path: Path) -> None:
                 reply = client.get(page)
                 assert reply.status_code == 200, page
                 assert MASTER not in reply.text
+            # No trusted proxy is configured: a different X-Forwarded-For per guess is
+            # the same peer all the same (uvicorn is told to believe no one).
+            for attempt in range(MASTER_KEY_FAILURES - 1):
+                forwarded = {"X-Forwarded-For": f"203.0.113.{attempt}"}
+                wrong = {"master_key": "a wrong key"}
+                assert client.post("/ui/sign-in", data=wrong, headers=forwarded).status_code == 401
+            assert sign_in(client, "a wrong key").status_code == 429
     finally:
         process.terminate()
         process.wait(timeout=scaled(60))
@@ -300,7 +311,7 @@ def test_an_address_guessing_the_master_key_is_held_back(tmp_path: Path) -> None
         console_gateway(tmp_path) as server,
         httpx.Client(base_url=server.url, follow_redirects=False, timeout=30) as client,
     ):
-        for attempt in range(SIGN_IN_FAILURES):
+        for attempt in range(MASTER_KEY_FAILURES):
             assert sign_in(client, f"guess-{attempt}").status_code == 401
         held = sign_in(client)  # even the right key, until the minute has passed
         assert held.status_code == 429

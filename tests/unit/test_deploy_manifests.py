@@ -237,3 +237,27 @@ def test_references_point_at_what_exists() -> None:
     haproxy = (DEPLOY / "haproxy.cfg").read_text()
     for name in [n for n in compose["services"] if n.startswith("llmbridge-")]:
         assert f"server {name}:11435" in nginx and f"{name}:11435" in haproxy
+
+
+def test_the_balancers_forward_the_client_and_the_gateway_believes_only_them() -> None:
+    """nginx and HAProxy pass the client's address and scheme, and the Host as the
+    browser sent it (the console's Origin check compares the port too); the gateway
+    believes forwarded headers from the balancers' network only."""
+    nginx = (DEPLOY / "nginx.conf").read_text()
+    for line in (
+        "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        "proxy_set_header X-Forwarded-Proto $scheme;",
+        "proxy_set_header Host $http_host;",
+    ):
+        assert line in nginx, line
+    haproxy = (DEPLOY / "haproxy.cfg").read_text()
+    assert "option forwardfor" in haproxy and "X-Forwarded-Proto https if { ssl_fc }" in haproxy
+    server = load_config(CONFIG, environ={}).server
+    assert server.trusted_proxies == ("172.16.0.0/12",)
+    assert server.forwarded_options() == {
+        "proxy_headers": True,
+        "forwarded_allow_ips": ["172.16.0.0/12"],
+    }
+    assert GatewayConfig().server.forwarded_options() == {"proxy_headers": False}
+    with pytest.raises(ValueError, match="not an IP address or network"):
+        GatewayConfig.model_validate({"server": {"trusted_proxies": ["*"]}})

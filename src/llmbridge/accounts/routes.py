@@ -4,18 +4,22 @@
   included, never a key itself (its ``prefix`` only).
 - ``POST /admin/keys`` ``{"name", "rpm"?, "tpm"?, "max_parallel"?, "budget_usd"?,
   "models"?}``: 201 with the new key's record and, once, the key itself (``"key"``);
-  400 naming the field for a value no database would store alike (a control
-  character in the name, a limit past 2^31 - 1, an empty glob: accounts/keys.py).
+  400 naming the field for a value no database would store alike or a person could
+  misread (a name that is not printable, more than 256 globs or one over 200
+  characters, a limit past 2^31 - 1, an empty glob: accounts/key_fields.py).
 - ``DELETE /admin/keys/{name}``: revoke; 200 with the record (``revoked_at`` set).
 - ``GET /admin/usage?group_by=key|model|day|session&since=ISO&until=ISO&session=ID``:
   the usage ledger summed, of one client session with ``session`` (accounts/usage.py).
 
 Every call needs ``Authorization: Bearer <master key>`` (``--master-key``,
-``server.master_key``, ``LLMBRIDGE_MASTER_KEY``), compared in constant time. With no
+``server.master_key``, ``LLMBRIDGE_MASTER_KEY``), compared in constant time; wrong
+ones count against the peer address with the console's sign-in (accounts/master_key.py:
+10 a minute, then 429 with ``Retry-After``, the right key included). With no
 master key configured, ``/admin/...`` answers 404 saying how to configure one (so a
 gateway that never opted in shows no admin surface). Errors are OpenAI-shaped
 (``{"error": {"message", "type", "param", "code"}}``): 400 naming the field, 401, 404,
-409 for a name in use, 503 when the key database is down.
+409 for a name in use, 429 past the wrong master keys' limit, 503 when the key
+database is down.
 
 The gateway mounts ``routes`` and puts its ``accounts.service.Accounts`` on
 ``app.state.accounts``; nothing here imports the gateway.
@@ -33,6 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge.accounts.keys import MAX_LIMIT, MAX_NAME, KeyRecord
+from llmbridge.accounts.master_key import master_key_matches, peer_of
 from llmbridge.accounts.service import Accounts
 from llmbridge.accounts.usage import usage_endpoint
 from llmbridge.core.errors import (
@@ -60,8 +65,8 @@ class KeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(min_length=1, max_length=MAX_NAME)
-    """Checked again by ``KeyStore.create`` (no control characters), as every value is:
-    the same 400 on SQLite and PostgreSQL."""
+    """Checked again by ``KeyStore.create`` (printable), as every value is: the same
+    400 on SQLite and PostgreSQL, from the CLI, this API and the console."""
     rpm: int | None = Field(None, ge=1, le=MAX_LIMIT)
     """Requests per minute."""
     tpm: int | None = Field(None, ge=1, le=MAX_LIMIT)
@@ -72,7 +77,8 @@ class KeyIn(BaseModel):
     """Spending limit, US dollars."""
     models: list[str] | None = None
     """Globs of the public model names the key may use (absent: every model; an empty
-    list or glob is a 400, never "no model")."""
+    list or glob is a 400, never "no model"; at most 256, each at most 200 characters:
+    ``KeyStore.create`` checks them)."""
 
 
 def key_view(record: KeyRecord) -> dict[str, Any]:
@@ -129,7 +135,7 @@ def admin_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not value.strip():
                 raise AuthenticationError("missing master key: send 'Authorization: Bearer <key>'")
-            if not accounts.master_matches(value.strip()):
+            if not await master_key_matches(accounts, value.strip(), peer_of(request)):
                 raise AuthenticationError("invalid master key")
             if accounts.keys is None:
                 raise ServiceUnavailableError(

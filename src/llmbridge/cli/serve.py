@@ -243,6 +243,8 @@ def serve(
         # httptools with header size, count and read-time limits (gateway/read_limits.py)
         http=http_protocol(app),
         timeout_graceful_shutdown=5,
+        # X-Forwarded-For/-Proto from server.trusted_proxies only (none by default).
+        **server.forwarded_options(),
     )
 
 
@@ -277,6 +279,7 @@ def _serve_workers(config: GatewayConfig, access_log: bool, auth_on: bool) -> No
             loop="uvloop" if sys.platform != "win32" else "asyncio",
             http=PROTOCOL,  # the header limits, as below, in every worker
             timeout_graceful_shutdown=5,
+            **server.forwarded_options(),
         )
 
 

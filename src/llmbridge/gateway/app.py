@@ -40,6 +40,7 @@ from llmbridge.gateway.accounting import ledger_enabled, open_ledger
 from llmbridge.gateway.agent_gate import KeyGate, memory_usage_recorder
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.console import routes as console_routes
+from llmbridge.gateway.console.web import error_page, is_console_path
 from llmbridge.gateway.exchange import EXCHANGED, log_left_mid_body
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
@@ -203,12 +204,21 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         )
     else:
         error = error_for_status(exc.status_code, str(exc.detail))
-    return error_response(
-        dialect, error, new_request_id(), headers=dict(exc.headers) if exc.headers else None
-    )
+    headers = dict(exc.headers) if exc.headers else None
+    if is_console_path(request.url.path):
+        # A person's browser: the console's page and headers, not an API's JSON.
+        return error_page(request, error.status_code, error.message, headers=headers)
+    return error_response(dialect, error, new_request_id(), headers=headers)
 
 
 async def _render_error(request: Request, exc: Exception) -> Response:
+    if is_console_path(request.url.path):
+        if isinstance(exc, LLMBridgeError):
+            return error_page(request, exc.status_code, exc.message)
+        # A bug: the kind of failure only (the log has the traceback). uvicorn closes
+        # the connection after it: said, so that no client sends its next request there.
+        message = f"internal error ({type(exc).__name__}); see the gateway log"
+        return error_page(request, 500, message, headers={"connection": "close"})
     return error_response(dialect_for_path(request.url.path), exc, new_request_id())
 
 

@@ -14,6 +14,7 @@ backend and serves any model name. Example file::
       body_timeout: 60                # seconds for the body, then 408
       health_cache_s: 1               # /health reuses a backend probe this long
       workers: 1                      # processes serving the port (--workers, LLMBRIDGE_WORKERS)
+      trusted_proxies: ["10.0.0.5"]   # X-Forwarded-For/-Proto believed from these only (or none)
       ledger: true                    # record usage (default: on when auth is on)
       limits:                         # per request (docs/RELIABILITY.md, "Limits")
         max_messages: 10000           # 400 above each of these
@@ -72,13 +73,14 @@ backend and serves any model name. Example file::
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
@@ -181,6 +183,36 @@ class ServerConfig(Strict):
     Load balancers poll it often and anyone may call it: probing each backend on
     every call would pass that load on, and make ``/health`` as slow as the busiest
     backend."""
+
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``) of the proxies in
+    front of the gateway whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` it
+    believes (uvicorn's ``forwarded_allow_ips``): a connection from one of them counts
+    as coming from the client it names (the master key's guesses are limited per
+    client address, accounts/master_key.py) and over the scheme it names (the console's
+    cookie is ``Secure`` over https, and its forms' ``Origin`` is checked against it).
+    Empty by default: from anyone else the headers are ignored, so a client cannot
+    name itself another address (uvicorn's own default trusted 127.0.0.1)."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an IP address or network (such as 10.0.0.5 or "
+                    "10.0.0.0/8): list the proxies in front of the gateway"
+                ) from None
+        return tuple(entry.strip() for entry in value)
+
+    def forwarded_options(self) -> dict[str, Any]:
+        """uvicorn's options for forwarded headers: believed from ``trusted_proxies``
+        only, not at all when there are none."""
+        if not self.trusted_proxies:
+            return {"proxy_headers": False}
+        return {"proxy_headers": True, "forwarded_allow_ips": list(self.trusted_proxies)}
 
     @model_validator(mode="after")
     def _open_without_static_keys(self) -> ServerConfig:

@@ -3,6 +3,7 @@ of one gateway."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ from llmbridge.gateway.stored_responses import ResponseStore
 from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.store.database import OpenOnce
+from llmbridge.store.outages import OutageLog
 from llmbridge.web.auth import KeyChecker
 
 if TYPE_CHECKING:
@@ -60,6 +62,14 @@ class GatewayState:
     """The backends' probes for ``/health``, each reused for ``server.health_cache_s``."""
     prices: PriceTable = field(init=False)
     """The configuration's ``prices:`` (accounts/prices.py)."""
+    console_outage: OutageLog = field(
+        default_factory=lambda: OutageLog(
+            logging.getLogger("llmbridge.console"),
+            "console",
+            "its pages answer 503 'database unavailable' until it does",
+        )
+    )
+    """The console's reads of the database, down or not: said once per outage."""
 
     def __post_init__(self) -> None:
         server = self.config.server

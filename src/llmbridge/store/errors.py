@@ -95,14 +95,18 @@ _FOREIGN_KEY = frozenset({"23503", "SQLITE_CONSTRAINT_FOREIGNKEY"})
 
 
 @contextmanager
-def mapped_errors(*, conflict: str | None = None, missing: str | None = None) -> Iterator[None]:
+def mapped_errors(
+    *, conflict: str | None = None, missing: str | None = None, log_unavailable: bool = True
+) -> Iterator[None]:
     """Raise a database's failures as ``core.errors`` (module docstring). ``conflict``
     and ``missing`` word a unique and a foreign-key violation for the caller
-    (``"persona id 'nurse' is taken"``, ``"no session 'x'"``)."""
+    (``"persona id 'nurse' is taken"``, ``"no session 'x'"``). ``log_unavailable=False``:
+    a database that is down is not logged here, the caller says so once per outage
+    (store/outages.py), not once per attempt."""
     try:
         yield
     except DBAPIError as exc:
-        error = _core_error(exc, conflict, missing)
+        error = _core_error(exc, conflict, missing, log_unavailable)
         if error is None:
             raise
         raise error from exc
@@ -116,27 +120,29 @@ def mapped_errors(*, conflict: str | None = None, missing: str | None = None) ->
     except PoolTimeoutError as exc:
         # Every pooled connection is in use past pool_timeout: on a frozen server,
         # each held by a statement waiting out its own deadline.
-        raise _unavailable(POOL_EXHAUSTED, exc) from exc
+        raise _unavailable(POOL_EXHAUSTED, exc, log_unavailable) from exc
     except OSError as exc:
         # asyncpg connects, and times statements out, outside SQLAlchemy's exception
         # translation: a server that is not there surfaces as the socket's own error
         # (ConnectionRefusedError), a deadline as the builtin TimeoutError (an OSError,
         # PEP 3151; asyncio.TimeoutError is the same class since Python 3.11).
         raise _unavailable(
-            TIMED_OUT if isinstance(exc, TimeoutError) else UNREACHABLE, exc
+            TIMED_OUT if isinstance(exc, TimeoutError) else UNREACHABLE, exc, log_unavailable
         ) from exc
 
 
-def _unavailable(message: str, exc: BaseException) -> ServiceUnavailableError:
-    """The 503 of a database that is not answering; the details go to the log only."""
-    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-    detail = str(orig).splitlines()[0] if str(orig) else "no detail"
-    log.error("%s (%s: %s)", message, type(orig).__name__, detail)
+def _unavailable(message: str, exc: BaseException, logged: bool = True) -> ServiceUnavailableError:
+    """The 503 of a database that is not answering; the details go to the log only
+    (unless the caller logs the outage itself: ``logged=False``)."""
+    if logged:
+        orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        detail = str(orig).splitlines()[0] if str(orig) else "no detail"
+        log.error("%s (%s: %s)", message, type(orig).__name__, detail)
     return ServiceUnavailableError(message)
 
 
 def _core_error(
-    exc: DBAPIError, conflict: str | None, missing: str | None
+    exc: DBAPIError, conflict: str | None, missing: str | None, log_unavailable: bool = True
 ) -> LLMBridgeError | None:
     """``exc`` as a core error, or ``None`` for a bug (raised as it is)."""
     # SQLSTATE class 22 is PostgreSQL's "data exception": U+0000 in text (22021), an
@@ -153,13 +159,13 @@ def _core_error(
         return None
     sqlstate = _sqlstate(exc)
     if sqlstate in _TIMED_OUT_SQLSTATES:
-        return _unavailable(TIMED_OUT, exc)
+        return _unavailable(TIMED_OUT, exc, log_unavailable)
     if (
         isinstance(exc, OperationalError | InterfaceError)
         or exc.connection_invalidated
         or sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
     ):
-        return _unavailable(REFUSED, exc)
+        return _unavailable(REFUSED, exc, log_unavailable)
     return None
 
 

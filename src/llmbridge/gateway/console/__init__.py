@@ -5,7 +5,7 @@ its templates (Jinja2) and static files (its CSS, a small script, and htmx 2, ve
 with its licence) ship in the package. Modules:
 
 - ``session``: the signed, expiring session cookie and the CSRF token of its forms;
-- ``web``: templates, security headers (a strict CSP), forms, the gate every page goes
+- ``web``: templates, security headers (a strict CSP), forms, error pages, the gate every page goes
   through (no master key, no session, a cross-site or token-less POST);
 - ``pages``: sign-in and out, keys (the admin API's checks and store), backends and
   routes, static files, and ``routes``, every ``/ui/`` route;

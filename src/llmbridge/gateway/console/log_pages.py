@@ -3,8 +3,18 @@ the live request list and one request's detail, the client sessions and one sess
 timeline.
 
 Every page reads the product's database through the request log's queries (bounded:
-figures computed in SQL, at most a page of rows). With no usage ledger (``server.ledger:
-false``) or its database down, a page says so instead of failing.
+figures computed in SQL, at most a page of rows), each through the store's boundary
+(``store.errors.mapped_errors``: its deadlines hold, its failures are core errors).
+With no usage ledger (``server.ledger: false``) a page says so. With the database down
+(frozen, unreachable, saturated) a page is the "database unavailable" page, 503, once
+its deadline has passed, and the request list's poll a 503 row that says so; the log
+says it once per outage (``GatewayState.console_outage``, store/outages.py), not once
+per poll.
+
+Filters are checked before they reach a query: a status is ``ok``, ``error`` or a code
+from 100 to 599, a key or model at most ``MAX_FILTER_CHARS`` printable characters;
+anything else is a 400 page naming the filter (a 23-digit status was an
+``OverflowError``, 5,000 digits a ``ValueError``: 500s).
 
 The request list polls a fragment (``/ui/requests/rows``, the same filters) every 2 s
 with htmx; a row's time links to its detail page.
@@ -12,8 +22,9 @@ with htmx; a row's time links to its detail page.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,12 +33,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge.accounts import request_log
+from llmbridge.accounts.key_fields import has_control
 from llmbridge.accounts.request_log import GROUP_BY, Overview, RequestRow, Status
-from llmbridge.core.errors import LLMBridgeError
+from llmbridge.core.errors import InvalidRequestError, LLMBridgeError, ServiceUnavailableError
 from llmbridge.gateway.console.charts import Span, bar_chart, column_chart, timeline
 from llmbridge.gateway.console.session import Session
-from llmbridge.gateway.console.web import PREFIX, console_page, render
+from llmbridge.gateway.console.web import PREFIX, console_page, error_page, render
 from llmbridge.gateway.state import GatewayState
+from llmbridge.store.errors import mapped_errors
 
 __all__ = ["PERIODS", "routes"]
 
@@ -48,56 +61,111 @@ WINDOWS = (
 """The overview's windows, and what one of their buckets is."""
 ROWS = 100
 """Requests the live list shows."""
+MAX_FILTER_CHARS = 200
+"""The longest key or model a filter names (a key's name has at most 200)."""
+
+T = TypeVar("T")
 
 
 class _NoLog(Exception):
-    """The request log cannot be read: why, for the page."""
+    """The request log is not kept (no ledger): why, for the page."""
 
 
-async def _engine(state: GatewayState) -> AsyncEngine:
+def _unavailable(request: Request, session: Session, exc: Exception) -> Response:
+    """The "database unavailable" page (a row, for the polled fragment), 503."""
+    if request.url.path.endswith("/rows"):
+        return render(request, "rows_unavailable.html", 503, session, message=str(exc))
+    return render(request, "unavailable.html", 503, session, message=str(exc))
+
+
+async def _read(state: GatewayState, query: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """``query`` on the request log's database through the store's boundary: its
+    deadlines, its errors (a database down is ``ServiceUnavailableError``, said once
+    per outage in the log, here)."""
     if state.ledger is None:
         raise _NoLog(
             "the usage ledger is off (server.ledger: false, or no keys): no request is recorded"
         )
     try:
-        return (await state.database.get()).engine
-    except Exception as exc:  # noqa: BLE001 - the kind of failure, never the URL
-        raise _NoLog(f"the database is unavailable ({type(exc).__name__})") from None
+        with mapped_errors(log_unavailable=False):
+            try:
+                engine = (await state.database.get()).engine
+            except LLMBridgeError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the kind of failure, never the URL
+                raise ServiceUnavailableError(
+                    f"the database is unavailable ({type(exc).__name__})"
+                ) from None
+            result = await query(engine)
+    except ServiceUnavailableError as exc:
+        state.console_outage.failed(str(exc))
+        raise
+    state.console_outage.answered()
+    return result
+
+
+def _text_filter(name: str, value: str) -> str:
+    if len(value) > MAX_FILTER_CHARS or has_control(value):
+        raise InvalidRequestError(
+            f"the {name} filter is at most {MAX_FILTER_CHARS} characters, none a control character",
+            param=name,
+        )
+    return value
 
 
 def _filters(request: Request) -> dict[str, str]:
+    """The request list's filters; ``InvalidRequestError`` naming one out of range."""
     params = request.query_params
     since = params.get("since", "1h")
-    return {
-        "key": params.get("key", "").strip(),
-        "model": params.get("model", "").strip(),
+    filters = {
+        "key": _text_filter("key", params.get("key", "").strip()),
+        "model": _text_filter("model", params.get("model", "").strip()),
         "status": params.get("status", "").strip(),
         "since": since if since in {p[0] for p in PERIODS} else "1h",
     }
+    _status(filters["status"])  # checked now: a 400 before any query
+    return filters
 
 
 def _status(text: str) -> Status | None:
+    """The status filter: none, ``ok``, ``error`` or an HTTP status code."""
+    if not text:
+        return None
     if text in ("ok", "error"):
         return text  # type: ignore[return-value]
-    return int(text) if text.isascii() and text.isdigit() else None
+    # At most 3 ASCII digits before int(): "²" passes isdigit(), and 5,000 digits are
+    # past int()'s own limit.
+    if text.isascii() and text.isdigit() and len(text) <= 3 and 100 <= int(text) <= 599:
+        return int(text)
+    shown = text if len(text) <= 20 else text[:20] + "..."
+    raise InvalidRequestError(
+        f"the status filter is 'ok', 'error' or a status code from 100 to 599, not {shown!r}",
+        param="status",
+    )
 
 
 async def _rows(state: GatewayState, filters: dict[str, str]) -> list[RequestRow]:
-    engine = await _engine(state)
     period = next(p[2] for p in PERIODS if p[0] == filters["since"])
-    page = await request_log.recent_requests(
-        engine,
-        key=filters["key"] or None,
-        model=filters["model"] or None,
-        status=_status(filters["status"]),
-        since=None if period is None else datetime.now(UTC) - period,
-        limit=ROWS,
-    )
-    return page.rows
+
+    async def query(engine: AsyncEngine) -> list[RequestRow]:
+        page = await request_log.recent_requests(
+            engine,
+            key=filters["key"] or None,
+            model=filters["model"] or None,
+            status=_status(filters["status"]),
+            since=None if period is None else datetime.now(UTC) - period,
+            limit=ROWS,
+        )
+        return page.rows
+
+    return await _read(state, query)
 
 
 async def _requests(request: Request, state: GatewayState, session: Session) -> Response:
-    filters = _filters(request)
+    try:
+        filters = _filters(request)
+    except InvalidRequestError as exc:
+        return error_page(request, 400, str(exc), session)
     context: dict[str, Any] = {
         "filters": filters,
         "periods": [(p[0], p[1]) for p in PERIODS],
@@ -106,32 +174,46 @@ async def _requests(request: Request, state: GatewayState, session: Session) -> 
     }
     try:
         rows = await _rows(state, filters)
-    except (_NoLog, LLMBridgeError) as exc:
+    except _NoLog as exc:
         return render(
             request, "requests.html", 200, session, rows=[], unavailable=str(exc), **context
         )
+    except ServiceUnavailableError as exc:
+        return _unavailable(request, session, exc)
+    except LLMBridgeError as exc:
+        return error_page(request, exc.status_code, str(exc), session)
     return render(request, "requests.html", session=session, rows=rows, **context)
 
 
 async def _request_rows(request: Request, state: GatewayState, session: Session) -> Response:
-    filters = _filters(request)
     try:
+        filters = _filters(request)
         rows = await _rows(state, filters)
-    except (_NoLog, LLMBridgeError):
+    except _NoLog:
         rows = []
+    except ServiceUnavailableError as exc:
+        return _unavailable(request, session, exc)
+    except LLMBridgeError as exc:
+        return error_page(request, exc.status_code, str(exc), session)
     filtered = any(filters[k] for k in ("key", "model", "status"))
     return render(request, "request_rows.html", session=session, rows=rows, filtered=filtered)
 
 
 async def _request(request: Request, state: GatewayState, session: Session) -> Response:
     request_id = request.path_params["request_id"]
+    if len(request_id) > MAX_FILTER_CHARS or has_control(request_id):
+        return error_page(request, 404, "no such request in the log", session)
     try:
-        detail = await request_log.request_detail(await _engine(state), request_id)
-    except (_NoLog, LLMBridgeError) as exc:
-        return render(request, "error.html", 503, session, message=str(exc))
+        detail = await _read(state, lambda engine: request_log.request_detail(engine, request_id))
+    except _NoLog as exc:
+        return error_page(request, 503, str(exc), session)
+    except ServiceUnavailableError as exc:
+        return _unavailable(request, session, exc)
+    except LLMBridgeError as exc:
+        return error_page(request, exc.status_code, str(exc), session)
     if detail is None:
         message = f"no request {request_id!r} in the log (not yet written, or rolled up)"
-        return render(request, "error.html", 404, session, message=message)
+        return error_page(request, 404, message, session)
     bodies = [
         (label, text)
         for label, text in (("Request", detail.request_body), ("Response", detail.response_body))
@@ -180,10 +262,15 @@ async def _overview(request: Request, state: GatewayState, session: Session) -> 
         "groupings": GROUP_BY,
     }
     try:
-        engine = await _engine(state)
-        view = await request_log.overview(engine, window, group, max_groups=10)
-    except (_NoLog, LLMBridgeError) as exc:
+        view = await _read(
+            state, lambda engine: request_log.overview(engine, window, group, max_groups=10)
+        )
+    except _NoLog as exc:
         return render(request, "overview.html", 200, session, unavailable=str(exc), **context)
+    except ServiceUnavailableError as exc:
+        return _unavailable(request, session, exc)
+    except LLMBridgeError as exc:
+        return error_page(request, exc.status_code, str(exc), session)
     seconds = view.bucket_seconds * len(view.buckets)
     names = [g.name or "(none)" for g in view.groups]
     requests_by = bar_chart(
@@ -211,9 +298,13 @@ async def _overview(request: Request, state: GatewayState, session: Session) -> 
 
 async def _sessions(request: Request, state: GatewayState, session: Session) -> Response:
     try:
-        lines = await request_log.sessions(await _engine(state), limit=100)
-    except (_NoLog, LLMBridgeError) as exc:
+        lines = await _read(state, lambda engine: request_log.sessions(engine, limit=100))
+    except _NoLog as exc:
         return render(request, "sessions.html", 200, session, lines=[], unavailable=str(exc))
+    except ServiceUnavailableError as exc:
+        return _unavailable(request, session, exc)
+    except LLMBridgeError as exc:
+        return error_page(request, exc.status_code, str(exc), session)
     return render(request, "sessions.html", session=session, lines=lines)
 
 
@@ -247,11 +338,15 @@ def _spans(rows: list[RequestRow]) -> list[Span]:
 async def _session(request: Request, state: GatewayState, session: Session) -> Response:
     session_id = request.path_params["session_id"]
     try:
-        rows = await request_log.session_requests(await _engine(state), session_id)
-    except (_NoLog, LLMBridgeError) as exc:
-        return render(request, "error.html", 503, session, message=str(exc))
+        rows = await _read(state, lambda engine: request_log.session_requests(engine, session_id))
+    except _NoLog as exc:
+        return error_page(request, 503, str(exc), session)
+    except ServiceUnavailableError as exc:
+        return _unavailable(request, session, exc)
+    except LLMBridgeError as exc:
+        return error_page(request, exc.status_code, str(exc), session)
     if not rows:
-        return render(request, "error.html", 404, session, message="no requests in that session")
+        return error_page(request, 404, "no requests in that session", session)
     totals = {
         "turns": len(rows),
         "input_tokens": sum(r.input_tokens or 0 for r in rows),

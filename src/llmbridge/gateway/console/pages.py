@@ -1,9 +1,11 @@
 """The console's sign-in, keys and backends pages, its static files, and ``routes``
 (every ``/ui/`` route, the request-log pages of log_pages.py included).
 
-Signing in checks the master key in constant time (``Accounts.master_matches``); an
-address that sent ``SIGN_IN_FAILURES`` wrong keys in the last minute gets 429 until
-the window moves on, so the form is no way to guess the key at speed.
+Signing in checks the master key in constant time, through the limit it shares with
+the admin API (accounts/master_key.py): a peer address that sent 10 wrong master keys
+in the last minute, to either, gets 429 until the window moves on, so the form is no
+way to guess the key at speed. Signing out revokes the session on the server
+(web.py ``revoke_session``), not only the cookie in the browser.
 
 Keys are created and revoked through the same ``KeyStore`` calls as the admin API
 (accounts/routes.py) after the same validation (``KeyIn``): the console adds no rule of
@@ -21,16 +23,19 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from llmbridge.accounts.master_key import master_key_matches, peer_of
 from llmbridge.accounts.routes import KeyIn, key_view
-from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
+from llmbridge.core.errors import InvalidRequestError, LLMBridgeError, ServiceUnavailableError
 from llmbridge.gateway.console import log_pages
 from llmbridge.gateway.console.session import COOKIE, SESSION_S, Session, issue
 from llmbridge.gateway.console.status import gateway_status
 from llmbridge.gateway.console.web import (
     PREFIX,
     console_page,
+    error_page,
     form_of,
     render,
+    revoke_session,
     same_origin,
     secure_headers,
     session_of,
@@ -38,11 +43,6 @@ from llmbridge.gateway.console.web import (
 from llmbridge.gateway.state import GatewayState, state_of
 
 __all__ = ["routes"]
-
-SIGN_IN_FAILURES = 10
-"""Wrong master keys one address may try per ``SIGN_IN_WINDOW_S`` (counted in the
-shared state: across workers and replicas with Redis) before sign-in answers 429."""
-SIGN_IN_WINDOW_S = 60.0
 
 _STATIC_TYPES = {
     "console.css": "text/css; charset=utf-8",
@@ -57,25 +57,21 @@ _STATIC = {name: (files(__package__) / "static" / name).read_bytes() for name in
 async def static(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in _STATIC:
-        return secure_headers(Response("not found", status_code=404, media_type="text/plain"))
+        return error_page(request, 404, f"no file {request.url.path!r} in the console")
     response = Response(_STATIC[name], media_type=_STATIC_TYPES[name])
     response.headers["cache-control"] = "public, max-age=3600"
     return secure_headers(response)
 
 
 async def to_console(request: Request) -> Response:
-    return RedirectResponse(f"{PREFIX}/", status_code=303)
-
-
-def _signed_in(request: Request, state: GatewayState) -> Session | None:
-    return None if state.accounts.master_key is None else session_of(request, state)
+    return secure_headers(RedirectResponse(f"{PREFIX}/", status_code=303))
 
 
 async def sign_in_form(request: Request) -> Response:
     state = state_of(request)
     if state.accounts.master_key is None:
         return render(request, "no_master_key.html", status_code=503)
-    if _signed_in(request, state) is not None:
+    if await session_of(request, state) is not None:
         return secure_headers(RedirectResponse(f"{PREFIX}/", status_code=303))
     return render(request, "sign_in.html")
 
@@ -90,15 +86,15 @@ async def sign_in(request: Request) -> Response:
         return render(request, "sign_in.html", 403, error="cross-site sign-in refused")
     try:
         form = await form_of(request)
-    except LLMBridgeError as exc:
-        return render(request, "sign_in.html", exc.status_code, error=str(exc))
-    shared = state.models.state
-    tries = f"console:sign-in:{request.client.host if request.client else '-'}"
-    if await shared.used(tries, SIGN_IN_WINDOW_S) >= SIGN_IN_FAILURES:
-        message = "too many wrong master keys from this address: try again in a minute"
-        return render(request, "sign_in.html", 429, error=message)
-    if not accounts.master_matches(form.get("master_key", "").strip()):
-        await shared.add(tries, 1, SIGN_IN_WINDOW_S)
+        matches = await master_key_matches(
+            accounts, form.get("master_key", "").strip(), peer_of(request)
+        )
+    except LLMBridgeError as exc:  # 415 not a form, 413, 429 too many wrong keys
+        response = render(request, "sign_in.html", exc.status_code, error=str(exc))
+        if exc.status_code == 429:
+            response.headers["retry-after"] = "60"
+        return response
+    if not matches:
         return render(request, "sign_in.html", 401, error="that is not the master key")
     response = RedirectResponse(f"{PREFIX}/", status_code=303)
     response.set_cookie(
@@ -114,6 +110,7 @@ async def sign_in(request: Request) -> Response:
 
 
 async def _sign_out(request: Request, state: GatewayState, session: Session) -> Response:
+    await revoke_session(state, session)  # a copy of the cookie opens nothing either
     response = RedirectResponse(f"{PREFIX}/sign-in", status_code=303)
     response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
     return secure_headers(response)
@@ -145,9 +142,13 @@ async def _keys_page(
             form=form or {},
         )
     try:
-        records = await keys.list()
+        records = await keys.list(log_unavailable=False)
+    except ServiceUnavailableError as exc:
+        state.console_outage.failed(str(exc))
+        return render(request, "unavailable.html", 503, session, message=str(exc))
     except LLMBridgeError as exc:
         return render(request, "keys.html", exc.status_code, session, keys=[], error=str(exc))
+    state.console_outage.answered()
     return render(
         request,
         "keys.html",

@@ -13,9 +13,14 @@ console session v1")``). So:
 - the cookie expires (``SESSION_S``, 12 h): the expiry is inside the signed payload, so
   a client cannot extend it, whatever its cookie jar does with ``Max-Age``.
 
-Signing out clears the cookie in the browser; a copy of the cookie taken before that
-stays valid until it expires (the session is stateless): rotate the master key to end
-every session at once (docs/CONSOLE.md, "Security model").
+Signing out revokes the session on the server too: its nonce is kept in the shared
+state (``revoked_key``, for ``SESSION_S``: until the cookie would have expired anyway),
+and the gate (web.py ``session_of``) refuses a cookie whose nonce is there, so a copy of
+the cookie taken before signing out opens nothing. The shared state is Redis with
+``state.redis_url``: every worker and replica then knows; without it each process keeps
+its own (``--workers N`` needs Redis for a sign-out to reach the other workers, as it
+does for limits). Rotating the master key ends every session at once, everywhere
+(docs/CONSOLE.md, "Security model").
 
 The CSRF token of a session is ``HMAC(derived key, "csrf:" + nonce)``: bound to that
 session, never stored, checked in constant time on every POST (``csrf_matches``),
@@ -38,6 +43,7 @@ __all__ = [
     "csrf_matches",
     "issue",
     "read",
+    "revoked_key",
 ]
 
 COOKIE = "llmbridge_console"
@@ -101,6 +107,12 @@ def read(master_key: str | None, cookie: str | None, *, now: float | None = None
     if version != "v1" or (time.time() if now is None else now) >= expires_at:
         return None
     return Session(nonce, issued_at, expires_at, _csrf(key, nonce))
+
+
+def revoked_key(session: Session) -> str:
+    """The shared state's counter that marks ``session`` signed out (its nonce is
+    random and never shown, so one session cannot revoke another)."""
+    return f"console:signed-out:{session.nonce}"
 
 
 def csrf_matches(session: Session, presented: str | None) -> bool:
