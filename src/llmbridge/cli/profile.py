@@ -1,16 +1,56 @@
 """``llmbridge profile``: ``run`` a scenarios file and write traces, metrics and reports;
-``compare`` run directories with intervals and p-values."""
+``compare`` run directories with intervals and p-values; ``import`` sessions the
+profiler did not run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+if TYPE_CHECKING:
+    from llmbridge.profiler.input_files import InputLimits
+
 __all__ = ["profile"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SIZE = re.compile(r"(\d+)\s*([kmg]?)(i?b)?", re.IGNORECASE)
+
+
+class ByteSize(click.ParamType[int, Any]):
+    """A size in bytes: a number, or one with K, M or G after it (KiB, MiB, GiB)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return int(value)
+        match = _SIZE.fullmatch(str(value).strip())
+        if match is None or int(match.group(1)) < 1:
+            self.fail(f"{value!r} is not a size (such as 33554432, 32MiB or 1G)", param, ctx)
+        power = " kmg".index(match.group(2).lower() or " ")
+        return int(match.group(1)) << (10 * power)
+
+
+def _max_line_bytes(func: F) -> F:
+    """``--max-line-bytes``, shared by ``import`` and ``run --resume``."""
+    option = click.option(
+        "--max-line-bytes",
+        type=ByteSize(),
+        default="32MiB",
+        show_default=True,
+        envvar="LLMBRIDGE_PROFILE_MAX_LINE_BYTES",
+        help="The longest line read from a .jsonl file (a session's line, a record of "
+        "traces.jsonl); a longer one is an error naming its file and line "
+        "[env LLMBRIDGE_PROFILE_MAX_LINE_BYTES].",
+    )
+    return option(func)
 
 
 @click.group()
@@ -89,6 +129,7 @@ def profile() -> None:
     help="Also have MODEL (through --gateway-url) read each iteration and list what went "
     "wrong, as 'graded' findings beside the deterministic ones. Off by default.",
 )
+@_max_line_bytes
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 def run(
     scenarios: Path,
@@ -104,6 +145,7 @@ def run(
     concurrency: int,
     resume: Path | None,
     grade_model: str | None,
+    max_line_bytes: int,
     quiet: bool,
 ) -> None:
     """Run SCENARIOS (YAML) across its models, modes and iterations, with each
@@ -112,6 +154,7 @@ def run(
     from rich.markup import escape
     from rich.progress import Progress
 
+    from llmbridge.profiler.input_files import InputLimits
     from llmbridge.profiler.records import IterationRecord
     from llmbridge.profiler.report import html_report, markdown_report, print_summary
     from llmbridge.profiler.runner import run_plans
@@ -146,7 +189,8 @@ def run(
         from llmbridge.profiler.graded import Grader
 
         grader = Grader(gateway_url, grade_model)
-    finished = _finished(out) if resume is not None else {}
+    limits = InputLimits(max_line_bytes=max_line_bytes)
+    finished = _finished(out, limits) if resume is not None else {}
     console = Console(stderr=True, quiet=quiet)
     with Progress(console=console, disable=quiet) as bar:
         # One bar per provider: with --concurrency their iterations finish in any order.
@@ -176,6 +220,7 @@ def run(
                     concurrency=concurrency,
                     resume=resume is not None,
                     grader=grader,
+                    input_limits=limits,
                 )
             )
         except Exception as exc:  # the CLI reports failures, never a traceback
@@ -214,13 +259,13 @@ def _binaries(commands: tuple[str, ...], providers: Any) -> dict[str, str]:
     return binaries
 
 
-def _finished(out: Path) -> dict[str, int]:
+def _finished(out: Path, limits: InputLimits) -> dict[str, int]:
     """Per provider, the iterations the interrupted run in ``out`` finished."""
-    from llmbridge.profiler.runner import RunDirError, load_finished
+    from llmbridge.profiler.run_dir import RunDirError, load_finished
 
     finished: dict[str, int] = {}
     try:
-        for key in load_finished(out / "traces.jsonl"):
+        for key in load_finished(out / "traces.jsonl", limits):
             finished[key.provider] = finished.get(key.provider, 0) + 1
     except RunDirError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -275,21 +320,43 @@ def compare(runs: tuple[Path, ...], out: Path | None) -> None:
     show_default=True,
     help="Directory for traces.jsonl, summary.json, report.md, report.html and trajectories/.",
 )
+@_max_line_bytes
+@click.option(
+    "--max-bytes",
+    type=ByteSize(),
+    default="256MiB",
+    show_default=True,
+    envvar="LLMBRIDGE_PROFILE_MAX_BYTES",
+    help="The most read from all the files together (what the import holds grows with "
+    "what it reads); past it the import stops, naming the file and line "
+    "[env LLMBRIDGE_PROFILE_MAX_BYTES].",
+)
 @click.option("--quiet", is_flag=True, help="No table.")
-def import_(paths: tuple[Path, ...], out: Path, quiet: bool) -> None:
+def import_(
+    paths: tuple[Path, ...], out: Path, max_line_bytes: int, max_bytes: int, quiet: bool
+) -> None:
     """Report sessions the profiler did not run: ATIF trajectory files (or directories of
-    them, such as a run's trajectories/), as a run directory `profile compare` reads."""
+    them, such as a run's trajectories/), the session files Claude Code, Codex and
+    Gemini CLI keep, and the gateway's spans, as a run directory `profile compare`
+    reads. Only regular files are read: a FIFO or a device is skipped, with a warning."""
     from rich.console import Console
 
     from llmbridge.profiler.importing import TrajectoryImportError, import_paths, write_run
+    from llmbridge.profiler.input_files import InputLimits
     from llmbridge.profiler.records import summarise
     from llmbridge.profiler.report import print_summary
 
+    limits = InputLimits(max_line_bytes=max_line_bytes, max_bytes=max_bytes)
     try:
-        records = import_paths(paths)
+        records = import_paths(
+            paths, limits, skipped=lambda why: click.echo(f"Warning: {why}", err=True)
+        )
     except TrajectoryImportError as exc:
         raise click.ClickException(str(exc)) from exc
-    write_run(out, records)
+    try:
+        write_run(out, records)
+    except OSError as exc:
+        raise click.ClickException(f"could not write {out}: {exc}") from exc
     if not quiet:
         print_summary(summarise(records), Console())
     passed = sum(r.passed for r in records)

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from llmbridge.profiler.input_files import InputValueError
 from llmbridge.profiler.records import IterationRecord
 from llmbridge.profiler.scenarios import CheckResult
 from llmbridge.profiler.types import (
@@ -40,7 +41,7 @@ from llmbridge.profiler.types import (
     ToolCallRecord,
 )
 
-__all__ = ["ATIF_SCHEMA", "ATIF_VERSION", "from_atif", "timestamp_ms", "to_atif"]
+__all__ = ["ATIF_SCHEMA", "ATIF_VERSION", "check_time_ms", "from_atif", "timestamp_ms", "to_atif"]
 
 ATIF_VERSION = "ATIF-v1.4"
 ATIF_SCHEMA: dict[str, Any] = json.loads(
@@ -49,20 +50,42 @@ ATIF_SCHEMA: dict[str, Any] = json.loads(
 _REASONS: tuple[CompletionReason, ...] = ("stop", "length", "timeout", "error", "tool_limit")
 
 
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+_EARLIEST_MS = _EARLIEST.timestamp() * 1000
+_LATEST_MS = _LATEST.timestamp() * 1000
+
+
 def _iso(ms: float | None) -> str | None:
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
+def check_time_ms(ms: float) -> float:
+    """``ms`` (Unix milliseconds) if it falls from 1970 up to the year 3000, else
+    ``InputValueError``: no session ran outside that, and a time near the end of
+    ``datetime``'s range (year 9999) overflows it once a step's duration is added."""
+    if not _EARLIEST_MS <= ms < _LATEST_MS:
+        raise InputValueError(f"the time {ms!r} ms is not between 1970 and the year 3000")
+    return ms
+
+
 def timestamp_ms(stamp: Any) -> float | None:
-    """An ISO 8601 time as Unix milliseconds (``None`` when it is not one)."""
+    """An ISO 8601 time as Unix milliseconds (``None`` when it is not one; a time
+    without a zone is UTC's); ``InputValueError`` when it falls outside
+    ``check_time_ms``'s range."""
     if not isinstance(stamp, str):
         return None
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if not _EARLIEST <= moment < _LATEST:
+        raise InputValueError(f"the time {stamp!r} is not between 1970 and the year 3000")
+    return moment.timestamp() * 1000
 
 
 def _model_steps(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -90,7 +113,8 @@ def _agent_step(events: list[dict[str, Any]], model: str) -> dict[str, Any]:
     the events' order (text may follow a tool's result within one step, as in a Codex
     turn) and the errors that belong to no call, which ATIF has no place for."""
     boundary = events[0] if events[0].get("type") == "turn_boundary" else {}
-    text, thinking = "", ""
+    texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     layout: list[list[Any]] = []
@@ -98,11 +122,11 @@ def _agent_step(events: list[dict[str, Any]], model: str) -> dict[str, Any]:
         kind = event.get("type")
         if kind == "text_output":
             piece = str(event.get("text") or "")
-            text += piece
+            texts.append(piece)
             layout.append(["text", len(piece)])
         elif kind == "reasoning":
             piece = str(event.get("text") or "")
-            thinking += piece
+            thoughts.append(piece)
             layout.append(["reasoning", len(piece)])
         elif kind == "tool_call":
             call_id = str(event.get("call_id") or f"call-{len(calls)}")
@@ -121,10 +145,10 @@ def _agent_step(events: list[dict[str, Any]], model: str) -> dict[str, Any]:
             layout.append(["result", str(event["call_id"])])
         elif kind == "error":
             layout.append(["error", str(event.get("error") or event.get("text") or "")])
-    step: dict[str, Any] = {"source": "agent", "model_name": model, "message": text}
+    step: dict[str, Any] = {"source": "agent", "model_name": model, "message": "".join(texts)}
     if (stamp := _iso(boundary.get("timestamp_ms"))) is not None:
         step["timestamp"] = stamp
-    if thinking:
+    if thinking := "".join(thoughts):
         step["reasoning_content"] = thinking
     if calls:
         step["tool_calls"] = calls
@@ -266,15 +290,18 @@ def _events_of(step: dict[str, Any], turn: int) -> list[dict[str, Any]]:
         layout.append(["text", len(step.get("message") or "")])
         for call_id in calls:
             layout += [["call", call_id]] + ([["result", call_id]] if call_id in results else [])
-    message, thinking = str(step.get("message") or ""), str(step.get("reasoning_content") or "")
+    sources = {
+        "text": str(step.get("message") or ""),
+        "reasoning": str(step.get("reasoning_content") or ""),
+    }
+    # Where each source's next piece starts: slicing off the rest after every piece
+    # would copy the step's text once per piece (quadratic in a long step).
+    taken = {"text": 0, "reasoning": 0}
     for kind, value in layout:
         if kind in ("text", "reasoning"):
-            source = message if kind == "text" else thinking
-            piece, rest = source[:value], source[value:]
-            if kind == "text":
-                message = rest
-            else:
-                thinking = rest
+            start = taken[kind]
+            taken[kind] = start + value
+            piece = sources[kind][start : start + value]
             if piece:
                 events.append(
                     {
@@ -317,6 +344,7 @@ def from_atif(data: dict[str, Any]) -> IterationRecord:
     events: list[dict[str, Any]] = []
     inputs: list[str] = []
     per_prompt: list[list[dict[str, Any]]] = []
+    turn = 0  # the agent steps so far: each opens with one turn_boundary
     for step in data["steps"]:
         if step["source"] == "user":
             inputs.append(str(step.get("message") or ""))
@@ -325,7 +353,8 @@ def from_atif(data: dict[str, Any]) -> IterationRecord:
             if not per_prompt:
                 per_prompt.append([])
             per_prompt[-1].append(step)
-            events += _events_of(step, len([e for e in events if e["type"] == "turn_boundary"]))
+            events += _events_of(step, turn)
+            turn += 1
     described = ours.get("prompts") or []
     prompts = []
     for n, steps in enumerate(per_prompt):

@@ -74,6 +74,13 @@ white-space:pre-wrap;word-break:break-word;margin:.2rem 0}
 _TEXT_LIMIT = 20_000
 """Characters of one input or output shown in full; longer ones are cut, saying so."""
 
+TIMELINE_ROWS = 2_000
+"""Rows of one iteration's timeline drawn: past them, the first and the last half of
+that many, and a row saying how many are left out between (a session of 100,000
+transcript lines has about 100,000 rows, a page of some 90 MB that no browser opens
+well, and writing it took most of an import's time). ``traces.jsonl`` and
+``trajectories/`` keep every step."""
+
 _COLOURS = {
     "model call": "#4a7ebb",
     "tool call": "#d9822b",
@@ -356,7 +363,18 @@ def _timeline(trace: dict[str, Any] | None) -> str:
         '<span class="num">tokens</span><span class="num">cost (USD)</span></div>'
     )
     rows = []
-    for step in steps:
+    shown: list[Step | None] = list(steps)
+    if len(steps) > TIMELINE_ROWS:
+        half = TIMELINE_ROWS // 2
+        shown = [*steps[:half], None, *steps[-half:]]
+    for step in shown:
+        if step is None:
+            rows.append(
+                f'<p class="note tl-cut">… {len(steps) - TIMELINE_ROWS:,} of the '
+                f"{len(steps):,} steps are not drawn here (the first and last "
+                f"{TIMELINE_ROWS // 2:,} are); traces.jsonl and trajectories/ hold them all.</p>"
+            )
+            continue
         tokens, tokens_tip = _tokens_text(step.tokens)
         status = f" · {step.status}" if step.status else ""
         cost = "" if step.cost_usd is None else format_value(step.cost_usd, "USD")
