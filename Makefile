@@ -15,6 +15,8 @@ E2E    := tests/e2e
 # Set LLAMA_CMAKE_ARGS= (empty) for a native build.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 E2E_STAMP := $(E2E)/node_modules/.installed
+LITELLM_VENV  := $(E2E)/.venv-litellm
+LITELLM_STAMP := $(LITELLM_VENV)/.installed
 # pytest-xdist: one worker per core (at most 8), whole modules per worker and the
 # embedded model's tests one after another on one of them (tests/parallel.py).
 # PYTEST_ARGS="-n0 ..." runs in one process.
@@ -22,7 +24,7 @@ PYTEST_ARGS ?= -n auto --maxprocesses=8
 
 .PHONY: run test lint typecheck bench clean install postgres chromium redis
 
-install: $(STAMP) $(E2E_STAMP)
+install: $(STAMP) $(E2E_STAMP) $(LITELLM_STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "llmbridge needs Python >= 3.11; set PYTHON=/path/to/python3.11")'
@@ -47,10 +49,22 @@ $(STAMP): pyproject.toml
 # machine's), and npm ci refuses a lock with optional packages missing. `npm install
 # --no-save` installs exactly what the lock pins and never rewrites it.
 $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
-	@echo "==> installing the pinned Claude Code CLI, Codex CLI and OpenCode server for the end-to-end tests (npm in $(E2E)/)"
+	@echo "==> installing the pinned Claude Code, Codex and Gemini CLIs, the OpenCode server and ollama-js for the end-to-end tests (npm in $(E2E)/)"
 	@rm -rf $(E2E)/node_modules
 	@cd $(E2E) && npm install --no-audit --no-fund --no-save
 	@touch $(E2E_STAMP)
+
+# LiteLLM as a client of the gateway (tests/e2e/test_litellm_client.py: its ollama_chat/
+# provider, as CrewAI, DSPy and aider use it), pinned in tests/e2e/requirements-litellm.txt,
+# in a virtualenv of its own: its pins conflict with ours, so it never goes into .venv.
+# The first install takes under a minute (45 s with no pip cache on 2 busy cores); pip's
+# cache makes a reinstall take seconds.
+$(LITELLM_STAMP): $(E2E)/requirements-litellm.txt
+	@echo "==> installing LiteLLM (a client the tests drive) into its own virtualenv, $(LITELLM_VENV)/"
+	@rm -rf $(LITELLM_VENV)
+	@$(PYTHON) -m venv $(LITELLM_VENV)
+	@$(LITELLM_VENV)/bin/python -m pip install --quiet --progress-bar off -r $(E2E)/requirements-litellm.txt
+	@touch $(LITELLM_STAMP)
 
 run: $(STAMP)
 	@$(BIN)/llmbridge serve $(ARGS)
@@ -65,7 +79,7 @@ typecheck: $(STAMP)
 	@$(BIN)/mypy
 	@MYPYPATH=bench $(BIN)/mypy bench/*.py
 
-test: lint typecheck $(E2E_STAMP) postgres chromium redis
+test: lint typecheck $(E2E_STAMP) $(LITELLM_STAMP) postgres chromium redis
 	@echo "==> pytest"
 	@$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -153,7 +167,7 @@ bench: $(STAMP)
 	@$(BIN)/python bench/overhead.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(E2E)/node_modules .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(E2E)/node_modules $(LITELLM_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
 # llmbridge against the LiteLLM proxy, the Portkey gateway and the backend alone
 # (bench/compare.py). The first run installs LiteLLM into its own virtualenv,
