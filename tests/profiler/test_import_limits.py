@@ -10,7 +10,8 @@ file at all, or hostile.
   ``traces.jsonl`` of one iteration written again and again, stays a fraction of the
   file (it was a multiple: the whole text, its lines and their objects).
 - A line over ``--max-line-bytes`` is an error naming the file and the line, and is not
-  read whole; no more than ``--max-bytes`` is read in all.
+  read whole; no more than ``--max-bytes`` is read in all. The report draws the first
+  and last of a long session's steps, not all.
 - Only regular files: a FIFO named ``pipe.jsonl`` and symlinks to ``/dev/zero`` are
   skipped with a warning (the import used to wait on the FIFO for ever, and read
   ``/dev/zero`` until memory ran out: a subprocess with a bound on its time and its
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from click.testing import CliRunner
 
 from llmbridge.cli import cli
 from llmbridge.profiler import importing
+from llmbridge.profiler.html_report import TIMELINE_ROWS, html_report, timeline_steps
 from llmbridge.profiler.importing import TrajectoryImportError, import_paths, write_run
 from llmbridge.profiler.input_files import (
     MAX_DEPTH,
@@ -44,6 +47,7 @@ from llmbridge.profiler.input_files import (
     InputValueError,
     parse_json,
 )
+from llmbridge.profiler.records import summarise
 from llmbridge.profiler.run_dir import RunDirError, load_finished
 from tests.profiler.long_sessions import write_claude_code_session
 from tests.waiting import HANG_S, scaled
@@ -88,6 +92,19 @@ def test_the_work_of_an_import_grows_with_the_transcript_line_by_line(tmp_path: 
     # Linear work doubles (a little less: some of it is the same for any length); the
     # quadratic count of boundaries made it 3.4 times here.
     assert work[3000] < 2.2 * work[1500], work
+
+
+def test_a_long_sessions_timeline_draws_its_first_and_last_steps(tmp_path: Path) -> None:
+    """Its rows were one per event: 100,000 transcript lines made a 90 MB page."""
+    path = write_claude_code_session(tmp_path / "session.jsonl", 3000)
+    (record,) = import_paths([path])
+    page = html_report(summarise([record]), [record])
+    rows = len(timeline_steps(record.trace or {}))
+    assert rows > TIMELINE_ROWS
+    assert page.count('<details class="tl-row"') == TIMELINE_ROWS
+    assert f"{rows - TIMELINE_ROWS:,} of the {rows:,} steps are not drawn here" in page
+    # The last step is drawn: where a session fails or answers.
+    assert "Looking at step 983: running the tests." in page
 
 
 def _peak(run: Callable[[], object]) -> int:
@@ -417,7 +434,7 @@ HOSTILE_RECORDS: dict[str, tuple[Callable[[dict[str, Any]], str | bytes], str]] 
     ),
     "a NaN duration_ms": (_trace_event("duration_ms", "NaN"), "NaN is not a finite number"),
     "a token count of 10**400": (
-        lambda r: json.dumps(r).replace('"input": ', '"input": 1' + "0" * 400 + ', "x": ', 1),
+        lambda r: re.sub(r'"input": \d+', '"input": 1' + "0" * 400, json.dumps(r), count=1),
         "(401 digits) is out of range (beyond 64 bits)",
     ),
     "200k-deep JSON": (
