@@ -163,22 +163,25 @@ redis:
 		fi; \
 	fi
 
+# One benchmark scenario (python -m bench --list names them; default overhead):
+# make bench SCENARIO=frontier ARGS="--quick".
+SCENARIO ?= overhead
 bench: $(STAMP)
-	@$(BIN)/python bench/overhead.py $(ARGS)
+	@$(BIN)/python -m bench $(SCENARIO) $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(E2E)/node_modules $(LITELLM_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
 # llmbridge against the LiteLLM proxy, the Portkey gateway and the backend alone
-# (bench/compare.py). The first run installs LiteLLM into its own virtualenv,
+# (python -m bench compare). The first run installs LiteLLM into its own virtualenv,
 # bench/.venv-litellm, from the pins in bench/requirements-litellm.txt (never into .venv:
 # its pins conflict with ours), and Portkey with npm ci in bench/portkey.
 .PHONY: bench-compare
 bench-compare: $(STAMP)
-	@$(BIN)/python bench/compare.py $(ARGS)
+	@$(BIN)/python -m bench compare $(ARGS)
 
-# --workers 1 and 2, and what keys, limits and the usage ledger cost (bench/scale.py;
+# --workers 1 and 2, and what keys, limits and the usage ledger cost (the scale scenario;
 # ARGS="--redis" adds the limits in a loopback redis-server).
 .PHONY: bench-scale
 bench-scale: $(STAMP)
-	@$(BIN)/python bench/scale.py $(ARGS)
+	@$(BIN)/python -m bench scale $(ARGS)

@@ -78,11 +78,8 @@ import litellm_proxy
 import portkey_gateway
 from compare_routes import ROUTES, Route
 from fast_backend import reply_pieces
-from http_clients import BenchClient, Outcome, make_client
-from overhead import system_busy_seconds
-from overhead_stats import Scenario, Tally, percentile, render_table, summarise
-from proc_tree import ProcessTree
-from processes import (
+from harness import (
+    ProcessTree,
     Server,
     free_port,
     gateway_config,
@@ -94,8 +91,11 @@ from processes import (
     start_py_spy,
     start_run,
     stop_py_spy,
+    system_busy_seconds,
     wait_ready,
 )
+from http_clients import BenchClient, Outcome, make_client
+from overhead_stats import Scenario, Tally, percentile, render_table, summarise
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -668,7 +668,7 @@ def _run_measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = start_run("bench/compare.py", argv).command
+    command = start_run("compare", argv).command
     version = ""
     if not args.no_litellm:
         litellm_proxy.ensure_venv(log)

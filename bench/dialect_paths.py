@@ -35,18 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from baseline import Baseline, BaselineError, check_process_env, prepare_baseline
 from dialect_requests import DIALECTS, CheckError, check, path, request_body
-from http_clients import make_client
-from processes import (
+from harness import (
     CLK_TCK,
+    Baseline,
+    BaselineError,
     Server,
+    check_process_env,
     gateway_config,
+    prepare_baseline,
     run_async,
     start_fast_backend,
     start_gateway,
     wait_ready,
 )
+from http_clients import make_client
 
 LIMIT = 1.20
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -83,23 +83,26 @@ import orjson
 import http_clients
 import litellm_proxy
 import portkey_gateway
-from baseline import Baseline, BaselineError, check_process_env, prepare_baseline
 from fast_backend import DEFAULT_MODEL, reply_pieces
 from frontier_report import BOUNDS_MS, figure, report
-from http_clients import AiohttpClient
-from open_loop import ARRIVALS, OpenLoop, Request, Shot, StepRun, schedule, summarise
-from proc_tree import ProcessTree
-from processes import (
+from harness import (
+    Baseline,
+    BaselineError,
+    ProcessTree,
     Server,
+    check_process_env,
     free_port,
     git_output,
     load_average,
+    prepare_baseline,
     run_async,
     start_fast_backend,
     start_gateway,
     start_run,
     wait_ready,
 )
+from http_clients import AiohttpClient
+from open_loop import ARRIVALS, OpenLoop, Request, Shot, StepRun, schedule, summarise
 from replies import check_reply, request_body
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -548,7 +551,7 @@ def _run(args: argparse.Namespace, s: Servers) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command, started, load_at_start = start_run("bench/frontier.py", argv)
+    command, started, load_at_start = start_run("frontier", argv)
     try:
         baseline = prepare_baseline(args.baseline_src) if args.baseline_src else None
         with (

@@ -45,8 +45,8 @@ import aiohttp
 import orjson
 
 from fast_backend import DEFAULT_MODEL
+from harness import gateway_config, log, start_fast_backend, start_gateway, wait_ready
 from http_clients import make_client
-from processes import gateway_config, log, start_fast_backend, start_gateway, wait_ready
 
 PROBE_INTERVAL_S = 0.005
 

@@ -57,10 +57,8 @@ import orjson
 import http_clients
 from compare_routes import check_anthropic
 from fast_backend import DEFAULT_MODEL, reply_pieces
-from http_clients import AiohttpClient
-from open_loop import OpenLoop, Request, Shot, StepRun, percentile, schedule, tree_rss_kb
-from proc_tree import ProcessTree
-from processes import (
+from harness import (
+    ProcessTree,
     Server,
     git_output,
     load_average,
@@ -70,6 +68,8 @@ from processes import (
     start_run,
     wait_ready,
 )
+from http_clients import AiohttpClient
+from open_loop import OpenLoop, Request, Shot, StepRun, percentile, schedule, tree_rss_kb
 from replies import check_reply
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -454,7 +454,7 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, S
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command, started, load_at_start = start_run("bench/memory_plateau.py", argv)
+    command, started, load_at_start = start_run("memory_plateau", argv)
     cap = args.warmup_seconds + args.minutes * 60 + 300
     try:
         with (

@@ -40,6 +40,12 @@ from typing import Any
 import aiohttp
 
 from fast_backend import DEFAULT_MODEL
+from harness import (
+    log,
+    start_fast_backend,
+    start_gateway,
+    wait_ready,
+)
 from http_clients import make_client
 from llmbridge.backends.opencode.prompt import ModelRef, prompt_body
 from llmbridge.backends.opencode.server import (
@@ -50,12 +56,6 @@ from llmbridge.backends.opencode.server import (
 )
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest
-from processes import (
-    log,
-    start_fast_backend,
-    start_gateway,
-    wait_ready,
-)
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"

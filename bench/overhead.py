@@ -67,22 +67,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from baseline import (
+from fast_backend import reply_pieces
+from harness import (
+    CLK_TCK,
     Baseline,
     BaselineError,
-    check_process_env,
-    prepare_baseline,
-    versus_baseline,
-)
-from fast_backend import reply_pieces
-from http_clients import BenchClient, Outcome, make_client
-from overhead_stats import Scenario, Tally, Verdict, judge, report, summarise
-from processes import (
-    CLK_TCK,
     Server,
     backend_type,
+    check_process_env,
     gateway_config,
     log,
+    prepare_baseline,
     run_async,
     start_fast_backend,
     start_gateway,
@@ -91,6 +86,8 @@ from processes import (
     stop_py_spy,
     wait_ready,
 )
+from http_clients import BenchClient, Outcome, make_client
+from overhead_stats import Scenario, Tally, Verdict, judge, report, summarise, versus_baseline
 from replies import DIALECTS, chat_path, check_reply, request_body
 
 T = TypeVar("T")
@@ -473,7 +470,7 @@ def servers(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command, started, load_at_start = start_run("bench/overhead.py", argv)
+    command, started, load_at_start = start_run("overhead", argv)
     try:
         baseline = prepare_baseline(args.baseline_src) if args.baseline_src else None
         with (

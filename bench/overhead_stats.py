@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from baseline import Baseline
+from harness import Baseline
 from http_clients import Outcome
 from replies import CheckError
 
@@ -261,3 +261,43 @@ def baseline_rows(results: list[dict[str, Any]]) -> list[list[str]]:
             [r["key"], b["gateway"], b["added"], b["result"], v["added"], versus["text"], cpu]
         )
     return rows
+
+
+def versus_baseline(
+    concurrency: int,
+    gateway: dict[str, Any],
+    baseline: dict[str, Any],
+    gateway_added: float | None,
+    baseline_added: float | None,
+) -> dict[str, Any]:
+    """This tree against the baseline in one scenario. One in flight: the difference and
+    ratio of the added cost (``*_added``: ms p50, or µs per chunk when streaming, over
+    direct). 64 in flight: the ratio of throughput, this tree / baseline. Both: gateway
+    CPU time per request or chunk, this tree / baseline."""
+    stream = "chunks" in gateway
+    unit = "cpu_us_per_chunk" if stream else "cpu_us_per_request"
+    cpu_this, cpu_base = gateway[unit]["gateway"], baseline[unit]["baseline"]
+    out: dict[str, Any] = {
+        "gateway_cpu_us": cpu_this,
+        "baseline_cpu_us": cpu_base,
+        "cpu_ratio": cpu_this / cpu_base if cpu_base else None,
+    }
+    if concurrency == 1:
+        unit_text = "us/chunk" if stream else "ms p50"
+        if gateway_added is None or baseline_added is None:
+            out["text"] = "n/a"
+            return out
+        difference = gateway_added - baseline_added
+        # A ratio of added costs only means something when the baseline adds some.
+        ratio = gateway_added / baseline_added if baseline_added > 0 else None
+        out.update(added_difference=difference, added_ratio=ratio)
+        spec = ".1f" if stream else ".3f"
+        out["text"] = f"{difference:+{spec}} {unit_text}" + (
+            f" (x{ratio:.2f})" if ratio is not None else ""
+        )
+        return out
+    key = "chunks_per_s" if stream else "requests_per_s"
+    ratio = (gateway[key] or 0.0) / baseline[key] if baseline[key] else None
+    out["throughput_ratio"] = ratio
+    out["text"] = "n/a" if ratio is None else f"x{ratio:.3f} {key.split('_')[0]}/s"
+    return out

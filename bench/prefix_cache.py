@@ -70,8 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from baseline import Baseline, BaselineError, check_process_env, prepare_baseline
-from processes import Server, free_port
+from harness import Baseline, BaselineError, Server, check_process_env, free_port, prepare_baseline
 
 if TYPE_CHECKING:  # the gateway side imports llmbridge itself: maybe another checkout's
     from llmbridge.core.events import StreamEvent

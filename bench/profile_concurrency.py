@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fast_backend import DEFAULT_MODEL
-from http_clients import AiohttpClient
-from processes import (
+from harness import (
     Server,
     gateway_config,
     git_output,
@@ -49,6 +48,7 @@ from processes import (
     start_run,
     wait_ready,
 )
+from http_clients import AiohttpClient
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -199,7 +199,7 @@ def report(document: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command, started, load_at_start = start_run("bench/profile_concurrency.py", argv)
+    command, started, load_at_start = start_run("profile_concurrency", argv)
     runs: list[dict[str, Any]] = []
     resumed: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="llmbridge-profile-concurrency-") as tmp:

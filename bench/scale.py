@@ -64,26 +64,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baseline import BaselineError, check_process_env, prepare_baseline
 from compare import Cell, Measure, Runner, Target, summarise_cell
 from compare_routes import ROUTES
 from fast_backend import DEFAULT_MODEL
-from http_clients import make_client
-from overhead import system_busy_seconds
-from overhead_stats import render_table
-from proc_tree import ProcessTree
-from processes import (
+from harness import (
+    BaselineError,
+    ProcessTree,
     Server,
+    check_process_env,
     free_port,
     gateway_argv,
     gateway_config,
     git_output,
     load_average,
+    prepare_baseline,
     run_async,
     start_fast_backend,
     start_run,
+    system_busy_seconds,
     wait_ready,
 )
+from http_clients import make_client
+from overhead_stats import render_table
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -517,7 +519,7 @@ def _run(args: argparse.Namespace, backend: Server, gateways: list[Gateway]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command, started, load_at_start = start_run("bench/scale.py", argv)
+    command, started, load_at_start = start_run("scale", argv)
     busy_before = system_busy_seconds()
     try:
         with (

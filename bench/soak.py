@@ -34,8 +34,7 @@ from pathlib import Path
 import aiohttp
 
 from fast_backend import DEFAULT_MODEL
-from http_clients import make_client
-from processes import (
+from harness import (
     Server,
     gateway_config,
     log,
@@ -43,6 +42,7 @@ from processes import (
     start_gateway,
     wait_ready,
 )
+from http_clients import make_client
 
 BENCH_DIR = Path(__file__).resolve().parent
 INTERVAL_MS = 500.0

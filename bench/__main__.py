@@ -1,0 +1,172 @@
+"""The benchmark harness's command line: ``python -m bench SCENARIO [args]`` runs one named
+scenario, ``python -m bench --list`` lists them, ``python -m bench SCENARIO --help`` gives
+a scenario's own options.
+
+This file owns the scenario table and ``--baseline-src DIR`` (another checkout's ``src/``
+measured in the same run). A scenario marked ``interleaved`` serves DIR's code as a second
+gateway measured in the same rounds as this tree's (``harness.prepare_baseline``). One
+marked ``sequential`` is run twice, each run a child process: this tree, then DIR with
+``PYTHONPATH=DIR`` (checked first), which every process it starts inherits, so its
+gateways and any llmbridge code it runs in-process are DIR's; a busy machine's drift
+between the two runs is not cancelled, so compare their figures with that in mind. A
+scenario marked ``-`` measures no llmbridge code of its own (a tool, or the test suite,
+which is a checkout's own: run it there).
+
+Each scenario is a module of ``bench/``, run as ``python bench/MODULE.py`` runs it (so
+the old command lines keep working).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+class Scenario(NamedTuple):
+    baseline: str
+    """``interleaved``, ``sequential`` or ``-`` (see the module docstring)."""
+    summary: str
+
+
+SCENARIOS = {
+    "overhead": Scenario(
+        "interleaved", "the gateway against the stub backend called directly, per dialect"
+    ),
+    "compare": Scenario("sequential", "llmbridge beside the LiteLLM proxy and Portkey"),
+    "scale": Scenario(
+        "interleaved", "--workers 1 and 2; keys, limits and the ledger; limits in Redis"
+    ),
+    "frontier": Scenario(
+        "interleaved", "the highest rate within a p99 bound (open loop); frame timing"
+    ),
+    "dialect_paths": Scenario(
+        "interleaved", "every client dialect's path, with tools and without, against OpenAI's"
+    ),
+    "memory_plateau": Scenario("sequential", "RSS over minutes of mixed load must level off"),
+    "soak": Scenario("sequential", "many streams held open for a minute: errors and leaks"),
+    "health_under_load": Scenario(
+        "sequential", "/health latency while the largest legal bodies are read"
+    ),
+    "opencode": Scenario("sequential", "the opencode backend over a bare OpenCode prompt"),
+    "completion": Scenario(
+        "sequential", "how soon the profiler knows an OpenCode turn is over (events, polling)"
+    ),
+    "embedded_worker": Scenario(
+        "sequential", "the embedded model's worker pipe per token, and real generation"
+    ),
+    "prefix_cache": Scenario(
+        "interleaved", "llama.cpp prefix-cache hits per agent turn on the embedded model"
+    ),
+    "decision_validity": Scenario(
+        "sequential", "emulated tool decisions on the embedded model: how many are usable"
+    ),
+    "agent_memory": Scenario("sequential", "does a 200-turn agent session keep 20 stated facts"),
+    "agent_context": Scenario("sequential", "assembling an agent's history context as it grows"),
+    "agent_documents": Scenario(
+        "sequential", "indexing a document: time and the event loop's worst stall"
+    ),
+    "profile_concurrency": Scenario(
+        "sequential", "llmbridge profile run at --concurrency 1, 2, 4; kill and resume"
+    ),
+    "profile_import": Scenario(
+        "sequential", "llmbridge profile import on long Claude Code transcripts"
+    ),
+    "busy_suite": Scenario("-", "the test suite beside one CPU burner per core"),
+    "profile_summary": Scenario(
+        "-", "tool: where the gateway's CPU goes, from a py-spy or cProfile profile"
+    ),
+    "otlp_sink": Scenario("-", "tool: an OTLP/HTTP trace receiver for runs with tracing on"),
+    "fast_backend": Scenario("-", "tool: the stub backend every scenario measures against"),
+}
+
+
+def listing() -> str:
+    width = max(map(len, SCENARIOS))
+    lines = [f"{'scenario':<{width}}  {'baseline':<11}  what it measures"]
+    for name, scenario in SCENARIOS.items():
+        lines.append(f"{name:<{width}}  {scenario.baseline:<11}  {scenario.summary}")
+    lines += [
+        "",
+        "--baseline-src DIR (another checkout's src/): 'interleaved' measures DIR's gateway in",
+        "the same rounds as this tree's; 'sequential' runs the scenario for this tree, then",
+        "again with PYTHONPATH=DIR; '-' takes none.",
+    ]
+    return "\n".join(lines)
+
+
+def split_baseline(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--baseline-src DIR`` (or ``=DIR``) taken out of ``args``, and the rest."""
+    rest: list[str] = []
+    found: str | None = None
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            rest += [word, *words]
+            break
+        if word == "--baseline-src":
+            found = next(words, None)
+            if found is None:
+                raise SystemExit("--baseline-src needs a directory")
+        elif word.startswith("--baseline-src="):
+            found = word.split("=", 1)[1]
+        else:
+            rest.append(word)
+    return found, rest
+
+
+def run_sequential(name: str, src: str, args: list[str]) -> int:
+    """The scenario for this tree, then for the checkout at ``src``, each in a child."""
+    sys.path.insert(0, str(BENCH_DIR))
+    from harness import BaselineError, prepare_baseline
+
+    try:
+        baseline = prepare_baseline(Path(src))
+    except BaselineError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    codes = []
+    for label, env in (("this tree", {}), (f"baseline {baseline.label()}", baseline.env)):
+        print(f"\n== {name}: {label}\n", flush=True)
+        command = [sys.executable, "-m", "bench", name, *args]
+        done = subprocess.run(command, cwd=BENCH_DIR.parent, env={**os.environ, **env})
+        codes.append(done.returncode)
+    return max(codes, key=abs)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0] + "\n\n" + listing())
+        return 0 if argv else 2
+    if argv[0] == "--list":
+        print(listing())
+        return 0
+    name, args = argv[0], argv[1:]
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        print(f"no scenario {name!r}; python -m bench --list shows them", file=sys.stderr)
+        return 2
+    src, rest = split_baseline(args)
+    if src is not None and scenario.baseline == "-":
+        print(f"{name} takes no --baseline-src (python -m bench --list)", file=sys.stderr)
+        return 2
+    if src is not None and scenario.baseline == "sequential":
+        return run_sequential(name, src, rest)
+    sys.path.insert(0, str(BENCH_DIR))
+    sys.argv = [str(BENCH_DIR / f"{name}.py"), *args]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

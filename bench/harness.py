@@ -1,0 +1,557 @@
+"""What every scenario of the benchmark harness shares: its processes, their cost, the
+``--baseline-src`` checkout and the results format.
+
+- Processes: the stub backend (``fast_backend.py``), ``llmbridge serve`` (this tree's,
+  or a baseline checkout's), the peer proxies (LiteLLM, Portkey) and Redis, each on a
+  free loopback port with its output in a log file. Each dies with the benchmark (the
+  kernel's parent-death signal covers SIGKILL) and ``Server.stop`` stops it and every
+  process it forked for certain (its own session, SIGKILLed last); ``stopping()`` stops
+  all a scenario started, in reverse, however the scenario ends.
+- Their cost: ``ProcessTree`` sums CPU time and peak RSS over a process and what it
+  forked, from /proc (0 where there is none); ``system_busy_seconds`` the machine's.
+- The baseline: ``prepare_baseline(DIR)`` checks that ``PYTHONPATH=DIR`` really makes
+  ``import llmbridge`` find DIR's package (it precedes the editable install's path
+  entry), and records DIR's commit; ``check_process_env`` proves a running gateway got
+  it.
+- Results: ``start_run`` (the command, start time and load), ``results_header`` (the
+  fields every results document opens with) and ``save_results``
+  (``bench/results/NAME-<time>.json``, git-ignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from fast_backend import DEFAULT_MODEL
+from http_clients import BenchClient
+
+T = TypeVar("T")
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CPUS = os.cpu_count() or 1
+_PROC = Path("/proc")
+_scenario = "bench"
+
+
+def log(message: str) -> None:
+    print(f"[{_scenario} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Child-side: get SIGTERM if the benchmark itself dies (Linux), so nothing lingers."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+# -- the cost of a process and what it forked ------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` from field 3 (state) on; the command name may hold spaces."""
+    try:
+        return (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+class ProcessTree:
+    """A root process id and, on every reading, its descendants at that moment (a proxy
+    may fork workers, so a server's cost is the sum over its whole tree)."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+
+    def pids(self) -> list[int]:
+        """The root and all its descendants (a scan of /proc: a few ms, never timed)."""
+        children: dict[int, list[int]] = {}
+        for entry in _PROC.iterdir():
+            if not entry.name.isdigit():
+                continue
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+        found, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(children.get(pid, ()))
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the tree so far, with the root's reaped children."""
+        ticks = 0
+        for pid in self.pids():
+            fields = _stat_fields(pid)
+            if fields is None:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            if pid == self.root:
+                ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+        return ticks / CLK_TCK
+
+    def peak_rss_mb(self) -> float:
+        """Sum of the tree's peak resident set sizes (VmHWM), in MB (10^6 bytes)."""
+        kib = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError, ValueError):
+                for line in (_PROC / str(pid) / "status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        kib += int(line.split()[1])
+                        break
+        return kib * 1024 / 1e6
+
+    def reset_peak(self) -> bool:
+        """A new peak-RSS window for every process of the tree (``5`` to ``clear_refs``,
+        Linux >= 4.0, our own processes only); False if refused."""
+        ok = True
+        for pid in self.pids():
+            try:
+                (_PROC / str(pid) / "clear_refs").write_text("5")
+            except OSError:
+                ok = False
+        return ok
+
+
+def system_busy_seconds() -> float:
+    """CPU time all CPUs spent not idle since boot (/proc/stat), in seconds."""
+    try:
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values[:8]) - idle) / CLK_TCK
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    """A subprocess listening on a loopback port, with its output in a log file."""
+
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        port: int,
+        argv: list[str],
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> Server:
+        """``env``: variables set on top of this process's environment."""
+        log_path = log_dir / f"{name}.log"
+        with log_path.open("wb") as out:
+            process = subprocess.Popen(
+                argv,
+                env={**os.environ, **env} if env else None,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the benchmark only; it stops us
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        return cls(name, port, process, log_path)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time so far of the process and every process it forked."""
+        return ProcessTree(self.pid).cpu_seconds()
+
+    def stop(self) -> None:
+        """SIGINT (uvicorn's graceful stop; lets cProfile write its file), then harder;
+        last, SIGKILL to its session, so no worker it forked outlives it."""
+        for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if self.process.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(wait)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def stopping() -> Iterator[list[Server]]:
+    """A list to append started servers to; every one is stopped, in reverse, on exit."""
+    started: list[Server] = []
+    try:
+        yield started
+    finally:
+        for server in reversed(started):
+            server.stop()
+        if started:
+            log("servers stopped")
+
+
+async def wait_ready(
+    client: BenchClient, server: Server, path: str, patience: float = 60.0
+) -> None:
+    """Poll ``path`` until it answers 200; fail early if the process died."""
+    deadline = time.monotonic() + patience
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited with code {server.process.returncode}:\n{server.log_tail()}"
+            )
+        try:
+            status, text = await client.get(f"{server.url}{path}")
+            if status == 200:
+                return
+            last = f"HTTP {status}: {text[:300]}"
+        except Exception as exc:  # noqa: BLE001 - not up yet, whatever the reason
+            last = f"{type(exc).__name__}: {exc}"
+        await asyncio.sleep(0.1)
+    raise RuntimeError(
+        f"{server.name} not ready after {patience:.0f}s ({last})\n{server.log_tail()}"
+    )
+
+
+def backend_type(dialect: str) -> str:
+    """The gateway's backend type for a benchmarked front ``dialect``: the same dialect,
+    except behind the Responses front, where it is the fast backend's chat completions."""
+    return "openai" if dialect == "responses" else dialect
+
+
+def gateway_config(dialect: str, backend_port: int, backend: str | None = None) -> str:
+    """A gateway config with one backend, the fast backend on ``backend_port``, of type
+    ``backend`` (default ``backend_type(dialect)``), and the bench model routed to it."""
+    kind = backend or backend_type(dialect)
+    url = f"http://127.0.0.1:{backend_port}" + ("" if kind == "ollama" else "/v1")
+    return (
+        "server:\n"
+        "  host: 127.0.0.1\n"
+        "  log_level: warning\n"
+        "backends:\n"
+        f"  bench: {{type: {kind}, url: '{url}'}}\n"
+        "models:\n"
+        f"  - {{name: {DEFAULT_MODEL}, backend: bench}}\n"
+        "default_backend: bench\n"
+    )
+
+
+def start_fast_backend(workdir: Path, *options: str, name: str = "backend") -> Server:
+    """``fast_backend.py`` on a free loopback port, with ``options`` (--chunks...)."""
+    port = free_port()
+    argv = [sys.executable, str(BENCH_DIR / "fast_backend.py"), "--port", str(port), *options]
+    return Server.start(name, port, argv, workdir)
+
+
+def start_gateway(
+    workdir: Path,
+    config_text: str,
+    *,
+    name: str = "gateway",
+    profile: Path | None = None,
+    launcher: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    baseline: Baseline | None = None,
+) -> Server:
+    """``llmbridge serve`` on a free loopback port with ``config_text`` as its config;
+    ``env`` adds to its environment; ``baseline`` makes it serve that checkout (checked
+    on the running process); ``extra_args`` go after ``serve``'s own (``--workers 2``)."""
+    port = free_port()
+    config = workdir / f"{name}.yaml"
+    config.write_text(config_text)
+    argv = [*gateway_argv(config, port, profile, launcher), *extra_args]
+    env = {**(env or {}), **(baseline.env if baseline else {})}
+    server = Server.start(name, port, argv, workdir, env)
+    if baseline is not None:
+        check_process_env(server.pid, baseline.env)
+    return server
+
+
+def gateway_argv(
+    config: Path, port: int, profile: Path | None, launcher: Path | None = None
+) -> list[str]:
+    serve = ["serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
+    if launcher is not None:
+        return [sys.executable, str(launcher), *serve]
+    if profile is not None:
+        return [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "llmbridge", *serve]
+    script = Path(sys.executable).parent / "llmbridge"
+    if script.exists():
+        return [str(script), *serve]
+    return [sys.executable, "-m", "llmbridge", *serve]
+
+
+def start_peer(name: str, workdir: Path, backend_port: int, workers: int = 1) -> Server:
+    """A peer proxy in front of the fast backend on ``backend_port``, installed first if
+    need be: ``litellm`` (the LiteLLM proxy, its own virtualenv) or ``portkey``."""
+    import litellm_proxy
+    import portkey_gateway
+
+    port = free_port()
+    if name == "litellm":
+        litellm_proxy.ensure_venv(log)
+        config = workdir / "litellm.yaml"
+        config.write_text(litellm_proxy.config_yaml(backend_port))
+        return Server.start(name, port, litellm_proxy.proxy_argv(config, port, workers), workdir)
+    if name == "portkey":
+        portkey_gateway.ensure_installed(log)
+        return Server.start(name, port, portkey_gateway.gateway_argv(port), workdir)
+    raise ValueError(f"no peer {name!r} (litellm, portkey)")
+
+
+def start_redis(workdir: Path) -> Server:
+    """``redis-server`` on a free loopback port, no persistence."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("--redis: no redis-server on PATH (apt-get install redis-server)")
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+    return Server.start("redis", port, [*argv, "no", "--dir", str(workdir)], workdir)
+
+
+def start_py_spy(out: Path, pid: int) -> subprocess.Popen[bytes]:
+    """A sampling profiler attached to ``pid`` until ``stop_py_spy`` (native frames show
+    where C and the kernel take the time, e.g. the socket ``write``)."""
+    binary = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if binary is None:
+        raise RuntimeError("--py-spy: no py-spy on PATH and $PY_SPY is not set")
+    argv = [binary, "record", "-p", str(pid), "-r", "250", "--native", "-f", "raw"]
+    log(f"sampling pid {pid} with py-spy into {out}")
+    return subprocess.Popen(
+        [*argv, "-o", str(out.resolve())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_py_spy(sampler: subprocess.Popen[bytes]) -> None:
+    if sampler.poll() is None:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+    try:
+        sampler.wait(30)
+    except subprocess.TimeoutExpired:
+        sampler.kill()
+
+
+# -- the baseline checkout -------------------------------------------------------------------
+
+
+class BaselineError(Exception):
+    """A ``--baseline-src`` that cannot be served, or is not what gets imported."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    src: Path
+    module: str
+    """``llmbridge.__file__`` as the baseline gateway's interpreter resolves it."""
+    commit: str
+    src_dirty: bool | None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables the baseline gateway gets on top of the benchmark's own."""
+        return python_path_env(self.src)
+
+    def label(self) -> str:
+        commit = self.commit[:9] if self.commit else "not a git checkout"
+        return f"{self.src} @ {commit}" + (" (uncommitted changes)" if self.src_dirty else "")
+
+    def describe(self) -> dict[str, object]:
+        """What the JSON result records about the baseline."""
+        return {
+            "src": str(self.src),
+            "commit": self.commit,
+            "src_dirty": self.src_dirty,
+            "module": self.module,
+            "pythonpath": self.env["PYTHONPATH"],
+        }
+
+
+def python_path_env(src: Path) -> dict[str, str]:
+    inherited = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": str(src) + (os.pathsep + inherited if inherited else "")}
+
+
+def prepare_baseline(src: Path) -> Baseline:
+    """Check that ``src`` holds an llmbridge package that really gets imported: this
+    interpreter with ``PYTHONPATH=src`` and ``-P`` (no script directory on the path)
+    must import it from under ``src``."""
+    src = src.resolve()
+    if not (src / "llmbridge" / "__init__.py").is_file():
+        raise BaselineError(
+            f"--baseline-src {src}: no llmbridge/__init__.py there "
+            "(give the src/ directory of a checkout, e.g. made by git worktree add)"
+        )
+    module = imported_module(python_path_env(src))
+    if not Path(module).resolve().is_relative_to(src):
+        raise BaselineError(
+            f"--baseline-src {src}: with PYTHONPATH set, llmbridge is still imported from {module}"
+        )
+    commit = git_output("-C", str(src), "rev-parse", "HEAD")
+    dirty = bool(git_output("-C", str(src), "status", "--porcelain", ".")) if commit else None
+    return Baseline(src, module, commit, dirty)
+
+
+def imported_module(env: dict[str, str]) -> str:
+    """``llmbridge.__file__`` in this interpreter with ``env`` added to the environment."""
+    probe = [sys.executable, "-P", "-c", "import llmbridge; print(llmbridge.__file__)"]
+    try:
+        done = subprocess.run(
+            probe, env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BaselineError(f"cannot run {sys.executable}: {exc}") from exc
+    if done.returncode != 0:
+        raise BaselineError(f"import llmbridge failed with {env}:\n{done.stderr[-800:]}")
+    return done.stdout.strip()
+
+
+def check_process_env(pid: int, env: dict[str, str]) -> None:
+    """Raise unless the running process ``pid`` got ``env`` (Linux; elsewhere a no-op)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return
+    found = dict(
+        entry.decode(errors="replace").split("=", 1) for entry in raw.split(b"\0") if b"=" in entry
+    )
+    for name, value in env.items():
+        if found.get(name) != value:
+            raise BaselineError(f"process {pid} has {name}={found.get(name)!r}, not {value!r}")
+
+
+# -- running a scenario and its results ------------------------------------------------------
+
+
+def raise_interrupt(signum: int, frame: object) -> None:
+    """A SIGTERM handler: stop a benchmark as Ctrl-C does, so its servers are stopped."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on uvloop (as the servers run) where it is installed, else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class RunStart(NamedTuple):
+    """What a benchmark's results document opens with (``start_run``)."""
+
+    command: str
+    started: float
+    load_at_start: list[float]
+
+
+def start_run(scenario: str, argv: Sequence[str] | None) -> RunStart:
+    """What every scenario's ``main`` does first: names its log lines, makes SIGTERM stop
+    it as Ctrl-C does, and notes the facts its results document records."""
+    global _scenario
+    _scenario = scenario
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    words = argv if argv is not None else sys.argv[1:]
+    return RunStart(f"python -m bench {scenario} " + " ".join(words), time.time(), load_average())
+
+
+def git_output(*argv: str) -> str:
+    """``git argv...`` in this checkout: its output, or "" when git is missing or fails."""
+    try:
+        done = subprocess.run(
+            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def results_header(run: RunStart, settings: object = None) -> dict[str, Any]:
+    """The fields every results document opens with: the scenario and its command line,
+    when and how long, the settings, the commit measured and the machine."""
+    options = vars(settings) if settings is not None else {}
+    return {
+        "benchmark": _scenario,
+        "command": run.command.strip(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(run.started)),
+        "duration_s": round(time.time() - run.started, 1),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()},
+        "code": {
+            "commit": git_output("rev-parse", "HEAD"),
+            "src_dirty": bool(git_output("status", "--porcelain", "src")),
+        },
+        "machine": {
+            "cpus": CPUS,
+            "load_average_at_start": run.load_at_start,
+            "load_average_at_end": load_average(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+    }
+
+
+def save_results(
+    name: str, document: Mapping[str, Any], started: float, also: Path | None = None
+) -> list[Path]:
+    """``document`` as ``bench/results/NAME-<start time>.json`` (and at ``also``)."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
+    paths = [RESULTS_DIR / f"{name}-{stamp}.json", *([also] if also else [])]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+        print(f"results: {path}")
+    return paths
+
+
+def entry_point(main: Callable[[list[str] | None], int | None]) -> None:
+    """``sys.exit(main())`` for a scenario run as a script; Ctrl-C exits 130 quietly."""
+    try:
+        sys.exit(main(None))
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)
