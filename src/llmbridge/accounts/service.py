@@ -23,7 +23,8 @@ When auth is on (``enabled``) the model APIs need a key:
 A request's key is then, in order: a static key (compared in constant time against
 each, web/auth.py), or a database key (``llmb-...``, looked up by hash through the
 per-process cache, accounts/keys.py); a revoked key is a 401 saying so. The master key
-opens ``/admin/`` only (accounts/routes.py), not the model APIs.
+opens ``/admin/`` (accounts/routes.py) and, of the model APIs, only the Ollama
+model-management routes (gateway/routes/ollama_models.py).
 """
 
 from __future__ import annotations
