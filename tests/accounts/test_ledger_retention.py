@@ -32,6 +32,7 @@ from llmbridge.cli import cli
 from llmbridge.gateway.config import ConfigError, load_config
 from llmbridge.store import Database, make_engine, migrate
 from tests.conftest import running_gateway
+from tests.waiting import scaled, until
 
 OLD_ROWS = 200_000
 BATCH = 5000
@@ -39,7 +40,11 @@ BATCH = 5000
 
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    made = make_engine(db_url)
+    # The statements here move thousands of rows at once: on a loaded machine one can
+    # take longer than the product's 10 s statement deadline, so that deadline is
+    # scaled like every bound of the suite (tests/waiting.py).
+    patient = f"command_timeout={scaled(10):g}&pool_timeout={scaled(10):g}"
+    made = make_engine(f"{db_url}?{patient}" if "://" in db_url else db_url)
     await migrate(made)
     yield made
     await made.dispose()
@@ -154,10 +159,10 @@ async def test_the_ledger_cleans_up_at_start(engine: AsyncEngine, db_url: str) -
     ledger = UsageLedger(Database(engine), retention_days=30, cleanup_batch=100, cleanup_pause_s=0)
     ledger.start()
     try:
-        for _ in range(1000):  # bounded: 20 s
-            if ledger.rolled_up == 1234 and ledger.cleanup_pending == 0:
-                break
-            await asyncio.sleep(0.02)
+        await until(
+            lambda: ledger.rolled_up == 1234 and ledger.cleanup_pending == 0,
+            "every old row rolled up",
+        )
         assert (ledger.rolled_up, ledger.cleanup_batches) == (1234, 13)
     finally:
         await ledger.aclose()

@@ -59,6 +59,7 @@ from llmbridge.core.request import (
 )
 from llmbridge.core.response import StopReason
 from tests.embedded_reference import direct_reply
+from tests.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -486,10 +487,7 @@ async def test_a_slow_load_times_out_and_is_reused_once_done() -> None:
             await slow.start()
         load = slow.workers._starting  # the worker goes on loading
         assert load is not None
-        for _ in range(500):
-            if load.done():
-                break
-            await asyncio.sleep(0.01)
+        await until(load.done, "the worker's load to finish")
         await slow.start()  # the finished load is picked up, not repeated
         assert len(await slow.running_models()) == 1
     finally:

@@ -4,12 +4,12 @@ afterwards, at the deadline or not (real ``sh`` processes)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from llmbridge.profiler.cli_agent import base_environment, make_home, remove_home, run_cli
+from tests.waiting import until
 
 
 def _gone(pid: int) -> bool:
@@ -22,14 +22,12 @@ def _gone(pid: int) -> bool:
 
 
 async def _dies(pid: int) -> bool:
-    """Whether ``pid`` is gone within 5 s. SIGKILL is delivered at once, but a killed
-    process closes its files (so the run's stdout reaches its end) a moment before it
-    becomes a zombie: checked once, right after the run, it can still read "running"."""
-    for _ in range(500):
-        if _gone(pid):
-            return True
-        await asyncio.sleep(0.01)
-    return False
+    """Whether ``pid`` is gone (a bounded wait, tests/waiting.py). SIGKILL is delivered
+    at once, but a killed process closes its files (so the run's stdout reaches its end)
+    a moment before it becomes a zombie: checked once, right after the run, it can
+    still read "running"."""
+    await until(lambda: _gone(pid), f"process {pid} gone")
+    return True
 
 
 async def test_lines_are_parsed_and_stamped_in_order(tmp_path: Path) -> None:

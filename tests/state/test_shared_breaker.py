@@ -16,6 +16,7 @@ from llmbridge.serving.resilience import CircuitBreaker
 from llmbridge.state.base import BreakerView
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
+from tests.waiting import until
 
 # Long enough that "still open" never depends on the machine's speed; "the reset time has
 # passed" is told to a breaker by setting its reset_s to 0 (a 0.6 s period was a
@@ -53,11 +54,9 @@ async def replicas(redis_url: str) -> AsyncIterator[tuple[CircuitBreaker, Circui
 
 
 async def _eventually_open(breaker: CircuitBreaker) -> bool:
-    for _ in range(200):
-        if breaker.state == "open":  # reading it refreshes a stale view in the background
-            return True
-        await asyncio.sleep(0.02)
-    return False
+    # Reading the state refreshes a stale view in the background.
+    await until(lambda: breaker.state == "open", f"breaker of {breaker.backend} open")
+    return True
 
 
 async def test_failures_on_every_replica_open_one_breaker(
@@ -99,10 +98,7 @@ async def test_one_probe_at_a_time_across_replicas(
     prober.success()  # the first success closes it for every replica
     await prober.settled()
     other = b if prober is a else a
-    for _ in range(200):
-        if other.state == "closed":
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: other.state == "closed", "the other replica's breaker closed")
     assert (other.state, other.failures) == ("closed", 0)
 
 
