@@ -4,7 +4,8 @@ a scenario's own options.
 
 This file owns the scenario table and ``--baseline-src DIR`` (another checkout's ``src/``
 measured in the same run). A scenario marked ``interleaved`` serves DIR's code as a second
-gateway measured in the same rounds as this tree's (``harness.prepare_baseline``). One
+gateway measured in the same rounds as this tree's (``harness.prepare_baseline``); one
+marked ``in-run`` serves it after this tree's, in the same run and report. One
 marked ``sequential`` is run twice, each run a child process: this tree, then DIR with
 ``PYTHONPATH=DIR`` (checked first), which every process it starts inherits, so its
 gateways and any llmbridge code it runs in-process are DIR's; a busy machine's drift
@@ -61,7 +62,7 @@ SCENARIOS = {
         "sequential", "the embedded model's worker pipe per token, and real generation"
     ),
     "prefix_cache": Scenario(
-        "interleaved", "llama.cpp prefix-cache hits per agent turn on the embedded model"
+        "in-run", "llama.cpp prefix-cache hits per agent turn on the embedded model"
     ),
     "decision_validity": Scenario(
         "sequential", "emulated tool decisions on the embedded model: how many are usable"
@@ -94,8 +95,8 @@ def listing() -> str:
     lines += [
         "",
         "--baseline-src DIR (another checkout's src/): 'interleaved' measures DIR's gateway in",
-        "the same rounds as this tree's; 'sequential' runs the scenario for this tree, then",
-        "again with PYTHONPATH=DIR; '-' takes none.",
+        "the same rounds as this tree's; 'in-run' after it, in the same report; 'sequential'",
+        "runs the scenario for this tree, then again with PYTHONPATH=DIR; '-' takes none.",
     ]
     return "\n".join(lines)
 

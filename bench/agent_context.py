@@ -22,8 +22,6 @@ p95 and mean in milliseconds. Memory: the peak traced by ``tracemalloc`` during 
 build (a separate pass, because tracing slows the code down). Both are shown as
 ratios against the 10-message session measured in the same run; nothing is
 asserted. Results go to stdout and to ``bench/results/agent_context-<time>.json``.
-
-Run: ``.venv/bin/python bench/agent_context.py [--repeats 200] [--budget 3000]``.
 """
 
 from __future__ import annotations

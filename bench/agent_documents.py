@@ -13,8 +13,6 @@ its wake-ups. Reported: the time to index, and the worst and 99th-percentile gap
 ratio against the smallest document of the same run. Nothing is asserted. The
 remaining worst gap is usually one CPython full garbage collection (measured with
 ``gc.callbacks``), which stops every thread whatever the indexer does.
-
-Run: ``.venv/bin/python bench/agent_documents.py [--sizes 10000,500000,2000000]``.
 """
 
 from __future__ import annotations

@@ -24,10 +24,6 @@ Memory's model (``--memory``):
 - ``embedded``: the embedded model (SmolLM2-135M through llama.cpp) writes the
   summaries and compactions and chooses the facts (``agent.summary_model:
   smollm2``), as a gateway with no configuration does.
-
-Run: ``.venv/bin/python bench/agent_memory.py [--memory scripted|embedded]
-[--exchanges 180] [--budget 3000] [--no-facts]``; results go to stdout and to
-``bench/results/agent_memory-<memory>-<time>.json``.
 """
 
 from __future__ import annotations

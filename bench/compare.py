@@ -1,58 +1,18 @@
-"""llmbridge against the LiteLLM proxy and the Portkey gateway against the backend called
-directly: the same fast scripted backend behind all of them, the same load generator, the
-same run.
+"""The ``compare`` scenario: llmbridge beside the LiteLLM proxy and the Portkey gateway,
+and the stub backend called directly, in the same run, by the same load generator.
 
-This file owns the comparison (issue 8, item 1). It starts, on free loopback ports:
-
-- ``bench/fast_backend.py``, the scripted OpenAI-compatible backend (``processes.py``);
-- ``llmbridge serve`` with one OpenAI-compatible backend pointing at it, exactly as
-  ``bench/overhead.py`` does;
-- the LiteLLM proxy (``litellm --config ... --num_workers 1``) with one model,
-  ``openai/bench-model`` at the backend's ``/v1`` (``bench/litellm_proxy.py``);
-- the Portkey open-source gateway (npm ``@portkey-ai/gateway``, one Node process,
-  ``bench/portkey_gateway.py``), routed to the backend's ``/v1`` by request headers
-  (issue 17). Non-streaming cells only: its streaming fails on Node 20 (that module says
-  how).
-
-and drives six targets with one shared aiohttp client (``bench/http_clients.py``):
-``direct`` (the backend's OpenAI route), ``llmbridge-openai``, ``llmbridge-ollama`` and
-``llmbridge-anthropic`` (the gateway's three client dialects, all served by the same
-OpenAI-compatible backend), ``litellm`` and ``portkey`` (their OpenAI routes). The
-OpenAI-route request bodies to direct, llmbridge, LiteLLM and Portkey are byte-identical
-(Portkey's requests carry its routing headers besides).
-
-The grid is non-streaming and streaming at concurrency 1, 64 and 256. After an untimed
-warm-up of every target with both kinds of request (LiteLLM imports parts of the openai
-SDK on its first stream), each cell warms every target up again (untimed), then
-measures each target in ``--rounds`` rounds of ``--round-seconds`` (closed loop: N
-workers, each sending its next request when its last one ends, until the round's time
-is up; requests in flight then finish), the target order reversed every round so drift
-hits all alike. Every reply is checked
-after its timing stops (status, every scripted piece once and in order, the dialect's
-end markers; ``compare_routes.py``); failures are counted and make the cell INVALID.
-
-Per target and cell it reports requests/s, p50/p99 latency (the whole reply, or the
-whole stream), time to first body bytes of a stream, the CPU of the proxy and of the
-backend per 1000 requests (from /proc, summed over each server's process tree), the
-proxy's peak RSS during the cell (VmHWM summed over the tree, reset per batch;
-``proc_tree.py``), and how busy the rest of the machine was. Then the issue's ratios:
-llmbridge's added p50 (target p50 - direct p50) over LiteLLM's (target <= 0.10) and
-llmbridge's requests/s over LiteLLM's (target >= 5), with a verdict per cell; the same
-two ratios against Portkey, without targets.
-
-LiteLLM lives in its own virtualenv, ``bench/.venv-litellm`` (git-ignored), installed
-from the pins in ``bench/requirements-litellm.txt``; the first run creates it (a few
-minutes, pip's progress on stderr), later runs reuse it until that file changes.
-``make bench-compare`` does the same. It also holds matplotlib for ``--plot X.png``
-(``compare_plot.py``; ``--plot X.svg`` needs nothing). Portkey lives in
-``bench/portkey`` (``npm ci`` on the first run; ``node_modules`` is git-ignored).
-
-Run: ``.venv/bin/python bench/compare.py [--quick] [--json OUT.json] [--plot OUT.png]``
-(7-10 minutes, most of it LiteLLM's streams at concurrency 256; ``--quick``,
-concurrency 1 and 64 with short rounds, about 2). ``--py-spy FILE`` profiles one proxy
-meanwhile; ``bench/litellm_profile.py FILE`` summarises a LiteLLM profile.
-Results also go to ``bench/results/compare-<timestamp>.json``. Loopback only; every
-server is stopped in a ``finally``. docs/PERFORMANCE.md has the method and results.
+It starts the stub backend, ``llmbridge serve`` (one OpenAI-compatible backend), the
+LiteLLM proxy (``litellm_proxy.py``: its own virtualenv, made on the first run) and
+Portkey (``portkey_gateway.py``: npm, non-streamed only on Node 20), and drives six
+targets: ``direct``, llmbridge's OpenAI, Ollama and Anthropic routes, ``litellm`` and
+``portkey`` (byte-identical OpenAI bodies). Each cell (streamed or not, at each
+concurrency) warms every target up, then measures each in ``--rounds`` closed-loop
+rounds, the order reversed every round; every reply is checked after its timing
+(``compare_routes.py``), and a failure makes the cell INVALID. Reported per target:
+requests/s, p50/p99, time to first byte, CPU per 1,000 requests and peak RSS over each
+server's process tree; then llmbridge's added p50 over LiteLLM's (target <= 0.10) and
+its requests/s over LiteLLM's (target >= 5), and the same ratios against Portkey.
+docs/PERFORMANCE.md has the method and the figures.
 """
 
 from __future__ import annotations
@@ -60,12 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
-import platform
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -79,27 +34,29 @@ import portkey_gateway
 from compare_routes import ROUTES, Route
 from fast_backend import reply_pieces
 from harness import (
+    CPUS,
     ProcessTree,
     Server,
-    free_port,
+    entry_point,
     gateway_config,
-    git_output,
     load_average,
+    log,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
+    start_peer,
     start_py_spy,
     start_run,
     stop_py_spy,
+    stopping,
     system_busy_seconds,
     wait_ready,
 )
 from http_clients import BenchClient, Outcome, make_client
 from overhead_stats import Scenario, Tally, percentile, render_table, summarise
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
-CPUS = os.cpu_count() or 1
 TARGETS = (
     "direct",
     "llmbridge-openai",
@@ -111,10 +68,6 @@ TARGETS = (
 LLMBRIDGE = TARGETS[1:4]
 ADDED_P50_TARGET = 0.10
 THROUGHPUT_TARGET = 5.0
-
-
-def log(message: str) -> None:
-    print(f"[compare {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -473,38 +426,17 @@ class Servers:
 
 @contextlib.contextmanager
 def servers(args: argparse.Namespace, workdir: Path) -> Iterator[Servers]:
-    started: list[Server] = []
-    try:
+    with stopping() as started:
         backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
-        backend_port = backend.port
         started.append(backend)
-        gateway = start_gateway(workdir, gateway_config("openai", backend_port))
-        started.append(gateway)
-        litellm = None
-        if not args.no_litellm:
-            litellm_config = workdir / "litellm.yaml"
-            litellm_config.write_text(litellm_proxy.config_yaml(backend_port))
-            litellm_port = free_port()
-            litellm = Server.start(
-                "litellm",
-                litellm_port,
-                litellm_proxy.proxy_argv(litellm_config, litellm_port, args.litellm_workers),
-                workdir,
-            )
-            started.append(litellm)
-        portkey = None
-        if not args.no_portkey:
-            port = free_port()
-            portkey = Server.start("portkey", port, portkey_gateway.gateway_argv(port), workdir)
-            started.append(portkey)
-        yield Servers(backend, gateway, litellm, portkey)
-    finally:
-        for server in reversed(started):
-            server.stop()
-            # Workers a server forked are in its own session (start_new_session).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(server.pid, signal.SIGKILL)
-        log("servers stopped")
+        started.append(start_gateway(workdir, gateway_config("openai", backend.port)))
+        peers: dict[str, Server | None] = {"litellm": None, "portkey": None}
+        for name in peers:
+            if not getattr(args, f"no_{name}"):
+                peer = start_peer(name, workdir, backend.port, args.litellm_workers)
+                started.append(peer)
+                peers[name] = peer
+        yield Servers(backend, started[1], peers["litellm"], peers["portkey"])
 
 
 def make_targets(s: Servers) -> list[Target]:
@@ -598,13 +530,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
     parser.add_argument(
-        "--plot",
-        type=Path,
-        default=None,
-        metavar="OUT",
-        help="latency vs concurrency: OUT.png (matplotlib, from the LiteLLM venv) or OUT.svg",
-    )
-    parser.add_argument(
         "--no-litellm", action="store_true", help="leave LiteLLM out (no ratios; debugging)"
     )
     parser.add_argument("--no-portkey", action="store_true", help="leave the Portkey gateway out")
@@ -639,36 +564,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plot(document: dict[str, Any], data: Path, out: Path) -> None:
-    """PNG with the LiteLLM venv's matplotlib, else the hand-written SVG beside it."""
-    script = BENCH_DIR / "compare_plot.py"
-    if out.suffix.lower() == ".png":
-        python = litellm_proxy.venv_python()
-        done = subprocess.run(
-            [str(python), str(script), str(data), str(out)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode == 0:
-            log(f"plot: {out}")
-            return
-        log(f"matplotlib plot failed ({done.stderr.strip()[-300:]}); writing an SVG instead")
-        out = out.with_suffix(".svg")
-    import compare_plot
-
-    compare_plot.write_svg(document, out)
-    log(f"plot: {out}")
-
-
 def _run_measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
     return run_async(asyncio.wait_for(measure(args, s), args.max_seconds))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = start_run("compare", argv).command
+    run = start_run("compare", argv)
     version = ""
     if not args.no_litellm:
         litellm_proxy.ensure_venv(log)
@@ -680,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         portkey_version = portkey_gateway.installed_version()
         log(f"Portkey gateway {portkey_version} from {portkey_gateway.PACKAGE_DIR}")
     # After the peers' installs, which may take minutes: the run itself starts here.
-    started, load_at_start = time.time(), load_average()
+    run = run._replace(started=time.time(), load_at_start=load_average())
     busy_before = system_busy_seconds()
     with (
         tempfile.TemporaryDirectory(prefix="llmbridge-compare-") as tmp,
@@ -698,30 +600,15 @@ def main(argv: list[str] | None = None) -> int:
             log(f"hard time cap of {args.max_seconds:.0f} s reached; stopping")
             return 3
         ours = sum(t.cpu_seconds() for t in trees) + time.process_time() - cpu_before
-    duration = time.time() - started
+    duration = time.time() - run.started
     other = max(0.0, system_busy_seconds() - busy_before - ours)
-    document: dict[str, Any] = {
-        "benchmark": "compare",
-        "command": command.strip(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "duration_s": round(duration, 1),
+    document: dict[str, Any] = results_header(run, args)
+    document["machine"]["other_load"] = other / (duration * CPUS)
+    document |= {
         "litellm_version": version,
         "portkey_version": portkey_version,
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "code": {
-            "commit": git_output("rev-parse", "HEAD"),
-            "src_dirty": bool(git_output("status", "-s", "src")),
-        },
         "client": "aiohttp",
         "profiled": args.py_spy is not None,
-        "machine": {
-            "cpus": CPUS,
-            "load_average_at_start": load_at_start,
-            "load_average_at_end": load_average(),
-            "other_load": other / (duration * CPUS),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
         "peak_mb": {
             name: max(
                 c["targets"][name]["peak_proxy_mb"] or 0.0 for c in cells if name in c["targets"]
@@ -734,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nllmbridge vs LiteLLM {version or '(left out)'} vs Portkey "
         f"{portkey_version or '(left out)'} vs the backend directly; {CPUS} CPUs; "
-        f"load average at start {load_at_start}; other processes kept "
+        f"load average at start {run.load_at_start}; other processes kept "
         f"{document['machine']['other_load']:.0%} of the machine busy\n"
     )
     if document["profiled"]:
@@ -742,26 +629,11 @@ def main(argv: list[str] | None = None) -> int:
             f"NOTE: {args.py_spy_target} was profiled during this run; its timings are inflated.\n"
         )
     print(report(document))
-    paths = [args.json] if args.json else []
     if not args.no_save:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
-        paths.append(RESULTS_DIR / f"compare-{stamp}.json")
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"results: {path}")
-    if args.plot is not None:
-        if not paths:
-            paths.append(Path(tempfile.gettempdir()) / "llmbridge-compare.json")
-            paths[0].write_text(json.dumps(document))
-        plot(document, paths[0], args.plot)
+        save_results("compare", document, run.started, args.json)
     invalid = any(r["verdict"].startswith("INVALID") for c in cells for r in c["ratios"].values())
     return 1 if invalid else 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        log("interrupted")
-        sys.exit(130)
+    entry_point(main)

@@ -18,8 +18,6 @@ a llama.cpp grammar, ``Capabilities.structured_output``) and ``json`` (plain JSO
 mode, as every backend got before issue 25; the reply is now cut off once its object
 closes, so this mode no longer runs to ``max_tokens``). Ratios are of the same run.
 
-    .venv/bin/python bench/decision_validity.py [--modes schema,json] [--limit 50]
-
 Loopback only: the model runs in the gateway's own worker process.
 """
 

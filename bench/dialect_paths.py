@@ -15,21 +15,15 @@ and the gateway's CPU per request (user + system time of the gateway process, fr
 
 The table gives each path's CPU per request and p50 as a ratio to the OpenAI path of
 the same kind (streamed or not, tools or not); PASS when both are at most 1.20.
-
-Run: ``.venv/bin/python bench/dialect_paths.py --quick`` (``--requests N`` per path,
-``--rounds R``, ``--json OUT``; ``--baseline-src ../other/src`` adds a gateway serving
-another checkout).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,21 +36,21 @@ from harness import (
     BaselineError,
     Server,
     check_process_env,
+    entry_point,
     gateway_config,
+    log,
     prepare_baseline,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
+    start_run,
     wait_ready,
 )
 from http_clients import make_client
 
 LIMIT = 1.20
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-def log(message: str) -> None:
-    print(f"[dialect_paths {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -116,9 +110,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.requests = args.requests or (60 if args.quick else 600)
     args.rounds = args.rounds or (3 if args.quick else 10)
-    if args.json is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        args.json = RESULTS_DIR / f"dialect_paths-{stamp}.json"
     return args
 
 
@@ -223,6 +214,7 @@ def servers(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    run = start_run("dialect_paths", argv)
     baseline = None
     if args.baseline_src is not None:
         try:
@@ -242,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     tick_us = 1e6 / CLK_TCK / args.requests * args.rounds
     print(f"CPU per request: /proc ticks of 1/{CLK_TCK} s, at worst +-{tick_us:.0f} us here")
     failures = sum(s["failures"] for paths in results.values() for s in paths.values())
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "argv": sys.argv[1:],
+    record = results_header(run, args) | {
         "requests_per_path": args.requests,
         "rounds": args.rounds,
         "pieces": args.pieces,
@@ -254,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "all_pass": ok,
         "failures": failures,
     }
-    args.json.write_text(json.dumps(record, indent=2))
-    log(f"wrote {args.json}")
+    save_results("dialect_paths", record, run.started, args.json)
     if failures:
         log(f"{failures} replies failed their check")
         return 1
@@ -263,4 +252,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point(main)

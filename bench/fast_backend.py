@@ -28,8 +28,6 @@ A reply has ``--chunks`` pieces unless the request asks for fewer or more
 (``max_completion_tokens`` / ``max_tokens`` for OpenAI, ``options.num_predict`` for
 Ollama, ``max_output_tokens`` for Responses); piece ``i`` is ``reply_pieces(n)[i]``,
 which the load generator uses to check what it received.
-
-Run: ``python bench/fast_backend.py --port 8001 --chunks 200`` (loopback only).
 """
 
 from __future__ import annotations

@@ -52,12 +52,6 @@ On a small machine the load generator, the backends and the gateway share the co
 each figure is the whole system's, and the report says how many cores there were.
 Ratios (llmbridge's frontier over direct's, this tree's over the baseline's) come from
 one run; absolute rates differ between machines.
-
-Run: ``.venv/bin/python bench/frontier.py [--quick] [--workers N] [--baseline-src DIR]
-[--peers] [--json OUT]`` (default: about 15-25 minutes; ``--quick``, about a minute).
-Results: tables on stdout, ``bench/results/frontier-<timestamp>.json``, progress on
-stderr. Loopback only; every server is stopped in a ``finally``. docs/PERFORMANCE.md
-has the method and the results.
 """
 
 from __future__ import annotations
@@ -65,12 +59,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import platform
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -86,18 +77,22 @@ import portkey_gateway
 from fast_backend import DEFAULT_MODEL, reply_pieces
 from frontier_report import BOUNDS_MS, figure, report
 from harness import (
+    CPUS,
     Baseline,
     BaselineError,
     ProcessTree,
+    RunStart,
     Server,
     check_process_env,
-    free_port,
-    git_output,
-    load_average,
+    entry_point,
+    log,
     prepare_baseline,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
+    start_peer,
     start_run,
     wait_ready,
 )
@@ -105,17 +100,10 @@ from http_clients import AiohttpClient
 from open_loop import ARRIVALS, OpenLoop, Request, Shot, StepRun, schedule, summarise
 from replies import check_reply, request_body
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
-CPUS = os.cpu_count() or 1
 PACED_MODEL = "bench-paced"
 CHAT_PATH = "/v1/chat/completions"
 PEERS = ("litellm", "portkey")
 SSE_END = b"\n\n"
-
-
-def log(message: str) -> None:
-    print(f"[frontier {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # -- servers ----------------------------------------------------------------------------------
@@ -147,25 +135,12 @@ class Servers:
     versions: dict[str, str] = field(default_factory=dict)
 
 
-def _start_peer(name: str, workdir: Path, backend_port: int, workers: int) -> Server:
-    """A peer as ``bench/compare.py`` starts it, installed first if need be."""
-    port = free_port()
-    if name == "litellm":
-        litellm_proxy.ensure_venv(log)
-        config = workdir / "litellm.yaml"
-        config.write_text(litellm_proxy.config_yaml(backend_port))
-        argv = litellm_proxy.proxy_argv(config, port, workers)
-        return Server.start("litellm", port, argv, workdir)
-    portkey_gateway.ensure_installed(log)
-    return Server.start("portkey", port, portkey_gateway.gateway_argv(port), workdir)
-
-
 def _start_peers(args: argparse.Namespace, workdir: Path, backend_port: int) -> list[Server]:
     """The peers asked for; one that cannot be installed or started is left out."""
     peers: list[Server] = []
     for name in args.peers:
         try:
-            peers.append(_start_peer(name, workdir, backend_port, args.workers))
+            peers.append(start_peer(name, workdir, backend_port, args.workers))
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             log(f"{name} left out: {exc}")
     return peers
@@ -571,27 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     except TimeoutError:
         log("hard time cap reached; stopping")
         return 3
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    document: dict[str, Any] = {
-        "benchmark": "frontier",
-        "command": command.strip(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
-        "settings": settings,
+    document: dict[str, Any] = results_header(RunStart(command, started, load_at_start), args) | {
         "ladder": ladder(args),
         "bounds_ms": list(BOUNDS_MS),
-        "code": {
-            "commit": git_output("rev-parse", "HEAD"),
-            "src_dirty": bool(git_output("status", "-s", "src")),
-        },
         "peer_versions": versions,
-        "machine": {
-            "cpus": CPUS,
-            "load_average_at_start": load_at_start,
-            "load_average_at_end": load_average(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
         "results": results,
     }
     if baseline is not None:
@@ -608,20 +566,10 @@ def main(argv: list[str] | None = None) -> int:
     if versions:
         print("peers: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "\n")
     print(report(document))
-    paths = [args.json] if args.json else []
     if not args.no_save:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
-        paths.append(RESULTS_DIR / f"frontier-{stamp}.json")
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nresults: {path}")
+        save_results("frontier", document, started, args.json)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        log("interrupted")
-        sys.exit(130)
+    entry_point(main)

@@ -1,13 +1,12 @@
-"""The LiteLLM proxy as ``bench/compare.py`` runs it: its own virtualenv, its config,
-its command line and environment.
+"""The LiteLLM proxy as the compare and frontier scenarios run it: its own virtualenv,
+its config, its command line and environment.
 
 LiteLLM is a benchmark-only dependency, never a runtime one, and its pins (openai,
 pydantic, httpx, ...) conflict with llmbridge's dev pins, so it lives in its own
 virtualenv, ``bench/.venv-litellm`` (git-ignored), installed from the exact pins in
 ``bench/requirements-litellm.txt``. ``ensure_venv`` creates or updates it when the
 requirements file changed since the last install (a hash of the file is kept in the
-venv), printing pip's progress to stderr. The same venv carries matplotlib, which
-``bench/compare_plot.py`` uses for PNG plots.
+venv), printing pip's progress to stderr.
 
 Why ``litellm[proxy]==1.106.2`` and not the newest: every later release the registry
 here serves (1.106.3 and up, and several 1.103/1.104 patch releases) requires

@@ -1,38 +1,17 @@
-"""Memory plateau: the gateway's resident memory over minutes of steady mixed load must
-stop growing.
+"""The ``memory_plateau`` scenario: the gateway's resident memory over minutes of steady
+mixed load must stop growing.
 
-This file owns that measurement (issue 26). It starts, on free loopback ports
-(``bench/processes.py``), ``bench/fast_backend.py`` and ``llmbridge serve`` in front
-of it with two backends on it: ``bench`` of type ``openai`` (model ``bench-model``) and
-``bench-ollama`` of type ``ollama`` (model ``bench-ollama``), both routes with native
-tools (``tools: true``). Then one open-loop load generator (``bench/open_loop.py``)
-sends ``--rate`` requests a second (Poisson arrivals) for ``--warmup-seconds`` and then
-``--minutes``, without a pause, cycling through 24 kinds of request: the OpenAI, Anthropic
-and Ollama dialects, non-streamed and streamed, without tools and with tools (two tool
-definitions and a finished tool call with its result in the history), to each of the two
-backends. Every reply is checked as it arrives (status 200, every scripted piece once and
-in order, the dialect's end markers; ``bench/replies.py``, ``bench/compare_routes.py``).
-
-Every ``--sample-seconds`` it reads the gateway's RSS, summed over its process tree
-(``bench/proc_tree.py``: ``--workers N`` forks). After the warm-up it reports the RSS at
-the start and end of the measured window, its least-squares slope over the window's
-second half (KB per minute and MB per hour) and per request, and the verdict:
-
-- ``plateau`` when that slope is at most ``--tolerance-kb-per-min`` (default 100 KB/min,
-  6 MB/hour: at the default 100 requests/s, about 17 bytes kept per request, so a leak
-  of one small object per request fails it; Python's allocator grows and returns memory
-  in 256 KiB arenas and glibc's in larger steps, which a single step in five minutes
-  stays well inside);
-- ``growing`` otherwise.
-
-Also the number of requests and failures (the run is INVALID unless failures are 0), the
-latency p50/p99 and the generator's own lag (both for information: the load is moderate
-on purpose, far from saturation).
-
-Run: ``.venv/bin/python bench/memory_plateau.py [--minutes 10] [--rate 100] [--workers N]``
-(about 11 minutes; ``--quick``, about one). Results: a table on stdout,
-``bench/results/memory-plateau-<timestamp>.json`` (with every sample), progress on stderr.
-Loopback only; every server is stopped in a ``finally``.
+``llmbridge serve`` in front of ``fast_backend.py`` with two backends on it (types
+``openai`` and ``ollama``, native tools), driven open loop (``open_loop.py``, Poisson
+arrivals) at ``--rate`` requests a second for ``--warmup-seconds`` and then
+``--minutes``, cycling through 24 kinds of request: the OpenAI, Anthropic and Ollama
+dialects, streamed or not, with tools or not, to each backend; every reply checked
+(``replies.py``, ``compare_routes.py``). Every ``--sample-seconds`` it reads the
+gateway's RSS over its process tree. Reported: the RSS at the start and end of the
+measured window, its least-squares slope over the window's second half, and the
+verdict: ``plateau`` when that slope is at most ``--tolerance-kb-per-min`` (100 KB/min:
+at 100 requests/s a leak of one small object per request fails it), else ``growing``;
+the run is INVALID unless no request failed.
 """
 
 from __future__ import annotations
@@ -40,11 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import platform
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -58,11 +34,15 @@ import http_clients
 from compare_routes import check_anthropic
 from fast_backend import DEFAULT_MODEL, reply_pieces
 from harness import (
+    CPUS,
     ProcessTree,
+    RunStart,
     Server,
-    git_output,
-    load_average,
+    entry_point,
+    log,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
     start_run,
@@ -72,17 +52,10 @@ from http_clients import AiohttpClient
 from open_loop import OpenLoop, Request, Shot, StepRun, percentile, schedule, tree_rss_kb
 from replies import check_reply
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
-CPUS = os.cpu_count() or 1
 OLLAMA_MODEL = "bench-ollama"
 MODELS = (DEFAULT_MODEL, OLLAMA_MODEL)
 DIALECTS = ("openai", "anthropic", "ollama")
 PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "ollama": "/api/chat"}
-
-
-def log(message: str) -> None:
-    print(f"[memory {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def gateway_config(backend_port: int) -> str:
@@ -469,23 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     except TimeoutError:
         log("hard time cap reached; stopping")
         return 3
-    document = {
-        "benchmark": "memory-plateau",
-        "command": command.strip(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "code": {
-            "commit": git_output("rev-parse", "HEAD"),
-            "src_dirty": bool(git_output("status", "-s", "src")),
-        },
-        "machine": {
-            "cpus": CPUS,
-            "load_average_at_start": load_at_start,
-            "load_average_at_end": load_average(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+    document = results_header(RunStart(command, started, load_at_start), args) | {
         "result": result,
     }
     print(
@@ -495,20 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.workers}, RSS summed over its process tree; {CPUS} CPUs\n"
     )
     print(report(result, args))
-    paths = [args.json] if args.json else []
     if not args.no_save:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
-        paths.append(RESULTS_DIR / f"memory-plateau-{stamp}.json")
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nresults: {path}")
+        save_results("memory_plateau", document, started, args.json)
     return 0 if result["verdict"] == "plateau" else 1
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        log("interrupted")
-        sys.exit(130)
+    entry_point(main)

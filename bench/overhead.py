@@ -1,53 +1,22 @@
-"""What the gateway costs: llmbridge in front of a fast scripted backend vs that backend
-called directly, by the same load generator in the same run.
+"""The ``overhead`` scenario: what the gateway costs, llmbridge in front of the stub backend
+against that backend called directly, by the same load generator in the same run.
 
-This file owns the measurement (``bench/overhead_stats.py`` the summaries, verdicts and
-tables it prints): it starts ``bench/fast_backend.py`` and
-``llmbridge serve`` (pointed at it) as subprocesses on free loopback ports, drives
-both with the same client (``bench/http_clients.py``: one shared aiohttp session, or
-httpx when aiohttp is missing), and prints how the gateway compares with the backend
-called directly alongside it. Four scenarios, each run against DIRECT (the backend) and
-GATEWAY in alternating rounds (D G G D D G ...: drift cancels), after a warm-up:
+It starts ``fast_backend.py`` and ``llmbridge serve`` pointed at it (``--dialect``:
+``openai``, ``ollama`` or ``responses`` for both targets; ``--gateway-backend`` picks the
+gateway's backend type), and runs four measurements, each against DIRECT and GATEWAY in
+alternating rounds (D G G D ...: drift cancels) after a warm-up:
 
-- ``nonstream-c1``: one request at a time, a short reply (``--nonstream-chunks``
-  pieces, which the gateway streams from the backend and accumulates): added p50
-  latency (ms).
-- ``stream-c1``: one stream at a time, ``--chunks`` pieces: time to read the whole
-  stream; added p50 per chunk (µs) = (gateway p50 - direct p50) / chunks.
-- ``nonstream-c64``: 64 requests in flight: requests/s, gateway/direct.
-- ``stream-c64``: 64 streams in flight: content chunks/s, gateway/direct.
+- ``nonstream-c1``: one request at a time, a short reply: added p50 latency (ms);
+- ``stream-c1``: one stream at a time, ``--chunks`` pieces: added p50 per chunk (µs);
+- ``nonstream-c64`` and ``stream-c64``: 64 in flight: requests or chunks/s, gateway/direct.
 
 Beside the timings it records the CPU time of the backend, the gateway and the load
-generator per request or chunk (from /proc), and how busy the rest of the machine
-was: another process's load shows there instead of silently skewing the ratios.
-
-``--baseline-src DIR`` adds a third target: a second ``llmbridge serve``, the same
-command and config, run with ``PYTHONPATH=DIR`` so that it imports the ``src/``
-directory DIR of another checkout (``git worktree add /tmp/before <rev>``, then DIR is
-``/tmp/before/src``; ``bench/baseline.py`` checks that the import really resolves
-there). Rounds then rotate the three targets and reverse each order (D G B, B G D,
-G B D, ...), and the report adds the baseline against direct and this tree against
-the baseline: the difference and ratio of added cost one in flight, the throughput
-ratio at 64, and the gateway CPU per unit of each. Before/after comparisons belong in
-one run: separate runs on a shared VM differ by about 10%.
-
-Every response is checked (``bench/replies.py``: status 200, every piece received
-once and in order, the dialect's end markers) after its timing stops; failures are
-counted and shown. Run sizes are bounded by ``--requests`` and a wall-clock cap
-(``--max-seconds``); all servers are stopped in a ``finally`` (also on Ctrl-C or
-SIGTERM). Results go to stdout as a table, to
-``bench/results/overhead-<timestamp>.json``, and progress to stderr. Loopback only;
-nothing is asserted: the verdicts are ratios against direct in the same run.
-
-``--dialect`` is the API both targets are called in: ``openai`` (chat completions),
-``ollama`` or ``responses`` (``POST /v1/responses``, which the fast backend serves too).
-The gateway reaches the fast backend through a backend of the same type, or ``openai``
-(chat completions) behind ``responses``; ``--gateway-backend`` picks another.
-
-Run: ``.venv/bin/python bench/overhead.py [--dialect openai|ollama|responses] [--quick]``;
-``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile (the
-timings of such a run are then not comparable), ``bench/profile_summary.py`` reads
-the result. docs/PERFORMANCE.md has the method and the results.
+generator per request or chunk, and how busy the rest of the machine was. Every reply
+is checked after its timing (``replies.py``). ``--baseline-src DIR`` adds a third
+target, a gateway serving DIR, in rotated rounds (D G B, B G D, G B D, ...), and the
+report compares this tree with it. ``--py-spy FILE`` or ``--profile-gateway FILE``
+profile the gateway meanwhile (``profile_summary`` reads the result);
+``overhead_stats.py`` holds the summaries, verdicts and tables.
 """
 
 from __future__ import annotations
@@ -55,11 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -69,21 +36,25 @@ from typing import Any, TypeVar
 
 from fast_backend import reply_pieces
 from harness import (
-    CLK_TCK,
     Baseline,
     BaselineError,
+    RunStart,
     Server,
     backend_type,
     check_process_env,
+    entry_point,
     gateway_config,
     log,
     prepare_baseline,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
     start_py_spy,
     start_run,
     stop_py_spy,
+    system_busy_seconds,
     wait_ready,
 )
 from http_clients import BenchClient, Outcome, make_client
@@ -91,8 +62,6 @@ from overhead_stats import Scenario, Tally, Verdict, judge, report, summarise, v
 from replies import DIALECTS, chat_path, check_reply, request_body
 
 T = TypeVar("T")
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
 SCENARIO_KEYS = ("nonstream-c1", "stream-c1", "nonstream-c64", "stream-c64")
 _JSON_HEADERS = {"content-type": "application/json"}
 
@@ -104,17 +73,6 @@ _JSON_HEADERS = {"content-type": "application/json"}
 class Target:
     name: str
     url: str
-
-
-def system_busy_seconds() -> float:
-    """CPU time all CPUs spent not idle since boot (/proc/stat), in seconds."""
-    try:
-        with open("/proc/stat") as stat:
-            values = [int(v) for v in stat.readline().split()[1:]]
-    except OSError:
-        return 0.0
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return (sum(values[:8]) - idle) / CLK_TCK
 
 
 def round_order(targets: tuple[Target, ...], index: int) -> tuple[Target, ...]:
@@ -495,26 +453,14 @@ def main(argv: list[str] | None = None) -> int:
     except TimeoutError:
         log("hard time cap reached; stopping")
         return 3
-    document = {
-        "benchmark": "overhead",
-        "command": command.strip(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
+    document = results_header(RunStart(command, started, load_at_start), args) | {
         "dialect": args.dialect,
         "gateway_backend_type": args.gateway_backend,
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "code": _code_version(),
         "client": getattr(args, "client_used", args.client),
         "profiled": bool(args.py_spy or args.profile_gateway),
-        "machine": {
-            "load_average_at_start": load_at_start,
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "processor": _cpu_model(),
-        },
         "scenarios": results,
     }
+    document["machine"]["processor"] = _cpu_model()
     if baseline is not None:
         document["baseline"] = baseline.describe()
     print(
@@ -529,32 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline: {baseline.label()}, module {baseline.module}\n")
     print(report(results, baseline))
     if not args.no_save:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = (
-            RESULTS_DIR / f"overhead-{time.strftime('%Y%m%dT%H%M%S', time.localtime(started))}.json"
-        )
-        path.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nresults: {path}")
+        save_results("overhead", document, started)
     invalid = any(r["verdict"]["result"].startswith("INVALID") for r in results)
     return 1 if invalid else 0
-
-
-def _code_version() -> dict[str, object]:
-    """The commit measured, and whether ``src/`` had uncommitted changes."""
-
-    def git(*argv: str) -> str:
-        done = subprocess.run(
-            ["git", *argv], cwd=BENCH_DIR.parent, capture_output=True, text=True, timeout=10
-        )
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    try:
-        return {
-            "commit": git("rev-parse", "HEAD"),
-            "src_dirty": bool(git("status", "--porcelain", "src")),
-        }
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": "", "src_dirty": None}
 
 
 def _cpu_model() -> str:
@@ -566,8 +489,4 @@ def _cpu_model() -> str:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        log("interrupted")
-        sys.exit(130)
+    entry_point(main)

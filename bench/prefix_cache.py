@@ -44,12 +44,6 @@ sessions on a gateway running that code, in a subprocess with ``PYTHONPATH=DIR``
 tree's figures over the baseline's, measured in the same run. The replies differ
 between the two once their prompts differ (a 135M model's decisions follow its
 prompt), so the sessions are the same script, not the same tokens.
-
-Run: ``.venv/bin/python bench/prefix_cache.py [--baseline-src /tmp/base25/src]``
-(a few minutes per side on 2 cores; ``--quick``: fewer turns). Results: tables on
-stdout, ``bench/results/prefix-cache-<timestamp>.json``. Loopback only; every request
-is bounded (``max_tokens``, a client timeout); gateways are stopped in a ``finally``.
-docs/PERFORMANCE.md ("Prefix cache") has the method and results.
 """
 
 from __future__ import annotations
@@ -57,8 +51,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -70,24 +62,29 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from harness import Baseline, BaselineError, Server, check_process_env, free_port, prepare_baseline
+from harness import (
+    Baseline,
+    BaselineError,
+    Server,
+    check_process_env,
+    free_port,
+    log,
+    prepare_baseline,
+    results_header,
+    save_results,
+    start_run,
+)
 
 if TYPE_CHECKING:  # the gateway side imports llmbridge itself: maybe another checkout's
     from llmbridge.core.events import StreamEvent
     from llmbridge.core.request import ChatRequest
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
 MAX_TOKENS = 128
 """Per request: a decision or a short answer; bounded, as an agent's requests are not,
 so that a looping 135M model cannot hold the bench."""
 CLIENT_TIMEOUT = 300.0
 SESSION_A = "A claude-code"
 SESSION_B = "B home-assistant"
-
-
-def log(message: str) -> None:
-    print(f"[prefix-cache {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # -- session A: Claude Code (from the captured request) ----------------------------------
@@ -654,6 +651,7 @@ def main() -> None:
         return
     if args.quick:
         args.turns_a = args.turns_b = 3
+    run = start_run("prefix_cache", None)
     baseline = None
     if args.baseline_src is not None:
         try:
@@ -661,7 +659,6 @@ def main() -> None:
         except BaselineError as exc:
             raise SystemExit(str(exc)) from exc
     tokenizer = Tokenizer()
-    started = time.time()
     sides: list[Side] = []
     with tempfile.TemporaryDirectory(prefix="prefix-cache-") as tmp:
         workdir = Path(tmp)
@@ -687,11 +684,7 @@ def main() -> None:
                 f"ttft median from the 2nd request x{fmt(ratio, '.2f')} of the baseline's, "
                 f"the model's own x{fmt(eval_ratio, '.2f')}"
             )
-    RESULTS_DIR.mkdir(exist_ok=True)
-    out = RESULTS_DIR / f"prefix-cache-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    result = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-        "seconds": time.time() - started,
+    result = results_header(run, args) | {
         "n_ctx": args.n_ctx,
         "sides": [
             {
@@ -706,8 +699,7 @@ def main() -> None:
             for side in sides
         ],
     }
-    out.write_text(json.dumps(result, indent=2))
-    log(f"results: {out}")
+    save_results("prefix_cache", result, run.started)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,14 @@ from typing import Any
 
 from fast_backend import DEFAULT_MODEL
 from harness import (
+    RunStart,
     Server,
+    entry_point,
     gateway_config,
-    git_output,
-    load_average,
+    log,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
     start_run,
@@ -51,12 +54,7 @@ from harness import (
 from http_clients import AiohttpClient
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 EMBEDDED_MODEL = "smollm2"
-
-
-def log(message: str) -> None:
-    print(f"[profile_concurrency {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr)
 
 
 def _profile_command(args: argparse.Namespace, url: str, model: str) -> list[str]:
@@ -226,24 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for server in servers:
                 server.stop()
-    document = {
-        "benchmark": "profile-concurrency",
-        "command": command,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "load_average_at_start": load_at_start,
-        "load_average_at_end": load_average(),
-        "commit": git_output("rev-parse", "HEAD"),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    document = results_header(RunStart(command, started, load_at_start), args) | {
         "runs": runs,
         "kill_resume": resumed,
     }
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = args.json or RESULTS_DIR / f"profile-concurrency-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(document, indent=2))
     print(report(document))
-    log(f"wrote {path}")
+    save_results("profile_concurrency", document, started, args.json)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point(main)

@@ -12,8 +12,6 @@ This file owns the reading of profiles, not their taking. It accepts:
 - cProfile stats (``overhead.py --profile-gateway FILE``): the same categories over
   each function's own time (cProfile's overhead inflates many-small-call code, and
   time in uvloop's C code lands in its Python caller, so prefer py-spy).
-
-Run: ``.venv/bin/python bench/profile_summary.py FILE [--top N]``.
 """
 
 from __future__ import annotations

@@ -1,47 +1,21 @@
-"""Scale-out on one machine (issue 17): what ``--workers 2`` adds, and what keys, limits
-and the usage ledger cost, against the fast backend called directly in the same run.
+"""The ``scale`` scenario: what ``--workers 2`` adds, and what keys, limits and the usage
+ledger cost, against the stub backend called directly in the same run.
 
-This file owns that measurement. It starts, on free loopback ports:
+Targets, each ``llmbridge serve`` in front of ``fast_backend.py``: ``plain-w1`` and
+``plain-w2`` (no keys, no ledger; one process and ``--workers 2``); ``accounts-w1`` and
+``accounts-w2`` (a master key, a database key with generous limits and budget, so every
+check runs and none refuses, the ledger on SQLite and a price: each request is
+authenticated, admitted, counted, priced and recorded); with ``--redis``,
+``accounts-redis-w1`` (limits in a loopback ``redis-server``); with ``--baseline-src
+DIR``, ``accounts-base-w1`` (and ``accounts-redis-base-w1``) running DIR's code.
 
-- ``bench/fast_backend.py`` (``--nonstream-chunks`` pieces per reply, as in
-  ``bench/overhead.py``);
-- ``plain-w1`` and ``plain-w2``: ``llmbridge serve`` in front of it, no keys, no ledger,
-  with one process and with ``--workers 2``;
-- ``accounts-w1`` and ``accounts-w2``: the same, with a master key and a key in the
-  database (``llmbridge keys create`` with generous ``--rpm``, ``--tpm``,
-  ``--max-parallel`` and ``--budget-usd``, so every check runs and none refuses), the
-  ledger on, writing to a SQLite file, and a price for the model, so each request is
-  authenticated, admitted (model glob, budget, requests and tokens per minute, the
-  parallel slot), counted, priced and recorded. Every request to them carries the key;
-- with ``--redis``, ``accounts-redis-w1``: the same as ``accounts-w1`` with its
-  limits in a ``redis-server`` started on loopback (``--redis-url``);
-
-and drives them with one aiohttp client (``bench/http_clients.py``), reusing
-``bench/compare.py``'s closed-loop rounds (each target in turn for ``--round-seconds``,
-the order reversed every round so drift hits all alike; an untimed warm-up per cell).
-Every reply is checked (``bench/replies.py``) after its timing stops. Two cells, both
-non-streaming OpenAI chat completions:
-
-- ``nonstream-c1``, one request at a time: each gateway's added p50 over direct, and
-  the issue's verdict: the accounts path's added latency within 10% of the plain
-  path's (``accounts-w1`` added / ``plain-w1`` added <= 1.10), taken round by round
-  (both against the direct p50 of the same round) and the median of the rounds
-  decides; the ratio of p50s pooled over the run is shown beside it;
-- ``nonstream-c64``, 64 in flight: requests/s of every target, ``--workers 2`` over 1
-  (plain and accounts), and accounts over plain.
-
-CPU time per request is read from /proc for each server's whole process tree (the
-workers' supervisor forks them; ``bench/proc_tree.py``), with how busy the rest of the
-machine was. With 2 CPUs, the load generator, the backend and two workers share two
-cores: the workers' gain is bounded by that, and the report shows the cores each used.
-
-Run: ``.venv/bin/python bench/scale.py [--quick] [--redis] [--baseline-src DIR]``
-(about 3 minutes; quick about 1). ``--baseline-src DIR`` (``src/`` of another checkout,
-e.g. a ``git worktree`` of the commit before a change) adds ``accounts-base-w1`` (and
-``accounts-redis-base-w1``): the accounts gateways running that code, for a
-before/after in the same run. Results: a table on stdout, ``bench/results/scale-<timestamp>.json``.
-Loopback only; every server is stopped in a ``finally``. docs/PERFORMANCE.md ("Scale
-out") has the method and results.
+It reuses ``compare.py``'s closed-loop rounds (the order reversed every round; a
+warm-up per cell), every reply checked. Two cells, non-streamed OpenAI chat:
+``nonstream-c1`` (each gateway's added p50 over direct; the verdict: the accounts path's
+added latency within 10% of the plain path's, the median of per-round ratios deciding)
+and ``nonstream-c64`` (requests/s; ``--workers 2`` over 1, accounts over plain). CPU per
+request is read over each server's process tree. docs/PERFORMANCE.md ("Scale out") has
+the method and the figures.
 """
 
 from __future__ import annotations
@@ -49,37 +23,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import platform
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness
 from compare import Cell, Measure, Runner, Target, summarise_cell
 from compare_routes import ROUTES
 from fast_backend import DEFAULT_MODEL
 from harness import (
+    CPUS,
     BaselineError,
     ProcessTree,
+    RunStart,
     Server,
     check_process_env,
-    free_port,
-    gateway_argv,
+    entry_point,
     gateway_config,
-    git_output,
-    load_average,
+    log,
     prepare_baseline,
+    results_header,
     run_async,
+    save_results,
     start_fast_backend,
+    start_redis,
     start_run,
     system_busy_seconds,
     wait_ready,
@@ -87,9 +61,6 @@ from harness import (
 from http_clients import make_client
 from overhead_stats import render_table
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
-CPUS = os.cpu_count() or 1
 ADDED_LATENCY_TARGET = 1.10
 """The issue: keys + limits + ledger within 10% of the plain path's added latency."""
 MASTER_KEY = "sk-bench-master"
@@ -105,10 +76,6 @@ C1_TARGETS = (
     "accounts-redis-base-w1",
 )
 """Measured one in flight too; the ``-base`` ones run ``--baseline-src``'s code."""
-
-
-def log(message: str) -> None:
-    print(f"[scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # -- servers --------------------------------------------------------------------------------
@@ -154,20 +121,8 @@ def create_key(config: Path, database: Path, env: dict[str, str] | None = None) 
 def start_gateway(
     workdir: Path, name: str, config_text: str, workers: int, env: dict[str, str] | None = None
 ) -> Server:
-    port = free_port()
-    config = workdir / f"{name}.yaml"
-    config.write_text(config_text)
-    argv = [*gateway_argv(config, port, None), "--workers", str(workers)]
-    return Server.start(name, port, argv, workdir, env)
-
-
-def start_redis(workdir: Path) -> Server:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("--redis: redis-server is not on PATH (apt-get install redis-server)")
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
-    return Server.start("redis", port, [*argv, "no", "--dir", str(workdir)], workdir)
+    extra = ("--workers", str(workers))
+    return harness.start_gateway(workdir, config_text, name=name, env=env, extra_args=extra)
 
 
 @contextlib.contextmanager
@@ -533,32 +488,15 @@ def main(argv: list[str] | None = None) -> int:
     except TimeoutError:
         log(f"hard time cap of {args.max_seconds:.0f} s reached; stopping")
         return 3
-    duration = time.time() - started
     v = verdicts(cells)
-    document = {
-        "benchmark": "scale",
-        "command": command.strip(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "duration_s": round(duration, 1),
-        "settings": vars(args),
-        "code": {
-            "commit": git_output("rev-parse", "HEAD"),
-            "src_dirty": bool(git_output("status", "-s", "src")),
-        },
-        "machine": {
-            "cpus": CPUS,
-            "load_average_at_start": load_at_start,
-            "load_average_at_end": load_average(),
-            "busy_cpu_s": system_busy_seconds() - busy_before,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+    document = results_header(RunStart(command, started, load_at_start), args) | {
         "baseline": prepare_baseline(Path(args.baseline_src)).describe()
         if args.baseline_src
         else None,
         "cells": cells,
         "verdicts": v,
     }
+    document["machine"]["busy_cpu_s"] = system_busy_seconds() - busy_before
     print(
         f"\nllmbridge scale-out: --workers 1 and 2, keys + limits + ledger off and on; "
         f"{CPUS} CPUs; load average at start {load_at_start}; "
@@ -566,18 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report(cells, v))
     if not args.no_save:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
-        path = RESULTS_DIR / f"scale-{stamp}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nresults: {path}")
+        save_results("scale", document, started)
     failed = any(s["failures"] for c in cells for s in c["targets"].values())
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        log("interrupted")
-        sys.exit(130)
+    entry_point(main)

@@ -15,8 +15,6 @@ gateway process:
   count, within a few) and open file descriptors: just after the streams end the
   upstream pool still holds idle keep-alive connections (reported), and once it has
   let them go (``--settle`` seconds) the count must be back to idle.
-
-Run: ``.venv/bin/python bench/soak.py`` (defaults: 1000 streams, 60 s).
 """
 
 from __future__ import annotations
