@@ -7,6 +7,9 @@ empty ``ExportTraceServiceResponse``. Every span received is kept as a
 ``ReceivedSpan`` (ids in hex, attributes as Python values, its resource's attributes);
 a test waits for the spans it expects with a bounded wait (tests/waiting.py), never a
 sleep. No mock exporter: the gateway's own SDK exporter sends these over TCP.
+
+``OtlpReceiver(hang=True)`` is a collector that hangs: it reads each post and answers
+none of them (``held`` counts them) until it is closed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -81,13 +85,18 @@ class ReceivedSpan:
 
 class OtlpReceiver:
     """``POST /v1/traces`` on 127.0.0.1 (module docstring); use as a context manager.
-    ``url`` is the base URL to configure (``telemetry.otlp_endpoint``)."""
+    ``url`` is the base URL to configure (``telemetry.otlp_endpoint``); ``hang``: answer
+    nothing until closed (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hang: bool = False) -> None:
         self.spans: list[ReceivedSpan] = []
         self.exports: list[ExportTraceServiceRequest] = []
         """Every request received, as it came (a collector's file exporter writes these)."""
         self.posts = 0
+        self.held = 0
+        """Posts received and not answered (``hang``)."""
+        self._hang = hang
+        self._closing = threading.Event()
         self._lock = threading.Lock()
         app = Starlette(routes=[Route("/v1/traces", self._traces, methods=["POST"])])
         self._server = RunningServer(app)
@@ -95,6 +104,10 @@ class OtlpReceiver:
 
     async def _traces(self, request: Request) -> Response:
         body = await request.body()
+        if self._hang:
+            with self._lock:
+                self.held += 1
+            await run_in_threadpool(self._closing.wait)  # answered only once closed
         if request.headers.get("content-encoding") == "gzip":
             body = gzip.decompress(body)
         assert request.headers.get("content-type") == "application/x-protobuf"
@@ -133,6 +146,7 @@ class OtlpReceiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()  # a held post ends, so the server can stop
         self._server.__exit__(*exc)
 
     def snapshot(self) -> list[ReceivedSpan]:

@@ -12,6 +12,15 @@ OTLP/HTTP (protobuf) by the SDK's thread, never on a request's path, and flushed
 shutdown (``Tracing.shutdown``). The provider is the gateway's own, not the
 process-wide global, so two gateways in one process (tests) do not mix their spans.
 
+Shutdown waits at most ``SHUTDOWN_TIMEOUT_S`` (2 s) on the exporter, whatever the
+collector does. The SDK's own shutdown waits up to 30 s for its thread, and that thread
+sends each batch within the exporter's timeout (10 s, ``OTEL_EXPORTER_OTLP_TIMEOUT``),
+retrying a refused connection within it: a collector that hung held the gateway's
+shutdown 13 s, one that refused 6 s. So the SDK's shutdown runs in a daemon thread
+that the gateway stops waiting for at the deadline; the spans still queued then are
+dropped (logged), the SDK's threads (daemons) end with the process, and the provider
+registers no exit hook that would wait for them again (``shutdown_on_exit=False``).
+
 The spans, named and attributed after the OpenTelemetry GenAI semantic conventions:
 
 - the **request** (``GatewayTrace``, kind SERVER): ``chat {model}`` (or
@@ -37,6 +46,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -56,7 +66,7 @@ from llmbridge.core.tracing import REQUEST_TRACE, AttributeValue, usage_attribut
 from llmbridge.dialects.responses.continuation import PREVIOUS_RESPONSE_ID
 from llmbridge.dialects.responses.request import DETAILS_KEY
 
-__all__ = ["DEFAULT_SERVICE_NAME", "GatewayTrace", "Tracing", "traces_url"]
+__all__ = ["DEFAULT_SERVICE_NAME", "SHUTDOWN_TIMEOUT_S", "GatewayTrace", "Tracing", "traces_url"]
 
 log = logging.getLogger("llmbridge.telemetry")
 
@@ -64,6 +74,10 @@ DEFAULT_SERVICE_NAME = "llmbridge"
 """``service.name`` when neither ``telemetry.service_name`` nor ``OTEL_SERVICE_NAME`` says."""
 
 TRACES_PATH = "/v1/traces"
+
+SHUTDOWN_TIMEOUT_S = 2.0
+"""The most the gateway's shutdown waits on the exporter for the spans still queued
+(module docstring)."""
 
 PROVIDERS = {
     "openai": "openai",
@@ -317,9 +331,16 @@ class Tracing:
     exporter (module docstring). ``exporter`` replaces the OTLP one (benchmarks)."""
 
     def __init__(
-        self, endpoint: str, service_name: str, *, exporter: SpanExporter | None = None
+        self,
+        endpoint: str,
+        service_name: str,
+        *,
+        exporter: SpanExporter | None = None,
+        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
     ) -> None:
         self.endpoint = traces_url(endpoint)
+        self.shutdown_timeout_s = shutdown_timeout_s
+        """The most ``shutdown`` waits for the spans still queued."""
         # service.instance.id tells the workers of --workers N (and replicas) apart.
         instance = f"{socket.gethostname()}:{os.getpid()}"
         resource = Resource.create(
@@ -329,7 +350,9 @@ class Tracing:
                 "service.instance.id": instance,
             }
         )
-        self.provider = TracerProvider(resource=resource)
+        # No exit hook: the gateway's lifespan shuts the provider down within its
+        # deadline, and a hook would wait on a stuck exporter again at exit.
+        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         # Headers (OTEL_EXPORTER_OTLP_HEADERS), timeout and compression come from the
         # SDK's own environment variables.
         self.provider.add_span_processor(
@@ -354,10 +377,28 @@ class Tracing:
         REQUEST_TRACE.set(trace)
         return trace
 
-    def shutdown(self) -> None:
-        """Send what is queued and stop the exporter's thread (blocks: call it off the
-        event loop)."""
-        try:
-            self.provider.shutdown()
-        except Exception:  # a collector that is gone must not fail the shutdown
-            log.exception("flushing the traces to %s failed", self.endpoint)
+    def shutdown(self) -> bool:
+        """Send what is queued and stop the exporter's thread, waiting at most
+        ``shutdown_timeout_s`` (module docstring); whether it finished in time. Blocks:
+        call it off the event loop."""
+        finished = threading.Event()
+
+        def shut_down() -> None:
+            try:
+                self.provider.shutdown()
+            except Exception:  # a collector that is gone must not fail the shutdown
+                log.exception("flushing the traces to %s failed", self.endpoint)
+            finally:
+                finished.set()
+
+        # A daemon thread: one the collector holds must not hold the process's exit.
+        threading.Thread(target=shut_down, name="llmbridge-tracing-shutdown", daemon=True).start()
+        if finished.wait(self.shutdown_timeout_s):
+            return True
+        log.warning(
+            "the trace collector at %s did not take the last spans within %g s: the spans "
+            "still queued are dropped",
+            self.endpoint,
+            self.shutdown_timeout_s,
+        )
+        return False
