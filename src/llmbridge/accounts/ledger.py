@@ -17,10 +17,20 @@ in one transaction per batch:
   (SQLite and PostgreSQL both have it), so a batch written again after a failure
   that hid a commit, or a request id some other replica already wrote, is never
   counted twice;
-- ``api_keys.spent_usd += cost`` for the rows that went in, summed per key, in the
-  same transaction: spend and ledger never disagree. The batch's cost is taken back
-  out of the shared counters ``take_back_s`` (6 s) after the commit, once no process
-  still caches a key record read before it (``_flushed_spend``).
+- ``api_keys.spent_usd += cost RETURNING spent_usd`` for the rows that went in, summed
+  per key, in the same transaction: spend and ledger never disagree. Still inside it,
+  before the commit, the batch's cost is handed over in the shared state
+  (``SharedState.hand_over``, one step for every key): it leaves the ``spend:`` counter
+  and joins ``handed:<key_id>``, the spend handed to the ledger. The budget check counts
+  ``max(spent_usd, handed) + spend``, which the hand-over leaves unchanged, so a process
+  whose cached key record was read before the commit, or after it, counts each request
+  once (state/base.py). A hand-over that fails rolls the transaction back (the batch is
+  retried and handed over again: were the first one made after all, making it twice
+  leaves the sum the same). A commit that fails after the hand-over may have happened
+  (a connection lost at the commit): its requests are marked handed, and the retry
+  writes their rows without handing them over again. A request whose row was already
+  there (another replica wrote its request id) leaves the spend counter without
+  joining ``handed``: ``spent_usd`` holds it once.
 
 Values are made storable in ``record()``, before they are queued, the
 same on SQLite and PostgreSQL (``storable_record``): U+0000 and unpaired surrogates
@@ -70,7 +80,6 @@ import functools
 import logging
 import os
 import socket
-import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -85,7 +94,6 @@ from llmbridge.accounts.kept_bodies import (
     BodyKeeper,
     write_bodies,
 )
-from llmbridge.accounts.keys import CACHE_S
 from llmbridge.accounts.rollups import (
     CLEANUP_BATCH,
     DEFAULT_RETENTION_DAYS,
@@ -103,7 +111,7 @@ from llmbridge.accounts.usage_record import (
     storable_record,
 )
 from llmbridge.core.tasks import stop_task
-from llmbridge.state.base import SharedState
+from llmbridge.state.base import SharedState, SpendHandOver
 from llmbridge.state.local import LocalState
 from llmbridge.store.database import Database
 from llmbridge.store.models import ApiKeyRow, UsageRow
@@ -111,6 +119,7 @@ from llmbridge.store.models import ApiKeyRow, UsageRow
 __all__ = [
     "UsageLedger",
     "UsageRecord",
+    "handed_key",
     "refused",
     "replica_name",
     "spend_key",
@@ -134,8 +143,15 @@ def replica_name() -> str:
 
 
 def spend_key(key_id: str) -> str:
-    """The shared-state float counter of a key's spend (``state.add_float``)."""
+    """The shared-state float counter of a key's spend not yet written
+    (``state.add_float``)."""
     return f"spend:{key_id}"
+
+
+def handed_key(key_id: str) -> str:
+    """The shared-state float counter of a key's spend handed to ``spent_usd``
+    (``state.hand_over``)."""
+    return f"handed:{key_id}"
 
 
 ROWS_PER_INSERT = 1000
@@ -213,7 +229,6 @@ class UsageLedger:
         cleanup_batch: int = CLEANUP_BATCH,
         cleanup_pause_s: float = 0.05,
         on_cleanup_pending: Callable[[int], None] | None = None,
-        take_back_s: float = CACHE_S + 1.0,
         bodies: BodyKeeper | None = None,
         body_retention_days: int | None = DEFAULT_BODY_RETENTION_DAYS,
     ) -> None:
@@ -257,10 +272,9 @@ class UsageLedger:
         self._flush_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._unsent_spend: dict[str, float] = {}
-        self.take_back_s = take_back_s
-        """How long after a commit its cost leaves the shared spend counter
-        (``_flushed_spend``): longer than a key record is cached."""
-        self._taking_back: deque[tuple[float, dict[str, float]]] = deque()
+        self._handed: set[str] = set()
+        """Request ids whose cost a write handed over and whose commit then failed
+        (``_write``): a retry writes their rows without handing them over again."""
         self.spend_batch_s = (
             spend_batch_s
             if spend_batch_s is not None
@@ -396,8 +410,6 @@ class UsageLedger:
                 await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
             self._wake.clear()
             await self.flush()
-            if self._taking_back:
-                await self._take_back()
 
     async def flush(self) -> bool:
         """Write what waited when it was called, a batch at a time; ``False`` when the
@@ -412,16 +424,14 @@ class UsageLedger:
                 size = min(self.batch_size, todo, len(self._buffer))
                 todo -= size
                 batch = [self._buffer.popleft() for _ in range(size)]
+                if self._unsent_spend:
+                    # The batch's spend reaches the counter before it is handed over.
+                    unsent, self._unsent_spend = self._unsent_spend, {}
+                    await self._add_spend(unsent)
                 committed, error = await self._write_splitting(batch)
                 if error is None and self._failing:
                     log.warning("usage ledger: writing works again")
                     self._failing = False
-                if committed:
-                    if self._unsent_spend:
-                        # The batch's spend is added before it is taken back out.
-                        unsent, self._unsent_spend = self._unsent_spend, {}
-                        await self._add_spend(unsent)
-                    await self._flushed_spend(committed)
                 if error is not None:
                     self.flush_failures += 1
                     if not self._failing:
@@ -497,54 +507,67 @@ class UsageLedger:
             str(exc).splitlines()[0] if str(exc) else "",
         )
 
-    async def _flushed_spend(self, batch: list[UsageRecord]) -> None:
-        """Take the batch's cost out of the shared "not yet flushed" counters: it is in
-        ``api_keys.spent_usd`` now (or was already, for a request written before). Not
-        at once: every process reads ``spent_usd`` from a key record it caches for up
-        to ``keys.CACHE_S``, so a record read before this commit would see the spend
-        in neither place (a key on a spent budget got through right after a
-        flush). The counter is lowered ``take_back_s`` later, when no cached record
-        older than the commit is left; meanwhile the spend counts twice, which can
-        only refuse a request early, never let one overspend."""
-        if self._spend is None:
-            return
-        spent: defaultdict[str, float] = defaultdict(float)
-        for record in batch:
-            if record.key_id is not None and record.cost_usd:
-                spent[record.key_id] += record.cost_usd
-        if spent:
-            self._taking_back.append((time.monotonic() + self.take_back_s, dict(spent)))
-
-    async def _take_back(self, *, everything: bool = False) -> None:
-        """Lower the spend counters by what was committed ``take_back_s`` ago (all of
-        it at shutdown)."""
-        assert self._spend is not None
-        now = time.monotonic()
-        while self._taking_back and (everything or self._taking_back[0][0] <= now):
-            _, spent = self._taking_back.popleft()
-            for key_id, amount in spent.items():
-                try:
-                    await self._spend.add_float(spend_key(key_id), -amount)
-                except Exception as exc:  # noqa: BLE001 - the budget reads high until restart
-                    log.warning("usage ledger: the spend counter was not updated: %s", exc)
-
     async def _write(self, batch: list[UsageRecord]) -> int:
-        """Insert ``batch`` and add its cost to the keys' spend, in one transaction;
-        the number of rows inserted."""
+        """Insert ``batch``, add its cost to the keys' ``spent_usd`` and hand that cost
+        over in the shared state, in one transaction, the hand-over last before the
+        commit (module docstring); the number of rows inserted."""
+        handing = self._spend is not None
         async with self._writer.begin() as conn:
             inserted: set[str] = set()
             for start in range(0, len(batch), ROWS_PER_INSERT):
                 inserted.update(await _insert(conn, batch[start : start + ROWS_PER_INSERT]))
             spent: defaultdict[str, float] = defaultdict(float)
+            unspent: defaultdict[str, float] = defaultdict(float)
+            handed: defaultdict[str, float] = defaultdict(float)
+            moved: list[str] = []
             for record in batch:
-                if record.request_id in inserted and record.key_id and record.cost_usd:
-                    spent[record.key_id] += record.cost_usd
-            for key_id, amount in spent.items():
-                await conn.execute(
+                key_id, cost = record.key_id, record.cost_usd
+                if not key_id or not cost or cost <= 0:
+                    continue
+                went_in = record.request_id in inserted
+                if went_in:
+                    spent[key_id] += cost
+                if not handing or record.request_id in self._handed:
+                    continue  # handed over by a write whose commit was not confirmed
+                # Each request's cost leaves the spend counter once; it joins what was
+                # handed to spent_usd unless its row was there already (another
+                # replica wrote the same request id: spent_usd has it once).
+                unspent[key_id] += cost
+                if went_in:
+                    handed[key_id] += cost
+                moved.append(record.request_id)
+            totals: dict[str, float] = {}
+            for key_id, amount in sorted(spent.items()):
+                # Each key's row stays locked to the commit: another replica's write
+                # of the same key, and its hand-over, come after this one's (keys in
+                # one order everywhere, so two writers never wait on each other).
+                total = await conn.scalar(
                     update(API_KEYS)
                     .where(API_KEYS.c.id == key_id)
                     .values(spent_usd=API_KEYS.c.spent_usd + amount)
+                    .returning(API_KEYS.c.spent_usd)
                 )
+                totals[key_id] = 0.0 if total is None else float(total)  # None: key deleted
+            moves = [
+                SpendHandOver(
+                    spend_key(key_id),
+                    handed_key(key_id),
+                    amount,
+                    handed.get(key_id, 0.0),
+                    totals.get(key_id, 0.0),
+                )
+                for key_id, amount in sorted(unspent.items())
+            ]
+            if moves and self._spend is not None:
+                # Inside the transaction, last: if it fails, nothing is committed and
+                # the batch is written and handed over again. Once it is done, the
+                # commit that follows may fail without saying whether it happened: the
+                # requests are marked handed, so a retry does not hand them over twice.
+                await self._spend.hand_over(moves)
+                self._handed.update(moved)
+                if len(self._handed) > self.max_buffer:
+                    self._handed.clear()  # records dropped meanwhile: keep it bounded
+        self._handed.difference_update(record.request_id for record in batch)
         return len(inserted)
 
     async def cleanup(self, now: datetime | None = None) -> int:
@@ -638,7 +661,5 @@ class UsageLedger:
             log.error(
                 "usage ledger: %d records could not be written at shutdown", len(self._buffer)
             )
-        if self._taking_back:
-            await self._take_back(everything=True)
         if self._owns_database:
             await self.database.close()

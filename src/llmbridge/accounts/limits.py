@@ -8,7 +8,9 @@ github.com/BerriAI/litellm/issues/27736, /40291). In order:
 
 1. **models**: the public model name must match one of the key's globs, else 403
    (``PermissionDeniedError`` naming the model).
-2. **budget**: what the key has spent (``spent_usd`` as the database had it, plus the
+2. **budget**: what the key has spent (``spent_usd`` as the database had it, or the
+   ``handed:<key id>`` counter of what the ledger was handed when that is more: a
+   record cached from before the ledger's last write, state/base.py; plus the
    ``spend:<key id>`` counter for what the ledger has not written yet) plus what the
    requests in flight have reserved (``rsv:<key id>``) must be below ``budget_usd``,
    else 403 "budget exhausted". A request let in reserves its worst-case cost
@@ -231,6 +233,7 @@ async def admit(
         AdmitChecks(
             spend_key=keys[0],
             spent=record.spent_usd,
+            handed_key=keys[5],
             budget=budget,
             parallel_key=None if record.max_parallel is None else keys[1],
             parallel=record.max_parallel,
@@ -284,12 +287,12 @@ async def admit(
     )
 
 
-_KEYS: dict[str, tuple[str, str, str, str, str]] = {}
-"""Each key id's state keys (spend, parallel, rpm, tpm, budget reservations), built
-once per process."""
+_KEYS: dict[str, tuple[str, str, str, str, str, str]] = {}
+"""Each key id's state keys (spend, parallel, rpm, tpm, budget reservations, spend
+handed to the ledger), built once per process."""
 
 
-def _keys_of(key_id: str) -> tuple[str, str, str, str, str]:
+def _keys_of(key_id: str) -> tuple[str, str, str, str, str, str]:
     keys = _KEYS.get(key_id)
     if keys is None:
         if len(_KEYS) >= 10_000:
@@ -300,5 +303,6 @@ def _keys_of(key_id: str) -> tuple[str, str, str, str, str]:
             f"rpm:{key_id}",
             f"tpm:{key_id}",
             f"rsv:{key_id}",
+            f"handed:{key_id}",
         )
     return keys

@@ -20,6 +20,17 @@ Semantics shared by every implementation:
 - Budget reservations (``AdmitChecks.reserve``) are held like in-flight slots: per
   replica, counted while its heartbeat lives, given back by ``settle`` in the same
   step that adds the request's actual cost to its spend counter.
+- Spend is handed to the ledger exactly (``hand_over``). A key's spend is in one of
+  two places: the spend counter (``spend_key``: costs the ledger has not written) or
+  the ledger's ``spent`` (the database), which every process reads into a key record
+  it caches a while. A second float, ``handed_key``, counts what was handed to the
+  ledger, as this state knows it; the ledger's write moves each committed cost from
+  the spend counter to it in ONE step, inside its transaction, before the commit. The
+  budget check counts ``max(spent, handed) + spend counter``: the move leaves it
+  unchanged, so a record read before the commit, or after it, sees each cost once.
+  ``handed`` only ever runs ahead of the database (a move whose commit then failed is
+  made again when the write is retried, and the sum is still the same), and ``spent``
+  counts where ``handed`` is unknown (a Redis restarted empty).
 - A call the caller gave up on (a timeout) never takes effect later: in Redis every
   script that changes a count carries a deadline checked against Redis's own clock
   (state/redis.py), and state/failover.py reconciles what the replica holds.
@@ -43,6 +54,7 @@ __all__ = [
     "BreakerView",
     "Refusal",
     "SharedState",
+    "SpendHandOver",
     "WindowVerdict",
 ]
 
@@ -78,6 +90,10 @@ class AdmitChecks:
     spend_key: str | None = None
     """The float counter of spend not yet in ``spent`` (the ledger's)."""
     spent: float = 0.0
+    """The ledger's figure, as the caller's (maybe cached) record has it."""
+    handed_key: str | None = None
+    """The float counter of spend handed to the ledger (``hand_over``): the budget
+    counts ``max(spent, handed)``, whatever the age of ``spent``."""
     budget: float | None = None
     parallel_key: str | None = None
     parallel: int | None = None
@@ -108,7 +124,8 @@ class AdmitVerdict:
     refused: Refusal
     """The first check that refused (``""`` when the request was let in)."""
     spent: float
-    """``spent`` plus the spend counter, when a budget was checked (else 0.0)."""
+    """``max(spent, handed)`` plus the spend counter, when a budget was checked (else
+    0.0)."""
     holds_slot: bool
     """Whether an in-flight slot is held (give it back with ``settle``)."""
     requests: WindowVerdict | None
@@ -118,6 +135,25 @@ class AdmitVerdict:
     reserved: float = 0.0
     """What is now held under ``reserve_key`` for this request (0.0 when none): give
     it back with ``settle(reserve_key=..., reserve=...)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpendHandOver:
+    """One key's spend written by the ledger, for ``SharedState.hand_over``."""
+
+    spend_key: str
+    """The counter of spend the ledger has not written: ``amount`` leaves it."""
+    handed_key: str
+    """The counter of spend handed to the ledger: ``handed`` joins it."""
+    amount: float
+    """The cost of the requests the write accounts for: each request's cost was added
+    to ``spend_key`` once, and leaves it once."""
+    handed: float
+    """What the write adds to ``spent``: ``amount``, less the requests whose row was
+    already there (another replica wrote the same request id)."""
+    ledger_total: float
+    """``spent`` as that write leaves it: ``handed`` is raised to it at least (a write
+    this state never saw, such as one without shared state, is counted too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +252,9 @@ class SharedState(Protocol):
 
     async def admit_many(self, checks: AdmitChecks) -> AdmitVerdict:
         """One request's ``checks`` in ONE atomic step, in order, stopping at the first
-        refusal: the budget (``spent`` + ``get_float(spend_key)`` + the live
-        reservations of ``reserve_key`` must be below ``budget``), an in-flight slot
+        refusal: the budget (``max(spent, get_float(handed_key))`` +
+        ``get_float(spend_key)`` + the live reservations of ``reserve_key`` must be
+        below ``budget``), an in-flight slot
         of ``parallel_key`` (``acquire``), one request in ``rpm_key``'s window
         (``take``), ``tpm_cost`` in ``tpm_key``'s window. A check whose key is
         ``None`` (or budget ``None``) is skipped. A refusal after the slot was taken
@@ -244,6 +281,13 @@ class SharedState(Protocol):
         ``reserve`` given back from this replica's share of ``reserve_key`` and
         ``add_float(spend_key, spend)`` (when ``spend`` > 0), so there is no moment
         where neither the reservation nor the cost counts. Nothing to do: no call."""
+        ...
+
+    async def hand_over(self, moves: Sequence[SpendHandOver]) -> None:
+        """The ledger wrote ``moves`` (inside its transaction, before the commit): for
+        each, in ONE atomic step for all of them, ``amount`` leaves ``spend_key``,
+        ``handed`` joins ``handed_key``, which is then raised to ``ledger_total`` if
+        below it (module docstring). Nothing to do: no call."""
         ...
 
     async def aclose(self) -> None:

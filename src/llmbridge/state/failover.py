@@ -43,7 +43,14 @@ from typing import Literal, TypeVar
 from redis.exceptions import RedisError
 
 from llmbridge.core.tasks import stop_task
-from llmbridge.state.base import DUST, AdmitChecks, AdmitVerdict, BreakerView, WindowVerdict
+from llmbridge.state.base import (
+    DUST,
+    AdmitChecks,
+    AdmitVerdict,
+    BreakerView,
+    SpendHandOver,
+    WindowVerdict,
+)
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState, redacted
 
@@ -400,6 +407,11 @@ class FailoverState:
         return await self._call(
             lambda: self.redis.get_float(key), lambda: self.local.get_float(key)
         )
+
+    async def hand_over(self, moves: Sequence[SpendHandOver]) -> None:
+        """Where the counters live now, as ``add_float``: a hand-over served locally
+        is not made again in Redis (module docstring: spend cannot be reconciled)."""
+        await self._call(lambda: self.redis.hand_over(moves), lambda: self.local.hand_over(moves))
 
     async def aclose(self) -> None:
         # The watch task talks to Redis: a cancel-and-await could wait for ever on

@@ -26,6 +26,7 @@ from llmbridge.state.base import (
     AdmitVerdict,
     BreakerState,
     BreakerView,
+    SpendHandOver,
     WindowVerdict,
 )
 
@@ -235,6 +236,8 @@ class LocalState:
         c = checks
         spent = c.spent
         if c.budget is not None:
+            if c.handed_key is not None:
+                spent = max(spent, self._floats.get(c.handed_key, spent))
             if c.spend_key is not None:
                 spent += self._floats.get(c.spend_key, 0.0)
             held_back = 0.0 if c.reserve_key is None else self._reserved.get(c.reserve_key, 0.0)
@@ -296,6 +299,14 @@ class LocalState:
 
     async def reserved(self, reserve_key: str) -> float:
         return self._reserved.get(reserve_key, 0.0)
+
+    async def hand_over(self, moves: Sequence[SpendHandOver]) -> None:
+        # Nothing awaited: atomic on the event loop, as the Redis script is.
+        floats = self._floats
+        for move in moves:
+            floats[move.spend_key] = floats.get(move.spend_key, 0.0) - move.amount
+            handed = floats.get(move.handed_key, 0.0) + move.handed
+            floats[move.handed_key] = max(handed, move.ledger_total)
 
     async def aclose(self) -> None:
         pass

@@ -21,7 +21,8 @@ Keys (``prefix`` defaults to ``llmbridge:``):
 - ``rsv:<key>``: budget reservations, a hash of replica id -> amount
   (``HINCRBYFLOAT``), counted like in-flight counts: only while the replica's
   heartbeat lives, so a replica killed with -9 leaks no budget;
-- ``n:<key>`` (``INCR``), ``lat:<key>`` (EWMA), ``f:<key>`` (``INCRBYFLOAT``);
+- ``n:<key>`` (``INCR``), ``lat:<key>`` (EWMA), ``f:<key>`` (``INCRBYFLOAT``: a key's
+  spend not yet written and the spend handed to the ledger, ``hand_over``);
 - ``br:<name>``: a breaker, a hash (state, failures, opened_at);
   ``brp:<name>``: the probe lease (``SET NX PX``), one prober across replicas.
 
@@ -38,8 +39,8 @@ Deadlines. A command a client gave up on is not taken back: it sits in the socke
 a frozen Redis (``SIGSTOP``, a stalled VM, a dropped network) and runs when Redis
 resumes, long after the caller timed out and counted the request elsewhere. So every
 script that changes a count on behalf of a caller who may give up (``take``,
-``add``, ``acquire``, ``release``, ``admit_many``, ``settle``, ``reconcile``)
-carries a deadline in Redis's own time, checked first thing inside the script
+``add``, ``acquire``, ``release``, ``admit_many``, ``settle``, ``reconcile``,
+``hand_over``) carries a deadline in Redis's own time, checked first thing inside the script
 against ``TIME``: a script that runs later does nothing and answers ``late``
 (``LateCallError``, which the failover counts as Redis being down). The deadline is
 this replica's estimate of Redis's clock (``RedisClock``: a ``TIME`` round trip's
@@ -83,6 +84,7 @@ from llmbridge.state.base import (
     BreakerState,
     BreakerView,
     Refusal,
+    SpendHandOver,
     WindowVerdict,
 )
 from llmbridge.state.local import window_seconds
@@ -93,6 +95,7 @@ from llmbridge.state.redis_scripts import (
     BREAKER_FAILURE,
     BREAKER_SET,
     EWMA,
+    HAND_OVER,
     IN_FLIGHT,
     LATE,
     RECONCILE,
@@ -267,6 +270,7 @@ class RedisState:
         self._release = register(RELEASE)
         self._admit = register(ADMIT)
         self._settle = register(SETTLE)
+        self._hand_over = register(HAND_OVER)
         self._reconcile = register(RECONCILE)
         self._reserved = register(RESERVED)
         self._in_flight = register(IN_FLIGHT)
@@ -387,6 +391,7 @@ class RedisState:
             unused if c.rpm_key is None else f"{prefix}w:{c.rpm_key}",
             unused if c.tpm_key is None else f"{prefix}w:{c.tpm_key}",
             unused if c.reserve_key is None else f"{prefix}rsv:{c.reserve_key}",
+            unused if c.handed_key is None else f"{prefix}f:{c.handed_key}",
         ]
         args = [
             repr(c.spent),
@@ -520,6 +525,20 @@ class RedisState:
     async def get_float(self, key: str) -> float:
         value = await self.client.get(f"{self._prefix}f:{key}")
         return 0.0 if value is None else float(cast(str, value))
+
+    async def hand_over(self, moves: Sequence[SpendHandOver]) -> None:
+        """One EVALSHA (``HAND_OVER``) for every key of a batch; none for no move."""
+        if not moves:
+            return
+        if self.clock.offset is None:
+            await self._clock_known()
+        prefix = self._prefix
+        keys: list[str] = []
+        args: list[str | float] = [self._deadline]
+        for move in moves:
+            keys += [f"{prefix}f:{move.spend_key}", f"{prefix}f:{move.handed_key}"]
+            args += [repr(move.amount), repr(move.handed), repr(move.ledger_total)]
+        _on_time(await self._hand_over(keys, args))
 
     async def aclose(self) -> None:
         # stop_task, not cancel-and-await: a cancellation that lands just as one of

@@ -20,6 +20,7 @@ __all__ = [
     "BREAKER_FAILURE",
     "BREAKER_SET",
     "EWMA",
+    "HAND_OVER",
     "IN_FLIGHT",
     "LATE",
     "RECONCILE",
@@ -151,7 +152,7 @@ return 0
 
 # One request's checks (SharedState.admit_many), in order, stopping at the first refusal.
 # KEYS: spend float, in-flight hash, own heartbeat, requests window, tokens window,
-# reservations hash.
+# reservations hash, handed float (the spend counted as max(spent, handed) + spend).
 # ARGV: spent, budget ('' none), parallel limit ('' no slot, '-' no limit), replica,
 # heartbeat TTL ms, heartbeat key prefix, rpm ('' none), tpm ('' none), tpm cost,
 # window seconds, deadline, reserve ('' no reservations key, else the amount to hold).
@@ -169,6 +170,8 @@ if late(ARGV[11]) then return 'late' end
 local spent = tonumber(ARGV[1])
 local out = {'', ARGV[1], 0, -1, 0, '0', -1, 0, '0', '0'}
 if ARGV[2] ~= '' then
+  local handed = redis.call('GET', KEYS[7])
+  if handed and tonumber(handed) > spent then spent = tonumber(handed) end
   spent = spent + tonumber(redis.call('GET', KEYS[1]) or '0')
   out[2] = string.format('%.17g', spent)
   local held = 0
@@ -222,6 +225,25 @@ if tonumber(ARGV[5]) > 0 then
   if left <= {DUST!r} then redis.call('HDEL', KEYS[3], ARGV[1]) end
 end
 if tonumber(ARGV[6]) > 0 then redis.call('INCRBYFLOAT', KEYS[4], ARGV[6]) end
+return 0
+"""
+)
+
+# Spend the ledger wrote (SharedState.hand_over), for every key of a batch at once.
+# KEYS: pairs of spend float, handed float; ARGV: deadline, then per pair the amount
+# that leaves the first, the amount that joins the second, and the ledger's total, to
+# which the second is raised if below it.
+HAND_OVER = (
+    _NOW
+    + _LATE_FN
+    + """
+if late(ARGV[1]) then return 'late' end
+for i = 1, #KEYS, 2 do
+  local at = (i - 1) / 2 * 3 + 2
+  redis.call('INCRBYFLOAT', KEYS[i], '-' .. ARGV[at])
+  local handed = tonumber(redis.call('INCRBYFLOAT', KEYS[i + 1], ARGV[at + 1]))
+  if tonumber(ARGV[at + 2]) > handed then redis.call('SET', KEYS[i + 1], ARGV[at + 2]) end
+end
 return 0
 """
 )
