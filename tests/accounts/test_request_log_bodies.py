@@ -65,9 +65,9 @@ def test_a_body_is_cut_to_its_bound_on_a_character_boundary() -> None:
     value = {"text": "é" * 5000}  # two bytes each
     text = render_body(value, 1001)
     assert text is not None
-    head, marker = text.split("...[cut: ")
+    head, marker = text.split("...[cut ")
     assert len(head.encode()) <= 1001 and head.endswith("é")
-    assert marker == f"{len(orjson.dumps(value))} bytes in all]"
+    assert marker == "at 1001 bytes]"
     assert render_body({"short": 1}, 1001) == '{"short":1}'
     assert render_body(None, 10) is None
 
@@ -104,7 +104,9 @@ async def test_the_ledger_writes_kept_bodies_and_deletes_them_after_their_retent
     assert await _bodies(database) == 2
     detail = await request_detail(database.engine, "new")
     assert detail is not None and detail.request_body == '{"prompt":"key [redacted]"}'
-    assert detail.response_body is not None and detail.response_body.endswith("bytes in all]")
+    assert detail.response_body is not None and detail.response_body.endswith(
+        "...[cut at 200 bytes]"
+    )
     assert len(detail.response_body) < 250
     # The cleanup: the body past its retention goes; the rows stay (kept for ever).
     assert await ledger.cleanup() == 0
@@ -124,10 +126,41 @@ async def test_without_a_keeper_nothing_is_kept(database: Database) -> None:
     await ledger.aclose()
 
 
-async def test_pending_bodies_are_bounded() -> None:
-    keeper = BodyKeeper(max_pending=2)
-    for n in range(5):
-        keeper.keep(f"r{n}", datetime.now(UTC), {"n": n}, None)
-    assert keeper.pending == 2 and keeper.dropped == 3
-    assert [row["request_id"] for row in keeper.render(keeper.take())] == ["r3", "r4"]
-    assert keeper.pending == 0
+def test_pending_bodies_are_bounded_in_bytes_and_a_request_past_it_is_dropped() -> None:
+    dropped: list[int] = []
+    keeper = BodyKeeper(max_bytes=1000, max_pending_bytes=3 * 1300, on_dropped=dropped.append)
+    kept = [keeper.keep(f"r{n}", datetime.now(UTC), {"n": "x" * 5000}, None) for n in range(5)]
+    # Each request's body cut to 1,000 bytes when queued: three fit, the others do not.
+    assert kept == [True, True, True, False, False]
+    assert keeper.pending == 3 and keeper.dropped == 2 and dropped == [1, 1]
+    assert keeper.pending_bytes <= 3 * 1300
+    rows = BodyKeeper.rows(keeper.take())
+    assert [row["request_id"] for row in rows] == ["r0", "r1", "r2"]
+    assert all(len(row["request"].encode()) <= 1000 + 40 for row in rows)
+    assert keeper.pending == 0 and keeper.pending_bytes == 0
+    assert keeper.keep("r5", datetime.now(UTC), {"n": 5}, None)  # room again
+
+
+def test_the_cut_is_made_before_the_whole_body_is_walked_and_hides_cut_keys() -> None:
+    key = "llmb-" + "K" * 43
+    # 20,000 messages: the cut keeps the first few, and never visits the rest.
+    chat = ChatRequest(
+        model="m",
+        messages=tuple(
+            Message(role="user", parts=(TextPart(f"message {n} " + "y" * 100),))
+            for n in range(20_000)
+        ),
+    )
+    text = render_body(chat, 2000)
+    assert text is not None and text.endswith("...[cut at 2000 bytes]")
+    assert len(text.encode()) <= 2000 + 40
+    assert "message 0 " in text and "message 100 " not in text
+    # A key that the cut splits in two shows neither half: the text beyond the cut is
+    # searched with it, and dropped.
+    for at in range(1950, 2010, 7):
+        body = {"text": "z" * at + key + "z" * 5000}
+        cut = render_body(body, 2000)
+        assert cut is not None and "KKKKKKKK" not in cut, at
+    # A text whose cut leaves a whole key inside still has it redacted.
+    whole = render_body({"text": key + " " + "z" * 5000}, 2000)
+    assert whole is not None and whole.startswith('{"text":"[redacted] zzz')

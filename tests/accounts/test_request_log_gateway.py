@@ -176,7 +176,7 @@ def test_requests_show_up_with_what_serving_did_and_their_kept_bodies(
     assert "[redacted]" in kept.request_body
     assert image[:64] not in kept.request_body and "[image: " in kept.request_body
     assert "a long answer." in kept.response_body
-    assert kept.response_body.endswith(" bytes in all]")  # 3,000 characters, cut
+    assert kept.response_body.endswith("...[cut at 1024 bytes]")  # 3,000 characters, cut
     plain = _detail(db_url, served.request_id)
     assert plain is not None and plain.response_body is not None
     assert "the spare" in plain.response_body

@@ -62,9 +62,11 @@ of the request's end, the "within a few seconds" the console promises,
 for one write per second whatever the traffic.
 
 With ``bodies`` (a ``BodyKeeper``: ``ledger.keep_bodies``, accounts/kept_bodies.py),
-``keep_bodies`` hands a request's bodies over with its row; each write renders them in
-a worker thread, redacted and bounded, and inserts them into ``usage_bodies`` after
-the rows, best effort (a failure drops them, logged; the rows never wait on them).
+``keep_bodies`` queues a request's bodies, redacted and cut to their bound at once, and
+each write inserts them into ``usage_bodies`` after the rows, best effort (a failure
+drops them, logged; the rows never wait on them). What waits is bounded in bytes
+(``ledger.max_pending_body_bytes``): past it a request's bodies are dropped and
+``keep_bodies`` says so, for its row to say it.
 
 With ``retention_days`` set (``ledger.retention_days``, 90 by default in the
 gateway), a second task moves rows past the retention into daily rollups and
@@ -340,12 +342,14 @@ class UsageLedger:
     def _bodies_expire(self) -> bool:
         return self.bodies is not None and bool(self.body_retention_days)
 
-    def keep_bodies(self, record: UsageRecord, request: object, reply: object) -> None:
+    def keep_bodies(self, record: UsageRecord, request: object, reply: object) -> bool:
         """Keep ``record``'s request and reply (neutral objects or JSON data), when
-        bodies are kept (``bodies``): written with the next batch, rendered off the
-        event loop (accounts/kept_bodies.py)."""
-        if self.bodies is not None:
-            self.bodies.keep(record.request_id, record.created_at, request, reply)
+        bodies are kept (``bodies``): rendered and cut now, written with the next batch
+        (accounts/kept_bodies.py). ``False`` when they were dropped: the bodies waiting
+        already hold ``ledger.max_pending_body_bytes`` (or none are kept)."""
+        if self.bodies is None:
+            return False
+        return self.bodies.keep(record.request_id, record.created_at, request, reply)
 
     def record(self, record: UsageRecord, *, spend_counted: bool = False) -> None:
         """Keep ``record`` for the next write, its values made storable; never waits

@@ -36,6 +36,7 @@ __all__ = [
     "facts_of",
     "refused",
     "storable_record",
+    "with_fact",
 ]
 
 USAGE: Table = UsageRow.__table__  # type: ignore[assignment]
@@ -296,6 +297,20 @@ def facts_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
             return text
         facts.popitem()
     return None
+
+
+def with_fact(facts: str | None, name: str, value: str) -> str:
+    """``facts`` (the ``facts`` column's JSON object, or ``None``) with ``name: value``
+    added first: what the gateway did with the request itself (its kept bodies
+    dropped: accounts/kept_bodies.py), beside the reply's headers, which are dropped from
+    the end until the object fits its column."""
+    found = orjson.loads(facts) if facts else {}
+    merged = {name: value, **{k: v for k, v in found.items() if k != name}}
+    text = orjson.dumps(merged).decode()
+    while len(text) > FACTS_LENGTH and len(merged) > 1:
+        merged.popitem()
+        text = orjson.dumps(merged).decode()
+    return text
 
 
 _REFUSED_SQLSTATE = ("22", "23")

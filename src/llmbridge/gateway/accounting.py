@@ -46,8 +46,8 @@ async def open_ledger(
     kept ``ledger.retention_days`` before they are rolled up; ``None`` when it is off.
     A database that cannot be opened is logged and leaves the gateway serving without
     a ledger (as the agent service does). ``metrics`` count the records dropped while
-    the database is unreachable, the rows it refused (set aside) and the rows waiting
-    for the cleanup."""
+    the database is unreachable, the rows it refused (set aside), the rows waiting
+    for the cleanup and the kept bodies dropped."""
     if not ledger_enabled(config, auth_on=auth_on):
         return None
     try:
@@ -58,7 +58,7 @@ async def open_ledger(
             on_dropped=None if metrics is None else metrics.usage_dropped.inc,
             on_set_aside=None if metrics is None else metrics.usage_set_aside.inc,
             on_cleanup_pending=None if metrics is None else metrics.usage_pending_cleanup.set,
-            bodies=_body_keeper(config),
+            bodies=_body_keeper(config, metrics),
             body_retention_days=config.ledger.body_retention_days,
         )
     except Exception as exc:  # noqa: BLE001 - serving goes on; the log says why
@@ -70,11 +70,18 @@ async def open_ledger(
         return None
 
 
-def _body_keeper(config: GatewayConfig) -> BodyKeeper | None:
+def _body_keeper(config: GatewayConfig, metrics: GatewayMetrics | None) -> BodyKeeper | None:
     """Where kept bodies wait (``ledger.keep_bodies``), with the gateway's own keys to
-    redact; ``None`` when bodies are not kept (the default)."""
-    if not config.ledger.keep_bodies:
+    redact and the bound on what waits; ``None`` when bodies are not kept (the
+    default). ``metrics`` count the requests whose bodies were dropped."""
+    ledger = config.ledger
+    if not ledger.keep_bodies:
         return None
     server = config.server
     secrets = [*server.api_keys, *([server.master_key] if server.master_key else [])]
-    return BodyKeeper(max_bytes=config.ledger.max_body_bytes, secrets=secrets)
+    return BodyKeeper(
+        max_bytes=ledger.max_body_bytes,
+        secrets=secrets,
+        max_pending_bytes=ledger.max_pending_body_bytes,
+        on_dropped=None if metrics is None else metrics.kept_bodies_dropped.inc,
+    )

@@ -58,7 +58,8 @@ backend and serves any model name. Example file::
     ledger:                           # the usage ledger's life (docs/DEPLOY.md, "Usage and cost")
       retention_days: 90              # then rows become daily rollups (0 or null: kept for ever)
       keep_bodies: false              # keep bodies for the request log (DEPLOY.md, "Request log")
-      max_body_bytes: 16384           # each kept body cut to this, redacted
+      max_body_bytes: 16384           # each kept body cut to this, redacted, when queued
+      max_pending_body_bytes: 33554432  # bodies waiting for the database; past it dropped
       body_retention_days: 7          # then kept bodies are deleted (0 or null: kept for ever)
     telemetry:                        # a trace per request (docs/DEPLOY.md, "Tracing")
       otlp_endpoint: "http://127.0.0.1:4318"  # OTEL_EXPORTER_OTLP_ENDPOINT; none: off
@@ -254,7 +255,13 @@ class LedgerConfig(Strict):
     (accounts/kept_bodies.py): bounded, redacted, deleted after ``body_retention_days``.
     Off by default: a request then costs nothing more."""
     max_body_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)
-    """Each kept body's bound in UTF-8 bytes; a longer one is cut with a marker."""
+    """Each kept body's bound in UTF-8 bytes; a longer one is cut with a marker when it
+    is queued."""
+    max_pending_body_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
+    """What the kept bodies waiting for the ledger's next write may hold, in bytes
+    (32 MiB): while the database is down or slow, past it a request's bodies are
+    dropped (``llmbridge_kept_bodies_dropped_total``, and a ``bodies`` fact in its
+    row) and its row is still written."""
     body_retention_days: int | None = Field(7, ge=0)
     """Days a kept body stays; ``0`` or ``null``: for ever."""
 

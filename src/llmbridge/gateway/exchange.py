@@ -39,6 +39,7 @@ without bound.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -49,11 +50,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Scope
 
+from llmbridge.accounts.kept_bodies import DROPPED_FACT
 from llmbridge.accounts.keys import KeyRecord
 from llmbridge.accounts.ledger import UsageRecord
 from llmbridge.accounts.limits import OPEN, Admission, KeyLimitError, limit_headers
 from llmbridge.accounts.service import ACCOUNT
-from llmbridge.accounts.usage_record import facts_of
+from llmbridge.accounts.usage_record import facts_of, with_fact
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError, PermissionDeniedError
@@ -559,9 +561,15 @@ class Exchange:
             finish_reason=None if stop is None else stop.value,
             error=self.error_message,
         )
+        # Kept for the request log (ledger.keep_bodies): queued with the row, cut to
+        # their bound; when no room is left for them, the row says they were dropped.
+        if ledger.bodies is not None and not ledger.keep_bodies(
+            record, self.chat, self._kept_reply()
+        ):
+            record = dataclasses.replace(
+                record, facts=with_fact(record.facts, "bodies", DROPPED_FACT)
+            )
         ledger.record(record, spend_counted=spend_counted)
-        if ledger.bodies is not None:  # kept for the request log (ledger.keep_bodies)
-            ledger.keep_bodies(record, self.chat, self._kept_reply())
 
     def _kept_reply(self) -> object:
         """The reply to keep: the whole response, or what a stream that did not end

@@ -152,6 +152,13 @@ class GatewayMetrics:
             "(accounts/ledger.py).",
             registry=self.registry,
         )
+        self.kept_bodies_dropped = Counter(
+            "llmbridge_kept_bodies_dropped",
+            "Requests whose kept bodies (ledger.keep_bodies) were not written: the "
+            "bodies waiting for the database already held ledger.max_pending_body_bytes, "
+            "or their write failed; their usage rows are written (accounts/kept_bodies.py).",
+            registry=self.registry,
+        )
         self.usage_pending_cleanup = Gauge(
             "llmbridge_usage_rows_pending_cleanup",
             "Usage ledger rows older than ledger.retention_days not yet rolled up into "
