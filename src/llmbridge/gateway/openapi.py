@@ -137,6 +137,10 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
     "OllamaShowResponse": _obj(("details", "model_info", "capabilities"), details=_OBJECT),
     "OllamaVersion": _obj(("version",), version=_STR),
     "OllamaEmbedResponse": _obj(("model", "embeddings"), model=_STR, embeddings=_VECTORS),
+    "OllamaEmbeddingResponse": _obj(
+        ("embedding",), embedding={"type": "array", "items": {"type": "number"}}
+    ),
+    "OllamaProgress": _obj(("status",), status=_STR, digest=_STR, total=_INT, completed=_INT),
     "OpenAIChatCompletion": _obj(
         ("id", "object", "created", "model", "choices"),
         id=_STR,
@@ -276,6 +280,19 @@ _OPERATIONS: tuple[_Operation, ...] = (
     ("head", "/api/version", "ollamaVersionHead", "The version, no body.", None, None, None),
     ("post", "/api/embed", "ollamaEmbed", "Ollama embeddings.", ollama.EmbedRequestBody,
      "OllamaEmbedResponse", None),
+    ("post", "/api/embeddings", "ollamaEmbeddings", "Ollama embedding of one prompt.",
+     ollama.EmbeddingsRequestBody, "OllamaEmbeddingResponse", None),
+    # Model management: forwarded to the Ollama server that serves the model.
+    ("post", "/api/pull", "ollamaPull", "Pull a model (its Ollama server's progress).",
+     ollama.PullRequestBody, "OllamaProgress", _NDJSON),
+    ("post", "/api/push", "ollamaPush", "Push a model (its Ollama server's progress).",
+     ollama.PushRequestBody, "OllamaProgress", _NDJSON),
+    ("post", "/api/create", "ollamaCreate", "Create a model on an Ollama server.",
+     ollama.CreateRequestBody, "OllamaProgress", _NDJSON),
+    ("post", "/api/copy", "ollamaCopy", "Copy a model on its Ollama server: an empty 200.",
+     ollama.CopyRequestBody, None, None),
+    ("delete", "/api/delete", "ollamaDelete", "Delete a model on its Ollama server: an empty 200.",
+     ollama.DeleteRequestBody, None, None),
     ("post", "/v1/chat/completions", "openaiChatCompletions", "OpenAI chat completion.",
      openai.ChatCompletionRequestBody, "OpenAIChatCompletion", _SSE),
     ("get", "/v1/models", "openaiModels", "Models served.", None, "OpenAIModelList", None),
@@ -347,11 +364,14 @@ def _body_schema(model: type[BaseModel], dialect: Dialect, schemas: JSON) -> JSO
     return _ref(prefix + model.__name__)
 
 
-def _stream_item(media_type: str, dialect: Dialect) -> JSON:
+def _stream_item(media_type: str, dialect: Dialect, reply: str | None) -> JSON:
     """A stream: NDJSON as the array of its records (the last one ``done``, or an
-    error); SSE as one event (Anthropic's are named, and their data is JSON)."""
+    error; a model-management route's progress lines); SSE as one event (Anthropic's
+    are named, and their data is JSON)."""
     if media_type == _NDJSON:
         frame = _obj(("model", "created_at", "done"), model=_STR, created_at=_STR, done=_BOOL)
+        if reply == "OllamaProgress":
+            frame = _ref(reply)
         return {"type": "array", "items": {"anyOf": [frame, _ref("OllamaError")]}}
     if dialect is Dialect.ANTHROPIC:
         json_data = {"type": "string", "contentMediaType": "application/json"}
@@ -372,14 +392,14 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
         ok["description"] = "Success: server-sent events with alt=sse, else a JSON array."
         ok["content"] = {
             "application/json": {"schema": {"type": "array", "items": element}},
-            streamed: {"schema": _stream_item(streamed, dialect)},
+            streamed: {"schema": _stream_item(streamed, dialect, reply)},
         }
     elif reply is not None:
         ok["content"] = {"application/json": {"schema": _ref(reply)}}
         if streamed is not None:
             kind = "NDJSON lines" if streamed == _NDJSON else "server-sent events"
             ok["description"] = f"Success: one JSON object, or {kind} when streaming."
-            ok["content"][streamed] = {"schema": _stream_item(streamed, dialect)}
+            ok["content"][streamed] = {"schema": _stream_item(streamed, dialect, reply)}
     elif method == "get" and path == "/":
         ok["content"] = {"text/plain": {"schema": {"const": "Ollama is running"}}}
     elif method == "get" and path == "/metrics":

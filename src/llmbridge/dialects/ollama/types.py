@@ -417,6 +417,16 @@ class ShowRequestBody(_Body):
 
 
 class _NamedModelBody(_Body):
+    # One of the two names is required (``manage.decode_model_request``).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [key], "properties": {key: {"type": "string", "minLength": 1}}}
+                for key in ("model", "name")
+            ]
+        }
+    )
+
     model: str | None = None
     """Name of the model."""
     name: str | None = None
