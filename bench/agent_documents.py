@@ -1,18 +1,14 @@
-"""What indexing a document costs the event loop, as the document grows.
+"""The ``agent_documents`` scenario: what indexing a document costs the event loop, as the
+document grows.
 
-This file owns the measurement behind issue 13's document stall: a 3.9 MB document
-of 500,000 distinct words took 20 s to index and stopped every other request for
-12 s. ``DocumentStore.add`` now splits and counts in a worker thread and writes the
-rows in awaited batches; this shows what is left.
-
-For each size (UTF-8 bytes of a contract whose every clause brings its own words: the
-worst case, one index row per word), a fresh SQLite store indexes one document while
-a ticker on the same event loop sleeps 2 ms at a time and records each gap between
-its wake-ups. Reported: the time to index, and the worst and 99th-percentile gap
-(how long any other request, ``/health`` included, could have waited), each as a
-ratio against the smallest document of the same run. Nothing is asserted. The
-remaining worst gap is usually one CPython full garbage collection (measured with
-``gc.callbacks``), which stops every thread whatever the indexer does.
+A document of 500,000 distinct words once took 20 s to index and stopped every other
+request for 12 s; ``DocumentStore.add`` now splits and counts in a worker thread and
+writes the rows in awaited batches. For each size (a contract whose every clause brings
+its own words: one index row per word, the worst case), a fresh SQLite store indexes one
+document while a ticker on the same loop sleeps 2 ms at a time and records each gap.
+Reported: the time to index, and the worst and 99th-percentile gap, as ratios against
+the smallest document of the same run. The remaining worst gap is usually one CPython
+full garbage collection, which stops every thread whatever the indexer does.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Does a long agent session remember what matters? (issue 29)
+"""The ``agent_memory`` scenario: does a long agent session remember what matters?
 
-This file owns the measurement of the agent's memory over issue 29's conversation:
+This file owns the measurement of the agent's memory over a long conversation:
 20 user messages each state one distinct fact (a sister's name, a gate code, an
 allergy, ...), never pinned, then 180 ordinary exchanges (questions and small talk),
 then one last question. Every turn goes through the real agent service
@@ -206,7 +206,7 @@ async def run(
     facts: bool = True,
     directory: Path | None = None,
 ) -> Outcome:
-    """Issue 29's conversation through the agent; see the module docstring."""
+    """The conversation through the agent; see the module docstring."""
     embedded = memory == "embedded"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=directory) as tmp:

@@ -1,4 +1,4 @@
-"""Run the test suite beside a CPU burner: the suite must pass on a busy machine (issue 26).
+"""Run the test suite beside a CPU burner: the suite must pass on a busy machine.
 
 This script owns the "busy machine" check: it starts N busy-loop processes at normal
 priority (N = the machine's core count by default), runs pytest (or the whole
@@ -113,7 +113,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(
-        description="Run the test suite beside N busy-loop processes (issue 26).",
+        description="Run the test suite beside N busy-loop processes.",
         epilog="Arguments after -- go to pytest (with --make, as PYTEST_ARGS).",
     )
     parser.add_argument(

@@ -1,23 +1,17 @@
-"""How soon the profiler knows an OpenCode turn is over: events versus polling.
+"""The ``completion`` scenario: how soon the profiler knows an OpenCode turn is over,
+from its event stream against polling.
 
-The pinned ``opencode serve`` answers from the fast scripted model server
-(``fast_backend.py``). For each prompt, the lag is the time from OpenCode emitting
-the turn's terminal event (its ``evt_`` id carries OpenCode's millisecond clock) to
-the moment the client knows the turn is over, on the same machine clock:
+The pinned ``opencode serve`` answers from the stub backend. Per prompt, the lag runs
+from OpenCode creating the turn's terminal event (its ``evt_`` id carries OpenCode's
+millisecond clock) to the client knowing the turn is over, on the same clock:
 
-- ``events``: the profiler's OpenCode provider (``llmbridge.profiler.opencode``):
-  ``prompt_async``, then the first terminal event on the shared ``/event`` stream
-  (the reply's ``step-finish`` part, or ``session.status`` idle / ``session.idle``;
-  seed 004), measured from that event, and (``idle``) from the session's idle: OpenCode
-  creates the ``step-finish`` event some 15 ms before the idle but sends both in one
-  write, so the provider knows at the same moment as before the turn ended on
-  ``step-finish``, and the idle row is the one comparable with earlier runs and with
-  the target;
-- ``polling``: the approach seed 004 replaces (ghx, the seed 000 adapter): ``GET
-  /session/{id}/message`` every 300 ms until the last assistant message has finished.
+- ``events``: the profiler's OpenCode provider (``prompt_async``, then the first
+  terminal event on the shared ``/event`` stream), measured from that event, and
+  (``idle``) from the session's idle event, which OpenCode sends in the same write;
+- ``polling``: ``GET /session/{id}/message`` every 300 ms until the last assistant
+  message has finished, as a polling adapter does.
 
-Target (issue 7): at most 20 ms at p50 from the idle, against polling's +-300 ms.
-Run: ``.venv/bin/python bench/completion.py [--prompts 30]``.
+Target: at most 20 ms at p50 from the idle (polling: about 300 ms).
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""How often the embedded model's emulated tool decision is usable, over 50 fixed requests.
+"""The ``decision_validity`` scenario: how often the embedded model's emulated tool
+decision is usable, over 50 fixed requests.
 
-Issue 25, section 2. Tool emulation (features/tool_emulation.py) asks a model without
-native tools for one JSON decision. This benchmark sends a fixed set of 50 requests
-(five tool sets, ten requests each: actions and queries, greetings, requests in other
-languages, and turns whose tool results are already in) to the embedded model, once
-per mode, and reports for each mode:
-
-- **valid**: the decision parses, names an offered tool (or answers/chats with text),
-  its arguments satisfy the tool's schema, and it does not repeat a call whose result
-  is already in: the reply goes to the client without a fallback generation;
-- **whole**: the reply is one complete JSON object and nothing else (it ended where
-  its JSON ended, rather than being cut off at ``max_tokens`` and repaired);
-- the decision's output tokens and seconds (mean), and the whole run's seconds.
-
-Modes: ``schema`` (what the embedded backend gets now: the decision's JSON schema as
-a llama.cpp grammar, ``Capabilities.structured_output``) and ``json`` (plain JSON
-mode, as every backend got before issue 25; the reply is now cut off once its object
-closes, so this mode no longer runs to ``max_tokens``). Ratios are of the same run.
-
-Loopback only: the model runs in the gateway's own worker process.
+Tool emulation (``features/tool_emulation.py``) asks a model without native tools for
+one JSON decision. Fifty fixed requests (five tool sets, ten each: actions and queries,
+greetings, other languages, turns whose tool results are already in) go to the embedded
+model once per mode, and each mode reports: **valid** (the decision parses, names an
+offered tool or answers with text, its arguments satisfy the schema, and it repeats no
+call whose result is in), **whole** (one complete JSON object and nothing else), the
+decision's output tokens and seconds, and the run's seconds. Modes: ``schema`` (the
+decision's JSON schema as a llama.cpp grammar, what the embedded backend gets) and
+``json`` (plain JSON mode). The model runs in the gateway's own worker process.
 """
 
 from __future__ import annotations

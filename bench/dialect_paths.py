@@ -1,20 +1,15 @@
-"""Every client dialect's path through the gateway, with tools and without, against the
-OpenAI one (issue 26: no path more than 20% slower than OpenAI chat completions).
+"""The ``dialect_paths`` scenario: every client dialect's path through the gateway, with
+tools and without, against OpenAI chat completions' (target: none more than 20% slower).
 
-One fast backend (``bench/fast_backend.py``, OpenAI-compatible: the gateway's backend
-is of type ``openai`` for every front) and one gateway in front of it (with
-``--baseline-src DIR``, a second gateway serving that checkout's ``src/``). For each
-dialect the gateway serves (OpenAI chat completions, Responses, Anthropic, Ollama,
-Gemini), non-streamed and streamed, without tools and with three tools (the backend
-then answers with a tool call, so the tool-call encode and decode paths run), it
-sends requests one at a time (concurrency 1) in interleaved rounds, every path once
-per round in a rotating order so drift hits all alike, and measures p50/p99 latency
-and the gateway's CPU per request (user + system time of the gateway process, from
-/proc, as ``bench/overhead.py`` counts it). Every reply is checked after the timing
-(``bench/dialect_requests.py``); any failure makes the run exit 1.
-
-The table gives each path's CPU per request and p50 as a ratio to the OpenAI path of
-the same kind (streamed or not, tools or not); PASS when both are at most 1.20.
+One stub backend (the gateway's backend is of type ``openai`` for every front) and one
+gateway (with ``--baseline-src DIR``, a second one serving DIR). For each dialect the
+gateway serves (OpenAI chat, Responses, Anthropic, Ollama, Gemini), streamed or not,
+without tools and with three (the backend then answers with a tool call), it sends
+requests one at a time in interleaved rounds, every path once per round in a rotating
+order, and measures p50/p99 latency and the gateway's CPU per request. Every reply is
+checked after its timing (``dialect_requests.py``); any failure makes the run exit 1.
+The table gives each path's CPU and p50 as a ratio to the OpenAI path of the same kind;
+PASS when both are at most 1.20.
 """
 
 from __future__ import annotations
@@ -35,7 +30,6 @@ from harness import (
     Baseline,
     BaselineError,
     Server,
-    check_process_env,
     entry_point,
     gateway_config,
     log,
@@ -46,6 +40,7 @@ from harness import (
     start_fast_backend,
     start_gateway,
     start_run,
+    stopping,
     wait_ready,
 )
 from http_clients import make_client
@@ -194,22 +189,17 @@ def table(results: dict[str, dict[str, Any]]) -> tuple[str, bool]:
 def servers(
     args: argparse.Namespace, workdir: Path, baseline: Baseline | None
 ) -> Iterator[dict[str, Server]]:
-    started: list[Server] = []
-    try:
+    with stopping() as started:
         backend = start_fast_backend(workdir, "--chunks", str(args.pieces))
         started.append(backend)
         config = gateway_config("openai", backend.port)
         gateways = {"gateway": start_gateway(workdir, config)}
         started.append(gateways["gateway"])
         if baseline is not None:
-            other = start_gateway(workdir, config, name="baseline", env=baseline.env)
+            other = start_gateway(workdir, config, name="baseline", baseline=baseline)
             started.append(other)
-            check_process_env(other.pid, baseline.env)
             gateways["baseline"] = other
         yield gateways
-    finally:
-        for server in reversed(started):
-            server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

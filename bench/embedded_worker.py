@@ -1,26 +1,18 @@
-"""What moving the embedded model into a worker process costs per token (issue 13).
+"""The ``embedded_worker`` scenario: what running the embedded model in a worker process
+costs per token, against an in-process hand-off measured in the same run.
 
-Two measurements, each against the in-process path measured in the same run:
+- ``transport``: fake tokens, so the model's own time is out of the picture. Worker: the
+  worker writes ``--tokens`` text frames on its pipe (its ``spew`` command, one
+  ``os.write`` per token) and the gateway side reads them through ``Call.batch``, as
+  ``EmbeddedBackend.chat`` does. In-process: a thread hands each token to the event loop
+  with ``call_soon_threadsafe(queue.put_nowait, ...)``. Cost per token = wall / tokens;
+- ``paced``: the same, one token every 200 us, so every token wakes the loop on its own:
+  CPU time per token, the gateway's and the worker's;
+- ``generation``: the same greedy request to SmolLM2-135M in-process and through
+  ``EmbeddedBackend``: wall time per output token, and the two replies must match.
 
-- ``transport``: tokens from a fake source, so the model's own time is out of the
-  picture. Worker: the worker process writes ``--tokens`` text frames on its pipe
-  (its ``spew`` benchmark command, one ``os.write`` per token, as a generation does)
-  and the gateway side reads them through ``Call.batch``, as ``EmbeddedBackend.chat``
-  does. In-process (the backend before issue 13): a thread hands each token to the
-  event loop with ``loop.call_soon_threadsafe(queue.put_nowait, ...)`` and a coroutine
-  awaits ``queue.get()``. Cost per token = wall time / tokens.
-- ``paced``: the same fake tokens, one every 200 us, so that every token wakes the
-  event loop on its own (as during a real generation): CPU time per token, the
-  gateway's and the worker's (``/proc``), against the in-process hand-off's.
-- ``generation``: the same greedy request (temperature 0, fixed seed, ``--max-tokens``)
-  to SmolLM2-135M, in-process (``llama_cpp.Llama`` in a thread with the hand-off
-  above) and through ``EmbeddedBackend`` (the worker process); wall time per output
-  token, and the two replies compared (they must be the same text).
-
-Each measurement alternates the two paths for ``--rounds`` rounds and reports medians.
-Runs on uvloop, as ``llmbridge serve`` does (``--asyncio`` for the standard loop, which
-the tests use).
-Run: ``.venv/bin/python bench/embedded_worker.py [--tokens 100000] [--max-tokens 256]``.
+Each alternates the two paths for ``--rounds`` rounds and reports medians, on uvloop as
+``llmbridge serve`` runs (``--asyncio`` for the standard loop).
 """
 
 from __future__ import annotations

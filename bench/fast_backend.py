@@ -1,33 +1,21 @@
-"""A minimal, fast scripted LLM server: the backend that ``bench/overhead.py`` measures
-the gateway against.
+"""The stub backend every scenario measures the gateway against: a minimal, fast scripted
+LLM server (``python bench/fast_backend.py --port N --chunks K``).
 
-It owns nothing but speed and wire-correctness: a raw ASGI app (no framework) run by
-uvicorn with uvloop and httptools, whose every response body is encoded once and then
-replayed from a cache, so the time spent here per request and per chunk is as small
-as Python allows. It speaks just enough of three APIs for the gateway's HTTP backends
-and for ``bench/overhead.py``'s direct calls:
+It owns nothing but speed and wire-correctness: a raw ASGI app under uvicorn (uvloop,
+httptools) whose every response body is encoded once and replayed from a cache. It
+speaks just enough of three APIs for the gateway's HTTP backends and the direct calls:
 
-- OpenAI: ``POST /v1/chat/completions`` (a JSON completion, or an SSE stream of
-  ``chat.completion.chunk`` events: one per content piece, a finish chunk, a usage
-  chunk when ``stream_options.include_usage``, then ``data: [DONE]``) and
-  ``GET /v1/models``. A request that offers ``tools`` and does not end with a tool
-  result gets one call of the first tool instead (whole, or streamed as OpenAI streams
-  tool calls); with the result in, it gets the text, as a model would answer.
-- Ollama: ``POST /api/chat`` (NDJSON, one line per piece plus the ``done`` line, or
-  one JSON object with ``"stream": false``), ``GET /api/tags``, ``GET /api/version``,
-  ``POST /api/show`` and ``GET /api/ps``.
-- OpenAI Responses: ``POST /v1/responses`` (a ``response`` object, or an SSE stream with
-  the event grammar llmbridge's encoder emits, ``dialects/responses/stream.py``:
-  ``response.created``, ``response.in_progress``, ``response.output_item.added``,
-  ``response.content_part.added``, one ``response.output_text.delta`` per piece,
-  ``response.output_text.done``, ``response.content_part.done``,
-  ``response.output_item.done``, ``response.completed`` with usage; each event its own
-  write, numbered by ``sequence_number`` from 0).
+- OpenAI: ``POST /v1/chat/completions`` (JSON, or SSE chunks, a finish chunk, a usage
+  chunk when asked, ``[DONE]``) and ``GET /v1/models``. A request offering ``tools``
+  without a tool result in its history gets one call of the first tool instead;
+- Ollama: ``POST /api/chat`` (NDJSON or one object), ``GET /api/tags``, ``/api/version``,
+  ``POST /api/show`` and ``GET /api/ps``;
+- OpenAI Responses: ``POST /v1/responses`` (a ``response`` object, or the event stream
+  llmbridge's own encoder emits, each event its own write).
 
-A reply has ``--chunks`` pieces unless the request asks for fewer or more
-(``max_completion_tokens`` / ``max_tokens`` for OpenAI, ``options.num_predict`` for
-Ollama, ``max_output_tokens`` for Responses); piece ``i`` is ``reply_pieces(n)[i]``,
-which the load generator uses to check what it received.
+A reply has ``--chunks`` pieces unless the request asks for another count (``max_tokens``,
+``options.num_predict``, ``max_output_tokens``); piece ``i`` is ``reply_pieces(n)[i]``,
+which the load generator checks against.
 """
 
 from __future__ import annotations

@@ -1,57 +1,24 @@
-"""The throughput frontier: the highest request rate each target sustains with p99
-latency within 5, 10 and 50 ms, under open-loop load, and streaming frame timing.
+"""The ``frontier`` scenario: the highest request rate each target sustains with p99 within
+5, 10 and 50 ms under open-loop load, and streaming frame timing.
 
-This file owns that measurement, in the shape of the field's public gateway benchmarks
-(issue 26); ``bench/frontier_report.py`` renders its results as text. It starts, on
-free loopback ports (``bench/processes.py``, as ``bench/overhead.py`` does):
+It starts the stub backend twice (``backend``, as fast as it can; ``paced``, pausing
+``--frame-interval-ms`` between chunks), ``llmbridge serve`` in front of both
+(``--workers N``), with ``--baseline-src DIR`` the same gateway serving DIR, and with
+``--peers`` the LiteLLM proxy and Portkey (non-streamed only; a peer that cannot start
+is left out). Every request is an OpenAI chat completion, byte-identical for every
+target, sent open loop (``open_loop.py``: arrivals on a seeded schedule, latency from the
+scheduled time, so a server that falls behind shows it).
 
-- ``bench/fast_backend.py`` twice: ``backend``, replying as fast as it can, and
-  ``paced``, pausing ``--frame-interval-ms`` between streamed chunks (frame timing);
-- ``llmbridge serve`` in front of both (model ``bench-model`` on ``backend``,
-  ``bench-paced`` on ``paced``; OpenAI-compatible backends), with ``--workers N``;
-- with ``--baseline-src DIR``, the same gateway importing another checkout's ``src/``
-  (``bench/baseline.py``: ``PYTHONPATH``, checked), as target ``baseline``;
-- with ``--peers``, the LiteLLM proxy and the Portkey gateway in front of ``backend``,
-  as ``bench/compare.py`` starts them (LiteLLM's virtualenv takes minutes on first use;
-  Portkey's streaming fails on Node 20, so it runs the non-streamed ladder only). A peer
-  that cannot be installed or started is left out, with the reason on stderr.
-
-Targets: ``direct`` (the backend's own ``/v1/chat/completions``), ``llmbridge``,
-``baseline``, ``litellm``, ``portkey``; every request is an OpenAI chat completion with
-``--nonstream-chunks`` (non-streamed) or ``--chunks`` (streamed) pieces, byte-identical
-for every target. One load generator (``bench/open_loop.py``: one process, one aiohttp
-session) sends them open loop: arrivals on a schedule (Poisson by default, ``--arrivals
-even`` evenly spaced), independent of the replies, and each latency runs from the
-request's scheduled time, so a server that falls behind shows it (no coordinated
-omission).
-
-The ladder: rates ``--start-rate`` x ``--factor``^k up to ``--max-rate`` (default 25 x
-1.41^k up to 6,400 requests/s; or ``--rates``), each step ``--seconds-per-step`` (10) per
-target, the targets' order rotated and reversed from step to step so drift hits all
-alike, after an untimed warm-up of every target at the first rate. A step *passes* a
-bound T when no request failed (transport error, status, a reply that is not the
-scripted one: ``bench/replies.py``), the achieved rate is at least ``--min-share`` (97%)
-of the scheduled one (Poisson arrivals make the count of a step random; every target
-gets the same arrivals at the same rate), and p99 <= T. A target's frontier for T
-is the highest rate whose step, and every step below it, passed T ("at least" when it
-passed the whole ladder). A target leaves the ladder at its first step that fails the
-loosest bound (it is saturated; higher rates only pile up a backlog). Reported beside
-each step: the generator's own lag behind its schedule and its CPU; a frontier whose
-first failing step had the generator behind (lag p99 > 1 ms) is marked ``*``: the limit
-may be the generator's, not the target's.
-
-Frame timing: ``--frame-rate`` streams a second for ``--frame-seconds``, each of
-``--frame-chunks`` chunks paced ``--frame-interval-ms`` apart by the backend: per target,
-time to the first content frame (from the scheduled send) and the gap between
-consecutive content frames (p50, p99, max), each frame timed when the client reads the
-end of its SSE event, and what llmbridge adds to direct's. Only events that carry
-content count (``content_frames``): the trailing finish, usage and ``[DONE]`` events
-are paced by the fast backend as if they were tokens, which real servers do not do.
-
-On a small machine the load generator, the backends and the gateway share the cores:
-each figure is the whole system's, and the report says how many cores there were.
-Ratios (llmbridge's frontier over direct's, this tree's over the baseline's) come from
-one run; absolute rates differ between machines.
+The ladder: ``--start-rate`` x ``--factor``^k up to ``--max-rate`` (or ``--rates``),
+``--seconds-per-step`` per target, the order rotated and reversed per step. A step
+passes a bound when no request failed (every reply checked), the achieved rate is at
+least ``--min-share`` of the scheduled one, and p99 is within it; a target's frontier is
+the highest rate whose step and every step below passed; it leaves the ladder at its
+first step that fails the loosest bound. A frontier whose first failing step had the
+generator itself behind (lag p99 > 1 ms) is marked ``*``. Frame timing: per target, the
+time to the first content frame and the gaps between content frames of paced streams.
+On a small machine everything shares the cores: each figure is the whole system's.
+``frontier_report.py`` renders the results.
 """
 
 from __future__ import annotations
@@ -59,8 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -83,7 +48,6 @@ from harness import (
     ProcessTree,
     RunStart,
     Server,
-    check_process_env,
     entry_point,
     log,
     prepare_baseline,
@@ -94,6 +58,7 @@ from harness import (
     start_gateway,
     start_peer,
     start_run,
+    stopping,
     wait_ready,
 )
 from http_clients import AiohttpClient
@@ -150,8 +115,7 @@ def _start_peers(args: argparse.Namespace, workdir: Path, backend_port: int) -> 
 def servers(
     args: argparse.Namespace, workdir: Path, baseline: Baseline | None
 ) -> Iterator[Servers]:
-    started: list[Server] = []
-    try:
+    with stopping() as started:
         backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
         started.append(backend)
         paced = start_fast_backend(
@@ -170,10 +134,9 @@ def servers(
         s = Servers(backend, paced, gateway)
         if baseline is not None:
             s.baseline = start_gateway(
-                workdir, config, name="baseline", env=baseline.env, extra_args=workers
+                workdir, config, name="baseline", baseline=baseline, extra_args=workers
             )
             started.append(s.baseline)
-            check_process_env(s.baseline.pid, baseline.env)
         if args.peers:
             s.peers = _start_peers(args, workdir, backend.port)
             started.extend(s.peers)
@@ -183,13 +146,6 @@ def servers(
             if "portkey" in names:
                 s.versions["portkey"] = portkey_gateway.installed_version()
         yield s
-    finally:
-        for server in reversed(started):
-            server.stop()
-            # Workers a server forked are in its own session (start_new_session).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(server.pid, signal.SIGKILL)
-        log("servers stopped")
 
 
 # -- targets and requests ---------------------------------------------------------------------
@@ -473,7 +429,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         default=None,
         metavar="DIR",
-        help="also serve another checkout's src/ DIR as target 'baseline' (bench/baseline.py)",
+        help="also serve another checkout's src/ DIR as target 'baseline' (PYTHONPATH, checked)",
     )
     parser.add_argument(
         "--peers",

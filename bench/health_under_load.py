@@ -1,31 +1,20 @@
-"""``/health`` latency while one maximal legal request body is being processed.
+"""The ``health_under_load`` scenario: ``/health`` latency while the largest request bodies
+the default limits allow are being processed.
 
-Issue 13: a 10 MB chat body of 300k tiny messages stalled ``/health`` for 10.5 s,
-because parsing, validating and decoding ran on the event loop. The gateway now bounds
-that work (``server.limits``) and does it in a worker thread for large bodies. This
-benchmark measures what another client sees meanwhile.
-
-One gateway (``llmbridge serve``, default limits) in front of ``fast_backend.py``
-(OpenAI dialect), each its own process. ``/health`` is probed every 5 ms, one probe at
-a time, on its own connection:
-
-1. idle: nothing else happening (the baseline, measured in the same run);
-2. for each body below, the body is POSTed again and again, one at a time, for
-   ``--seconds``, while the probes run.
-
-Bodies (all under the default limits unless marked "over", all near 32 MB or near the
-item limit, the worst cases the limits allow):
+A large chat body once stalled ``/health`` for seconds, because parsing, validating and
+decoding ran on the event loop; the gateway now bounds that work (``server.limits``)
+and does it in a worker thread for large bodies. One gateway (default limits) in front
+of the stub backend; ``/health`` probed every 5 ms, one probe at a time, first idle,
+then while each body below is POSTed again and again for ``--seconds``:
 
 - ``openai-long-text``: 10,000 messages of 3.2 kB each (32 MB of text);
 - ``openai-max-items``: 10,000 messages of 9 text parts (just under 500k JSON items);
 - ``anthropic-max-items``: the same as Anthropic blocks on ``/v1/messages``;
 - ``anthropic-tools``: 512 tools with JSON Schemas plus 2,000 messages;
-- ``over-tiny-messages`` (over): the issue's body, 30 MB of 1M tiny messages, now a
-  400 for ``max_json_items`` before anything is parsed.
+- ``over-tiny-messages`` (over the limits): 30 MB of 1M tiny messages, a 400 for
+  ``max_json_items`` before anything is parsed.
 
-Printed: /health p50/p99/max per phase, and as a ratio against idle; each body's
-status and time. Run: ``.venv/bin/python bench/health_under_load.py`` (about a minute
-on 2 cores; ``--seconds`` sets each phase's length). Nothing is asserted.
+Printed: /health p50/p99/max per phase and against idle; each body's status and time.
 """
 
 from __future__ import annotations

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +44,7 @@ from harness import (
     start_fast_backend,
     start_gateway,
     start_run,
+    stopping,
     wait_ready,
 )
 from http_clients import AiohttpClient
@@ -408,8 +407,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, Server]]:
-    started: list[Server] = []
-    try:
+    with stopping() as started:
         backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
         started.append(backend)
         gateway = start_gateway(
@@ -417,12 +415,6 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, S
         )
         started.append(gateway)
         yield backend, gateway
-    finally:
-        for server in reversed(started):
-            server.stop()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(server.pid, signal.SIGKILL)
-        log("servers stopped")
 
 
 def main(argv: list[str] | None = None) -> int:

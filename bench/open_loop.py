@@ -1,31 +1,20 @@
-"""Open-loop load for ``bench/frontier.py`` and ``bench/memory_plateau.py``: requests
-sent on a schedule fixed in advance, whatever the replies do, and timed from that
-schedule.
+"""Open-loop load for the ``frontier`` and ``memory_plateau`` scenarios: requests sent on a
+schedule fixed in advance, whatever the replies do, and timed from that schedule.
 
-This file owns the sender and what it records:
+- ``schedule``: one step's arrival times, evenly spaced or Poisson (seeded, so two
+  targets get the same arrivals at the same rate);
+- ``OpenLoop.run``: one task per request, started at its scheduled time by one pacing
+  loop. A closed loop sends less when the server slows down and so hides the slowness;
+  here a request's latency runs from its *scheduled* time. Timers wake in whole
+  milliseconds, so the loop starts every request due within ``EARLY_S`` at once; one
+  sent early is timed from its send, so the timer is never charged to the server;
+- ``Shot``: one request as sent and answered; ``lag`` is how late the generator sent it
+  (a step whose lag p99 exceeds ``LAG_LIMIT_S`` says its figures may be the generator's);
+- ``summarise``: a step's figures (rates, errors, latency percentiles, generator lag and
+  CPU, time to first frame and the gaps between frames).
 
-- ``schedule``: the arrival times of one step, evenly spaced or Poisson (a seeded
-  random stream, so two targets get the same arrivals at the same rate);
-- ``OpenLoop.run``: one asyncio task per request, started at its scheduled time by a
-  single pacing loop. A closed loop (N workers, each waiting for its reply) sends less
-  when the server slows down and so hides the slowness ("coordinated omission"); here
-  a slow reply delays nothing else, and a request's latency runs from its *scheduled*
-  time, so time it spent waiting behind a stalled generator or a full server counts.
-  Python's timers wake in whole milliseconds (uvloop may wake up to 1 ms early), so the
-  pacing loop starts every request due within the next ``EARLY_S`` at once and sleeps at
-  least 1 ms (shorter sleeps return at once and would spin a core); a request sent
-  early is timed from its send instead, so the timer's granularity is never charged to
-  the server, while lateness is;
-- ``Shot``: one request as sent and answered (scheduled, sent and done times, status,
-  body, and for a stream the time each frame arrived); ``lag`` is how late the generator
-  itself sent it. A step whose generator lag p99 exceeds ``LAG_LIMIT_S`` says so: its
-  figures may be the generator's limit, not the server's;
-- ``summarise``: a step's figures (offered and achieved rate, errors, latency
-  percentiles, generator lag and CPU, time to first frame and the gaps between frames).
-
-One process, one aiohttp session (``bench/http_clients.py``); at most ``cap`` requests in
-flight (a request due beyond that is not sent and counts as an error, "shed", so an
-overloaded server cannot make the generator buffer without bound).
+At most ``cap`` requests in flight: one due beyond that is shed and counts as an error,
+so an overloaded server cannot make the generator buffer without bound.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """An OTLP/HTTP trace receiver that decodes and counts what it gets, for measuring the
-gateway with tracing on (issue 27; docs/DEPLOY.md, "Tracing (OpenTelemetry)").
+gateway with tracing on (docs/DEPLOY.md, "Tracing (OpenTelemetry)").
 
 Run it, then the overhead benchmark with the gateway pointed at it through
 OpenTelemetry's own variable (the gateway subprocesses inherit the environment; a
 baseline checkout from before tracing ignores it)::
 
-    .venv/bin/python bench/otlp_sink.py --port 4318 &
+    .venv/bin/python -m bench otlp_sink --port 4318 &
     OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 \\
-        .venv/bin/python bench/overhead.py --only nonstream-c1 --only stream-c1 \\
+        .venv/bin/python -m bench overhead --only nonstream-c1 --only stream-c1 \\
         --baseline-src /tmp/before/src
     kill %1        # prints the spans and posts received
 

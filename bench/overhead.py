@@ -41,7 +41,6 @@ from harness import (
     RunStart,
     Server,
     backend_type,
-    check_process_env,
     entry_point,
     gateway_config,
     log,
@@ -54,6 +53,7 @@ from harness import (
     start_py_spy,
     start_run,
     stop_py_spy,
+    stopping,
     system_busy_seconds,
     wait_ready,
 )
@@ -401,8 +401,7 @@ def servers(
 ) -> Iterator[tuple[Server, Server, Server | None]]:
     """The backend, this tree's gateway and, with ``baseline``, the baseline's gateway
     (the same command and config; ``PYTHONPATH`` makes it import the baseline)."""
-    started: list[Server] = []
-    try:
+    with stopping() as started:
         backend = start_fast_backend(workdir, "--chunks", str(args.chunks))
         started.append(backend)
         profile = args.profile_gateway.resolve() if args.profile_gateway else None
@@ -416,14 +415,9 @@ def servers(
         other = None
         if baseline is not None:
             config = gateway_config(args.dialect, backend.port, args.gateway_backend)
-            other = start_gateway(workdir, config, name="baseline", env=baseline.env)
+            other = start_gateway(workdir, config, name="baseline", baseline=baseline)
             started.append(other)
-            check_process_env(other.pid, baseline.env)
         yield backend, gateway, other
-    finally:
-        for server in reversed(started):
-            server.stop()
-        log("servers stopped")
 
 
 def main(argv: list[str] | None = None) -> int:

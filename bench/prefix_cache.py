@@ -1,4 +1,4 @@
-"""Prefix-cache replay (issue 25): how much of each agent turn's prompt the embedded
+"""The ``prefix_cache`` scenario: how much of each agent turn's prompt the embedded
 model reads from llama.cpp's KV cache, and what that does to the time to first token.
 
 This file owns that measurement. It replays two multi-turn, tool-using sessions on
@@ -26,7 +26,7 @@ Two measures of the cache, side by side:
 - **reported**: what the gateway's embedded backend put in ``Usage
   .cache_read_input_tokens`` (the worker's own count: the prefix ``Llama.generate``
   reuses). The gateway process wraps ``backend.chat`` to read it off each model call;
-  code from before issue 25 reports nothing (``-``);
+  older code may report nothing (``-``);
 - **measured**: independent of the gateway's code. The same wrapper records each model
   call's messages as the backend converts them (``to_llama_messages``) and its output
   text; this process renders them with the GGUF's chat template, tokenizes them with
@@ -37,10 +37,10 @@ Two measures of the cache, side by side:
   the seam; the prompt's prefix, which is what matters, is exact.
 
 Summary per session, from the second request on: the share of input tokens read from
-the cache (the issue's goal: at least 80%), and the time to first token against the
+the cache (the goal: at least 80%), and the time to first token against the
 first request's. ``--baseline-src DIR`` (``src/`` of another checkout) replays the same
 sessions on a gateway running that code, in a subprocess with ``PYTHONPATH=DIR``
-(``bench/baseline.py`` checks that it really imports from there), and prints this
+(``harness.prepare_baseline`` checks that it really imports from there), and prints this
 tree's figures over the baseline's, measured in the same run. The replies differ
 between the two once their prompts differ (a 135M model's decisions follow its
 prompt), so the sessions are the same script, not the same tokens.
@@ -225,7 +225,7 @@ class Row:
 
 def serve(port: int, record: Path, n_ctx: int, database: Path) -> None:
     """The gateway over the embedded model, with ``backend.chat`` wrapped to append one
-    JSON line per model call to ``record``. Uses only what the code before issue 25
+    JSON line per model call to ``record``. Uses only what older code
     has too (``EmbeddedBackend``, ``create_app``, ``to_llama_messages``)."""
     import uvicorn
 

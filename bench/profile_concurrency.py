@@ -1,26 +1,18 @@
-"""Wall time of one ``llmbridge profile run`` at ``--concurrency`` 1, 2 and 4, and a run
-killed half-way and resumed (issue 28).
+"""The ``profile_concurrency`` scenario: wall time of one ``llmbridge profile run`` at
+``--concurrency`` 1, 2 and 4, and a run killed half-way and resumed.
 
-This file owns that measurement. It starts a gateway on a free loopback port, either
-over ``bench/fast_backend.py`` pacing its streamed chunks like a remote model
-(``--backend paced``: ``--chunks`` pieces ``--interval-ms`` apart) or on its embedded
-model (``--backend embedded``: one small model on the CPU, which serves one generation
-at a time, so iterations in parallel mostly wait for it), and runs the scenarios file
-(default ``examples/profile/scenarios.yaml``) with the agent service provider:
+A gateway over the stub backend pacing its chunks like a remote model (``--backend
+paced``) or on its embedded model (``--backend embedded``: one generation at a time) runs
+the scenarios file (default ``examples/profile/scenarios.yaml``) with the agent service
+provider, each run a child process (``python -m llmbridge profile run ... --quiet``), as
+a user runs it:
 
-1. at each ``--concurrency`` value (default 1 2 4), ``--rounds`` times, the values'
-   order reversed every round so the machine's drift hits all alike; the wall time of
-   each run, its pass count, and whether its iterations (provider, scenario, model,
-   mode, iteration) and per-group pass rates are the same as the first run's;
-2. with ``--kill-resume``: a run at the largest concurrency killed with SIGKILL once
-   half its iterations are written, then ``--resume``d: the wall time of both parts,
-   and that every iteration is in ``traces.jsonl`` exactly once.
-
-    .venv/bin/python bench/profile_concurrency.py --kill-resume
-    .venv/bin/python bench/profile_concurrency.py --backend embedded --iterations 4
-
-Results JSON in bench/results/ (git-ignored). Each run is a child process
-(``python -m llmbridge profile run ... --quiet``), as a user runs it.
+1. at each ``--concurrency`` value, ``--rounds`` times, the order reversed every round:
+   each run's wall time, pass count, and whether its iterations and per-group pass
+   rates are the first run's;
+2. with ``--kill-resume``: a run at the largest concurrency SIGKILLed once half its
+   iterations are written, then ``--resume``d: both parts' wall time, and that every
+   iteration is in ``traces.jsonl`` exactly once.
 """
 
 from __future__ import annotations

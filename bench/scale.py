@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,7 @@ from harness import (
     start_fast_backend,
     start_redis,
     start_run,
+    stopping,
     system_busy_seconds,
     wait_ready,
 )
@@ -127,8 +127,7 @@ def start_gateway(
 
 @contextlib.contextmanager
 def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, list[Gateway]]]:
-    started: list[Server] = []
-    try:
+    with stopping() as started:
         backend = start_fast_backend(workdir, "--chunks", str(args.nonstream_chunks))
         started.append(backend)
         plain = gateway_config("openai", backend.port)
@@ -148,7 +147,7 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
             started.append(server)
             gateways.append(Gateway(server.name, server, auth))
         # --baseline-src: the same accounts gateways running another checkout's code
-        # (PYTHONPATH, bench/baseline.py), for a before/after in one run.
+        # (PYTHONPATH, checked by the harness), for a before/after in one run.
         base = prepare_baseline(Path(args.baseline_src)) if args.baseline_src else None
         base_auth = auth
         if base is not None:
@@ -178,13 +177,6 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
                 started.append(server)
                 gateways.append(Gateway(server.name, server, base_auth))
         yield backend, gateways
-    finally:
-        for server in reversed(started):
-            server.stop()
-            # uvicorn's supervisor forked the workers into the server's session.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(server.pid, signal.SIGKILL)
-        log("servers stopped")
 
 
 # -- measurement ----------------------------------------------------------------------------
