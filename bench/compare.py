@@ -465,7 +465,7 @@ async def measure(args: argparse.Namespace, s: Servers) -> list[dict[str, Any]]:
     # A LiteLLM stream at concurrency 256 takes 30 s or more here; http_clients' 60 s
     # cap would turn a slow reply into a failure, and this benchmark measures slowness.
     http_clients._TIMEOUT_S = max(http_clients._TIMEOUT_S, args.max_seconds)
-    client = make_client("aiohttp", max_connections=max(args.concurrency))
+    client = make_client(max_connections=max(args.concurrency))
     sampler: subprocess.Popen[bytes] | None = None
     try:
         await wait_ready(client, s.backend, "/v1/models")

@@ -149,7 +149,7 @@ async def main_async(args: argparse.Namespace) -> int:
         port = model.port
         provider = OpenCodeSessionProvider(command=str(args.opencode))
         try:
-            probe = make_client("aiohttp")
+            probe = make_client()
             try:
                 await wait_ready(probe, model, "/v1/models")
             finally:

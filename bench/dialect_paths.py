@@ -101,7 +101,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pieces", type=int, default=50, help="text pieces per reply")
     parser.add_argument("--baseline-src", type=Path, default=None, help="another checkout's src/")
     parser.add_argument("--json", type=Path, default=None, help="result file")
-    parser.add_argument("--client", default="aiohttp", choices=("aiohttp", "httpx"))
     args = parser.parse_args(argv)
     args.requests = args.requests or (60 if args.quick else 600)
     args.rounds = args.rounds or (3 if args.quick else 10)
@@ -133,7 +132,7 @@ async def _batch(
 
 
 async def measure(args: argparse.Namespace, gateways: dict[str, Server]) -> dict[str, Any]:
-    client = make_client(args.client)
+    client = make_client()
     try:
         for gateway in gateways.values():
             await wait_ready(client, gateway, "/health")

@@ -129,7 +129,7 @@ async def _post_repeatedly(
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     backend = start_fast_backend(workdir, "--chunks", "4")
     gateway = start_gateway(workdir, gateway_config("openai", backend.port))
-    client = make_client("aiohttp", 1)
+    client = make_client(1)
     try:
         await wait_ready(client, backend, "/v1/models")
         await wait_ready(client, gateway, "/health")

@@ -1,17 +1,10 @@
-"""The load generator's HTTP clients, behind one small interface.
+"""The load generator's HTTP client, behind one small interface: how a benchmark
+request is sent and timed, so every scenario drives the backend and the gateway alike.
 
-This file owns how a benchmark request is sent and timed, so ``overhead.py`` drives
-the backend and the gateway identically whichever client library is installed:
-
-- ``AiohttpClient`` (the default): one shared ``aiohttp.ClientSession``. About 80 us
-  of client CPU per request on the 2-core reference machine, so the direct baseline
-  measures the backend, not the load generator.
-- ``HttpxClient`` (``--client httpx``, for comparison): one ``httpx.AsyncClient`` per
-  concurrent worker, because a single shared client's connection pool scans every
-  connection for every request (httpcore's ``_assign_requests_to_connections``),
-  which costs ~3.5 ms of CPU per request at 64 connections. Even so it spends ~0.5 ms
-  per request and ~12 us per streamed chunk, which caps the direct baseline and so
-  flatters the gateway's ratios.
+``AiohttpClient``: one shared ``aiohttp.ClientSession``, about 80 us of client CPU per
+request on the 2-core reference machine, so the direct baseline measures the backend,
+not the load generator (an httpx client cost ~0.5 ms a request and ~12 us a streamed
+chunk, which capped the direct baseline and flattered the gateway's ratios).
 
 Timings start before the request is sent and stop at the last byte of the body;
 ``first_byte`` is the arrival of the first body bytes of a stream.
@@ -19,15 +12,12 @@ Timings start before the request is sent and stop at the last byte of the body;
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
-
-__all__ = ["AiohttpClient", "BenchClient", "Headers", "HttpxClient", "Outcome", "make_client"]
+__all__ = ["AiohttpClient", "BenchClient", "Headers", "Outcome", "make_client"]
 
 _HEADERS = {"content-type": "application/json"}
 Headers = Mapping[str, str]
@@ -147,62 +137,5 @@ class AiohttpClient:
         await self._session.close()
 
 
-class HttpxClient:
-    name = "httpx"
-
-    def __init__(self, max_connections: int) -> None:
-        self._clients: dict[int, httpx.AsyncClient] = {}
-
-    def _client(self, slot: int) -> httpx.AsyncClient:
-        client = self._clients.get(slot)
-        if client is None:
-            client = self._clients[slot] = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
-                timeout=httpx.Timeout(_TIMEOUT_S),
-                trust_env=False,
-            )
-        return client
-
-    async def fetch(
-        self, slot: int, url: str, body: bytes, stream: bool, headers: Headers | None = None
-    ) -> Outcome:
-        sent = {**_HEADERS, **headers} if headers else _HEADERS
-        client = self._client(slot)
-        started = time.perf_counter()
-        first: float | None = None
-        try:
-            if not stream:
-                response = await client.post(url, content=body, headers=sent)
-                return Outcome(
-                    response.status_code, response.content, time.perf_counter() - started, None
-                )
-            parts = []
-            async with client.stream("POST", url, content=body, headers=sent) as response:
-                async for part in response.aiter_raw():
-                    if first is None:
-                        first = time.perf_counter() - started
-                    parts.append(part)
-            return Outcome(
-                response.status_code, b"".join(parts), time.perf_counter() - started, first
-            )
-        except httpx.HTTPError as exc:
-            elapsed = time.perf_counter() - started
-            return Outcome(0, b"", elapsed, None, f"{type(exc).__name__}: {exc}")
-
-    async def get(self, url: str) -> tuple[int, str]:
-        response = await self._client(-1).get(url, timeout=5.0)
-        return response.status_code, response.text
-
-    async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self._clients.values()))
-
-
-def make_client(preference: str, max_connections: int = 256) -> BenchClient:
-    """``auto``: aiohttp when it is installed, else httpx."""
-    if preference in ("auto", "aiohttp"):
-        try:
-            return AiohttpClient(max_connections)
-        except ImportError:
-            if preference == "aiohttp":
-                raise
-    return HttpxClient(max_connections)
+def make_client(max_connections: int = 256) -> BenchClient:
+    return AiohttpClient(max_connections)

@@ -199,7 +199,7 @@ async def run_gateway(
     gateway = start_gateway(workdir, config, name=f"gateway-pool{pool}")
     port = gateway.port
     try:
-        probe = make_client("aiohttp")
+        probe = make_client()
         try:
             await wait_ready(probe, gateway, "/health")
         finally:
@@ -269,7 +269,7 @@ async def main_async(args: argparse.Namespace) -> int:
             )
         )
         try:
-            probe = make_client("aiohttp")
+            probe = make_client()
             try:
                 await wait_ready(probe, backend, "/v1/models")
             finally:

@@ -281,12 +281,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "that patches llmbridge and then calls llmbridge.cli.main()",
     )
     parser.add_argument(
-        "--client",
-        choices=("auto", "aiohttp", "httpx"),
-        default="auto",
-        help="load generator's HTTP client (auto: aiohttp if installed, else httpx)",
-    )
-    parser.add_argument(
         "--baseline-src",
         type=Path,
         default=None,
@@ -313,14 +307,8 @@ async def measure(
     gateway: Server,
     baseline: Server | None = None,
 ) -> list[dict[str, Any]]:
-    client = make_client(args.client)
+    client = make_client()
     sampler: subprocess.Popen[bytes] | None = None
-    args.client_used = client.name
-    if client.name != "aiohttp":
-        log(
-            "aiohttp is not installed: httpx costs ~0.5 ms of client CPU per request, "
-            "so the concurrency-64 direct figures are capped by the load generator"
-        )
     try:
         probe = "/api/version" if args.dialect == "ollama" else "/v1/models"
         await wait_ready(client, backend, probe)
@@ -450,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     document = results_header(RunStart(command, started, load_at_start), args) | {
         "dialect": args.dialect,
         "gateway_backend_type": args.gateway_backend,
-        "client": getattr(args, "client_used", args.client),
+        "client": "aiohttp",
         "profiled": bool(args.py_spy or args.profile_gateway),
         "scenarios": results,
     }

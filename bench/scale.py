@@ -185,7 +185,7 @@ def servers(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Server, l
 async def measure(
     args: argparse.Namespace, backend: Server, gateways: list[Gateway]
 ) -> list[dict[str, Any]]:
-    client = make_client("aiohttp", max_connections=64 * (len(gateways) + 1))
+    client = make_client(max_connections=64 * (len(gateways) + 1))
     try:
         await wait_ready(client, backend, "/v1/models")
         for gateway in gateways:

@@ -219,7 +219,7 @@ async def main_async(args: argparse.Namespace) -> int:
         backend = start_fast_backend(workdir, "--interval-ms", str(INTERVAL_MS))
         gateway = start_gateway(workdir, gateway_config("openai", backend.port))
         try:
-            probe = make_client("aiohttp")
+            probe = make_client()
             try:
                 await wait_ready(probe, backend, "/v1/models")
                 await wait_ready(probe, gateway, "/health")
