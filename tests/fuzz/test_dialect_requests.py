@@ -110,7 +110,11 @@ def _expected_status(path: str, raw: bytes) -> tuple[int, Any]:
 
 
 def _loads_only(path: str, chat: ChatRequest) -> bool:
-    """Ollama answers a chat with no messages by "loading the model": no backend call."""
+    """Ollama answers a request with nothing to generate by loading (or, with
+    ``keep_alive`` 0, unloading) the model, with no generation: a chat with no messages,
+    a generate with no prompt, suffix or images (a ``system`` alone included)."""
+    if path == "/api/generate":
+        return chat.completion is None
     return path.startswith("/api/") and not chat.messages
 
 

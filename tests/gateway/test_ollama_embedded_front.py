@@ -62,7 +62,7 @@ def test_show_describes_the_gguf_as_ollama_does(client: ollama.Client) -> None:
 
 
 def test_unload_stops_the_worker_until_the_next_request(
-    client: ollama.Client, backend: EmbeddedBackend
+    client: ollama.Client, backend: EmbeddedBackend, gateway: RunningServer
 ) -> None:
     client.generate(model="smollm2", prompt="Hi.", options={"num_predict": 2})
     first_pid = backend.worker_state()["pid"]
@@ -73,6 +73,8 @@ def test_unload_stops_the_worker_until_the_next_request(
     assert backend.worker_state()["state"] == "stopped"
     assert client.ps().models == []
     assert backend.worker_state()["restarts"] == 0  # freed on purpose, not a crash
+    health = httpx.get(gateway.url + "/health").json()["backends"]["embedded"]
+    assert "worker stopped; restarts on the next request" in health["detail"]
 
     again = client.chat(model="smollm2", messages=STORY, options={"num_predict": 3})
     assert again.message.content and again.done

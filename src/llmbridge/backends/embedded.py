@@ -506,7 +506,7 @@ class EmbeddedBackend(Backend):
             ok, detail = True, f"model loading ({facts})"
         elif self.workers.load_error is not None:
             ok, detail = False, f"the model failed to load: {self.workers.load_error}"
-        elif worker["restarts"]:
+        elif worker["restarts"] or worker["state"] == "stopped":  # crashed, or unloaded
             ok, detail = True, f"worker stopped; restarts on the next request ({facts})"
         else:
             ok, detail = True, "model file present; loads on first request"
