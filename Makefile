@@ -172,6 +172,22 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) $(E2E)/node_modules $(LITELLM_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
+# The real Open WebUI as the gateway's Ollama client (tests/e2e/open_webui_check.py: it
+# lists the models, chats, ejects a model and pulls one through an Ollama server). Not part
+# of `make test`: Open WebUI 0.12.4 installs 7.4 GB (torch and the CUDA libraries; 3.6 GB of
+# wheels, 10 minutes to install on 2 cores) into its own virtualenv, tests/e2e/.venv-open-webui.
+OPEN_WEBUI_VENV := $(E2E)/.venv-open-webui
+.PHONY: open-webui-check
+open-webui-check: $(STAMP) $(OPEN_WEBUI_VENV)/.installed
+	@$(BIN)/python -m tests.e2e.open_webui_check $(OPEN_WEBUI_VENV)/bin/open-webui
+
+$(OPEN_WEBUI_VENV)/.installed: $(E2E)/requirements-open-webui.txt
+	@echo "==> installing Open WebUI into its own virtualenv, $(OPEN_WEBUI_VENV)/ (7.4 GB)"
+	@rm -rf $(OPEN_WEBUI_VENV)
+	@$(PYTHON) -m venv $(OPEN_WEBUI_VENV)
+	@$(OPEN_WEBUI_VENV)/bin/python -m pip install --quiet --progress-bar off -r $(E2E)/requirements-open-webui.txt
+	@touch $@
+
 # llmbridge against the LiteLLM proxy, the Portkey gateway and the backend alone
 # (python -m bench compare). The first run installs LiteLLM into its own virtualenv,
 # bench/.venv-litellm, from the pins in bench/requirements-litellm.txt (never into .venv:
