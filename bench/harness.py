@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import litellm_proxy
+import portkey_gateway
 from fast_backend import DEFAULT_MODEL
 from http_clients import BenchClient
 
@@ -323,9 +325,6 @@ def gateway_argv(
 def start_peer(name: str, workdir: Path, backend_port: int, workers: int = 1) -> Server:
     """A peer proxy in front of the fast backend on ``backend_port``, installed first if
     need be: ``litellm`` (the LiteLLM proxy, its own virtualenv) or ``portkey``."""
-    import litellm_proxy
-    import portkey_gateway
-
     port = free_port()
     if name == "litellm":
         litellm_proxy.ensure_venv(log)
