@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,14 +48,15 @@ def gateway(tools_backend: ScriptedBackend) -> Iterator[RunningServer]:
         yield server
 
 
-def run_litellm(python: str, gateway: RunningServer, *args: str) -> dict[str, Any]:
+def run_litellm(python: str, home: Path, gateway: RunningServer, *args: str) -> dict[str, Any]:
+    """The script in LiteLLM's virtualenv, with a clean environment under ``home``."""
     done = subprocess.run(
         [python, str(SCRIPT), gateway.url, *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        cwd=E2E_DIR,
-        env={"PATH": "/usr/bin:/bin", "NO_PROXY": "127.0.0.1,localhost", "HOME": str(E2E_DIR)},
+        cwd=home,
+        env={"PATH": "/usr/bin:/bin", "NO_PROXY": "127.0.0.1,localhost", "HOME": str(home)},
         check=False,
     )
     assert done.returncode == 0, f"exit code {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -63,7 +65,7 @@ def run_litellm(python: str, gateway: RunningServer, *args: str) -> dict[str, An
 
 
 def test_litellm_offers_the_tools_and_completes_a_tool_round(
-    litellm_python: str, gateway: RunningServer, tools_backend: ScriptedBackend
+    litellm_python: str, tmp_path: Path, gateway: RunningServer, tools_backend: ScriptedBackend
 ) -> None:
     tools_backend.queue.clear()
     tools_backend.enqueue(
@@ -71,7 +73,7 @@ def test_litellm_offers_the_tools_and_completes_a_tool_round(
         Script(text=["It is 18 C and sunny in Paris."]),
     )
     asked = len(tools_backend.requests)
-    result = run_litellm(litellm_python, gateway, "qwen-tools", "plain-model")
+    result = run_litellm(litellm_python, tmp_path, gateway, "qwen-tools", "plain-model")
     assert result["supports_function_calling"] is True
     assert result["plain_supports_function_calling"] is False  # its show has no tools
     assert result["max_input_tokens"] == 8192  # read from model_info's context_length
