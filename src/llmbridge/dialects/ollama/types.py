@@ -383,41 +383,12 @@ class EmbeddingsRequestBody(_Body):
     """Model options."""
 
 
-class ShowRequestBody(_Body):
-    """The body of ``POST /api/show``."""
-
-    # One of the two names is required (``decode_show_request``).
-    model_config = ConfigDict(
-        json_schema_extra={
-            "anyOf": [
-                {"required": [key], "properties": {key: {"type": "string", "minLength": 1}}}
-                for key in ("model", "name")
-            ]
-        }
-    )
-
-    model: str | None = None
-    """Name of the model."""
-    name: str | None = None
-    """Deprecated spelling of ``model``."""
-    verbose: bool | None = None
-    """Include large fields (full tokenizer data) in ``model_info``."""
-    system: str | None = None
-    """Deprecated: a system prompt to show the modelfile with."""
-
-    @property
-    def model_name(self) -> str:
-        """The requested model, whichever field named it (empty when neither did)."""
-        return self.model or self.name or ""
-
-
-# -- model management (``/api/pull``, ``/api/push``, ``/api/delete``, ``/api/copy``,
-# ``/api/create``): validated here, then forwarded as the client sent them, so only
-# the fields the gateway reads are declared (``extra="allow"`` keeps the rest).
-
-
 class _NamedModelBody(_Body):
-    # One of the two names is required (``manage.decode_model_request``).
+    """A body that names one model, as ``model`` or by its deprecated name ``name``:
+    ``/api/show`` and the model-management routes."""
+
+    # One of the two names is required (``decode_show_request``,
+    # ``manage.decode_model_request``).
     model_config = ConfigDict(
         json_schema_extra={
             "anyOf": [
@@ -436,6 +407,20 @@ class _NamedModelBody(_Body):
     def model_name(self) -> str:
         """The model named, whichever field named it (empty when neither did)."""
         return self.model or self.name or ""
+
+
+class ShowRequestBody(_NamedModelBody):
+    """The body of ``POST /api/show``."""
+
+    verbose: bool | None = None
+    """Include large fields (full tokenizer data) in ``model_info``."""
+    system: str | None = None
+    """Deprecated: a system prompt to show the modelfile with."""
+
+
+# -- model management (``/api/pull``, ``/api/push``, ``/api/delete``, ``/api/copy``,
+# ``/api/create``): validated here, then forwarded as the client sent them, so only
+# the fields the gateway reads are declared (``extra="allow"`` keeps the rest).
 
 
 class PullRequestBody(_NamedModelBody):
