@@ -78,6 +78,14 @@ def _unavailable(request: Request, session: Session, exc: Exception) -> Response
     return render(request, "unavailable.html", 503, session, message=str(exc))
 
 
+def _failed(request: Request, session: Session, exc: LLMBridgeError) -> Response:
+    """The page for a read that failed: "database unavailable" (503) when the database
+    is down, else the error's own page with its status (a filter out of range: 400)."""
+    if isinstance(exc, ServiceUnavailableError):
+        return _unavailable(request, session, exc)
+    return error_page(request, exc.status_code, str(exc), session)
+
+
 async def _read(state: GatewayState, query: Callable[[AsyncEngine], Awaitable[T]]) -> T:
     """``query`` on the request log's database through the store's boundary: its
     deadlines, its errors (a database down is ``ServiceUnavailableError``, said once
@@ -178,10 +186,8 @@ async def _requests(request: Request, state: GatewayState, session: Session) -> 
         return render(
             request, "requests.html", 200, session, rows=[], unavailable=str(exc), **context
         )
-    except ServiceUnavailableError as exc:
-        return _unavailable(request, session, exc)
     except LLMBridgeError as exc:
-        return error_page(request, exc.status_code, str(exc), session)
+        return _failed(request, session, exc)
     return render(request, "requests.html", session=session, rows=rows, **context)
 
 
@@ -191,10 +197,8 @@ async def _request_rows(request: Request, state: GatewayState, session: Session)
         rows = await _rows(state, filters)
     except _NoLog:
         rows = []
-    except ServiceUnavailableError as exc:
-        return _unavailable(request, session, exc)
     except LLMBridgeError as exc:
-        return error_page(request, exc.status_code, str(exc), session)
+        return _failed(request, session, exc)
     filtered = any(filters[k] for k in ("key", "model", "status"))
     return render(request, "request_rows.html", session=session, rows=rows, filtered=filtered)
 
@@ -207,10 +211,8 @@ async def _request(request: Request, state: GatewayState, session: Session) -> R
         detail = await _read(state, lambda engine: request_log.request_detail(engine, request_id))
     except _NoLog as exc:
         return error_page(request, 503, str(exc), session)
-    except ServiceUnavailableError as exc:
-        return _unavailable(request, session, exc)
     except LLMBridgeError as exc:
-        return error_page(request, exc.status_code, str(exc), session)
+        return _failed(request, session, exc)
     if detail is None:
         message = f"no request {request_id!r} in the log (not yet written, or rolled up)"
         return error_page(request, 404, message, session)
@@ -267,10 +269,8 @@ async def _overview(request: Request, state: GatewayState, session: Session) -> 
         )
     except _NoLog as exc:
         return render(request, "overview.html", 200, session, unavailable=str(exc), **context)
-    except ServiceUnavailableError as exc:
-        return _unavailable(request, session, exc)
     except LLMBridgeError as exc:
-        return error_page(request, exc.status_code, str(exc), session)
+        return _failed(request, session, exc)
     seconds = view.bucket_seconds * len(view.buckets)
     names = [g.name or "(none)" for g in view.groups]
     requests_by = bar_chart(
@@ -301,10 +301,8 @@ async def _sessions(request: Request, state: GatewayState, session: Session) -> 
         lines = await _read(state, lambda engine: request_log.sessions(engine, limit=100))
     except _NoLog as exc:
         return render(request, "sessions.html", 200, session, lines=[], unavailable=str(exc))
-    except ServiceUnavailableError as exc:
-        return _unavailable(request, session, exc)
     except LLMBridgeError as exc:
-        return error_page(request, exc.status_code, str(exc), session)
+        return _failed(request, session, exc)
     return render(request, "sessions.html", session=session, lines=lines)
 
 
@@ -341,10 +339,8 @@ async def _session(request: Request, state: GatewayState, session: Session) -> R
         rows = await _read(state, lambda engine: request_log.session_requests(engine, session_id))
     except _NoLog as exc:
         return error_page(request, 503, str(exc), session)
-    except ServiceUnavailableError as exc:
-        return _unavailable(request, session, exc)
     except LLMBridgeError as exc:
-        return error_page(request, exc.status_code, str(exc), session)
+        return _failed(request, session, exc)
     if not rows:
         return error_page(request, 404, "no requests in that session", session)
     totals = {
