@@ -53,6 +53,7 @@ from llmbridge.profiler.input_files import (
     NotRegularFile,
     not_regular,
     read_document,
+    unexpected_shape,
 )
 from llmbridge.profiler.record_checks import check_record
 from llmbridge.profiler.records import IterationRecord, summarise
@@ -113,7 +114,7 @@ def _trajectories(path: Path, limits: InputLimits, budget: ByteBudget) -> tuple[
         try:
             return otlp_to_atif([data]), False
         except _SHAPE_ERRORS as exc:
-            raise TrajectoryImportError(f"{path}: {_why(exc)}") from exc
+            raise TrajectoryImportError(f"{path}: {unexpected_shape(exc, 'a field')}") from exc
     lines = JsonLines(path, limits, budget)
     stream = iter(lines)
     head = list(islice(stream, 20))
@@ -131,14 +132,6 @@ def _trajectories(path: Path, limits: InputLimits, budget: ByteBudget) -> tuple[
         f"{path}: not a Claude Code transcript, a Codex rollout, a Gemini CLI session or "
         "OTLP/JSON spans (no sessionId, session_meta, projectHash or resourceSpans)"
     )
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, InputValueError):
-        return exc.reason
-    if isinstance(exc, KeyError):
-        return f"a field of an unexpected shape (no {exc.args[0]!r})"
-    return f"a field of an unexpected shape ({exc})"
 
 
 def _is_otlp(data: Any) -> bool:
@@ -166,7 +159,7 @@ def _record(
         record = from_atif(data)
     except _SHAPE_ERRORS as exc:
         raise TrajectoryImportError(
-            f"{path}: not a trajectory llmbridge can read: {_why(exc)}"
+            f"{path}: not a trajectory llmbridge can read: {unexpected_shape(exc, 'a field')}"
         ) from exc
     if not record.findings:
         record.findings = [f.to_json() for f in scan(record, record.inputs)]

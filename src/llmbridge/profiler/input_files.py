@@ -48,6 +48,7 @@ __all__ = [
     "open_regular",
     "parse_json",
     "read_document",
+    "unexpected_shape",
 ]
 
 MAX_DEPTH = 256
@@ -94,6 +95,17 @@ class InputValueError(ValueError):
     def __init__(self, reason: str, offset: int | None = None, literal: str | None = None):
         super().__init__(reason)
         self.reason, self.offset, self.literal = reason, offset, literal
+
+
+def unexpected_shape(exc: BaseException, what: str) -> str:
+    """Why a ``what`` (a line, a field) that reading raised ``exc`` on is of no use: an
+    ``InputValueError``'s own reason, else the shape it was not (a ``KeyError``: the key
+    it lacked)."""
+    if isinstance(exc, InputValueError):
+        return exc.reason
+    if isinstance(exc, KeyError):
+        return f"{what} of an unexpected shape (no {exc.args[0]!r})"
+    return f"{what} of an unexpected shape ({exc})"
 
 
 class ByteBudget:

@@ -50,7 +50,7 @@ from functools import partial
 from typing import Any
 
 from llmbridge.profiler.atif import ATIF_VERSION, check_time_ms, timestamp_ms
-from llmbridge.profiler.input_files import InputValueError, parse_json
+from llmbridge.profiler.input_files import InputValueError, parse_json, unexpected_shape
 
 __all__ = [
     "TranscriptLineError",
@@ -78,14 +78,6 @@ class TranscriptLineError(ValueError):
 _SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError)
 """What reading a field of the wrong shape raises (a ``tool_use`` block without an id,
 ``usage`` that is a list): the line's error, not a traceback."""
-
-
-def _why(exc: Exception) -> str:
-    if isinstance(exc, InputValueError):
-        return exc.reason
-    if isinstance(exc, KeyError):
-        return f"a line of an unexpected shape (no {exc.args[0]!r})"
-    return f"a line of an unexpected shape ({exc})"
 
 
 def _objects(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -116,7 +108,7 @@ def _at(number: int, handle: Callable[[dict[str, Any]], None], value: dict[str, 
     except TranscriptLineError:
         raise
     except _SHAPE_ERRORS as exc:
-        raise TranscriptLineError(number, _why(exc)) from exc
+        raise TranscriptLineError(number, unexpected_shape(exc, "a line")) from exc
 
 
 def sniff(lines: list[str]) -> str | None:
