@@ -17,18 +17,15 @@ back by ``BodyKeeper.take`` and its byte count), never the process's RSS or a ti
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 import orjson
 
-from llmbridge.accounts.request_log import RequestDetail, RequestRow, recent_requests
-from llmbridge.accounts.request_log import request_detail as detail_of
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
-from llmbridge.store import make_engine
+from tests.accounts.request_log_reads import logged_detail, logged_rows
 from tests.agent.postgres_faults import frozen
 from tests.conftest import RunningServer, openai_client
 from tests.servers import PostgresServer
@@ -76,36 +73,6 @@ def _size(body: object) -> int:
     return len(orjson.dumps(body, default=str))
 
 
-def _rows(db_url: str, count: int) -> list[RequestRow]:
-    """The request log's rows once there are ``count`` (the ledger writes every second)."""
-    found: list[RequestRow] = []
-
-    async def read() -> list[RequestRow]:
-        engine = make_engine(db_url)
-        try:
-            return (await recent_requests(engine)).rows
-        finally:
-            await engine.dispose()
-
-    def written() -> bool:
-        found[:] = asyncio.run(read())
-        return len(found) >= count
-
-    wait_until(written, f"{count} rows in the request log")
-    return found
-
-
-def _detail(db_url: str, request_id: str) -> RequestDetail | None:
-    async def read() -> RequestDetail | None:
-        engine = make_engine(db_url)
-        try:
-            return await detail_of(engine, request_id)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(read())
-
-
 def _metric(gateway: RunningServer, name: str) -> float:
     text = httpx.get(
         gateway.url + "/metrics", headers={"authorization": f"Bearer {STATIC}"}, timeout=_BOUND_S
@@ -137,7 +104,7 @@ def test_bodies_waiting_for_a_frozen_database_are_cut_when_queued(
         assert counted >= sum(sizes) and counted <= requests * 2 * (16384 + 1024)
         assert keeper.pending_bytes == 0 and keeper.dropped == 0
         # The rows waited too, and are written once the database answers again.
-        rows = _rows(db_url, requests)
+        rows = logged_rows(db_url, requests)
         assert all("bodies" not in row.facts for row in rows)
 
 
@@ -162,23 +129,23 @@ def test_past_the_queues_bound_bodies_are_dropped_counted_and_said_in_their_rows
             assert keeper.pending_bytes <= bound
             assert _metric(gateway, "llmbridge_kept_bodies_dropped_total") == 3
         # Every row is written once the database thaws, and the bodies that waited.
-        rows = _rows(db_url, requests)
+        rows = logged_rows(db_url, requests)
         dropped = [row for row in rows if "bodies" in row.facts]
         assert len(dropped) == 3
         for row in dropped:
             assert "max_pending_body_bytes" in row.facts["bodies"]
-            detail = _detail(db_url, row.request_id)
+            detail = logged_detail(db_url, row.request_id)
             assert detail is not None
             assert detail.request_body is None and detail.response_body is None
         kept = [row for row in rows if "bodies" not in row.facts]
 
         def bodies_written() -> bool:
-            details = [_detail(db_url, row.request_id) for row in kept]
+            details = [logged_detail(db_url, row.request_id) for row in kept]
             return all(d is not None and d.request_body for d in details)
 
         wait_until(bodies_written, "the kept bodies written after the thaw")
         for row in kept:
-            detail = _detail(db_url, row.request_id)
+            detail = logged_detail(db_url, row.request_id)
             assert detail is not None and detail.request_body is not None
             assert detail.request_body.endswith(f"...[cut at {1024 * 1024} bytes]")
             assert len(detail.request_body.encode()) <= 1024 * 1024 + MARKER_BYTES

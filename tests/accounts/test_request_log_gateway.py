@@ -10,7 +10,6 @@ Rows are written by the ledger's batch every second: each read is a bounded poll
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Iterator
 from typing import Any
@@ -19,14 +18,11 @@ import httpx
 import openai
 import pytest
 
-from llmbridge.accounts.request_log import RequestDetail, RequestRow, recent_requests
-from llmbridge.accounts.request_log import request_detail as detail_of
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendUnavailableError
 from llmbridge.core.response import Usage
-from llmbridge.store import make_engine
+from tests.accounts.request_log_reads import logged_detail, logged_rows
 from tests.conftest import RunningServer, openai_client, running_gateway
-from tests.waiting import wait_until
 
 STATIC = "sk-static-request-log-0123456789"
 MASTER = "sk-master-request-log"
@@ -68,37 +64,6 @@ def _gateway(main: ScriptedBackend, spare: ScriptedBackend, db_url: str, keep: b
 def keeping(main: ScriptedBackend, spare: ScriptedBackend, db_url: str) -> Iterator[RunningServer]:
     with _gateway(main, spare, db_url, keep=True) as server:
         yield server
-
-
-def _rows(db_url: str, count: int) -> list[RequestRow]:
-    """The newest rows once there are ``count`` (a bounded poll: the ledger writes
-    every second)."""
-    found: list[RequestRow] = []
-
-    async def read() -> list[RequestRow]:
-        engine = make_engine(db_url)
-        try:
-            return (await recent_requests(engine)).rows
-        finally:
-            await engine.dispose()
-
-    def written() -> bool:
-        found[:] = asyncio.run(read())
-        return len(found) >= count
-
-    wait_until(written, f"{count} rows in the request log")
-    return found
-
-
-def _detail(db_url: str, request_id: str) -> RequestDetail | None:
-    async def read() -> RequestDetail | None:
-        engine = make_engine(db_url)
-        try:
-            return await detail_of(engine, request_id)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(read())
 
 
 def test_requests_show_up_with_what_serving_did_and_their_kept_bodies(
@@ -145,7 +110,7 @@ def test_requests_show_up_with_what_serving_did_and_their_kept_bodies(
         )
     assert failed.value.status_code == 503
 
-    rows = _rows(db_url, 3)
+    rows = logged_rows(db_url, 3)
     by_model = {(row.model, row.status): row for row in rows}
     served = by_model["guarded", 200]
     assert served.request_id == first.headers["x-request-id"]
@@ -168,7 +133,7 @@ def test_requests_show_up_with_what_serving_did_and_their_kept_bodies(
     assert error.error is not None and "main is down" in error.error
     assert error.retries is None  # no reply came: serving's counts are not known
 
-    kept = _detail(db_url, streamed.request_id)
+    kept = logged_detail(db_url, streamed.request_id)
     assert kept is not None and kept.request_body and kept.response_body
     for body in (kept.request_body, kept.response_body):
         assert len(body.encode()) <= 1024 + 40  # the bound, and the cut marker
@@ -177,7 +142,7 @@ def test_requests_show_up_with_what_serving_did_and_their_kept_bodies(
     assert image[:64] not in kept.request_body and "[image: " in kept.request_body
     assert "a long answer." in kept.response_body
     assert kept.response_body.endswith("...[cut at 1024 bytes]")  # 3,000 characters, cut
-    plain = _detail(db_url, served.request_id)
+    plain = logged_detail(db_url, served.request_id)
     assert plain is not None and plain.response_body is not None
     assert "the spare" in plain.response_body
 
@@ -194,8 +159,8 @@ def test_bodies_are_not_kept_by_default(
             timeout=30,
         )
         assert reply.status_code == 200, reply.text
-        (row,) = _rows(db_url, 1)
+        (row,) = logged_rows(db_url, 1)
         assert row.dialect == "openai" and row.input_tokens == 2
-        detail = _detail(db_url, row.request_id)
+        detail = logged_detail(db_url, row.request_id)
         assert detail is not None
         assert (detail.request_body, detail.response_body) == (None, None)
