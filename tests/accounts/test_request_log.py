@@ -8,7 +8,6 @@ hostile values in the new columns stored cleaned.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -30,15 +29,6 @@ from llmbridge.store.models import ERROR_LENGTH, UsageBodyRow
 
 NOW = datetime(2026, 11, 20, 12, 30, 15, tzinfo=UTC)
 """The tests' "now": rows are placed around it, and ``overview`` is asked as of it."""
-
-
-@pytest.fixture
-async def database(db_url: str) -> AsyncIterator[Database]:
-    handle = await Database.open(db_url)
-    try:
-        yield handle
-    finally:
-        await handle.close()
 
 
 async def _write(database: Database, *records: UsageRecord) -> None:

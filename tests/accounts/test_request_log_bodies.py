@@ -6,11 +6,9 @@ cleanup, on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import orjson
-import pytest
 from sqlalchemy import func, select
 
 from llmbridge.accounts.kept_bodies import BodyKeeper, redacted, render_body
@@ -70,15 +68,6 @@ def test_a_body_is_cut_to_its_bound_on_a_character_boundary() -> None:
     assert marker == "at 1001 bytes]"
     assert render_body({"short": 1}, 1001) == '{"short":1}'
     assert render_body(None, 10) is None
-
-
-@pytest.fixture
-async def database(db_url: str) -> AsyncIterator[Database]:
-    handle = await Database.open(db_url)
-    try:
-        yield handle
-    finally:
-        await handle.close()
 
 
 async def _bodies(database: Database) -> int:

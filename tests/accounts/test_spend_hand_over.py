@@ -32,10 +32,8 @@ from llmbridge.accounts.keys import KeyRecord, KeyStore
 from llmbridge.accounts.ledger import UsageLedger, UsageRecord
 from llmbridge.accounts.limits import admit
 from llmbridge.core.errors import PermissionDeniedError
-from llmbridge.state.failover import FailoverState
-from llmbridge.state.local import LocalState
-from llmbridge.state.redis import RedisState
 from llmbridge.store import Database
+from tests.state.implementations import KINDS, opened_state
 from tests.waiting import HANG_S, scaled
 
 COST = 0.02
@@ -79,26 +77,10 @@ class HandOverStops:
             raise ConnectionResetError("the connection to the database was lost")
 
 
-@pytest.fixture(params=["local", "redis", "failover"])
+@pytest.fixture(params=KINDS)
 async def state(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "local":
-        yield LocalState()
-        return
-    url: str = request.getfixturevalue("redis_url")
-    shared = RedisState(url) if request.param == "redis" else FailoverState(url)
-    try:
-        yield shared
-    finally:
-        await shared.aclose()
-
-
-@pytest.fixture
-async def database(db_url: str) -> AsyncIterator[Database]:
-    handle = await Database.open(db_url)
-    try:
-        yield handle
-    finally:
-        await handle.close()
+    async with opened_state(request) as opened:
+        yield opened
 
 
 async def _seen(state: Any, record: KeyRecord) -> float:

@@ -11,29 +11,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from llmbridge.state.failover import FailoverState
-from llmbridge.state.local import LocalState
-from llmbridge.state.redis import RedisState
+from tests.state.implementations import KINDS, State, opened_state
 from tests.waiting import scaled
 
-State = LocalState | RedisState | FailoverState
-"""Every implementation of the shared-state contract."""
 
-
-@pytest.fixture(params=["local", "redis", "failover"])
+@pytest.fixture(params=KINDS)
 async def state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
     """Each implementation in turn: in process, Redis, Redis with the local fallback."""
-    if request.param == "local":
-        yield LocalState()
-        return
-    url: str = request.getfixturevalue("redis_url")
-    shared: RedisState | FailoverState = (
-        RedisState(url) if request.param == "redis" else FailoverState(url)
-    )
-    try:
-        yield shared
-    finally:
-        await shared.aclose()
+    async with opened_state(request) as opened:
+        yield opened
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 60.0) -> bool:
