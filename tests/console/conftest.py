@@ -1,4 +1,5 @@
-"""A gateway with a master key, and a browser-like client signed in to its console."""
+"""A gateway with a master key, a browser-like client signed in to its console, and
+for the browser tests Debian's Chromium driven by Playwright (``browser``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from tests.conftest import RunningServer, running_gateway
 
 MASTER = "mk-console-test-7f3a9c2e51"
 """The master key of the tests' gateways: no page, header or log line may hold it."""
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's Chromium (``make chromium``): the browser tests skip without it."""
 
 
 def console_gateway(tmp: Path, master: str | None = MASTER, **config: Any) -> Any:
@@ -34,6 +37,26 @@ def console_gateway(tmp: Path, master: str | None = MASTER, **config: Any) -> An
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     with console_gateway(tmp_path_factory.mktemp("console")) as server:
         yield server
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Chromium launched by Playwright (no browser is downloaded), resolving no host
+    name but the loopback address: a page that fetched from anywhere else would fail."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            ],
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def sign_in(client: httpx.Client, master: str = MASTER) -> httpx.Response:

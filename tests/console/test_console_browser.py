@@ -23,11 +23,9 @@ import pytest
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.response import Usage
 from tests.conftest import RunningServer, running_gateway
-from tests.console.conftest import MASTER
+from tests.console.conftest import CHROMIUM, MASTER
 from tests.profiler.test_report_browser import _pixels, _rgb
 from tests.waiting import scaled
-
-CHROMIUM = Path("/usr/bin/chromium")
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -56,23 +54,6 @@ def gateway(tmp_path: Path) -> Iterator[RunningServer]:
         prices=PRICES,
     ) as server:
         yield server
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-            ],
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _watched(page: Any) -> list[str]:

@@ -13,7 +13,6 @@ for Python driving Debian's Chromium (``/usr/bin/chromium``) against a real gate
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,8 @@ from llmbridge.accounts import request_log
 from llmbridge.gateway.console.session import COOKIE
 from tests.agent.postgres_faults import frozen
 from tests.conftest import RunningServer
-from tests.console.conftest import MASTER, console_gateway
-from tests.console.test_console_browser import CHROMIUM, WAIT_MS, _watched
+from tests.console.conftest import CHROMIUM, MASTER, console_gateway
+from tests.console.test_console_browser import WAIT_MS, _watched
 from tests.console.test_console_database_down import frozen_console
 from tests.servers import PostgresServer
 
@@ -34,23 +33,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-            ],
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _sign_in(page: Any, url: str) -> None:
