@@ -19,18 +19,11 @@ from tests.upstream import Canned, FakeUpstream
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    fake.serve_canned("/api/embed")
-    with RunningServer(fake.app) as server:
-        yield fake, server
-
-
-@pytest.fixture(scope="module")
 def gateway(
     scripted: ScriptedBackend, upstream: tuple[FakeUpstream, RunningServer]
 ) -> Iterator[RunningServer]:
-    _, up = upstream
+    fake, up = upstream
+    fake.serve_canned("/api/embed")
     backends = {"scripted": scripted, "ollama": OllamaBackend("ollama", up.url)}
     models = [{"name": "nomic", "backend": "ollama", "model": "nomic-embed-text:v1.5"}]
     with running_gateway(backends, models=models) as server:

@@ -62,13 +62,6 @@ class BrokenManager(ScriptedBackend):
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    with RunningServer(fake.app) as server:
-        yield fake, server
-
-
-@pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("manage") / "gateway.db"
 

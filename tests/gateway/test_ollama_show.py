@@ -18,43 +18,40 @@ from tests.upstream import FakeUpstream
 OLLAMA_TEMPLATE = "{{- range .Messages }}{{ .Content }}{{ end }}{{ if .Tools }}{{ end }}"
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    fake.show = {
-        "license": "MIT",
-        "modelfile": "FROM /models/blob\n",
-        "parameters": 'stop "<|im_end|>"',
-        "template": OLLAMA_TEMPLATE,
-        "renderer": "qwen3-coder",
-        "parser": "qwen3-coder",
-        "details": {
-            "parent_model": "",
-            "format": "gguf",
-            "family": "qwen3",
-            "families": ["qwen3"],
-            "parameter_size": "30.5B",
-            "quantization_level": "Q4_K_M",
-        },
-        "model_info": {
-            "general.architecture": "qwen3moe",
-            "general.parameter_count": 30532122624,
-            "qwen3moe.context_length": 262144,
-            "qwen3moe.embedding_length": 2048,
-        },
-        "capabilities": ["completion", "tools", "insert"],
-        "modified_at": "2026-10-01T12:00:00.000000001+02:00",
-        "requires": "0.12.0",
-    }
-    with RunningServer(fake.app) as server:
-        yield fake, server
+SHOW: dict[str, object] = {
+    "license": "MIT",
+    "modelfile": "FROM /models/blob\n",
+    "parameters": 'stop "<|im_end|>"',
+    "template": OLLAMA_TEMPLATE,
+    "renderer": "qwen3-coder",
+    "parser": "qwen3-coder",
+    "details": {
+        "parent_model": "",
+        "format": "gguf",
+        "family": "qwen3",
+        "families": ["qwen3"],
+        "parameter_size": "30.5B",
+        "quantization_level": "Q4_K_M",
+    },
+    "model_info": {
+        "general.architecture": "qwen3moe",
+        "general.parameter_count": 30532122624,
+        "qwen3moe.context_length": 262144,
+        "qwen3moe.embedding_length": 2048,
+    },
+    "capabilities": ["completion", "tools", "insert"],
+    "modified_at": "2026-10-01T12:00:00.000000001+02:00",
+    "requires": "0.12.0",
+}
+"""What the Ollama server behind answers ``/api/show`` with for ``qwen3-coder:30b``."""
 
 
 @pytest.fixture(scope="module")
 def gateway(
     scripted: ScriptedBackend, upstream: tuple[FakeUpstream, RunningServer]
 ) -> Iterator[RunningServer]:
-    _, up = upstream
+    fake, up = upstream
+    fake.show = SHOW
     plain = ScriptedBackend("plain", capabilities=frozenset({"completion"}))
     backends = {"scripted": scripted, "plain": plain, "ollama": OllamaBackend("ollama", up.url)}
     models = [

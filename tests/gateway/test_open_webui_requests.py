@@ -68,20 +68,13 @@ RUNNING = [
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    fake.tags, fake.running = TAGS, RUNNING
-    with RunningServer(fake.app) as server:
-        yield fake, server
-
-
-@pytest.fixture(scope="module")
 def gateway(
     scripted: ScriptedBackend, upstream: tuple[FakeUpstream, RunningServer]
 ) -> Iterator[RunningServer]:
     """A real Ollama (the fake) as the default backend, as ``--ollama-url`` sets it up,
     and the scripted backend for one model; the connection's key is a static key."""
-    _, up = upstream
+    fake, up = upstream
+    fake.tags, fake.running = TAGS, RUNNING
     with running_gateway(
         {"ollama": OllamaBackend("ollama", up.url), "scripted": scripted},
         models=[{"name": "scripted", "backend": "scripted"}],
