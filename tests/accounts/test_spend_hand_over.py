@@ -13,7 +13,7 @@ test reads the key's record afresh and checks the budget with every record read 
 transaction, so "stopped at the hand-over" is the moment the row is updated and not yet
 committed.
 
-The case the issue saw: a budget of $0.10 and three requests of $0.02. Before, once the
+The case that was seen: a budget of $0.10 and three requests of $0.02. Before, once the
 ledger had written them, a process that read the key again counted them twice ($0.12,
 403 "budget exhausted") until the counter was lowered six seconds later.
 """

@@ -1,4 +1,4 @@
-"""heal_arguments and heal_tool_calls: every shape of arguments the issue lists."""
+"""heal_arguments and heal_tool_calls: every shape of broken arguments models are seen to send."""
 
 from __future__ import annotations
 

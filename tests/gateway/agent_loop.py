@@ -132,7 +132,7 @@ def run_agent_loop(
 ) -> list[Round]:
     """Ask ``question``, run the tools the replies call, until a text reply (or
     ``max_rounds``). ``first_call`` starts the loop where a model already made that
-    call (the issue's "by hand" case); ``model_calls`` counts the backend's calls."""
+    call (the "by hand" case); ``model_calls`` counts the backend's calls."""
     client = _Client(dialect, url, model, tool)
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     if first_call is not None:
