@@ -378,7 +378,15 @@ def test_bad_bodies_are_400_invalid_argument(client: genai.Client, gateway: Runn
     assert caught.value.code == 400 and caught.value.status == "INVALID_ARGUMENT"
     assert "candidateCount" in (caught.value.message or "")
     url = gateway.url + "/v1beta/models/scripted:generateContent"
-    for body in (b"{not json", b'{"contents": "hi"}', b"[]", b'{"contents": [{"parts": 1}]}'):
+    bodies = (
+        b"{not json",
+        b'{"contents": "hi"}',
+        b"[]",
+        b'{"contents": [{"parts": 1}]}',
+        # Found by the fuzzer: the count check iterated a number (a 500 before).
+        b'{"contents": [{"parts": [{"text": "hi"}]}], "tools": 1.5}',
+    )
+    for body in bodies:
         reply = httpx.post(url, content=body, headers={"content-type": "application/json"})
         assert_error_shape(Dialect.GEMINI, 400, reply.content)
 

@@ -235,7 +235,9 @@ def _check_counts(body: object, limits: RequestLimits, prefix: str) -> None:
     tools = body.get("tools")
     check_count(tools, limits.max_tools, path=f"{prefix}tools", setting="max_tools", noun="tools")
     # The functions are what a backend gets as tools, wherever the client listed them.
-    lists = [t.get("functionDeclarations") for t in tools or () if isinstance(t, dict)]
+    # Still the raw body: ``tools`` may be anything (a number is the validator's 400).
+    listed = tools if isinstance(tools, list) else ()
+    lists = [t.get("functionDeclarations") for t in listed if isinstance(t, dict)]
     functions = sum(len(item) for item in lists if isinstance(item, list))
     if functions > limits.max_tools:
         where = f"{prefix}tools"
