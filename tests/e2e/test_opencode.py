@@ -392,7 +392,7 @@ def test_shell_and_file_requests_run_nothing(
 def test_health_reports_opencode_and_a_dead_server_is_restarted_once(
     gateway: RunningServer, model: ScriptedBackend, opencode: OpenCodeBackend
 ) -> None:
-    health = httpx.get(f"{gateway.url}/health").json()["backends"]["opencode"]
+    health = httpx.get(f"{gateway.url}/health", timeout=scaled(30)).json()["backends"]["opencode"]
     assert health["ok"] and "OpenCode 1.18.33 (spawned, restarts: 0)" in health["detail"]
     process = opencode.server._process
     assert process is not None
@@ -404,5 +404,5 @@ def test_health_reports_opencode_and_a_dead_server_is_restarted_once(
     )
     assert reply.message.content == "back again"
     assert opencode.server.restarts == 1
-    health = httpx.get(f"{gateway.url}/health").json()["backends"]["opencode"]
+    health = httpx.get(f"{gateway.url}/health", timeout=scaled(30)).json()["backends"]["opencode"]
     assert health["ok"] and "restarts: 1" in health["detail"]

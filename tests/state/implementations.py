@@ -12,7 +12,8 @@ import pytest
 
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
-from llmbridge.state.redis import RedisState
+from llmbridge.state.redis import SOCKET_TIMEOUT_S, RedisState
+from tests.waiting import scaled
 
 State = LocalState | RedisState | FailoverState
 """Every implementation of the shared-state contract."""
@@ -28,8 +29,16 @@ async def opened_state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
         yield LocalState()
         return
     url: str = request.getfixturevalue("redis_url")
+    # The product's 0.25 s socket timeout is a deadline the tests would otherwise apply
+    # unscaled: beside busy loops a starved redis-server ran a script after it (a
+    # LateCallError, or the failover serving locally), failing the contract tests.
+    timeout = scaled(SOCKET_TIMEOUT_S)
     shared: RedisState | FailoverState = (
-        RedisState(url) if request.param == "redis" else FailoverState(url)
+        RedisState(url, socket_timeout_s=timeout)
+        if request.param == "redis"
+        else FailoverState(
+            url, redis=RedisState(url, own_heartbeat=False, socket_timeout_s=timeout)
+        )
     )
     try:
         yield shared
