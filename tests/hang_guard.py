@@ -150,6 +150,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
 
 
+_WATCHDOG = pytest.StashKey[_Watchdog]()
+"""Each running test's watchdog, for its report."""
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     if GUARD_S <= 0 or threading.current_thread() is not threading.main_thread():
@@ -183,6 +187,3 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: obj
     if path.is_file():
         report.sections.append((_SECTION, path.read_text(encoding="utf-8")))
         path.unlink()
-
-
-_WATCHDOG = pytest.StashKey[_Watchdog]()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import orjson
 
 from llmbridge.agent.tools import ToolRegistry
@@ -71,3 +72,29 @@ def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
         if data is not None:
             events.append((name, orjson.loads(data)))
     return events
+
+
+async def session_of(client: httpx.AsyncClient, **body: Any) -> str:
+    """A new session's id (``POST /agent/sessions`` with ``body``)."""
+    response = await client.post("/agent/sessions", json=body)
+    assert response.status_code == 201, response.text
+    session_id: str = response.json()["id"]
+    return session_id
+
+
+async def messages_of(client: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
+    """Every stored message of a session."""
+    response = await client.get(f"/agent/sessions/{session_id}/messages", params={"limit": 1000})
+    assert response.status_code == 200, response.text
+    messages: list[dict[str, Any]] = response.json()["messages"]
+    return messages
+
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    """The agent API's JSON error of ``response``, which must have ``status``."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error: dict[str, Any] = response.json()["error"]
+    assert error["message"] and error["type"]
+    assert "Traceback" not in response.text
+    return error

@@ -1,7 +1,7 @@
 """The agent's HTTP API (``/agent/...``) through httpx against a real gateway on a
 loopback port, over scripted backends: every route, streaming, disconnects,
-concurrent turns, ownership with two keys, tools on a tool-less model, and memory
-within budget across a gateway restart on SQLite and PostgreSQL."""
+concurrent turns, ownership with two keys, and memory within budget across a gateway
+restart on SQLite and PostgreSQL. The tools are in test_http_tools.py."""
 
 from __future__ import annotations
 
@@ -16,13 +16,6 @@ import pytest
 
 from llmbridge.agent.memory import PINS_PREFIX, RECENT_PREFIX
 from llmbridge.agent.store import AgentStore
-from llmbridge.agent.tools import (
-    SEARCHING_ONLINE,
-    SearchResult,
-    Tool,
-    ToolRegistry,
-    web_search_tool,
-)
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import (
     BackendError,
@@ -31,7 +24,7 @@ from llmbridge.core.errors import (
     ServiceUnavailableError,
 )
 from llmbridge.features.token_count import count_message_tokens
-from tests.agent.serving import agent_gateway, sse_events
+from tests.agent.serving import agent_gateway, error_of, messages_of, session_of, sse_events
 from tests.conftest import RunningServer
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -59,29 +52,6 @@ async def client(server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def _session(client: httpx.AsyncClient, **body: Any) -> str:
-    response = await client.post("/agent/sessions", json=body)
-    assert response.status_code == 201, response.text
-    session_id: str = response.json()["id"]
-    return session_id
-
-
-async def _messages(client: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
-    response = await client.get(f"/agent/sessions/{session_id}/messages", params={"limit": 1000})
-    assert response.status_code == 200, response.text
-    messages: list[dict[str, Any]] = response.json()["messages"]
-    return messages
-
-
-def _error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    error: dict[str, Any] = response.json()["error"]
-    assert error["message"] and error["type"]
-    assert "Traceback" not in response.text
-    return error
-
-
 # -- personas and sessions ----------------------------------------------------------
 
 
@@ -96,7 +66,9 @@ async def test_personas_and_sessions_round_trip(client: httpx.AsyncClient) -> No
     assert persona["shared"] is True  # auth is off
     named = await client.post("/agent/personas", json={"name": "Cook", "id": "cook"})
     assert named.status_code == 201 and named.json()["id"] == "cook"
-    taken = _error(await client.post("/agent/personas", json={"name": "Again", "id": "cook"}), 409)
+    taken = error_of(
+        await client.post("/agent/personas", json={"name": "Again", "id": "cook"}), 409
+    )
     assert (taken["message"], taken["code"]) == ("persona id 'cook' is taken", "conflict")
 
     listed = (await client.get("/agent/personas")).json()["personas"]
@@ -109,7 +81,7 @@ async def test_personas_and_sessions_round_trip(client: httpx.AsyncClient) -> No
     fetched = await client.get(f"/agent/personas/{persona['id']}")
     assert fetched.json()["prompt"] == "You are a caring nurse."
 
-    session_id = await _session(client, persona_id=persona["id"], title="Grandma")
+    session_id = await session_of(client, persona_id=persona["id"], title="Grandma")
     session = (await client.get(f"/agent/sessions/{session_id}")).json()
     assert session["title"] == "Grandma" and session["persona_id"] == persona["id"]
     assert [s["id"] for s in (await client.get("/agent/sessions")).json()["sessions"]] == [
@@ -121,9 +93,9 @@ async def test_personas_and_sessions_round_trip(client: httpx.AsyncClient) -> No
     assert cleared.json()["persona_id"] is None
 
     assert (await client.delete("/agent/personas/cook")).status_code == 204
-    _error(await client.get("/agent/personas/cook"), 404)
+    error_of(await client.get("/agent/personas/cook"), 404)
     assert (await client.delete(f"/agent/sessions/{session_id}")).status_code == 204
-    _error(await client.get(f"/agent/sessions/{session_id}"), 404)
+    error_of(await client.get(f"/agent/sessions/{session_id}"), 404)
     assert (await client.get("/agent/sessions")).json()["sessions"] == []
 
 
@@ -136,7 +108,7 @@ async def test_a_turn_answers_with_the_reply_and_its_token_usage(
     persona = (
         await client.post("/agent/personas", json={"name": "N", "prompt": "You are a nurse."})
     ).json()
-    session_id = await _session(client, persona_id=persona["id"])
+    session_id = await session_of(client, persona_id=persona["id"])
     backend.enqueue(Script(text=["Hello", " Mary."]))
     response = await client.post(f"/agent/sessions/{session_id}/messages", json={"input": "Hi"})
     assert response.status_code == 200, response.text
@@ -144,7 +116,7 @@ async def test_a_turn_answers_with_the_reply_and_its_token_usage(
     assert body["reply"] == "Hello Mary." and body["session_id"] == session_id
     assert body["token_usage"] == body["usage"]["input_tokens"] + body["usage"]["output_tokens"]
     assert body["token_usage"] > 0 and body["rounds"] == 1 and body["tool_calls"] == []
-    stored = await _messages(client, session_id)
+    stored = await messages_of(client, session_id)
     assert [(m["role"], m["content"], m["status"]) for m in stored] == [
         ("user", "Hi", "complete"),
         ("assistant", "Hello Mary.", "complete"),
@@ -164,7 +136,7 @@ async def test_a_turn_answers_with_the_reply_and_its_token_usage(
 async def test_a_streamed_turn_is_server_sent_events(
     client: httpx.AsyncClient, backend: ScriptedBackend
 ) -> None:
-    session_id = await _session(client)
+    session_id = await session_of(client)
     backend.enqueue(Script(text=["The ", "answer ", "is ", "42."]))
     async with client.stream(
         "POST", f"/agent/sessions/{session_id}/messages", json={"input": "Q?", "stream": True}
@@ -179,7 +151,7 @@ async def test_a_streamed_turn_is_server_sent_events(
     assert start["session_id"] == session_id
     assert done["reply"] == "The answer is 42." and done["token_usage"] > 0
     assert done["token_usage"] == done["usage"]["input_tokens"] + done["usage"]["output_tokens"]
-    stored = await _messages(client, session_id)
+    stored = await messages_of(client, session_id)
     assert [m["id"] for m in stored] == [start["user_message_id"], done["message_id"]]
     assert stored[1]["status"] == "complete"
 
@@ -187,7 +159,7 @@ async def test_a_streamed_turn_is_server_sent_events(
 async def test_a_backend_failure_mid_stream_is_an_error_event(
     client: httpx.AsyncClient, backend: ScriptedBackend
 ) -> None:
-    session_id = await _session(client)
+    session_id = await session_of(client)
     backend.enqueue(Script(text=["The ", "answer ", "is ", "42."], fail_after=2))
     response = await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "Q?", "stream": True}
@@ -196,7 +168,7 @@ async def test_a_backend_failure_mid_stream_is_an_error_event(
     assert [name for name, _ in events] == ["start", "delta", "delta", "error"]
     error = events[-1][1]["error"]
     assert error["message"] == "scripted failure mid-stream" and error["status"] == 502
-    stored = await _messages(client, session_id)
+    stored = await messages_of(client, session_id)
     assert [(m["role"], m["content"], m["status"]) for m in stored] == [
         ("user", "Q?", "complete"),
         ("assistant", "The answer ", "incomplete"),
@@ -207,21 +179,21 @@ async def test_a_backend_failure_mid_stream_is_an_error_event(
 async def test_a_backend_that_is_down_is_a_503(
     client: httpx.AsyncClient, backend: ScriptedBackend, stream: bool
 ) -> None:
-    session_id = await _session(client)
+    session_id = await session_of(client)
     # Down for the try and for the serving layer's one retry (resilience.retries).
     backend.enqueue(*[Script(fail_before=BackendUnavailableError("connection refused"))] * 2)
     response = await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "Hi", "stream": stream}
     )
-    assert _error(response, 503)["message"] == "connection refused"
+    assert error_of(response, 503)["message"] == "connection refused"
     # The question is kept; no answer was produced, so none is stored.
-    assert [m["role"] for m in await _messages(client, session_id)] == ["user"]
+    assert [m["role"] for m in await messages_of(client, session_id)] == ["user"]
 
 
 async def test_a_client_that_disconnects_stops_generation_and_keeps_the_partial_answer(
     client: httpx.AsyncClient, backend: ScriptedBackend
 ) -> None:
-    session_id = await _session(client)
+    session_id = await session_of(client)
     backend.enqueue(Script(text=["one ", "two ", "three ", "four ", "five"], chunk_delay=0.3))
     async with client.stream(
         "POST", f"/agent/sessions/{session_id}/messages", json={"input": "count", "stream": True}
@@ -232,7 +204,7 @@ async def test_a_client_that_disconnects_stops_generation_and_keeps_the_partial_
             if "one " in seen:
                 break  # leaving the block closes the connection mid-answer
     for _ in range(200):
-        stored = await _messages(client, session_id)
+        stored = await messages_of(client, session_id)
         if len(stored) == 2:
             break
         await asyncio.sleep(0.05)
@@ -251,7 +223,7 @@ async def test_concurrent_turns_on_one_session_keep_every_message(
     backend.default = Script(text=["ok"], chunk_delay=0.01)
     with agent_gateway(db_url, {"scripted": backend}) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-            session_id = await _session(client)
+            session_id = await session_of(client)
             responses = await asyncio.gather(
                 *(
                     client.post(
@@ -261,7 +233,7 @@ async def test_concurrent_turns_on_one_session_keep_every_message(
                 )
             )
             assert [r.status_code for r in responses] == [200] * 10
-            stored = await _messages(client, session_id)
+            stored = await messages_of(client, session_id)
     assert len(stored) == 20
     assert sorted(m["content"] for m in stored if m["role"] == "user") == sorted(
         f"question {n}" for n in range(10)
@@ -278,7 +250,7 @@ async def test_concurrent_turns_on_one_session_keep_every_message(
 async def test_pins_and_summaries(
     client: httpx.AsyncClient, backend: ScriptedBackend, db: str
 ) -> None:
-    session_id = await _session(client)
+    session_id = await session_of(client)
     reply = (
         await client.post(f"/agent/sessions/{session_id}/messages", json={"input": "Hi"})
     ).json()
@@ -293,8 +265,8 @@ async def test_pins_and_summaries(
     assert (
         await client.delete(f"/agent/sessions/{session_id}/pins/{other.json()['id']}")
     ).status_code == 204
-    _error(await client.delete(f"/agent/sessions/{session_id}/pins/{other.json()['id']}"), 404)
-    _error(
+    error_of(await client.delete(f"/agent/sessions/{session_id}/pins/{other.json()['id']}"), 404)
+    error_of(
         await client.post(
             f"/agent/sessions/{session_id}/pins", json={"content": "x", "message_id": 999999}
         ),
@@ -326,7 +298,7 @@ async def test_long_sessions_are_summarised_by_the_summary_model(db: str) -> Non
     backends = {"chat": chat, "writer": writer}
     with agent_gateway(db, backends, routes=routes, summary_model="summary") as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-            session_id = await _session(client)
+            session_id = await session_of(client)
             for n in range(15):  # 30 messages: 20 to summarise beyond the newest 10
                 await client.post(f"/agent/sessions/{session_id}/messages", json={"input": f"{n}"})
             for _ in range(200):
@@ -370,15 +342,15 @@ async def test_documents_crud_search_and_context(
     assert (await client.get("/agent/documents/search", params={"q": "metformin"})).json() == {
         "hits": []
     }
-    session_id = await _session(client)
+    session_id = await session_of(client)
     await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "When does she take lisinopril?"}
     )
     assert "Take lisinopril at night." in backend.requests[-1].messages[-1].text
 
     assert (await client.delete(f"/agent/documents/{document['id']}")).status_code == 204
-    _error(await client.get(f"/agent/documents/{document['id']}"), 404)
-    _error(await client.delete(f"/agent/documents/{document['id']}"), 404)
+    error_of(await client.get(f"/agent/documents/{document['id']}"), 404)
+    error_of(await client.delete(f"/agent/documents/{document['id']}"), 404)
 
 
 async def test_eldercare_crud_and_the_patient_context(
@@ -424,7 +396,7 @@ async def test_eldercare_crud_and_the_patient_context(
         patient["id"]
     ]
 
-    session_id = await _session(client, patient_id=patient["id"])
+    session_id = await session_of(client, patient_id=patient["id"])
     await client.post(
         f"/agent/sessions/{session_id}/messages", json={"input": "Any side effects of metformin?"}
     )
@@ -433,17 +405,17 @@ async def test_eldercare_crud_and_the_patient_context(
     assert "Metformin 1g" in turn and "Side effects to monitor: Nausea" in turn
 
     assert (await client.delete(f"{base}/vitals/{ids['vitals']}")).status_code == 204
-    _error(await client.get(f"{base}/vitals/{ids['vitals']}"), 404)
+    error_of(await client.get(f"{base}/vitals/{ids['vitals']}"), 404)
     assert (await client.delete(base)).status_code == 204
-    _error(await client.get(f"{base}/medications"), 404)
-    _error(await client.get(base), 404)
+    error_of(await client.get(f"{base}/medications"), 404)
+    error_of(await client.get(base), 404)
 
 
 # -- bad input ------------------------------------------------------------------------------
 
 
 async def test_bad_input_is_a_clear_error(client: httpx.AsyncClient) -> None:
-    session_id = await _session(client)
+    session_id = await session_of(client)
     messages = f"/agent/sessions/{session_id}/messages"
     patient = (await client.post("/agent/patients", json={"name": "Mary"})).json()["id"]
     # (method, path, body or raw bytes, status, the field named)
@@ -502,23 +474,23 @@ async def test_bad_input_is_a_clear_error(client: httpx.AsyncClient) -> None:
             response = await client.request(method, path, content=body)
         else:
             response = await client.request(method, path, json=body)
-        error = _error(response, status)
+        error = error_of(response, status)
         if param is not None:
             assert error["param"] == param, (method, path, body, error)
             assert param in error["message"], (method, path, error)
     # Nothing was stored by the bad turns.
-    assert await _messages(client, session_id) == []
+    assert await messages_of(client, session_id) == []
 
 
 async def test_a_body_over_the_limit_is_a_413(db: str, backend: ScriptedBackend) -> None:
     with agent_gateway(db, {"scripted": backend}) as server:
         async with httpx.AsyncClient(base_url=server.url) as client:
-            session_id = await _session(client)
+            session_id = await session_of(client)
             response = await client.post(
                 f"/agent/sessions/{session_id}/messages",
                 json={"input": "x" * (33 * 1024 * 1024)},
             )
-    _error(response, 413)
+    error_of(response, 413)
 
 
 # -- ownership ----------------------------------------------------------------------------
@@ -534,10 +506,10 @@ async def test_sessions_belong_to_the_key_that_created_them(
         b = httpx.AsyncClient(base_url=server.url, headers={"x-api-key": KEY_B})
         anonymous = httpx.AsyncClient(base_url=server.url)
         async with a, b, anonymous:
-            _error(await anonymous.get("/agent/sessions"), 401)
+            error_of(await anonymous.get("/agent/sessions"), 401)
             persona = (await a.post("/agent/personas", json={"name": "A's"})).json()
             assert persona["shared"] is False
-            session_id = await _session(a, persona_id=persona["id"])
+            session_id = await session_of(a, persona_id=persona["id"])
             await a.post(f"/agent/sessions/{session_id}/messages", json={"input": "secret"})
             await a.post(f"/agent/sessions/{session_id}/pins", json={"content": "pinned"})
 
@@ -557,13 +529,13 @@ async def test_sessions_belong_to_the_key_that_created_them(
             ]:
                 response = await b.request(method, path, json=body)
                 # The same answer as for a session that does not exist: nothing leaks.
-                error = _error(response, 404)
+                error = error_of(response, 404)
                 assert "secret" not in response.text, error
-            _error(await b.post("/agent/sessions", json={"persona_id": persona["id"]}), 404)
+            error_of(await b.post("/agent/sessions", json={"persona_id": persona["id"]}), 404)
             assert (await b.get("/agent/sessions")).json() == {"sessions": []}
             assert (await b.get("/agent/personas")).json() == {"personas": []}
             # A's session is intact, and A still sees it.
-            assert [m["content"] for m in await _messages(a, session_id)] == [
+            assert [m["content"] for m in await messages_of(a, session_id)] == [
                 "secret",
                 "Hello from llmbridge.",
             ]
@@ -602,117 +574,12 @@ async def test_shared_personas_are_visible_to_every_key_and_changed_by_none(
         async with httpx.AsyncClient(base_url=server.url, headers=headers) as a:
             (persona,) = (await a.get("/agent/personas")).json()["personas"]
             assert persona["id"] == "nurse" and persona["shared"] is True
-            _error(await a.patch("/agent/personas/nurse", json={"name": "Mine"}), 403)
-            _error(await a.delete("/agent/personas/nurse"), 403)
-            _error(await a.post("/agent/personas", json={"name": "x", "id": "nurse"}), 409)
-            session_id = await _session(a, persona_id="nurse")
+            error_of(await a.patch("/agent/personas/nurse", json={"name": "Mine"}), 403)
+            error_of(await a.delete("/agent/personas/nurse"), 403)
+            error_of(await a.post("/agent/personas", json={"name": "x", "id": "nurse"}), 409)
+            session_id = await session_of(a, persona_id="nurse")
             await a.post(f"/agent/sessions/{session_id}/messages", json={"input": "Hi"})
     assert backend.requests[-1].messages[0].text.startswith("You are a nurse.")
-
-
-# -- tools on a model without them -------------------------------------------------------
-
-
-@pytest.mark.parametrize("stream", [False, True])
-async def test_tools_work_on_a_backend_without_native_tools(db: str, stream: bool) -> None:
-    native = ScriptedBackend("native")
-    plain = ScriptedBackend("plain", capabilities=frozenset({"completion"}))
-
-    async def weather(arguments: dict[str, Any]) -> str:
-        return f"{arguments['city']}: 21 C"
-
-    tools = ToolRegistry([Tool("get_weather", "Weather by city", CITY, weather)])
-    plain.enqueue(
-        Script(
-            text=[
-                '{"action": "tool_call", "tool_name": "get_weather", '
-                '"arguments": {"city": "Paris"}}'
-            ]
-        ),
-        Script(text=['{"action": "answer", "content": "21 C in Paris."}']),
-    )
-    routes = ({"name": "toolless", "backend": "plain"},)
-    with agent_gateway(db, {"native": native, "plain": plain}, tools=tools, routes=routes) as srv:
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
-            session_id = await _session(client)
-            response = await client.post(
-                f"/agent/sessions/{session_id}/messages",
-                json={"input": "Weather in Paris?", "model": "toolless", "stream": stream},
-            )
-            assert response.status_code == 200, response.text
-            stored = await _messages(client, session_id)
-    if stream:
-        events = sse_events(response.text)
-        names = [name for name, _ in events]
-        assert names[0] == "start" and names[-1] == "done"
-        assert ("tool_call", "get_weather") in [(n, d.get("name")) for n, d in events]
-        result = next(d for n, d in events if n == "tool_result")
-        assert result["content"] == "Paris: 21 C" and result["is_error"] is False
-        assert events[-1][1]["reply"] == "21 C in Paris."
-    else:
-        body = response.json()
-        assert body["reply"] == "21 C in Paris." and body["rounds"] == 2
-        assert [c["name"] for c in body["tool_calls"]] == ["get_weather"]
-        assert [r["content"] for r in body["tool_results"]] == ["Paris: 21 C"]
-    assert len(plain.requests) == 2 and native.requests == []
-    assert all(r.tools == () for r in plain.requests)  # the tools went into the prompt
-    assert stored[-1]["content"] == "21 C in Paris."
-    assert stored[-1]["tool_data"]["results"][0]["content"] == "Paris: 21 C"
-
-
-async def test_the_seeds_search_name_reaches_web_search(db: str) -> None:
-    """Seed 002 calls the search tool ``tavily_search``: a persona written for it (its
-    prompt names that tool) and a client choosing the tool by that name both get
-    ``web_search``."""
-
-    class Prices:
-        name = "prices"
-
-        async def search(self, query: str, max_results: int) -> list[SearchResult]:
-            return [SearchResult("Price", "https://p.example", "43,250 USD")]
-
-    async def weather(arguments: dict[str, Any]) -> str:
-        return f"{arguments['city']}: 21 C"
-
-    tools = ToolRegistry(
-        [web_search_tool(Prices()), Tool("get_weather", "Weather by city", CITY, weather)]
-    )
-    backend = ScriptedBackend("scripted")
-    # What a model reading that persona calls: the seed's name.
-    backend.enqueue(
-        Script(text=[], tool_calls=[("tavily_search", {"query": "bitcoin price"})]),
-        Script(text=["It is $43,250."]),
-    )
-    with agent_gateway(db, {"scripted": backend}, tools=tools) as srv:
-        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
-            persona = await client.post(
-                "/agent/personas",
-                json={"name": "Kalito", "prompt": "Call tavily_search for anything current."},
-            )
-            session_id = await _session(client, persona_id=persona.json()["id"])
-            messages = f"/agent/sessions/{session_id}/messages"
-            response = await client.post(
-                messages, json={"input": "Bitcoin price?", "tools": ["tavily_search"]}
-            )
-            refused = await client.post(
-                messages, json={"input": "Again?", "tools": ["tavily_search", "no_such_tool"]}
-            )
-            stored = await _messages(client, session_id)
-    body = response.json()
-    assert body["reply"] == f"{SEARCHING_ONLINE}\n\nIt is $43,250."
-    assert [c["name"] for c in body["tool_calls"]] == ["tavily_search"]
-    (result,) = body["tool_results"]
-    assert result["is_error"] is False
-    assert (
-        result["content"]
-        == 'Search results for "bitcoin price":\n1. Price (https://p.example)\n   43,250 USD'
-    )
-    # The client named one tool: only it was offered, under its own name.
-    assert [t.name for t in backend.requests[0].tools] == ["web_search"]
-    error = _error(refused, 400)
-    assert error["param"] == "tools" and "'no_such_tool'" in error["message"]
-    assert "'tavily_search'" not in error["message"]  # the alias was known
-    assert len(stored) == 2  # the refused turn stored nothing
 
 
 # -- memory across a restart ---------------------------------------------------------------
@@ -728,7 +595,7 @@ async def test_memory_stays_within_budget_across_a_gateway_restart(db_url: str) 
             persona = await client.post(
                 "/agent/personas", json={"name": "Nurse", "prompt": "You are a nurse."}
             )
-            session_id = await _session(client, persona_id=persona.json()["id"])
+            session_id = await session_of(client, persona_id=persona.json()["id"])
             for fact in ("Mary is allergic to penicillin", "Mary takes metformin at 8"):
                 await client.post(f"/agent/sessions/{session_id}/pins", json={"content": fact})
             for n in range(8):
@@ -745,7 +612,7 @@ async def test_memory_stays_within_budget_across_a_gateway_restart(db_url: str) 
                 f"/agent/sessions/{session_id}/messages", json={"input": "What do we know?"}
             )
             assert response.json()["reply"] == "Noted."
-            stored = await _messages(client, session_id)
+            stored = await messages_of(client, session_id)
     assert len(stored) == 18
     (request,) = second.requests
     system, *history, question = request.messages
@@ -769,7 +636,7 @@ async def test_an_unopenable_database_leaves_the_gateway_serving(
     dead = "postgresql://nobody@127.0.0.1:1/agent"  # nothing listens on port 1
     with agent_gateway(dead, {"scripted": backend}) as server:
         async with httpx.AsyncClient(base_url=server.url) as client:
-            error = _error(await client.get("/agent/sessions"), 503)
+            error = error_of(await client.get("/agent/sessions"), 503)
             assert "database could not be opened" in error["message"]
             assert "nobody" not in error["message"]
             assert (await client.get("/health")).status_code == 200
@@ -777,7 +644,7 @@ async def test_an_unopenable_database_leaves_the_gateway_serving(
 
 def test_the_agent_can_be_turned_off(db: str, backend: ScriptedBackend) -> None:
     with agent_gateway(db, {"scripted": backend}, enabled=False) as server:
-        _error(httpx.get(server.url + "/agent/sessions"), 404)
+        error_of(httpx.get(server.url + "/agent/sessions"), 404)
     assert not Path(db).exists()  # and its database is never opened
 
 
@@ -824,7 +691,7 @@ async def test_a_dead_primary_with_a_fallback_serves_the_turn_as_it_serves_api_c
             )
             assert chat.status_code == 200 and chat.json()["message"]["content"] == "spare answer"
             assert chat.headers["x-llmbridge-fallback"] == "spare/main"
-            session_id = await _session(client)
+            session_id = await session_of(client)
             turn = await client.post(
                 f"/agent/sessions/{session_id}/messages",
                 json={"input": "Hi", "model": "main", "stream": stream},
@@ -835,6 +702,6 @@ async def test_a_dead_primary_with_a_fallback_serves_the_turn_as_it_serves_api_c
                 assert done and done[0]["reply"] == "spare answer"
             else:
                 assert turn.json()["reply"] == "spare answer"
-            stored = await _messages(client, session_id)
+            stored = await messages_of(client, session_id)
             assert [m["role"] for m in stored] == ["user", "assistant"]
             assert stored[-1]["content"] == "spare answer"
