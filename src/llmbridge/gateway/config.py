@@ -10,7 +10,7 @@ backend and serves any model name. Example file::
       master_key: "sk-admin-..."      # /admin/ API; with it, keys in the database work
       max_body_bytes: 33554432        # 32 MB, Anthropic's own limit
       max_header_bytes: 65536         # 431 above; with max_headers: 100 fields
-      header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
+      header_timeout: 10              # seconds for the headers, then 408 (server/read_limits.py)
       body_timeout: 60                # seconds for the body, then 408
       health_cache_s: 1               # /health reuses a backend probe this long
       workers: 1                      # processes serving the port (--workers, LLMBRIDGE_WORKERS)
@@ -153,7 +153,7 @@ class ServerConfig(Strict):
     limits: LimitsConfig = LimitsConfig()
     """Bounds on what one request may hold."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # How long and how much a client may take to send a request (gateway/read_limits.py).
+    # How long and how much a client may take to send a request (gateway/server/read_limits.py).
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     """The request line and headers together, in bytes; more is a 431."""
     max_headers: int = Field(100, ge=1)
@@ -178,7 +178,7 @@ class ServerConfig(Strict):
     workers: int = Field(1, ge=1)
     """Processes that serve the port (``--workers``, ``LLMBRIDGE_WORKERS``), each with its
     own event loop, backends and embedded model; 1 runs the gateway in the ``llmbridge
-    serve`` process itself (gateway/asgi.py; docs/DEPLOY.md, "Workers")."""
+    serve`` process itself (gateway/server/asgi.py; docs/DEPLOY.md, "Workers")."""
     health_cache_s: float = Field(1.0, ge=0)
     """How long ``/health`` reuses a backend's last probe (0: probe on every call).
     Load balancers poll it often and anyone may call it: probing each backend on

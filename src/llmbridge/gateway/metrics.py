@@ -8,14 +8,14 @@ cardinality stays bounded whatever clients send.
 A request that ends before any backend is chosen (the client left while sending its
 body: 499; its body came too slowly: 408) is counted with empty backend and model and
 its route's path template as the endpoint. Connections closed while their headers were
-read (gateway/read_limits.py) have no endpoint; they are counted by reason.
+read (gateway/server/read_limits.py) have no endpoint; they are counted by reason.
 
 With ``llmbridge serve --workers N`` each worker process counts in its own files, in
 the directory the parent named in ``PROMETHEUS_MULTIPROC_DIR`` before starting them
 (prometheus_client's multiprocess mode, chosen when the library is imported), and a
 scrape of any worker reads every worker's files: one scrape shows the sum. Counters and
 histograms add up; the gauges are ``livesum``, the sum over the workers alive (a dead
-worker's files are dropped by ``gateway/workers.py``). The event-loop task gauge,
+worker's files are dropped by ``gateway/server/workers.py``). The event-loop task gauge,
 computed on scrape in one process, is set each second by each worker instead.
 """
 
@@ -230,7 +230,7 @@ class GatewayMetrics:
         return child
 
     def refresh(self) -> None:
-        """Each second in a worker (gateway/workers.py): what a single process computes
+        """Each second in a worker (gateway/server/workers.py): what a single process computes
         when scraped, written where the other workers' scrapes read it."""
         if self.multiprocess_dir is not None:
             self.tasks.set(_task_count())

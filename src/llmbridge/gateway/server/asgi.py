@@ -9,11 +9,11 @@ environment. Instead the parent writes it into a fresh run directory (``RunDirec
 directory in ``LLMBRIDGE_RUN_DIR``; each worker's ``create_app_from_env`` reads it back.
 The same directory holds the workers' Prometheus files (``metrics/``, named in
 ``PROMETHEUS_MULTIPROC_DIR``: gateway/metrics.py) and their status files (``workers/``:
-gateway/workers.py). The parent removes it when the last worker has stopped.
+gateway/server/workers.py). The parent removes it when the last worker has stopped.
 
 What ``llmbridge serve`` does for its one process is done in each worker too: the
 interpreter tuning (``tune_interpreter``), logging, and the HTTP protocol with the
-header limits (``WorkerProtocol``, gateway/read_limits.py), whose limits and rejection
+header limits (``WorkerProtocol``, gateway/server/read_limits.py), whose limits and rejection
 counter are the app's, set when the factory has built it (uvicorn imports the protocol
 class before it calls the factory, and makes connections only after).
 
@@ -36,8 +36,12 @@ from uvicorn.config import STARTUP_FAILURE
 
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.config import ConfigError, GatewayConfig
-from llmbridge.gateway.read_limits import LimitedHttpToolsProtocol, ReadLimits, protocol_class
-from llmbridge.gateway.workers import WorkerBoard
+from llmbridge.gateway.server.read_limits import (
+    LimitedHttpToolsProtocol,
+    ReadLimits,
+    protocol_class,
+)
+from llmbridge.gateway.server.workers import WorkerBoard
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -59,9 +63,9 @@ RUN_DIR_ENV = "LLMBRIDGE_RUN_DIR"
 """Names the run directory of ``llmbridge serve --workers N`` to its workers."""
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's own variable, read when the library is first imported."""
-APP_FACTORY = "llmbridge.gateway.asgi:create_app_from_env"
+APP_FACTORY = "llmbridge.gateway.server.asgi:create_app_from_env"
 """What uvicorn's workers import and call (``factory=True``)."""
-PROTOCOL = "llmbridge.gateway.asgi:WorkerProtocol"
+PROTOCOL = "llmbridge.gateway.server.asgi:WorkerProtocol"
 """uvicorn's ``http=`` in the workers."""
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

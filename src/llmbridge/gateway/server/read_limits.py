@@ -37,7 +37,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from llmbridge.core.errors import RequestTimeoutError
 from llmbridge.gateway.config import ServerConfig
-from llmbridge.gateway.head_write import HeadHoldingTransport
+from llmbridge.gateway.server.head_write import HeadHoldingTransport
 
 __all__ = ["BodyDeadline", "ReadLimits", "protocol_class"]
 
@@ -131,7 +131,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # -- uvicorn's protocol, with the checks ---------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        # Each response's head goes out with its body in one write (gateway/head_write.py).
+        # Each response's head goes out with its body in one write (gateway/server/head_write.py).
         self._writes = HeadHoldingTransport(transport, self.loop)
         super().connection_made(self._writes)  # type: ignore[arg-type]
         # The clock starts with the connection: a client that connects and sends

@@ -1,6 +1,6 @@
 """The workers of one ``llmbridge serve --workers N``, as ``/health`` shows them.
 
-Each worker is its own process (gateway/asgi.py), so none of them knows the others'
+Each worker is its own process (gateway/server/asgi.py), so none of them knows the others'
 state in memory. Instead each one writes a small status file, ``<pid>.json`` in the
 run's ``workers/`` directory, at start and then every ``STATUS_INTERVAL_S``: its pid,
 when it started, the requests it completed and has in flight, and the circuit of each

@@ -4,7 +4,7 @@ uvicorn writes a response's status line and headers the moment the app sends
 ``http.response.start``, and its body with the next message: two ``write()`` system
 calls, two TCP segments, two wake-ups of the client. On loopback a ``write()`` costs
 the writer the whole delivery; the second one was a tenth of the gateway's CPU for a
-non-streamed request (profiled). The gateway's protocol (gateway/read_limits.py)
+non-streamed request (profiled). The gateway's protocol (gateway/server/read_limits.py)
 hands uvicorn this wrapper of the connection's transport instead: once a request's
 headers are in, the next write (the response's head) is held, and joined to the write
 after it (the body, or a stream's first chunk) when that comes in the same turn of the
