@@ -24,7 +24,7 @@ from starlette.routing import Route
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import load_config
-from llmbridge.gateway.exchange import EXCHANGED
+from llmbridge.gateway.exchange.exchange import EXCHANGED
 from tests.conftest import RunningServer, create_key, ledger_rows, running_gateway
 
 MASTER = "sk-master-routes"

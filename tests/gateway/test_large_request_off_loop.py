@@ -16,7 +16,7 @@ import pytest
 from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.dialects import openai as openai_dialect
-from llmbridge.gateway import exchange
+from llmbridge.gateway.exchange import exchange
 from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 from tests.upstream import Canned, FakeUpstream
 

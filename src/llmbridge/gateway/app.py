@@ -37,11 +37,11 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.models import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
-from llmbridge.gateway.agent_gate import KeyGate, memory_usage_recorder
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.console.web import error_page, is_console_path
-from llmbridge.gateway.exchange import EXCHANGED, log_left_mid_body
+from llmbridge.gateway.exchange.agent_gate import KeyGate, memory_usage_recorder
+from llmbridge.gateway.exchange.exchange import EXCHANGED, log_left_mid_body
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.routes import (
     anthropic,

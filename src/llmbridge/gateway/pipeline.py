@@ -27,7 +27,7 @@ from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.exchange import Exchange, exchanged
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
 from llmbridge.web.bodies import read_chat

@@ -26,8 +26,8 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.ollama.types import keep_alive_seconds
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange, exchanged
 from llmbridge.gateway.pipeline import Answer, ChatCodec, Shortcut, chat_endpoint, serve_embed
 from llmbridge.gateway.routes import ollama_models
 from llmbridge.serving.router import Resolved

@@ -17,8 +17,8 @@ from starlette.routing import Route
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange, exchanged
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
 from llmbridge.gateway.routes.anthropic import discovered_model
 from llmbridge.web.bodies import read_json

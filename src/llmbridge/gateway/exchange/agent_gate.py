@@ -33,7 +33,7 @@ from llmbridge.accounts.ledger import UsageRecord
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.response import Usage
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.gateway.exchange import Exchange
+from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.router import Resolved
 from llmbridge.web.render import Dialect, new_request_id
