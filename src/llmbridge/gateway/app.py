@@ -41,7 +41,7 @@ from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.console.web import error_page, is_console_path
 from llmbridge.gateway.exchange.agent_gate import KeyGate, memory_usage_recorder
-from llmbridge.gateway.exchange.exchange import EXCHANGED, log_left_mid_body
+from llmbridge.gateway.exchange.handler import EXCHANGED, log_left_mid_body
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.routes import (
     anthropic,
@@ -240,7 +240,7 @@ async def _client_disconnected(request: Request, exc: Exception) -> Response:
 
 def _body_timed_out(metrics: GatewayMetrics, scope: Scope) -> None:
     """A body that did not arrive in time (gateway/server/read_limits.py), for the metrics:
-    an exchanged route (gateway/exchange.py) counts its own 408 with its ledger row."""
+    an exchanged route (gateway/exchange/handler.py) counts its own 408 with its ledger row."""
     if not getattr(scope.get("endpoint"), EXCHANGED, False):
         metrics.unserved(_endpoint_label(scope), 408)
 
@@ -310,7 +310,7 @@ def create_app(
     )
     state.accounts.on_auth_on = _ledger_when_keys_appear(state)
 
-    # Agent turns count against the caller's key and in the ledger (gateway/agent_gate.py).
+    # Agent turns count against the caller's key and in the ledger (gateway/exchange/agent_gate.py).
     agent = MountedAgent(state.limits, gate=KeyGate(state))
 
     @asynccontextmanager

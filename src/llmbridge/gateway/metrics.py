@@ -189,7 +189,7 @@ class GatewayMetrics:
 
     def model_label(self, name: str, *, served: bool) -> str:
         """The label of a model name that a glob route or a default backend passed on
-        as the client sent it (gateway/exchange.py ``metric_model``): its own once a
+        as the client sent it (gateway/exchange/record.py ``metric_model``): its own once a
         backend has served it, for at most ``MAX_PASSED_ON_LABELS`` names; otherwise
         ``OTHER_MODEL``. A name a client made up is refused by the backend and never
         becomes a label."""

@@ -151,7 +151,7 @@ class _Child:
 
 
 class Finished(Protocol):
-    """What ``GatewayTrace.finish`` reads of the request (gateway/exchange.py's
+    """What ``GatewayTrace.finish`` reads of the request (gateway/exchange/exchange.py's
     ``Exchange``; a protocol, so this module does not import it)."""
 
     @property

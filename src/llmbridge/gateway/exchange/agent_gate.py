@@ -2,7 +2,7 @@
 routes' are (key limits, the ledger): ``KeyGate`` fills the hook ``agent/gate.py`` names, and
 ``gateway/app.py`` sets it on the ``MountedAgent``.
 
-``admit`` opens the request's ``Exchange`` (gateway/exchange.py) for the turn's model:
+``admit`` opens the request's ``Exchange`` (exchange.py) for the turn's model:
 the request's database key (``ACCOUNT`` in the scope; a static key or auth off counts
 nothing) checked against its globs, budget (a reservation of the turn's worst case),
 parallel slot, requests and tokens per minute, the caller's text estimated as the
@@ -12,8 +12,9 @@ recorded in the ledger with its status and raised for the agent's error path, wh
 adds ``refusal_headers`` (OpenAI-shaped: the agent API's errors are).
 
 ``AgentPass`` then sums the usage of every model call of the request (a tool loop
-makes several, ``Usage.plus``) into the exchange, whose endpoint is the route's path
-template and whose model is the model the turn used. ``finish`` settles the key and
+makes several, ``Usage.plus``) and hands the sum to the exchange once
+(``Exchange.agent_usage``), whose endpoint is the route's path template and whose model
+is the model the turn used. ``finish`` settles the key and
 writes the one ledger row, once, however the request ended.
 
 ``memory_usage_recorder`` puts the agent's background memory calls (summaries,
@@ -33,6 +34,7 @@ from llmbridge.accounts.ledger import UsageRecord
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.response import Usage
 from llmbridge.features.token_count import count_text_tokens
+from llmbridge.gateway.exchange.admission import refusal_headers
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.state import GatewayState
 from llmbridge.serving.router import Resolved
@@ -66,7 +68,7 @@ class AgentPass:
         if exchange.done:
             return
         if self.usage is not None:
-            exchange.usage = self.usage
+            exchange.agent_usage(self.usage)
         await exchange.finish(status)
 
 
@@ -89,7 +91,7 @@ class KeyGate:
             if record is not None:
                 counts = record.tpm is not None or record.budget_usd is not None
                 tokens = count_text_tokens(prompt) if counts else 0
-                exchange.prompt_tokens = tokens
+                exchange.counted_prompt(tokens)
                 await exchange.admit_call(prompt_tokens=tokens)
         except LLMBridgeError as exc:
             exchange.failed(exc)
@@ -98,7 +100,7 @@ class KeyGate:
         return AgentPass(exchange)
 
     def refusal_headers(self, error: LLMBridgeError) -> dict[str, str]:
-        return Exchange.refusal_headers_of(error, Dialect.OPENAI)
+        return refusal_headers(error, Dialect.OPENAI)
 
     def _resolved(self, model: str) -> Resolved | None:
         """Where ``model`` resolves to, when its route has one server. Which of
