@@ -155,12 +155,16 @@ def run(
     from rich.progress import Progress
 
     from llmbridge.profiler.records.input_files import InputLimits
+    from llmbridge.profiler.records.otel import EXPORTER_MISSING, exporter_installed
     from llmbridge.profiler.records.records import IterationRecord
     from llmbridge.profiler.records.scenarios import ScenarioFileError, load_scenarios
     from llmbridge.profiler.report.report import html_report, markdown_report, print_summary
     from llmbridge.profiler.run.runner import run_plans
     from llmbridge.profiler.run.setup import PROVIDERS, plan_for
 
+    if otlp_endpoint and not exporter_installed():
+        # Before the run, not after it: a run may take hours to reach the export.
+        raise click.ClickException(EXPORTER_MISSING)
     kinds = list(dict.fromkeys(providers or ("opencode",)))
     binaries = _binaries(commands, PROVIDERS)
     try:

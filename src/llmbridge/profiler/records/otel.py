@@ -8,18 +8,33 @@ One ``invoke_agent`` span per session, a ``chat`` span per LLM step (turn) and a
 ``gen_ai.usage.reasoning.output_tokens``, ``gen_ai.response.finish_reasons``,
 ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``error.type``). The spans are plain
 dictionaries written to ``traces.jsonl``; ``export_otlp`` sends them to an OTLP/HTTP
-collector with the OpenTelemetry SDK (the optional ``otlp`` extra).
+collector with the OpenTelemetry SDK (the optional ``otlp`` extra; ``profile run
+--otlp-endpoint`` asks ``exporter_installed`` before the run starts).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
 from llmbridge.profiler.records.types import ProviderConfig, SessionTrace, TokenMetrics
 
-__all__ = ["export_otlp", "trace_spans"]
+__all__ = ["EXPORTER_MISSING", "export_otlp", "exporter_installed", "trace_spans"]
+
+EXPORTER_MISSING = "--otlp-endpoint needs the OpenTelemetry exporter: pip install 'llmbridge[otlp]'"
+"""Why ``profile run --otlp-endpoint`` is refused where the ``otlp`` extra is not installed."""
+_EXPORTER_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+
+
+def exporter_installed() -> bool:
+    """Whether the ``otlp`` extra (the OpenTelemetry SDK and its OTLP/HTTP exporter) is
+    installed: its packages are looked up, not imported."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in _EXPORTER_PACKAGES)
+    except (ImportError, ValueError):  # a parent package missing, or a broken entry
+        return False
 
 
 def _usage(tokens: TokenMetrics) -> dict[str, int]:
