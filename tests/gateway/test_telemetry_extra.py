@@ -53,7 +53,7 @@ def test_serve_with_an_endpoint_in_the_file_says_one_line_and_starts_nothing(
 
     # What serve does first once its configuration is read: were the endpoint let
     # through, the test fails here instead of serving.
-    monkeypatch.setattr("llmbridge.gateway.asgi.configure_logging", started)
+    monkeypatch.setattr("llmbridge.gateway.server.asgi.configure_logging", started)
     config = tmp_path / "llmbridge.yaml"
     config.write_text("telemetry: {otlp_endpoint: 'http://127.0.0.1:4318'}\n")
     result = CliRunner().invoke(cli, ["serve", "--config", str(config), "--port", "0"])
