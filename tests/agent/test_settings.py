@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
 from llmbridge.backends.anthropic import AnthropicBackend
 from llmbridge.backends.base import Capabilities
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.core.messages import Message, TextPart

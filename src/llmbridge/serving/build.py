@@ -41,7 +41,7 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
     """Instantiate one configured backend (not started)."""
     host = host or Host()
     if config.type == "embedded":
-        from llmbridge.backends.embedded import EmbeddedBackend
+        from llmbridge.backends.embedded.backend import EmbeddedBackend
 
         # Unset settings keep the backend's defaults (its module says why).
         optional = {"flash_attn": config.flash_attn} if config.flash_attn is not None else {}
