@@ -1,5 +1,5 @@
 """Persona settings: validation, the seed's merge order, and what each backend gets
-under its own names (fitted by serving/params.py with each backend's real
+under its own names (fitted by serving/prepare/sampling.py with each backend's real
 capabilities, then through the real dialect encoders)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, GenerationParams
 from llmbridge.dialects.ollama.request import encode_chat_request as encode_ollama
 from llmbridge.dialects.openai.request import encode_chat_request as encode_openai
-from llmbridge.serving.params import fit_params, repeat_penalty_to_frequency_penalty
+from llmbridge.serving.prepare.sampling import fit_params, repeat_penalty_to_frequency_penalty
 
 OLLAMA = OllamaBackend.capabilities
 OPENAI = OpenAICompatBackend.capabilities

@@ -34,7 +34,7 @@ class OpenAIResponsesBackend(Backend):
 
     kind = "openai_responses"
     # The API enforces tool_choice and takes effort levels; it has no stop sequences,
-    # seed or penalties, so serving/params.py drops those (and says so).
+    # seed or penalties, so serving/prepare/sampling.py drops those (and says so).
     capabilities = Capabilities(
         tool_choice=True, sampling=frozenset({"max_tokens", "temperature", "top_p"})
     )

@@ -65,11 +65,11 @@ TOOLS_HEADER = "x-llmbridge-tools"
 FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
-"""Sampling parameters converted or dropped for the backend (serving/params.py)."""
+"""Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
 
 
 def change_headers(changes: Changes) -> dict[str, str]:
-    """What serving changed in a request (serving/prepare.py), as response headers."""
+    """What serving changed in a request (serving/prepare/changes.py), as response headers."""
     headers: dict[str, str] = {}
     if changes.thinking_dropped:
         headers[THINKING_HEADER] = "dropped"

@@ -516,8 +516,8 @@ def encode_embed_request(req: EmbedRequest) -> dict[str, Any]:
 
 
 def _encode_params(params: GenerationParams) -> dict[str, Any]:
-    # min_p, repeat_penalty and num_ctx have no Gemini field; serving/params.py reports
-    # them dropped for a backend that does not take them.
+    # min_p, repeat_penalty and num_ctx have no Gemini field; serving/prepare/sampling.py
+    # reports them dropped for a backend that does not take them.
     config: dict[str, Any] = {}
     fields = (
         ("temperature", params.temperature),
