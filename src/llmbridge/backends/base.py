@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.models import ModelInfo, ModelOperation
+from llmbridge.core.model_info import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.core.stream import EventStream

@@ -21,7 +21,7 @@ from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Cap
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo, ModelOperation
+from llmbridge.core.model_info import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import ollama as dialect

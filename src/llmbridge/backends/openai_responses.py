@@ -21,7 +21,7 @@ from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.backends.openai_compat import normalise_base_url
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import openai, responses
 from llmbridge.dialects.framing import aiter_sse

@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from llmbridge.accounts.keys import KeyRecord
 from llmbridge.accounts.service import ACCOUNT
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 
 __all__ = ["account_of", "visible_models"]
 

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import BackendProtocolError, BackendTimeoutError, LLMBridgeError
 from llmbridge.core.events import StreamError, StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.stream import EventStream
 from llmbridge.core.tracing import REQUEST_TRACE

@@ -89,7 +89,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.ids import new_id
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Timings, Usage

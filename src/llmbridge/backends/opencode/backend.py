@@ -76,7 +76,7 @@ from llmbridge.core.errors import (
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.hosts import is_loopback_url
 from llmbridge.core.ids import new_id
-from llmbridge.core.models import Capability, ModelInfo
+from llmbridge.core.model_info import Capability, ModelInfo
 from llmbridge.core.request import ChatRequest
 
 __all__ = ["LatencyBreakdown", "OpenCodeBackend", "OpenCodeTimeouts"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.serving.config import ModelRoute
 
 __all__ = ["check_fill_in_middle", "has_native_tools"]
