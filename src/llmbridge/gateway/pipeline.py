@@ -21,8 +21,8 @@ from starlette.responses import Response
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbridge.backends.base import Backend
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.serving.config import BackendConfig, OpenCodeBackendConfig, ServingConfig
 
 __all__ = ["Host", "build_backend", "build_backends"]

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
-from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits, check_count, count_error
 from llmbridge.core.messages import ToolChoice, ToolDefinition
 from llmbridge.core.request import (
     ChatRequest,
@@ -30,6 +29,7 @@ from llmbridge.core.request import (
     ResponseFormat,
     ThinkingConfig,
 )
+from llmbridge.core.request_limits import DEFAULT_LIMITS, RequestLimits, check_count, count_error
 from llmbridge.dialects.gemini.contents import ContentDecoder, encode_contents
 from llmbridge.dialects.gemini.errors import VALIDATION_WORDING
 from llmbridge.dialects.gemini.schema import lower_case_types, openapi_to_json_schema

@@ -34,8 +34,8 @@ from starlette.routing import Match, Route
 from starlette.types import Scope
 
 from llmbridge.core.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.gemini import model_list as gemini_model_list

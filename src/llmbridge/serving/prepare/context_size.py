@@ -32,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.request_size import larger_than
 from llmbridge.features.token_count import count_request_tokens
 
