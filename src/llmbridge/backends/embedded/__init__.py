@@ -17,12 +17,13 @@ In the gateway process:
 In the worker process (``python -m llmbridge.backends.embedded.worker``):
 
 - ``worker``: loads the model and serves the commands; it imports ``llama_cpp``.
-- ``prompt``'s worker-side functions (``template_formatter``, the GGUF's chat
-  template; ``prompt_tokens``, ``cached_prefix``) run there on the loaded model, and
-  ``schema``'s ``grammar_error`` asks llama.cpp's own parser; both import ``llama_cpp``
-  inside the function only, so the gateway, which imports the same modules, never
-  loads libllama. ``schema`` loads llama-cpp-python's pure-Python
-  ``llama_grammar.py`` file on its own for the gateway's check, which loads no library.
+- ``prompt``'s worker-side functions (``template_formatter``, ``prompt_tokens``,
+  ``cached_prefix``: the GGUF's chat template and the prompt's tokens on the loaded
+  model) and ``schema``'s ``grammar_error`` (llama.cpp's own grammar parser) run there.
+  ``template_formatter`` and ``grammar_error`` import ``llama_cpp`` inside the function,
+  so the gateway, which imports the same two modules, never loads libllama; the
+  gateway's schema check loads llama-cpp-python's pure-Python ``llama_grammar.py`` file
+  on its own, which loads no library.
 
 Both sides: ``wire``, the frames on the pipe between them.
 
