@@ -35,7 +35,7 @@ from llmbridge.core.errors import (
     ServiceUnavailableError,
     error_for_status,
 )
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.console import routes as console_routes
