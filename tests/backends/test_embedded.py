@@ -24,6 +24,7 @@ import pytest_asyncio
 from llmbridge.backends.embedded import backend as embedded_backend
 from llmbridge.backends.embedded.backend import (
     DEFAULT_MAX_TOKENS,
+    DEFAULT_QUEUE_TIMEOUT,
     EmbeddedBackend,
     default_model_path,
 )
@@ -63,7 +64,7 @@ from llmbridge.core.request import (
 )
 from llmbridge.core.response import StopReason
 from tests.embedded_reference import direct_reply
-from tests.waiting import until
+from tests.waiting import scaled, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -85,7 +86,9 @@ async def collect(events: AsyncIterator[StreamEvent]) -> list[StreamEvent]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend() -> AsyncIterator[EmbeddedBackend]:
-    instance = EmbeddedBackend()
+    # The queue's 30 s wait is a deadline the product applies: on a loaded machine the
+    # third of three queued turns can wait longer than that behind the first two.
+    instance = EmbeddedBackend(queue_timeout=scaled(DEFAULT_QUEUE_TIMEOUT))
     await instance.start()
     yield instance
     await instance.aclose()
