@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 
 from llmbridge.agent.store import AgentStore
-from llmbridge.store.models import (
+from llmbridge.store.tables import (
     Appointment,
     Caregiver,
     Medication,

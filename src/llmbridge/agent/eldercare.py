@@ -41,7 +41,7 @@ from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.core.errors import NotFoundError
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.store.models import (
+from llmbridge.store.tables import (
     Appointment,
     Base,
     Caregiver,

@@ -24,7 +24,7 @@ from llmbridge.agent.store.records import (
 )
 from llmbridge.core.errors import ConflictError, NotFoundError
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.store.models import Fact, LongSummary, MemoryCursor, SessionRow, Summary, utcnow
+from llmbridge.store.tables import Fact, LongSummary, MemoryCursor, SessionRow, Summary, utcnow
 from llmbridge.store.values import storable_text
 
 

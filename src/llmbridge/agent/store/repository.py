@@ -51,7 +51,7 @@ from llmbridge.agent.store.records import (
 from llmbridge.core.errors import ConflictError, NotFoundError
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.store.database import Database
-from llmbridge.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
+from llmbridge.store.tables import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
 from llmbridge.store.values import storable, storable_text
 
 __all__ = ["AgentStore"]

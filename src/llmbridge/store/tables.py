@@ -1,5 +1,5 @@
-"""The product's tables, as SQLAlchemy 2 ORM models: the schema is the product's, one
-set for every repository on the ``Database`` (store/database.py).
+"""The product's tables, as SQLAlchemy 2 mapped classes (ORM tables): the schema is the
+product's, one set for every repository on the ``Database`` (store/database.py).
 
 The agent's (``agent.store``, ``agent.documents``, ``agent.eldercare``):
 
@@ -23,7 +23,7 @@ Personas, sessions, documents and patients carry an ``owner`` (a hash of the API
 that created them; ``agent.store.access`` has the rules).
 
 The schema itself is created and changed only by the migrations in
-``store/migrations``; a test checks that these models and the migrations agree.
+``store/migrations``; a test checks that these tables and the migrations agree.
 Timestamps are stored in UTC; ``UTCDateTime`` gives them back timezone-aware on every
 database (SQLite keeps no offset).
 """
