@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from llmbridge.agent.context import ContextRequest, gather_context
+from llmbridge.agent.context_providers import ContextRequest, gather_context
 from llmbridge.agent.documents import DocumentStore, chunk_text, terms
 from llmbridge.agent.eldercare import EldercareProvider
 from llmbridge.agent.prompt import (

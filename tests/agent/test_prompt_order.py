@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from llmbridge.agent.context import ContextRequest
+from llmbridge.agent.context_providers import ContextRequest
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareProvider
 from llmbridge.agent.memory import HISTORY_INSTRUCTION, OLDER_PREFIX, OLDER_SUFFIX, MemoryConfig

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from llmbridge.agent.config import AgentConfig
-from llmbridge.agent.context import (
+from llmbridge.agent.context_providers import (
     DEFAULT_CONTEXT_BUDGET,
     MAX_CONTEXT_BUDGET,
     MIN_CONTEXT_BUDGET,

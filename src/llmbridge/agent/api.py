@@ -33,8 +33,8 @@ from pydantic import (
 )
 
 from llmbridge.agent.documents import DocumentHit, DocumentRecord
+from llmbridge.agent.persona_settings import AgentSettings
 from llmbridge.agent.service import AgentReply
-from llmbridge.agent.settings import AgentSettings
 from llmbridge.agent.store import (
     FactRecord,
     LongSummaryRecord,

@@ -36,7 +36,7 @@ from typing import Any, cast
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmbridge.agent.context import ContextRequest
+from llmbridge.agent.context_providers import ContextRequest
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.core.errors import NotFoundError

@@ -10,15 +10,15 @@ A turn:
 
 1. The model is resolved first (an unknown model or persona fails before anything
    is stored). Settings merge persona first, then the request
-   (``settings.merge_settings``) into neutral parameters
-   (``settings.generation_params``); the serving layer fits them to the backend.
+   (``persona_settings.merge_settings``) into neutral parameters
+   (``persona_settings.generation_params``); the serving layer fits them to the backend.
 2. The user message is stored (committed) before generation.
 3. The prompt, stable part first so a local model's prefix cache hits
    (``prompt``): the system prompt (persona, custom prompt, focus instructions),
    then the hybrid-memory history (``memory``), then one user message with this
    turn's context (documents, the context providers' blocks) and the input.
    Each provider's block is sized by the model's context window
-   (``context.context_budget``: the route's ``context_length``, else the backend's
+   (``context_providers.context_budget``: the route's ``context_length``, else the backend's
    report), unless the service was given a fixed ``context_budget``.
 4. The tool loop: the model is asked with the registry's tools (offered on every
    backend; the gateway pipeline emulates them for models without native tools).
@@ -59,7 +59,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from llmbridge.agent.context import (
+from llmbridge.agent.context_providers import (
     ContextProvider,
     ContextRequest,
     context_budget,
@@ -69,9 +69,9 @@ from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.eldercare import EldercareRecords
 from llmbridge.agent.gate import CallMeter, metered
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
+from llmbridge.agent.persona_settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.prompt import assemble_turn, build_system_prompt, build_turn_context
 from llmbridge.agent.session_locks import SessionLocks
-from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.store import (
     AgentStore,
     PersonaRecord,

@@ -143,7 +143,7 @@ def personas_create(
     """Create a persona named NAME; prints its id."""
     from pydantic import ValidationError
 
-    from llmbridge.agent.settings import AgentSettings
+    from llmbridge.agent.persona_settings import AgentSettings
 
     try:
         values = AgentSettings.model_validate(dict(_setting(s) for s in settings))

@@ -134,7 +134,7 @@ class Base(DeclarativeBase):
 
 
 class Persona(Base):
-    """A system prompt plus generation settings (``agent.settings.AgentSettings``)."""
+    """A system prompt plus generation settings (``agent.persona_settings.AgentSettings``)."""
 
     __tablename__ = "personas"
 

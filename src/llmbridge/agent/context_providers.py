@@ -39,7 +39,7 @@ __all__ = [
     "gather_context",
 ]
 
-log = logging.getLogger("llmbridge.agent.context")
+log = logging.getLogger("llmbridge.agent.context_providers")
 
 CONTEXT_SHARE = 0.1
 """The share of the model's context window one provider's block may take."""
