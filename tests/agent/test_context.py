@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from llmbridge.agent.context_providers import ContextRequest, gather_context
 from llmbridge.agent.documents import DocumentStore, chunk_text, terms
-from llmbridge.agent.eldercare import EldercareProvider
+from llmbridge.agent.domains.eldercare.records import EldercareProvider
 from llmbridge.agent.prompt import (
     FOCUS_INSTRUCTIONS,
     assemble_turn,

@@ -1,4 +1,4 @@
-"""The agent API's plumbing (``agent.routes``, ``agent.care_routes``): what the app
+"""The agent API's plumbing (``agent.routes``, ``agent.domains.eldercare.routes``): what the app
 mounts (``MountedAgent``), the guard every handler runs under (``guarded``: path and
 query parameters checked, every failure a JSON error in the OpenAI shape, never a
 traceback), and the readers and writers the handlers share (the runtime and the

@@ -8,7 +8,7 @@ the agent's own modules.
 Here: personas, sessions, a session's messages (a turn: ``POST .../messages``,
 streamed as Server-Sent Events when asked), pins and summaries, facts (listed, added,
 corrected, deleted) and the long-range summary. ``routes`` also carries
-``agent.care_routes``' documents and eldercare records (patients and their caregivers,
+``agent.domains.eldercare.routes``' documents and eldercare records (patients and their caregivers,
 medications, vitals, appointments); the guard and the readers every handler shares
 are in ``agent.route_plumbing``.
 
@@ -69,7 +69,7 @@ from llmbridge.agent.api import (
     summary_view,
     usage_view,
 )
-from llmbridge.agent.care_routes import care_routes
+from llmbridge.agent.domains.eldercare.routes import care_routes
 from llmbridge.agent.gate import ModelPass
 from llmbridge.agent.route_plumbing import (
     MAX_PAGE,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
+from llmbridge.agent.domains.eldercare.records import EldercareProvider, EldercareRecords
 from llmbridge.agent.memory import MemoryConfig, Summariser
 from llmbridge.agent.service import AgentService
 from llmbridge.agent.store import AgentStore

@@ -66,7 +66,7 @@ from llmbridge.agent.context_providers import (
     gather_context,
 )
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareRecords
+from llmbridge.agent.domains.eldercare.records import EldercareRecords
 from llmbridge.agent.gate import CallMeter, metered
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
 from llmbridge.agent.persona_settings import AgentSettings, generation_params, merge_settings

@@ -1,7 +1,7 @@
 """The product's tables, as SQLAlchemy 2 mapped classes (ORM tables): the schema is the
 product's, one set for every repository on the ``Database`` (store/database.py).
 
-The agent's (``agent.store``, ``agent.documents``, ``agent.eldercare``):
+The agent's (``agent.store``, ``agent.documents``, ``agent.domains.eldercare.records``):
 
 Conversation: ``personas`` (a system prompt plus generation settings), ``sessions``,
 ``messages`` (ordered by their autoincrement ``id``, which also serves as the

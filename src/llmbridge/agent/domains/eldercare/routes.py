@@ -1,6 +1,6 @@
 """The agent API's documents and eldercare records (docs/AGENT.md): documents
 (added, listed, searched, read, edited, deleted) and patients with their records
-(caregivers, medications, vitals, appointments: ``agent.eldercare.RECORD_KINDS``),
+(caregivers, medications, vitals, appointments: ``agent.domains.eldercare.records.RECORD_KINDS``),
 JSON in and out, under the same guard, ownership rules and errors as the rest of
 ``/agent/`` (``agent.routes``' docstring says them).
 """
@@ -20,7 +20,7 @@ from llmbridge.agent.api import (
     parse,
     record_view,
 )
-from llmbridge.agent.eldercare import RECORD_KINDS
+from llmbridge.agent.domains.eldercare.records import RECORD_KINDS
 from llmbridge.agent.route_plumbing import (
     int_query,
     json_response,
