@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime
 
-from llmbridge.agent.store import AgentStore
-from llmbridge.store.tables import (
+from llmbridge.agent.domains.eldercare.tables import (
     Appointment,
     Caregiver,
     Medication,
     Patient,
     Vital,
-    utcnow,
 )
+from llmbridge.agent.store import AgentStore
+from llmbridge.store.tables import utcnow
 
 __all__ = ["EldercareFactory"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from llmbridge.agent.context_providers import ContextRequest
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.domains.eldercare.records import EldercareProvider
+from llmbridge.agent.domains.eldercare.provider import EldercareProvider
 from llmbridge.agent.memory import HISTORY_INSTRUCTION, OLDER_PREFIX, OLDER_SUFFIX, MemoryConfig
 from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS
 from llmbridge.agent.service import AgentRequest, AgentService

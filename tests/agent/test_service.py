@@ -12,7 +12,7 @@ import pytest
 
 from llmbridge.agent.api import usage_view
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.domains.eldercare.records import EldercareProvider
+from llmbridge.agent.domains.eldercare.provider import EldercareProvider
 from llmbridge.agent.memory import RECENT_PREFIX, Summariser, SummariserConfig
 from llmbridge.agent.persona_settings import AgentSettings
 from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS
