@@ -21,8 +21,8 @@ Ownership (``agent.store.access``): with API keys on, the key a request matched
 (``auth.caller_identity``) owns what it creates. Sessions are private: another
 key's session answers 404, exactly like one that does not exist, so its existence
 never leaks. Personas, documents and patients (a domain's records) created without a
-key are shared:
-visible to every key, writable only with auth off or through the CLI (403).
+key are shared: visible to every key, writable only with auth off or through the CLI
+(403).
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400
 for bad input (naming the field), 403, 404, 409 (an id in use), 413 (body over the
