@@ -74,6 +74,7 @@ backend and serves any model name. Example file::
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -90,6 +91,7 @@ from llmbridge.serving.build import Host
 from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
 
 __all__ = [
+    "OTLP_EXTRA_MISSING",
     "ConfigError",
     "GatewayConfig",
     "LedgerConfig",
@@ -278,6 +280,24 @@ class TelemetryConfig(Strict):
     ``llmbridge``."""
 
 
+OTLP_EXTRA_MISSING = (
+    "telemetry.otlp_endpoint needs the OpenTelemetry exporter: pip install 'llmbridge[otlp]'"
+)
+"""Why an ``otlp_endpoint`` is refused where the ``otlp`` extra is not installed: the
+configuration's error (``load_config``), and gateway/telemetry.py's import guard."""
+_OTLP_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+
+
+def otlp_exporter_installed() -> bool:
+    """Whether the ``otlp`` extra (the OpenTelemetry SDK and its OTLP/HTTP exporter) is
+    installed: its packages are looked up, not imported, so checking a configuration
+    loads no SDK."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in _OTLP_PACKAGES)
+    except (ImportError, ValueError):  # a parent package missing, or a broken entry
+        return False
+
+
 class GatewayConfig(ServingConfig):
     """The whole configuration file: the serving layer's part (backends, routes,
     policies: serving/config.py), the server's and the agent's."""
@@ -354,7 +374,7 @@ def load_config(
     _apply_overrides(raw, overrides or {})
     _apply_environment(raw, os.environ if environ is None else environ)
     try:
-        return GatewayConfig.model_validate(raw)
+        config = GatewayConfig.model_validate(raw)
     except ValidationError as exc:
         where = f"config file {path}" if path else "configuration"
         details = "; ".join(
@@ -362,6 +382,11 @@ def load_config(
             for err in exc.errors()
         )
         raise ConfigError(f"invalid {where}: {details}") from exc
+    if config.telemetry.otlp_endpoint and not otlp_exporter_installed():
+        # Refused here, before anything starts: found by the lifespan it would be a
+        # traceback in uvicorn's log and a process that exits.
+        raise ConfigError(OTLP_EXTRA_MISSING)
+    return config
 
 
 def _apply_limit_overrides(server: dict[str, Any], overrides: dict[str, Any]) -> None:
