@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
+from llmbridge.agent.persona_settings import AgentSettings, generation_params, merge_settings
 from llmbridge.backends.anthropic import AnthropicBackend
 from llmbridge.backends.base import Capabilities
 from llmbridge.backends.embedded.backend import EmbeddedBackend

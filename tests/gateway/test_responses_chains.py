@@ -23,7 +23,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.store import Database
-from llmbridge.store.models import ResponseRow
+from llmbridge.store.tables import ResponseRow
 from tests.conftest import RunningServer, openai_client, running_gateway
 
 

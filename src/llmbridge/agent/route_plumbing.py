@@ -1,9 +1,9 @@
-"""The agent API's plumbing (``agent.routes``, ``agent.care_routes``): what the app
-mounts (``MountedAgent``), the guard every handler runs under (``guarded``: path and
-query parameters checked, every failure a JSON error in the OpenAI shape, never a
-traceback), and the readers and writers the handlers share (the runtime and the
-caller, the body within the request limits, integer query parameters, a PATCH over
-the stored fields, a JSON response). Nothing here imports the gateway.
+"""The agent API's plumbing (``agent.routes``, ``agent.document_routes``, a domain's
+routes): what the app mounts (``MountedAgent``), the guard every handler runs under
+(``guarded``: path and query parameters checked, every failure a JSON error in the
+OpenAI shape, never a traceback), and the readers and writers the handlers share (the
+runtime and the caller, the body within the request limits, integer query parameters,
+a PATCH over the stored fields, a JSON response). Nothing here imports the gateway.
 """
 
 from __future__ import annotations

@@ -362,7 +362,7 @@ def create_app(
                 await state.database.close()
                 await shared.aclose()  # last: the ledger's flush above updates it
 
-    agent_routes = agent_api.routes if config.agent.enabled else []
+    agent_routes = agent_api.mounted_routes(config.agent) if config.agent.enabled else []
     app = GatewayApp(exception_handlers=_EXCEPTION_HANDLERS)
     # Routes looked up by path instead of tried one by one (web/routing.py).
     app.router = IndexedRouter(
