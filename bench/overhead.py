@@ -15,9 +15,9 @@ generator per request or chunk, and how busy the rest of the machine was. Every 
 is checked after its timing (``wire.py``); a failure makes the cell INVALID and the exit
 status 1. ``--baseline-src DIR`` adds a third target, a gateway serving DIR, in rotated
 rounds (D G B, B G D, G B D, ...), and the report compares this tree with it.
-``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile
-(``profile_summary`` reads the result); ``--gateway-launcher`` serves something else in
-its place (``floor_proxy.py``, or a patched llmbridge).
+``--py-spy FILE`` or ``--profile-gateway FILE`` profile the gateway meanwhile (py-spy's
+collapsed stacks, cProfile's stats); ``--gateway-launcher`` serves something else in its
+place (``floor_proxy.py``, or a patched llmbridge).
 """
 
 from __future__ import annotations
