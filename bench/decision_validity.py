@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from harness import arguments, entry_point, results_header, run_async, save_results, start_run
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.events import PartDelta, ResponseEnd, StreamEvent, TextDelta
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart

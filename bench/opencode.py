@@ -61,7 +61,7 @@ from harness import (
     wait_ready,
     workspace,
 )
-from llmbridge.backends.opencode.events import id_time_ms, session_of
+from llmbridge.backends.opencode.event_hub import id_time_ms, session_of
 from llmbridge.backends.opencode.prompt import ModelRef, prompt_body
 from llmbridge.backends.opencode.server import (
     AGENT_NAME,
@@ -71,8 +71,8 @@ from llmbridge.backends.opencode.server import (
 )
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.records.types import ProviderConfig
 
 TARGET_MS = 50.0
 """The backend's added p50 over a bare prompt, with the pool."""

@@ -185,8 +185,8 @@ def serve(port: int, record: Path, n_ctx: int, database: Path) -> None:
     (``EmbeddedBackend``, ``create_app``, ``to_llama_messages``)."""
     import uvicorn
 
-    from llmbridge.backends.embedded import EmbeddedBackend
-    from llmbridge.backends.embedded_prompt import to_llama_messages
+    from llmbridge.backends.embedded.backend import EmbeddedBackend
+    from llmbridge.backends.embedded.prompt import to_llama_messages
     from llmbridge.core.events import PartDelta, ResponseEnd, TextDelta
     from llmbridge.gateway.app import create_app
     from llmbridge.gateway.config import GatewayConfig
@@ -341,8 +341,8 @@ def measure(rows: list[Row]) -> None:
     vocabulary and chat template as the embedded worker uses them."""
     import llama_cpp
 
-    from llmbridge.backends.embedded import default_model_path
-    from llmbridge.backends.embedded_prompt import cached_prefix, prompt_tokens, template_formatter
+    from llmbridge.backends.embedded.backend import default_model_path
+    from llmbridge.backends.embedded.prompt import cached_prefix, prompt_tokens, template_formatter
 
     llama = llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
     formatter = template_formatter(llama)

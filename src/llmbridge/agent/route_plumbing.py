@@ -21,7 +21,7 @@ from llmbridge.agent.api import parse, unstorable_field
 from llmbridge.agent.gate import OPEN_GATE, ModelGate
 from llmbridge.agent.runtime import AgentRuntime
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError, ServiceUnavailableError
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.framing import dumps
 from llmbridge.store.values import MAX_ID
 from llmbridge.web.auth import caller_identity
