@@ -24,8 +24,8 @@ from typing import Any
 from llmbridge.backends.opencode.events import session_of
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.records.types import ProviderConfig
 from tests.conftest import running_gateway
 from tests.e2e.opencode import opencode_binary
 

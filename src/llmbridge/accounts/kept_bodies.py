@@ -35,7 +35,7 @@ messages, tools and parameters whatever the dialect) and the reply it gave (the 
 - **Best effort**: a request whose bodies do not fit in what is left of
   ``max_pending_bytes`` (the database is down, or slower than the traffic) has them
   dropped, and ``keep`` says so: its usage row is still written, with a ``bodies``
-  fact saying they were not kept (gateway/exchange.py). A write that fails is logged
+  fact saying they were not kept (gateway/exchange/record.py). A write that fails is logged
   and its bodies are dropped. Both are counted in ``dropped`` and ``on_dropped``
   (``llmbridge_kept_bodies_dropped_total``). The usage rows never wait on bodies.
 """

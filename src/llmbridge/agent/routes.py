@@ -34,7 +34,7 @@ disconnects (which stops generation).
 
 Requests that call a model (a turn, an on-demand summary) pass ``MountedAgent.gate``
 first (``agent.gate``; the gateway's counts them against the caller's key and in the
-usage ledger, ``gateway/agent_gate.py``): the model is known, the session checked,
+usage ledger, ``gateway/exchange/agent_gate.py``): the model is known, the session checked,
 and nothing stored before it, so a refusal (403, 429 with ``Retry-After`` and
 ``x-ratelimit-*``) is a plain HTTP error, never an SSE event, and leaves nothing
 behind. The pass is finished however the request ends: the reply (200), an error

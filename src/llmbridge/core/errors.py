@@ -140,7 +140,7 @@ class MethodNotAllowedError(LLMBridgeError):
 
 
 class RequestTimeoutError(LLMBridgeError):
-    """The client did not send its whole request in time (gateway/read_limits.py)."""
+    """The client did not send its whole request in time (gateway/server/read_limits.py)."""
 
     default_status = 408
 

@@ -17,8 +17,8 @@ from llmbridge.core.limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.gateway.server.workers import WorkerBoard
 from llmbridge.gateway.stored_responses import ResponseStore
-from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.store.database import OpenOnce
 from llmbridge.store.outages import OutageLog
@@ -53,7 +53,7 @@ class GatewayState:
     responses_error: str | None = None
     """Why the stored Responses could not be opened (the kind of failure only)."""
     workers: WorkerBoard | None = None
-    """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
+    """This process's place among ``llmbridge serve --workers N`` (gateway/server/workers.py);
     ``None`` when it serves alone."""
     tracing: Tracing | None = None
     """This process's OpenTelemetry tracer when ``telemetry.otlp_endpoint`` is set

@@ -50,7 +50,8 @@ SAFE_CONTEXT = 2048
 
 _OFFLOAD_BYTES = RequestLimits().offload_bytes
 """Requests larger than this are counted in a worker thread, as the gateway's own
-estimate is (gateway/exchange.py): the walk holds the interpreter meanwhile."""
+estimate is (gateway/exchange/exchange.py ``estimate_prompt``): the walk holds the
+interpreter meanwhile."""
 
 
 async def request_size(chat: ChatRequest) -> int:

@@ -16,7 +16,7 @@ from 0007`` (or ``up to date``, or ``created``), logged at INFO the first time a
 migrates that database and at DEBUG after (the gateway opens it more than once as it
 starts: the banner's key count, then the lifespan). Alembic's own INFO lines (its
 plugins, its context, each ``Running upgrade``) are debug detail: a serving process
-shows them at ``--log-level debug`` only (gateway/asgi.py ``configure_logging``).
+shows them at ``--log-level debug`` only (gateway/server/asgi.py ``configure_logging``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from llmbridge.dialects import anthropic
 from llmbridge.dialects.anthropic.models import listed_name
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.anthropic_beta import parse_betas, with_betas
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.serving.router import ModelRouter
 from llmbridge.web.bodies import read_chat

@@ -42,8 +42,9 @@ from llmbridge.dialects.gemini import models as gemini_models
 from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, counted_tokens, serve_chat, serve_embed
 from llmbridge.web.bodies import read_chat, read_json
 from llmbridge.web.render import GEMINI_METHODS, Dialect, is_gemini_client

@@ -17,8 +17,9 @@ from starlette.routing import Route
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import models as anthropic_models
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
 from llmbridge.gateway.routes.anthropic import discovered_model
 from llmbridge.web.bodies import read_json
@@ -51,7 +52,7 @@ def _caller(request: Request) -> Dialect:
 @exchanged("/v1/models", _caller)
 async def list_models(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
-    # A database key sees the models its globs allow (gateway/admission.py).
+    # A database key sees the models its globs allow (gateway/exchange/admission.py).
     models = visible_models(request, await state.models.router.list_models())
     if exchange.dialect is Dialect.ANTHROPIC:
         listed = anthropic_models.discoverable(models)

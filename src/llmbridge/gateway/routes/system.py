@@ -15,7 +15,7 @@ status ``degraded``, not ``down``, since requests that do not need it are still
 served, and while it is down a database key is not looked up to show the details
 (static keys still are). Under ``llmbridge serve --workers N``, ``workers``
 lists each worker's pid, start, requests, in-flight count and backends' circuits, the
-one that answered marked ``"self": true`` (gateway/workers.py).
+one that answered marked ``"self": true`` (gateway/server/workers.py).
 """
 
 from __future__ import annotations
