@@ -31,7 +31,7 @@ import aiohttp
 from fast_backend import DEFAULT_MODEL
 from harness import log, start_fast_backend, wait_ready
 from http_clients import make_client
-from llmbridge.backends.opencode.events import id_time_ms, session_of
+from llmbridge.backends.opencode.event_hub import id_time_ms, session_of
 from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
 from llmbridge.profiler.records.types import ProviderConfig
 

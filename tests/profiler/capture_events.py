@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmbridge.backends.opencode.events import session_of
+from llmbridge.backends.opencode.event_hub import session_of
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider

@@ -1,6 +1,6 @@
 """Keeping requests' and replies' bodies for the request log, when an operator turns it
 on (``ledger.keep_bodies``; off by default): bounded, redacted, in the ``usage_bodies``
-table (store/models.py ``UsageBodyRow``), deleted after ``ledger.body_retention_days``
+table (store/tables.py ``UsageBodyRow``), deleted after ``ledger.body_retention_days``
 (accounts/rollups.py ``delete_bodies_batch``).
 
 What is kept is the request as the gateway read it (the neutral ``ChatRequest``: the
@@ -56,7 +56,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmbridge.store.models import UsageBodyRow
+from llmbridge.store.tables import UsageBodyRow
 from llmbridge.store.values import storable_text
 
 __all__ = [

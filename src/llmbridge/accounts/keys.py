@@ -69,7 +69,7 @@ from llmbridge.core.errors import InvalidRequestError, NotFoundError, ServiceUna
 from llmbridge.core.ids import new_id
 from llmbridge.store.database import Database
 from llmbridge.store.errors import UNAVAILABLE, mapped_errors
-from llmbridge.store.models import ApiKeyRow
+from llmbridge.store.tables import ApiKeyRow
 from llmbridge.web.auth import key_identity
 
 __all__ = ["KEY_PREFIX", "MAX_LIMIT", "MAX_NAME", "KeyRecord", "KeyStore", "hash_key"]

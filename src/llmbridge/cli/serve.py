@@ -14,7 +14,7 @@ import click
 from llmbridge import __version__
 from llmbridge.cli.options import config_options, limit_options, load_from_options
 from llmbridge.core.hosts import is_loopback_host
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
 from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
 from llmbridge.web.auth import redact_query_keys

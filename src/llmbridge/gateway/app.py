@@ -36,7 +36,7 @@ from llmbridge.core.errors import (
     ServiceUnavailableError,
     error_for_status,
 )
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.console import routes as console_routes
@@ -375,7 +375,7 @@ def create_app(
                 await state.database.close()
                 await shared.aclose()  # last: the ledger's flush above updates it
 
-    agent_routes = agent_api.routes if config.agent.enabled else []
+    agent_routes = agent_api.mounted_routes(config.agent) if config.agent.enabled else []
     app = GatewayApp(exception_handlers=_EXCEPTION_HANDLERS)
     # Routes looked up by path instead of tried one by one (web/routing.py).
     app.router = IndexedRouter(

@@ -91,7 +91,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
-from llmbridge.core.limits import ENCODER_MAX_DEPTH, RequestLimits
+from llmbridge.core.request_limits import ENCODER_MAX_DEPTH, RequestLimits
 from llmbridge.serving.build import Host
 from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
 from llmbridge.store.config import DatabaseConfig
@@ -117,7 +117,7 @@ _LIMITS = RequestLimits()
 
 
 class LimitsConfig(Strict):
-    """Bounds on what one request may hold (core/limits.py has each one's reasoning):
+    """Bounds on what one request may hold (core/request_limits.py has each one's reasoning):
     a count over its limit is a 400 naming the field and the setting."""
 
     max_messages: int = Field(_LIMITS.max_messages, gt=0)

@@ -21,8 +21,8 @@ from starlette.responses import Response
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
@@ -66,11 +66,11 @@ TOOLS_HEADER = "x-llmbridge-tools"
 FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
-"""Sampling parameters converted or dropped for the backend (serving/params.py)."""
+"""Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
 
 
 def change_headers(changes: Changes) -> dict[str, str]:
-    """What serving changed in a request (serving/prepare.py), as response headers."""
+    """What serving changed in a request (serving/prepare/changes.py), as response headers."""
     headers: dict[str, str] = {}
     if changes.thinking_dropped:
         headers[THINKING_HEADER] = "dropped"

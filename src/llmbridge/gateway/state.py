@@ -13,7 +13,7 @@ from starlette.requests import Request
 from llmbridge.accounts.ledger import UsageLedger
 from llmbridge.accounts.prices import PriceTable
 from llmbridge.accounts.service import Accounts
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics

@@ -28,7 +28,7 @@ from llmbridge.accounts.limits import KeyLimitError, limit_headers
 from llmbridge.accounts.prices import PriceTable
 from llmbridge.accounts.service import ACCOUNT
 from llmbridge.core.errors import LLMBridgeError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.web.auth import KEY_IDENTITY
 from llmbridge.web.render import Dialect
 

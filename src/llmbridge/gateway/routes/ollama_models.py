@@ -37,7 +37,7 @@ from llmbridge.core.errors import (
     PermissionDeniedError,
     UnsupportedFeatureError,
 )
-from llmbridge.core.models import ModelOperation
+from llmbridge.core.model_info import ModelOperation
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.exchange.exchange import Exchange

@@ -38,8 +38,8 @@ from starlette.routing import Route
 from llmbridge.agent.config import AgentConfig
 from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects import responses
 from llmbridge.dialects.framing import dumps

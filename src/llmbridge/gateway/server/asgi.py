@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from uvicorn.config import STARTUP_FAILURE
 
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.config import ConfigError, GatewayConfig
 from llmbridge.gateway.server.read_limits import (
     LimitedHttpToolsProtocol,

@@ -20,7 +20,7 @@ carrying that header (OpenCode's ``/event`` is per instance), and its instance i
 disposed with the session.
 
 Prompts go out with ``prompt_async`` after subscribing to the session's events
-(backends/opencode/events.py). Seed 004's terminal events end the turn (``TurnWatch``):
+(backends/opencode/event_hub.py). Seed 004's terminal events end the turn (``TurnWatch``):
 ``session.status`` idle or ``session.idle`` (de-duplicated), ``session.error``
 (recorded as the prompt's error, never as a timeout: an unknown agent, say, emits it
 and no idle ever follows), and a ``step-finish`` part of this prompt's reply whose
@@ -49,7 +49,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
-from llmbridge.backends.opencode.events import EventHub, id_time_ms
+from llmbridge.backends.opencode.event_hub import EventHub, id_time_ms
 from llmbridge.backends.opencode.server import OpenCodeProvider as ModelProvider
 from llmbridge.backends.opencode.server import OpenCodeServer, SpawnSettings
 from llmbridge.core.errors import LLMBridgeError

@@ -1,12 +1,12 @@
 """The embedded model's worker process: the only place llama.cpp runs.
 
-``python -m llmbridge.backends.embedded_worker SETTINGS_JSON`` is spawned by the
-gateway (``embedded_process.py``), never by a user. Native code can crash (it did:
+``python -m llmbridge.backends.embedded.worker SETTINGS_JSON`` is spawned by the
+gateway (``process.py``), never by a user. Native code can crash (it did:
 llama-cpp-python dereferenced a NULL grammar and took the whole gateway down), so it
 runs here, where a crash costs the request in flight and a respawn, not the gateway.
 
 Pipes. Commands arrive on stdin, replies leave on the original stdout, both in
-``embedded_wire`` frames. File descriptor 1 is then pointed at stderr, so whatever
+``wire.py`` frames. File descriptor 1 is then pointed at stderr, so whatever
 native code prints can never corrupt the protocol. The process belongs to the gateway:
 it ignores SIGINT (a Ctrl-C in the terminal is for the gateway, which finishes its
 requests and then closes this pipe) and exits at once when stdin reaches end of file,
@@ -48,14 +48,14 @@ from typing import Any, NoReturn
 
 import orjson
 
-from llmbridge.backends.embedded_prompt import (
+from llmbridge.backends.embedded.prompt import (
     cached_prefix,
     count_prompt_tokens,
     prompt_tokens,
     template_formatter,
 )
-from llmbridge.backends.embedded_schema import grammar_error
-from llmbridge.backends.embedded_wire import FrameReader, pack_json, pack_text
+from llmbridge.backends.embedded.schema import grammar_error
+from llmbridge.backends.embedded.wire import FrameReader, pack_json, pack_text
 from llmbridge.core.errors import (
     BackendError,
     BackendUnavailableError,
@@ -293,7 +293,7 @@ class _Worker:
                 "grammar", importlib.import_module("llama_cpp.llama_grammar").JSON_GBNF
             )
         if (grammar := command.get("grammar")) is not None:
-            # Checked by llama.cpp's own parser, NULL checked (embedded_schema.py).
+            # Checked by llama.cpp's own parser, NULL checked (schema.py).
             if (problem := grammar_error(llama, grammar)) is not None:
                 param = command.get("param") or "response_format"
                 raise InvalidRequestError(f"{param}: {problem}", param=param)

@@ -7,20 +7,20 @@ importing it: its module imports the ``llm`` CLI).
 Isolation. llama.cpp is native code, and native code can crash: a JSON
 schema whose grammar llama.cpp refused made llama-cpp-python dereference NULL and the
 gateway died with every client. So the model runs in a worker process that the
-gateway spawns, supervises and respawns (``embedded_process.py``; the worker itself is
-``embedded_worker.py``, the pipe between them ``embedded_wire.py``). The model is
+gateway spawns, supervises and respawns (``process.py``; the worker itself is
+``worker.py``, the pipe between them ``wire.py``). The model is
 loaded once per worker, when it starts. A worker that dies fails the request it was
 serving with ``BackendUnavailableError`` (503 in the caller's dialect, or the
 dialect's in-stream error once the reply has begun) and a new one is started for the
 requests after it; ``/health`` shows the worker's pid, state and restarts. Schemas
-are also checked before llama.cpp sees them (``embedded_schema.py``): an unusable
+are also checked before llama.cpp sees them (``schema.py``): an unusable
 one is a 400 naming the field, not a crash. An unload (Ollama's ``keep_alive: 0`` with
 nothing to generate, ``unload``) stops the worker once the generation and the
 embedding batch under way are done, which frees the model's memory and its KV cache;
 the next request starts a new worker, as the first one did.
 
 Order and limits. One model holds one KV cache, so generations run one at a time, in
-arrival order, through a bounded line (``embedded_queue.py``): at most ``max_queue``
+arrival order, through a bounded line (``queue.py``): at most ``max_queue``
 waiting, each for at most ``queue_timeout`` seconds, else ``BackendBusyError`` (503 with
 ``Retry-After``). Embeddings have a line of their own (a second model instance in the
 worker) with the same limits, and at most ``max_embed_inputs`` inputs per request. A
@@ -43,8 +43,7 @@ GGUF has FIM tokens (its model info then says ``insert``; SmolLM2-135M has none,
 there a suffix is refused by the serving layer). Tools and thinking are not
 supported natively by this model and are ignored for now (tool-call emulation is a
 separate feature); earlier tool calls and results are rendered as text (see
-``embedded_prompt``). Embeddings use mean pooling, vectors
-L2-normalised.
+``prompt.py``). Embeddings use mean pooling, vectors L2-normalised.
 
 The machine and the cache. llama.cpp runs ``n_threads`` threads, for
 generation and prompt evaluation alike, by default one per physical core this process
@@ -72,16 +71,16 @@ from pathlib import Path
 from typing import Any
 
 from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Capabilities
-from llmbridge.backends.embedded_process import (
+from llmbridge.backends.embedded.process import (
     Call,
     WorkerInfo,
     WorkerProcess,
     WorkerSupervisor,
     raise_failure,
 )
-from llmbridge.backends.embedded_prompt import llama_chat_options, to_llama_messages
-from llmbridge.backends.embedded_queue import Turn, TurnQueue
-from llmbridge.backends.embedded_schema import compile_schema
+from llmbridge.backends.embedded.prompt import llama_chat_options, to_llama_messages
+from llmbridge.backends.embedded.queue import Turn, TurnQueue
+from llmbridge.backends.embedded.schema import compile_schema
 from llmbridge.core.errors import (
     BackendProtocolError,
     BackendUnavailableError,
@@ -90,7 +89,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.ids import new_id
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Timings, Usage
@@ -360,14 +359,14 @@ class EmbeddedBackend(Backend):
         command: dict[str, Any] = {"op": "chat", "options": options}
         completion = request.completion
         if completion is not None and (completion.raw or completion.suffix is not None):
-            # The prompt as it stands, or a fill-in-the-middle prompt (embedded_worker).
+            # The prompt as it stands, or a fill-in-the-middle prompt (worker.py).
             command["completion"] = {"prompt": completion.prompt, "suffix": completion.suffix}
         else:
             command["messages"] = to_llama_messages(request.messages)
         fmt = request.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.schema is not None:
             # Sent as a checked grammar, never as a schema for llama-cpp-python to
-            # convert on its own (embedded_schema.py).
+            # convert on its own (schema.py).
             command["grammar"] = compile_schema(fmt)
             command["param"] = fmt.param
             options.pop("response_format", None)

@@ -1,16 +1,17 @@
-"""The product's tables, as SQLAlchemy 2 ORM models: the schema is the product's, one
-set for every repository on the ``Database`` (store/database.py).
+"""The product's tables, as SQLAlchemy 2 mapped classes (ORM tables): the schema is the
+product's, one set for every repository on the ``Database`` (store/database.py).
 
-The agent's (``agent.store``, ``agent.documents``, ``agent.eldercare``):
+The agent's (``agent.store``, ``agent.documents``):
 
 Conversation: ``personas`` (a system prompt plus generation settings), ``sessions``,
 ``messages`` (ordered by their autoincrement ``id``, which also serves as the
 "sequence" summaries refer to), ``summaries`` (LLM-written, with the ids of the
-messages they cover), ``pins`` (facts re-injected word for word).
+messages they cover), ``pins`` (facts re-injected word for word). A session and its
+facts carry a ``subject_id``: what the conversation is about, an id in the table of the
+domain that owns subjects (``agent.domains``), with no foreign key here, since the
+domain may be off and store knows no domain; the domain checks it (since 0010).
 Retrieval: ``documents``, split into ``document_chunks`` with an inverted index of
 their terms in ``document_terms`` (portable keyword search, see ``agent.documents``).
-Eldercare domain: ``patients``, ``caregivers``, ``medications`` (schedule and side
-effects), ``vitals``, ``appointments``.
 Responses API: ``responses`` (what ``POST /v1/responses`` kept with ``store``, see
 ``gateway.stored_responses``).
 Accounts (``llmbridge.accounts``): ``api_keys`` (keys kept as sha256 hashes,
@@ -19,25 +20,29 @@ session id since 0007, and what the console's request log shows since 0008),
 ``usage_bodies`` (the bodies of requests, when an operator keeps them) and
 ``usage_daily`` (the ledger's rows past its retention, summed per day, key and model).
 
+A domain's tables are declared on this ``Base`` by the domain itself (the eldercare
+domain's ``patients``, ``caregivers``, ``medications``, ``vitals`` and
+``appointments`` in ``agent/domains/eldercare/tables.py``), so ``Base.metadata`` holds
+them once that module is imported; their schema is made by the same migrations.
+
 Personas, sessions, documents and patients carry an ``owner`` (a hash of the API key
 that created them; ``agent.store.access`` has the rules).
 
 The schema itself is created and changed only by the migrations in
-``store/migrations``; a test checks that these models and the migrations agree.
+``store/migrations``; a test checks that these tables and the migrations agree.
 Timestamps are stored in UTC; ``UTCDateTime`` gives them back timezone-aware on every
 database (SQLite keeps no offset).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    Date,
     DateTime,
     Dialect,
     Float,
@@ -58,18 +63,15 @@ __all__ = [
     "FACTS_LENGTH",
     "SESSION_ID_LENGTH",
     "ApiKeyRow",
-    "Appointment",
     "Base",
-    "Caregiver",
+    "BigId",
     "Document",
     "DocumentChunk",
     "DocumentTerm",
     "Fact",
     "LongSummary",
-    "Medication",
     "MemoryCursor",
     "MessageRow",
-    "Patient",
     "Persona",
     "Pin",
     "ResponseRow",
@@ -78,13 +80,13 @@ __all__ = [
     "UTCDateTime",
     "UsageBodyRow",
     "UsageRow",
-    "Vital",
     "utcnow",
 ]
 
 # SQLite makes only INTEGER PRIMARY KEY an alias of the autoincrementing rowid;
 # PostgreSQL gets a 64-bit identity so a long-lived store never runs out of ids.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+"""A row id: ``INTEGER PRIMARY KEY`` on SQLite, ``BIGINT`` on PostgreSQL."""
 
 # Named constraints, so migrations can refer to them on every database.
 NAMING = {
@@ -134,7 +136,7 @@ class Base(DeclarativeBase):
 
 
 class Persona(Base):
-    """A system prompt plus generation settings (``agent.settings.AgentSettings``)."""
+    """A system prompt plus generation settings (``agent.persona_settings.AgentSettings``)."""
 
     __tablename__ = "personas"
 
@@ -163,10 +165,9 @@ class SessionRow(Base):
     persona_id: Mapped[str | None] = mapped_column(
         ForeignKey("personas.id", ondelete="SET NULL"), default=None
     )
-    patient_id: Mapped[int | None] = mapped_column(
-        ForeignKey("patients.id", ondelete="SET NULL"), default=None
-    )
-    """The patient the conversation is about, for the eldercare context provider."""
+    subject_id: Mapped[int | None] = mapped_column(BigId, default=None)
+    """What the conversation is about: an id the subject-owning domain checks (a patient,
+    for eldercare; ``agent.domains``). No foreign key: module docstring."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     owner: Mapped[str | None] = mapped_column(String(64), default=None)
@@ -268,15 +269,13 @@ class Fact(Base):
     __tablename__ = "facts"
     __table_args__ = (
         Index("ix_facts_session_id_id", "session_id", "id"),
-        Index("ix_facts_patient_id_id", "patient_id", "id"),
+        Index("ix_facts_subject_id_id", "subject_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    patient_id: Mapped[int | None] = mapped_column(
-        ForeignKey("patients.id", ondelete="SET NULL"), default=None
-    )
-    """The patient the session was about: the fact is shown in their other sessions too."""
+    subject_id: Mapped[int | None] = mapped_column(BigId, default=None)
+    """The subject the session was about: the fact is shown in its other sessions too."""
     content: Mapped[str] = mapped_column(Text)
     message_id: Mapped[int | None] = mapped_column(
         ForeignKey("messages.id", ondelete="SET NULL"), default=None
@@ -342,92 +341,6 @@ class DocumentTerm(Base):
         ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True
     )
     tf: Mapped[int] = mapped_column(Integer)
-
-
-# -- eldercare ----------------------------------------------------------------------
-
-
-class Patient(Base):
-    __tablename__ = "patients"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200))
-    birth_date: Mapped[date | None] = mapped_column(Date, default=None)
-    conditions: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    allergies: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    notes: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    owner: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
-    """The API key that created it (``agent.store.access``); ``None``: shared. A patient's
-    caregivers, medications, vitals and appointments follow the patient."""
-
-
-class Caregiver(Base):
-    __tablename__ = "caregivers"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    patient_id: Mapped[int] = mapped_column(
-        ForeignKey("patients.id", ondelete="CASCADE"), index=True
-    )
-    name: Mapped[str] = mapped_column(String(200))
-    relationship: Mapped[str] = mapped_column(String(100), default="")
-    phone: Mapped[str | None] = mapped_column(String(50), default=None)
-    is_primary: Mapped[bool] = mapped_column(Boolean, default=False)
-
-
-class Medication(Base):
-    __tablename__ = "medications"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    patient_id: Mapped[int] = mapped_column(
-        ForeignKey("patients.id", ondelete="CASCADE"), index=True
-    )
-    name: Mapped[str] = mapped_column(String(200))
-    dosage: Mapped[str] = mapped_column(String(100), default="")
-    frequency: Mapped[str] = mapped_column(String(200), default="")
-    """How often, in words ("Twice daily with meals")."""
-    times: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    """Times of day as ``HH:MM`` strings, in the patient's local time."""
-    purpose: Mapped[str] = mapped_column(String(200), default="")
-    side_effects: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    """Side effects to watch for."""
-    prescriber: Mapped[str | None] = mapped_column(String(200), default=None)
-    active: Mapped[bool] = mapped_column(Boolean, default=True)
-    start_date: Mapped[date | None] = mapped_column(Date, default=None)
-    end_date: Mapped[date | None] = mapped_column(Date, default=None)
-
-
-class Vital(Base):
-    __tablename__ = "vitals"
-    __table_args__ = (Index("ix_vitals_patient_id_measured_at", "patient_id", "measured_at"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    patient_id: Mapped[int] = mapped_column(ForeignKey("patients.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(50))
-    """``weight``, ``glucose``, ``blood_pressure``, ``heart_rate``, ``temperature``, ..."""
-    value: Mapped[float] = mapped_column(Float)
-    secondary_value: Mapped[float | None] = mapped_column(Float, default=None)
-    """The diastolic value of a blood pressure reading."""
-    unit: Mapped[str] = mapped_column(String(20), default="")
-    measured_at: Mapped[datetime] = mapped_column(default=utcnow)
-    note: Mapped[str] = mapped_column(Text, default="")
-
-
-class Appointment(Base):
-    __tablename__ = "appointments"
-    __table_args__ = (
-        Index("ix_appointments_patient_id_scheduled_at", "patient_id", "scheduled_at"),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    patient_id: Mapped[int] = mapped_column(ForeignKey("patients.id", ondelete="CASCADE"))
-    provider: Mapped[str] = mapped_column(String(200))
-    """Who the appointment is with ("Dr. Johnson")."""
-    specialty: Mapped[str] = mapped_column(String(100), default="")
-    location: Mapped[str] = mapped_column(String(300), default="")
-    scheduled_at: Mapped[datetime] = mapped_column()
-    notes: Mapped[str] = mapped_column(Text, default="")
-    status: Mapped[str] = mapped_column(String(20), default="scheduled")
 
 
 # -- Responses API ------------------------------------------------------------------

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmbridge.core.errors import BackendProtocolError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.dialects.fields import nonempty_str, number_or_none, str_or_none
 
 __all__ = ["decode_models", "encode_model", "encode_models"]

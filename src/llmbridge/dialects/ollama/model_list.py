@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from llmbridge.core.errors import BackendProtocolError
-from llmbridge.core.models import Capability, ModelInfo
+from llmbridge.core.model_info import Capability, ModelInfo
 from llmbridge.dialects.fields import int_or_none, nonempty_str, object_or_empty
 from llmbridge.dialects.ollama.template import stand_in_template
 from llmbridge.dialects.ollama.types import parse_rfc3339, rfc3339

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

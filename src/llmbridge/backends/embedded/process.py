@@ -1,14 +1,14 @@
 """The gateway's side of the embedded model's worker process: spawn, talk, supervise.
 
-``WorkerSupervisor`` owns at most one live worker (``embedded_worker.py``), started as
-``python -m llmbridge.backends.embedded_worker`` with ``loop.subprocess_exec``: a new
+``WorkerSupervisor`` owns at most one live worker (``worker.py``), started as
+``python -m llmbridge.backends.embedded.worker`` with ``loop.subprocess_exec``: a new
 interpreter, not a fork, so the gateway's threads, sockets and event loop are not
 copied into it, and a new session, so a terminal's Ctrl-C reaches the gateway only
 (the gateway then finishes its requests and closes the worker's stdin).
 
 Requests. ``WorkerProcess.open`` sends a command under a new id and returns its
 ``Call``, into which the pipe protocol pushes every message for that id as it arrives:
-``data_received`` splits one read into frames (``embedded_wire``), so a burst of
+``data_received`` splits one read into frames (``wire.py``), so a burst of
 tokens is one wake-up of the event loop, and the consumer takes all pending items at
 once (``Call.batch``). A terminal message (``done``, ``failed``, ``embedded``,
 ``counted``) resolves ``Call.finished``.
@@ -37,7 +37,7 @@ from typing import Any, cast
 
 import orjson
 
-from llmbridge.backends.embedded_wire import FrameReader, Message, pack_json
+from llmbridge.backends.embedded.wire import FrameReader, Message, pack_json
 from llmbridge.core.errors import (
     BackendError,
     BackendTimeoutError,
@@ -184,7 +184,7 @@ class WorkerProcess:
             lambda: _PipeProtocol(self),
             sys.executable,
             "-m",
-            "llmbridge.backends.embedded_worker",
+            "llmbridge.backends.embedded.worker",
             orjson.dumps(settings).decode(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -1,57 +1,34 @@
-"""Fitting a request to the backend its model resolved to, saying what changed.
+"""The steps that fit a request to the backend its model resolved to, in order.
 
 ``prepare`` is what every caller's request goes through before its backend sees
 it: the backend's model name; Claude Code's billing-header line out of the
 system prompt for a backend that is not Anthropic's API (features/billing_header.py);
-thinking per the policy (features/thinking.py);
-``max_tokens`` clamped to the model's limit; sampling parameters fitted to what the
-backend takes (serving/params.py); tool choice in a form the backend honours
-(features/tool_choice.py); for a backend that allocates its context window per
-request (Ollama), a window that holds the request (serving/context_size.py); for a
-model without native tools, the decision to emulate them
-(features/tool_emulation.py); and a fill-in-the-middle ``suffix``
-refused (400 naming ``suffix``) where the backend or model cannot fill a gap. What
-changed comes back as ``Changes``, data the gateway turns into response headers and
-the agent may log.
+a fill-in-the-middle ``suffix`` refused (400 naming ``suffix``) where the backend or
+model cannot fill a gap (``capabilities.py``); thinking per the policy
+(features/thinking.py); ``max_tokens`` clamped to the model's limit; sampling
+parameters fitted to what the backend takes (``sampling.py``); tool choice in a form
+the backend honours (features/tool_choice.py); for a backend that allocates its
+context window per request (Ollama), a window that holds the request
+(``context_size.py``); for a model without native tools, the decision to emulate them
+(``capabilities.py``, then features/tool_emulation.py in ``Models``). What changed
+comes back as ``Changes`` (``changes.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmbridge.backends.base import Backend
-from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.models import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.billing_header import drop_billing_header
 from llmbridge.features.thinking import apply_thinking_policy, can_think
 from llmbridge.features.tool_choice import apply_tool_choice
-from llmbridge.serving.config import ModelRoute
-from llmbridge.serving.context_size import context_size, request_size
-from llmbridge.serving.params import fit_params
+from llmbridge.serving.prepare.capabilities import check_fill_in_middle, has_native_tools
+from llmbridge.serving.prepare.changes import UNCHANGED, Changes
+from llmbridge.serving.prepare.context_size import context_size, request_size
+from llmbridge.serving.prepare.sampling import fit_params
 from llmbridge.serving.router import ModelRouter, Resolved
 
-__all__ = ["UNCHANGED", "Changes", "Prepared", "has_native_tools", "prepare"]
-
-
-@dataclass(frozen=True, slots=True)
-class Changes:
-    """What serving changed in a request, or about who answered it."""
-
-    thinking_dropped: bool = False
-    """The model cannot think; the request was served without thinking."""
-    tools_emulated: bool = False
-    """The model has no native tools; tool calls are emulated by prompting."""
-    max_tokens: int | None = None
-    """``max_tokens`` was clamped to this (the model's or the route's limit)."""
-    params: tuple[str, ...] = ()
-    """Sampling parameters converted or dropped for this backend, and ``num_ctx=N``
-    where serving set the context window (serving/context_size.py)."""
-    fallback: str | None = None
-    """``backend/model`` of the fallback that served the reply, if one did."""
-
-
-UNCHANGED = Changes()
+__all__ = ["Prepared", "prepare"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,41 +38,6 @@ class Prepared:
     request: ChatRequest
     target: Resolved
     changes: Changes
-
-
-def has_native_tools(backend: Backend, info: ModelInfo | None, route: ModelRoute | None) -> bool:
-    """Whether the model calls tools itself: never on a backend without tools
-    (OpenCode); else the route's ``tools`` setting; else the backend's report where it
-    reports the model's own capabilities (Ollama, the embedded model); else yes:
-    OpenAI-compatible servers and Anthropic take tools natively."""
-    capabilities = backend.capabilities
-    if not capabilities.tools:
-        return False
-    if route is not None and route.tools is not None:
-        return route.tools
-    if capabilities.model_capabilities and info is not None:
-        return "tools" in info.capabilities
-    return True
-
-
-def _check_fill_in_middle(backend: Backend, info: ModelInfo | None) -> None:
-    """A ``suffix`` needs a backend that fills a gap natively (``Capabilities.fim``)
-    and, where the backend reports the model's own capabilities, a model that says
-    ``insert`` (Ollama's name for it; the embedded model's GGUF has FIM tokens).
-    Serving it as a plain completion would write text that ignores the suffix."""
-    capabilities = backend.capabilities
-    if not capabilities.fim:
-        raise UnsupportedFeatureError(
-            f"'suffix' (fill-in-the-middle) is not supported by backend '{backend.name}' "
-            f"({backend.kind}); send the request without a suffix",
-            param="suffix",
-        )
-    if capabilities.model_capabilities and info is not None and "insert" not in info.capabilities:
-        raise UnsupportedFeatureError(
-            f"'suffix' (fill-in-the-middle) is not supported by model '{info.backend_model}' "
-            f"on backend '{backend.name}': it has no fill-in-the-middle tokens or template",
-            param="suffix",
-        )
 
 
 async def prepare(
@@ -124,7 +66,7 @@ async def prepare(
     ):
         info = await router.model_info(target)
     if fills_gap:
-        _check_fill_in_middle(backend, info)
+        check_fill_in_middle(backend, info)
     dropped = False
     if wants_thinking:
         capable = can_think(chat.model, info, route.thinking if route else None)
@@ -146,7 +88,7 @@ async def prepare(
     chat = apply_tool_choice(chat, native=capabilities.tool_choice)
     if capabilities.context_option:
         # Ollama silently drops the start of a prompt longer than its window
-        # (serving/context_size.py); said in x-llmbridge-params as num_ctx=N.
+        # (context_size.py); said in x-llmbridge-params as num_ctx=N.
         window = route.context_length if route is not None else None
         if window is None and info is not None:
             window = info.context_length

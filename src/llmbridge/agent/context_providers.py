@@ -1,20 +1,22 @@
-"""Context providers: pluggable sources of domain context for the system prompt.
+"""Context providers: pluggable sources of domain context for a turn's prompt.
 
-A provider looks at the user's input (and the session's persona and patient) and
-returns a block of text for this turn's context, or ``""`` when it has nothing
-relevant. The agent asks every provider at once, bounds each answer to the
-request's token budget, and skips a provider that fails (logged), as the seed's
-prompt assembly degrades rather than failing the turn. The blocks, in provider order,
-go with the input at the end of the prompt (``agent.prompt``), never in front of the
-stable system prompt: they follow the input and the clock (``ContextRequest.now``).
+A provider looks at the user's input (and the session, its persona and its subject: what
+the conversation is about, ``ContextRequest.subject_id``) and returns a block of text
+for this turn's context, or ``""`` when it has nothing relevant. A domain
+(``agent.domains``) brings its providers; the eldercare one adds the patient's record.
+The agent asks every provider at once, bounds each answer to the request's token budget,
+and skips a provider that fails (logged), as the seed's prompt assembly degrades rather
+than failing the turn. The blocks, in provider order, go with the input at the end of
+the prompt (``agent.prompt``), never in front of the stable system prompt: they follow
+the input and the clock (``ContextRequest.now``).
 
 The budget follows the model's capability, as the seed's ``EldercareContextService``
 "checks model capabilities (token limits)": ``context_budget`` gives a provider
-``CONTEXT_SHARE`` (a tenth) of the model's context window, between ``MIN_CONTEXT_BUDGET``
-and ``MAX_CONTEXT_BUDGET``. A 2,048-token model gets 204 tokens of patient data and
-keeps room for the history, the question and the answer; a 128k model gets the whole
-record (4,000); a model whose window is unknown gets ``DEFAULT_CONTEXT_BUDGET`` (800,
-a tenth of the embedded model's 8,192).
+``CONTEXT_SHARE`` (a tenth) of the model's context window, between
+``MIN_CONTEXT_BUDGET`` and ``MAX_CONTEXT_BUDGET``. A 2,048-token model gets 204 tokens
+of domain data (a patient's record) and keeps room for the history, the question and the
+answer; a 128k model gets the whole record (4,000); a model whose window is unknown gets
+``DEFAULT_CONTEXT_BUDGET`` (800, a tenth of the embedded model's 8,192).
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ __all__ = [
     "gather_context",
 ]
 
-log = logging.getLogger("llmbridge.agent.context")
+log = logging.getLogger("llmbridge.agent.context_providers")
 
 CONTEXT_SHARE = 0.1
 """The share of the model's context window one provider's block may take."""
 MIN_CONTEXT_BUDGET = 100
-"""Enough for a patient's header and a few lines, even on a tiny model."""
+"""Enough for a record's header and a few lines (a patient's), even on a tiny model."""
 MAX_CONTEXT_BUDGET = 4000
-"""More than a patient's full overview: a larger window buys no more context."""
+"""More than a full record (a patient's overview): a larger window buys no more context."""
 DEFAULT_CONTEXT_BUDGET = 800
 """When the model's window is unknown (the seed's budget for a 4k-8k model)."""
 
@@ -66,8 +68,9 @@ class ContextRequest:
     user_input: str
     session_id: str | None = None
     persona_id: str | None = None
-    patient_id: int | None = None
-    """The patient the session is about, when it says so."""
+    subject_id: int | None = None
+    """What the session is about, when it says so (``SessionRecord.subject_id``: a
+    patient, for eldercare)."""
     budget: int = DEFAULT_CONTEXT_BUDGET
     """The most tokens (gateway counter) the provider's block may take
     (``context_budget`` of the model's window)."""

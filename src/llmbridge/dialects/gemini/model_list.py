@@ -1,11 +1,10 @@
-"""Gemini's model list and embedding replies, both directions.
+"""Gemini's model list (``GET /v1beta/models``, ``GET /v1beta/models/{model}``), both
+directions.
 
 ``GET /v1beta/models`` answers ``{"models": [Model...], "nextPageToken"?}``, paged by
 ``pageSize`` (default 50, at most 1000) and ``pageToken`` (ai.google.dev/api/models);
 ``GET /v1beta/models/{model}`` one ``Model``. Names are ``models/<name>``, which the
-google-genai SDK and Gemini CLI send back as is. ``:embedContent`` answers
-``{"embedding": {"values": [...]}}``, ``:batchEmbedContents`` ``{"embeddings": [...]}``
-(ai.google.dev/api/embeddings).
+google-genai SDK and Gemini CLI send back as is.
 """
 
 from __future__ import annotations
@@ -13,18 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmbridge.core.errors import InternalError, InvalidRequestError
-from llmbridge.core.models import Capability, ModelInfo
-from llmbridge.core.response import EmbedResponse
-from llmbridge.dialects.fields import ReplyFields, int_or_none, is_number, object_or_empty
+from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.model_info import Capability, ModelInfo
+from llmbridge.dialects.fields import ReplyFields, int_or_none
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
-    "decode_batch_embed_response",
     "decode_models",
-    "encode_batch_embed_response",
-    "encode_embed_response",
     "encode_model",
     "encode_model_list",
 ]
@@ -145,43 +140,3 @@ def decode_models(body: object) -> list[ModelInfo]:
             )
         )
     return infos
-
-
-def encode_embed_response(resp: EmbedResponse) -> dict[str, Any]:
-    """``:embedContent``'s reply: the one input's vector.
-
-    Raises:
-        InternalError: the backend gave no vector (a bug: one input, one vector).
-    """
-    if not resp.embeddings:
-        raise InternalError("the backend returned no embedding for the input")
-    return {"embedding": {"values": list(resp.embeddings[0])}}
-
-
-def encode_batch_embed_response(resp: EmbedResponse) -> dict[str, Any]:
-    """``:batchEmbedContents``' reply: one vector per request, in request order."""
-    return {"embeddings": [{"values": list(vector)} for vector in resp.embeddings]}
-
-
-def decode_batch_embed_response(body: object, *, model: str = "") -> EmbedResponse:
-    """Read Google's ``:batchEmbedContents`` reply (client side).
-
-    Raises:
-        BackendProtocolError: the body has no ``embeddings`` list of number vectors.
-    """
-    reply = _FIELDS.required_object(body, "the body")
-    embeddings = reply.get("embeddings")
-    if not isinstance(embeddings, list):
-        raise _FIELDS.malformed("embeddings", "a list")
-    vectors: list[tuple[float, ...]] = []
-    for position, raw in enumerate(embeddings):
-        values = _FIELDS.required_object(raw, f"embeddings.{position}").get("values")
-        if not isinstance(values, list) or not all(is_number(value) for value in values):
-            raise _FIELDS.malformed(f"embeddings.{position}.values", "a list of numbers")
-        vectors.append(tuple(float(value) for value in values))
-    usage = object_or_empty(reply.get("usageMetadata"))
-    return EmbedResponse(
-        model=model,
-        embeddings=tuple(vectors),
-        input_tokens=int_or_none(usage.get("promptTokenCount")),
-    )

@@ -10,7 +10,7 @@ import ollama
 import pytest
 
 from llmbridge.core.errors import BackendProtocolError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.dialects.ollama import (
     decode_show,
     decode_tags,

@@ -5,7 +5,7 @@ is longer, keeps only its end: the system prompt and the tools, which come first
 what goes, and the client hears nothing (Ollama logs "truncating input prompt").
 Its default window (2,048 tokens in early releases, 4,096 later) is shorter than
 Claude Code's prompt. So for a backend that says ``Capabilities.context_option``,
-serving/prepare.py sets ``num_ctx`` by these rules:
+``prepare`` (fit.py) sets ``num_ctx`` by these rules:
 
 1. The window is the route's ``context_length``, else the context length the model
    reports (Ollama's ``/api/show``), as Ollama's own documentation advises for
@@ -32,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.request_size import larger_than
 from llmbridge.features.token_count import count_request_tokens
 

@@ -1,6 +1,7 @@
-"""Gemini's model list and embedding replies (``dialects/gemini/models.py``): the shapes,
-paging, bad query values as data, the client-side decoders, and the google-genai SDK's
-client reading what the gateway writes (its HTTP layer fed the encoded bodies)."""
+"""Gemini's model list (``dialects/gemini/model_list.py``) and embedding replies (in
+``response.py``): the shapes, paging, bad query values as data, the client-side
+decoders, and the google-genai SDK's client reading what the gateway writes (its HTTP
+layer fed the encoded bodies)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,13 @@ from google import genai
 from google.genai import types as genai_types
 
 from llmbridge.core.errors import BackendProtocolError, InternalError, InvalidRequestError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.response import EmbedResponse
-from llmbridge.dialects.gemini.models import (
+from llmbridge.dialects.gemini.model_list import decode_models, encode_model, encode_model_list
+from llmbridge.dialects.gemini.response import (
     decode_batch_embed_response,
-    decode_models,
     encode_batch_embed_response,
     encode_embed_response,
-    encode_model,
-    encode_model_list,
 )
 
 CHAT = ModelInfo(

@@ -10,7 +10,7 @@ settings first, then the request's set values override them.
 each under its neutral name. Fitting them to a backend (converting ``repeat_penalty``
 to ``frequency_penalty`` for an OpenAI-compatible server, dropping what a backend does
 not take) is the serving layer's, the same for agent turns and gateway requests
-(serving/params.py).
+(serving/prepare/sampling.py).
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ names; encoders of backends without them leave them out."""
 
 
 def generation_params(settings: AgentSettings) -> GenerationParams:
-    """``settings`` as the core parameters (fitted to the backend by serving/params.py)."""
+    """``settings`` as the core parameters (fitted to the backend by
+    serving/prepare/sampling.py)."""
     extra: dict[str, Any] = {
         name: getattr(settings, name)
         for name in _EXTRA_OPTIONS
