@@ -183,13 +183,19 @@ class Outcome:
 
 def _config(database: Path, *, embedded: bool, budget: int) -> GatewayConfig:
     backends: dict[str, Any] = {"chat": {"type": "scripted"}}
-    agent: dict[str, Any] = {"database": str(database), "history_budget": budget}
+    agent: dict[str, Any] = {"history_budget": budget}
     if embedded:
         backends["local"] = {"type": "embedded"}
         agent["summary_model"] = EMBEDDED_MODEL
     routes = [{"name": EMBEDDED_MODEL, "backend": "local"}] if embedded else []
     return GatewayConfig.model_validate(
-        {"backends": backends, "default_backend": "chat", "models": routes, "agent": agent}
+        {
+            "backends": backends,
+            "default_backend": "chat",
+            "models": routes,
+            "database": {"url": str(database)},
+            "agent": agent,
+        }
     )
 
 
@@ -215,7 +221,9 @@ async def run(
                 if name != "local":
                     await backend.aclose()
         models = Models(config, backends)
-        runtime = await AgentRuntime.open(config.agent, models, tools=ToolRegistry())
+        runtime = await AgentRuntime.open(
+            config.agent, models, tools=ToolRegistry(), database=config.database_url()
+        )
         try:
             return await _converse(runtime, recorder, memory, exchanges, budget, facts, started)
         finally:

@@ -40,7 +40,8 @@ def agent_gateway(
             "backends": {name: {"type": "scripted"} for name in names},
             "default_backend": names[0],
             "models": list(routes),
-            "agent": {"database": database, **agent},
+            "database": {"url": database},
+            "agent": agent,
         }
     )
     app = create_app(config, backends=dict(backends), agent_tools=tools or ToolRegistry())

@@ -190,12 +190,12 @@ def test_chat_reports_a_backend_failure_and_goes_on(
     assert [m.role for m in messages] == ["user", "user", "assistant"]
 
 
-def test_the_db_option_sets_the_agent_database(tmp_path: Path) -> None:
-    assert load_config(None, {"db": "postgresql://u@h/agent"}).agent.database == (
+def test_the_db_option_sets_the_database(tmp_path: Path) -> None:
+    assert load_config(None, {"db": "postgresql://u@h/agent"}).database.url == (
         "postgresql://u@h/agent"
     )
-    default = load_config(None, environ={"XDG_DATA_HOME": str(tmp_path)}).agent.database
-    assert default == str(tmp_path / "llmbridge" / "agent.db")
+    default = load_config(None, environ={"XDG_DATA_HOME": str(tmp_path)}).database.url
+    assert default == str(tmp_path / "llmbridge" / "llmbridge.db")
     serve_help = _run("serve", "--help").stdout
     assert "--db" in serve_help and "LLMBRIDGE_DB" in serve_help
     assert "chat" in _run("agent", "--help").stdout

@@ -643,7 +643,9 @@ async def test_an_unopenable_database_leaves_the_gateway_serving(
 
 
 def test_the_agent_can_be_turned_off(db: str, backend: ScriptedBackend) -> None:
-    with agent_gateway(db, {"scripted": backend}, enabled=False) as server:
+    # Stored responses off too: they would open the database on their own
+    # (tests/gateway/test_responses_store.py).
+    with agent_gateway(db, {"scripted": backend}, enabled=False, store_responses="off") as server:
         error_of(httpx.get(server.url + "/agent/sessions"), 404)
     assert not Path(db).exists()  # and its database is never opened
 

@@ -24,12 +24,14 @@ from llmbridge.store.tables import Base
 def test_the_default_database_is_a_sqlite_file_under_xdg_data_home(tmp_path: Path) -> None:
     # The configuration reader fills it in; the store never reads the environment.
     config = load_config(None, environ={"XDG_DATA_HOME": str(tmp_path)})
-    assert config.agent.database == str(tmp_path / "llmbridge" / "agent.db")
-    url = resolve_url(config.agent.database)
+    assert config.database.url == str(tmp_path / "llmbridge" / "llmbridge.db")
+    url = resolve_url(config.database_url())
     assert url.drivername == "sqlite+aiosqlite"
-    assert url.database == str(tmp_path / "llmbridge" / "agent.db")
-    home = load_config(None, environ={}).agent.database
-    assert home == str(Path.home() / ".local" / "share" / "llmbridge" / "agent.db")
+    assert url.database == str(tmp_path / "llmbridge" / "llmbridge.db")
+    # Under ~/.local/share without XDG_DATA_HOME (agent.db there is the older default,
+    # kept when it exists: tests/gateway/test_config_database.py).
+    home = Path(str(load_config(None, environ={}).database.url))
+    assert home.parent == Path.home() / ".local" / "share" / "llmbridge"
     with pytest.raises(ValueError, match="no database"):
         resolve_url(None)
 

@@ -115,11 +115,14 @@ async def _runtime(
             "backends": {backend.name: {"type": "scripted"}},
             "default_backend": backend.name,
             "models": list(routes),
-            "agent": {"database": str(database), **agent},
+            "database": {"url": str(database)},
+            "agent": agent,
         }
     )
     models = Models(config, {backend.name: backend})
-    return await AgentRuntime.open(config.agent, models, tools=ToolRegistry())
+    return await AgentRuntime.open(
+        config.agent, models, tools=ToolRegistry(), database=config.database_url()
+    )
 
 
 async def _fill(store: AgentStore, session_id: str, count: int) -> list[int]:

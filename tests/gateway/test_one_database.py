@@ -109,3 +109,57 @@ def test_a_start_opens_one_engine_and_migrates_once(
         (responses,) = conn.execute("SELECT count(*) FROM responses").fetchone()
     assert rows >= 2
     assert responses == 1
+
+
+def test_a_database_section_alone_holds_every_product_in_one_file(tmp_path: Path) -> None:
+    """Only ``database: {url: sqlite:///FILE}`` (no ``agent:`` section: the agent serves
+    by default) and a master key: a key made through the admin API, a request with it,
+    an agent session and a stored response all land in FILE, read back with sqlite3."""
+    database = tmp_path / "only.db"
+    config = GatewayConfig.model_validate(
+        {
+            "backends": {"scripted": {"type": "scripted"}},
+            "default_backend": "scripted",
+            "server": {"master_key": MASTER},
+            "database": {"url": f"sqlite:///{database}"},
+        }
+    )
+    assert "agent" not in config.model_fields_set
+    backend = ScriptedBackend("scripted", models=("scripted",))
+    app = create_app(config, backends={"scripted": backend})
+    with RunningServer(app, http=http_protocol(app)) as server, httpx.Client() as http:
+        made = http.post(
+            server.url + "/admin/keys",
+            json={"name": "only-team"},
+            headers={"authorization": f"Bearer {MASTER}"},
+        )
+        assert made.status_code == 201, made.text
+        key = made.json()["key"]
+        client = openai_client(server.url, key)
+        backend.enqueue(Script(text=["counted"]), Script(text=["stored"]))
+        chat = client.chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert chat.choices[0].message.content == "counted"
+        stored = client.responses.create(model="scripted", input="keep this")
+        session = http.post(
+            server.url + "/agent/sessions",
+            json={"title": "in the one file"},
+            headers={"authorization": f"Bearer {key}"},
+        )
+        assert session.status_code == 201, session.text
+        session_id = session.json()["id"]
+    # After shutdown: the ledger's last rows are flushed, the database closed.
+    with sqlite3.connect(database) as conn:
+        (keys,) = conn.execute("SELECT count(*) FROM api_keys WHERE name = 'only-team'").fetchone()
+        (chats,) = conn.execute(
+            "SELECT count(*) FROM usage WHERE key_name = 'only-team' AND endpoint LIKE ?",
+            ("%chat/completions",),
+        ).fetchone()
+        (sessions,) = conn.execute(
+            "SELECT name FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        (responses,) = conn.execute(
+            "SELECT count(*) FROM responses WHERE id = ?", (stored.id,)
+        ).fetchone()
+    assert (keys, chats, sessions, responses) == (1, 1, "in the one file", 1)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -194,10 +195,42 @@ def test_store_false_keeps_nothing(server: RunningServer, backend: ScriptedBacke
             client.responses.retrieve(response_id)
 
 
-def test_without_the_agent_store_previous_response_id_is_a_400(
-    backend: ScriptedBackend,
+def test_stored_responses_work_with_the_agent_off(tmp_path: Path, backend: ScriptedBackend) -> None:
+    """They are opened on the database at the gateway's start, not by the agent's."""
+    database = tmp_path / "no-agent.db"
+    with running_gateway(
+        {"scripted": backend}, database={"url": f"sqlite:///{database}"}, agent={"enabled": False}
+    ) as server:
+        assert httpx.get(server.url + "/agent/sessions").status_code == 404  # no agent
+        client = openai_client(server.url)
+        backend.enqueue(Script(text=["first"]), Script(text=["second"]))
+        first = client.responses.create(model="scripted", input="one")
+        assert first.store is True
+        second = client.responses.create(
+            model="scripted", input="two", previous_response_id=first.id
+        )
+        assert said(backend.requests[-1]) == [
+            ("user", "one"),
+            ("assistant", "first"),
+            ("user", "two"),
+        ]
+        assert client.responses.retrieve(second.id).output_text == "second"
+    with sqlite3.connect(database) as db:
+        (kept,) = db.execute("SELECT count(*) FROM responses").fetchone()
+    assert kept == 2
+
+
+def test_without_stored_responses_previous_response_id_is_a_400(
+    tmp_path: Path, backend: ScriptedBackend
 ) -> None:
-    with running_gateway({"scripted": backend}, agent={"enabled": False}) as server:
+    """Neither the agent nor stored responses: the gateway is stateless, and opens no
+    database for them."""
+    database = tmp_path / "never.db"
+    with running_gateway(
+        {"scripted": backend},
+        database={"url": str(database)},
+        agent={"enabled": False, "store_responses": "off"},
+    ) as server:
         client = openai_client(server.url)
         backend.enqueue(Script(text=["stateless"]))
         reply = client.responses.create(model="scripted", input="hi")
@@ -208,9 +241,10 @@ def test_without_the_agent_store_previous_response_id_is_a_400(
         assert "stateless" in refused.value.message
         with pytest.raises(openai.NotFoundError) as missing:
             client.responses.retrieve(reply.id)
-        assert "agent.enabled" in missing.value.message
+        assert "agent.store_responses: off" in missing.value.message
         with pytest.raises(openai.NotFoundError):
             client.responses.delete(reply.id)
+    assert not database.exists()
 
 
 def test_a_failed_save_still_delivers_the_answer(

@@ -10,6 +10,7 @@ own lines), and, with a master key, where the console is.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -83,6 +84,7 @@ def test_a_default_start_is_the_banner_and_one_database_line(tmp_path: Path) -> 
     with started(tmp_path) as (base, lines):
         _check_banner(base, lines, str(database))
         (said,) = [line for line in lines if "database: " in line]
+        assert f"database: sqlite:///{database / 'llmbridge.db'}, " in said, said
         assert said.endswith(", created"), said
         assert "/ui/" not in "\n".join(lines)  # no master key, no console
     with started(tmp_path) as (base, lines):  # the same database, already migrated
@@ -97,3 +99,22 @@ def test_with_a_master_key_the_banner_says_where_the_console_is(tmp_path: Path) 
         (console,) = [line for line in lines if "/ui/" in line]
         assert f"{base}/ui/" in console, console
         assert "m" * 32 not in "\n".join(lines)  # the key itself is never printed
+
+
+def test_a_start_keeps_the_older_default_file_and_names_it(tmp_path: Path) -> None:
+    """A home whose data is in ``agent.db`` (the default file before the database had a
+    section of its own) and no ``llmbridge.db``: the start uses it, and says so."""
+    older = tmp_path / "data" / "llmbridge" / "agent.db"
+    older.parent.mkdir(parents=True)
+    with sqlite3.connect(older) as db:  # a database of the older name, with data in it
+        db.execute("CREATE TABLE kept (note TEXT)")
+        db.execute("INSERT INTO kept VALUES ('still here')")
+    config = tmp_path / "scripted.yaml"  # no model to load: only the start is looked at
+    config.write_text("backends: {scripted: {type: scripted}}\ndefault_backend: scripted\n")
+    with started(tmp_path, "--config", str(config)) as (_, lines):
+        (said,) = [line for line in lines if "database: " in line]
+        assert f"database: sqlite:///{older}, schema {head_revision()}, " in said, said
+    assert not (older.parent / "llmbridge.db").exists()
+    with sqlite3.connect(older) as db:
+        assert db.execute("SELECT note FROM kept").fetchall() == [("still here",)]
+        assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)  # migrated

@@ -179,8 +179,8 @@ def test_each_command_and_its_environment_load_with_the_real_cli_and_config(
     assert config.server.host == "0.0.0.0" and config.server.port == 11435
     if launch.env:  # compose and Kubernetes; the Dockerfile's CMD has none
         assert config.state.redis_url == launch.env["LLMBRIDGE_REDIS_URL"]
-        assert config.agent.database == launch.env["LLMBRIDGE_DB"]
-        assert config.agent.database.startswith("postgresql://")
+        assert config.database.url == launch.env["LLMBRIDGE_DB"]
+        assert config.database.url.startswith("postgresql://")
         assert config.server.master_key == launch.env["LLMBRIDGE_MASTER_KEY"]
         assert config.server.workers == 2
         assert config.server.ledger is True

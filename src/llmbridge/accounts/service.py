@@ -179,8 +179,9 @@ class Accounts:
         self._looked_at = time.monotonic()
         if self.master_key is None and _not_created_yet(self.database.url):
             # No file, no keys, and no admin API to create one: the gateway does not
-            # create a database to find that out (``agent.enabled: false`` opens
-            # none); ``look_for_keys`` looks again, for keys made by the CLI.
+            # create a database to find that out (with the agent and stored responses
+            # off nothing else opens one); ``look_for_keys`` looks again, for keys
+            # made by the CLI.
             log.debug("auth: %s", self.summary())
             return
         try:

@@ -1,7 +1,9 @@
 """The agent service's part of the configuration file (the ``agent:`` section).
 
 ``gateway.config.GatewayConfig`` holds it as ``agent``; ``gateway.config.load_config``
-fills in what comes from the environment (the default database file, the Tavily key).
+fills in what comes from the environment (the Tavily key). The agent's tables are in
+the product's one database, the file's ``database:`` section (store/config.py);
+``agent.database``, its older spelling, is read there as ``database.url``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,10 @@ DomainName = Literal["eldercare"]
 
 
 class AgentConfig(Strict):
-    """The agent service (docs/AGENT.md): its database and defaults for its turns."""
+    """The agent service (docs/AGENT.md): defaults for its turns."""
 
     enabled: bool = True
-    """Serve ``/agent/...`` (the database is opened when the gateway starts)."""
-    database: str | None = None
-    """A SQLite path or ``postgresql://`` URL (``--db`` / ``LLMBRIDGE_DB`` set it);
-    ``None``: ``$XDG_DATA_HOME/llmbridge/agent.db`` (gateway.config fills it in)."""
+    """Serve ``/agent/...`` (on the database the gateway opens when it starts)."""
     model: str | None = None
     """The model of turns that name none; ``None``: the default backend's model."""
     history_budget: int = Field(3000, ge=0)
@@ -41,7 +40,9 @@ class AgentConfig(Strict):
     variable (read by gateway.config's reader)."""
     store_responses: Literal["default", "explicit", "off"] = "default"
     """Which ``/v1/responses`` replies are kept for ``previous_response_id`` and ``GET``
-    (docs/RESPONSES.md, "Stateful responses"): ``default`` every one unless the request
+    (docs/RESPONSES.md, "Stateful responses"), whether the agent serves or not (they
+    are in the product's database, opened for them when the gateway starts; ``off``
+    opens none for them): ``default`` every one unless the request
     says ``"store": false`` (OpenAI's API default, which clients that continue by id
     rely on); ``explicit`` only those that say ``"store": true``; ``off`` none (each
     save costs a database write, about 2 ms of CPU on SQLite)."""

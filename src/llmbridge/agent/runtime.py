@@ -2,8 +2,8 @@
 
 ``AgentRuntime.open(config.agent, models, database=...)`` builds the agent's repository
 (``AgentStore``) on the product's ``Database`` it is handed (the gateway's one,
-store/database.py), or on one of its own opened and migrated from
-``config.agent.database`` when none is handed (``llmbridge agent``), and builds the
+store/database.py), or on one of its own opened and migrated from the URL it is handed
+instead (``llmbridge agent``: ``GatewayConfig.database_url()``), and builds the
 service over the serving layer's ``Models`` (the gateway's own way to call a model:
 models without native tools get them emulated, failures are retried and fall back), with
 the document store, the domains ``agent.domains`` names (``agent.domains.registry``:
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from llmbridge.agent.config import AgentConfig
@@ -75,14 +76,14 @@ class AgentRuntime:
         models: Models,
         *,
         tools: ToolRegistry | None = None,
-        database: Database | None = None,
+        database: Database | str | Path,
     ) -> AgentRuntime:
-        """The service on ``database``, else on a database of its own (module
-        docstring)."""
-        if database is not None:
+        """The service on ``database``, or on a database of its own opened on that URL
+        (module docstring)."""
+        if isinstance(database, Database):
             store = AgentStore(database)
         else:
-            store = await AgentStore.open(config.database)
+            store = await AgentStore.open(database)
         documents = DocumentStore(store, max_bytes=config.max_document_bytes)
         turns = TurnGate(models.backend_name)
         summariser = None

@@ -3,10 +3,11 @@
 ``personas list|create``, ``sessions list|create``, ``facts list|add|edit|delete``
 (a session's durable facts) and ``chat`` (an interactive
 conversation on a session: streamed replies, ``/pin TEXT``, ``/quit``). They open the
-same database as the gateway (``--db`` / ``LLMBRIDGE_DB`` / ``agent.database`` in
-``--config``) directly, unscoped (the CLI sees every session and writes shared
-personas), and ``chat`` generates through the configured backends exactly as the
-gateway does (``agent.runtime``), so with no flags it talks to the embedded model.
+same database as the gateway (``--db`` / ``LLMBRIDGE_DB`` / ``database.url`` in
+``--config``: ``GatewayConfig.database_url``) directly, unscoped (the CLI sees every
+session and writes shared personas), and ``chat`` generates through the configured
+backends exactly as the gateway does (``agent.runtime``), so with no flags it talks to
+the embedded model.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ async def _as_coroutine(work: Callable[[], Awaitable[T]]) -> T:
 async def _store(config: GatewayConfig) -> AsyncIterator[AgentStore]:
     from llmbridge.agent.store import AgentStore
 
-    store = await AgentStore.open(config.agent.database)
+    store = await AgentStore.open(config.database_url())
     try:
         yield store
     finally:
@@ -344,7 +345,7 @@ async def _chat(
     async with open_models(config, host=config.server.serving_host()) as models:
         for name, exc in models.failed_to_start.items():
             click.echo(f"backend {name} failed to start: {exc.message}", err=True)
-        runtime = await AgentRuntime.open(config.agent, models)
+        runtime = await AgentRuntime.open(config.agent, models, database=config.database_url())
         try:
             await _converse(runtime, stdin, session_id, persona_id, title, model)
         finally:

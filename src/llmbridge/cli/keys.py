@@ -3,7 +3,8 @@
 ``create NAME`` prints the new key alone on stdout, once (so ``KEY=$(llmbridge keys
 create team-a)`` works), and what it allows on stderr; ``list`` shows every key's name,
 prefix, limits, spend and dates, never a key; ``revoke NAME``. They open the database
-the gateway uses (``--db`` / ``LLMBRIDGE_DB`` / ``agent.database`` in ``--config``),
+the gateway uses (``--db`` / ``LLMBRIDGE_DB`` / ``database.url`` in ``--config``,
+resolved as the gateway resolves it: ``GatewayConfig.database_url``),
 migrated to the newest schema first, exactly as ``llmbridge agent`` does. A gateway on
 that database requires keys once it holds one (a gateway started with none turns auth
 on within 5 seconds of the first: accounts/service.py, unless started with
@@ -58,7 +59,7 @@ def _run(config_path: str | None, db: str | None, work: Callable[[KeyStore], Awa
     config = load_from_options(config_path, db=db)
 
     async def main() -> T:
-        store = await KeyStore.open(config.agent.database)
+        store = await KeyStore.open(config.database_url())
         try:
             return await work(store)
         finally:

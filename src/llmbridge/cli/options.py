@@ -16,13 +16,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def db_option(func: F) -> F:
-    """``--db``: the agent database (``agent.database``), with its env var."""
+    """``--db``: the product's database (``database.url``, over the file's), with its
+    env var."""
     option = click.option(
         "--db",
         envvar="LLMBRIDGE_DB",
         metavar="URL",
-        help="Agent database: a SQLite path or a postgresql:// URL "
-        "[env LLMBRIDGE_DB; default ~/.local/share/llmbridge/agent.db].",
+        help="The database (keys, usage, stored responses, the agent's sessions): a SQLite "
+        "path, sqlite:///FILE or a postgresql:// URL; over the file's database.url "
+        "[env LLMBRIDGE_DB; default ~/.local/share/llmbridge/llmbridge.db].",
     )
     return option(func)
 

@@ -16,7 +16,7 @@ from llmbridge.cli.options import config_options, limit_options, load_from_optio
 from llmbridge.core.hosts import is_loopback_host
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
-from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig, default_agent_database
+from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig
 from llmbridge.web.auth import redact_query_keys
 
 __all__ = ["serve"]
@@ -119,7 +119,7 @@ def _auth_line(config: GatewayConfig) -> tuple[str, bool]:
     from llmbridge.accounts.service import auth_summary, count_database_keys
 
     server = config.server
-    database = config.agent.database or default_agent_database()
+    database = config.database_url()
     count: int | None = None
     error: str | None = None
     if server.auth is not False:

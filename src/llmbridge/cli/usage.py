@@ -2,8 +2,8 @@
 (accounts/usage.py); ``--session ID`` sums one session (a Claude Code or Codex run).
 
 It reads the database the gateway records into (``--db`` / ``LLMBRIDGE_DB`` /
-``agent.database`` in ``--config``), migrated to the newest schema first as
-``llmbridge keys`` does, and prints a table, or with ``--json`` the rows
+``database.url`` in ``--config``: ``GatewayConfig.database_url``), migrated to the
+newest schema first as ``llmbridge keys`` does, and prints a table, or with ``--json`` the rows
 ``GET /admin/usage`` answers. A gateway writes its records within a second
 (accounts/ledger.py), and at shutdown what is left. Days past the ledger's retention
 (``ledger.retention_days``) are read from their daily rollups (accounts/rollups.py),
@@ -78,7 +78,7 @@ def usage(
     except LLMBridgeError as exc:
         raise click.BadParameter(exc.message, param_hint=f"--{exc.param}") from None
     try:
-        groups = asyncio.run(_report(str(config.agent.database), group_by, start, end, session))
+        groups = asyncio.run(_report(config.database_url(), group_by, start, end, session))
     except LLMBridgeError as exc:
         raise click.ClickException(exc.message) from None
     except ValueError as exc:  # an unusable --db

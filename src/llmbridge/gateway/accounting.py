@@ -41,7 +41,7 @@ async def open_ledger(
     database: OpenOnce,
     auth_on: bool = False,
 ) -> UsageLedger | None:
-    """The ledger on the gateway's one database (``agent.database``, ``--db``; opened
+    """The ledger on the gateway's one database (``database.url``, ``--db``; opened
     and migrated by whichever part of the gateway needed it first), started, its rows
     kept ``ledger.retention_days`` before they are rolled up; ``None`` when it is off.
     A database that cannot be opened is logged and leaves the gateway serving without

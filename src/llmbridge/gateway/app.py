@@ -4,7 +4,8 @@ read limits (gateway/server/read_limits.py), and the agent service (``/agent/...
 The product's database (store/database.py) is one ``Database`` per process, opened and
 migrated once in the lifespan by the first part that needs it (``GatewayState.database``,
 an ``OpenOnce``) and handed to each product's repository: the accounts' ``KeyStore``,
-the agent runtime's ``AgentStore``, the stored Responses and the usage ledger. It is
+the agent runtime's ``AgentStore``, the stored Responses (opened at start whether the
+agent serves or not: ``stored_responses.stored_responses_on``) and the usage ledger. It is
 closed once, last, at shutdown."""
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
-from llmbridge.gateway.config import GatewayConfig, default_agent_database
+from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.console.web import error_page, is_console_path
 from llmbridge.gateway.exchange.agent_gate import KeyGate, memory_usage_recorder
@@ -56,7 +57,7 @@ from llmbridge.gateway.routes.ollama_models import MANAGEMENT_PATHS, MASTER_KEY_
 from llmbridge.gateway.server.read_limits import BodyDeadline, ReadLimits, protocol_class
 from llmbridge.gateway.server.workers import WorkerBoard
 from llmbridge.gateway.state import GatewayState
-from llmbridge.gateway.stored_responses import ResponseStore
+from llmbridge.gateway.stored_responses import ResponseStore, stored_responses_on
 from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
@@ -85,13 +86,24 @@ CONSOLE_PREFIX = "/ui"
 master key, so the API-key check lets its paths through."""
 
 
+async def _open_stored_responses(state: GatewayState) -> None:
+    """The stored Responses (``previous_response_id``, ``GET /v1/responses/{id}``) on
+    the gateway's database, whether the agent serves or not. A failure is logged and
+    leaves the gateway serving; a request that needs them then answers 503 with the
+    kind of failure."""
+    try:
+        state.responses = ResponseStore(await state.database.get())
+    except Exception as exc:  # noqa: BLE001 - reported on every request that needs them
+        state.responses_error = type(exc).__name__  # the details may name the database
+        log.error("stored responses are unavailable: %s: %s", type(exc).__name__, exc)
+
+
 async def _open_agent(
     mounted: MountedAgent, state: GatewayState, tools: ToolRegistry | None
 ) -> None:
     """The agent service on the gateway's database into ``mounted`` (``app.state.agent``,
-    what ``agent/routes.py`` reads), and the stored Responses on the same database. A
-    failure is logged and leaves the rest of the gateway serving; ``/agent/...`` then
-    answers 503 with the reason."""
+    what ``agent/routes.py`` reads). A failure is logged and leaves the rest of the
+    gateway serving; ``/agent/...`` then answers 503 with the reason."""
     from llmbridge.agent.runtime import AgentRuntime
 
     config = state.config
@@ -103,7 +115,6 @@ async def _open_agent(
         if mounted.runtime.summariser is not None:
             # Memory's background calls count in the ledger like any model call.
             mounted.runtime.summariser.on_usage = memory_usage_recorder(state)
-        state.responses = ResponseStore(database)
     except Exception as exc:  # noqa: BLE001 - reported on every /agent request instead
         # Clients get the kind of failure only: the details may name the database.
         mounted.error = type(exc).__name__
@@ -299,7 +310,7 @@ def create_app(
     state = GatewayState(config=config, models=models, keys=keys, metrics=metrics)
     state.workers = workers
     # One database for every product (module docstring), opened in the lifespan.
-    state.database = OpenOnce(config.agent.database or default_agent_database())
+    state.database = OpenOnce(config.database_url())
     state.accounts = Accounts(
         static_keys=keys,
         master_key=config.server.master_key,
@@ -320,6 +331,8 @@ def create_app(
                 await shared.start()  # degraded from the start when Redis does not answer
             # The key database: its keys may turn auth on (accounts/service.py).
             await state.accounts.open()
+            if stored_responses_on(config.agent):
+                await _open_stored_responses(state)
             if config.agent.enabled:
                 await _open_agent(agent, state, agent_tools)
             # After the shared state is in place: the ledger adds spend to it.

@@ -66,8 +66,13 @@ backend and serves any model name. Example file::
       service_name: llmbridge         # OTEL_SERVICE_NAME
     state:                            # shared across workers and replicas (docs/DEPLOY.md)
       redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
+    database:                         # the one database: keys, ledger, stored responses, agent
+      url: "postgresql://llmbridge@127.0.0.1/llmbridge"   # or a SQLite path, sqlite:///FILE;
+                                      # --db, LLMBRIDGE_DB (agent.database: the older spelling)
+      connect_timeout: 5              # seconds; a deadline in the URL's query wins
+      command_timeout: 10             # one statement, or SQLite's wait for its write lock
+      pool_timeout: 10                # a free pooled connection
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
-      database: "postgresql://llmbridge@127.0.0.1/agent"   # or a SQLite path; --db, LLMBRIDGE_DB
       model: qwen3                    # for turns that name no model
       history_budget: 3000            # tokens of conversation history per turn
 """
@@ -89,17 +94,20 @@ from llmbridge.agent.config import AgentConfig
 from llmbridge.core.request_limits import ENCODER_MAX_DEPTH, RequestLimits
 from llmbridge.serving.build import Host
 from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
+from llmbridge.store.config import DatabaseConfig
+from llmbridge.store.engine import resolve_url, shown_url
 
 __all__ = [
     "OTLP_EXTRA_MISSING",
     "ConfigError",
+    "DatabaseConfig",
     "GatewayConfig",
     "LedgerConfig",
     "LimitsConfig",
     "ServerConfig",
     "StateConfig",
     "TelemetryConfig",
-    "default_agent_database",
+    "default_database",
     "load_config",
 ]
 
@@ -300,9 +308,12 @@ def otlp_exporter_installed() -> bool:
 
 class GatewayConfig(ServingConfig):
     """The whole configuration file: the serving layer's part (backends, routes,
-    policies: serving/config.py), the server's and the agent's."""
+    policies: serving/config.py), the server's, the database's and the agent's."""
 
     server: ServerConfig = ServerConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    """The product's one database (store/config.py): every part opens
+    ``database_url()``."""
     agent: AgentConfig = AgentConfig()
     state: StateConfig = StateConfig()
     ledger: LedgerConfig = LedgerConfig()
@@ -310,6 +321,47 @@ class GatewayConfig(ServingConfig):
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """USD per million tokens by public model name or glob (accounts/prices.py): the
     usage ledger's ``cost_usd``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_database_is_database_url(cls, data: Any) -> Any:
+        """``agent.database``, the older spelling, is ``database.url``; the two naming
+        different databases is an error (which one would the keys be in?)."""
+        if not isinstance(data, dict) or not isinstance(data.get("agent"), dict):
+            return data
+        agent = dict(data["agent"])
+        older = agent.pop("database", None)
+        data = {**data, "agent": agent}
+        if not older:
+            return data
+        section = data.get("database")
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            return data  # validation names it
+        url = section.get("url")
+        if url and not _same_database(str(url), str(older)):
+            raise ValueError(
+                f"database.url ({shown_url(str(url))}) and agent.database "
+                f"({shown_url(str(older))}) name different databases: the product has "
+                "one; keep database.url and drop agent.database"
+            )
+        data["database"] = {**section, "url": url or older}
+        return data
+
+    def database_url(self, environ: Mapping[str, str] | None = None) -> str:
+        """The database every part opens (the gateway's ``OpenOnce``, ``llmbridge
+        keys``, ``usage``, ``agent``): ``database.url``, else the default file
+        (``default_database``), with the section's deadlines (store/config.py)."""
+        return self.database.opened_url(self.database.url or default_database(environ))
+
+
+def _same_database(one: str, other: str) -> bool:
+    """Whether two spellings name one database (``./x.db`` and ``sqlite:///abs/x.db``)."""
+    try:
+        return resolve_url(one) == resolve_url(other)
+    except ValueError:
+        return one == other  # validation refuses the unusable one
 
 
 ENVIRONMENT = {
@@ -328,18 +380,29 @@ ENVIRONMENT = {
     "OTEL_SERVICE_NAME": "telemetry.service_name, the spans' service.name, when the file sets none",
     "OPENCODE_SERVER_PASSWORD": "the password of OpenCode backends given by url that set none",
     "TAVILY_API_KEY": "agent.tavily_api_key, the web_search tool's key",
-    "XDG_DATA_HOME": "where the default agent database lives (llmbridge/agent.db under it)",
+    "XDG_DATA_HOME": "where the default database lives (llmbridge/llmbridge.db under it)",
 }
 """The environment variables the reader consults, and for what. The ``LLMBRIDGE_*``
 variables are the command-line flags' (cli/options.py), applied as ``overrides``."""
 
 
-def default_agent_database(environ: Mapping[str, str] | None = None) -> str:
-    """The agent database when none is configured: ``$XDG_DATA_HOME/llmbridge/agent.db``,
-    else ``~/.local/share/llmbridge/agent.db``."""
+DEFAULT_DATABASE_FILE = "llmbridge.db"
+OLDER_DEFAULT_DATABASE_FILE = "agent.db"
+"""The default file's name before the database had a section of its own."""
+
+
+def default_database(environ: Mapping[str, str] | None = None) -> str:
+    """The database when none is configured: ``llmbridge/llmbridge.db`` under
+    ``$XDG_DATA_HOME``, else under ``~/.local/share``; but ``agent.db`` there, the
+    older default, when it exists and ``llmbridge.db`` does not, so that an upgrade
+    keeps its users' keys, ledger and sessions."""
     env = os.environ if environ is None else environ
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return str(Path(base) / "llmbridge" / "agent.db")
+    directory = Path(base) / "llmbridge"
+    current, older = directory / DEFAULT_DATABASE_FILE, directory / OLDER_DEFAULT_DATABASE_FILE
+    if not current.exists() and older.exists():
+        return str(older)
+    return str(current)
 
 
 def load_config(
@@ -354,9 +417,9 @@ def load_config(
     ``overrides`` may hold ``server`` fields (host, port, api_keys, max_body_bytes),
     ``ollama_url``, ``openai_url`` and ``openai_key``: the URL shortcuts make that
     server the default backend, serving models under their own names; ``db`` sets
-    ``agent.database``; ``redis_url`` sets ``state.redis_url``; ``embedded_max_queue``,
-    ``embedded_queue_timeout`` and ``embedded_max_embed_inputs`` set the embedded
-    backends' limits.
+    ``database.url`` (over the file's, and its ``agent.database``); ``redis_url`` sets
+    ``state.redis_url``; ``embedded_max_queue``, ``embedded_queue_timeout`` and
+    ``embedded_max_embed_inputs`` set the embedded backends' limits.
     """
     raw: dict[str, Any] = {}
     if path is not None:
@@ -420,11 +483,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         server["api_keys"] = list(server.get("api_keys") or []) + list(overrides["api_keys"])
     if server:
         raw["server"] = server
-    if overrides.get("db"):
-        agent = raw.get("agent") or {}
-        if not isinstance(agent, dict):
-            raise ConfigError("'agent' must be a mapping of agent settings")
-        raw["agent"] = {**agent, "database": overrides["db"]}
+    _apply_database_override(raw, overrides)
     _apply_opencode_overrides(raw, overrides)
     shortcuts: tuple[tuple[str, str | None, str | None], ...] = (
         ("ollama", overrides.get("ollama_url"), None),
@@ -442,6 +501,20 @@ def _apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
         backends[kind] = entry
         raw["default_backend"] = kind
     _apply_embedded_overrides(raw, overrides)  # last: a shortcut replaces the default
+
+
+def _apply_database_override(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--db`` (and ``LLMBRIDGE_DB``, its variable): ``database.url``, over what the
+    file names there or in ``agent.database``."""
+    if not overrides.get("db"):
+        return
+    section = raw.get("database") or {}
+    if not isinstance(section, dict):
+        raise ConfigError("'database' must be a mapping of database settings")
+    raw["database"] = {**section, "url": overrides["db"]}
+    agent = raw.get("agent")
+    if isinstance(agent, dict) and "database" in agent:
+        raw["agent"] = {k: v for k, v in agent.items() if k != "database"}
 
 
 def _apply_state_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
@@ -551,10 +624,23 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         agent = raw["agent"] = {}
     if not isinstance(agent, dict):
         raise ConfigError("'agent' must be a mapping of agent settings")
-    if not agent.get("database"):
-        agent["database"] = default_agent_database(environ)
+    _apply_default_database(raw, agent, environ)
     if not agent.get("tavily_api_key") and (key := environ.get("TAVILY_API_KEY", "").strip()):
         agent["tavily_api_key"] = key
+
+
+def _apply_default_database(
+    raw: dict[str, Any], agent: dict[str, Any], environ: Mapping[str, str]
+) -> None:
+    """``database.url``, when neither it nor ``agent.database`` names one: the default
+    file under ``XDG_DATA_HOME`` (``default_database``)."""
+    section = raw.get("database")
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise ConfigError("'database' must be a mapping of database settings")
+    if not section.get("url") and not agent.get("database"):
+        raw["database"] = {**section, "url": default_database(environ)}
 
 
 def _apply_workers_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:

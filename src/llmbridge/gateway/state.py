@@ -48,7 +48,10 @@ class GatewayState:
     """The usage ledger when accounting is on (``server.ledger``), opened in the lifespan."""
     responses: ResponseStore | None = None
     """The stored Responses (gateway/stored_responses.py), on ``database``, set in the
-    lifespan when the agent store is on and its database opened."""
+    lifespan when they are on (``stored_responses_on``: whether the agent serves or
+    not) and the database opened."""
+    responses_error: str | None = None
+    """Why the stored Responses could not be opened (the kind of failure only)."""
     workers: WorkerBoard | None = None
     """This process's place among ``llmbridge serve --workers N`` (gateway/server/workers.py);
     ``None`` when it serves alone."""

@@ -16,6 +16,9 @@ chain's running totals (``Chain``: turns, the conversation's bytes, the bytes th
 chain stores), and ``chain`` reads just those three integers, so a continuation past
 ``server.limits.max_chain_bytes`` or ``max_chain_turns`` (``Chain.check_continued``) is
 refused before the conversation is loaded, and before anything is stored.
+
+Whether a gateway has them at all is ``stored_responses_on``: they are opened at its
+start, on its database, whether the agent serves or not.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
+from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.store.access import private_to
 from llmbridge.core.errors import NotFoundError
 from llmbridge.core.request_limits import RequestLimits, chain_error
@@ -33,9 +37,18 @@ from llmbridge.store.database import Database
 from llmbridge.store.tables import ResponseRow
 from llmbridge.store.values import storable, storable_text
 
-__all__ = ["Chain", "ResponseRecord", "ResponseStore", "not_found"]
+__all__ = ["Chain", "ResponseRecord", "ResponseStore", "not_found", "stored_responses_on"]
 
 _PREVIOUS_RESPONSE_ID = "previous_response_id"
+
+
+def stored_responses_on(agent: AgentConfig) -> bool:
+    """Whether the gateway keeps stored Responses (and opens its database for them):
+    unless ``agent.store_responses`` is ``off``; and, with it off, while the agent
+    serves, as before the two were apart, so that responses stored earlier can still
+    be read and continued. With neither, ``previous_response_id`` is the dialect's 400
+    and nothing is opened for them."""
+    return agent.store_responses != "off" or agent.enabled
 
 
 def not_found(response_id: str, *, param: str | None = None) -> NotFoundError:

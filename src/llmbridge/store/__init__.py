@@ -1,7 +1,8 @@
 """The product's database: SQLAlchemy 2 (async) over SQLite or PostgreSQL.
 
-``database`` (``Database``, the one handle a process opens: engine, write engine,
-deadlines, migrated once, closed once; ``OpenOnce``, the gateway's), ``engine`` (URLs,
+``config`` (the configuration file's ``database:`` section: the URL and its
+deadlines), ``database`` (``Database``, the one handle a process opens: engine, write
+engine, deadlines, migrated once, closed once; ``OpenOnce``, the gateway's), ``engine`` (URLs,
 the engine, its deadlines, SQLite's set-up), ``migrate`` (Alembic, in process, with the
 scripts in ``migrations/``), ``tables`` (every product's tables; an agent domain declares
 its own on the same ``Base``), ``values`` (what the databases can hold) and ``errors``

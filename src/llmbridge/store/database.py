@@ -131,7 +131,8 @@ class OpenOnce:
 
     def __init__(self, url: str | Path) -> None:
         self.url = url
-        """As configured (``agent.database``, ``--db``); ``shown_url`` for a log."""
+        """As configured (``GatewayConfig.database_url``: ``database.url``, ``--db``);
+        ``shown_url`` for a log."""
         self._database: Database | None = None
         self._lock = asyncio.Lock()
         self._closed = False

@@ -2,11 +2,11 @@
 
 One database holds the agent's tables, the API keys, the usage ledger and the stored
 Responses; ``store.database.Database`` is the one handle a process opens on it. It is
-named by the configuration (``agent.database``; gateway/config.py
-fills in the default file, ``$XDG_DATA_HOME/llmbridge/agent.db``, and ``--db`` /
+named by the configuration (``database.url``, store/config.py; gateway/config.py
+fills in the default file, ``$XDG_DATA_HOME/llmbridge/llmbridge.db``, and ``--db`` /
 ``LLMBRIDGE_DB`` set it). Accepted spellings:
 
-- a path (``./agent.db``, ``/var/lib/llmbridge/agent.db``) or ``sqlite:///path``
+- a path (``./llmbridge.db``, ``/var/lib/llmbridge/llmbridge.db``) or ``sqlite:///path``
   (``sqlite+aiosqlite`` is filled in), or ``sqlite://`` / ``:memory:`` for a private
   in-memory database (tests);
 - ``postgresql://user:pass@host/db`` or ``postgres://...`` (``+asyncpg`` is filled
@@ -27,7 +27,9 @@ or unreachable server costs a request a 503 (``store.errors``), never a hang. Th
 in seconds, set by the URL's own query parameters (``?connect_timeout=2&
 command_timeout=5&pool_timeout=5``; read and removed here, the driver never sees
 them), so every engine opened on that URL (the gateway's one ``Database``, the CLI's,
-the ``/health`` probe's own) gets the same ones:
+the ``/health`` probe's own) gets the same ones. The configuration file's
+``database:`` section sets them too (store/config.py adds its settings to the URL,
+where the URL names none):
 
 - ``connect_timeout`` (5): opening a connection, TCP and authentication (asyncpg's
   ``timeout``). A healthy server on a LAN answers in milliseconds; 5 s still rides
@@ -120,9 +122,7 @@ _SECRET_WORDS = ("pass", "secret", "token", "key")
 def resolve_url(url: str | Path | None) -> URL:
     """The SQLAlchemy async URL for ``url`` (a path or a URL, module docstring)."""
     if url is None or not str(url):
-        raise ValueError(
-            "no database: set agent.database in the configuration, --db or LLMBRIDGE_DB"
-        )
+        raise ValueError("no database: set database.url in the configuration, --db or LLMBRIDGE_DB")
     raw = str(url)
     if raw in (":memory:", "sqlite://", "sqlite:///:memory:"):
         return make_url("sqlite+aiosqlite://")

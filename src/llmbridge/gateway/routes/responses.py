@@ -1,8 +1,9 @@
 """OpenAI's Responses API: ``POST /v1/responses``, ``POST /v1/responses/input_tokens``,
 and, with the agent store, ``GET`` and ``DELETE /v1/responses/{response_id}``.
 
-Stateful responses (docs/RESPONSES.md, "Stateful responses"): with the agent store on
-(``agent.enabled``, its default) a response is stored unless the request says
+Stateful responses (docs/RESPONSES.md, "Stateful responses"): with stored responses on
+(``stored_responses.stored_responses_on``: the default, whether the agent serves or not)
+a response is stored unless the request says
 ``"store": false`` (``agent.store_responses``: ``explicit`` keeps only those that say
 ``"store": true``, ``off`` none): saved once it is complete (``response.completed`` or
 ``response.incomplete``; for a stream, before that event is sent), owned by the
@@ -35,7 +36,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge.agent.config import AgentConfig
-from llmbridge.agent.routes import MountedAgent
 from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
@@ -56,7 +56,7 @@ from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.gateway.stored_responses import Chain, ResponseStore
+from llmbridge.gateway.stored_responses import Chain, ResponseStore, stored_responses_on
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import parse_json, read_body
 from llmbridge.web.render import Dialect, header_value
@@ -169,31 +169,32 @@ def _asked_to_keep(store: object, config: AgentConfig) -> bool:
 def _may_keep(body: dict[str, Any], state: GatewayState) -> bool:
     """Whether the reply to ``body`` is kept, if the store is open."""
     agent = state.config.agent
-    return agent.enabled and _asked_to_keep(body.get("store"), agent)
+    return stored_responses_on(agent) and _asked_to_keep(body.get("store"), agent)
 
 
 def _store_if_open(request: Request) -> ResponseStore | None:
-    """The stored responses, or ``None`` when the agent store is off or not open."""
+    """The stored responses, or ``None`` when they are off or not open."""
     state = state_of(request)
-    if not state.config.agent.enabled:
+    if not stored_responses_on(state.config.agent):
         return None
     return state.responses
 
 
 def _store_for(request: Request, response_id: str) -> ResponseStore:
-    """The stored responses, for a request that needs them: 404 when the store is off
-    (no response can exist), 503 when it is on but its database did not open."""
-    if not state_of(request).config.agent.enabled:
+    """The stored responses, for a request that needs them: 404 when they are off
+    (no response can exist), 503 when they are on but the database did not open."""
+    state = state_of(request)
+    if not stored_responses_on(state.config.agent):
         raise NotFoundError(
-            f"Response with id {response_id!r} not found: llmbridge stores responses only "
-            "with the agent store on (agent.enabled)."
+            f"Response with id {response_id!r} not found: llmbridge stores no responses "
+            "here (agent.store_responses: off, agent.enabled: false)."
         )
     store = _store_if_open(request)
     if store is None:
-        mounted: MountedAgent = request.app.state.agent
-        reason = f" ({mounted.error}; see the gateway log)" if mounted.error else ""
+        error = state.responses_error
+        reason = f" ({error}; see the gateway log)" if error else ""
         raise ServiceUnavailableError(
-            f"stored responses are unavailable: the agent database could not be opened{reason}"
+            f"stored responses are unavailable: the database could not be opened{reason}"
         )
     return store
 
@@ -247,7 +248,7 @@ async def _continued(request: Request, state: GatewayState, decode: Decode) -> _
     chain = Chain()
     if isinstance(previous, str):
         check_response_id(previous, PREVIOUS_RESPONSE_ID)
-    if isinstance(previous, str) and state.config.agent.enabled:
+    if isinstance(previous, str) and stored_responses_on(state.config.agent):
         owner = caller_identity(request)
         store = _store_for(request, previous)
         chain = await store.chain(previous, owner, param=PREVIOUS_RESPONSE_ID)

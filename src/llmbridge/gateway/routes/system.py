@@ -35,6 +35,7 @@ from llmbridge.gateway.health import DatabaseProbe
 from llmbridge.gateway.metrics import CONTENT_TYPE_LATEST
 from llmbridge.gateway.openapi import OPENAPI_PATH, openapi_json
 from llmbridge.gateway.state import GatewayState, state_of
+from llmbridge.gateway.stored_responses import stored_responses_on
 from llmbridge.web.auth import presented_key
 
 __all__ = ["routes"]
@@ -71,10 +72,13 @@ async def _may_see_details(request: Request, database_ok: bool) -> bool:
 
 def _database_probe(state: GatewayState) -> DatabaseProbe | None:
     """The probe of the database the gateway uses, if it uses one: for its keys (unless
-    auth is off on purpose), the agent service or the usage ledger. The probe has a
-    connection of its own (gateway/health.py), not one of the gateway's ``Database``."""
+    auth is off on purpose), the stored Responses, the agent service (which keeps them
+    on) or the usage ledger. The probe has a connection of its own (gateway/health.py),
+    not one of the gateway's ``Database``."""
     in_use = (
-        state.accounts.auth is not False or state.config.agent.enabled or state.ledger is not None
+        state.accounts.auth is not False
+        or stored_responses_on(state.config.agent)
+        or state.ledger is not None
     )
     return state.health.database(state.database.url) if in_use else None
 
