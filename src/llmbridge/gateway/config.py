@@ -66,6 +66,13 @@ backend and serves any model name. Example file::
       service_name: llmbridge         # OTEL_SERVICE_NAME
     state:                            # shared across workers and replicas (docs/DEPLOY.md)
       redis_url: "redis://127.0.0.1:6379/0"   # --redis-url, LLMBRIDGE_REDIS_URL; none: in process
+    mcp:                              # MCP servers behind /mcp and the keys (docs/MCP.md)
+      servers:
+        files: {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv"]}
+        search: {url: "https://mcp.example.com/mcp",
+                 headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}}
+      max_result_bytes: 1048576       # a larger tool result is an error saying so
+      call_timeout_s: 60              # a tool call's bound
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
       database: "postgresql://llmbridge@127.0.0.1/agent"   # or a SQLite path; --db, LLMBRIDGE_DB
       model: qwen3                    # for turns that name no model
@@ -86,6 +93,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
 from llmbridge.core.limits import ENCODER_MAX_DEPTH, RequestLimits
+from llmbridge.mcp.config import McpConfig
 from llmbridge.serving.build import Host
 from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
 
@@ -287,6 +295,8 @@ class GatewayConfig(ServingConfig):
     state: StateConfig = StateConfig()
     ledger: LedgerConfig = LedgerConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    mcp: McpConfig = McpConfig()
+    """The MCP gateway's servers and bounds (mcp/config.py, docs/MCP.md)."""
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """USD per million tokens by public model name or glob (accounts/prices.py): the
     usage ledger's ``cost_usd``."""

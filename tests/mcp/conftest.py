@@ -1,0 +1,64 @@
+"""The MCP gateway's fixtures: the toolbox server (tests/mcp/servers/toolbox.py) over
+stdio (spawned by the gateway from its configuration) and over streamable HTTP (on a
+loopback port), a gateway in front of them, and the SDK's own client against it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from llmbridge.backends.scripted import ScriptedBackend
+from tests.conftest import RunningServer, running_gateway
+from tests.mcp.servers.toolbox import build
+from tests.waiting import scaled
+
+TOOLBOX = Path(__file__).parent / "servers" / "toolbox.py"
+MASTER = "sk-master-mcp"
+TOOLBOX_TOOLS = ("echo", "add", "pid", "crash", "hang", "big", "fail", "grow")
+
+
+def stdio_toolbox(**settings: Any) -> dict[str, Any]:
+    """An ``mcp.servers`` entry running the toolbox over stdio."""
+    return {"command": [sys.executable, str(TOOLBOX)], **settings}
+
+
+@pytest.fixture(scope="module")
+def toolbox_url() -> Iterator[str]:
+    """The toolbox over streamable HTTP on a loopback port: its endpoint's URL."""
+    with RunningServer(build("web").streamable_http_app()) as server:
+        yield server.url + "/mcp"
+
+
+@contextmanager
+def mcp_gateway(
+    database: Path, servers: dict[str, Any], **settings: Any
+) -> Iterator[RunningServer]:
+    """A gateway with the master key ``MASTER`` (so keys and the ledger are on), its
+    database at ``database``, serving ``servers`` on ``/mcp``."""
+    mcp = {"servers": servers, "start_wait_s": scaled(60), **settings}
+    with running_gateway(
+        {"scripted": ScriptedBackend()},
+        server={"master_key": MASTER},
+        agent={"database": str(database)},
+        mcp=mcp,
+    ) as gateway:
+        yield gateway
+
+
+@asynccontextmanager
+async def mcp_client(url: str, key: str | None = None, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK's client on ``url`` (``…/mcp`` or ``…/mcp/<server>``), sending ``key``
+    as ``Authorization: Bearer``; ``mode`` ``auto`` speaks 2026-07-28 to the gateway,
+    ``legacy`` the initialize handshake (2025-11-25)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(scaled(30), read=scaled(120)))
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        yield client
