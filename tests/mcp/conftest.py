@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from llmbridge.backends.scripted import ScriptedBackend
@@ -22,7 +24,7 @@ from tests.waiting import scaled
 
 TOOLBOX = Path(__file__).parent / "servers" / "toolbox.py"
 MASTER = "sk-master-mcp"
-TOOLBOX_TOOLS = ("echo", "add", "pid", "crash", "hang", "big", "fail", "grow")
+TOOLBOX_TOOLS = ("echo", "add", "pid", "crash", "hang", "big", "fail", "grow", "header")
 
 
 def stdio_toolbox(**settings: Any) -> dict[str, Any]:
@@ -35,6 +37,13 @@ def toolbox_url() -> Iterator[str]:
     """The toolbox over streamable HTTP on a loopback port: its endpoint's URL."""
     with RunningServer(build("web").streamable_http_app()) as server:
         yield server.url + "/mcp"
+
+
+@pytest.fixture(scope="module")
+def old_toolbox_url() -> Iterator[str]:
+    """The toolbox over the 2024-11-05 revision's HTTP+SSE transport: its SSE URL."""
+    with RunningServer(build("old").sse_app()) as server:
+        yield server.url + "/sse"
 
 
 @contextmanager
@@ -54,11 +63,32 @@ def mcp_gateway(
 
 
 @asynccontextmanager
-async def mcp_client(url: str, key: str | None = None, mode: str = "auto") -> AsyncIterator[Client]:
+async def mcp_client(
+    url: str,
+    key: str | None = None,
+    mode: str = "auto",
+    message_handler: MessageHandlerFnT | None = None,
+) -> AsyncIterator[Client]:
     """The SDK's client on ``url`` (``…/mcp`` or ``…/mcp/<server>``), sending ``key``
     as ``Authorization: Bearer``; ``mode`` ``auto`` speaks 2026-07-28 to the gateway,
-    ``legacy`` the initialize handshake (2025-11-25)."""
+    ``legacy`` the initialize handshake (2025-11-25); ``message_handler`` gets the
+    notifications."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(scaled(30), read=scaled(120)))
-    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    transport = streamable_http_client(url, http_client=http)
+    async with http, Client(transport, mode=mode, message_handler=message_handler) as client:
         yield client
+
+
+async def tool_names(client: Client) -> list[str]:
+    """Every tool ``client``'s endpoint lists, its pages followed (``Client.list_tools``
+    reads one page)."""
+    names: list[str] = []
+    cursor: str | None = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        listed = await client.session.list_tools(params=params)
+        names += [tool.name for tool in listed.tools]
+        cursor = listed.next_cursor
+        if not cursor:
+            return names

@@ -1,9 +1,11 @@
 """The MCP gateway end to end: the SDK's client against a running gateway that serves
-the toolbox over stdio (``box``, spawned from its configuration) and over streamable
-HTTP (``web``), in both protocol eras (the 2026-07-28 envelope and the handshake)."""
+the toolbox over stdio (``box``, spawned from its configuration), over streamable HTTP
+(``web``) and over HTTP+SSE (``old``, with a header from the environment), in both
+protocol eras (the 2026-07-28 envelope and the handshake)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,10 +28,22 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gateway(database: Path, toolbox_url: str) -> Iterator[RunningServer]:
-    servers = {"box": stdio_toolbox(), "web": {"url": toolbox_url}}
-    with mcp_gateway(database, servers) as server:
-        yield server
+def gateway(database: Path, toolbox_url: str, old_toolbox_url: str) -> Iterator[RunningServer]:
+    servers = {
+        "box": stdio_toolbox(),
+        "web": {"url": toolbox_url},
+        "old": {
+            "url": old_toolbox_url,
+            "transport": "sse",
+            "headers": {"X-Team-Token": "${MCP_TEST_TOKEN}"},
+        },
+    }
+    os.environ["MCP_TEST_TOKEN"] = "from-the-environment"
+    try:
+        with mcp_gateway(database, servers) as server:
+            yield server
+    finally:
+        del os.environ["MCP_TEST_TOKEN"]
 
 
 def _texts(result: types.CallToolResult) -> list[str]:
@@ -41,7 +55,7 @@ async def test_tools_listed_with_their_servers_names(gateway: RunningServer, mod
     async with mcp_client(gateway.url + "/mcp", MASTER, mode) as client:
         listed = await client.list_tools()
     names = [tool.name for tool in listed.tools]
-    assert names == [f"box__{t}" for t in TOOLBOX_TOOLS] + [f"web__{t}" for t in TOOLBOX_TOOLS]
+    assert names == [f"{server}__{t}" for server in ("box", "web", "old") for t in TOOLBOX_TOOLS]
     add = next(tool for tool in listed.tools if tool.name == "box__add")
     assert add.description == "The sum of two numbers."
     assert set(add.input_schema["properties"]) == {"a", "b"}
@@ -52,8 +66,12 @@ async def test_a_tool_call_end_to_end(gateway: RunningServer, mode: str) -> None
     async with mcp_client(gateway.url + "/mcp", MASTER, mode) as client:
         stdio = await client.call_tool("box__add", {"a": 2, "b": 3})
         http = await client.call_tool("web__echo", {"text": "über"})
+        sse = await client.call_tool("old__echo", {"text": "old"})
+        header = await client.call_tool("old__header", {"name": "X-Team-Token"})
     assert _texts(stdio) == ["5"] and not stdio.is_error
     assert _texts(http) == ["über"]
+    assert _texts(sse) == ["old"]
+    assert _texts(header) == ["from-the-environment"]  # ${MCP_TEST_TOKEN}, expanded
 
 
 async def test_one_server_under_its_own_names(gateway: RunningServer) -> None:
@@ -119,7 +137,7 @@ def test_an_unknown_server_is_a_404_in_json_rpc(gateway: RunningServer) -> None:
     assert reply.status_code == 404
     error = reply.json()["error"]
     assert "no MCP server named 'nope'" in error["message"]
-    assert "box, web" in error["message"]
+    assert "box, web, old" in error["message"]
 
 
 def test_malformed_json_rpc_is_the_sdks_parse_error(gateway: RunningServer) -> None:
@@ -193,10 +211,10 @@ async def test_resources_and_prompts_pass_through(gateway: RunningServer) -> Non
         read = await client.read_resource("toolbox://readme")
         prompts = await client.list_prompts()
         prompt = await client.get_prompt("web__greet", {"who": "Ada"})
-    assert [r.uri for r in resources.resources] == ["toolbox://readme", "toolbox://readme"]
+    assert [r.uri for r in resources.resources] == ["toolbox://readme"] * 3
     assert isinstance(read.contents[0], types.TextResourceContents)
     assert "toolbox" in read.contents[0].text
-    assert [p.name for p in prompts.prompts] == ["box__greet", "web__greet"]
+    assert [p.name for p in prompts.prompts] == ["box__greet", "web__greet", "old__greet"]
     message = prompt.messages[0].content
     assert isinstance(message, types.TextContent) and "Ada" in message.text
 
@@ -207,3 +225,23 @@ def test_health_names_the_servers(gateway: RunningServer) -> None:
     assert health["mcp"]["box"]["state"] == "up"
     assert health["mcp"]["box"]["transport"] == "stdio"
     assert health["mcp"]["web"]["tools"] == len(TOOLBOX_TOOLS)
+
+
+def test_the_admin_api_takes_and_checks_mcp_tools(gateway: RunningServer) -> None:
+    auth = {"Authorization": f"Bearer {MASTER}"}
+    made = httpx.post(
+        gateway.url + "/admin/keys",
+        headers=auth,
+        json={"name": "scoped-by-api", "mcp_tools": ["web__*"]},
+        timeout=scaled(30),
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["mcp_tools"] == ["web__*"]
+    empty = httpx.post(
+        gateway.url + "/admin/keys",
+        headers=auth,
+        json={"name": "allows-nothing", "mcp_tools": []},
+        timeout=scaled(30),
+    )
+    assert empty.status_code == 400
+    assert empty.json()["error"]["param"] == "mcp_tools"

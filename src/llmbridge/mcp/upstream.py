@@ -143,7 +143,9 @@ class Upstream:
         self.retry_at: float | None = None
         """When (``time.monotonic``) a server that is down is tried again."""
         self._session: ClientSession | None = None
-        self._up = asyncio.Event()
+        self._settled = asyncio.Event()
+        """Set, and replaced, each time the upstream comes up or goes down: what a
+        call waiting for a server that is connecting wakes on."""
         self._attempted = asyncio.Event()
         """Set once the first connection has succeeded or failed."""
         self._wake = asyncio.Event()
@@ -213,7 +215,7 @@ class Upstream:
                 await asyncio.wait_for(self._stopping.wait(), timeout=backoff)
             backoff = min(backoff * 2, self.settings.restart_backoff_max_s)
         self.state = "stopped"
-        self._up.clear()
+        self._settle()
 
     async def _connect_once(self) -> None:
         """Connect, list, serve until the connection is lost or the upstream stopped."""
@@ -246,7 +248,7 @@ class Upstream:
             self.connections += 1
             self.state, self.error, self.retry_at = "up", None, None
             self.up_since = time.monotonic()
-            self._up.set()
+            self._settle()
             self._attempted.set()
             log.info(
                 "MCP server %s is up (%s, protocol %s): %d tools, %d resources, %d prompts",
@@ -263,7 +265,6 @@ class Upstream:
                 await self._serve(session)
             finally:
                 self._session = None
-                self._up.clear()
 
     async def _serve(self, session: ClientSession) -> None:
         """Wait for the connection's end, listing again what the server says changed."""
@@ -291,8 +292,13 @@ class Upstream:
     def _went_down(self, reason: str) -> None:
         self.state = "down"
         self.error = reason
-        self._up.clear()
         self._session = None
+        self._settle()
+
+    def _settle(self) -> None:
+        """Wake the calls waiting for this upstream to come up or go down."""
+        settled, self._settled = self._settled, asyncio.Event()
+        settled.set()
 
     async def _changed(self, kinds: frozenset[Kind]) -> None:
         if self.on_change is None:
@@ -428,7 +434,7 @@ class Upstream:
                     backend=self.name,
                     retry_after=retry,
                 )
-            await self._up.wait()
+            await self._settled.wait()
 
     def _failed(self, *, lost: bool = False) -> None:
         self.failed_calls += 1

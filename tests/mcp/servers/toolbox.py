@@ -6,7 +6,8 @@ MCP gateway's tests put behind it, over stdio (run as a program:
 Its tools: ``echo``, ``add``, ``pid`` (the server's process id: a restart changes it),
 ``crash`` (the process exits mid-call), ``hang`` (never answers), ``big`` (a result of
 ``size`` bytes), ``fail`` (the tool's own error: an ``isError`` result) and ``grow``
-(adds a tool and says the tool list changed); ``count`` more tools ``t00``... when
+(adds a tool and says the tool list changed), ``header`` (a request header's value,
+over HTTP); ``count`` more tools ``t00``... when
 ``TOOLBOX_EXTRA_TOOLS`` says how many (pagination). A resource ``toolbox://readme``
 and a prompt ``greet``.
 """
@@ -76,6 +77,11 @@ def build(name: str = "toolbox", extra_tools: int = 0) -> MCPServer[Any]:
         await ctx.session.send_tool_list_changed()
         await ctx.notify_tools_changed()
         return f"added {tool}"
+
+    @server.tool()
+    def header(name: str, ctx: Context[Any, Any]) -> str:
+        """The value of the HTTP request's header ``name`` ("" over stdio)."""
+        return (ctx.headers or {}).get(name.lower(), "")
 
     for number in range(extra_tools):
 
