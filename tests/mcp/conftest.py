@@ -48,16 +48,21 @@ def old_toolbox_url() -> Iterator[str]:
 
 @contextmanager
 def mcp_gateway(
-    database: Path, servers: dict[str, Any], **settings: Any
+    database: Path,
+    servers: dict[str, Any],
+    gateway_config: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> Iterator[RunningServer]:
     """A gateway with the master key ``MASTER`` (so keys and the ledger are on), its
-    database at ``database``, serving ``servers`` on ``/mcp``."""
+    database at ``database``, serving ``servers`` on ``/mcp`` with the ``mcp``
+    ``settings``; ``gateway_config``: more of its configuration's sections."""
     mcp = {"servers": servers, "start_wait_s": scaled(60), **settings}
     with running_gateway(
         {"scripted": ScriptedBackend()},
         server={"master_key": MASTER},
         agent={"database": str(database)},
         mcp=mcp,
+        **(gateway_config or {}),
     ) as gateway:
         yield gateway
 

@@ -15,6 +15,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
+from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 from llmbridge.dialects.jsonrpc import RATE_LIMITED, RESULT_TOO_LARGE, UPSTREAM_UNAVAILABLE
@@ -178,3 +179,14 @@ async def test_a_list_change_is_passed_on(gateway: RunningServer) -> None:
             return "box__sprout" in await tool_names(client)
 
         await until(listed, "the new tool listed")
+
+
+async def test_a_list_change_reaches_a_listen_stream(gateway: RunningServer) -> None:
+    async with mcp_client(gateway.url + "/mcp", MASTER) as client:  # 2026-07-28
+        assert client.protocol_version == "2026-07-28"
+        async with client.listen(tools_list_changed=True) as subscription:
+            await client.call_tool("box__grow", {"tool": "shoot"})
+            with anyio.fail_after(scaled(60)):
+                event = await anext(aiter(subscription))
+        assert isinstance(event, ToolsListChanged)
+        assert "box__shoot" in await tool_names(client)

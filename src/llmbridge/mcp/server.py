@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -124,7 +125,16 @@ async def _guarded(work: Callable[[], Awaitable[T]]) -> T:
 
 def _json_size(value: BaseModel) -> tuple[dict[str, Any], int]:
     raw = value.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return raw, len(orjson.dumps(raw))
+    return raw, json_bytes(raw)
+
+
+def json_bytes(value: object) -> int:
+    """The size of ``value`` as JSON. orjson refuses integers past 64 bits, which JSON
+    (and so a client's arguments) may hold: those are measured by the stdlib."""
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return len(json.dumps(value, separators=(",", ":"), default=str).encode())
 
 
 class _GatewayServer(Server[Any]):
@@ -289,7 +299,7 @@ class _View:
             endpoint=self.endpoint,
             scope=scope,
             arguments=arguments,
-            arguments_bytes=len(orjson.dumps(arguments)) if arguments else 0,
+            arguments_bytes=json_bytes(arguments) if arguments else 0,
             session_id=headers.get(SESSION_HEADER),
             protocol_version=ctx.protocol_version,
             jsonrpc_id=ctx.request_id,
