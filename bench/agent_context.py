@@ -45,7 +45,7 @@ from sqlalchemy import insert
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig
 from llmbridge.agent.store import AgentStore
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.store.models import MessageRow, Pin, SessionRow, Summary
+from llmbridge.store.tables import MessageRow, Pin, SessionRow, Summary
 
 SIZES = (10, 1_000, 100_000)
 OTHER_SESSIONS = 5

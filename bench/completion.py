@@ -31,9 +31,9 @@ import aiohttp
 from fast_backend import DEFAULT_MODEL
 from harness import log, start_fast_backend, wait_ready
 from http_clients import make_client
-from llmbridge.backends.opencode.events import id_time_ms, session_of
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.backends.opencode.event_hub import id_time_ms, session_of
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.records.types import ProviderConfig
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"

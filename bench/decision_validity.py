@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.events import PartDelta, ResponseEnd, StreamEvent, TextDelta
 from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart

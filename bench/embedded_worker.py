@@ -26,8 +26,8 @@ import threading
 import time
 from typing import Any
 
-from llmbridge.backends.embedded import EmbeddedBackend, default_model_path
-from llmbridge.backends.embedded_prompt import llama_chat_options, to_llama_messages
+from llmbridge.backends.embedded.backend import EmbeddedBackend, default_model_path
+from llmbridge.backends.embedded.prompt import llama_chat_options, to_llama_messages
 from llmbridge.core.events import PartDelta, ResponseEnd, TextDelta
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, GenerationParams

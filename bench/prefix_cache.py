@@ -229,8 +229,8 @@ def serve(port: int, record: Path, n_ctx: int, database: Path) -> None:
     has too (``EmbeddedBackend``, ``create_app``, ``to_llama_messages``)."""
     import uvicorn
 
-    from llmbridge.backends.embedded import EmbeddedBackend
-    from llmbridge.backends.embedded_prompt import to_llama_messages
+    from llmbridge.backends.embedded.backend import EmbeddedBackend
+    from llmbridge.backends.embedded.prompt import to_llama_messages
     from llmbridge.core.events import PartDelta, ResponseEnd, TextDelta
     from llmbridge.gateway.app import create_app
     from llmbridge.gateway.config import GatewayConfig
@@ -480,8 +480,8 @@ class Tokenizer:
     def __init__(self) -> None:
         import llama_cpp
 
-        from llmbridge.backends.embedded import default_model_path
-        from llmbridge.backends.embedded_prompt import template_formatter
+        from llmbridge.backends.embedded.backend import default_model_path
+        from llmbridge.backends.embedded.prompt import template_formatter
 
         self.llama = llama_cpp.Llama(
             model_path=str(default_model_path()), vocab_only=True, verbose=False
@@ -491,7 +491,7 @@ class Tokenizer:
     def prompt(self, call: ModelCall) -> list[int]:
         if call.completion is not None:
             return list(self.llama.tokenize(call.completion.encode(), add_bos=True, special=True))
-        from llmbridge.backends.embedded_prompt import prompt_tokens
+        from llmbridge.backends.embedded.prompt import prompt_tokens
 
         tokens = prompt_tokens(self.llama, self.formatter, call.messages or [])
         if tokens is None:
@@ -504,7 +504,7 @@ class Tokenizer:
 
 def measure(rows: list[Row], tokenizer: Tokenizer) -> None:
     """Fill each call's measured prompt and cached tokens, in call order."""
-    from llmbridge.backends.embedded_prompt import cached_prefix
+    from llmbridge.backends.embedded.prompt import cached_prefix
 
     held: list[int] = []
     for row in rows:

@@ -22,7 +22,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from llmbridge.backends.base import Backend
-from llmbridge.backends.embedded import THREADS_VARIABLE
+from llmbridge.backends.embedded.backend import THREADS_VARIABLE
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig

@@ -9,7 +9,7 @@ gateway equals what the same model gives here for the same prompt with the same 
 settings, which holds on any CPU and any build:
 
 - the same GGUF file (``default_model_path``), loaded as the worker loads it
-  (``backends/embedded_worker.py``: ``n_ctx`` 8192, llama.cpp's default threads and
+  (``backends/embedded/worker.py``: ``n_ctx`` 8192, llama.cpp's default threads and
   batch sizes);
 - the same chat template: ``create_chat_completion`` renders the GGUF's own, as the
   worker's call does;
@@ -27,8 +27,12 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from llmbridge.backends.embedded import DEFAULT_FLASH_ATTN, default_model_path, physical_cores
-from llmbridge.backends.embedded_prompt import DEFAULT_SYSTEM_PROMPT
+from llmbridge.backends.embedded.backend import (
+    DEFAULT_FLASH_ATTN,
+    default_model_path,
+    physical_cores,
+)
+from llmbridge.backends.embedded.prompt import DEFAULT_SYSTEM_PROMPT
 
 __all__ = ["DirectReply", "direct_completion", "direct_reply"]
 

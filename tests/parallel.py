@@ -36,7 +36,7 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 from xdist.workermanage import WorkerController
 
-from llmbridge.backends.embedded import THREADS_VARIABLE
+from llmbridge.backends.embedded.backend import THREADS_VARIABLE
 
 EMBEDDED_UNIT = "the embedded model's modules"
 _MARK_TEXT = "mark.embedded"

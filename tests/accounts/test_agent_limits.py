@@ -1,4 +1,4 @@
-"""Agent turns count like any request (agent/gate.py, gateway/agent_gate.py):
+"""Agent turns count like any request (agent/gate.py, gateway/exchange/agent_gate.py):
 a real gateway on loopback with keys in its database, the agent API over a scripted
 backend. A key's requests per minute, models, parallel slot and tokens per minute
 refuse a turn before it runs (an OpenAI-shaped 403 / 429 with ``Retry-After`` and

@@ -3,7 +3,7 @@ reservation, a dropped stream's bill), through the official openai client on a r
 gateway with keys in its database:
 
 - a budget holds under concurrency: each request reserves its worst case on
-  admission (its ``max_tokens`` at the model's price, gateway/exchange.py), so 50
+  admission (its ``max_tokens`` at the model's price, gateway/exchange/admission.py), so 50
   requests at once on a nearly spent budget cannot all pass; the overspend is bounded
   by one request (it was $1.50 on a $0.05 budget);
 - a stream the client drops is billed for what was generated (it was recorded as 499

@@ -27,7 +27,7 @@ from sqlalchemy import update
 from llmbridge.accounts.keys import KeyStore
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.store.models import ApiKeyRow
+from llmbridge.store.tables import ApiKeyRow
 from llmbridge.web.render import Dialect
 from tests.conftest import RunningServer, running_gateway
 from tests.console.conftest import MASTER, csrf_of, sign_in

@@ -1,4 +1,4 @@
-"""Per-key limits (accounts/limits.py, gateway/admission.py) through the official clients
+"""Per-key limits (accounts/limits.py, gateway/exchange/admission.py) through the official clients
 of every dialect, on a real gateway with keys in its database: a key with ``rpm`` 3 gets
 exactly 3 of 6 requests and then the dialect's 429 with ``Retry-After`` and the
 rate-limit headers; ``max_parallel``; tokens per minute; a model outside the key's globs

@@ -25,7 +25,7 @@ from llmbridge.accounts.request_log import (
 from llmbridge.accounts.rollups import roll_up_batch
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.store import Database
-from llmbridge.store.models import ERROR_LENGTH, UsageBodyRow
+from llmbridge.store.tables import ERROR_LENGTH, UsageBodyRow
 
 NOW = datetime(2026, 11, 20, 12, 30, 15, tzinfo=UTC)
 """The tests' "now": rows are placed around it, and ``overview`` is asked as of it."""

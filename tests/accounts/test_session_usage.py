@@ -38,7 +38,7 @@ from llmbridge.cli import cli
 from llmbridge.core.response import Usage
 from llmbridge.store import Database, current_revision, head_revision, make_engine, migrate
 from llmbridge.store.migrate import alembic_config
-from llmbridge.store.models import SESSION_ID_LENGTH
+from llmbridge.store.tables import SESSION_ID_LENGTH
 from tests.conftest import (
     RunningServer,
     anthropic_client,

@@ -3,7 +3,7 @@
 ``EldercareFactory`` writes patients and their caregivers, medications, vitals and
 appointments the way a test wants to spell them (``add_medication(mary, "Metformin",
 dosage="500mg")``), where the product writes them only through
-``agent.eldercare.EldercareRecords``'s field-mapping CRUD (the HTTP API). Each
+``agent.domains.eldercare.records.EldercareRecords``'s field-mapping CRUD (the HTTP API). Each
 writer runs in one of the store's write transactions, so its failures are the
 store's own ``core.errors`` (``store/errors.py``).
 """
@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime
 
-from llmbridge.agent.store import AgentStore
-from llmbridge.store.models import (
+from llmbridge.agent.domains.eldercare.tables import (
     Appointment,
     Caregiver,
     Medication,
     Patient,
     Vital,
-    utcnow,
 )
+from llmbridge.agent.store import AgentStore
+from llmbridge.store.tables import utcnow
 
 __all__ = ["EldercareFactory"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from llmbridge.agent.context import ContextRequest, gather_context
+from llmbridge.agent.context_providers import ContextRequest, gather_context
 from llmbridge.agent.documents import DocumentStore, chunk_text, terms
-from llmbridge.agent.eldercare import EldercareProvider
+from llmbridge.agent.domains.eldercare.provider import EldercareProvider
 from llmbridge.agent.prompt import (
     FOCUS_INSTRUCTIONS,
     assemble_turn,
@@ -156,14 +156,14 @@ async def test_eldercare_vitals_and_appointments(store: AgentStore) -> None:
     mary = await _mary(store)
     provider = EldercareProvider(store)
     vitals = await provider.context(
-        ContextRequest("How is her weight and blood pressure?", patient_id=mary, now=NOW)
+        ContextRequest("How is her weight and blood pressure?", subject_id=mary, now=NOW)
     )
     assert "Recent Vitals (Last 7 days):" in vitals
     assert "- Weight: 145-148 lbs over 3 readings (latest 147 lbs, Mar 9)" in vitals
     assert "- Blood Pressure: 128/82 mmHg (Mar 10)" in vitals
     assert "160" not in vitals and "Current Medications" not in vitals
     visits = await provider.context(
-        ContextRequest("Any doctor appointment coming?", patient_id=mary, now=NOW)
+        ContextRequest("Any doctor appointment coming?", subject_id=mary, now=NOW)
     )
     assert "- Dr. Johnson (Cardiologist) - Mar 15, 2026 at 10:00 AM" in visits
     assert "Dr. Old" not in visits

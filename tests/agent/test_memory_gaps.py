@@ -103,7 +103,7 @@ class MemoryTables:
     longs: list[LongSummaryRecord]
     facts_list: list[FactRecord] = field(default_factory=list)
 
-    async def session_patient(self, session_id: str, **_: Any) -> int | None:
+    async def session_subject(self, session_id: str, **_: Any) -> int | None:
         return None
 
     async def facts(self, session_id: str, limit: int = 1000, **_: Any) -> list[FactRecord]:

@@ -18,9 +18,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from llmbridge.agent.context import ContextRequest
+from llmbridge.agent.context_providers import ContextRequest
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareProvider
+from llmbridge.agent.domains.eldercare.provider import EldercareProvider
 from llmbridge.agent.memory import HISTORY_INSTRUCTION, OLDER_PREFIX, OLDER_SUFFIX, MemoryConfig
 from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS
 from llmbridge.agent.service import AgentRequest, AgentService

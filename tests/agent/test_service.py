@@ -12,8 +12,9 @@ import pytest
 
 from llmbridge.agent.api import usage_view
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareProvider
+from llmbridge.agent.domains.eldercare.provider import EldercareProvider
 from llmbridge.agent.memory import RECENT_PREFIX, Summariser, SummariserConfig
+from llmbridge.agent.persona_settings import AgentSettings
 from llmbridge.agent.prompt import FOCUS_INSTRUCTIONS
 from llmbridge.agent.service import (
     FINAL_ROUND_NOTE,
@@ -24,7 +25,6 @@ from llmbridge.agent.service import (
     AgentStart,
     AgentToolResult,
 )
-from llmbridge.agent.settings import AgentSettings
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.tools import (
     SEARCHING_ONLINE,

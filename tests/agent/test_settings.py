@@ -1,5 +1,5 @@
 """Persona settings: validation, the seed's merge order, and what each backend gets
-under its own names (fitted by serving/params.py with each backend's real
+under its own names (fitted by serving/prepare/sampling.py with each backend's real
 capabilities, then through the real dialect encoders)."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
+from llmbridge.agent.persona_settings import AgentSettings, generation_params, merge_settings
 from llmbridge.backends.anthropic import AnthropicBackend
 from llmbridge.backends.base import Capabilities
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, GenerationParams
 from llmbridge.dialects.ollama.request import encode_chat_request as encode_ollama
 from llmbridge.dialects.openai.request import encode_chat_request as encode_openai
-from llmbridge.serving.params import fit_params, repeat_penalty_to_frequency_penalty
+from llmbridge.serving.prepare.sampling import fit_params, repeat_penalty_to_frequency_penalty
 
 OLLAMA = OllamaBackend.capabilities
 OPENAI = OpenAICompatBackend.capabilities

@@ -11,11 +11,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
+from llmbridge.agent.domains.eldercare import tables as eldercare_tables
 from llmbridge.agent.store import AgentStore
 from llmbridge.core.errors import NotFoundError
 from llmbridge.gateway.config import load_config
 from llmbridge.store import current_revision, head_revision, make_engine, migrate, resolve_url
-from llmbridge.store.models import Base
+from llmbridge.store.tables import Base
 
 # -- URLs ----------------------------------------------------------------------------
 
@@ -52,7 +53,10 @@ def test_urls_from_arguments() -> None:
 # -- migrations ----------------------------------------------------------------------
 
 
-async def test_migrations_create_exactly_the_models(any_store: AgentStore) -> None:
+async def test_migrations_create_exactly_the_tables(any_store: AgentStore) -> None:
+    """Every product's tables, and the eldercare domain's, which it declares on the
+    same ``Base`` from the agent (store/ imports no agent module)."""
+    assert eldercare_tables.Patient.__table__.metadata is Base.metadata
     assert await current_revision(any_store.engine) == head_revision()
     async with any_store.engine.connect() as conn:
         diff = await conn.run_sync(

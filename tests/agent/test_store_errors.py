@@ -43,10 +43,10 @@ async def test_a_row_referring_to_one_not_there_is_not_found(any_store: AgentSto
         await any_store.add_message("no-such-session", "user", "hi")
     assert missing.value.status_code == 404
     assert missing.value.message == "no session 'no-such-session'"
-    with pytest.raises(NotFoundError, match="no such persona or patient"):
+    with pytest.raises(NotFoundError, match="no such persona"):
         await any_store.create_session(persona_id="ghost")
     session = await any_store.create_session()
-    with pytest.raises(NotFoundError, match="no such persona or patient"):
+    with pytest.raises(NotFoundError, match="no such persona"):
         await any_store.update_session(session.id, persona_id="ghost")
     with pytest.raises(NotFoundError):
         await any_store.add_pin(session.id, "fact", message_id=12345)

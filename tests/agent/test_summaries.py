@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from llmbridge.agent.config import AgentConfig
-from llmbridge.agent.context import (
+from llmbridge.agent.context_providers import (
     DEFAULT_CONTEXT_BUDGET,
     MAX_CONTEXT_BUDGET,
     MIN_CONTEXT_BUDGET,
@@ -403,7 +403,7 @@ async def test_the_eldercare_context_is_sized_by_the_models_window(
     runtime = await _runtime(backend, tmp_path / "agent.db", routes)
     try:
         mary = await _patient_with_many_medications(runtime.store)
-        session = await runtime.service.create_session(patient_id=mary)
+        session = await runtime.service.create_session(subject_id=mary)
         await runtime.service.run_agent(AgentRequest(QUESTION, model="m", session_id=session.id))
     finally:
         await runtime.aclose()

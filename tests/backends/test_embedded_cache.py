@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from llmbridge.backends import embedded
-from llmbridge.backends.embedded import EmbeddedBackend, default_threads, physical_cores
-from llmbridge.backends.embedded_prompt import cached_prefix
+from llmbridge.backends.embedded import backend as embedded_backend
+from llmbridge.backends.embedded.backend import EmbeddedBackend, default_threads, physical_cores
+from llmbridge.backends.embedded.prompt import cached_prefix
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, Completion, GenerationParams
@@ -79,19 +79,19 @@ async def test_physical_cores_counts_cores_not_hyperthreads(
         topology.mkdir(parents=True)
         (topology / "physical_package_id").write_text("0\n")
         (topology / "core_id").write_text(f"{core}\n")
-    real_path = embedded.Path
+    real_path = embedded_backend.Path
 
     def sysfs(path: str) -> Path:
         prefix = "/sys/devices/system/cpu/"
         return tmp_path / path[len(prefix) :] if path.startswith(prefix) else real_path(path)
 
-    monkeypatch.setattr(embedded, "Path", sysfs)
-    monkeypatch.setattr(embedded.os, "sched_getaffinity", lambda _pid: {0, 1, 2})
+    monkeypatch.setattr(embedded_backend, "Path", sysfs)
+    monkeypatch.setattr(embedded_backend.os, "sched_getaffinity", lambda _pid: {0, 1, 2})
     assert physical_cores() == 2
-    monkeypatch.setattr(embedded.os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(embedded_backend.os, "sched_getaffinity", lambda _pid: {0, 1})
     assert physical_cores() == 1
     # No topology to read (a container without /sys): every allowed CPU is a core.
-    monkeypatch.setattr(embedded.os, "sched_getaffinity", lambda _pid: {5, 6, 7})
+    monkeypatch.setattr(embedded_backend.os, "sched_getaffinity", lambda _pid: {5, 6, 7})
     assert physical_cores() == 3
 
 
@@ -144,6 +144,6 @@ async def test_threads_default_to_physical_cores_and_show_in_health(
     assert backend.n_threads == default_threads("embedded")
     state = backend.worker_state()
     assert state["n_threads"] == backend.n_threads
-    assert state["flash_attn"] is embedded.DEFAULT_FLASH_ATTN
+    assert state["flash_attn"] is embedded_backend.DEFAULT_FLASH_ATTN
     health = await backend.health()
     assert f"{backend.n_threads} threads" in health.detail

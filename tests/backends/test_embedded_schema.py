@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llmbridge.backends.embedded_schema import (
+from llmbridge.backends.embedded.schema import (
     MAX_REPEAT,
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,
@@ -104,7 +104,7 @@ def test_the_check_does_not_load_llama_cpp_into_the_gateway() -> None:
     """llama_cpp's package ``__init__`` loads libllama; only the worker may do that."""
     code = (
         "import sys\n"
-        "from llmbridge.backends.embedded_schema import compile_schema\n"
+        "from llmbridge.backends.embedded.schema import compile_schema\n"
         "from llmbridge.core.request import ResponseFormat\n"
         "assert compile_schema(ResponseFormat('json_schema', schema={'type': 'string'}))\n"
         "print(sorted(m for m in sys.modules if m.startswith('llama_cpp')))\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.errors import (
     BackendBusyError,
@@ -130,7 +130,7 @@ async def test_the_worker_exits_when_the_gateway_dies(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import asyncio
-        from llmbridge.backends.embedded import EmbeddedBackend
+        from llmbridge.backends.embedded.backend import EmbeddedBackend
 
         async def main():
             backend = EmbeddedBackend()
@@ -262,7 +262,7 @@ async def test_the_worker_is_supervised_under_uvloop_too(tmp_path: Path) -> None
         """
         import json
         import uvloop
-        from llmbridge.backends.embedded import EmbeddedBackend
+        from llmbridge.backends.embedded.backend import EmbeddedBackend
         from llmbridge.core.accumulate import accumulate
         from llmbridge.core.errors import BackendUnavailableError
         from llmbridge.core.events import PartDelta

@@ -1,5 +1,5 @@
 """The request checks the Ollama and OpenAI decoders share from core (the parts of a
-message, core/limits.check_message_parts; tool-call arguments sent as a string,
+message, core/request_limits.check_message_parts; tool-call arguments sent as a string,
 core/tool_arguments.parse_request_tool_arguments), as each decoder reports them."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.ollama.request import decode_chat_request as decode_ollama
 from llmbridge.dialects.openai.request import decode_chat_request as decode_openai
 

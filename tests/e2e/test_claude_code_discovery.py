@@ -5,7 +5,7 @@ Claude Code 2.1.330 GETs ``{base}/v1/models?limit=1000`` (``anthropic-version`` 
 ``x-api-key`` headers), keeps the ids matching ``/(claude|anthropic)/i`` and caches
 ``{"baseUrl", "fetchedAt", "models": [{"id", "display_name", "description"}]}`` in
 ``$CLAUDE_CONFIG_DIR/cache/gateway-models.json`` for its model picker. The gateway lists
-each of its own names as ``anthropic/<name>`` too (dialects/anthropic/models.py), so its
+each of its own names as ``anthropic/<name>`` too (dialects/anthropic/model_list.py), so its
 aliases are there; and a request naming such an id is served by the alias's route.
 """
 

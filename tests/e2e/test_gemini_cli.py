@@ -34,8 +34,8 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import load_config
-from llmbridge.profiler.cli_agent import merge_settings
-from llmbridge.profiler.gemini_cli import gemini_settings
+from llmbridge.profiler.providers.cli_agent import merge_settings
+from llmbridge.profiler.providers.gemini_cli import gemini_settings
 from tests.conftest import RunningServer
 from tests.e2e.cli_harness import (
     E2E_DIR,

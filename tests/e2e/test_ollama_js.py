@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.backends.scripted import ScriptedBackend
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.cli_harness import E2E_DIR, PINS, SETUP, TIMEOUT

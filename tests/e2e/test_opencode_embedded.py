@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.backends.opencode import OpenCodeBackend
 from tests.conftest import RunningServer, ollama_client
 from tests.e2e.opencode import gateway_over_opencode

@@ -8,7 +8,7 @@ from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.core.errors import UnsupportedFeatureError
 from llmbridge.core.messages import Message, TextPart
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, ThinkingConfig
 from llmbridge.features.thinking import apply_thinking_policy, can_think, effort_for_budget
 from llmbridge.gateway.config import load_config

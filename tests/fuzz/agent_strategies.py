@@ -92,7 +92,12 @@ BODIES: dict[str, Strategy] = {
         {"name": NAME}, optional={"prompt": TEXT, "settings": SETTINGS}
     ),
     "session": st.fixed_dictionaries(
-        {}, optional={"title": TEXT, "patient_id": _int(st.integers(1, 3))}
+        {},
+        optional={
+            "title": TEXT,
+            "subject_id": _int(st.integers(1, 3)),
+            "patient_id": _int(st.integers(1, 3)),
+        },
     ),
     "message": st.fixed_dictionaries(
         {"input": _text(st.sampled_from(["Hi", "How is Mary?", "metformin"]))},

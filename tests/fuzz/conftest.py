@@ -42,6 +42,7 @@ def gateway(scripted: ScriptedBackend) -> Iterator[RunningServer]:
         # into 503s). Retries and the breaker have tests of their own.
         settings["resilience"] = {"retries": 0, "breaker_failures": 0}
     app = create_app(GatewayConfig.model_validate(settings), backends={"scripted": scripted})
-    # Through the HTTP protocol `llmbridge serve` uses (header limits, read_limits.py).
+    # Through the HTTP protocol `llmbridge serve` uses (header limits,
+    # gateway/server/read_limits.py).
     with RunningServer(app, tcp_socket(), http=http_protocol(app)) as server:
         yield server

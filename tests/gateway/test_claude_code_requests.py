@@ -122,7 +122,7 @@ def test_hello_probe_answers_200_without_a_key(server: RunningServer) -> None:
 
 def _anthropic_ids(names: list[str]) -> list[str]:
     """The Anthropic list's ids for OpenAI's ``names``: each, then its discovery twin
-    when the name says neither claude nor anthropic (dialects/anthropic/models.py)."""
+    when the name says neither claude nor anthropic (dialects/anthropic/model_list.py)."""
     ids = []
     for name in names:
         ids.append(name)

@@ -23,7 +23,7 @@ import ollama
 import openai
 import pytest
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from tests.conftest import (
     RunningServer,
     anthropic_client,

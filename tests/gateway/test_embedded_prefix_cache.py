@@ -22,7 +22,7 @@ import httpx
 import orjson
 import pytest
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from tests.conftest import (
     RunningServer,
     anthropic_client,

@@ -1,4 +1,4 @@
-"""Every route of the model API goes through one ``Exchange`` (gateway/exchange.py):
+"""Every route of the model API goes through one ``Exchange`` (gateway/exchange/):
 admitted on the caller's key and recorded once in the usage ledger, however it ends
 (requests slipped past four hand-finished objects; 400s, 404s for an unknown
 ``previous_response_id``, Ollama load requests and ``/v1/responses/input_tokens`` were
@@ -24,14 +24,14 @@ from starlette.routing import Route
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import load_config
-from llmbridge.gateway.exchange import EXCHANGED
+from llmbridge.gateway.exchange.handler import EXCHANGED
 from tests.conftest import RunningServer, create_key, ledger_rows, running_gateway
 
 MASTER = "sk-master-routes"
 OPERATIONS = {"/", "/api/hello", "/health", "/metrics", "/openapi.json"}
 """Probes and operations: answered without a key, no model, no ledger row."""
 OWN_GATES = ("/admin/", "/agent/", "/ui")
-"""The admin API (the master key) and the agent API (its gate, gateway/agent_gate.py:
+"""The admin API (the master key) and the agent API (its gate, gateway/exchange/agent_gate.py:
 tests/accounts/test_agent_limits.py); the operator console (its session, no model:
 tests/console/)."""
 

@@ -415,7 +415,7 @@ def test_an_ollama_repeat_penalty_reaches_an_openai_backend_as_frequency_penalty
     gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
 ) -> None:
     """Parameters are fitted to the backend for gateway clients exactly as for agent
-    turns (serving/params.py): an OpenAI-compatible server has no repeat_penalty, so it
+    turns (serving/prepare/sampling.py): an OpenAI-compatible server has no repeat_penalty, so it
     gets the converted frequency_penalty, and the reply says what was fitted."""
     fake, _ = upstream
     for _ in range(2):

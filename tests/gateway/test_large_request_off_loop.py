@@ -1,6 +1,6 @@
 """Work that grows with a request runs off the event loop for a large one:
 encoding it for the backend (backends/http.py) and the Anthropic front's input-token
-estimate (gateway/exchange.py). Checked by where the work ran, not by a timer: the
+estimate (gateway/exchange/exchange.py). Checked by where the work ran, not by a timer: the
 hooks below wrap the real functions and note whether an event loop was running in
 their thread (``asyncio.get_running_loop`` answers only on the loop's own thread)."""
 
@@ -16,7 +16,7 @@ import pytest
 from llmbridge.backends.http import HTTPSettings
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.dialects import openai as openai_dialect
-from llmbridge.gateway import exchange
+from llmbridge.gateway.exchange import exchange
 from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 from tests.upstream import Canned, FakeUpstream
 

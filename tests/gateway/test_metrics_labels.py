@@ -3,7 +3,7 @@ requests with 4 KB names grew it from 0.5 MB to 63 MB, two seconds a scrape).
 
 A model label is a name the configuration names, or one that a backend served, at
 most ``MAX_PASSED_ON_LABELS`` of them; every other name counts under ``other``
-(gateway/exchange.py ``metric_model``, gateway/metrics.py ``model_label``).
+(gateway/exchange/record.py ``metric_model``, gateway/metrics.py ``model_label``).
 """
 
 from __future__ import annotations

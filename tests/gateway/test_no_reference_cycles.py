@@ -1,7 +1,7 @@
 """A request served leaves no reference cycle behind.
 
 Garbage in a cycle waits for the collector, which the gateway runs rarely (its gen-0
-threshold is 50,000: gateway/asgi.py ``tune_interpreter``); a cycle per request made
+threshold is 50,000: gateway/server/asgi.py ``tune_interpreter``); a cycle per request made
 the gateway's memory grow by 1.3 MB a minute at 100 requests/s (``bench/
 memory_plateau.py``: the server's ``send`` kept in the request's scope). Each
 request here goes over one kept-alive raw socket, so the client makes no garbage of its

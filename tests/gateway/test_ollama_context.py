@@ -1,4 +1,4 @@
-"""Ollama gets the context window a request needs (serving/context_size.py).
+"""Ollama gets the context window a request needs (serving/prepare/context_size.py).
 
 Behind the gateway is a scripted Ollama on loopback that does what a real one does
 with a prompt longer than its window: it keeps the last ``num_ctx`` tokens (counted
@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llmbridge.backends.ollama import OllamaBackend
-from llmbridge.serving.context_size import SAFE_CONTEXT
+from llmbridge.serving.prepare.context_size import SAFE_CONTEXT
 from tests.conftest import RunningServer, anthropic_client, ollama_client, running_gateway
 
 DEFAULT_NUM_CTX = 2048

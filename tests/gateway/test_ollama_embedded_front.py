@@ -14,7 +14,7 @@ import httpx
 import ollama
 import pytest
 
-from llmbridge.backends.embedded import EmbeddedBackend
+from llmbridge.backends.embedded.backend import EmbeddedBackend
 from tests.conftest import RunningServer, ollama_client, running_gateway
 from tests.waiting import HANG_S, wait_until
 

@@ -21,7 +21,7 @@ from llmbridge.backends.base import Capabilities
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError
-from llmbridge.core.models import ModelOperation
+from llmbridge.core.model_info import ModelOperation
 from tests.conftest import (
     RunningServer,
     create_key,

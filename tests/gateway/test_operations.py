@@ -2,7 +2,7 @@
 oversized headers, what ``/health`` tells a stranger, and backends that trickle.
 
 Every test runs a real gateway on a loopback port through the HTTP protocol
-``llmbridge serve`` uses (gateway/read_limits.py), with small limits so that each
+``llmbridge serve`` uses (gateway/server/read_limits.py), with small limits so that each
 fault shows within a second or two; slow and broken clients are raw sockets, since no
 well-behaved client can be one.
 """

@@ -18,7 +18,7 @@ from google import genai
 from google.genai import types
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.gateway.exchange import OVERHEAD_HEADER
+from llmbridge.gateway.exchange.exchange import OVERHEAD_HEADER
 from tests.conftest import RunningServer, anthropic_client, openai_client
 
 ASK = [{"role": "user", "content": "hello"}]

@@ -23,7 +23,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.dialects.framing import dumps
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.store import Database
-from llmbridge.store.models import ResponseRow
+from llmbridge.store.tables import ResponseRow
 from tests.conftest import RunningServer, openai_client, running_gateway
 
 
@@ -150,6 +150,6 @@ def test_a_chain_past_max_chain_bytes_is_a_400_and_nothing_is_stored(
 
 
 def test_the_defaults_bound_a_chain() -> None:
-    """64 MiB and 1,000 turns unless configured (core/limits.py says why)."""
+    """64 MiB and 1,000 turns unless configured (core/request_limits.py says why)."""
     limits = GatewayConfig().server.limits.request_limits(32 * 1024 * 1024)
     assert (limits.max_chain_bytes, limits.max_chain_turns) == (64 * 1024 * 1024, 1000)

@@ -27,7 +27,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError
 from llmbridge.core.response import Usage
 from llmbridge.gateway.config import load_config
-from llmbridge.gateway.exchange import OVERHEAD_HEADER
+from llmbridge.gateway.exchange.exchange import OVERHEAD_HEADER
 from llmbridge.gateway.telemetry import traces_url
 from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 from tests.otlp_receiver import CLIENT, ERROR, INTERNAL, SERVER, OtlpReceiver, ReceivedSpan

@@ -1,6 +1,6 @@
-"""``llmbridge serve --workers N``: N processes on one port (gateway/asgi.py), one
+"""``llmbridge serve --workers N``: N processes on one port (gateway/server/asgi.py), one
 Prometheus scrape for all of them (gateway/metrics.py), each listed in ``/health``
-(gateway/workers.py), a dead one replaced, all stopped by one SIGTERM.
+(gateway/server/workers.py), a dead one replaced, all stopped by one SIGTERM.
 
 The gateway runs as users run it, a real ``llmbridge serve`` subprocess, over a
 scripted backend from its configuration file; requests come from the official
@@ -28,8 +28,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from uvicorn.config import STARTUP_FAILURE
 
-from llmbridge.gateway.asgi import METRICS_DIR_ENV, RUN_DIR_ENV, RunDirectory, create_app_from_env
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
+from llmbridge.gateway.server.asgi import (
+    METRICS_DIR_ENV,
+    RUN_DIR_ENV,
+    RunDirectory,
+    create_app_from_env,
+)
 from tests.conftest import RunningServer
 from tests.waiting import scaled, value_until, wait_until
 
@@ -101,7 +106,7 @@ def serving_workers(tmp_path: Path, workers: int = 2) -> Iterator[Served]:
             try:
                 process.wait(timeout=DEADLINE_S)
             except subprocess.TimeoutExpired:
-                process.kill()  # the workers then stop themselves (gateway/workers.py)
+                process.kill()  # the workers then stop themselves (gateway/server/workers.py)
                 process.wait(timeout=DEADLINE_S)
 
 
@@ -215,7 +220,7 @@ def test_sigterm_stops_every_worker_and_removes_the_run_directory(tmp_path: Path
 
 def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     """uvicorn's workers would serve on, unsupervised, after a ``kill -9`` of the
-    parent; ours notice within a status tick and shut down (gateway/workers.py)."""
+    parent; ours notice within a status tick and shut down (gateway/server/workers.py)."""
     with serving_workers(tmp_path) as served:
         tree = _descendants(served.process.pid)
         run_dir = _run_dir(served.health()["workers"][0]["pid"])
@@ -257,7 +262,7 @@ def test_a_worker_that_cannot_build_the_gateway_stops_the_supervisor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """uvicorn restarts a worker that exits, except with ``STARTUP_FAILURE``: a worker
-    that would fail again on every start exits with it (gateway/asgi.py)."""
+    that would fail again on every start exits with it (gateway/server/asgi.py)."""
     (tmp_path / "config.json").write_text('{"server": {"workers": "many"}}')
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
     with pytest.raises(SystemExit) as exited:

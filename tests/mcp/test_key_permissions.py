@@ -1,4 +1,4 @@
-"""A key's ``mcp_tools`` (accounts/keys.py, migration 0010), made by every way a key
+"""A key's ``mcp_tools`` (accounts/keys.py, migration 0011), made by every way a key
 is made: ``llmbridge keys create --mcp-tools`` (comma-separated globs, repeatable),
 ``POST /admin/keys`` and ``KeyStore.create``, stored alike on SQLite and PostgreSQL,
 checked as ``models`` are (an empty glob is refused: it would allow nothing)."""

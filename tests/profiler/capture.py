@@ -31,9 +31,9 @@ from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.provider import PromptTimeoutError
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.providers.provider import PromptTimeoutError
+from llmbridge.profiler.records.types import ProviderConfig
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 

@@ -20,11 +20,11 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
-from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider
-from llmbridge.profiler.cli_agent import CliAgentSettings, CliSessionProvider
-from llmbridge.profiler.gemini_cli import GeminiCliSessionProvider
-from llmbridge.profiler.provider import PromptTimeoutError
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.claude_code import ClaudeCodeSessionProvider
+from llmbridge.profiler.providers.cli_agent import CliAgentSettings, CliSessionProvider
+from llmbridge.profiler.providers.gemini_cli import GeminiCliSessionProvider
+from llmbridge.profiler.providers.provider import PromptTimeoutError
+from llmbridge.profiler.records.types import ProviderConfig
 from tests.conftest import running_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

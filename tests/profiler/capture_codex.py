@@ -18,9 +18,9 @@ from pathlib import Path
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError
-from llmbridge.profiler.codex import CodexSessionProvider, CodexSettings
-from llmbridge.profiler.provider import PromptTimeoutError
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.codex import CodexSessionProvider, CodexSettings
+from llmbridge.profiler.providers.provider import PromptTimeoutError
+from llmbridge.profiler.records.types import ProviderConfig
 from tests.conftest import running_gateway
 from tests.e2e.test_codex import CODEX
 

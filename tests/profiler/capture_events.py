@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmbridge.backends.opencode.events import session_of
+from llmbridge.backends.opencode.event_hub import session_of
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.records.types import ProviderConfig
 from tests.conftest import running_gateway
 from tests.e2e.opencode import opencode_binary
 

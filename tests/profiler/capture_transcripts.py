@@ -22,12 +22,12 @@ from pathlib import Path
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
-from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider
-from llmbridge.profiler.cli_agent import CliSessionProvider
-from llmbridge.profiler.codex import CodexSessionProvider
-from llmbridge.profiler.gemini_cli import GeminiCliSessionProvider
-from llmbridge.profiler.settings import ClaudeCodeSettings, CodexSettings, GeminiCliSettings
-from llmbridge.profiler.types import ProviderConfig
+from llmbridge.profiler.providers.claude_code import ClaudeCodeSessionProvider
+from llmbridge.profiler.providers.cli_agent import CliSessionProvider
+from llmbridge.profiler.providers.codex import CodexSessionProvider
+from llmbridge.profiler.providers.gemini_cli import GeminiCliSessionProvider
+from llmbridge.profiler.records.settings import ClaudeCodeSettings, CodexSettings, GeminiCliSettings
+from llmbridge.profiler.records.types import ProviderConfig
 from tests.conftest import running_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"

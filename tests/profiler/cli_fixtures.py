@@ -18,15 +18,20 @@ from click.testing import CliRunner
 
 from llmbridge.backends.scripted import ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.profiler.cli_agent import (
+from llmbridge.profiler.providers.cli_agent import (
     CliAgentSettings,
     CliSession,
     CliSessionProvider,
     OutputLine,
     TraceBuilder,
 )
-from llmbridge.profiler.trace import build_summary, check_invariants, group_turns
-from llmbridge.profiler.types import PromptResult, ProviderConfig, SessionHandle, SessionTrace
+from llmbridge.profiler.records.trace import build_summary, check_invariants, group_turns
+from llmbridge.profiler.records.types import (
+    PromptResult,
+    ProviderConfig,
+    SessionHandle,
+    SessionTrace,
+)
 from tests.conftest import running_gateway
 from tests.profiler.capture_cli_agents import ToolLoop
 

@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmbridge.profiler.metrics import Price, prompt_result
-from llmbridge.profiler.records import IterationRecord, summarise
-from llmbridge.profiler.scenarios import Check, CheckResult, evaluate
-from llmbridge.profiler.trace import build_trace
-from llmbridge.profiler.types import (
+from llmbridge.profiler.records.metrics import Price, prompt_result
+from llmbridge.profiler.records.records import IterationRecord, summarise
+from llmbridge.profiler.records.scenarios import Check, CheckResult, evaluate
+from llmbridge.profiler.records.trace import build_trace
+from llmbridge.profiler.records.types import (
     CostMetrics,
     PromptMetrics,
     PromptResult,
@@ -208,8 +208,8 @@ def sample_runs(root: Path) -> tuple[Path, Path]:
 
 def main(out: Path) -> None:
     """Write the sample pages behind docs/profiler-report.png into ``out``."""
-    from llmbridge.profiler.compare import compare_runs, report_dict
-    from llmbridge.profiler.html_report import html_comparison, html_report
+    from llmbridge.profiler.report.compare import compare_runs, report_dict
+    from llmbridge.profiler.report.html_report import html_comparison, html_report
 
     records = sample_records()[:-1]  # the docs show the real sessions, not the hostile one
     out.mkdir(parents=True, exist_ok=True)

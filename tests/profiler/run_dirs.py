@@ -10,8 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from llmbridge.profiler.records import IterationRecord, summarise
-from llmbridge.profiler.types import (
+from llmbridge.profiler.records.records import IterationRecord, summarise
+from llmbridge.profiler.records.types import (
     CostMetrics,
     PromptMetrics,
     PromptResult,

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.profiler.atif import ATIF_SCHEMA, from_atif, to_atif
-from llmbridge.profiler.findings import scan
-from llmbridge.profiler.records import IterationRecord
+from llmbridge.profiler.records.atif import ATIF_SCHEMA, from_atif, to_atif
+from llmbridge.profiler.records.findings import scan
+from llmbridge.profiler.records.records import IterationRecord
 from tests.conftest import RunningServer, running_gateway
 from tests.profiler.test_codex import _replay
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider, map_claude_run
-from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
-from llmbridge.profiler.metrics import Price, cost_of
-from llmbridge.profiler.provider import PromptTimeoutError, ProviderError
-from llmbridge.profiler.trace import check_invariants
-from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
+from llmbridge.profiler.providers.claude_code import ClaudeCodeSessionProvider, map_claude_run
+from llmbridge.profiler.providers.cli_agent import CliAgentSettings, TraceBuilder
+from llmbridge.profiler.providers.provider import PromptTimeoutError, ProviderError
+from llmbridge.profiler.records.metrics import Price, cost_of
+from llmbridge.profiler.records.trace import check_invariants
+from llmbridge.profiler.records.types import PromptResult, ProviderConfig, TokenMetrics
 from tests.profiler.capture_cli_agents import ToolLoop
 from tests.profiler.cli_fixtures import (
     Replay,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbridge.profiler.cli_agent import base_environment, make_home, remove_home, run_cli
+from llmbridge.profiler.providers.cli_agent import base_environment, make_home, remove_home, run_cli
 from tests.waiting import until
 
 
@@ -106,9 +106,9 @@ async def test_a_relative_command_is_made_absolute_for_the_workspace(
 ) -> None:
     """The CLI runs in the iteration's workspace: a ``command`` relative to where the
     profiler runs must still name the binary there."""
-    from llmbridge.profiler.claude_code import ClaudeCodeSessionProvider
-    from llmbridge.profiler.cli_agent import CliAgentSettings
-    from llmbridge.profiler.types import ProviderConfig
+    from llmbridge.profiler.providers.claude_code import ClaudeCodeSessionProvider
+    from llmbridge.profiler.providers.cli_agent import CliAgentSettings
+    from llmbridge.profiler.records.types import ProviderConfig
 
     binary = tmp_path / "bin" / "agent"
     binary.parent.mkdir()

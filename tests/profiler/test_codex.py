@@ -17,12 +17,17 @@ from typing import Any
 
 import pytest
 
-from llmbridge.profiler.cli_agent import CliRun, CliSession, OutputLine
-from llmbridge.profiler.codex import CodexSessionProvider, CodexSettings, toml_value
-from llmbridge.profiler.codex_events import CodexTurn, Usage
-from llmbridge.profiler.metrics import Price
-from llmbridge.profiler.trace import check_invariants
-from llmbridge.profiler.types import PromptResult, ProviderConfig, SessionHandle, SessionTrace
+from llmbridge.profiler.providers.cli_agent import CliRun, CliSession, OutputLine
+from llmbridge.profiler.providers.codex import CodexSessionProvider, CodexSettings, toml_value
+from llmbridge.profiler.providers.codex_events import CodexTurn, Usage
+from llmbridge.profiler.records.metrics import Price
+from llmbridge.profiler.records.trace import check_invariants
+from llmbridge.profiler.records.types import (
+    PromptResult,
+    ProviderConfig,
+    SessionHandle,
+    SessionTrace,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 START = 1_000_000.0

@@ -21,14 +21,14 @@ from rich.console import Console
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.profiler.compare import CompareError, compare_runs, load_run, report_dict
-from llmbridge.profiler.compare_report import comparison_markdown
-from llmbridge.profiler.html_report import html_comparison
-from llmbridge.profiler.stats import (
+from llmbridge.profiler.records.stats import (
     bootstrap_mean_difference,
     permutation_p_value,
     rate_difference_interval,
 )
+from llmbridge.profiler.report.compare import CompareError, compare_runs, load_run, report_dict
+from llmbridge.profiler.report.compare_report import comparison_markdown
+from llmbridge.profiler.report.html_report import html_comparison
 from tests.conftest import RunningServer, running_gateway
 from tests.profiler.run_dirs import FAST, SLOW, write_run
 
@@ -219,7 +219,7 @@ def test_cli_writes_json_and_markdown_and_prints_an_80_column_table(
 
 
 def test_micro_dollar_costs_keep_three_significant_figures(tmp_path: Path) -> None:
-    from llmbridge.profiler.compare_report import comparison_markdown
+    from llmbridge.profiler.report.compare_report import comparison_markdown
 
     a = write_run(tmp_path / "a", {("s", "m", "x"): [(True, 1.0, 1, 3.25e-6)] * 4})
     b = write_run(tmp_path / "b", {("s", "m", "x"): [(True, 1.0, 1, 5.5e-6)] * 4})
@@ -252,7 +252,7 @@ def test_cli_errors_are_usage_errors(tmp_path: Path) -> None:
 
 
 def test_print_comparison_fits_80_columns_with_long_names(tmp_path: Path) -> None:
-    from llmbridge.profiler.compare_report import print_comparison
+    from llmbridge.profiler.report.compare_report import print_comparison
 
     long_scenario = "refactor-the-parser-and-keep-every-test-green-in-the-workspace"
     a = write_run(

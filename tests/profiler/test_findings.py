@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 
-from llmbridge.profiler.findings import FINDING_KINDS, scan
-from llmbridge.profiler.html_report import html_report
-from llmbridge.profiler.records import IterationRecord, summarise
-from llmbridge.profiler.report import markdown_report
-from llmbridge.profiler.types import (
+from llmbridge.profiler.records.findings import FINDING_KINDS, scan
+from llmbridge.profiler.records.records import IterationRecord, summarise
+from llmbridge.profiler.records.types import (
     CompletionReason,
     CostMetrics,
     PromptMetrics,
@@ -26,6 +24,8 @@ from llmbridge.profiler.types import (
     TimingMetrics,
     TokenMetrics,
 )
+from llmbridge.profiler.report.html_report import html_report
+from llmbridge.profiler.report.report import markdown_report
 from tests.profiler.test_codex import _replay
 
 

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from llmbridge.profiler.cli_agent import CliAgentSettings, TraceBuilder
-from llmbridge.profiler.gemini_cli import (
+from llmbridge.profiler.providers.cli_agent import CliAgentSettings, TraceBuilder
+from llmbridge.profiler.providers.gemini_cli import (
     GeminiCliSessionProvider,
     GeminiCliSettings,
     gemini_settings,
     map_gemini_run,
 )
-from llmbridge.profiler.metrics import Price, cost_of
-from llmbridge.profiler.trace import check_invariants
-from llmbridge.profiler.types import PromptResult, ProviderConfig, TokenMetrics
+from llmbridge.profiler.records.metrics import Price, cost_of
+from llmbridge.profiler.records.trace import check_invariants
+from llmbridge.profiler.records.types import PromptResult, ProviderConfig, TokenMetrics
 from tests.profiler.capture_cli_agents import ToolLoop
 from tests.profiler.cli_fixtures import (
     Replay,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from llmbridge.profiler.compare import compare_runs, report_dict
-from llmbridge.profiler.html_report import html_comparison, html_report, timeline_steps
-from llmbridge.profiler.records import summarise
-from llmbridge.profiler.svg_charts import format_value, nice_ticks
-from llmbridge.profiler.trace import build_trace
+from llmbridge.profiler.records.records import summarise
+from llmbridge.profiler.records.trace import build_trace
+from llmbridge.profiler.report.compare import compare_runs, report_dict
+from llmbridge.profiler.report.html_report import html_comparison, html_report, timeline_steps
+from llmbridge.profiler.report.svg_charts import format_value, nice_ticks
 from tests.profiler.report_samples import (
     FIXTURES,
     HOSTILE,

@@ -38,23 +38,24 @@ import pytest
 from click.testing import CliRunner
 
 from llmbridge.cli import cli
-from llmbridge.profiler import importing
-from llmbridge.profiler.html_report import TIMELINE_ROWS, html_report, timeline_steps
-from llmbridge.profiler.importing import TrajectoryImportError, import_paths, write_run
-from llmbridge.profiler.input_files import (
+from llmbridge.profiler.records.input_files import (
     MAX_DEPTH,
     InputLimits,
     InputValueError,
     parse_json,
 )
-from llmbridge.profiler.records import summarise
-from llmbridge.profiler.run_dir import RunDirError, load_finished
+from llmbridge.profiler.records.records import summarise
+from llmbridge.profiler.report.html_report import TIMELINE_ROWS, html_report, timeline_steps
+from llmbridge.profiler.run import importing
+from llmbridge.profiler.run.importing import TrajectoryImportError, import_paths, write_run
+from llmbridge.profiler.run.run_dir import RunDirError, load_finished
 from tests.profiler.long_sessions import write_claude_code_session
 from tests.waiting import HANG_S, scaled
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 CLAUDE = FIXTURES / "claude_code_session.jsonl"
-PROFILER = str(Path(importing.__file__).parent)
+PROFILER = str(Path(importing.__file__).parents[1])
+"""src/llmbridge/profiler/, every layer of it (``importing`` sits in run/)."""
 REPO = Path(__file__).resolve().parents[2]
 
 

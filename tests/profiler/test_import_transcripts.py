@@ -15,13 +15,13 @@ import jsonschema
 from click.testing import CliRunner
 
 from llmbridge.cli import cli
-from llmbridge.profiler.atif import ATIF_SCHEMA
-from llmbridge.profiler.importing import import_paths
-from llmbridge.profiler.transcripts import (
+from llmbridge.profiler.records.atif import ATIF_SCHEMA
+from llmbridge.profiler.records.transcripts import (
     claude_code_to_atif,
     codex_rollout_to_atif,
     gemini_session_to_atif,
 )
+from llmbridge.profiler.run.importing import import_paths
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 CLAUDE = FIXTURES / "claude_code_session.jsonl"

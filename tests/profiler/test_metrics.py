@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from llmbridge.profiler.metrics import Price, cost_of, prompt_result
-from llmbridge.profiler.records import IterationRecord, describe, summarise
-from llmbridge.profiler.report import html_report, markdown_report
-from llmbridge.profiler.scenarios import (
+from llmbridge.profiler.records.metrics import Price, cost_of, prompt_result
+from llmbridge.profiler.records.records import IterationRecord, describe, summarise
+from llmbridge.profiler.records.scenarios import (
     Check,
     ScenarioFileError,
     evaluate,
     load_scenarios,
 )
-from llmbridge.profiler.types import TokenMetrics
+from llmbridge.profiler.records.types import TokenMetrics
+from llmbridge.profiler.report.report import html_report, markdown_report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "opencode-sessions"
 

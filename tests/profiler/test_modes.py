@@ -19,18 +19,18 @@ from typing import Any
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.profiler.modes import (
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.records.modes import (
     ModeResolver,
     ModeSpec,
     combine_instructions,
     order_groups,
     server_key,
 )
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.runner import run_scenarios
-from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
-from llmbridge.profiler.setup import configs_for, make_provider
-from llmbridge.profiler.workspace import remove_workspace
+from llmbridge.profiler.records.scenarios import ScenarioFileError, load_scenarios
+from llmbridge.profiler.run.runner import run_scenarios
+from llmbridge.profiler.run.setup import configs_for, make_provider
+from llmbridge.profiler.run.workspace import remove_workspace
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 

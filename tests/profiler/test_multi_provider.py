@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
-from llmbridge.profiler.codex import CodexSessionProvider
-from llmbridge.profiler.scenarios import ScenarioFile
-from llmbridge.profiler.setup import configs_for, groups_for, make_provider, provider_model
+from llmbridge.profiler.providers.codex import CodexSessionProvider
+from llmbridge.profiler.records.scenarios import ScenarioFile
+from llmbridge.profiler.run.setup import configs_for, groups_for, make_provider, provider_model
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 

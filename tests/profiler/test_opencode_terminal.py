@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.profiler.opencode import TurnWatch
+from llmbridge.profiler.providers.opencode import TurnWatch
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 

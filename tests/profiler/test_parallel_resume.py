@@ -34,15 +34,15 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.cli import cli
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
-from llmbridge.profiler.agent import AgentSessionProvider
-from llmbridge.profiler.opencode import OpenCodeSessionProvider
-from llmbridge.profiler.provider import ProviderError
-from llmbridge.profiler.records import IterationRecord
-from llmbridge.profiler.report import html_report, markdown_report
-from llmbridge.profiler.runner import ProviderPlan, RunDirError, load_finished, run_plans
-from llmbridge.profiler.scenarios import ScenarioFile, load_scenarios
-from llmbridge.profiler.setup import groups_for, plan_for
-from llmbridge.profiler.types import ProviderConfig, SessionHandle
+from llmbridge.profiler.providers.agent import AgentSessionProvider
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.providers.provider import ProviderError
+from llmbridge.profiler.records.records import IterationRecord
+from llmbridge.profiler.records.scenarios import ScenarioFile, load_scenarios
+from llmbridge.profiler.records.types import ProviderConfig, SessionHandle
+from llmbridge.profiler.report.report import html_report, markdown_report
+from llmbridge.profiler.run.runner import ProviderPlan, RunDirError, load_finished, run_plans
+from llmbridge.profiler.run.setup import groups_for, plan_for
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.opencode import opencode_binary
 from tests.waiting import HANG_S, scaled, until, wait_until

@@ -9,6 +9,7 @@ reports that are checked here; one run also sends its spans to an OTLP receiver.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,27 @@ class _OTLPReceiver:
     async def _receive(self, request: Request) -> Response:
         self.bodies.append(await request.body())
         return Response(b"", media_type="application/x-protobuf")
+
+
+def test_otlp_export_without_the_otlp_extra_is_one_line_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a plain install (no ``otlp`` extra) runs it: every OpenTelemetry module ``None``
+    in ``sys.modules``, so importing one fails and ``find_spec`` finds none."""
+    loaded = [name for name in sys.modules if name.startswith("opentelemetry.")]
+    for name in {"opentelemetry", "opentelemetry.sdk", *loaded}:
+        monkeypatch.setitem(sys.modules, name, None)
+    spec = {"models": ["scripted"], "scenarios": [{"id": "hi", "prompt": "Say hello."}]}
+    out = tmp_path / "out"
+    arguments = [str(_write(tmp_path / "s.yaml", spec)), "--provider", "agent", "--out", str(out)]
+    result = CliRunner().invoke(
+        cli, ["profile", "run", *arguments, "--otlp-endpoint", "http://127.0.0.1:9/v1/traces"]
+    )
+    assert result.output.splitlines() == [
+        "Error: --otlp-endpoint needs the OpenTelemetry exporter: pip install 'llmbridge[otlp]'"
+    ]
+    assert result.exit_code == 1
+    assert not out.exists()  # refused before anything ran
 
 
 def test_agent_service_run_with_otlp_export(

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from llmbridge.profiler.compare import compare_runs, report_dict
-from llmbridge.profiler.html_report import html_comparison, html_report, timeline_steps
-from llmbridge.profiler.records import summarise
+from llmbridge.profiler.records.records import summarise
+from llmbridge.profiler.report.compare import compare_runs, report_dict
+from llmbridge.profiler.report.html_report import html_comparison, html_report, timeline_steps
 from tests.profiler.report_samples import sample_records, sample_runs
 
 CHROMIUM = Path("/usr/bin/chromium")

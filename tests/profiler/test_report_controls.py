@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from llmbridge.profiler.html_iterations import side_by_side
-from llmbridge.profiler.html_report import html_report
-from llmbridge.profiler.records import IterationRecord, summarise
-from llmbridge.profiler.types import (
+from llmbridge.profiler.records.records import IterationRecord, summarise
+from llmbridge.profiler.records.types import (
     CostMetrics,
     PromptMetrics,
     PromptResult,
     TimingMetrics,
     TokenMetrics,
 )
+from llmbridge.profiler.report.html_iterations import side_by_side
+from llmbridge.profiler.report.html_report import html_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llmbridge.profiler.report import print_summary
+from llmbridge.profiler.report.report import print_summary
 from tests.profiler.run_dirs import SLOW, write_run
 
 GROUPS = [

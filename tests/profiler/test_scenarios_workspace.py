@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
-from llmbridge.profiler.runner import run_scenarios
-from llmbridge.profiler.scenarios import Check, ScenarioFileError, Workspace, load_scenarios
-from llmbridge.profiler.setup import configs_for, make_provider
-from llmbridge.profiler.workspace import (
+from llmbridge.profiler.records.scenarios import Check, ScenarioFileError, Workspace, load_scenarios
+from llmbridge.profiler.run.runner import run_scenarios
+from llmbridge.profiler.run.setup import configs_for, make_provider
+from llmbridge.profiler.run.workspace import (
     OUTPUT_TAIL,
     WorkspaceError,
     evaluate_all,

@@ -18,7 +18,7 @@ from statistics import fmean
 
 import pytest
 
-from llmbridge.profiler.stats import (
+from llmbridge.profiler.records.stats import (
     Interval,
     bootstrap_mean_difference,
     mean_difference,

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from llmbridge.profiler.trace import build_trace, check_invariants, normalize
-from llmbridge.profiler.types import TokenMetrics, TraceEvent
+from llmbridge.profiler.records.trace import build_trace, check_invariants, normalize
+from llmbridge.profiler.records.types import TokenMetrics, TraceEvent
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "opencode-sessions"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json") if not p.stem.endswith(".trace"))
@@ -162,7 +162,7 @@ def test_the_invariants_catch_broken_traces() -> None:
     broken = normalize(_messages("multi_tool"))
     without_result = tuple(e for e in broken if e.type != "tool_result")
     trace = build_trace("x", [])
-    from llmbridge.profiler.trace import build_summary, group_turns
+    from llmbridge.profiler.records.trace import build_summary, group_turns
 
     turns = group_turns(without_result)
     problems = check_invariants(

@@ -1,4 +1,4 @@
-"""The rules that pick Ollama's ``num_ctx`` (serving/context_size.py), as data."""
+"""The rules that pick Ollama's ``num_ctx`` (serving/prepare/context_size.py), as data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, GenerationParams
 from llmbridge.features.token_count import count_request_tokens
-from llmbridge.serving.context_size import (
+from llmbridge.serving.prepare.context_size import (
     ESTIMATE_MARGIN,
     SAFE_CONTEXT,
     context_size,

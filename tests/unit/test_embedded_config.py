@@ -9,7 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from llmbridge.backends.embedded import (
+from llmbridge.backends.embedded.backend import (
     DEFAULT_FLASH_ATTN,
     THREADS_VARIABLE,
     EmbeddedBackend,

@@ -1,4 +1,4 @@
-"""``HeadHoldingTransport`` (gateway/head_write.py): a response's head goes out in the
+"""``HeadHoldingTransport`` (gateway/server/head_write.py): a response's head goes out in the
 same write as its body, is never held past the loop's turn, and is written before the
 connection closes. And through a real gateway: every response still arrives whole."""
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from llmbridge.gateway.head_write import HeadHoldingTransport
+from llmbridge.gateway.server.head_write import HeadHoldingTransport
 from tests.conftest import RunningServer
 
 

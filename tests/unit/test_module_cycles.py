@@ -2,7 +2,7 @@
 
 ``test_layering.py`` checks the packages against docs/ARCHITECTURE.md's table; inside a
 package any import is allowed, so two modules could still import each other (the last
-such pair was ``gateway/state.py`` <-> ``gateway/workers.py``). This test reads every
+such pair was ``gateway/state.py`` <-> ``gateway/server/workers.py``). This test reads every
 module's imports the way the layering test does (module level, ``TYPE_CHECKING``, lazy,
 relative: a type-only or lazy import is still a circle, only hidden) and fails naming
 every group of modules that reach each other.

@@ -1,6 +1,6 @@
 """Keeping requests' and replies' bodies for the request log, when an operator turns it
 on (``ledger.keep_bodies``; off by default): bounded, redacted, in the ``usage_bodies``
-table (store/models.py ``UsageBodyRow``), deleted after ``ledger.body_retention_days``
+table (store/tables.py ``UsageBodyRow``), deleted after ``ledger.body_retention_days``
 (accounts/rollups.py ``delete_bodies_batch``).
 
 What is kept is the request as the gateway read it (the neutral ``ChatRequest``: the
@@ -35,7 +35,7 @@ messages, tools and parameters whatever the dialect) and the reply it gave (the 
 - **Best effort**: a request whose bodies do not fit in what is left of
   ``max_pending_bytes`` (the database is down, or slower than the traffic) has them
   dropped, and ``keep`` says so: its usage row is still written, with a ``bodies``
-  fact saying they were not kept (gateway/exchange.py). A write that fails is logged
+  fact saying they were not kept (gateway/exchange/record.py). A write that fails is logged
   and its bodies are dropped. Both are counted in ``dropped`` and ``on_dropped``
   (``llmbridge_kept_bodies_dropped_total``). The usage rows never wait on bodies.
 """
@@ -56,7 +56,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmbridge.store.models import UsageBodyRow
+from llmbridge.store.tables import UsageBodyRow
 from llmbridge.store.values import storable_text
 
 __all__ = [

@@ -37,7 +37,7 @@ such as U+202E that makes one name look like another), more than 256 globs or on
 longer than 200 characters, an empty glob (it would match no model: ``models`` left
 out means every model), a limit past ``MAX_LIMIT`` (a PostgreSQL ``integer``) are
 each a 400 naming the field. A record's globs (``models``, and ``mcp_tools``: the MCP
-tools it may list and call, migration 0010) are compiled when it is read, so a request
+tools it may list and call, migration 0011) are compiled when it is read, so a request
 matches its model or tool against them without compiling anything.
 """
 
@@ -70,7 +70,7 @@ from llmbridge.core.errors import InvalidRequestError, NotFoundError, ServiceUna
 from llmbridge.core.ids import new_id
 from llmbridge.store.database import Database
 from llmbridge.store.errors import UNAVAILABLE, mapped_errors
-from llmbridge.store.models import ApiKeyRow
+from llmbridge.store.tables import ApiKeyRow
 from llmbridge.web.auth import key_identity
 
 __all__ = ["KEY_PREFIX", "MAX_LIMIT", "MAX_NAME", "KeyRecord", "KeyStore", "hash_key"]

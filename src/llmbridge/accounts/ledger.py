@@ -116,7 +116,7 @@ from llmbridge.core.tasks import stop_task
 from llmbridge.state.base import SharedState, SpendHandOver
 from llmbridge.state.local import LocalState
 from llmbridge.store.database import Database
-from llmbridge.store.models import ApiKeyRow, UsageRow
+from llmbridge.store.tables import ApiKeyRow, UsageRow
 
 __all__ = [
     "UsageLedger",
@@ -171,7 +171,7 @@ async def _insert(conn: AsyncConnection, batch: list[UsageRecord]) -> list[str]:
     type) once per row in Python, about 25 µs of the gateway's CPU per request here
     against about 5 µs for SQLite to store the row (docs/PERFORMANCE.md, "The usage ledger").
     The values are already of the types the drivers take; the timestamp is given as
-    ``UTCDateTime`` (store/models.py) stores it: naive UTC text on SQLite, an
+    ``UTCDateTime`` (store/tables.py) stores it: naive UTC text on SQLite, an
     aware UTC datetime on PostgreSQL."""
     dialect = conn.dialect
     # The store's engines are aiosqlite (qmark) or asyncpg (numeric_dollar) only

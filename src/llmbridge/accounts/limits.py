@@ -15,7 +15,7 @@ github.com/BerriAI/litellm/issues/27736, /40291). In order:
    requests in flight have reserved (``rsv:<key id>``) must be below ``budget_usd``,
    else 403 "budget exhausted". A request let in reserves its worst-case cost
    (``reserve_usd``: its prompt's estimate and its ``max_tokens`` at the model's
-   prices, gateway/exchange.py); ``finish`` gives the reservation back and adds the
+   prices, gateway/exchange/admission.py); ``finish`` gives the reservation back and adds the
    actual cost to the spend counter in the same step. So 50 concurrent requests on a
    nearly spent budget cannot all pass: the overspend is bounded by one request.
 3. **max_parallel**: one in-flight slot (``par:<key id>``), released by ``finish``.

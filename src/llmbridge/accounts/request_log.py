@@ -87,7 +87,7 @@ from llmbridge.accounts.request_overview import (
 )
 from llmbridge.accounts.usage import session_filter
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.store.models import UsageBodyRow, UsageRow
+from llmbridge.store.tables import UsageBodyRow, UsageRow
 
 __all__ = [
     "GROUP_BY",
@@ -122,7 +122,7 @@ MAX_LIMIT = 500
 
 @dataclass(frozen=True, slots=True)
 class RequestRow:
-    """One request of the log (a ``usage`` row: store/models.py ``UsageRow``)."""
+    """One request of the log (a ``usage`` row: store/tables.py ``UsageRow``)."""
 
     id: int
     request_id: str

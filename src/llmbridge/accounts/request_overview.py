@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmbridge.accounts.rollups import USAGE_DAILY
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.store.models import UsageRow
+from llmbridge.store.tables import UsageRow
 
 __all__ = [
     "GROUP_BY",
@@ -60,7 +60,7 @@ _BUCKET_TEXT: dict[int, tuple[int, str]] = {
     86400: (10, "YYYY-MM-DD"),
 }
 """A bucket's width -> its key as text: the first characters of SQLite's
-``YYYY-MM-DD HH:MM:SS`` (store/models.py ``UTCDateTime``), PostgreSQL's ``to_char``."""
+``YYYY-MM-DD HH:MM:SS`` (store/tables.py ``UTCDateTime``), PostgreSQL's ``to_char``."""
 
 
 @dataclass(frozen=True, slots=True)

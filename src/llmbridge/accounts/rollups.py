@@ -41,7 +41,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmbridge.store.models import UsageBodyRow, UsageDailyRow, UsageRow
+from llmbridge.store.tables import UsageBodyRow, UsageDailyRow, UsageRow
 
 __all__ = [
     "CLEANUP_BATCH",

@@ -39,7 +39,7 @@ from pathlib import Path
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
 from llmbridge.accounts.limits import Admission, admit, admit_tool_call
 from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
-from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
+from llmbridge.core.request_limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.core.tasks import stop_task
 from llmbridge.state.base import SharedState
 from llmbridge.store.database import OpenOnce

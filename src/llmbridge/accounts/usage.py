@@ -51,7 +51,7 @@ from starlette.responses import Response
 from llmbridge.accounts.rollups import USAGE_DAILY, day_of
 from llmbridge.accounts.service import Accounts
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.store.models import SESSION_ID_LENGTH, UsageRow
+from llmbridge.store.tables import SESSION_ID_LENGTH, UsageRow
 from llmbridge.store.values import storable_text
 
 __all__ = [

@@ -1,6 +1,6 @@
 """One request's row in the usage ledger, and what makes it storable.
 
-``UsageRecord`` is the ``usage`` table's row (store/models.py ``UsageRow``).
+``UsageRecord`` is the ``usage`` table's row (store/tables.py ``UsageRow``).
 ``storable_record`` cleans what a client could put in one before it is queued, the
 same on SQLite and PostgreSQL (one NUL in a model name stopped the
 PostgreSQL ledger): NULs and lone surrogates replaced, text cut to its column,
@@ -25,7 +25,7 @@ import orjson
 from sqlalchemy import Boolean, Float, Integer, String, Table
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
-from llmbridge.store.models import FACTS_LENGTH, UsageRow
+from llmbridge.store.tables import FACTS_LENGTH, UsageRow
 from llmbridge.store.values import storable_text
 
 __all__ = [
@@ -48,7 +48,7 @@ def _now() -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
-    """One request, as the ``usage`` table keeps it (store/models.py ``UsageRow``)."""
+    """One request, as the ``usage`` table keeps it (store/tables.py ``UsageRow``)."""
 
     request_id: str
     """Unique: the second write of the same request is ignored."""
@@ -102,7 +102,7 @@ class UsageRecord:
     finish_reason: str | None = None
     """The reply's stop reason (``end_turn``, ``max_tokens``, ``tool_use``...)."""
     error: str | None = None
-    """A failed request's message, cut to its column (store/models.py ``ERROR_LENGTH``)."""
+    """A failed request's message, cut to its column (store/tables.py ``ERROR_LENGTH``)."""
 
 
 COLUMNS = tuple(f.name for f in fields(UsageRecord))

@@ -9,17 +9,22 @@ string (PostgreSQL's ``text`` cannot hold it), ids beyond ``MAX_ID`` (64 bits
 signed), non-finite floats (``"nan"``, ``"inf"``: pydantic's lax mode reads them
 from strings) and timestamps outside years 1-9999 once converted to UTC.
 
+A session's subject (``subject_id``, what the conversation is about:
+``agent.domains``) is also read and written as ``patient_id``, the eldercare name
+clients used before the subject was generic: a body may send either (both, naming
+different subjects, is a 400: ``subject_fields``), and sessions and facts show both.
+
 Views turn the store's records into JSON-ready dicts (timestamps as ISO 8601
-strings, by orjson). Owners never leave the server: a persona, document or patient
-says only whether it is ``shared`` (created without an API key).
+strings, by orjson). Owners never leave the server: a persona, document or a domain's
+record (a patient) says only whether it is ``shared`` (created without an API key;
+``record_view``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from datetime import date, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -33,8 +38,8 @@ from pydantic import (
 )
 
 from llmbridge.agent.documents import DocumentHit, DocumentRecord
+from llmbridge.agent.persona_settings import AgentSettings
 from llmbridge.agent.service import AgentReply
-from llmbridge.agent.settings import AgentSettings
 from llmbridge.agent.store import (
     FactRecord,
     LongSummaryRecord,
@@ -49,18 +54,22 @@ from llmbridge.core.response import Usage
 from llmbridge.store.values import MAX_ID, as_utc, unstorable_text
 
 __all__ = [
-    "RECORD_BODIES",
+    "SUBJECT_ALIAS",
+    "Body",
     "DocumentIn",
     "DocumentPatch",
     "FactIn",
     "MessageIn",
-    "PatientIn",
+    "NameStr",
     "PersonaIn",
     "PersonaPatch",
     "PinIn",
+    "RowId",
     "SessionIn",
     "SessionPatch",
+    "ShortList",
     "SummaryIn",
+    "UTCDatetime",
     "document_view",
     "fact_view",
     "hit_view",
@@ -72,6 +81,7 @@ __all__ = [
     "record_view",
     "reply_view",
     "session_view",
+    "subject_fields",
     "summary_view",
     "unstorable_field",
 ]
@@ -89,7 +99,7 @@ UTCDatetime = Annotated[datetime, AfterValidator(as_utc)]
 """A timestamp, in UTC (naive means UTC) within years 1-9999."""
 
 
-class _Body(BaseModel):
+class Body(BaseModel):
     # No NaN or infinity in any float ("nan" and "inf" are read from strings).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -134,7 +144,7 @@ def parse(model: type[M], body: Any) -> M:
 # -- personas and sessions ----------------------------------------------------------
 
 
-class PersonaIn(_Body):
+class PersonaIn(Body):
     name: NameStr
     prompt: str = Field("", max_length=100_000)
     """The persona's system prompt."""
@@ -144,27 +154,52 @@ class PersonaIn(_Body):
     """A chosen id (a new one when absent); an id in use is a 409."""
 
 
-class PersonaPatch(_Body):
+class PersonaPatch(Body):
     name: str | None = Field(None, min_length=1, max_length=200)
     prompt: str | None = Field(None, max_length=100_000)
     settings: AgentSettings | None = None
     """Replaces the stored settings."""
 
 
-class SessionIn(_Body):
+SUBJECT_ALIAS = "patient_id"
+"""``subject_id``'s other name in session bodies and views (module docstring)."""
+
+
+class SessionIn(Body):
     persona_id: str | None = Field(None, min_length=1, max_length=64)
     title: str = Field("", max_length=200)
+    subject_id: RowId | None = None
+    """What the conversation is about: a patient's id with eldercare on (checked: 404
+    for one the caller cannot see); any id with no domain that owns subjects."""
     patient_id: RowId | None = None
-    """The patient the conversation is about (for the eldercare context)."""
+    """``subject_id`` by its eldercare name (``SUBJECT_ALIAS``)."""
 
 
-class SessionPatch(_Body):
+class SessionPatch(Body):
     persona_id: str | None = Field(None, min_length=1, max_length=64)
     title: str | None = Field(None, max_length=200)
+    subject_id: RowId | None = None
+    """``null`` clears it."""
     patient_id: RowId | None = None
+    """``subject_id`` by its eldercare name (``SUBJECT_ALIAS``)."""
 
 
-class MessageIn(_Body):
+def subject_fields(body: SessionIn | SessionPatch) -> dict[str, int | None]:
+    """The subject a session body sets, as ``{"subject_id": ...}`` (``{}`` when it
+    sends neither name): ``subject_id`` or ``patient_id``; both, naming different
+    subjects, is a 400 (both naming the same one is that one)."""
+    sent = body.model_fields_set & {"subject_id", SUBJECT_ALIAS}
+    if not sent:
+        return {}
+    if len(sent) == 2 and body.subject_id != body.patient_id:
+        raise InvalidRequestError(
+            "subject_id and patient_id name different subjects: send one of them",
+            param="subject_id",
+        )
+    return {"subject_id": body.subject_id if "subject_id" in sent else body.patient_id}
+
+
+class MessageIn(Body):
     input: str = Field(min_length=1)
     model: str | None = Field(None, min_length=1, max_length=200)
     """Defaults to ``agent.model`` (else the default backend's model)."""
@@ -203,13 +238,13 @@ class MessageIn(_Body):
         raise ValueError(f"must be true, false or a list of up to {_MAX_TOOLS} tool names")
 
 
-class PinIn(_Body):
+class PinIn(Body):
     content: str = Field(min_length=1, max_length=20_000)
     message_id: RowId | None = None
     """The message the fact comes from (of the same session)."""
 
 
-class FactIn(_Body):
+class FactIn(Body):
     """A fact written or corrected through the API: it stays in every
     context of the session like a pin."""
 
@@ -223,7 +258,7 @@ class FactIn(_Body):
         return value
 
 
-class SummaryIn(_Body):
+class SummaryIn(Body):
     model: str | None = Field(None, min_length=1, max_length=200)
     """The model that writes it; default: ``agent.summary_model``, else the session's
     own model, else the default one."""
@@ -232,90 +267,17 @@ class SummaryIn(_Body):
 # -- documents ------------------------------------------------------------------------
 
 
-class DocumentIn(_Body):
+class DocumentIn(Body):
     title: str = Field(min_length=1, max_length=500)
     content: str = Field(min_length=1)
     source: str | None = Field(None, max_length=1000)
 
 
-class DocumentPatch(_Body):
+class DocumentPatch(Body):
     title: str | None = Field(None, min_length=1, max_length=500)
     content: str | None = Field(None, min_length=1)
     """New content is indexed again."""
     source: str | None = Field(None, max_length=1000)
-
-
-# -- eldercare (PATCH merges the change into the stored fields, then validates) -------
-
-_TIME_OF_DAY = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
-
-
-class PatientIn(_Body):
-    name: NameStr
-    birth_date: date | None = None
-    conditions: ShortList = []
-    allergies: ShortList = []
-    notes: str = Field("", max_length=20_000)
-
-
-class CaregiverIn(_Body):
-    name: NameStr
-    relationship: str = Field("", max_length=100)
-    phone: str | None = Field(None, max_length=50)
-    is_primary: StrictBool = False
-
-
-class MedicationIn(_Body):
-    name: NameStr
-    dosage: str = Field("", max_length=100)
-    frequency: str = Field("", max_length=200)
-    """How often, in words ("Twice daily with meals")."""
-    times: ShortList = []
-    """Times of day, ``HH:MM``."""
-    purpose: str = Field("", max_length=200)
-    side_effects: ShortList = []
-    prescriber: str | None = Field(None, max_length=200)
-    active: StrictBool = True
-    start_date: date | None = None
-    end_date: date | None = None
-
-    @field_validator("times")
-    @classmethod
-    def _times(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if not _TIME_OF_DAY.match(item):
-                raise ValueError(f"{item!r} is not a time of day HH:MM")
-        return value
-
-
-class VitalIn(_Body):
-    kind: str = Field(min_length=1, max_length=50)
-    """``weight``, ``glucose``, ``blood_pressure``, ``heart_rate``, ``temperature``, ..."""
-    value: float
-    secondary_value: float | None = None
-    """The diastolic value of a blood pressure."""
-    unit: str = Field("", max_length=20)
-    measured_at: UTCDatetime | None = None
-    """Defaults to now; without an offset, UTC."""
-    note: str = Field("", max_length=20_000)
-
-
-class AppointmentIn(_Body):
-    provider: NameStr
-    scheduled_at: UTCDatetime
-    specialty: str = Field("", max_length=100)
-    location: str = Field("", max_length=300)
-    notes: str = Field("", max_length=20_000)
-    status: Literal["scheduled", "completed", "cancelled"] = "scheduled"
-
-
-RECORD_BODIES: dict[str, type[_Body]] = {
-    "caregivers": CaregiverIn,
-    "medications": MedicationIn,
-    "vitals": VitalIn,
-    "appointments": AppointmentIn,
-}
-"""The body of each kind of patient record (``eldercare.RECORD_KINDS``)."""
 
 
 # -- views ----------------------------------------------------------------------------
@@ -338,7 +300,8 @@ def session_view(session: SessionRecord) -> dict[str, Any]:
         "id": session.id,
         "title": session.name,
         "persona_id": session.persona_id,
-        "patient_id": session.patient_id,
+        "subject_id": session.subject_id,
+        SUBJECT_ALIAS: session.subject_id,
         "created_at": session.created_at,
         "updated_at": session.updated_at,
     }
@@ -378,7 +341,8 @@ def fact_view(fact: FactRecord) -> dict[str, Any]:
         "content": fact.content,
         "source": fact.source,
         "message_id": fact.message_id,
-        "patient_id": fact.patient_id,
+        "subject_id": fact.subject_id,
+        SUBJECT_ALIAS: fact.subject_id,
         "token_count": fact.token_count,
         "created_at": fact.created_at,
         "updated_at": fact.updated_at,
@@ -438,7 +402,8 @@ def hit_view(hit: DocumentHit) -> dict[str, Any]:
 
 
 def record_view(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A patient or patient record (``EldercareRecords``) without its owner."""
+    """A domain's record (a patient, ``EldercareRecords``) without its owner: ``shared``
+    says whether it has none."""
     view = {k: v for k, v in fields.items() if k != "owner"}
     if "owner" in fields:
         view["shared"] = fields["owner"] is None

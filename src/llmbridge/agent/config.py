@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from llmbridge.serving.config import Strict
 
-__all__ = ["AgentConfig"]
+__all__ = ["AgentConfig", "DomainName"]
+
+DomainName = Literal["eldercare"]
+"""The domains the agent knows (``agent.domains.registry.DOMAINS``, by the same names)."""
 
 
 class AgentConfig(Strict):
@@ -45,3 +48,15 @@ class AgentConfig(Strict):
     max_document_bytes: int = Field(2_000_000, gt=0)
     """The largest document content (UTF-8 bytes) ``/agent/documents`` indexes; over
     it, a 413 naming this limit (``agent.documents.MAX_DOCUMENT_BYTES``)."""
+    domains: tuple[DomainName, ...] = ("eldercare",)
+    """The domains plugged in (``agent.domains``), in the order their context comes in
+    a turn; ``[]``: none (no ``/agent/patients`` routes; sessions' ``subject_id`` is
+    kept unchecked)."""
+
+    @field_validator("domains")
+    @classmethod
+    def _each_once(cls, names: tuple[DomainName, ...]) -> tuple[DomainName, ...]:
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names a domain more than once: {repeated}")
+        return names

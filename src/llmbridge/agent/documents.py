@@ -54,7 +54,7 @@ from llmbridge.agent.store import AgentStore
 from llmbridge.agent.store.access import check_writable, sees, visible_to
 from llmbridge.core.errors import NotFoundError, RequestTooLargeError
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.store.models import Document, DocumentChunk, DocumentTerm, utcnow
+from llmbridge.store.tables import Document, DocumentChunk, DocumentTerm, utcnow
 from llmbridge.store.values import storable_text
 
 __all__ = [

@@ -6,7 +6,7 @@ so a key's limits and the usage ledger must see it. The gateway's
 per-request ``Exchange`` admits and records every request, and ``agent/`` may not
 import the gateway, which sits above it and mounts it (docs/ARCHITECTURE.md,
 "Layers"). So the agent side names the hook here and the gateway fills it
-(``gateway/agent_gate.py``, set on ``MountedAgent.gate``):
+(``gateway/exchange/agent_gate.py``, set on ``MountedAgent.gate``):
 
 1. ``ModelGate.admit(request, model, ...)`` before anything runs, with the model the
    request will use: a ``ModelPass``, or the refusal (``PermissionDeniedError`` 403

@@ -1,9 +1,9 @@
-"""The agent API's plumbing (``agent.routes``, ``agent.care_routes``): what the app
-mounts (``MountedAgent``), the guard every handler runs under (``guarded``: path and
-query parameters checked, every failure a JSON error in the OpenAI shape, never a
-traceback), and the readers and writers the handlers share (the runtime and the
-caller, the body within the request limits, integer query parameters, a PATCH over
-the stored fields, a JSON response). Nothing here imports the gateway.
+"""The agent API's plumbing (``agent.routes``, ``agent.document_routes``, a domain's
+routes): what the app mounts (``MountedAgent``), the guard every handler runs under
+(``guarded``: path and query parameters checked, every failure a JSON error in the
+OpenAI shape, never a traceback), and the readers and writers the handlers share (the
+runtime and the caller, the body within the request limits, integer query parameters,
+a PATCH over the stored fields, a JSON response). Nothing here imports the gateway.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from llmbridge.agent.api import parse, unstorable_field
 from llmbridge.agent.gate import OPEN_GATE, ModelGate
 from llmbridge.agent.runtime import AgentRuntime
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError, ServiceUnavailableError
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.framing import dumps
 from llmbridge.store.values import MAX_ID
 from llmbridge.web.auth import caller_identity

@@ -8,15 +8,21 @@ the agent's own modules.
 Here: personas, sessions, a session's messages (a turn: ``POST .../messages``,
 streamed as Server-Sent Events when asked), pins and summaries, facts (listed, added,
 corrected, deleted) and the long-range summary. ``routes`` also carries
-``agent.care_routes``' documents and eldercare records (patients and their caregivers,
-medications, vitals, appointments); the guard and the readers every handler shares
-are in ``agent.route_plumbing``.
+``agent.document_routes``' documents; ``mounted_routes(config)`` adds the routes of
+each domain ``agent.domains`` turns on (``DOMAIN_ROUTES``: eldercare's patients and
+their caregivers, medications, vitals, appointments). The guard and the readers every
+handler shares are in ``agent.route_plumbing``.
+
+A session's subject is ``subject_id``, also read and written as ``patient_id``
+(``agent.api.subject_fields``): existing clients keep working, and one body naming two
+different subjects is a 400.
 
 Ownership (``agent.store.access``): with API keys on, the key a request matched
 (``auth.caller_identity``) owns what it creates. Sessions are private: another
 key's session answers 404, exactly like one that does not exist, so its existence
-never leaks. Personas, documents and patients created without a key are shared:
-visible to every key, writable only with auth off or through the CLI (403).
+never leaks. Personas, documents and patients (a domain's records) created without a
+key are shared: visible to every key, writable only with auth off or through the CLI
+(403).
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400
 for bad input (naming the field), 403, 404, 409 (an id in use), 413 (body over the
@@ -34,7 +40,7 @@ disconnects (which stops generation).
 
 Requests that call a model (a turn, an on-demand summary) pass ``MountedAgent.gate``
 first (``agent.gate``; the gateway's counts them against the caller's key and in the
-usage ledger, ``gateway/agent_gate.py``): the model is known, the session checked,
+usage ledger, ``gateway/exchange/agent_gate.py``): the model is known, the session checked,
 and nothing stored before it, so a refusal (403, 429 with ``Retry-After`` and
 ``x-ratelimit-*``) is a plain HTTP error, never an SSE event, and leaves nothing
 behind. The pass is finished however the request ends: the reply (200), an error
@@ -48,6 +54,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from llmbridge.agent.api import (
     FactIn,
@@ -66,10 +73,13 @@ from llmbridge.agent.api import (
     pin_view,
     reply_view,
     session_view,
+    subject_fields,
     summary_view,
     usage_view,
 )
-from llmbridge.agent.care_routes import care_routes
+from llmbridge.agent.config import AgentConfig, DomainName
+from llmbridge.agent.document_routes import document_routes
+from llmbridge.agent.domains.eldercare.routes import eldercare_routes
 from llmbridge.agent.gate import ModelPass
 from llmbridge.agent.route_plumbing import (
     MAX_PAGE,
@@ -102,7 +112,7 @@ from llmbridge.dialects.openai.errors import error_type
 from llmbridge.web.render import to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
-__all__ = ["MountedAgent", "routes"]
+__all__ = ["DOMAIN_ROUTES", "MountedAgent", "mounted_routes", "routes"]
 
 # -- personas -------------------------------------------------------------------------
 
@@ -157,8 +167,9 @@ async def delete_persona(request: Request) -> Response:
 async def create_session(request: Request) -> Response:
     runtime, owner = runtime_of(request)
     body = parse(SessionIn, await read_body(request))
+    subject = subject_fields(body).get("subject_id")
     session = await runtime.service.create_session(
-        name=body.title, persona_id=body.persona_id, patient_id=body.patient_id, owner=owner
+        name=body.title, persona_id=body.persona_id, subject_id=subject, owner=owner
     )
     return json_response(session_view(session), 201)
 
@@ -180,7 +191,9 @@ async def update_session(request: Request) -> Response:
     runtime, owner = runtime_of(request)
     raw = await read_body(request)
     body = parse(SessionPatch, raw)
-    fields = {("name" if k == "title" else k): getattr(body, k) for k in raw}
+    named = {"title": "name", "persona_id": "persona_id"}
+    fields = {named[k]: getattr(body, k) for k in raw if k in named}
+    fields.update(subject_fields(body))
     if fields.get("name", "") is None:
         raise InvalidRequestError("title: must be a string", param="title")
     session = await runtime.service.update_session(
@@ -373,12 +386,12 @@ async def delete_pin(request: Request) -> Response:
 
 
 async def list_facts(request: Request) -> Response:
-    """The facts in the session's context: its own, and its patient's from other
+    """The facts in the session's context: its own, and its subject's from other
     sessions, oldest first."""
     runtime, owner = runtime_of(request)
     session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
     limit = int_query(request, "limit", MAX_PAGE)
-    facts = await runtime.store.memory.facts(session.id, limit, patient_id=session.patient_id)
+    facts = await runtime.store.memory.facts(session.id, limit, subject_id=session.subject_id)
     return json_response({"facts": [fact_view(f) for f in facts]})
 
 
@@ -387,7 +400,7 @@ async def create_fact(request: Request) -> Response:
     session = await runtime.service.get_session(request.path_params["session_id"], owner=owner)
     body = parse(FactIn, await read_body(request))
     fact = await runtime.store.memory.add_fact(
-        session.id, body.content, source="user", patient_id=session.patient_id
+        session.id, body.content, source="user", subject_id=session.subject_id
     )
     return json_response(fact_view(fact), 201)
 
@@ -482,5 +495,18 @@ routes = [
     route(_SESSION + "/facts/{fact_id:int}", update_fact, "PATCH"),
     route(_SESSION + "/facts/{fact_id:int}", delete_fact, "DELETE"),
     route(_SESSION + "/long-summary", get_long_summary, "GET"),
-    *care_routes,
+    *document_routes,
 ]
+"""The agent API with no domain."""
+
+DOMAIN_ROUTES: dict[DomainName, list[Route]] = {
+    "eldercare": eldercare_routes,
+}
+"""Each domain's routes, by its configuration name. Beside ``routes`` rather than in
+``agent.domains.registry``: the handlers read the runtime, which opens the registry's
+domains, so the registry cannot hold them without an import circle."""
+
+
+def mounted_routes(config: AgentConfig) -> list[Route]:
+    """``routes`` and the routes of each domain ``config.domains`` turns on."""
+    return [*routes, *(r for name in config.domains for r in DOMAIN_ROUTES[name])]

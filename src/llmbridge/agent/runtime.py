@@ -1,17 +1,18 @@
 """The agent service wired as the gateway and the CLI run it.
 
-``AgentRuntime.open(config.agent, models, database=...)`` builds the agent's
-repository (``AgentStore``) on the product's ``Database`` it is handed (the gateway's
-one, store/database.py), or on one of its own opened and migrated from
+``AgentRuntime.open(config.agent, models, database=...)`` builds the agent's repository
+(``AgentStore``) on the product's ``Database`` it is handed (the gateway's one,
+store/database.py), or on one of its own opened and migrated from
 ``config.agent.database`` when none is handed (``llmbridge agent``), and builds the
 service over the serving layer's ``Models`` (the gateway's own way to call a model:
-models without native tools get them emulated, failures are retried and fall back),
-with the document store, the
-eldercare provider, the ``web_search`` tool when a Tavily key is configured, and the
-background summariser (unless ``agent.summaries`` is off), which writes with
-``agent.summary_model``, else each session's own model. Turns and summaries share one
-``TurnGate`` keyed by backend, so a summary never holds a reply back. ``aclose`` stops
-the summariser, and closes the database only if it opened it.
+models without native tools get them emulated, failures are retried and fall back), with
+the document store, the domains ``agent.domains`` names (``agent.domains.registry``:
+their context providers, and the subject check of the one that owns sessions' subjects),
+the ``web_search`` tool when a Tavily key is configured, and the background summariser
+(unless ``agent.summaries`` is off), which writes with ``agent.summary_model``, else
+each session's own model. Turns and summaries share one ``TurnGate`` keyed by backend,
+so a summary never holds a reply back. ``aclose`` stops the summariser, and closes the
+database only if it opened it.
 
 The gateway opens one in its lifespan (``gateway/app.py``) and serves it under
 ``/agent/``; ``llmbridge agent`` (``cli/agent.py``) opens
@@ -23,22 +24,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareProvider, EldercareRecords
+from llmbridge.agent.domains.domain import Domain
+from llmbridge.agent.domains.registry import open_domains, subject_domain
 from llmbridge.agent.memory import MemoryConfig, Summariser
 from llmbridge.agent.service import AgentService
 from llmbridge.agent.store import AgentStore
 from llmbridge.agent.tools import ToolRegistry, web_search_tool
 from llmbridge.agent.turns import TurnGate
-from llmbridge.core.errors import InvalidRequestError, LLMBridgeError
+from llmbridge.core.errors import InvalidRequestError, LLMBridgeError, NotFoundError
 from llmbridge.serving.models import Models
 from llmbridge.store.database import Database
 
 __all__ = ["AgentRuntime", "default_tools"]
 
 log = logging.getLogger("llmbridge.agent")
+
+D = TypeVar("D", bound=Domain)
 
 
 def default_tools(config: AgentConfig) -> ToolRegistry:
@@ -55,7 +60,8 @@ class AgentRuntime:
     store: AgentStore
     service: AgentService
     documents: DocumentStore
-    eldercare: EldercareRecords
+    domains: tuple[Domain, ...]
+    """The configured domains, in order (``agent.domains``)."""
     models: Models
     config: AgentConfig
     summariser: Summariser | None = None
@@ -82,11 +88,14 @@ class AgentRuntime:
         summariser = None
         if config.summaries:
             summariser = Summariser(store, models.chat, config.summary_model, gate=turns)
+        domains = open_domains(config.domains, store)
+        subjects = subject_domain(domains)
         service = AgentService(
             store,
             models,
             tools=tools if tools is not None else default_tools(config),
-            providers=[EldercareProvider(store)],
+            providers=[p for domain in domains for p in domain.context_providers()],
+            subject_check=subjects.check_subject if subjects is not None else None,
             documents=documents,
             memory=MemoryConfig(budget=config.history_budget),
             summariser=summariser,
@@ -96,12 +105,20 @@ class AgentRuntime:
             store=store,
             service=service,
             documents=documents,
-            eldercare=EldercareRecords(store),
+            domains=domains,
             models=models,
             config=config,
             summariser=summariser,
             _default_model=config.model or models.router.default_model,
         )
+
+    def domain(self, kind: type[D]) -> D:
+        """The configured domain of type ``kind`` (its routes' way to its records);
+        ``NotFoundError`` when it is off."""
+        for domain in self.domains:
+            if isinstance(domain, kind):
+                return domain
+        raise NotFoundError(f"no {kind.__name__}: agent.domains leaves it out")
 
     async def model_for(self, requested: str | None) -> str:
         """The model of a turn: the one requested, else ``agent.model``, else the

@@ -1,24 +1,30 @@
 """The agent service: ``run_agent``, ``run_agent_stream`` and ``list_sessions``
 (seed 002's ``agentService``), generalised and made transactional, plus the
 owner-scoped operations the HTTP API and the CLI need (personas, sessions, messages,
-pins, summaries; documents and eldercare records are ``DocumentStore`` and
-``EldercareRecords``). ``owner`` is the caller's API key identity, ``None`` when
-unscoped (``store.access`` has the rules); a turn runs with its request's owner and
-sees only that owner's session, personas, documents and patients.
+pins, summaries; documents and a domain's records are ``DocumentStore`` and the
+domain's own, ``agent.domains``). ``owner`` is the caller's API key identity, ``None``
+when unscoped (``store.access`` has the rules); a turn runs with its request's owner
+and sees only that owner's session, personas, documents and domain records.
+
+A session may name its subject (``subject_id``: what it is about). With a
+``subject_check`` (the domain that owns subjects: eldercare's patients), a session
+naming one ``owner`` may not see is refused (404) when it is created or changed;
+without one, the id is kept as given. The context providers get the session's
+subject with every turn (``ContextRequest.subject_id``).
 
 A turn:
 
 1. The model is resolved first (an unknown model or persona fails before anything
    is stored). Settings merge persona first, then the request
-   (``settings.merge_settings``) into neutral parameters
-   (``settings.generation_params``); the serving layer fits them to the backend.
+   (``persona_settings.merge_settings``) into neutral parameters
+   (``persona_settings.generation_params``); the serving layer fits them to the backend.
 2. The user message is stored (committed) before generation.
 3. The prompt, stable part first so a local model's prefix cache hits
    (``prompt``): the system prompt (persona, custom prompt, focus instructions),
    then the hybrid-memory history (``memory``), then one user message with this
    turn's context (documents, the context providers' blocks) and the input.
    Each provider's block is sized by the model's context window
-   (``context.context_budget``: the route's ``context_length``, else the backend's
+   (``context_providers.context_budget``: the route's ``context_length``, else the backend's
    report), unless the service was given a fixed ``context_budget``.
 4. The tool loop: the model is asked with the registry's tools (offered on every
    backend; the gateway pipeline emulates them for models without native tools).
@@ -59,19 +65,19 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from llmbridge.agent.context import (
+from llmbridge.agent.context_providers import (
     ContextProvider,
     ContextRequest,
     context_budget,
     gather_context,
 )
 from llmbridge.agent.documents import DocumentStore
-from llmbridge.agent.eldercare import EldercareRecords
+from llmbridge.agent.domains.domain import SubjectCheck
 from llmbridge.agent.gate import CallMeter, metered
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
+from llmbridge.agent.persona_settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.prompt import assemble_turn, build_system_prompt, build_turn_context
 from llmbridge.agent.session_locks import SessionLocks
-from llmbridge.agent.settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.store import (
     AgentStore,
     PersonaRecord,
@@ -258,6 +264,7 @@ class AgentService:
         *,
         tools: ToolRegistry | None = None,
         providers: Sequence[ContextProvider] = (),
+        subject_check: SubjectCheck | None = None,
         documents: DocumentStore | None = None,
         memory: MemoryConfig | None = None,
         summariser: Summariser | None = None,
@@ -270,6 +277,8 @@ class AgentService:
         self.models = models
         self.tools = tools or ToolRegistry()
         self.providers = tuple(providers)
+        self.subject_check = subject_check
+        """How a session's subject is checked (module docstring); ``None``: it is not."""
         self.documents = documents
         self.memory = MemoryBuilder(store, memory)
         self.summariser = summariser
@@ -341,14 +350,14 @@ class AgentService:
         *,
         name: str = "",
         persona_id: str | None = None,
-        patient_id: int | None = None,
+        subject_id: int | None = None,
         owner: str | None = None,
     ) -> SessionRecord:
-        """A new session of ``owner``'s, with a persona and a patient it may see."""
-        await self._check_references(persona_id, patient_id, owner)
-        # A persona or patient deleted meanwhile: the store's NotFoundError.
+        """A new session of ``owner``'s, with a persona and a subject it may see."""
+        await self._check_references(persona_id, subject_id, owner)
+        # A persona deleted meanwhile: the store's NotFoundError.
         return await self.store.create_session(
-            name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
+            name=name, persona_id=persona_id, subject_id=subject_id, owner=owner
         )
 
     async def get_session(self, session_id: str, *, owner: str | None = None) -> SessionRecord:
@@ -358,9 +367,9 @@ class AgentService:
     async def update_session(
         self, session_id: str, *, owner: str | None = None, **fields: Any
     ) -> SessionRecord:
-        """Set the ``name``, ``persona_id`` or ``patient_id`` of ``owner``'s session."""
+        """Set the ``name``, ``persona_id`` or ``subject_id`` of ``owner``'s session."""
         await self.get_session(session_id, owner=owner)
-        await self._check_references(fields.get("persona_id"), fields.get("patient_id"), owner)
+        await self._check_references(fields.get("persona_id"), fields.get("subject_id"), owner)
         return await self.store.update_session(session_id, owner=owner, **fields)
 
     async def delete_session(self, session_id: str, *, owner: str | None = None) -> None:
@@ -467,12 +476,12 @@ class AgentService:
         return next((m.model for m in reversed(recent) if m.model), None)
 
     async def _check_references(
-        self, persona_id: str | None, patient_id: int | None, owner: str | None
+        self, persona_id: str | None, subject_id: int | None, owner: str | None
     ) -> None:
         if persona_id is not None:
             await self.get_persona(persona_id, owner=owner)
-        if patient_id is not None:
-            await EldercareRecords(self.store).get_patient(patient_id, owner=owner)
+        if subject_id is not None and self.subject_check is not None:
+            await self.subject_check(subject_id, owner=owner)
 
     # -- turns --------------------------------------------------------------------------
 
@@ -602,7 +611,7 @@ class AgentService:
                 request.input,
                 session_id=session.id,
                 persona_id=request.persona_id or session.persona_id,
-                patient_id=session.patient_id,
+                subject_id=session.subject_id,
                 budget=await self._context_budget(request.model),
                 owner=request.owner,
             ),

@@ -18,7 +18,7 @@ from dataclasses import replace
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic as dialect
 from llmbridge.dialects.framing import aiter_sse

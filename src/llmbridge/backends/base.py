@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.models import ModelInfo, ModelOperation
+from llmbridge.core.model_info import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.core.stream import EventStream
@@ -32,7 +32,7 @@ OPENAI_SAMPLING = frozenset(
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a backend can do, as the serving layer needs to know it to fit a request
-    (serving/prepare.py). Every decision that differs between backends reads one of
+    (serving/prepare/). Every decision that differs between backends reads one of
     these, never the backend's ``kind`` (a label for logs and ``/health``).
     Embeddings are ``Backend.can_embed``: true exactly when the class implements them."""
 
@@ -49,14 +49,14 @@ class Capabilities:
     on/off, except for the families features/thinking knows to take levels."""
     sampling: frozenset[str] = field(default=OPENAI_SAMPLING)
     """The ``GenerationParams`` fields it takes natively (``extra`` entries count by
-    their own names). serving/params.py converts or drops the others."""
+    their own names). serving/prepare/sampling.py converts or drops the others."""
     fim: bool = False
     """Completes a prefix and a suffix (fill-in-the-middle)."""
     tokenizer: bool = False
     """``count_tokens`` gives exact counts in the model's own tokens."""
     context_option: bool = False
     """Takes its context window per request (Ollama's ``options.num_ctx``) and silently
-    drops the start of a prompt longer than that window, so serving/context_size.py
+    drops the start of a prompt longer than that window, so serving/prepare/context_size.py
     sizes it to the route's or the model's window, never below the request."""
     anthropic_api: bool = False
     """Is Anthropic's Messages API, so what only that API reads reaches it as the client

@@ -40,12 +40,13 @@ from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.errors import BackendHTTPError, BackendProtocolError
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects.framing import aiter_sse
-from llmbridge.dialects.gemini import models as gemini_models
+from llmbridge.dialects.gemini import model_list as gemini_model_list
 from llmbridge.dialects.gemini import request as gemini_request
+from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
 
 __all__ = [
@@ -187,7 +188,7 @@ class GeminiBackend(Backend):
         except BackendHTTPError as exc:
             _add_retry_delay(exc)
             raise
-        return replace(gemini_models.decode_batch_embed_response(reply), model=request.model)
+        return replace(gemini_response.decode_batch_embed_response(reply), model=request.model)
 
     async def count_tokens(self, request: ChatRequest) -> int | None:
         """Google's own count of the prompt (system instruction and tools included),
@@ -212,7 +213,7 @@ class GeminiBackend(Backend):
             reply = await self._http.request_json(
                 "GET", f"/{API_VERSION}/models?{urlencode(query)}"
             )
-            models.extend(gemini_models.decode_models(reply))
+            models.extend(gemini_model_list.decode_models(reply))
             token = reply.get("nextPageToken") if isinstance(reply, dict) else None
             if not isinstance(token, str) or not token:
                 break
@@ -225,7 +226,7 @@ class GeminiBackend(Backend):
         """``GET /v1beta/models/{model}``: one request, rather than the whole paged
         list, for the serving layer's capability check (whether the model thinks)."""
         reply = await self._http.request_json("GET", model_path(model))
-        found = gemini_models.decode_models({"models": [reply]})
+        found = gemini_model_list.decode_models({"models": [reply]})
         if not found:
             raise BackendProtocolError(
                 f"backend '{self.name}' described model '{model}' without a name",

@@ -43,8 +43,8 @@ from llmbridge.core.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
 )
-from llmbridge.core.limits import DEFAULT_LIMITS
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_limits import DEFAULT_LIMITS
 from llmbridge.core.request_size import larger_than
 
 __all__ = [

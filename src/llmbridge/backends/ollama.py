@@ -21,7 +21,7 @@ from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Cap
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo, ModelOperation
+from llmbridge.core.model_info import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import ollama as dialect
@@ -38,7 +38,7 @@ class OllamaBackend(Backend):
         thinking_effort=False,
         sampling=OPENAI_SAMPLING | {"top_k", "min_p", "repeat_penalty", "num_ctx"},
         fim=True,  # /api/generate's suffix, for models whose /api/show says "insert"
-        context_option=True,  # options.num_ctx, sized by serving/context_size.py
+        context_option=True,  # options.num_ctx, sized by serving/prepare/context_size.py
         structured_output=True,  # ``format`` takes a JSON schema (Ollama 0.5 and later)
         manages_models=True,  # /api/pull, /api/delete... are forwarded to it
     )

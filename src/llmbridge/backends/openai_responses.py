@@ -21,7 +21,7 @@ from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
 from llmbridge.backends.openai_compat import normalise_base_url
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import openai, responses
 from llmbridge.dialects.framing import aiter_sse
@@ -34,7 +34,7 @@ class OpenAIResponsesBackend(Backend):
 
     kind = "openai_responses"
     # The API enforces tool_choice and takes effort levels; it has no stop sequences,
-    # seed or penalties, so serving/params.py drops those (and says so).
+    # seed or penalties, so serving/prepare/sampling.py drops those (and says so).
     capabilities = Capabilities(
         tool_choice=True, sampling=frozenset({"max_tokens", "temperature", "top_p"})
     )

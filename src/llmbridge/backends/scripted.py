@@ -22,7 +22,7 @@ from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Cap
 from llmbridge.core.errors import BackendError, LLMBridgeError
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.ids import new_id
-from llmbridge.core.models import Capability, ModelInfo
+from llmbridge.core.model_info import Capability, ModelInfo
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse, StopReason, Usage

@@ -143,7 +143,7 @@ def personas_create(
     """Create a persona named NAME; prints its id."""
     from pydantic import ValidationError
 
-    from llmbridge.agent.settings import AgentSettings
+    from llmbridge.agent.persona_settings import AgentSettings
 
     try:
         values = AgentSettings.model_validate(dict(_setting(s) for s in settings))
@@ -223,7 +223,7 @@ def facts() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @config_options
 def facts_list(session_id: str, as_json: bool, config_path: str | None, **shortcuts: Any) -> None:
-    """List SESSION_ID's facts (its own and its patient's), oldest first."""
+    """List SESSION_ID's facts (its own and its subject's), oldest first."""
     from llmbridge.agent.api import fact_view
 
     config = load_from_options(config_path, **shortcuts)
@@ -231,7 +231,7 @@ def facts_list(session_id: str, as_json: bool, config_path: str | None, **shortc
     async def work() -> None:
         async with _store(config) as store:
             session = await store.get_session(session_id)
-            found = await store.memory.facts(session.id, patient_id=session.patient_id)
+            found = await store.memory.facts(session.id, subject_id=session.subject_id)
         if as_json:
             _print_json([fact_view(f) for f in found])
             return
@@ -256,7 +256,7 @@ def facts_add(session_id: str, text: str, config_path: str | None, **shortcuts: 
         async with _store(config) as store:
             session = await store.get_session(session_id)
             fact = await store.memory.add_fact(
-                session.id, text, source="user", patient_id=session.patient_id
+                session.id, text, source="user", subject_id=session.subject_id
             )
         return fact.id
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from llmbridge.cli.options import config_options, load_from_options
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.config import GatewayConfig
 
 __all__ = ["models"]

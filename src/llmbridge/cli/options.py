@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.gateway.config import ConfigError, GatewayConfig, load_config
 
 __all__ = ["config_options", "db_option", "limit_options", "load_from_options"]

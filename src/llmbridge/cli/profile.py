@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from llmbridge.profiler.input_files import InputLimits
+    from llmbridge.profiler.records.input_files import InputLimits
 
 __all__ = ["profile"]
 
@@ -154,13 +154,17 @@ def run(
     from rich.markup import escape
     from rich.progress import Progress
 
-    from llmbridge.profiler.input_files import InputLimits
-    from llmbridge.profiler.records import IterationRecord
-    from llmbridge.profiler.report import html_report, markdown_report, print_summary
-    from llmbridge.profiler.runner import run_plans
-    from llmbridge.profiler.scenarios import ScenarioFileError, load_scenarios
-    from llmbridge.profiler.setup import PROVIDERS, plan_for
+    from llmbridge.profiler.records.input_files import InputLimits
+    from llmbridge.profiler.records.otel import EXPORTER_MISSING, exporter_installed
+    from llmbridge.profiler.records.records import IterationRecord
+    from llmbridge.profiler.records.scenarios import ScenarioFileError, load_scenarios
+    from llmbridge.profiler.report.report import html_report, markdown_report, print_summary
+    from llmbridge.profiler.run.runner import run_plans
+    from llmbridge.profiler.run.setup import PROVIDERS, plan_for
 
+    if otlp_endpoint and not exporter_installed():
+        # Before the run, not after it: a run may take hours to reach the export.
+        raise click.ClickException(EXPORTER_MISSING)
     kinds = list(dict.fromkeys(providers or ("opencode",)))
     binaries = _binaries(commands, PROVIDERS)
     try:
@@ -186,7 +190,7 @@ def run(
     if grade_model:
         if not gateway_url:
             raise click.UsageError("--grade-model needs --gateway-url (the grader's gateway)")
-        from llmbridge.profiler.graded import Grader
+        from llmbridge.profiler.run.graded import Grader
 
         grader = Grader(gateway_url, grade_model)
     limits = InputLimits(max_line_bytes=max_line_bytes)
@@ -228,7 +232,7 @@ def run(
     (out / "report.md").write_text(markdown_report(result.summary, result.records), "utf-8")
     (out / "report.html").write_text(html_report(result.summary, result.records), "utf-8")
     if otlp_endpoint:
-        from llmbridge.profiler.otel import export_otlp
+        from llmbridge.profiler.records.otel import export_otlp
 
         spans = [s for r in result.records for s in r.spans]
         try:
@@ -261,7 +265,7 @@ def _binaries(commands: tuple[str, ...], providers: Any) -> dict[str, str]:
 
 def _finished(out: Path, limits: InputLimits) -> dict[str, int]:
     """Per provider, the iterations the interrupted run in ``out`` finished."""
-    from llmbridge.profiler.run_dir import RunDirError, load_finished
+    from llmbridge.profiler.run.run_dir import RunDirError, load_finished
 
     finished: dict[str, int] = {}
     try:
@@ -289,9 +293,9 @@ def compare(runs: tuple[Path, ...], out: Path | None) -> None:
     """
     from rich.console import Console
 
-    from llmbridge.profiler.compare import CompareError, compare_runs, report_dict
-    from llmbridge.profiler.compare_report import comparison_markdown, print_comparison
-    from llmbridge.profiler.html_report import html_comparison
+    from llmbridge.profiler.report.compare import CompareError, compare_runs, report_dict
+    from llmbridge.profiler.report.compare_report import comparison_markdown, print_comparison
+    from llmbridge.profiler.report.html_report import html_comparison
 
     if len(runs) < 2:
         raise click.UsageError("compare needs at least two run directories")
@@ -341,10 +345,10 @@ def import_(
     reads. Only regular files are read: a FIFO or a device is skipped, with a warning."""
     from rich.console import Console
 
-    from llmbridge.profiler.importing import TrajectoryImportError, import_paths, write_run
-    from llmbridge.profiler.input_files import InputLimits
-    from llmbridge.profiler.records import summarise
-    from llmbridge.profiler.report import print_summary
+    from llmbridge.profiler.records.input_files import InputLimits
+    from llmbridge.profiler.records.records import summarise
+    from llmbridge.profiler.report.report import print_summary
+    from llmbridge.profiler.run.importing import TrajectoryImportError, import_paths, write_run
 
     limits = InputLimits(max_line_bytes=max_line_bytes, max_bytes=max_bytes)
     try:

@@ -14,7 +14,7 @@ import click
 from llmbridge import __version__
 from llmbridge.cli.options import config_options, limit_options, load_from_options
 from llmbridge.core.hosts import is_loopback_host
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.features.thinking import THINKING_CAPABLE_PREFIXES, can_think
 from llmbridge.gateway.config import DEFAULT_PORT, GatewayConfig, default_agent_database
 from llmbridge.web.auth import redact_query_keys
@@ -196,7 +196,7 @@ def serve(
     **shortcuts: Any,
 ) -> None:
     """Run the gateway (default 127.0.0.1:11435, embedded model; auth on when keys exist)."""
-    from llmbridge.gateway.asgi import configure_logging, tune_interpreter
+    from llmbridge.gateway.server.asgi import configure_logging, tune_interpreter
 
     config = load_from_options(
         config_path,
@@ -240,7 +240,7 @@ def serve(
         access_log=access_log,
         log_config=access_log_config(),
         loop="uvloop" if sys.platform != "win32" else "asyncio",
-        # httptools with header size, count and read-time limits (gateway/read_limits.py)
+        # httptools with header size, count and read-time limits (gateway/server/read_limits.py)
         http=http_protocol(app),
         timeout_graceful_shutdown=5,
         # X-Forwarded-For/-Proto from server.trusted_proxies only (none by default).
@@ -250,12 +250,12 @@ def serve(
 
 def _serve_workers(config: GatewayConfig, access_log: bool, auth_on: bool) -> None:
     """``server.workers`` processes on one port, under uvicorn's supervisor: it binds
-    the socket, starts each worker (``gateway/asgi.py`` builds the app in it), restarts
+    the socket, starts each worker (``gateway/server/asgi.py`` builds the app in it), restarts
     one that dies, and on SIGTERM or Ctrl-C stops them all, each finishing its requests
     within the grace period. The run directory goes when the last has stopped."""
     import uvicorn
 
-    from llmbridge.gateway.asgi import APP_FACTORY, PROTOCOL, RunDirectory
+    from llmbridge.gateway.server.asgi import APP_FACTORY, PROTOCOL, RunDirectory
 
     server = config.server
     if auth_on and config.state.redis_url is None:

@@ -3,7 +3,7 @@
 Every failure that can reach a client is one of these. Lower-level exceptions are
 mapped once, at the boundary where they occur, with ``raise ... from exc``: aiohttp's in
 ``backends/http.py`` (every HTTP backend's transport), llama.cpp's in the embedded
-worker (``backends/embedded_worker.py``), the database drivers' in ``store/errors.py``,
+worker (``backends/embedded/worker.py``), the database drivers' in ``store/errors.py``,
 JSON decoding in the dialects' decoders. The gateway renders these in the caller's
 dialect.
 
@@ -140,7 +140,7 @@ class MethodNotAllowedError(LLMBridgeError):
 
 
 class RequestTimeoutError(LLMBridgeError):
-    """The client did not send its whole request in time (gateway/read_limits.py)."""
+    """The client did not send its whole request in time (gateway/server/read_limits.py)."""
 
     default_status = 408
 

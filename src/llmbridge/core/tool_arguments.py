@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from llmbridge.core.limits import check_encodable
+from llmbridge.core.request_limits import check_encodable
 
 __all__ = ["parse_request_tool_arguments", "parse_tool_arguments"]
 

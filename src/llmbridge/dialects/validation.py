@@ -36,7 +36,7 @@ from pydantic import BaseModel, Discriminator, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.limits import message_parts
+from llmbridge.core.request_limits import message_parts
 
 __all__ = [
     "BodyErrors",

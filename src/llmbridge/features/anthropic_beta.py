@@ -90,7 +90,7 @@ BETAS: tuple[Beta, ...] = (
         _M,
         "a 1M-token context window (Sonnet 4 and later)",
         "the backend model's own context is the limit: max_tokens is clamped to it "
-        "(serving/prepare.py); no larger window can be given to a local model",
+        "(serving/prepare/fit.py); no larger window can be given to a local model",
         family=True,
     ),
     Beta(

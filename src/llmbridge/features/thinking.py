@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Literal
 
 from llmbridge.core.errors import UnsupportedFeatureError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, ThinkingConfig
 from llmbridge.core.request import effort_for_budget as budget_effort
 

@@ -1,6 +1,6 @@
 """Whether a gateway keeps a usage ledger, and opening it (accounts/ledger.py).
 
-Each request's row is written by its ``Exchange`` (gateway/exchange.py).
+Each request's row is written by its ``Exchange`` (gateway/exchange/record.py).
 """
 
 from __future__ import annotations

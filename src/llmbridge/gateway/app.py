@@ -1,6 +1,7 @@
 """Assemble the ASGI app: backends from configuration, routes, auth, error rendering,
-read limits (gateway/read_limits.py), the agent service (``/agent/...``) and, when
-``mcp.servers`` names any, the MCP gateway (``/mcp``, ``/mcp/{server}``: mcp/server.py).
+read limits (gateway/server/read_limits.py), the agent service (``/agent/...``) and,
+when ``mcp.servers`` names any, the MCP gateway (``/mcp``, ``/mcp/{server}``:
+mcp/endpoints.py).
 
 The product's database (store/database.py) is one ``Database`` per process, opened and
 migrated once in the lifespan by the first part that needs it (``GatewayState.database``,
@@ -36,16 +37,15 @@ from llmbridge.core.errors import (
     ServiceUnavailableError,
     error_for_status,
 )
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
-from llmbridge.gateway.agent_gate import KeyGate, memory_usage_recorder
 from llmbridge.gateway.config import GatewayConfig, default_agent_database
 from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.console.web import error_page, is_console_path
-from llmbridge.gateway.exchange import EXCHANGED, log_left_mid_body
-from llmbridge.gateway.mcp_gate import McpCallGate
+from llmbridge.gateway.exchange.agent_gate import KeyGate, memory_usage_recorder
+from llmbridge.gateway.exchange.handler import EXCHANGED, log_left_mid_body
+from llmbridge.gateway.exchange.mcp_gate import McpCallGate
 from llmbridge.gateway.metrics import GatewayMetrics
-from llmbridge.gateway.read_limits import BodyDeadline, ReadLimits, protocol_class
 from llmbridge.gateway.routes import (
     anthropic,
     completions,
@@ -56,10 +56,11 @@ from llmbridge.gateway.routes import (
     system,
 )
 from llmbridge.gateway.routes.ollama_models import MANAGEMENT_PATHS, MASTER_KEY_CALLER
+from llmbridge.gateway.server.read_limits import BodyDeadline, ReadLimits, protocol_class
+from llmbridge.gateway.server.workers import WorkerBoard
 from llmbridge.gateway.state import GatewayState
 from llmbridge.gateway.stored_responses import ResponseStore
-from llmbridge.gateway.workers import WorkerBoard
-from llmbridge.mcp.server import McpGateway
+from llmbridge.mcp.endpoints import McpGateway
 from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
@@ -84,7 +85,7 @@ log = logging.getLogger("llmbridge.gateway")
 
 ADMIN_PREFIX = "/admin/"
 MCP_PATH = "/mcp"
-"""The MCP gateway (mcp/server.py): its paths take the master key besides the others."""
+"""The MCP gateway (mcp/endpoints.py): its paths take the master key besides the others."""
 CONSOLE_PREFIX = "/ui"
 """The operator console (gateway/console/): it signs its own sessions in with the
 master key, so the API-key check lets its paths through."""
@@ -263,8 +264,8 @@ async def _client_disconnected(request: Request, exc: Exception) -> Response:
 
 
 def _body_timed_out(metrics: GatewayMetrics, scope: Scope) -> None:
-    """A body that did not arrive in time (gateway/read_limits.py), for the metrics:
-    an exchanged route (gateway/exchange.py) counts its own 408 with its ledger row."""
+    """A body that did not arrive in time (gateway/server/read_limits.py), for the metrics:
+    an exchanged route (gateway/exchange/handler.py) counts its own 408 with its ledger row."""
     if not getattr(scope.get("endpoint"), EXCHANGED, False):
         metrics.unserved(_endpoint_label(scope), 408)
 
@@ -292,7 +293,7 @@ class GatewayApp(Starlette):
 
 def http_protocol(app: Starlette) -> type[asyncio.Protocol]:
     """uvicorn's ``http=`` option for ``app``: httptools with the configured header
-    limits (gateway/read_limits.py), each closed connection counted in its metrics."""
+    limits (gateway/server/read_limits.py), each closed connection counted in its metrics."""
     state: GatewayState = app.state.gateway
     return protocol_class(ReadLimits.of(state.config.server), state.metrics.rejected_connection)
 
@@ -308,7 +309,7 @@ def create_app(
     """The gateway app. ``backends`` overrides construction from config (tests);
     ``on_ready`` gets the served models once the backends have started (the banner);
     ``agent_tools`` replaces the agent's default tools (``agent.runtime.default_tools``);
-    ``workers``: this app is one of ``llmbridge serve --workers N`` (gateway/asgi.py)."""
+    ``workers``: this app is one of ``llmbridge serve --workers N`` (gateway/server/asgi.py)."""
     metrics = GatewayMetrics(workers.metrics_dir if workers is not None else None)
     # Limits, in-flight counts and breakers: this process's, or Redis's for every
     # worker and replica (state/; its connection is checked in the lifespan).
@@ -334,7 +335,7 @@ def create_app(
     )
     state.accounts.on_auth_on = _ledger_when_keys_appear(state)
 
-    # Agent turns count against the caller's key and in the ledger (gateway/agent_gate.py).
+    # Agent turns count against the caller's key and in the ledger (gateway/exchange/agent_gate.py).
     agent = MountedAgent(state.limits, gate=KeyGate(state))
     mcp = state.mcp = _mcp_gateway(state, workers)
 
@@ -363,7 +364,7 @@ def create_app(
             if on_ready is not None:
                 on_ready(await models.list_models())
             if workers is not None:
-                workers.start(state)  # this worker's line in /health (gateway/workers.py)
+                workers.start(state)  # this worker's line in /health (gateway/server/workers.py)
             try:
                 yield
             finally:
@@ -393,7 +394,7 @@ def create_app(
                 await state.database.close()
                 await shared.aclose()  # last: the ledger's flush above updates it
 
-    agent_routes = agent_api.routes if config.agent.enabled else []
+    agent_routes = agent_api.mounted_routes(config.agent) if config.agent.enabled else []
     app = GatewayApp(exception_handlers=_EXCEPTION_HANDLERS)
     # Routes looked up by path instead of tried one by one (web/routing.py).
     app.router = IndexedRouter(

@@ -10,7 +10,7 @@ backend and serves any model name. Example file::
       master_key: "sk-admin-..."      # /admin/ API; with it, keys in the database work
       max_body_bytes: 33554432        # 32 MB, Anthropic's own limit
       max_header_bytes: 65536         # 431 above; with max_headers: 100 fields
-      header_timeout: 10              # seconds for the headers, then 408 (read_limits.py)
+      header_timeout: 10              # seconds for the headers, then 408 (server/read_limits.py)
       body_timeout: 60                # seconds for the body, then 408
       health_cache_s: 1               # /health reuses a backend probe this long
       workers: 1                      # processes serving the port (--workers, LLMBRIDGE_WORKERS)
@@ -81,6 +81,7 @@ backend and serves any model name. Example file::
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -92,12 +93,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
-from llmbridge.core.limits import ENCODER_MAX_DEPTH, RequestLimits
+from llmbridge.core.request_limits import ENCODER_MAX_DEPTH, RequestLimits
 from llmbridge.mcp.config import McpConfig
 from llmbridge.serving.build import Host
 from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
 
 __all__ = [
+    "OTLP_EXTRA_MISSING",
     "ConfigError",
     "GatewayConfig",
     "LedgerConfig",
@@ -115,7 +117,7 @@ _LIMITS = RequestLimits()
 
 
 class LimitsConfig(Strict):
-    """Bounds on what one request may hold (core/limits.py has each one's reasoning):
+    """Bounds on what one request may hold (core/request_limits.py has each one's reasoning):
     a count over its limit is a 400 naming the field and the setting."""
 
     max_messages: int = Field(_LIMITS.max_messages, gt=0)
@@ -161,7 +163,7 @@ class ServerConfig(Strict):
     limits: LimitsConfig = LimitsConfig()
     """Bounds on what one request may hold."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # How long and how much a client may take to send a request (gateway/read_limits.py).
+    # How long and how much a client may take to send a request (gateway/server/read_limits.py).
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     """The request line and headers together, in bytes; more is a 431."""
     max_headers: int = Field(100, ge=1)
@@ -186,7 +188,7 @@ class ServerConfig(Strict):
     workers: int = Field(1, ge=1)
     """Processes that serve the port (``--workers``, ``LLMBRIDGE_WORKERS``), each with its
     own event loop, backends and embedded model; 1 runs the gateway in the ``llmbridge
-    serve`` process itself (gateway/asgi.py; docs/DEPLOY.md, "Workers")."""
+    serve`` process itself (gateway/server/asgi.py; docs/DEPLOY.md, "Workers")."""
     health_cache_s: float = Field(1.0, ge=0)
     """How long ``/health`` reuses a backend's last probe (0: probe on every call).
     Load balancers poll it often and anyone may call it: probing each backend on
@@ -286,6 +288,24 @@ class TelemetryConfig(Strict):
     ``llmbridge``."""
 
 
+OTLP_EXTRA_MISSING = (
+    "telemetry.otlp_endpoint needs the OpenTelemetry exporter: pip install 'llmbridge[otlp]'"
+)
+"""Why an ``otlp_endpoint`` is refused where the ``otlp`` extra is not installed: the
+configuration's error (``load_config``), and gateway/telemetry.py's import guard."""
+_OTLP_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+
+
+def otlp_exporter_installed() -> bool:
+    """Whether the ``otlp`` extra (the OpenTelemetry SDK and its OTLP/HTTP exporter) is
+    installed: its packages are looked up, not imported, so checking a configuration
+    loads no SDK."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in _OTLP_PACKAGES)
+    except (ImportError, ValueError):  # a parent package missing, or a broken entry
+        return False
+
+
 class GatewayConfig(ServingConfig):
     """The whole configuration file: the serving layer's part (backends, routes,
     policies: serving/config.py), the server's and the agent's."""
@@ -364,7 +384,7 @@ def load_config(
     _apply_overrides(raw, overrides or {})
     _apply_environment(raw, os.environ if environ is None else environ)
     try:
-        return GatewayConfig.model_validate(raw)
+        config = GatewayConfig.model_validate(raw)
     except ValidationError as exc:
         where = f"config file {path}" if path else "configuration"
         details = "; ".join(
@@ -372,6 +392,11 @@ def load_config(
             for err in exc.errors()
         )
         raise ConfigError(f"invalid {where}: {details}") from exc
+    if config.telemetry.otlp_endpoint and not otlp_exporter_installed():
+        # Refused here, before anything starts: found by the lifespan it would be a
+        # traceback in uvicorn's log and a process that exits.
+        raise ConfigError(OTLP_EXTRA_MISSING)
+    return config
 
 
 def _apply_limit_overrides(server: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -8,14 +8,14 @@ cardinality stays bounded whatever clients send.
 A request that ends before any backend is chosen (the client left while sending its
 body: 499; its body came too slowly: 408) is counted with empty backend and model and
 its route's path template as the endpoint. Connections closed while their headers were
-read (gateway/read_limits.py) have no endpoint; they are counted by reason.
+read (gateway/server/read_limits.py) have no endpoint; they are counted by reason.
 
 With ``llmbridge serve --workers N`` each worker process counts in its own files, in
 the directory the parent named in ``PROMETHEUS_MULTIPROC_DIR`` before starting them
 (prometheus_client's multiprocess mode, chosen when the library is imported), and a
 scrape of any worker reads every worker's files: one scrape shows the sum. Counters and
 histograms add up; the gauges are ``livesum``, the sum over the workers alive (a dead
-worker's files are dropped by ``gateway/workers.py``). The event-loop task gauge,
+worker's files are dropped by ``gateway/server/workers.py``). The event-loop task gauge,
 computed on scrape in one process, is set each second by each worker instead.
 """
 
@@ -189,7 +189,7 @@ class GatewayMetrics:
 
     def model_label(self, name: str, *, served: bool) -> str:
         """The label of a model name that a glob route or a default backend passed on
-        as the client sent it (gateway/exchange.py ``metric_model``): its own once a
+        as the client sent it (gateway/exchange/record.py ``metric_model``): its own once a
         backend has served it, for at most ``MAX_PASSED_ON_LABELS`` names; otherwise
         ``OTHER_MODEL``. A name a client made up is refused by the backend and never
         becomes a label."""
@@ -230,7 +230,7 @@ class GatewayMetrics:
         return child
 
     def refresh(self) -> None:
-        """Each second in a worker (gateway/workers.py): what a single process computes
+        """Each second in a worker (gateway/server/workers.py): what a single process computes
         when scraped, written where the other workers' scrapes read it."""
         if self.multiprocess_dir is not None:
             self.tasks.set(_task_count())

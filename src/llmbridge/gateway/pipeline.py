@@ -5,7 +5,7 @@ every dialect gets the same behaviour: errors before the first event are an HTTP
 error in the caller's dialect; errors after it are the dialect's in-stream error,
 after which the stream ends cleanly; a client disconnect cancels the backend call;
 non-streaming replies are the accumulated stream. Admission, the usage ledger and
-the metrics are the request's ``Exchange`` (gateway/exchange.py), which every route
+the metrics are the request's ``Exchange`` (gateway/exchange/), which every route
 goes through.
 """
 
@@ -21,13 +21,14 @@ from starlette.responses import Response
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
 from llmbridge.web.bodies import read_chat
@@ -65,11 +66,11 @@ TOOLS_HEADER = "x-llmbridge-tools"
 FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
-"""Sampling parameters converted or dropped for the backend (serving/params.py)."""
+"""Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
 
 
 def change_headers(changes: Changes) -> dict[str, str]:
-    """What serving changed in a request (serving/prepare.py), as response headers."""
+    """What serving changed in a request (serving/prepare/changes.py), as response headers."""
     headers: dict[str, str] = {}
     if changes.thinking_dropped:
         headers[THINKING_HEADER] = "dropped"
@@ -90,13 +91,13 @@ async def serve_chat(
     exchange: Exchange,
 ) -> Response:
     """Answer ``chat`` from the backend its model name resolves to (or a fallback),
-    admitted and recorded by ``exchange`` (gateway/exchange.py). A refusal or a
+    admitted and recorded by ``exchange`` (gateway/exchange/). A refusal or a
     request that cannot be prepared is raised for ``exchanged`` to render; a failure
     once a backend was chosen is rendered here, with what serving changed."""
     state = exchange.state
     models = state.models
     request_id = exchange.request_id
-    # The key's limits first (gateway/exchange.py): a refused request costs nothing.
+    # The key's limits first (gateway/exchange/): a refused request costs nothing.
     await exchange.admit_chat(chat)
     # The session key (a header, prompt_cache_key...) for a route with affinity.
     chat = models.with_affinity(chat, request.headers)
@@ -110,9 +111,7 @@ async def serve_chat(
         nonlocal reply
         reply = await models.open(chat, prepared)
         first = reply.first
-        exchange.served_by(reply.prepared.target)  # a fallback's, if one served
-        exchange.retries, exchange.fallbacks = reply.retries, reply.fallbacks  # the ledger's
-        exchange.first_event()
+        exchange.served(reply)  # its target (a fallback's, if one served), tries, first event
         if isinstance(first, ResponseStart):
             tokens = first.input_tokens
             if tokens is None and codec.announces_input_tokens:
@@ -185,8 +184,8 @@ async def serve_embed(
     prompt = 0
     if record is not None and (record.tpm is not None or record.budget_usd is not None):
         prompt = _embed_tokens(embed_request)
-        exchange.prompt_tokens = prompt
-    # The key's models, budget and per-minute limits (gateway/exchange.py).
+        exchange.counted_prompt(prompt)
+    # The key's models, budget and per-minute limits (gateway/exchange/).
     await exchange.admit_call(prompt_tokens=prompt, max_output_tokens=0)
     resolved = await exchange.state.models.embed_target(embed_request.model)  # a deployment
     exchange.served_by(resolved)
@@ -204,8 +203,7 @@ async def count_chat_tokens(chat: ChatRequest, exchange: Exchange) -> int:
     ``tokenizer: backend`` the backend's exact count where it can tokenize. The
     estimate of a large prompt is made off the event loop (core/request_size.py)."""
     state = exchange.state
-    exchange.asked(chat.model)
-    exchange.chat = chat
+    exchange.asked(chat.model, chat=chat)
     await exchange.admit_call(max_output_tokens=0)
     resolved = state.models.router.resolve(chat.model)
     exchange.served_by(resolved)

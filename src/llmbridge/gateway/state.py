@@ -13,12 +13,12 @@ from starlette.requests import Request
 from llmbridge.accounts.ledger import UsageLedger
 from llmbridge.accounts.prices import PriceTable
 from llmbridge.accounts.service import Accounts
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.health import HealthProbes
 from llmbridge.gateway.metrics import GatewayMetrics
+from llmbridge.gateway.server.workers import WorkerBoard
 from llmbridge.gateway.stored_responses import ResponseStore
-from llmbridge.gateway.workers import WorkerBoard
 from llmbridge.serving.models import Models
 from llmbridge.store.database import OpenOnce
 from llmbridge.store.outages import OutageLog
@@ -26,7 +26,7 @@ from llmbridge.web.auth import KeyChecker
 
 if TYPE_CHECKING:
     from llmbridge.gateway.telemetry import Tracing
-    from llmbridge.mcp.server import McpGateway
+    from llmbridge.mcp.endpoints import McpGateway
 
 __all__ = ["GatewayState", "state_of"]
 
@@ -51,14 +51,14 @@ class GatewayState:
     """The stored Responses (gateway/stored_responses.py), on ``database``, set in the
     lifespan when the agent store is on and its database opened."""
     workers: WorkerBoard | None = None
-    """This process's place among ``llmbridge serve --workers N`` (gateway/workers.py);
+    """This process's place among ``llmbridge serve --workers N`` (gateway/server/workers.py);
     ``None`` when it serves alone."""
     tracing: Tracing | None = None
     """This process's OpenTelemetry tracer when ``telemetry.otlp_endpoint`` is set
     (gateway/telemetry.py, opened in the lifespan); ``None``: tracing is off."""
 
     mcp: McpGateway | None = None
-    """The MCP gateway (``/mcp``) when ``mcp.servers`` names any (mcp/server.py)."""
+    """The MCP gateway (``/mcp``) when ``mcp.servers`` names any (mcp/endpoints.py)."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""

@@ -28,9 +28,9 @@ from sqlalchemy import delete, select
 
 from llmbridge.agent.store.access import private_to
 from llmbridge.core.errors import NotFoundError
-from llmbridge.core.limits import RequestLimits, chain_error
+from llmbridge.core.request_limits import RequestLimits, chain_error
 from llmbridge.store.database import Database
-from llmbridge.store.models import ResponseRow
+from llmbridge.store.tables import ResponseRow
 from llmbridge.store.values import storable, storable_text
 
 __all__ = ["Chain", "ResponseRecord", "ResponseStore", "not_found"]

@@ -51,12 +51,17 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from opentelemetry import trace as otel_trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from llmbridge.gateway.config import OTLP_EXTRA_MISSING, ConfigError
+
+try:
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ImportError as exc:  # the `otlp` extra (pyproject.toml) is not installed
+    raise ConfigError(OTLP_EXTRA_MISSING) from exc
 
 from llmbridge import __version__
 from llmbridge.backends.base import Backend
@@ -151,7 +156,7 @@ class _Child:
 
 
 class Finished(Protocol):
-    """What ``GatewayTrace.finish`` reads of the request (gateway/exchange.py's
+    """What ``GatewayTrace.finish`` reads of the request (gateway/exchange/exchange.py's
     ``Exchange``; a protocol, so this module does not import it)."""
 
     @property

@@ -1,5 +1,5 @@
 """What admits and records each MCP tool call: the hook ``CallGate``, which the
-gateway fills (gateway/mcp_gate.py: the key's limits, the usage ledger and request
+gateway fills (gateway/exchange/mcp_gate.py: the key's limits, the usage ledger and request
 log, ``/metrics``, the trace's span); ``OPEN_GATE`` admits everything and records
 nothing (an ``McpGateway`` built without a gateway: tests of this package).
 

@@ -15,7 +15,7 @@ down: mcp/upstream.py), every client that may see them is told, in its revision'
 - **2026-07-28**: a ``subscriptions/listen`` stream the client opened (the SDK's
   ``ListenHandler`` over an in-process bus), which carries the events it asked for.
 
-``listChanged`` is advertised accordingly (mcp/server.py).
+``listChanged`` is advertised accordingly (mcp/endpoints.py).
 """
 
 from __future__ import annotations

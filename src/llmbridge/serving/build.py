@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbridge.backends.base import Backend
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.serving.config import BackendConfig, OpenCodeBackendConfig, ServingConfig
 
 __all__ = ["Host", "build_backend", "build_backends"]
@@ -41,7 +41,7 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
     """Instantiate one configured backend (not started)."""
     host = host or Host()
     if config.type == "embedded":
-        from llmbridge.backends.embedded import EmbeddedBackend
+        from llmbridge.backends.embedded.backend import EmbeddedBackend
 
         # Unset settings keep the backend's defaults (its module says why).
         optional = {"flash_attn": config.flash_attn} if config.flash_attn is not None else {}

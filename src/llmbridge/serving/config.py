@@ -53,15 +53,15 @@ class EmbeddedBackendConfig(Strict):
     n_ctx: int = Field(8192, ge=128)
     n_threads: int | None = Field(None, ge=1)
     """llama.cpp threads, for generation and prompt evaluation alike; by default the
-    physical cores this process may use (``backends.embedded.physical_cores``)."""
+    physical cores this process may use (``backends.embedded.backend.physical_cores``)."""
     flash_attn: bool | None = None
-    """llama.cpp's flash attention; by default ``backends.embedded.DEFAULT_FLASH_ATTN``
+    """llama.cpp's flash attention; by default ``backends.embedded.backend.DEFAULT_FLASH_ATTN``
     (measured: docs/DEPLOY.md)."""
     max_output_tokens: int = Field(1024, gt=0)
     """The longest reply, whatever a request asks (a small model can loop)."""
     max_queue: int = Field(8, ge=0)
     """Requests that may wait for the model (generations and embedding batches each);
-    one more is a 503 with ``Retry-After`` (backends/embedded_queue.py)."""
+    one more is a 503 with ``Retry-After`` (backends/embedded/queue.py)."""
     queue_timeout_s: float = Field(30.0, gt=0)
     """Seconds a request may wait for its turn; then a 503 with ``Retry-After``."""
     max_embed_inputs: int = Field(256, gt=0)

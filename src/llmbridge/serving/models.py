@@ -6,7 +6,7 @@
 profiler and the CLI all call models through a ``Models``:
 
 - ``chat(request)`` streams the reply to a request naming a public model: the
-  request is fitted to the backend (serving/prepare.py), tools are emulated where
+  request is fitted to the backend (serving/prepare/), tools are emulated where
   the model has none, every reply's tool arguments are healed
   (features/tool_healing.py), and before the first event transient failures are
   retried, an open circuit is skipped and the route's fallbacks are tried
@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import BackendProtocolError, BackendTimeoutError, LLMBridgeError
 from llmbridge.core.events import StreamError, StreamEvent
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.stream import EventStream
 from llmbridge.core.tracing import REQUEST_TRACE
@@ -228,7 +228,7 @@ class Models:
 
     async def prepare(self, request: ChatRequest, target: Resolved | None = None) -> Prepared:
         """``request`` fitted to the backend ``target`` (default: where its model
-        resolves), with what changed (serving/prepare.py)."""
+        resolves), with what changed (serving/prepare/)."""
         target = target or self.router.resolve(request.model)
         return await prepare(request, target, self.router, self.config.thinking)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.serving.config import ModelRoute, ServingConfig
 from llmbridge.serving.deployments import DeploymentPool
 from llmbridge.serving.resilience import CircuitBreaker, RetryPolicy

@@ -3,9 +3,10 @@
 ``database`` (``Database``, the one handle a process opens: engine, write engine,
 deadlines, migrated once, closed once; ``OpenOnce``, the gateway's), ``engine`` (URLs,
 the engine, its deadlines, SQLite's set-up), ``migrate`` (Alembic, in process, with the
-scripts in ``migrations/``), ``models`` (every product's tables), ``values`` (what the
-databases can hold) and ``errors`` (the boundary: every database failure raised as a
-``core.errors`` class, so no caller sees SQLAlchemy's exceptions).
+scripts in ``migrations/``), ``tables`` (every product's tables; an agent domain declares
+its own on the same ``Base``), ``values`` (what the databases can hold) and ``errors``
+(the boundary: every database failure raised as a ``core.errors`` class, so no caller
+sees SQLAlchemy's exceptions).
 
 Each product owns the repository of its tables on a ``Database``: the agent's
 ``agent.store.AgentStore``, the keys' ``accounts.keys.KeyStore``, the ledger's

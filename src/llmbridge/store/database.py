@@ -1,7 +1,7 @@
 """``Database``: the one handle on the product's database, and ``OpenOnce``, the
 gateway's way to open it once.
 
-One database holds every product's tables (store/models.py): the agent's, the API
+One database holds every product's tables (store/tables.py): the agent's, the API
 keys, the usage ledger and its rollups, the stored Responses. A process opens it once:
 ``await Database.open(url)`` makes the engine (its deadlines from the URL,
 store/engine.py), runs the migrations (store/migrate.py), and hands out the read

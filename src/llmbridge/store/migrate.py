@@ -11,12 +11,21 @@ at run time. The whole upgrade is one transaction; on SQLite it starts with
 ``BEGIN IMMEDIATE`` and on PostgreSQL it takes an advisory lock, so two processes
 starting at once upgrade one after the other instead of racing.
 
+On SQLite a migration runs with foreign keys off (``PRAGMA foreign_keys`` can only be
+switched outside a transaction, so before ``BEGIN``) and ``PRAGMA foreign_key_check``
+before the commit, which refuses the upgrade if any row refers to one not there:
+SQLite's own procedure for rebuilding a table that others refer to (0010 rebuilds
+``sessions``), since ``DROP TABLE`` with foreign keys on deletes the rows first and
+cascades into every table that refers to them. They are switched on again before the
+connection goes back to the pool. ``downgrade`` (tests, an operator going back) runs
+the same way.
+
 What a start says: one line, ``database: sqlite:////srv/agent.db, schema 0009, migrated
 from 0007`` (or ``up to date``, or ``created``), logged at INFO the first time a process
 migrates that database and at DEBUG after (the gateway opens it more than once as it
 starts: the banner's key count, then the lifespan). Alembic's own INFO lines (its
 plugins, its context, each ``Running upgrade``) are debug detail: a serving process
-shows them at ``--log-level debug`` only (gateway/asgi.py ``configure_logging``).
+shows them at ``--log-level debug`` only (gateway/server/asgi.py ``configure_logging``).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +59,7 @@ __all__ = [
     "Migrated",
     "alembic_config",
     "current_revision",
+    "downgrade",
     "head_revision",
     "migrate",
 ]
@@ -100,25 +111,84 @@ async def migrate(target: str | Path | URL | AsyncEngine | None = None) -> Migra
     docstring). Safe to call on every start."""
     engine = target if isinstance(target, AsyncEngine) else make_engine(target)
     try:
-        # Its own statement deadline: waiting for another process's migration, or a
-        # schema change on a large table, may outlast a request's (store/engine.py).
-        async with migration_engine(engine) as migrating:
-            conn = await _connect(write_engine(migrating))
-            try:
-                async with conn.begin():
-                    if conn.dialect.name == "postgresql":
-                        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
-                    before, after = await conn.run_sync(_upgrade)
-            finally:
-                await conn.close()
+        before, after = await _migrating(engine, _upgrade)
     finally:
         if engine is not target:
             await engine.dispose()
+    assert after is not None, "an upgrade to head ends at a revision"
     url = engine.url
     migrated = Migrated(shown_url(url.set(drivername=url.get_backend_name())), before, after)
     log.log(logging.DEBUG if migrated.url in _SAID else logging.INFO, "%s", migrated)
     _SAID.add(migrated.url)
     return migrated
+
+
+async def downgrade(target: str | Path | URL | AsyncEngine, revision: str) -> str | None:
+    """Take the database at ``target`` back to ``revision``, the way ``migrate`` goes
+    forward (one transaction, the lock, SQLite's foreign keys off); the revision it
+    is at after (``None``: before the first)."""
+    engine = target if isinstance(target, AsyncEngine) else make_engine(target)
+
+    def back(connection: Connection) -> tuple[str | None, str | None]:
+        before = MigrationContext.configure(connection).get_current_revision()
+        command.downgrade(alembic_config(connection), revision)
+        return before, MigrationContext.configure(connection).get_current_revision()
+
+    try:
+        _, after = await _migrating(engine, back)
+    finally:
+        if engine is not target:
+            await engine.dispose()
+    return after
+
+
+Step = Callable[[Connection], tuple[str | None, str | None]]
+"""What ``_migrating`` runs: an upgrade or a downgrade, returning the revisions before
+and after."""
+
+
+async def _migrating(engine: AsyncEngine, step: Step) -> tuple[str | None, str | None]:
+    """``step`` on one connection of ``engine``, in one transaction (module docstring)."""
+    # Its own statement deadline: waiting for another process's migration, or a
+    # schema change on a large table, may outlast a request's (store/engine.py).
+    async with migration_engine(engine) as migrating:
+        conn = await _connect(write_engine(migrating))
+        sqlite = conn.dialect.name == "sqlite"
+        try:
+            if sqlite:
+                await conn.run_sync(_set_foreign_keys, False)
+            async with conn.begin():
+                if not sqlite:
+                    await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
+                done = await conn.run_sync(step)
+                before, after = done
+                if sqlite and before != after:  # a full scan: only when something changed
+                    await conn.run_sync(_check_foreign_keys)
+            return done
+        finally:
+            try:
+                if sqlite and not conn.invalidated:
+                    await conn.run_sync(_set_foreign_keys, True)
+            finally:
+                await conn.close()
+
+
+def _set_foreign_keys(connection: Connection, on: bool) -> None:
+    """SQLite's ``PRAGMA foreign_keys``, on the driver's connection: through SQLAlchemy
+    the statement would begin a transaction, inside which the pragma does nothing."""
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    finally:
+        cursor.close()
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    """Refuse (roll back) a migration that left a row referring to one not there."""
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        shown = ", ".join(f"{row[0]} rowid {row[1]} -> {row[2]}" for row in broken[:5])
+        raise RuntimeError(f"the migration broke {len(broken)} foreign key(s): {shown}")
 
 
 async def _connect(engine: AsyncEngine) -> AsyncConnection:
@@ -136,7 +206,7 @@ async def _connect(engine: AsyncEngine) -> AsyncConnection:
             await asyncio.sleep(0.02)
 
 
-def _upgrade(connection: Connection) -> tuple[str | None, str]:
+def _upgrade(connection: Connection) -> tuple[str | None, str | None]:
     """The revision before and after upgrading, in the migration's one transaction."""
     before = MigrationContext.configure(connection).get_current_revision()
     command.upgrade(alembic_config(connection), "head")

@@ -27,7 +27,7 @@ import orjson
 from starlette.requests import Request
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.limits import (
+from llmbridge.core.request_limits import (
     DEFAULT_LIMITS,
     RequestLimits,
     check_encodable,

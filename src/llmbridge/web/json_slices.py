@@ -10,7 +10,7 @@ member by member, and the elements of a large array in chunks of about
 ``CHUNK_BYTES``; between two calls the interpreter can switch to the event loop.
 
 The layout (where each member's key and value are, and where the elements of large
-array values split) is found the way ``limits.scan_json`` counts items: one
+array values split) is found the way ``bodies.scan_json`` counts items: one
 ``bytes.find`` per string, and a regular expression over the text between strings
 only, so the cost grows with the number of strings, not their length.
 

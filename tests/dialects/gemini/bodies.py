@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from llmbridge.core.limits import RequestLimits
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.gemini.request import decode_chat_request
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "gemini"

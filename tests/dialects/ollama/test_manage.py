@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.models import ModelOperation
+from llmbridge.core.model_info import ModelOperation
 from llmbridge.dialects.ollama import decode_model_request
 from llmbridge.dialects.ollama.types import keep_alive_seconds
 

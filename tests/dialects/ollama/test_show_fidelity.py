@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llmbridge.core.models import Capability, ModelInfo
+from llmbridge.core.model_info import Capability, ModelInfo
 from llmbridge.dialects.ollama import decode_show, encode_show
 from llmbridge.dialects.ollama.template import stand_in_template
 

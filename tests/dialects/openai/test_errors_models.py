@@ -23,9 +23,9 @@ from llmbridge.core.errors import (
     RateLimitError,
     RequestTooLargeError,
 )
-from llmbridge.core.models import ModelInfo
+from llmbridge.core.model_info import ModelInfo
 from llmbridge.dialects.openai.errors import error_body
-from llmbridge.dialects.openai.models import decode_models, encode_model, encode_models
+from llmbridge.dialects.openai.model_list import decode_models, encode_model, encode_models
 from tests.dialects.openai.helpers import official_client
 
 

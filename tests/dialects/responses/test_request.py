@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.messages import ImagePart, TextPart, ToolCallPart, ToolChoice
 from llmbridge.core.request import ThinkingConfig
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.responses.request import decode_chat_request
 
 

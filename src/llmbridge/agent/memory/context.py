@@ -271,7 +271,7 @@ class MemoryBuilder:
         rows = store.memory
         async with store.reader() as conn:
             pins = await store.pins(session_id, config.max_pins, conn=conn)
-            facts = await rows.facts(session_id, config.max_facts, with_patient=True, conn=conn)
+            facts = await rows.facts(session_id, config.max_facts, with_subject=True, conn=conn)
             long = await rows.long_summary(session_id, conn=conn)
             after = long.last_message_id if long is not None else None
             # One more than is used: more than ``max_summaries`` unfolded summaries

@@ -27,8 +27,9 @@ kept, which costs a few tokens of the facts' share and can be deleted through th
 
 What is stored is the sentence the person wrote, never the model's words: a model
 cannot invent a fact this way, only choose. A fact is stored with the id of the
-message it came from, and with the session's patient when the session is about one,
-so every session about that patient shows it (``MemoryRows.facts``). The same
+message it came from, and with the session's subject when the session has one (a
+patient, for eldercare), so every session about that subject shows it
+(``MemoryRows.facts``). The same
 sentence is never stored twice in a session.
 """
 

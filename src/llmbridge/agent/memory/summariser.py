@@ -377,14 +377,14 @@ class Summariser:
         chosen: list[FactRecord] = []
         if asked:
             kept = await self._choose_facts(asked, model or self.model_for(None), chat)
-            patient = await rows.session_patient(session_id)
+            subject = await rows.session_subject(session_id)
             for candidate in kept:
                 chosen.append(
                     await rows.add_fact(
                         session_id,
                         candidate.text,
                         message_id=candidate.message_id,
-                        patient_id=patient,
+                        subject_id=subject,
                     )
                 )
         await rows.set_facts_upto(session_id, batch[-1].id)

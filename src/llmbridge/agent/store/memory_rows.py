@@ -24,7 +24,7 @@ from llmbridge.agent.store.records import (
 )
 from llmbridge.core.errors import ConflictError, NotFoundError
 from llmbridge.features.token_count import count_text_tokens
-from llmbridge.store.models import Fact, LongSummary, MemoryCursor, SessionRow, Summary, utcnow
+from llmbridge.store.tables import Fact, LongSummary, MemoryCursor, SessionRow, Summary, utcnow
 from llmbridge.store.values import storable_text
 
 
@@ -62,7 +62,7 @@ _FACT_COLUMNS = (
     Fact.updated_at,
     Fact.source,
     Fact.message_id,
-    Fact.patient_id,
+    Fact.subject_id,
 )
 SUMMARY_COLUMNS = (
     Summary.id,
@@ -167,19 +167,19 @@ class MemoryRows:
         session_id: str,
         limit: int = 1000,
         *,
-        patient_id: int | None = None,
-        with_patient: bool = False,
+        subject_id: int | None = None,
+        with_subject: bool = False,
         conn: AsyncConnection | None = None,
     ) -> list[FactRecord]:
-        """Up to ``limit`` newest facts of the session (and, with ``patient_id``, of
-        every session about that patient; with ``with_patient``, about the session's
-        own patient, read in the same query), oldest first."""
+        """Up to ``limit`` newest facts of the session (and, with ``subject_id``, of
+        every session about that subject; with ``with_subject``, about the session's
+        own subject, read in the same query), oldest first."""
         where = Fact.session_id == session_id
-        if patient_id is not None:
-            where = or_(where, Fact.patient_id == patient_id)
-        elif with_patient:
-            patient = select(SessionRow.patient_id).where(SessionRow.id == session_id)
-            where = or_(where, Fact.patient_id == patient.scalar_subquery())
+        if subject_id is not None:
+            where = or_(where, Fact.subject_id == subject_id)
+        elif with_subject:
+            subject = select(SessionRow.subject_id).where(SessionRow.id == session_id)
+            where = or_(where, Fact.subject_id == subject.scalar_subquery())
         query = select(*_FACT_COLUMNS).where(where).order_by(Fact.id.desc()).limit(limit)
         rows = await self.store._rows(query, conn)
         return [_fact(r) for r in reversed(rows)]
@@ -191,13 +191,13 @@ class MemoryRows:
         *,
         source: FactSource = "extracted",
         message_id: int | None = None,
-        patient_id: int | None = None,
+        subject_id: int | None = None,
     ) -> FactRecord:
         content = storable_text(content.strip())
         now = utcnow()
         row = Fact(
             session_id=session_id,
-            patient_id=patient_id,
+            subject_id=subject_id,
             content=content,
             message_id=message_id,
             source=source,
@@ -216,7 +216,7 @@ class MemoryRows:
             row.updated_at,
             source,
             row.message_id,
-            row.patient_id,
+            row.subject_id,
         )
 
     async def update_fact(self, session_id: str, fact_id: int, content: str) -> FactRecord | None:
@@ -246,11 +246,11 @@ class MemoryRows:
             result = await db.execute(query)
             return bool(getattr(result, "rowcount", 0))
 
-    async def session_patient(
+    async def session_subject(
         self, session_id: str, *, conn: AsyncConnection | None = None
     ) -> int | None:
-        """The patient the session is about, if any."""
-        query = select(SessionRow.patient_id).where(SessionRow.id == session_id)
+        """The subject the session is about, if any."""
+        query = select(SessionRow.subject_id).where(SessionRow.id == session_id)
         rows = await self.store._rows(query, conn)
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 

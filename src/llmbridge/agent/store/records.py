@@ -44,7 +44,9 @@ class SessionRecord:
     id: str
     name: str
     persona_id: str | None
-    patient_id: int | None
+    subject_id: int | None
+    """What the conversation is about: an id the subject-owning domain checks
+    (``agent.domains``; a patient for eldercare), or ``None``."""
     created_at: datetime
     updated_at: datetime
     owner: str | None = None
@@ -114,4 +116,5 @@ class FactRecord:
     updated_at: datetime
     source: FactSource = "extracted"
     message_id: int | None = None
-    patient_id: int | None = None
+    subject_id: int | None = None
+    """The session's subject when it was stored: shown in its other sessions too."""

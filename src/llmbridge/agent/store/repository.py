@@ -51,7 +51,7 @@ from llmbridge.agent.store.records import (
 from llmbridge.core.errors import ConflictError, NotFoundError
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.store.database import Database
-from llmbridge.store.models import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
+from llmbridge.store.tables import MessageRow, Persona, Pin, SessionRow, Summary, utcnow
 from llmbridge.store.values import storable, storable_text
 
 __all__ = ["AgentStore"]
@@ -257,7 +257,7 @@ class AgentStore:
         *,
         name: str = "",
         persona_id: str | None = None,
-        patient_id: int | None = None,
+        subject_id: int | None = None,
         owner: str | None = None,
     ) -> SessionRecord:
         now = utcnow()
@@ -265,13 +265,13 @@ class AgentStore:
             id=session_id or uuid.uuid4().hex,
             name=name,
             persona_id=persona_id,
-            patient_id=patient_id,
+            subject_id=subject_id,
             owner=owner,
             created_at=now,
             updated_at=now,
         )
         taken = f"session id {row.id!r} is taken"
-        async with self.writing(conflict=taken, missing="no such persona or patient") as db:
+        async with self.writing(conflict=taken, missing="no such persona") as db:
             db.add(row)
         return _session(row)
 
@@ -299,7 +299,7 @@ class AgentStore:
         *,
         name: str = "",
         persona_id: str | None = None,
-        patient_id: int | None = None,
+        subject_id: int | None = None,
         owner: str | None = None,
     ) -> SessionRecord:
         """The session ``session_id``, created first if it does not exist yet (two
@@ -309,7 +309,7 @@ class AgentStore:
         if existing is None:
             try:
                 return await self.create_session(
-                    session_id, name=name, persona_id=persona_id, patient_id=patient_id, owner=owner
+                    session_id, name=name, persona_id=persona_id, subject_id=subject_id, owner=owner
                 )
             except ConflictError:  # created meanwhile by another caller
                 existing = await self._find_any_session(session_id)
@@ -327,13 +327,13 @@ class AgentStore:
     async def update_session(
         self, session_id: str, *, owner: str | None = None, **fields: Any
     ) -> SessionRecord:
-        """Set ``name``, ``persona_id`` and/or ``patient_id`` (``None`` clears the
+        """Set ``name``, ``persona_id`` and/or ``subject_id`` (``None`` clears the
         last two) of ``owner``'s session."""
-        unknown = set(fields) - {"name", "persona_id", "patient_id"}
+        unknown = set(fields) - {"name", "persona_id", "subject_id"}
         if unknown:
             raise ValueError(f"sessions have no field(s) {sorted(unknown)}")
-        # A persona or patient deleted meanwhile: a foreign-key violation.
-        async with self.writing(missing="no such persona or patient") as db:
+        # A persona deleted meanwhile: a foreign-key violation.
+        async with self.writing(missing="no such persona") as db:
             row = await db.get(SessionRow, session_id)
             if row is None or not sees(row.owner, owner, shared=False):
                 raise NotFoundError(f"no session {session_id!r}")
@@ -590,7 +590,7 @@ def _session(row: SessionRow) -> SessionRecord:
         row.id,
         row.name,
         row.persona_id,
-        row.patient_id,
+        row.subject_id,
         row.created_at,
         row.updated_at,
         row.owner,

@@ -2,7 +2,7 @@
 
 A request becomes one prompt in a session of its own (backends/opencode/prompt.py),
 sent with ``prompt_async`` after the request has subscribed to the session's events
-on the shared ``/event`` stream (events.py); the reply streams as OpenCode produces
+on the shared ``/event`` stream (event_hub.py); the reply streams as OpenCode produces
 it (turn.py), and the turn ends on ``session.status`` idle. Nothing is polled.
 
 Deadlines (``OpenCodeTimeouts``, the seed's 20 / 30 / 5 s by default; longer for a
@@ -52,7 +52,7 @@ from llmbridge.backends.opencode.deadlines import (
     OpenCodeTimeouts,
     Stage,
 )
-from llmbridge.backends.opencode.events import EventHub
+from llmbridge.backends.opencode.event_hub import EventHub
 from llmbridge.backends.opencode.prompt import (
     ModelRef,
     parse_model_ref,
@@ -76,7 +76,7 @@ from llmbridge.core.errors import (
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.hosts import is_loopback_url
 from llmbridge.core.ids import new_id
-from llmbridge.core.models import Capability, ModelInfo
+from llmbridge.core.model_info import Capability, ModelInfo
 from llmbridge.core.request import ChatRequest
 
 __all__ = ["LatencyBreakdown", "OpenCodeBackend", "OpenCodeTimeouts"]

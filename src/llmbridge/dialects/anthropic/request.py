@@ -42,13 +42,6 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
-from llmbridge.core.limits import (
-    DEFAULT_LIMITS,
-    RequestLimits,
-    check_conversation_counts,
-    check_count,
-    count_error,
-)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -61,6 +54,13 @@ from llmbridge.core.messages import (
     ToolResultPart,
 )
 from llmbridge.core.request import ChatRequest, GenerationParams, ResponseFormat, ThinkingConfig
+from llmbridge.core.request_limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_conversation_counts,
+    check_count,
+    count_error,
+)
 from llmbridge.dialects.anthropic.errors import VALIDATION_WORDING
 from llmbridge.dialects.anthropic.types import (
     PROVIDER,

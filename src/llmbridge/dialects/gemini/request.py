@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
-from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits, check_count, count_error
 from llmbridge.core.messages import ToolChoice, ToolDefinition
 from llmbridge.core.request import (
     ChatRequest,
@@ -30,6 +29,7 @@ from llmbridge.core.request import (
     ResponseFormat,
     ThinkingConfig,
 )
+from llmbridge.core.request_limits import DEFAULT_LIMITS, RequestLimits, check_count, count_error
 from llmbridge.dialects.gemini.contents import ContentDecoder, encode_contents
 from llmbridge.dialects.gemini.errors import VALIDATION_WORDING
 from llmbridge.dialects.gemini.schema import lower_case_types, openapi_to_json_schema
@@ -516,8 +516,8 @@ def encode_embed_request(req: EmbedRequest) -> dict[str, Any]:
 
 
 def _encode_params(params: GenerationParams) -> dict[str, Any]:
-    # min_p, repeat_penalty and num_ctx have no Gemini field; serving/params.py reports
-    # them dropped for a backend that does not take them.
+    # min_p, repeat_penalty and num_ctx have no Gemini field; serving/prepare/sampling.py
+    # reports them dropped for a backend that does not take them.
     config: dict[str, Any] = {}
     fields = (
         ("temperature", params.temperature),

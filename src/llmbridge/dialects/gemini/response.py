@@ -1,7 +1,10 @@
-"""Gemini replies: ``ChatResponse`` to a ``GenerateContentResponse`` and back.
+"""Gemini replies: ``ChatResponse`` to a ``GenerateContentResponse`` and back, and the
+embedding replies.
 
 ``encode_chat_response`` answers a non-streaming ``:generateContent`` call;
-``decode_chat_response`` reads Google's reply for the ``gemini`` backend. What both
+``decode_chat_response`` reads Google's reply for the ``gemini`` backend;
+``encode_embed_response``, ``encode_batch_embed_response`` and
+``decode_batch_embed_response`` are ``:embedContent``'s and ``:batchEmbedContents``'. What both
 directions and the stream codecs share lives here too, so ``stream`` imports it rather
 than repeating it: finish reasons, ``usageMetadata``, the encoding of one part and the
 ``PartReader`` that turns a candidate's parts into neutral events.
@@ -37,14 +40,20 @@ from dataclasses import replace
 from typing import Any
 
 from llmbridge.core.accumulate import accumulate_sync
-from llmbridge.core.errors import BackendHTTPError, BackendProtocolError
+from llmbridge.core.errors import BackendHTTPError, BackendProtocolError, InternalError
 from llmbridge.core.events import PartEnd, PartStart, ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.ids import new_id
 from llmbridge.core.messages import Part, TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
-from llmbridge.core.response import ChatResponse, StopReason, Usage
-from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, object_or_empty
+from llmbridge.core.response import ChatResponse, EmbedResponse, StopReason, Usage
+from llmbridge.dialects.fields import (
+    ReplyFields,
+    int_or_none,
+    is_number,
+    nonempty_str,
+    object_or_empty,
+)
 from llmbridge.dialects.gemini.thoughts import GEMINI
 
 __all__ = [
@@ -52,11 +61,14 @@ __all__ = [
     "PartReader",
     "ReplyReader",
     "client_sent_ids",
+    "decode_batch_embed_response",
     "decode_chat_response",
     "decode_error",
     "decode_finish_reason",
     "decode_usage",
+    "encode_batch_embed_response",
     "encode_chat_response",
+    "encode_embed_response",
     "encode_finish_reason",
     "encode_function_call",
     "encode_parts",
@@ -536,3 +548,47 @@ def decode_chat_response(body: object, *, origin: str | None = None) -> ChatResp
         raise BackendProtocolError(_MALFORMED + "it has no candidates")
     response = accumulate_sync(events + reader.end())
     return replace(response, provider_details=reader.details())
+
+
+# Embedding replies. ``:embedContent`` answers ``{"embedding": {"values": [...]}}``,
+# ``:batchEmbedContents`` ``{"embeddings": [...]}`` (ai.google.dev/api/embeddings).
+
+
+def encode_embed_response(resp: EmbedResponse) -> dict[str, Any]:
+    """``:embedContent``'s reply: the one input's vector.
+
+    Raises:
+        InternalError: the backend gave no vector (a bug: one input, one vector).
+    """
+    if not resp.embeddings:
+        raise InternalError("the backend returned no embedding for the input")
+    return {"embedding": {"values": list(resp.embeddings[0])}}
+
+
+def encode_batch_embed_response(resp: EmbedResponse) -> dict[str, Any]:
+    """``:batchEmbedContents``' reply: one vector per request, in request order."""
+    return {"embeddings": [{"values": list(vector)} for vector in resp.embeddings]}
+
+
+def decode_batch_embed_response(body: object, *, model: str = "") -> EmbedResponse:
+    """Read Google's ``:batchEmbedContents`` reply (client side).
+
+    Raises:
+        BackendProtocolError: the body has no ``embeddings`` list of number vectors.
+    """
+    reply = _FIELDS.required_object(body, "the body")
+    embeddings = reply.get("embeddings")
+    if not isinstance(embeddings, list):
+        raise _FIELDS.malformed("embeddings", "a list")
+    vectors: list[tuple[float, ...]] = []
+    for position, raw in enumerate(embeddings):
+        values = _FIELDS.required_object(raw, f"embeddings.{position}").get("values")
+        if not isinstance(values, list) or not all(is_number(value) for value in values):
+            raise _FIELDS.malformed(f"embeddings.{position}.values", "a list of numbers")
+        vectors.append(tuple(float(value) for value in values))
+    usage = object_or_empty(reply.get("usageMetadata"))
+    return EmbedResponse(
+        model=model,
+        embeddings=tuple(vectors),
+        input_tokens=int_or_none(usage.get("promptTokenCount")),
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from llmbridge.dialects.ollama.errors import error_body
 from llmbridge.dialects.ollama.manage import ModelRequest, decode_model_request
-from llmbridge.dialects.ollama.models import (
+from llmbridge.dialects.ollama.model_list import (
     decode_show,
     decode_tags,
     encode_ps,

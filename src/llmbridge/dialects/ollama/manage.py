@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.models import ModelOperation
+from llmbridge.core.model_info import ModelOperation
 from llmbridge.dialects.ollama.errors import VALIDATION_WORDING
 from llmbridge.dialects.ollama.types import (
     CopyRequestBody,

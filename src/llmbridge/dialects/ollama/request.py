@@ -18,13 +18,6 @@ from typing import Any, Literal
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
 from llmbridge.core.ids import new_id
-from llmbridge.core.limits import (
-    DEFAULT_LIMITS,
-    RequestLimits,
-    check_conversation_counts,
-    check_count,
-    check_message_parts,
-)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -42,6 +35,13 @@ from llmbridge.core.request import (
     GenerationParams,
     ResponseFormat,
     ThinkingConfig,
+)
+from llmbridge.core.request_limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_conversation_counts,
+    check_count,
+    check_message_parts,
 )
 from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url

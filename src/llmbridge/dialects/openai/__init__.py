@@ -18,7 +18,7 @@ from llmbridge.dialects.openai.completions import (
     encode_completion_stream,
 )
 from llmbridge.dialects.openai.errors import error_body
-from llmbridge.dialects.openai.models import decode_models, encode_model, encode_models
+from llmbridge.dialects.openai.model_list import decode_models, encode_model, encode_models
 from llmbridge.dialects.openai.request import (
     decode_chat_request,
     decode_embed_request,

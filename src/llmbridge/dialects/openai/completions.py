@@ -38,9 +38,9 @@ from llmbridge.core.events import (
     UsageUpdate,
 )
 from llmbridge.core.ids import new_id
-from llmbridge.core.limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, Completion, GenerationParams
+from llmbridge.core.request_limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.dialects.framing import SSE_DONE, escape_line_breaks, sse_event
 from llmbridge.dialects.openai.errors import VALIDATION_WORDING, error_body

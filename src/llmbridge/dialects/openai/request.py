@@ -15,12 +15,6 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.limits import (
-    DEFAULT_LIMITS,
-    RequestLimits,
-    check_conversation_counts,
-    check_message_parts,
-)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -40,6 +34,12 @@ from llmbridge.core.request import (
     ResponseFormat,
     ThinkingConfig,
     effort_for_budget,
+)
+from llmbridge.core.request_limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_conversation_counts,
+    check_message_parts,
 )
 from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url

@@ -21,10 +21,10 @@ every Responses server is made to accept:
 
 Parameters: ``max_output_tokens`` (at least 16, OpenAI's minimum), ``temperature``,
 ``top_p``; no stop sequences, seed or penalties (the API has none, so the backend's
-capabilities leave them to serving/params.py). Thinking is ``reasoning.effort`` with
-``summary: "auto"`` (the summary is the only reasoning text the API streams) and
-``include: ["reasoning.encrypted_content"]``, asked for also when the history holds
-this backend's reasoning; ``response_format`` is ``text.format``.
+capabilities leave them to serving/prepare/sampling.py). Thinking is
+``reasoning.effort`` with ``summary: "auto"`` (the summary is the only reasoning text
+the API streams) and ``include: ["reasoning.encrypted_content"]``, asked for also when
+the history holds this backend's reasoning; ``response_format`` is ``text.format``.
 """
 
 from __future__ import annotations

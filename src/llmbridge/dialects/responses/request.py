@@ -20,12 +20,6 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from llmbridge.core.errors import InvalidRequestError
-from llmbridge.core.limits import (
-    DEFAULT_LIMITS,
-    RequestLimits,
-    check_count,
-    check_message_parts,
-)
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -41,6 +35,12 @@ from llmbridge.core.request import (
     GenerationParams,
     ResponseFormat,
     ThinkingConfig,
+)
+from llmbridge.core.request_limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_count,
+    check_message_parts,
 )
 from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url

@@ -1,6 +1,6 @@
 """The console's charts: SVG drawn on the server, with axes and units, no script.
 
-The profiler draws its reports' charts the same way (profiler/svg_charts.py), but the
+The profiler draws its reports' charts the same way (profiler/report/svg_charts.py), but the
 gateway may not import the profiler (docs/ARCHITECTURE.md's layers: the profiler sits
 beside the gateway, above serving), so the console has three small drawings of its
 own: horizontal bars (a value per label: requests, spend by model, key...), columns

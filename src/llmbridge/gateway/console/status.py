@@ -3,7 +3,7 @@ already knows: each backend's probe (gateway/health.py, the same cached probe as
 ``/health``), its circuit (serving/resilience.py), its requests in flight and recent
 time to first token in the shared state (serving/deployments.py keeps them for the
 backends of routes with several servers), the routes with their deployments and
-strategy (serving/config.py), the workers (gateway/workers.py) and the shared state's
+strategy (serving/config.py), the workers (gateway/server/workers.py) and the shared state's
 kind and whether it is degraded (state/failover.py).
 """
 

@@ -3,7 +3,7 @@
 Besides the body, two things only this front knows about are read here: the
 ``anthropic-beta`` header (features/anthropic_beta.py: what an Anthropic backend gets),
 and a model id of Claude Code's gateway discovery, ``anthropic/<name>``
-(dialects/anthropic/models.py), which names the gateway's model ``<name>`` unless a
+(dialects/anthropic/model_list.py), which names the gateway's model ``<name>`` unless a
 route of its own matches it.
 """
 
@@ -18,10 +18,11 @@ from starlette.routing import Route
 from llmbridge.core.errors import ModelNotFoundError
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic
-from llmbridge.dialects.anthropic.models import listed_name
+from llmbridge.dialects.anthropic.model_list import listed_name
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.anthropic_beta import parse_betas, with_betas
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.serving.router import ModelRouter
 from llmbridge.web.bodies import read_chat

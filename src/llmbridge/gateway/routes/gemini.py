@@ -34,16 +34,17 @@ from starlette.routing import Match, Route
 from starlette.types import Scope
 
 from llmbridge.core.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest, EmbedRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects.framing import dumps
-from llmbridge.dialects.gemini import models as gemini_models
+from llmbridge.dialects.gemini import model_list as gemini_model_list
 from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, counted_tokens, serve_chat, serve_embed
 from llmbridge.web.bodies import read_chat, read_json
 from llmbridge.web.render import GEMINI_METHODS, Dialect, is_gemini_client
@@ -170,7 +171,7 @@ async def embed_content(request: Request, exchange: Exchange) -> Response:
         request,
         exchange,
         gemini_request.decode_embed_request,
-        gemini_models.encode_embed_response,
+        gemini_response.encode_embed_response,
     )
 
 
@@ -180,7 +181,7 @@ async def batch_embed_contents(request: Request, exchange: Exchange) -> Response
         request,
         exchange,
         gemini_request.decode_batch_embed_request,
-        gemini_models.encode_batch_embed_response,
+        gemini_response.encode_batch_embed_response,
     )
 
 
@@ -200,7 +201,9 @@ async def list_models(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
     _alt(request)
     models = visible_models(request, await state.models.router.list_models())
-    return _json(gemini_models.encode_model_list(models, request.query_params), exchange.request_id)
+    return _json(
+        gemini_model_list.encode_model_list(models, request.query_params), exchange.request_id
+    )
 
 
 @exchanged("/v1beta/models/{model}", Dialect.GEMINI)
@@ -215,11 +218,11 @@ async def get_model(request: Request, exchange: Exchange) -> Response:
     exchange.admit_model(name)  # a model the key may not use is not found
     for info in await state.models.router.list_models():
         if info.name == name:
-            return _json(gemini_models.encode_model(info), exchange.request_id)
+            return _json(gemini_model_list.encode_model(info), exchange.request_id)
     resolved = state.models.router.resolve(name)
     info = await state.models.router.show(name)
     return _json(
-        gemini_models.encode_model(replace(info, backend=resolved.backend.name)),
+        gemini_model_list.encode_model(replace(info, backend=resolved.backend.name)),
         exchange.request_id,
     )
 

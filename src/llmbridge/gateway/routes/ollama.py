@@ -26,8 +26,9 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.ollama.types import keep_alive_seconds
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import Answer, ChatCodec, Shortcut, chat_endpoint, serve_embed
 from llmbridge.gateway.routes import ollama_models
 from llmbridge.serving.router import Resolved
@@ -119,7 +120,7 @@ def _empty_reply(chat: ChatRequest, generate: bool, reason: str) -> Response:
 @exchanged("/api/tags", Dialect.OLLAMA)
 async def tags(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
-    # A database key sees the models its globs allow (gateway/admission.py).
+    # A database key sees the models its globs allow (gateway/exchange/admission.py).
     models = visible_models(request, await state.models.router.list_models())
     return _json(ollama.encode_tags(models))
 

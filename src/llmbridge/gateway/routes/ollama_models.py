@@ -37,10 +37,11 @@ from llmbridge.core.errors import (
     PermissionDeniedError,
     UnsupportedFeatureError,
 )
-from llmbridge.core.models import ModelOperation
+from llmbridge.core.model_info import ModelOperation
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.exchange import Endpoint, Exchange, exchanged
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import Endpoint, exchanged
 from llmbridge.serving.router import ModelRouter, Resolved
 from llmbridge.web.bodies import read_json
 from llmbridge.web.render import Dialect, to_bridge_error

@@ -2,7 +2,7 @@
 
 ``/v1/models`` is shared with Anthropic's API: a request with an ``anthropic-version``
 header (the Anthropic SDKs, Claude Code) gets Anthropic's model list and errors
-(dialects/anthropic/models.py), any other OpenAI's. The Anthropic list also names each
+(dialects/anthropic/model_list.py), any other OpenAI's. The Anthropic list also names each
 model as Claude Code's gateway discovery can keep it (``anthropic/<name>``).
 """
 
@@ -15,10 +15,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge.dialects import openai
-from llmbridge.dialects.anthropic import models as anthropic_models
+from llmbridge.dialects.anthropic import model_list as anthropic_model_list
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.admission import visible_models
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.admission import visible_models
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, chat_endpoint, serve_embed
 from llmbridge.gateway.routes.anthropic import discovered_model
 from llmbridge.web.bodies import read_json
@@ -51,11 +52,11 @@ def _caller(request: Request) -> Dialect:
 @exchanged("/v1/models", _caller)
 async def list_models(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
-    # A database key sees the models its globs allow (gateway/admission.py).
+    # A database key sees the models its globs allow (gateway/exchange/admission.py).
     models = visible_models(request, await state.models.router.list_models())
     if exchange.dialect is Dialect.ANTHROPIC:
-        listed = anthropic_models.discoverable(models)
-        return _json(anthropic_models.encode_model_page(listed, request.query_params))
+        listed = anthropic_model_list.discoverable(models)
+        return _json(anthropic_model_list.encode_model_page(listed, request.query_params))
     return _json(openai.encode_models(models))
 
 
@@ -64,7 +65,7 @@ async def get_model(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
     model_id = request.path_params["model_id"]
     anthropic = exchange.dialect is Dialect.ANTHROPIC
-    encode = anthropic_models.encode_model if anthropic else openai.encode_model
+    encode = anthropic_model_list.encode_model if anthropic else openai.encode_model
     # A discovery id (``anthropic/smollm2``) is its model, under the id asked for.
     name = discovered_model(state.models.router, model_id) if anthropic else model_id
     exchange.admit_model(name)  # a model the key may not use is not found

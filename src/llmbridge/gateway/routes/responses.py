@@ -38,8 +38,8 @@ from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.routes import MountedAgent
 from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
-from llmbridge.core.limits import RequestLimits
 from llmbridge.core.request import ChatRequest
+from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects import responses
 from llmbridge.dialects.framing import dumps
@@ -52,7 +52,8 @@ from llmbridge.dialects.responses.continuation import (
     marked,
 )
 from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_tokens_request
-from llmbridge.gateway.exchange import Exchange, exchanged
+from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.gateway.stored_responses import Chain, ResponseStore

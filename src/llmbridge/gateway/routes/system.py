@@ -15,10 +15,11 @@ status ``degraded``, not ``down``, since requests that do not need it are still
 served, and while it is down a database key is not looked up to show the details
 (static keys still are). Under ``llmbridge serve --workers N``, ``workers``
 lists each worker's pid, start, requests, in-flight count and backends' circuits, the
-one that answered marked ``"self": true`` (gateway/workers.py). With MCP servers
-configured, ``mcp`` has each one's state in the process that answered (``up``,
-``starting``, ``down`` with its error), its tools, calls and breaker (mcp/upstream.py);
-a server that is down does not change the status: the model APIs are served.
+one that answered marked ``"self": true`` (gateway/server/workers.py). With MCP
+servers configured, ``mcp`` has each one's state in the process that answered
+(``up``, ``starting``, ``down`` with its error), its tools, calls and breaker
+(mcp/upstream.py); a server that is down does not change the status: the model APIs
+are served.
 """
 
 from __future__ import annotations

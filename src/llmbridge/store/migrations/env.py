@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from llmbridge.store.models import Base
+from llmbridge.store.tables import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -1,0 +1,209 @@
+"""What a request's reply said, noted as its events pass once: ``ReplyMeter``.
+
+Each ``Exchange`` (exchange.py) owns one. ``watch`` hands a streamed reply's events on
+to the dialect's encoder, ``collect`` accumulates a reply sent whole; both note, from
+each event, the usage (later counts win, as ``core.accumulate`` merges them), the text
+generated so far, why the reply ended, and a failure. A failure after the first event
+becomes a ``StreamError`` for the encoder (``watch``) or is raised (``collect``); either
+way it is noted, so the ledger and the metrics see it.
+
+The meter also holds the request's failure from before the reply (``failed``), so one
+field says how the request failed, whichever part saw it last. And what the ledger keeps
+of the reply when it keeps bodies (``ledger.keep_bodies``): ``kept_reply``.
+
+A reply cut short (the client left mid-stream, the stream failed, a backend that reports
+no counts) is billed for what was generated (``billed_usage``): the text streamed so
+far, counted, and the prompt's estimate (a dropped stream used to be free).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Callable
+
+from llmbridge.backends.base import Backend
+from llmbridge.core.accumulate import Accumulator
+from llmbridge.core.errors import LLMBridgeError
+from llmbridge.core.events import (
+    PartDelta,
+    ResponseEnd,
+    ResponseStart,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    UsageUpdate,
+)
+from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.core.stream import EventStream
+from llmbridge.features.token_count import count_text_tokens
+from llmbridge.web.render import to_bridge_error
+
+__all__ = ["ReplyMeter"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+class ReplyMeter:
+    """What one request's reply said (module docstring)."""
+
+    __slots__ = ("failure", "generated", "kept", "stop_reason", "usage")
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+        """Counts from the reply (``add_usage``)."""
+        self.generated: list[str] = []
+        """Text deltas streamed so far: what a dropped stream is billed for when the
+        backend's usage never came."""
+        self.stop_reason: StopReason | None = None
+        """Why the reply ended, when it said (the trace's finish reasons)."""
+        self.failure: LLMBridgeError | None = None
+        """The request's latest failure, before or inside the reply (``failed``)."""
+        self.kept: ChatResponse | Accumulator | None = None
+        """The reply, kept only when the ledger keeps bodies (``ledger.keep_bodies``)."""
+
+    def add_usage(self, usage: Usage) -> None:
+        """Counts from the stream; later values win, as ``core.accumulate`` merges
+        them, so the ledger holds what the reply's ``usage`` said."""
+        self.usage = usage if self.usage is None else self.usage.merged(usage)
+
+    def failed(self, error: LLMBridgeError) -> None:
+        """The request failed with ``error`` (before or inside the reply)."""
+        self.failure = error
+
+    # -- the reply's events -----------------------------------------------------------
+
+    def _note(self, event: StreamEvent) -> None:
+        """What the ledger needs from one event of the reply: text generated, usage,
+        a failure."""
+        if isinstance(event, PartDelta):
+            delta = event.delta
+            if isinstance(delta, TextDelta | ThinkingDelta):
+                self.generated.append(delta.text)
+            elif isinstance(delta, ToolArgsDelta):
+                self.generated.append(delta.json_fragment)
+        elif isinstance(event, ResponseEnd):
+            self.add_usage(event.usage)
+            self.stop_reason = event.stop_reason
+        elif isinstance(event, UsageUpdate):
+            self.add_usage(event.usage)
+        elif isinstance(event, StreamError):
+            self.failed(event.error)
+
+    def _note_kept(self, event: StreamEvent) -> None:
+        """``_note``, and the event added to the reply kept for the request log."""
+        self._note(event)
+        if isinstance(self.kept, Accumulator) and not isinstance(event, StreamError):
+            self.kept.add(event)
+
+    def _note_first(self, first: StreamEvent) -> None:
+        if isinstance(first, ResponseStart) and first.input_tokens:
+            self.add_usage(Usage(input_tokens=first.input_tokens))  # as accumulate reads it
+
+    def _stream_failed(self, exc: Exception, backend: Backend | None) -> LLMBridgeError:
+        error = to_bridge_error(exc)
+        self.failed(error)
+        name = backend.name if backend is not None else "?"
+        log.warning("stream from backend %s failed: %s", name, error.message)
+        return error
+
+    async def watch(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        *,
+        backend: Backend | None,
+        keep: bool,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """The reply's events (``first`` already read), with its usage and generated
+        text noted, and a failure after the first event turned into a ``StreamError``
+        (the encoder renders the dialect's in-stream error). ``backend``: the one that
+        serves it (for the log); ``keep``: the reply is kept for the request log."""
+        note = self._note
+        if keep:  # bodies kept: the reply too
+            note = self._note_kept
+            self.kept = Accumulator()
+            self.kept.add(first)
+        try:
+            self._note_first(first)
+            yield first
+            async for event in events:
+                note(event)
+                yield event
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
+            yield StreamError(self._stream_failed(exc, backend))
+        finally:
+            await events.aclose()
+
+    async def collect(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        *,
+        backend: Backend | None,
+        keep: bool,
+        answered: Callable[[], None],
+    ) -> ChatResponse:
+        """The non-streamed reply, ``first`` already read: ``watch``'s noting, with the
+        events accumulated in place (one async-generator hop fewer per event than
+        accumulating ``watch``). A failure is raised, noted. ``answered`` is called
+        once the backend's stream is done with, however it ended (the wait on it ends
+        there)."""
+        acc = Accumulator()
+        note = self._note
+        ended = False
+        try:
+            self._note_first(first)
+            acc.add(first)
+            async for event in events:
+                note(event)
+                acc.add(event)  # a StreamError raises its error
+            ended = True  # the stream ran out: nothing of it is left open to close
+        except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
+            error = self._stream_failed(exc, backend)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            if not ended:
+                # Shielded: a client that left must not leave the backend's stream open.
+                await asyncio.shield(events.aclose())
+            answered()
+        response = acc.response()
+        if keep:  # kept for the request log
+            self.kept = response
+        return response
+
+    # -- the bill and what is kept ----------------------------------------------------
+
+    @property
+    def cut_short(self) -> bool:
+        """Text was generated but the reply's final counts never came (the client
+        left mid-stream, the stream failed, a backend that reports none)."""
+        usage = self.usage
+        return bool(self.generated) and (usage is None or usage.output_tokens is None)
+
+    def billed_usage(self, prompt_tokens: int | None) -> Usage | None:
+        """The usage to bill: the reply's, or for a reply cut short, what was generated
+        so far counted, with ``prompt_tokens`` (the prompt's estimate)."""
+        usage = self.usage
+        if not self.cut_short:
+            return usage
+        counted = Usage(
+            input_tokens=prompt_tokens,
+            output_tokens=count_text_tokens("".join(self.generated)),
+        )
+        return counted if usage is None else counted.merged(usage)
+
+    def kept_reply(self) -> object:
+        """The reply to keep: the whole response, or what a stream that did not end
+        had finished."""
+        reply = self.kept
+        if isinstance(reply, Accumulator):
+            try:
+                return reply.response()
+            except LLMBridgeError:  # it did not end: its finished parts, said so
+                return {"incomplete": True, "parts": reply.parts, "usage": reply.usage}
+        return reply

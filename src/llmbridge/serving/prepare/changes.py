@@ -1,0 +1,33 @@
+"""What serving changed in a request, as data: ``Changes``.
+
+``prepare`` (``fit.py``) says what it did to fit a request to its backend, and
+``Models`` who answered when a fallback did; the gateway turns that into
+``x-llmbridge-*`` response headers (``gateway/pipeline.py``) and the agent may log
+it. It is data, never header names, so serving knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["UNCHANGED", "Changes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What serving changed in a request, or about who answered it."""
+
+    thinking_dropped: bool = False
+    """The model cannot think; the request was served without thinking."""
+    tools_emulated: bool = False
+    """The model has no native tools; tool calls are emulated by prompting."""
+    max_tokens: int | None = None
+    """``max_tokens`` was clamped to this (the model's or the route's limit)."""
+    params: tuple[str, ...] = ()
+    """Sampling parameters converted or dropped for this backend, and ``num_ctx=N``
+    where serving set the context window (serving/prepare/context_size.py)."""
+    fallback: str | None = None
+    """``backend/model`` of the fallback that served the reply, if one did."""
+
+
+UNCHANGED = Changes()

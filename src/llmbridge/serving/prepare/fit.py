@@ -1,0 +1,107 @@
+"""The steps that fit a request to the backend its model resolved to, in order.
+
+``prepare`` is what every caller's request goes through before its backend sees
+it: the backend's model name; Claude Code's billing-header line out of the
+system prompt for a backend that is not Anthropic's API (features/billing_header.py);
+a fill-in-the-middle ``suffix`` refused (400 naming ``suffix``) where the backend or
+model cannot fill a gap (``capabilities.py``); thinking per the policy
+(features/thinking.py); ``max_tokens`` clamped to the model's limit; sampling
+parameters fitted to what the backend takes (``sampling.py``); tool choice in a form
+the backend honours (features/tool_choice.py); for a backend that allocates its
+context window per request (Ollama), a window that holds the request
+(``context_size.py``); for a model without native tools, the decision to emulate them
+(``capabilities.py``, then features/tool_emulation.py in ``Models``). What changed
+comes back as ``Changes`` (``changes.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from llmbridge.core.request import ChatRequest
+from llmbridge.features.billing_header import drop_billing_header
+from llmbridge.features.thinking import apply_thinking_policy, can_think
+from llmbridge.features.tool_choice import apply_tool_choice
+from llmbridge.serving.prepare.capabilities import check_fill_in_middle, has_native_tools
+from llmbridge.serving.prepare.changes import UNCHANGED, Changes
+from llmbridge.serving.prepare.context_size import context_size, request_size
+from llmbridge.serving.prepare.sampling import fit_params
+from llmbridge.serving.router import ModelRouter, Resolved
+
+__all__ = ["Prepared", "prepare"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready for ``target``'s backend."""
+
+    request: ChatRequest
+    target: Resolved
+    changes: Changes
+
+
+async def prepare(
+    chat: ChatRequest, target: Resolved, router: ModelRouter, thinking_policy: str
+) -> Prepared:
+    """``chat`` (naming a public model) as ``target``'s backend should get it."""
+    backend, route = target.backend, target.route
+    capabilities = backend.capabilities
+    if chat.model != target.backend_model:  # a copy only when the name changes
+        chat = replace(chat, model=target.backend_model)
+    if not capabilities.anthropic_api:
+        # Claude Code's billing line (a per-request hash in some versions) in front of
+        # the system prompt would spoil a local model's prefix cache on every turn.
+        chat = drop_billing_header(chat)
+    wants_thinking = chat.thinking is not None and chat.thinking.enabled
+    fills_gap = chat.completion is not None and chat.completion.suffix is not None
+    # Ollama's window comes from the route, else from what the model reports.
+    sizes_context = capabilities.context_option and not (route and route.context_length)
+    info = None
+    if (
+        wants_thinking
+        or chat.params.max_tokens is not None
+        or chat.tools
+        or fills_gap
+        or sizes_context
+    ):
+        info = await router.model_info(target)
+    if fills_gap:
+        check_fill_in_middle(backend, info)
+    dropped = False
+    if wants_thinking:
+        capable = can_think(chat.model, info, route.thinking if route else None)
+        chat, dropped = apply_thinking_policy(
+            chat,
+            capable=capable,
+            policy="strict" if thinking_policy == "strict" else "drop",
+            effort_levels=capabilities.thinking_effort,
+        )
+    params, fitted = fit_params(chat.params, capabilities)
+    limits = [x for x in (route and route.max_tokens, info and info.context_length) if x]
+    clamped = None
+    if limits and params.max_tokens is not None and params.max_tokens > min(limits):
+        # Claude Code asks for 32000 and more; a backend may reject or mis-size that.
+        clamped = min(limits)
+        params = replace(params, max_tokens=clamped)
+    if params is not chat.params:
+        chat = replace(chat, params=params)
+    chat = apply_tool_choice(chat, native=capabilities.tool_choice)
+    if capabilities.context_option:
+        # Ollama silently drops the start of a prompt longer than its window
+        # (context_size.py); said in x-llmbridge-params as num_ctx=N.
+        window = route.context_length if route is not None else None
+        if window is None and info is not None:
+            window = info.context_length
+        needed = await request_size(chat)
+        num_ctx = context_size(window=window, client=chat.params.num_ctx, needed=needed)
+        if num_ctx is not None:
+            chat = replace(chat, params=replace(chat.params, num_ctx=num_ctx))
+            fitted = (*fitted, f"num_ctx={num_ctx}")
+    emulated = bool(chat.tools) and not has_native_tools(backend, info, route)
+    if dropped or emulated or clamped is not None or fitted:
+        changes = Changes(
+            thinking_dropped=dropped, tools_emulated=emulated, max_tokens=clamped, params=fitted
+        )
+    else:
+        changes = UNCHANGED  # the common case builds nothing
+    return Prepared(chat, target, changes)
