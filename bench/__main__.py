@@ -31,59 +31,32 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 class Scenario(NamedTuple):
     baseline: str
-    """``interleaved``, ``sequential`` or ``-`` (see the module docstring)."""
+    """``interleaved``, ``in-run``, ``sequential`` or ``-`` (see the module docstring)."""
     summary: str
 
 
+S = Scenario
 SCENARIOS = {
-    "overhead": Scenario(
-        "interleaved", "the gateway against the stub backend called directly, per dialect"
+    "overhead": S("interleaved", "the gateway against the stub backend called directly"),
+    "compare": S("sequential", "llmbridge beside the LiteLLM proxy and Portkey"),
+    "scale": S("interleaved", "--workers 1 and 2; keys, limits and the ledger; Redis"),
+    "frontier": S("interleaved", "the highest rate within a p99 bound (open loop); frames"),
+    "dialect_paths": S(
+        "interleaved", "every client dialect's path, tools or not, against OpenAI's"
     ),
-    "compare": Scenario("sequential", "llmbridge beside the LiteLLM proxy and Portkey"),
-    "scale": Scenario(
-        "interleaved", "--workers 1 and 2; keys, limits and the ledger; limits in Redis"
-    ),
-    "frontier": Scenario(
-        "interleaved", "the highest rate within a p99 bound (open loop); frame timing"
-    ),
-    "dialect_paths": Scenario(
-        "interleaved", "every client dialect's path, with tools and without, against OpenAI's"
-    ),
-    "memory_plateau": Scenario("sequential", "RSS over minutes of mixed load must level off"),
-    "soak": Scenario("sequential", "many streams held open for a minute: errors and leaks"),
-    "health_under_load": Scenario(
-        "sequential", "/health latency while the largest legal bodies are read"
-    ),
-    "opencode": Scenario("sequential", "the opencode backend over a bare OpenCode prompt"),
-    "completion": Scenario(
-        "sequential", "how soon the profiler knows an OpenCode turn is over (events, polling)"
-    ),
-    "embedded_worker": Scenario(
-        "sequential", "the embedded model's worker pipe per token, and real generation"
-    ),
-    "prefix_cache": Scenario(
-        "in-run", "llama.cpp prefix-cache hits per agent turn on the embedded model"
-    ),
-    "decision_validity": Scenario(
-        "sequential", "emulated tool decisions on the embedded model: how many are usable"
-    ),
-    "agent_memory": Scenario("sequential", "does a 200-turn agent session keep 20 stated facts"),
-    "agent_context": Scenario("sequential", "assembling an agent's history context as it grows"),
-    "agent_documents": Scenario(
-        "sequential", "indexing a document: time and the event loop's worst stall"
-    ),
-    "profile_concurrency": Scenario(
-        "sequential", "llmbridge profile run at --concurrency 1, 2, 4; kill and resume"
-    ),
-    "profile_import": Scenario(
-        "sequential", "llmbridge profile import on long Claude Code transcripts"
-    ),
-    "busy_suite": Scenario("-", "the test suite beside one CPU burner per core"),
-    "profile_summary": Scenario(
-        "-", "tool: where the gateway's CPU goes, from a py-spy or cProfile profile"
-    ),
-    "otlp_sink": Scenario("-", "tool: an OTLP/HTTP trace receiver for runs with tracing on"),
-    "fast_backend": Scenario("-", "tool: the stub backend every scenario measures against"),
+    "memory_plateau": S("sequential", "RSS over minutes of mixed load must level off"),
+    "soak": S("sequential", "many streams held open for a minute: errors and leaks"),
+    "health_under_load": S("sequential", "/health latency while the largest legal bodies are read"),
+    "opencode": S("sequential", "the opencode backend over a bare OpenCode prompt"),
+    "completion": S("sequential", "how soon the profiler knows an OpenCode turn is over"),
+    "embedded_worker": S("sequential", "the embedded model's worker pipe per token; generation"),
+    "prefix_cache": S("in-run", "llama.cpp prefix-cache hits per agent turn (embedded model)"),
+    "decision_validity": S("sequential", "emulated tool decisions on the embedded model: usable?"),
+    "agent_memory": S("sequential", "does a 200-turn agent session keep 20 stated facts"),
+    "busy_suite": S("-", "the test suite beside one CPU burner per core"),
+    "floor_proxy": S("-", "tool: the forwarding-only proxy, served by overhead --gateway-launcher"),
+    "otlp_sink": S("-", "tool: an OTLP/HTTP trace receiver for runs with tracing on"),
+    "fast_backend": S("-", "tool: the stub backend every scenario measures against"),
 }
 
 
@@ -131,6 +104,7 @@ def run_sequential(name: str, src: str, args: list[str]) -> int:
     except BaselineError as exc:
         print(exc, file=sys.stderr)
         return 2
+    assert baseline is not None  # a directory was given
     codes = []
     for label, env in (("this tree", {}), (f"baseline {baseline.label()}", baseline.env)):
         print(f"\n== {name}: {label}\n", flush=True)

@@ -28,16 +28,12 @@ Memory's model (``--memory``):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import platform
-import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +55,6 @@ from llmbridge.gateway.config import GatewayConfig
 from llmbridge.serving.build import build_backends
 from llmbridge.serving.models import Models
 
-RESULTS = Path(__file__).with_name("results")
 CHAT_MODEL = "scripted"
 EMBEDDED_MODEL = "smollm2"
 
@@ -318,30 +313,28 @@ def _report(outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+def main(argv: list[str] | None = None) -> int:
+    # bench's modules import each other as top-level modules (``python -m bench`` puts
+    # bench/ on the path); the tests import this one as ``bench.agent_memory``.
+    from harness import arguments, results_header, save_results, start_run
+
+    parser = arguments(__doc__)
     parser.add_argument("--memory", choices=("scripted", "embedded"), default="scripted")
     parser.add_argument("--exchanges", type=int, default=180)
     parser.add_argument("--budget", type=int, default=3000)
-    parser.add_argument("--no-facts", action="store_true", help="Fact extraction off.")
+    parser.add_argument("--no-facts", action="store_true", help="fact extraction off")
     args = parser.parse_args(argv)
-    outcome = asyncio.run(
-        run(
-            memory=args.memory,
-            exchanges=args.exchanges,
-            budget=args.budget,
-            facts=not args.no_facts,
-        )
-    )
+    started = start_run("agent_memory", argv)
+    settings = {"memory": args.memory, "exchanges": args.exchanges, "budget": args.budget}
+    outcome = asyncio.run(run(**settings, facts=not args.no_facts))
     print(_report(outcome))
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"agent_memory-{args.memory}-{stamp}.json"
-    document = {"machine": platform.platform(), "python": sys.version.split()[0]}
-    path.write_text(json.dumps({**document, **asdict(outcome)}, indent=2, default=str))
-    print(f"results: {path}")
+    save_results(
+        "agent_memory", results_header(started, args) | asdict(outcome), started.started, args
+    )
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from harness import entry_point
+
+    entry_point(main)

@@ -15,15 +15,15 @@ decision's JSON schema as a llama.cpp grammar, what the embedded backend gets) a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from harness import arguments, entry_point, results_header, run_async, save_results, start_run
 from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.core.accumulate import accumulate
 from llmbridge.core.events import PartDelta, ResponseEnd, StreamEvent, TextDelta
@@ -253,43 +253,47 @@ async def run_mode(backend: EmbeddedBackend, mode: str, cases: list[ChatRequest]
     return tally
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", default="schema,json")
-    parser.add_argument("--limit", type=int, default=50, help="the first N of the 50")
-    parser.add_argument("--max-tokens", type=int, default=None, help="per decision")
-    args = parser.parse_args()
+async def run_modes(args: argparse.Namespace) -> dict[str, Any]:
     cases = requests()[: args.limit]
     if args.max_tokens is not None:
-        from dataclasses import replace
-
         cases = [replace(c, params=replace(c.params, max_tokens=args.max_tokens)) for c in cases]
     backend = EmbeddedBackend("embedded")
     await backend.start()
-    tallies: dict[str, Tally] = {}
-    wall: dict[str, float] = {}
+    out: dict[str, Any] = {}
     try:
         for mode in args.modes.split(","):
             print(f"mode {mode}: {len(cases)} requests", flush=True)
             started = time.perf_counter()
-            tallies[mode] = await run_mode(backend, mode, cases)
-            wall[mode] = time.perf_counter() - started
+            tally = await run_mode(backend, mode, cases)
+            run_s = time.perf_counter() - started
+            out[mode] = asdict(tally) | {"cases": len(cases), "run_s": run_s}
     finally:
         await backend.aclose()
-    print()
-    print(
-        f"{'mode':8} {'valid':>9} {'whole':>5} {'mean s':>8} {'mean tok':>9} {'run s':>8}  actions"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("--modes", default="schema,json")
+    parser.add_argument("--limit", type=int, default=50, help="the first N of the 50")
+    parser.add_argument("--max-tokens", type=int, help="per decision")
+    args = parser.parse_args(argv)
+    run = start_run("decision_validity", argv)
+    modes = run_async(run_modes(args))
+    head = f"{'valid':>9} {'whole':>5} {'mean s':>8} {'mean tok':>9} {'run s':>8}  actions"
+    print(f"\n{'mode':8} {head}")
+    for mode, t in modes.items():
+        valid = f"{t['valid']:3d}/{t['cases']:<3d} {100 * t['valid'] / t['cases']:3.0f}%"
+        means = f"{statistics.fmean(t['seconds']):8.2f} {statistics.fmean(t['tokens']):9.1f}"
+        actions = dict(sorted(t["actions"].items()))
+        print(f"{mode:8} {valid} {t['whole']:5d} {means} {t['run_s']:8.1f}  {actions}")
+    if "schema" in modes and "json" in modes:
+        print(f"run time schema / json: x{modes['schema']['run_s'] / modes['json']['run_s']:.2f}")
+    save_results(
+        "decision_validity", results_header(run, args) | {"modes": modes}, run.started, args
     )
-    for mode, tally in tallies.items():
-        print(
-            f"{mode:8} {tally.valid:3d}/{len(cases):<3d} {100 * tally.valid / len(cases):3.0f}% "
-            f"{tally.whole:5d} "
-            f"{statistics.fmean(tally.seconds):8.2f} {statistics.fmean(tally.tokens):9.1f} "
-            f"{wall[mode]:8.1f}  {dict(sorted(tally.actions.items()))}"
-        )
-    if "schema" in wall and "json" in wall:
-        print(f"run time schema / json: x{wall['schema'] / wall['json']:.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    entry_point(main)

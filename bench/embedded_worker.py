@@ -20,17 +20,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import os
 import statistics
 import threading
 import time
 from typing import Any
 
+from harness import (
+    ProcessTree,
+    arguments,
+    entry_point,
+    log,
+    results_header,
+    run_async,
+    save_results,
+    start_run,
+)
 from llmbridge.backends.embedded.backend import EmbeddedBackend, default_model_path
 from llmbridge.backends.embedded.prompt import llama_chat_options, to_llama_messages
 from llmbridge.core.events import PartDelta, ResponseEnd, TextDelta
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest, GenerationParams
+from load import table
 
 PROMPT = "Write a long story about a dragon who learns to read."
 PAUSE_S = 0.0002
@@ -38,36 +48,46 @@ PAUSE_S = 0.0002
 enough that every token is a wake-up of its own."""
 
 
-# -- transport only ---------------------------------------------------------------------
+# -- fake tokens ---------------------------------------------------------------------------
 
 
-async def in_process_transport(tokens: int) -> float:
-    """Seconds per token through today's thread -> event loop hand-off."""
+async def in_process(tokens: int, pause: float = 0.0) -> tuple[float, float]:
+    """Wall and CPU seconds per token through the thread -> event loop hand-off the
+    worker replaced, one token per ``pause`` seconds (the producer thread's CPU
+    included: it is the same process)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue()
 
     def produce() -> None:
         for _ in range(tokens):
             loop.call_soon_threadsafe(queue.put_nowait, " token")
+            if pause:
+                time.sleep(pause)
         loop.call_soon_threadsafe(queue.put_nowait, None)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     thread = threading.Thread(target=produce)
     thread.start()
     received = 0
     while await queue.get() is not None:
         received += 1
-    elapsed = time.perf_counter() - started
+    elapsed, used = time.perf_counter() - started, time.process_time() - cpu
     thread.join()
     assert received == tokens
-    return elapsed / tokens
+    return elapsed / tokens, used / tokens
 
 
-async def worker_transport(backend: EmbeddedBackend, tokens: int) -> tuple[float, float]:
-    """Seconds per token through the worker's pipe, and tokens per wake-up."""
+async def through_worker(
+    backend: EmbeddedBackend, tokens: int, pause: float = 0.0
+) -> tuple[float, float, float, float]:
+    """Through the worker's pipe, one token per ``pause`` seconds: wall seconds per
+    token, tokens per wake-up, and CPU seconds per token, gateway side and worker side."""
     process, _ = await backend.workers.ready()
-    started = time.perf_counter()
-    call = process.open({"op": "spew", "count": tokens, "text": " token"})
+    assert process.pid is not None
+    tree = ProcessTree(process.pid)
+    worker_cpu = tree.cpu_seconds()
+    started, cpu = time.perf_counter(), time.process_time()
+    call = process.open({"op": "spew", "count": tokens, "text": " token", "pause_s": pause})
     received = batches = 0
     while True:
         items = await call.batch()
@@ -75,54 +95,10 @@ async def worker_transport(backend: EmbeddedBackend, tokens: int) -> tuple[float
         received += sum(1 for item in items if isinstance(item, tuple))
         if any(isinstance(item, dict) and item.get("op") == "done" for item in items):
             break
-    elapsed = time.perf_counter() - started
+    elapsed, used = time.perf_counter() - started, time.process_time() - cpu
     assert received == tokens, received
-    return elapsed / tokens, tokens / batches
-
-
-# -- paced tokens: CPU per token when every token is its own wake-up ----------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (Linux ``/proc``; 10 ms ticks)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def in_process_paced(tokens: int, pause: float) -> float:
-    """CPU seconds per token of today's hand-off, one token per ``pause`` seconds
-    (the producer thread's CPU included: it is the same process)."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
-
-    def produce() -> None:
-        for _ in range(tokens):
-            loop.call_soon_threadsafe(queue.put_nowait, " token")
-            time.sleep(pause)
-        loop.call_soon_threadsafe(queue.put_nowait, None)
-
-    cpu = time.process_time()
-    thread = threading.Thread(target=produce)
-    thread.start()
-    while await queue.get() is not None:
-        pass
-    used = time.process_time() - cpu
-    thread.join()
-    return used / tokens
-
-
-async def worker_paced(backend: EmbeddedBackend, tokens: int, pause: float) -> tuple[float, float]:
-    """CPU seconds per token, gateway side and worker side, one token per ``pause``."""
-    process, _ = await backend.workers.ready()
-    assert process.pid is not None
-    cpu, worker_cpu = time.process_time(), cpu_seconds(process.pid)
-    call = process.open({"op": "spew", "count": tokens, "text": " token", "pause_s": pause})
-    while not any(
-        isinstance(item, dict) and item.get("op") == "done" for item in await call.batch()
-    ):
-        pass
-    used = time.process_time() - cpu
-    return used / tokens, (cpu_seconds(process.pid) - worker_cpu) / tokens
+    worker_used = tree.cpu_seconds() - worker_cpu
+    return elapsed / tokens, tokens / batches, used / tokens, worker_used / tokens
 
 
 # -- real generations -------------------------------------------------------------------
@@ -174,83 +150,79 @@ async def worker_generation(backend: EmbeddedBackend, max_tokens: int) -> tuple[
     return time.perf_counter() - started, output_tokens, "".join(pieces)
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokens", type=int, default=100_000, help="fake tokens per round")
-    parser.add_argument("--max-tokens", type=int, default=256, help="tokens per generation")
-    parser.add_argument("--paced-tokens", type=int, default=20_000, help="paced fake tokens")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+def median_us(values: list[float]) -> float:
+    return statistics.median(values) * 1e6
 
+
+async def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Per measurement, the in-process and the worker figure (medians of the rounds)."""
     started = time.perf_counter()
     backend = EmbeddedBackend(max_output_tokens=args.max_tokens)
     await backend.start()
-    print(f"worker started and loaded the model in {time.perf_counter() - started:.2f} s")
+    log(f"worker started and loaded the model in {time.perf_counter() - started:.2f} s")
+    out: dict[str, dict[str, float]] = {}
     try:
-        local, remote, per_wakeup = [], [], []
+        local, remote, wakeups = [], [], []
         for _ in range(args.rounds):
-            local.append(await in_process_transport(args.tokens))
-            cost, tokens_per_wakeup = await worker_transport(backend, args.tokens)
+            local.append((await in_process(args.tokens))[0])
+            cost, tokens_per_wakeup, _, _ = await through_worker(backend, args.tokens)
             remote.append(cost)
-            per_wakeup.append(tokens_per_wakeup)
-        local_us = statistics.median(local) * 1e6
-        remote_us = statistics.median(remote) * 1e6
-        print(f"\ntransport, {args.tokens} fake tokens x {args.rounds} rounds (median):")
-        print(f"  in-process hand-off  {local_us:6.2f} us/token")
-        print(
-            f"  worker pipe          {remote_us:6.2f} us/token  (ratio {remote_us / local_us:.2f})"
-        )
-        print(f"  tokens per event-loop wake-up on the pipe: {statistics.median(per_wakeup):.1f}")
-
-        paced_local, paced_gateway, paced_worker = [], [], []
+            wakeups.append(tokens_per_wakeup)
+        out[f"{args.tokens} fake tokens: wall us a token"] = {
+            "in_process": median_us(local),
+            "worker": median_us(remote),
+            "tokens_a_wakeup": statistics.median(wakeups),
+        }
+        local, gateway, worker = [], [], []
         for _ in range(args.rounds):
-            paced_local.append(await in_process_paced(args.paced_tokens, PAUSE_S))
-            gateway_cpu, worker_cpu = await worker_paced(backend, args.paced_tokens, PAUSE_S)
-            paced_gateway.append(gateway_cpu)
-            paced_worker.append(worker_cpu)
-        local_cpu = statistics.median(paced_local) * 1e6
-        gateway_cpu = statistics.median(paced_gateway) * 1e6
-        worker_cpu = statistics.median(paced_worker) * 1e6
-        print(
-            f"\npaced, {args.paced_tokens} fake tokens {PAUSE_S * 1e6:.0f} us apart x "
-            f"{args.rounds} rounds (median CPU per token):"
-        )
-        print(f"  in-process hand-off  {local_cpu:6.2f} us/token")
-        print(
-            f"  worker pipe          {gateway_cpu:6.2f} us/token in the gateway + "
-            f"{worker_cpu:.2f} in the worker (ratio {(gateway_cpu + worker_cpu) / local_cpu:.2f})"
-        )
-
+            local.append((await in_process(args.paced_tokens, PAUSE_S))[1])
+            *_, gateway_cpu, worker_cpu = await through_worker(backend, args.paced_tokens, PAUSE_S)
+            gateway.append(gateway_cpu)
+            worker.append(worker_cpu)
+        out[f"{args.paced_tokens} paced {PAUSE_S * 1e6:.0f} us apart: CPU us a token"] = {
+            "in_process": median_us(local),
+            "worker": median_us(gateway) + median_us(worker),
+            "in_the_worker": median_us(worker),
+        }
         llama_cpp = importlib.import_module("llama_cpp")
         llama = llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=8192, verbose=False)
-        local_ms, remote_ms = [], []
+        local, remote = [], []
         for _ in range(args.rounds):
             local_s, _, local_text = await in_process_generation(llama, args.max_tokens)
             remote_s, count, remote_text = await worker_generation(backend, args.max_tokens)
             assert local_text == remote_text, "the two paths generated different text"
             # The same text is the same tokens: the worker's count serves both.
-            local_ms.append(local_s / count * 1000)
-            remote_ms.append(remote_s / count * 1000)
-        local_gen = statistics.median(local_ms)
-        remote_gen = statistics.median(remote_ms)
-        print(f"\ngeneration, {args.max_tokens} tokens x {args.rounds} rounds (median, same text):")
-        print(f"  in-process   {local_gen:6.3f} ms/token")
-        print(
-            f"  worker       {remote_gen:6.3f} ms/token  (ratio {remote_gen / local_gen:.3f}, "
-            f"{(remote_gen - local_gen) * 1000:+.1f} us/token)"
-        )
+            local.append(local_s / count * 1000)
+            remote.append(remote_s / count * 1000)
         llama.close()
+        out[f"generation of {args.max_tokens} tokens, the same text: ms a token"] = {
+            "in_process": statistics.median(local),
+            "worker": statistics.median(remote),
+        }
+        return out
     finally:
         await backend.aclose()
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("--tokens", type=int, default=100_000, help="fake tokens per round")
+    parser.add_argument("--max-tokens", type=int, default=256, help="tokens per generation")
+    parser.add_argument("--paced-tokens", type=int, default=20_000, help="paced fake tokens")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--asyncio", action="store_true", help="the standard loop, not uvloop")
+    args = parser.parse_args(argv)
+    run = start_run("embedded_worker", argv)
+    results = asyncio.run(measure(args)) if args.asyncio else run_async(measure(args))
+    rows = [[f"median of {args.rounds} rounds", "in process", "worker", "ratio", "of which"]]
+    for label, r in results.items():
+        more = ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in list(r.items())[2:])
+        ratio = f"{r['worker'] / r['in_process']:.3f}"
+        rows.append([label, f"{r['in_process']:.3f}", f"{r['worker']:.3f}", ratio, more])
+    print(table(rows))
+    save_results("embedded_worker", results_header(run, args) | results, run.started, args)
+    return 0
+
+
 if __name__ == "__main__":
-    import sys
-
-    if "--asyncio" in sys.argv:  # default: uvloop, as `llmbridge serve` runs
-        sys.argv.remove("--asyncio")
-        asyncio.run(main())
-    else:
-        import uvloop
-
-        uvloop.run(main())
+    entry_point(main)

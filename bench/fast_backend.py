@@ -134,7 +134,7 @@ class FastBackend:
         self.model = model
         self.created = int(time.time())
         self.created_at = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
-        self._cache: dict[tuple[str, int], _Reply] = {}
+        self._cache: dict[tuple[str, int, bool, bool, str | None], _Reply] = {}
         model_entry = {"id": model, "object": "model", "created": self.created, "owned_by": "bench"}
         details = {
             "parent_model": "",
@@ -194,140 +194,81 @@ class FastBackend:
             return self._bad_request
         if not isinstance(request, dict):
             return self._bad_request
+        tool = None
+        stream = bool(request.get("stream", path == "/api/chat"))  # Ollama streams by default
+        usage = bool((request.get("stream_options") or {}).get("include_usage"))
         if path == "/api/chat":
-            options = request.get("options") or {}
-            n = _size(options.get("num_predict"), self.default_chunks)
-            kind = "ollama-stream" if request.get("stream", True) else "ollama-json"
+            limit = (request.get("options") or {}).get("num_predict")
         elif path == "/v1/responses":
-            n = _size(request.get("max_output_tokens"), self.default_chunks)
-            kind = "responses-stream" if request.get("stream") else "responses-json"
+            limit = request.get("max_output_tokens")
         else:
             limit = request.get("max_completion_tokens") or request.get("max_tokens")
-            n = _size(limit, self.default_chunks)
             # A model calls a tool when asked, and answers in text once the result is
             # in: a conversation whose last message is a tool result gets text.
-            tool = _first_tool_name(request.get("tools"))
-            if tool is not None and not _ends_with_tool_result(request.get("messages")):
-                usage = bool((request.get("stream_options") or {}).get("include_usage"))
-                tool_kind = (
-                    ("tool-stream-usage" if usage else "tool-stream")
-                    if request.get("stream")
-                    else "tool-json"
-                )
-                key = (f"{tool_kind}:{tool}", 0)
-                cached = self._cache.get(key)
-                if cached is None:
-                    cached = self._cache[key] = self._tool_reply(tool_kind, tool)
-                return cached
-            if not request.get("stream"):
-                kind = "openai-json"
-            elif (request.get("stream_options") or {}).get("include_usage"):
-                kind = "openai-stream-usage"
-            else:
-                kind = "openai-stream"
-        reply = self._cache.get((kind, n))
+            if not _ends_with_tool_result(request.get("messages")):
+                tool = _first_tool_name(request.get("tools"))
+        key = (path, _size(limit, self.default_chunks), stream, usage, tool)
+        reply = self._cache.get(key)
         if reply is None:
-            reply = self._cache[(kind, n)] = self._build(kind, n)
+            reply = self._cache[key] = self._build(*key)
         return reply
 
-    def _build(self, kind: str, n: int) -> _Reply:
+    def _build(self, path: str, n: int, stream: bool, usage: bool, tool: str | None) -> _Reply:
         pieces = reply_pieces(n)
-        if kind == "openai-json":
-            return _Reply(_JSON, [orjson.dumps(self._openai_completion(pieces))], stream=False)
-        if kind.startswith("openai-stream"):
-            return _Reply(
-                _SSE,
-                self._openai_stream(pieces, kind.endswith("usage")),
-                stream=True,
-                eof_apart=self.eof_apart,
-            )
-        if kind == "responses-json":
-            response = self._responses_object(pieces, "completed")
-            return _Reply(_JSON, [orjson.dumps(response)], stream=False)
-        if kind == "responses-stream":
+        if path == "/api/chat" and stream:
+            lines = [self._ollama_line(piece) for piece in pieces]
+            lines.append(orjson.dumps(self._ollama_final(n, ""), option=orjson.OPT_APPEND_NEWLINE))
+            return _Reply(b"application/x-ndjson", lines, stream=True, eof_apart=self.eof_apart)
+        if path == "/api/chat":
+            return _Reply(_JSON, [orjson.dumps(self._ollama_final(n, "".join(pieces)))], False)
+        if path == "/v1/responses" and stream:
             events = self._responses_stream(pieces)
             return _Reply(_SSE, events, stream=True, eof_apart=self.eof_apart)
-        if kind == "ollama-json":
-            return _Reply(_JSON, [orjson.dumps(self._ollama_final(n, "".join(pieces)))], False)
-        lines = [self._ollama_line(piece) for piece in pieces]
-        lines.append(orjson.dumps(self._ollama_final(n, ""), option=orjson.OPT_APPEND_NEWLINE))
-        return _Reply(b"application/x-ndjson", lines, stream=True, eof_apart=self.eof_apart)
+        if path == "/v1/responses":
+            response = self._responses_object(pieces, "completed")
+            return _Reply(_JSON, [orjson.dumps(response)], stream=False)
+        return self._openai(pieces, stream, usage, tool)
 
-    def _tool_reply(self, kind: str, name: str) -> _Reply:
-        """One call of tool ``name``, whole (``tool-json``) or streamed."""
-        fragments = tool_call_fragments()
+    def _openai(
+        self, pieces: tuple[str, ...], stream: bool, usage: bool, tool: str | None
+    ) -> _Reply:
+        """A chat completion saying ``pieces``, or calling ``tool`` with the fragments
+        of ``TOOL_CALL_ARGUMENTS``: one JSON body, or SSE chunks, a finish chunk, a
+        usage chunk when asked, ``[DONE]``."""
         head = {"id": "chatcmpl-bench", "created": self.created, "model": self.model}
+        fragments = tool_call_fragments() if tool else pieces
+        count = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": len(fragments)}
+        count["total_tokens"] = len(fragments) + PROMPT_TOKENS
         call = {"id": TOOL_CALL_ID, "type": "function"}
-        if kind == "tool-json":
-            whole = {**call, "function": {"name": name, "arguments": "".join(fragments)}}
-            message = {"role": "assistant", "content": None, "tool_calls": [whole]}
-            choice = {"index": 0, "message": message, "logprobs": None}
-            completion = {
-                **head,
-                "object": "chat.completion",
-                "choices": [{**choice, "finish_reason": "tool_calls"}],
-                "usage": self._usage(len(fragments)),
-            }
+        finish = "tool_calls" if tool else "stop"
+        if not stream:
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
+            if tool:
+                whole = {**call, "function": {"name": tool, "arguments": "".join(fragments)}}
+                message = {"role": "assistant", "content": None, "tool_calls": [whole]}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            completion = {**head, "object": "chat.completion", "choices": [choice], "usage": count}
             return _Reply(_JSON, [orjson.dumps(completion)], stream=False)
 
         def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
             return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
-        def delta(value: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
-            return [{"index": 0, "delta": value, "finish_reason": finish}]
-
-        first = {**call, "index": 0, "function": {"name": name, "arguments": ""}}
-        out = [event(delta({"role": "assistant", "content": None, "tool_calls": [first]}))]
-        for fragment in fragments:
-            part = {"index": 0, "function": {"arguments": fragment}}
-            out.append(event(delta({"tool_calls": [part]})))
-        out.append(event(delta({}, "tool_calls")))
-        if kind.endswith("usage"):
-            out.append(event([], usage=self._usage(len(fragments))))
+        if tool:
+            first = {**call, "index": 0, "function": {"name": tool, "arguments": ""}}
+            deltas = [{"role": "assistant", "content": None, "tool_calls": [first]}]
+            deltas += [
+                {"tool_calls": [{"index": 0, "function": {"arguments": f}}]} for f in fragments
+            ]
+        else:
+            deltas = [{"role": "assistant", "content": pieces[0]}] if pieces else []
+            deltas += [{"content": piece} for piece in pieces[1:]]
+        out = [event([{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
+        out.append(event([{"index": 0, "delta": {}, "finish_reason": finish}]))
+        if usage:
+            out.append(event([], usage=count))
         out.append(b"data: [DONE]\n\n")
         return _Reply(_SSE, out, stream=True, eof_apart=self.eof_apart)
-
-    def _usage(self, n: int) -> dict[str, int]:
-        return {
-            "prompt_tokens": PROMPT_TOKENS,
-            "completion_tokens": n,
-            "total_tokens": n + PROMPT_TOKENS,
-        }
-
-    def _openai_completion(self, pieces: tuple[str, ...]) -> dict[str, Any]:
-        message = {"role": "assistant", "content": "".join(pieces)}
-        return {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
-            ],
-            "usage": self._usage(len(pieces)),
-        }
-
-    def _openai_stream(self, pieces: tuple[str, ...], include_usage: bool) -> list[bytes]:
-        head = {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-        }
-
-        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            return b"data: " + orjson.dumps({**head, "choices": choices, **extra}) + b"\n\n"
-
-        out = []
-        for i, piece in enumerate(pieces):
-            delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
-            out.append(event([{"index": 0, "delta": delta, "finish_reason": None}]))
-        out.append(event([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
-        if include_usage:
-            out.append(event([], usage=self._usage(len(pieces))))
-        out.append(b"data: [DONE]\n\n")
-        return out
 
     def _responses_object(self, pieces: tuple[str, ...] | None, status: str) -> dict[str, Any]:
         """A Responses ``response`` object: finished with ``pieces`` as its one message,

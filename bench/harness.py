@@ -1,25 +1,30 @@
 """What every scenario of the benchmark harness shares: its processes, their cost, the
-``--baseline-src`` checkout and the results format.
+``--baseline-src`` checkout, the command line's common options and the results format.
 
 - Processes: the stub backend (``fast_backend.py``), ``llmbridge serve`` (this tree's,
-  or a baseline checkout's), the peer proxies (LiteLLM, Portkey) and Redis, each on a
-  free loopback port with its output in a log file. Each dies with the benchmark (the
-  kernel's parent-death signal covers SIGKILL) and ``Server.stop`` stops it and every
-  process it forked for certain (its own session, SIGKILLed last); ``stopping()`` stops
-  all a scenario started, in reverse, however the scenario ends.
+  or a baseline checkout's), the peer proxies (``peers.py``: LiteLLM, Portkey) and Redis,
+  each on a free loopback port with its output in a log file and the path that says it
+  is ready (``wait_ready``). Each dies with the benchmark (the kernel's parent-death
+  signal covers SIGKILL) and ``Server.stop`` stops it and every process it forked for
+  certain (its own session, SIGKILLed last); ``workspace()`` stops all a scenario
+  started, in reverse, however the scenario ends.
 - Their cost: ``ProcessTree`` sums CPU time and peak RSS over a process and what it
   forked, from /proc (0 where there is none); ``system_busy_seconds`` the machine's.
 - The baseline: ``prepare_baseline(DIR)`` checks that ``PYTHONPATH=DIR`` really makes
   ``import llmbridge`` find DIR's package (it precedes the editable install's path
   entry), and records DIR's commit; ``check_process_env`` proves a running gateway got
   it.
+- The command line: ``arguments`` (a parser with ``--quick``, ``--json``, ``--no-save``
+  and ``--baseline-src`` where a scenario takes them) and ``quick_defaults``.
 - Results: ``start_run`` (the command, start time and load), ``results_header`` (the
-  fields every results document opens with) and ``save_results``
-  (``bench/results/NAME-<time>.json``, git-ignored).
+  fields every results document opens with), ``save_results``
+  (``bench/results/NAME-<time>.json``, git-ignored), and ``entry_point``, which turns a
+  failure to start (2) or the hard time cap (3) into the exit status.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -31,21 +36,23 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-import litellm_proxy
-import portkey_gateway
+import peers
 from fast_backend import DEFAULT_MODEL
-from http_clients import BenchClient
+from http_clients import BenchClient, make_client
 
 T = TypeVar("T")
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
+OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"
+"""The pinned OpenCode binary ``make test`` installs."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CPUS = os.cpu_count() or 1
 _PROC = Path("/proc")
@@ -79,6 +86,15 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def _status_kib(pid: int, field: str) -> int:
+    """A ``/proc/PID/status`` field in KiB (``VmRSS``, ``VmHWM``); 0 for a gone process."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 class ProcessTree:
     """A root process id and, on every reading, its descendants at that moment (a proxy
     may fork workers, so a server's cost is the sum over its whole tree)."""
@@ -90,10 +106,7 @@ class ProcessTree:
         """The root and all its descendants (a scan of /proc: a few ms, never timed)."""
         children: dict[int, list[int]] = {}
         for entry in _PROC.iterdir():
-            if not entry.name.isdigit():
-                continue
-            fields = _stat_fields(int(entry.name))
-            if fields is not None:
+            if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None:
                 children.setdefault(int(fields[1]), []).append(int(entry.name))
         found, todo = [], [self.root]
         while todo:
@@ -106,35 +119,27 @@ class ProcessTree:
         """User + system CPU time of the tree so far, with the root's reaped children."""
         ticks = 0
         for pid in self.pids():
-            fields = _stat_fields(pid)
-            if fields is None:
+            if (fields := _stat_fields(pid)) is None:
                 continue
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
             if pid == self.root:
                 ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
         return ticks / CLK_TCK
 
+    def rss_kib(self) -> int:
+        """The tree's resident set size now (VmRSS summed), in KiB."""
+        return sum(_status_kib(pid, "VmRSS") for pid in self.pids())
+
     def peak_rss_mb(self) -> float:
         """Sum of the tree's peak resident set sizes (VmHWM), in MB (10^6 bytes)."""
-        kib = 0
-        for pid in self.pids():
-            with contextlib.suppress(OSError, ValueError):
-                for line in (_PROC / str(pid) / "status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        kib += int(line.split()[1])
-                        break
-        return kib * 1024 / 1e6
+        return sum(_status_kib(pid, "VmHWM") for pid in self.pids()) * 1024 / 1e6
 
-    def reset_peak(self) -> bool:
+    def reset_peak(self) -> None:
         """A new peak-RSS window for every process of the tree (``5`` to ``clear_refs``,
-        Linux >= 4.0, our own processes only); False if refused."""
-        ok = True
+        Linux >= 4.0, our own processes only; refused silently elsewhere)."""
         for pid in self.pids():
-            try:
+            with contextlib.suppress(OSError):
                 (_PROC / str(pid) / "clear_refs").write_text("5")
-            except OSError:
-                ok = False
-        return ok
 
 
 def system_busy_seconds() -> float:
@@ -159,6 +164,10 @@ class Server:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    health: str | None = None
+    """The path that answers 200 once it serves (None: nothing to wait for)."""
+    patience: float = 60.0
+    """Seconds ``wait_ready`` gives it to start."""
 
     @classmethod
     def start(
@@ -168,6 +177,8 @@ class Server:
         argv: list[str],
         log_dir: Path,
         env: Mapping[str, str] | None = None,
+        health: str | None = None,
+        patience: float = 60.0,
     ) -> Server:
         """``env``: variables set on top of this process's environment."""
         log_path = log_dir / f"{name}.log"
@@ -181,7 +192,7 @@ class Server:
                 start_new_session=True,  # Ctrl-C reaches the benchmark only; it stops us
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
-        return cls(name, port, process, log_path)
+        return cls(name, port, process, log_path, health, patience)
 
     @property
     def pid(self) -> int:
@@ -191,16 +202,19 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def tree(self) -> ProcessTree:
+        return ProcessTree(self.pid)
+
     def log_tail(self, lines: int = 30) -> str:
         try:
-            text = self.log_path.read_text(errors="replace")
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
 
     def cpu_seconds(self) -> float:
         """User + system CPU time so far of the process and every process it forked."""
-        return ProcessTree(self.pid).cpu_seconds()
+        return self.tree.cpu_seconds()
 
     def stop(self) -> None:
         """SIGINT (uvicorn's graceful stop; lets cProfile write its file), then harder;
@@ -216,71 +230,88 @@ class Server:
             os.killpg(self.pid, signal.SIGKILL)
 
 
+class Started(list[Server]):
+    """The servers a scenario started, stopped in reverse when its ``workspace`` ends."""
+
+    def add(self, server: Server) -> Server:
+        self.append(server)
+        return server
+
+
 @contextlib.contextmanager
-def stopping() -> Iterator[list[Server]]:
-    """A list to append started servers to; every one is stopped, in reverse, on exit."""
-    started: list[Server] = []
-    try:
-        yield started
-    finally:
-        for server in reversed(started):
-            server.stop()
-        if started:
-            log("servers stopped")
-
-
-async def wait_ready(
-    client: BenchClient, server: Server, path: str, patience: float = 60.0
-) -> None:
-    """Poll ``path`` until it answers 200; fail early if the process died."""
-    deadline = time.monotonic() + patience
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"{server.name} exited with code {server.process.returncode}:\n{server.log_tail()}"
-            )
+def workspace(prefix: str) -> Iterator[tuple[Path, Started]]:
+    """A temporary directory for configs and logs, and the list of servers to stop."""
+    started = Started()
+    with tempfile.TemporaryDirectory(prefix=f"llmbridge-{prefix}-") as tmp:
         try:
-            status, text = await client.get(f"{server.url}{path}")
-            if status == 200:
-                return
-            last = f"HTTP {status}: {text[:300]}"
-        except Exception as exc:  # noqa: BLE001 - not up yet, whatever the reason
-            last = f"{type(exc).__name__}: {exc}"
-        await asyncio.sleep(0.1)
-    raise RuntimeError(
-        f"{server.name} not ready after {patience:.0f}s ({last})\n{server.log_tail()}"
-    )
+            yield Path(tmp), started
+        finally:
+            for server in reversed(started):
+                server.stop()
+            if started:
+                log("servers stopped")
 
 
-def backend_type(dialect: str) -> str:
-    """The gateway's backend type for a benchmarked front ``dialect``: the same dialect,
-    except behind the Responses front, where it is the fast backend's chat completions."""
-    return "openai" if dialect == "responses" else dialect
+async def wait_ready(client: BenchClient | None, *servers: Server) -> None:
+    """Poll each server's ``health`` path until it answers 200; fail early if the
+    process died. ``client`` None: a client of its own for the wait."""
+    if client is None:
+        own = make_client(4)
+        try:
+            return await wait_ready(own, *servers)
+        finally:
+            await own.aclose()
+    for server in servers:
+        if server.health is None:
+            continue
+        deadline, last = time.monotonic() + server.patience, "no answer"
+        while True:
+            if server.process.poll() is not None:
+                code = server.process.returncode
+                raise RuntimeError(f"{server.name} exited with code {code}:\n{server.log_tail()}")
+            try:
+                status, text = await client.get(server.url + server.health)
+                if status == 200:
+                    break
+                last = f"HTTP {status}: {text[:300]}"
+            except Exception as exc:  # noqa: BLE001 - not up yet, whatever the reason
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{server.name} not ready after {server.patience:.0f}s ({last})\n"
+                    + server.log_tail()
+                )
+            await asyncio.sleep(0.1)
 
 
-def gateway_config(dialect: str, backend_port: int, backend: str | None = None) -> str:
-    """A gateway config with one backend, the fast backend on ``backend_port``, of type
-    ``backend`` (default ``backend_type(dialect)``), and the bench model routed to it."""
-    kind = backend or backend_type(dialect)
-    url = f"http://127.0.0.1:{backend_port}" + ("" if kind == "ollama" else "/v1")
-    return (
-        "server:\n"
-        "  host: 127.0.0.1\n"
-        "  log_level: warning\n"
-        "backends:\n"
-        f"  bench: {{type: {kind}, url: '{url}'}}\n"
-        "models:\n"
-        f"  - {{name: {DEFAULT_MODEL}, backend: bench}}\n"
-        "default_backend: bench\n"
-    )
+def gateway_config(
+    backend_port: int,
+    kind: str = "openai",
+    more: Mapping[str, tuple[str, int]] | None = None,
+    tools: bool = False,
+) -> str:
+    """A gateway config whose backend ``bench``, of type ``kind``, is the fast backend on
+    ``backend_port``, with the bench model routed to it; ``more``: further backends (name:
+    type and port), each with a route ``bench-NAME`` to the bench model; ``tools``: every
+    route says its model calls tools (no probe, no emulation)."""
+    flag = ", tools: true" if tools else ""
+    lines = ["server:", "  host: 127.0.0.1", "  log_level: warning", "backends:"]
+    routes = [f"  - {{name: {DEFAULT_MODEL}, backend: bench{flag}}}"]
+    for name, (backend, port) in {"bench": (kind, backend_port), **(more or {})}.items():
+        url = f"http://127.0.0.1:{port}" + ("" if backend == "ollama" else "/v1")
+        lines.append(f"  {name}: {{type: {backend}, url: '{url}'}}")
+        if name != "bench":
+            routes.append(
+                f"  - {{name: bench-{name}, backend: {name}, model: {DEFAULT_MODEL}{flag}}}"
+            )
+    return "\n".join([*lines, "models:", *routes, "default_backend: bench", ""])
 
 
 def start_fast_backend(workdir: Path, *options: str, name: str = "backend") -> Server:
     """``fast_backend.py`` on a free loopback port, with ``options`` (--chunks...)."""
     port = free_port()
     argv = [sys.executable, str(BENCH_DIR / "fast_backend.py"), "--port", str(port), *options]
-    return Server.start(name, port, argv, workdir)
+    return Server.start(name, port, argv, workdir, health="/v1/models")
 
 
 def start_gateway(
@@ -296,30 +327,27 @@ def start_gateway(
 ) -> Server:
     """``llmbridge serve`` on a free loopback port with ``config_text`` as its config;
     ``env`` adds to its environment; ``baseline`` makes it serve that checkout (checked
-    on the running process); ``extra_args`` go after ``serve``'s own (``--workers 2``)."""
+    on the running process); ``extra_args`` go after ``serve``'s own (``--workers 2``);
+    ``profile``: under cProfile, its stats to that file; ``launcher``: started as
+    ``python SCRIPT serve ...`` instead (a patched llmbridge, or ``floor_proxy.py``)."""
     port = free_port()
     config = workdir / f"{name}.yaml"
     config.write_text(config_text)
-    argv = [*gateway_argv(config, port, profile, launcher), *extra_args]
+    serve = ["serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
+    script = Path(sys.executable).parent / "llmbridge"
+    if launcher is not None:
+        argv = [sys.executable, str(launcher), *serve]
+    elif profile is not None:
+        argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "llmbridge", *serve]
+    elif script.exists():
+        argv = [str(script), *serve]
+    else:
+        argv = [sys.executable, "-m", "llmbridge", *serve]
     env = {**(env or {}), **(baseline.env if baseline else {})}
-    server = Server.start(name, port, argv, workdir, env)
+    server = Server.start(name, port, [*argv, *extra_args], workdir, env, health="/health")
     if baseline is not None:
         check_process_env(server.pid, baseline.env)
     return server
-
-
-def gateway_argv(
-    config: Path, port: int, profile: Path | None, launcher: Path | None = None
-) -> list[str]:
-    serve = ["serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
-    if launcher is not None:
-        return [sys.executable, str(launcher), *serve]
-    if profile is not None:
-        return [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "llmbridge", *serve]
-    script = Path(sys.executable).parent / "llmbridge"
-    if script.exists():
-        return [str(script), *serve]
-    return [sys.executable, "-m", "llmbridge", *serve]
 
 
 def start_peer(name: str, workdir: Path, backend_port: int, workers: int = 1) -> Server:
@@ -327,13 +355,14 @@ def start_peer(name: str, workdir: Path, backend_port: int, workers: int = 1) ->
     need be: ``litellm`` (the LiteLLM proxy, its own virtualenv) or ``portkey``."""
     port = free_port()
     if name == "litellm":
-        litellm_proxy.ensure_venv(log)
+        peers.ensure_litellm(log)
         config = workdir / "litellm.yaml"
-        config.write_text(litellm_proxy.config_yaml(backend_port))
-        return Server.start(name, port, litellm_proxy.proxy_argv(config, port, workers), workdir)
+        config.write_text(peers.litellm_config(backend_port))
+        argv = peers.litellm_argv(config, port, workers)
+        return Server.start(name, port, argv, workdir, health="/health/liveliness", patience=180)
     if name == "portkey":
-        portkey_gateway.ensure_installed(log)
-        return Server.start(name, port, portkey_gateway.gateway_argv(port), workdir)
+        peers.ensure_portkey(log)
+        return Server.start(name, port, peers.portkey_argv(port), workdir, health="/")
     raise ValueError(f"no peer {name!r} (litellm, portkey)")
 
 
@@ -347,29 +376,33 @@ def start_redis(workdir: Path) -> Server:
     return Server.start("redis", port, [*argv, "no", "--dir", str(workdir)], workdir)
 
 
-def start_py_spy(out: Path, pid: int) -> subprocess.Popen[bytes]:
-    """A sampling profiler attached to ``pid`` until ``stop_py_spy`` (native frames show
-    where C and the kernel take the time, e.g. the socket ``write``)."""
+@contextlib.contextmanager
+def py_spy(out: Path | None, pid: int) -> Iterator[None]:
+    """With ``out``, a sampling profiler attached to ``pid`` for the block (native
+    frames show where C and the kernel take the time, e.g. the socket ``write``)."""
+    if out is None:
+        yield
+        return
     binary = os.environ.get("PY_SPY") or shutil.which("py-spy")
     if binary is None:
         raise RuntimeError("--py-spy: no py-spy on PATH and $PY_SPY is not set")
     argv = [binary, "record", "-p", str(pid), "-r", "250", "--native", "-f", "raw"]
     log(f"sampling pid {pid} with py-spy into {out}")
-    return subprocess.Popen(
+    sampler = subprocess.Popen(
         [*argv, "-o", str(out.resolve())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def stop_py_spy(sampler: subprocess.Popen[bytes]) -> None:
-    if sampler.poll() is None:
-        sampler.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
     try:
-        sampler.wait(30)
-    except subprocess.TimeoutExpired:
-        sampler.kill()
+        yield
+    finally:
+        if sampler.poll() is None:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+        try:
+            sampler.wait(30)
+        except subprocess.TimeoutExpired:
+            sampler.kill()
 
 
 # -- the baseline checkout -------------------------------------------------------------------
@@ -398,13 +431,7 @@ class Baseline:
 
     def describe(self) -> dict[str, object]:
         """What the JSON result records about the baseline."""
-        return {
-            "src": str(self.src),
-            "commit": self.commit,
-            "src_dirty": self.src_dirty,
-            "module": self.module,
-            "pythonpath": self.env["PYTHONPATH"],
-        }
+        return vars(self) | {"src": str(self.src), "pythonpath": self.env["PYTHONPATH"]}
 
 
 def python_path_env(src: Path) -> dict[str, str]:
@@ -412,29 +439,20 @@ def python_path_env(src: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(src) + (os.pathsep + inherited if inherited else "")}
 
 
-def prepare_baseline(src: Path) -> Baseline:
+def prepare_baseline(src: Path | None) -> Baseline | None:
     """Check that ``src`` holds an llmbridge package that really gets imported: this
     interpreter with ``PYTHONPATH=src`` and ``-P`` (no script directory on the path)
-    must import it from under ``src``."""
+    must import it from under ``src``. None stays None (no ``--baseline-src``)."""
+    if src is None:
+        return None
     src = src.resolve()
     if not (src / "llmbridge" / "__init__.py").is_file():
         raise BaselineError(
             f"--baseline-src {src}: no llmbridge/__init__.py there "
             "(give the src/ directory of a checkout, e.g. made by git worktree add)"
         )
-    module = imported_module(python_path_env(src))
-    if not Path(module).resolve().is_relative_to(src):
-        raise BaselineError(
-            f"--baseline-src {src}: with PYTHONPATH set, llmbridge is still imported from {module}"
-        )
-    commit = git_output("-C", str(src), "rev-parse", "HEAD")
-    dirty = bool(git_output("-C", str(src), "status", "--porcelain", ".")) if commit else None
-    return Baseline(src, module, commit, dirty)
-
-
-def imported_module(env: dict[str, str]) -> str:
-    """``llmbridge.__file__`` in this interpreter with ``env`` added to the environment."""
     probe = [sys.executable, "-P", "-c", "import llmbridge; print(llmbridge.__file__)"]
+    env = python_path_env(src)
     try:
         done = subprocess.run(
             probe, env={**os.environ, **env}, capture_output=True, text=True, timeout=60
@@ -443,7 +461,14 @@ def imported_module(env: dict[str, str]) -> str:
         raise BaselineError(f"cannot run {sys.executable}: {exc}") from exc
     if done.returncode != 0:
         raise BaselineError(f"import llmbridge failed with {env}:\n{done.stderr[-800:]}")
-    return done.stdout.strip()
+    module = done.stdout.strip()
+    if not Path(module).resolve().is_relative_to(src):
+        raise BaselineError(
+            f"--baseline-src {src}: with PYTHONPATH set, llmbridge is still imported from {module}"
+        )
+    commit = git_output("-C", str(src), "rev-parse", "HEAD")
+    dirty = bool(git_output("-C", str(src), "status", "--porcelain", ".")) if commit else None
+    return Baseline(src, module, commit, dirty)
 
 
 def check_process_env(pid: int, env: dict[str, str]) -> None:
@@ -460,6 +485,34 @@ def check_process_env(pid: int, env: dict[str, str]) -> None:
             raise BaselineError(f"process {pid} has {name}={found.get(name)!r}, not {value!r}")
 
 
+# -- the command line ------------------------------------------------------------------------
+
+
+def arguments(
+    doc: str | None, *, quick: str | None = None, save: bool = True, baseline: str | None = None
+) -> argparse.ArgumentParser:
+    """A scenario's parser, described by its docstring's first paragraph, with the
+    options most share: ``--quick`` (its help ``quick``), ``--json OUT`` and
+    ``--no-save`` (``save``), ``--baseline-src DIR`` (its help ``baseline``)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    if quick is not None:
+        parser.add_argument("--quick", action="store_true", help=quick)
+    if save:
+        parser.add_argument("--json", type=Path, metavar="OUT", help="also here")
+        parser.add_argument("--no-save", action="store_true", help="no bench/results/ JSON")
+    if baseline is not None:
+        parser.add_argument("--baseline-src", type=Path, metavar="DIR", help=baseline)
+    return parser
+
+
+def quick_defaults(args: argparse.Namespace, **values: tuple[Any, Any]) -> argparse.Namespace:
+    """Each option left unset (None) gets its ``(default, with --quick)`` value."""
+    for name, (normal, quick) in values.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if getattr(args, "quick", False) else normal)
+    return args
+
+
 # -- running a scenario and its results ------------------------------------------------------
 
 
@@ -468,8 +521,11 @@ def raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """``main`` on uvloop (as the servers run) where it is installed, else asyncio's loop."""
+def run_async(main: Coroutine[Any, Any, T], cap_s: float | None = None) -> T:
+    """``main`` on uvloop (as the servers run) where it is installed, else asyncio's
+    loop; with ``cap_s``, a ``TimeoutError`` once it has run that long."""
+    if cap_s is not None:
+        main = asyncio.wait_for(main, cap_s)
     try:
         import uvloop
     except ImportError:
@@ -535,11 +591,14 @@ def results_header(run: RunStart, settings: object = None) -> dict[str, Any]:
 
 
 def save_results(
-    name: str, document: Mapping[str, Any], started: float, also: Path | None = None
+    name: str, document: Mapping[str, Any], started: float, args: argparse.Namespace | None = None
 ) -> list[Path]:
-    """``document`` as ``bench/results/NAME-<start time>.json`` (and at ``also``)."""
+    """``document`` as ``bench/results/NAME-<start time>.json``, and at ``args.json``;
+    nothing with ``args.no_save`` but that."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(started))
-    paths = [RESULTS_DIR / f"{name}-{stamp}.json", *([also] if also else [])]
+    also = getattr(args, "json", None)
+    saved = [] if getattr(args, "no_save", False) else [RESULTS_DIR / f"{name}-{stamp}.json"]
+    paths = [*saved, *([also] if also else [])]
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document, indent=2, default=str) + "\n")
@@ -548,9 +607,17 @@ def save_results(
 
 
 def entry_point(main: Callable[[list[str] | None], int | None]) -> None:
-    """``sys.exit(main())`` for a scenario run as a script; Ctrl-C exits 130 quietly."""
+    """``sys.exit(main())`` for a scenario run as a script: Ctrl-C exits 130 quietly, a
+    server that would not start or a baseline that cannot be served 2, the hard time
+    cap 3."""
     try:
         sys.exit(main(None))
     except KeyboardInterrupt:
         log("interrupted")
         sys.exit(130)
+    except (RuntimeError, BaselineError) as exc:
+        log(str(exc))
+        sys.exit(2)
+    except TimeoutError:
+        log("hard time cap reached; stopping")
+        sys.exit(3)

@@ -21,21 +21,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
 from fast_backend import DEFAULT_MODEL
-from harness import gateway_config, log, start_fast_backend, start_gateway, wait_ready
-from http_clients import make_client
+from harness import (
+    Server,
+    arguments,
+    entry_point,
+    gateway_config,
+    log,
+    results_header,
+    run_async,
+    save_results,
+    start_fast_backend,
+    start_gateway,
+    start_run,
+    wait_ready,
+    workspace,
+)
+from load import ms
 
 PROBE_INTERVAL_S = 0.005
 
@@ -89,17 +99,6 @@ BODIES: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
 }
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return {
-        "n": len(ordered),
-        "p50_ms": statistics.median(ordered) * 1000,
-        "p99_ms": p99 * 1000,
-        "max_ms": ordered[-1] * 1000,
-    }
-
-
 async def _probe(http: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> list[float]:
     samples = []
     while not stop.is_set():
@@ -126,49 +125,36 @@ async def _post_repeatedly(
     return results
 
 
-async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    backend = start_fast_backend(workdir, "--chunks", "4")
-    gateway = start_gateway(workdir, gateway_config("openai", backend.port))
-    client = make_client(1)
-    try:
-        await wait_ready(client, backend, "/v1/models")
-        await wait_ready(client, gateway, "/health")
-        base = f"http://127.0.0.1:{gateway.port}"
-        timeout = aiohttp.ClientTimeout(total=300)
-        # Separate sessions: the probe never waits for the body's connection.
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as probes,
-            aiohttp.ClientSession(timeout=timeout) as posts,
-        ):
-            results: dict[str, Any] = {}
+async def measure(args: argparse.Namespace, backend: Server, gateway: Server) -> dict[str, Any]:
+    await wait_ready(None, backend, gateway)
+    timeout = aiohttp.ClientTimeout(total=300)
+    # Separate sessions: the probe never waits for the body's connection.
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as probes,
+        aiohttp.ClientSession(timeout=timeout) as posts,
+    ):
+        results: dict[str, Any] = {}
+        for name in ["idle", *args.bodies]:
             stop = asyncio.Event()
-            task = asyncio.create_task(_probe(probes, base + "/health", stop))
-            await asyncio.sleep(args.seconds)
-            stop.set()
-            results["idle"] = {"health": _summary(await task)}
-            log(f"idle: {results['idle']['health']}")
-            for name in args.bodies:
-                path, build = BODIES[name]
-                raw = orjson.dumps(build())
-                stop = asyncio.Event()
-                task = asyncio.create_task(_probe(probes, base + "/health", stop))
-                posted = await _post_repeatedly(posts, base + path, raw, args.seconds)
+            task = asyncio.create_task(_probe(probes, gateway.url + "/health", stop))
+            if name == "idle":
+                await asyncio.sleep(args.seconds)
                 stop.set()
-                health = _summary(await task)
-                statuses = sorted({status for status, _ in posted})
-                results[name] = {
-                    "bytes": len(raw),
-                    "statuses": statuses,
-                    "requests": len(posted),
-                    "request_s_median": statistics.median(t for _, t in posted),
-                    "health": health,
-                }
-                log(f"{name}: {results[name]}")
-            return results
-    finally:
-        await client.aclose()
-        gateway.stop()
-        backend.stop()
+                results[name] = {"health": ms(await task, 0.5, 0.99)}
+                continue
+            path, build = BODIES[name]
+            raw = orjson.dumps(build())
+            posted = await _post_repeatedly(posts, gateway.url + path, raw, args.seconds)
+            stop.set()
+            results[name] = {
+                "bytes": len(raw),
+                "statuses": sorted({status for status, _ in posted}),
+                "requests": len(posted),
+                "request_s_median": statistics.median(t for _, t in posted),
+                "health": ms(await task, 0.5, 0.99),
+            }
+            log(f"{name}: {results[name]}")
+        return results
 
 
 def _print(results: dict[str, Any]) -> None:
@@ -182,26 +168,28 @@ def _print(results: dict[str, Any]) -> None:
         size = f"{row['bytes'] / 1e6:.1f}" if "bytes" in row else "-"
         status = ",".join(map(str, row.get("statuses", []))) or "-"
         seconds = f"{row['request_s_median']:.2f}" if "request_s_median" in row else "-"
-        ratio = health["p99_ms"] / idle["p99_ms"]
+        ratio = health["p99"] / idle["p99"]
         print(
-            f"{name:<22} {size:>8} {status:>7} {seconds:>6} {health['p50_ms']:>9.2f}ms "
-            f"{health['p99_ms']:>6.2f}ms {health['max_ms']:>6.2f}ms {ratio:>8.1f}x"
+            f"{name:<22} {size:>8} {status:>7} {seconds:>6} {health['p50']:>9.2f}ms "
+            f"{health['p99']:>6.2f}ms {health['max']:>6.2f}ms {ratio:>8.1f}x"
         )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = arguments(__doc__)
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
     parser.add_argument("--bodies", nargs="+", choices=list(BODIES), default=list(BODIES))
-    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="llmbridge-health-") as workdir:
-        results = asyncio.run(run(args, Path(workdir)))
+    run = start_run("health_under_load", argv)
+    with workspace("health") as (workdir, started):
+        backend = started.add(start_fast_backend(workdir, "--chunks", "4"))
+        gateway = started.add(start_gateway(workdir, gateway_config(backend.port)))
+        results = run_async(measure(args, backend, gateway))
     _print(results)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
+    document = results_header(run, args) | {"results": results}
+    save_results("health_under_load", document, run.started, args)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point(main)

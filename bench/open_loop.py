@@ -27,25 +27,11 @@ import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from http_clients import AiohttpClient, Outcome
-from replies import CheckError
-
-__all__ = [
-    "ARRIVALS",
-    "EARLY_S",
-    "LAG_LIMIT_S",
-    "OpenLoop",
-    "Request",
-    "Shot",
-    "StepRun",
-    "percentile",
-    "schedule",
-    "summarise",
-    "tree_rss_kb",
-]
+from http_clients import AiohttpClient
+from load import ms, percentile
+from wire import CheckError
 
 ARRIVALS = ("even", "poisson")
 EARLY_S = 0.001
@@ -140,15 +126,10 @@ class OpenLoop:
     async def _send(self, shot: Shot, check: Callable[[Shot], None] | None) -> None:
         request = shot.request
         shot.sent = time.perf_counter()
-        outcome: Outcome
-        if request.stream and request.separator is not None:
-            outcome, shot.frames = await self.client.fetch_frames(
-                request.url, request.body, request.separator, request.headers
-            )
-        else:
-            outcome = await self.client.fetch(
-                0, request.url, request.body, request.stream, request.headers
-            )
+        outcome = await self.client.fetch(
+            0, request.url, request.body, request.stream, request.headers, request.separator
+        )
+        shot.frames = outcome.frames
         shot.done = shot.sent + outcome.total
         shot.status, shot.raw, shot.error = outcome.status, outcome.raw, outcome.error
         if outcome.first_byte is not None:
@@ -248,24 +229,6 @@ def _check(shot: Shot, check: Callable[[Shot], None]) -> None:
 # -- figures --------------------------------------------------------------------------------
 
 
-def percentile(ordered: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of an ascending sequence (None when empty)."""
-    if not ordered:
-        return None
-    rank = min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))
-    return ordered[rank]
-
-
-def _ms(values: list[float], *qs: float) -> dict[str, float | None]:
-    values.sort()
-    out: dict[str, float | None] = {}
-    for q in qs:
-        found = percentile(values, q)
-        out[f"p{q * 100:g}"] = None if found is None else found * 1000
-    out["max"] = values[-1] * 1000 if values else None
-    return out
-
-
 def summarise(run: StepRun, server_cpu_s: float | None = None) -> dict[str, Any]:
     """A step's figures; ``server_cpu_s``: CPU the measured server used meanwhile."""
     ok = run.ok
@@ -285,8 +248,8 @@ def summarise(run: StepRun, server_cpu_s: float | None = None) -> dict[str, Any]
         "errors": len(run.failures),
         "error_examples": sorted(set(run.failures))[:3],
         "achieved_rps": len(ok) / span,
-        "latency_ms": _ms(latencies, 0.5, 0.9, 0.99, 0.999),
-        "generator_lag_ms": _ms(lags, 0.5, 0.99),
+        "latency_ms": ms(latencies, 0.5, 0.9, 0.99, 0.999),
+        "generator_lag_ms": ms(lags, 0.5, 0.99),
         "generator_cpu_share": run.generator_cpu_s / wall,
         "server_cpu_share": None if server_cpu_s is None else server_cpu_s / wall,
     }
@@ -297,7 +260,7 @@ def summarise(run: StepRun, server_cpu_s: float | None = None) -> dict[str, Any]
     out["generator_behind"] = lag_p99 is not None and lag_p99 > LAG_LIMIT_S * 1000
     firsts = [shot.first_byte - shot.start for shot in ok if shot.first_byte is not None]
     if firsts:
-        out["first_byte_ms"] = _ms(firsts, 0.5, 0.99)
+        out["first_byte_ms"] = ms(firsts, 0.5, 0.99)
     framed = [shot for shot in ok if shot.frames]
     if framed:
         gaps: list[float] = []
@@ -305,19 +268,7 @@ def summarise(run: StepRun, server_cpu_s: float | None = None) -> dict[str, Any]
             frames = shot.frames or []
             gaps.extend(b - a for a, b in itertools.pairwise(frames))
         firsts = [(shot.frames or [shot.done])[0] - shot.start for shot in framed]
-        out["first_frame_ms"] = _ms(firsts, 0.5, 0.99)
-        out["frame_gap_ms"] = _ms(gaps, 0.5, 0.99)
+        out["first_frame_ms"] = ms(firsts, 0.5, 0.99)
+        out["frame_gap_ms"] = ms(gaps, 0.5, 0.99)
         out["frames_per_stream"] = sum(len(shot.frames or []) for shot in framed) / len(framed)
     return out
-
-
-def tree_rss_kb(pids: Sequence[int]) -> int:
-    """The summed resident set size (VmRSS) of ``pids``, in KiB (gone ones count 0)."""
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError, ValueError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-                    break
-    return total

@@ -1,27 +1,34 @@
-"""What the ``opencode`` backend adds over a bare OpenCode prompt on the same server.
+"""The ``opencode`` scenario: what the ``opencode`` backend adds over a bare OpenCode
+prompt on the same server (``--part backend``), and how soon the profiler's OpenCode
+provider knows a turn is over (``--part completion``); both by default.
 
 One OpenCode server (the pinned ``opencode serve``, spawned and isolated exactly as
-the gateway spawns it) answers from the fast scripted model server
+the gateway or the provider spawns it) answers from the stub backend
 (``fast_backend.py``), so the model's own time is a few milliseconds and what is
-measured is OpenCode plus whatever sits in front of it. Sequentially (concurrency 1,
-where latency is what a user feels), in the same run:
+measured is OpenCode plus whatever sits in front of it. The backend part, sequentially
+(concurrency 1, where latency is what a user feels):
 
 - ``bare prompt``: the baseline, ``POST /session/{id}/message`` (OpenCode's
   synchronous prompt) on a fresh session created beforehand, with the very body the
-  backend sends (same agent, tools off, system text): OpenCode's own time.
-- ``bare + session``: create a session, prompt, delete it, one after the other: the
-  least a stateless client must do per request.
-- ``seed-style``: the seed's adapter: create, ``prompt_async``, poll the messages
-  every 300 ms until the reply is there, delete.
+  backend sends (same agent, tools off, system text): OpenCode's own time;
+- ``bare + session``: create a session, prompt, delete it: the least a stateless client
+  must do per request;
+- ``seed-style``: the seed's adapter: create, ``prompt_async``, poll the messages every
+  300 ms until the reply is there, delete;
 - ``gateway, pool N``: the official route a client uses, Ollama ``POST /api/chat``
   through a gateway whose ``opencode`` backend reaches the same server by URL;
-  non-streaming, then streaming (time to first token and to the end), with a warm
-  pool of N sessions (N = 2, then 0: session created on the request's path).
+  non-streaming, then streaming (time to first token and to the end), with a warm pool
+  of N sessions (N = 2, then 0: the session created on the request's path).
 
-Each row prints p50 / p95 and the p50 difference to the bare prompt. Target: at most
-50 ms added at p50 with the pool. Run: ``.venv/bin/python bench/opencode.py``
-(``--requests``, ``--opencode PATH``); the OpenCode binary defaults to the one
-``make test`` installs in tests/e2e/.
+Each row prints p50 / p95 and the p50 difference to the bare prompt; target: at most
+50 ms added at p50 with the pool. The completion part: per prompt, the lag from
+OpenCode creating the turn's terminal event (its ``evt_`` id carries OpenCode's
+millisecond clock) to the client knowing the turn is over, on the same clock: ``events``
+(the provider: ``prompt_async``, then the first terminal event on the shared ``/event``
+stream), ``idle`` (from the session's idle event, which OpenCode sends in the same
+write), ``polling`` (``GET /session/{id}/message`` every 300 ms, as a polling adapter
+does); target: at most 20 ms at p50 from the idle. The OpenCode binary defaults to the
+one ``make test`` installs in tests/e2e/ (``--opencode PATH``).
 """
 
 from __future__ import annotations
@@ -30,8 +37,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,12 +46,22 @@ import aiohttp
 
 from fast_backend import DEFAULT_MODEL
 from harness import (
+    OPENCODE,
+    Server,
+    Started,
+    arguments,
+    entry_point,
     log,
+    results_header,
+    run_async,
+    save_results,
     start_fast_backend,
     start_gateway,
+    start_run,
     wait_ready,
+    workspace,
 )
-from http_clients import make_client
+from llmbridge.backends.opencode.event_hub import id_time_ms, session_of
 from llmbridge.backends.opencode.prompt import ModelRef, prompt_body
 from llmbridge.backends.opencode.server import (
     AGENT_NAME,
@@ -56,25 +71,19 @@ from llmbridge.backends.opencode.server import (
 )
 from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest
+from llmbridge.profiler.providers.opencode import OpenCodeSessionProvider
+from llmbridge.profiler.records.types import ProviderConfig
 
-BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_OPENCODE = BENCH_DIR.parent / "tests" / "e2e" / "node_modules" / ".bin" / "opencode"
 TARGET_MS = 50.0
+"""The backend's added p50 over a bare prompt, with the pool."""
+COMPLETION_TARGET_MS = 20.0
+"""From the session's idle event to the provider knowing, p50."""
+POLL_SECONDS = 0.3
 QUESTION = "Say hello."
 SYSTEM = "You are a terse assistant."
 
 Timed = Callable[[], Awaitable[tuple[float, float | None]]]
 """One request: (seconds to the end, seconds to the first token or None)."""
-
-
-def _request() -> ChatRequest:
-    return ChatRequest(
-        model="bench",
-        messages=(
-            Message("system", (TextPart(SYSTEM),)),
-            Message("user", (TextPart(QUESTION),)),
-        ),
-    )
 
 
 class BareClient:
@@ -83,19 +92,23 @@ class BareClient:
     def __init__(self, http: aiohttp.ClientSession, server: OpenCodeServer, model: ModelRef):
         assert server.url is not None
         self.http, self.url, self.headers = http, server.url, server.headers
-        self.body = prompt_body(_request(), model, AGENT_NAME)
+        system, user = (
+            Message("system", (TextPart(SYSTEM),)),
+            Message("user", (TextPart(QUESTION),)),
+        )
+        self.body = prompt_body(
+            ChatRequest(model="bench", messages=(system, user)), model, AGENT_NAME
+        )
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
-        async with self.http.request(
-            method, f"{self.url}/{path}", json=body, headers=self.headers
-        ) as r:
+        url = f"{self.url}/{path}"
+        async with self.http.request(method, url, json=body, headers=self.headers) as r:
             r.raise_for_status()
             raw = await r.read()
         return json.loads(raw) if raw else None
 
     async def session(self) -> str:
-        reply = await self.call("POST", "session", {"title": "bench"})
-        return str(reply["id"])
+        return str((await self.call("POST", "session", {"title": "bench"}))["id"])
 
     async def prompt(self, sid: str) -> str:
         reply = await self.call("POST", f"session/{sid}/message", self.body)
@@ -136,14 +149,11 @@ class BareClient:
 async def gateway_request(
     http: aiohttp.ClientSession, url: str, stream: bool
 ) -> tuple[float, float | None]:
-    body = {
-        "model": "bench",
-        "stream": stream,
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
-    }
-    started = time.perf_counter()
-    first: float | None = None
-    async with http.post(f"{url}/api/chat", json=body) as r:
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    started, first = time.perf_counter(), None
+    async with http.post(
+        f"{url}/api/chat", json={"model": "bench", "stream": stream, "messages": messages}
+    ) as r:
         r.raise_for_status()
         if not stream:
             reply = await r.json()
@@ -160,13 +170,11 @@ async def gateway_request(
 async def measure(name: str, run: Timed, requests: int, warmup: int) -> dict[str, Any]:
     for _ in range(warmup):
         await run()
-    totals: list[float] = []
-    firsts: list[float] = []
+    totals, firsts = [], []
     for _ in range(requests):
         total, first = await run()
         totals.append(total * 1000)
-        if first is not None:
-            firsts.append(first * 1000)
+        firsts += [] if first is None else [first * 1000]
     log(f"{name}: p50 {statistics.median(totals):.1f} ms")
     return {
         "name": name,
@@ -176,138 +184,240 @@ async def measure(name: str, run: Timed, requests: int, warmup: int) -> dict[str
     }
 
 
-def _gateway_yaml(url: str, password: str, model: str, pool: int) -> str:
+# -- the profiler's completion detection ------------------------------------------------------
+
+
+async def events_lags(
+    provider: OpenCodeSessionProvider, prompts: int
+) -> tuple[list[float], list[float], list[float]]:
+    """Per prompt: (terminal event created -> provider knows, the session's idle
+    created -> provider knows, terminal event arrived -> knows)."""
+    assert provider._channel is not None
+    hub = provider._channel.hub
+    arrivals: dict[str, float] = {}
+    idles: dict[str, str] = {}
+    """Per session, its first idle event's id."""
+    sessions: list[str] = []
+    dispatch = hub._dispatch
+
+    def stamped(event: dict[str, Any]) -> None:  # when each event reached this process
+        arrivals[str(event.get("id"))] = time.time() * 1000
+        status = (event.get("properties") or {}).get("status") or {}
+        if event.get("type") == "session.status" and status.get("type") == "idle":
+            idles.setdefault(str(session_of(event)), str(event.get("id")))
+        dispatch(event)
+
+    hub._dispatch = stamped  # type: ignore[method-assign]
+    provider.completion_lag_ms.clear()
+    provider.terminal_events.clear()
+    try:
+        for i in range(prompts):
+            handle = await provider.create_session(
+                system_instructions=None, scenario_id="bench", iteration=i
+            )
+            await provider.prompt(handle, "Say hello.", 60)
+            sessions.append(handle.session_id)
+            await asyncio.sleep(0.05)  # the idle, when it comes after the terminal event
+            await provider.destroy_session(handle)
+    finally:
+        hub._dispatch = dispatch  # type: ignore[method-assign]
+    handling = [known - arrivals[eid] for eid, known in provider.terminal_events]
+    from_idle = []
+    for sid, (_, known) in zip(sessions, provider.terminal_events, strict=True):
+        created = id_time_ms(idles[sid], known) if sid in idles else None
+        if created is not None:
+            from_idle.append(known - created)
+    return list(provider.completion_lag_ms), from_idle, handling
+
+
+def _terminal_event(queue: asyncio.Queue[dict[str, Any] | None]) -> str | None:
+    """The id of the event that ended the turn, among those received so far."""
+    while not queue.empty():
+        event = queue.get_nowait()
+        if event is None:
+            return None
+        props = event.get("properties") or {}
+        idle = event.get("type") == "session.status" and props["status"]["type"] == "idle"
+        if idle or event.get("type") == "session.idle":
+            return str(event["id"])
+    return None
+
+
+async def polling_lags(provider: OpenCodeSessionProvider, prompts: int) -> list[float]:
+    """Poll like ghx; the turn's terminal event (seen on the side, not used to detect)
+    is the reference point, as for the events path."""
+    assert provider.server is not None and provider.server.url is not None
+    assert provider._channel is not None
+    url, headers = provider.server.url, provider.server.headers
+    model = {"providerID": "fast", "modelID": DEFAULT_MODEL}
+    lags = []
+    async with aiohttp.ClientSession(base_url=url + "/", headers=headers) as http:
+        for _ in range(prompts):
+            async with http.post("session", json={"title": "bench"}) as r:
+                sid = (await r.json())["id"]
+            body = {"model": model, "parts": [{"type": "text", "text": "Say hello."}]}
+            with provider._channel.hub.subscribe(sid) as queue:
+                async with http.post(f"session/{sid}/prompt_async", json=body) as r:
+                    r.raise_for_status()
+                while True:
+                    await asyncio.sleep(POLL_SECONDS)
+                    async with http.get(f"session/{sid}/message") as r:
+                        messages: list[dict[str, Any]] = await r.json()
+                    info = messages[-1]["info"] if messages else {}
+                    if info.get("role") == "assistant" and info.get("finish"):
+                        detected = time.time() * 1000
+                        break
+                await asyncio.sleep(0.05)  # let the terminal event arrive
+                terminal = _terminal_event(queue)
+            emitted = id_time_ms(terminal, detected) if terminal else None
+            if emitted is not None:
+                lags.append(detected - emitted)
+            async with http.delete(f"session/{sid}") as r:
+                r.raise_for_status()
+    return lags
+
+
+def _row(name: str, lags: list[float]) -> str:
+    ordered = sorted(lags)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return (
-        "server: {host: 127.0.0.1, log_level: warning}\n"
-        "backends:\n"
-        f"  oc: {{type: opencode, url: '{url}', password: '{password}', model: '{model}', "
-        f"pool_size: {pool}}}\n"
-        "default_backend: oc\n"
+        f"{name:<10} {len(lags):>4} {statistics.median(lags):>9.1f} {p95:>9.1f} "
+        f"{max(lags):>9.1f} {statistics.fmean(lags):>9.1f}"
     )
 
 
-async def run_gateway(
-    http: aiohttp.ClientSession,
-    server: OpenCodeServer,
-    model: ModelRef,
-    pool: int,
-    args: argparse.Namespace,
-    workdir: Path,
-) -> list[dict[str, Any]]:
-    assert server.url is not None and server.password is not None
-    config = _gateway_yaml(server.url, server.password, str(model), pool)
-    gateway = start_gateway(workdir, config, name=f"gateway-pool{pool}")
-    port = gateway.port
+async def completion_lags(args: argparse.Namespace, model: Server) -> dict[str, list[float]]:
+    provider = OpenCodeSessionProvider(command=str(args.opencode))
     try:
-        probe = make_client()
-        try:
-            await wait_ready(probe, gateway, "/health")
-        finally:
-            await probe.aclose()
-        url = f"http://127.0.0.1:{port}"
-        rows = []
-        for stream in (False, True):
-            kind = "stream" if stream else "whole"
-            rows.append(
-                await measure(
-                    f"gateway, pool {pool}, {kind}",
-                    lambda s=stream: gateway_request(http, url, s),  # type: ignore[misc]
-                    args.requests,
-                    args.warmup,
-                )
-            )
-        return rows
+        # OpenCode asks for max_tokens = the model's output limit, which sets the
+        # reply's length at the fast backend: exactly --chunks pieces.
+        endpoint = {"url": f"{model.url}/v1", "limits": {"context": 32768, "output": args.chunks}}
+        config = ProviderConfig(model=f"fast/{DEFAULT_MODEL}", options={"endpoint": endpoint})
+        await provider.init(config)
+        await events_lags(provider, 3)  # warm-up: plugins load on the first prompt
+        events, from_idle, handling = await events_lags(provider, args.prompts)
+        log(f"events: p50 {statistics.median(events):.1f} ms")
+        polling = await polling_lags(provider, max(5, args.prompts // 3))
+        log(f"polling: p50 {statistics.median(polling):.1f} ms")
     finally:
-        gateway.stop()
+        await provider.shutdown()
+    return {
+        "events_ms": events,
+        "idle_ms": from_idle,
+        "polling_ms": polling,
+        "handling_ms": handling,
+    }
 
 
-def render(rows: list[dict[str, Any]], baseline: float) -> str:
-    lines = [
-        f"{'path':<28} {'p50 ms':>8} {'p95 ms':>8} {'TTFT p50':>9} {'p50 vs bare':>12}",
-        "-" * 69,
-    ]
-    for row in rows:
-        ttft = "-" if row["ttft_p50"] is None else f"{row['ttft_p50']:.1f}"
-        lines.append(
-            f"{row['name']:<28} {row['p50']:>8.1f} {row['p95']:>8.1f} {ttft:>9} "
-            f"{row['p50'] - baseline:>+11.1f}"
-        )
-    return "\n".join(lines)
+# -- the backend's paths -------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=40, help="measured requests per path")
-    parser.add_argument("--warmup", type=int, default=5, help="unmeasured requests per path")
-    parser.add_argument("--chunks", type=int, default=20, help="pieces in each model reply")
-    parser.add_argument("--opencode", type=Path, default=DEFAULT_OPENCODE, help="the binary")
-    parser.add_argument("--json", type=Path, help="also write the results here")
-    return parser.parse_args(argv)
+async def backend_paths(
+    args: argparse.Namespace, model_server: Server, workdir: Path, started: Started
+) -> list[dict[str, Any]]:
+    model = ModelRef("fast", DEFAULT_MODEL)
+    # OpenCode asks for max_tokens = this output limit, which the fast backend takes as
+    # the reply's length: --chunks pieces.
+    limits = {DEFAULT_MODEL: {"context": 32768, "output": args.chunks}}
+    provider = OpenCodeProvider(base_url=f"{model_server.url}/v1", models=limits)
+    spawn = SpawnSettings(
+        command=str(args.opencode), default_model=str(model), providers={"fast": provider}
+    )
+    server = OpenCodeServer(spawn=spawn)
+    await server.start()
+    log(f"OpenCode listening on {server.url}")
+    try:
+        async with aiohttp.ClientSession() as http:
+            bare, n, warm = BareClient(http, server, model), args.requests, args.warmup
+            fresh = [await bare.session() for _ in range(n + warm)]
+            rows = [
+                await measure("bare prompt", lambda: bare.bare(fresh), n, warm),
+                await measure("bare + session", bare.with_session, n, warm),
+                await measure("seed-style (poll 300 ms)", bare.seed_style, max(2, n // 4), 1),
+            ]
+            for pool in (2, 0):
+                config = (
+                    "server: {host: 127.0.0.1, log_level: warning}\nbackends:\n"
+                    f"  oc: {{type: opencode, url: '{server.url}', password: '{server.password}', "
+                    f"model: '{model}', pool_size: {pool}}}\ndefault_backend: oc\n"
+                )
+                gateway = started.add(start_gateway(workdir, config, name=f"gateway-pool{pool}"))
+                await wait_ready(None, gateway)
+                for stream in (False, True):
+                    name = f"gateway, pool {pool}, {'stream' if stream else 'whole'}"
+                    timed = lambda s=stream, u=gateway.url: gateway_request(http, u, s)  # noqa: E731
+                    rows.append(await measure(name, timed, n, warm))
+                gateway.stop()
+            return rows
+    finally:
+        await server.stop()
 
 
-async def main_async(args: argparse.Namespace) -> int:
-    if not args.opencode.exists():
-        log(f"{args.opencode} is missing: run `make test` (it installs the pinned OpenCode)")
-        return 2
-    with tempfile.TemporaryDirectory(prefix="bench-opencode-") as tmp:
-        workdir = Path(tmp)
-        backend = start_fast_backend(workdir, "--chunks", str(args.chunks), name="model")
-        backend_port = backend.port
-        model = ModelRef("fast", DEFAULT_MODEL)
-        server = OpenCodeServer(
-            spawn=SpawnSettings(
-                command=str(args.opencode),
-                default_model=str(model),
-                providers={
-                    "fast": OpenCodeProvider(
-                        base_url=f"http://127.0.0.1:{backend_port}/v1",
-                        # OpenCode asks for max_tokens = this output limit, which the
-                        # fast backend takes as the reply's length: --chunks pieces.
-                        models={DEFAULT_MODEL: {"context": 32768, "output": args.chunks}},
-                    )
-                },
+async def measure_parts(
+    args: argparse.Namespace, workdir: Path, started: Started
+) -> dict[str, Any]:
+    model = started.add(start_fast_backend(workdir, "--chunks", str(args.chunks), name="model"))
+    await wait_ready(None, model)
+    out: dict[str, Any] = {}
+    if args.part in ("all", "backend"):
+        out["backend"] = await backend_paths(args, model, workdir, started)
+    if args.part in ("all", "completion"):
+        out["completion"] = await completion_lags(args, model)
+    return out
+
+
+def report(parts: dict[str, Any]) -> bool:
+    """Print the parts' tables; whether every target was met."""
+    met = True
+    if rows := parts.get("backend"):
+        bare = rows[0]["p50"]
+        print(f"{'path':<28} {'p50 ms':>8} {'p95 ms':>8} {'TTFT p50':>9} {'p50 vs bare':>12}")
+        for row in rows:
+            ttft = "-" if row["ttft_p50"] is None else f"{row['ttft_p50']:.1f}"
+            added = row["p50"] - bare
+            print(
+                f"{row['name']:<28} {row['p50']:>8.1f} {row['p95']:>8.1f} {ttft:>9} {added:>+11.1f}"
             )
+        added = next(r for r in rows if r["name"] == "gateway, pool 2, whole")["p50"] - bare
+        met = added <= TARGET_MS
+        print(f"\nadded p50 with the pool, non-streamed: {added:+.1f} ms (<= {TARGET_MS:g})\n")
+    if lags := parts.get("completion"):
+        print(
+            f"{'detection':<10} {'n':>4} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'mean ms':>9}"
         )
-        try:
-            probe = make_client()
-            try:
-                await wait_ready(probe, backend, "/v1/models")
-            finally:
-                await probe.aclose()
-            await server.start()
-            log(f"OpenCode listening on {server.url}")
-            async with aiohttp.ClientSession() as http:
-                bare = BareClient(http, server, model)
-                fresh = [await bare.session() for _ in range(args.requests + args.warmup)]
-                rows = [
-                    await measure(
-                        "bare prompt", lambda: bare.bare(fresh), args.requests, args.warmup
-                    ),
-                    await measure("bare + session", bare.with_session, args.requests, args.warmup),
-                    await measure(
-                        "seed-style (poll 300 ms)", bare.seed_style, max(2, args.requests // 4), 1
-                    ),
-                ]
-                for pool in (2, 0):
-                    rows += await run_gateway(http, server, model, pool, args, workdir)
-        finally:
-            await server.stop()
-            backend.stop()
-    baseline = rows[0]["p50"]
-    print(render(rows, baseline))
-    pooled = next(r for r in rows if r["name"] == "gateway, pool 2, whole")
-    added = pooled["p50"] - baseline
-    verdict = "met" if added <= TARGET_MS else "MISSED"
-    print(f"\nadded p50 with the pool (non-streaming): {added:+.1f} ms; ", end="")
-    print(f"target <= {TARGET_MS:g} ms: {verdict}")
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "added_p50_ms": added}, indent=2))
-    return 0 if added <= TARGET_MS else 1
+        for name in ("events", "idle", "polling", "handling"):
+            print(_row(name, lags[f"{name}_ms"]))
+        print(
+            "\nevents/polling: from OpenCode creating the terminal event to knowing; idle: "
+            "from OpenCode creating the session's idle to the provider knowing; handling: "
+            "from the terminal event reaching this process to the provider knowing."
+        )
+        p50 = statistics.median(lags["idle_ms"])
+        met = met and p50 <= COMPLETION_TARGET_MS
+        print(f"idle p50 {p50:.1f} ms (<= {COMPLETION_TARGET_MS:g})")
+    return met
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(main_async(parse_args(argv)))
+    parser = arguments(__doc__)
+    add = parser.add_argument
+    add("--part", choices=("all", "backend", "completion"), default="all", help="(both)")
+    add("--requests", type=int, default=40, help="measured requests per path")
+    add("--warmup", type=int, default=5, help="unmeasured requests per path")
+    add("--prompts", type=int, default=30, help="measured prompts (completion, events)")
+    add("--chunks", type=int, default=20, help="pieces in each model reply")
+    add("--opencode", type=Path, default=OPENCODE, help="the binary")
+    args = parser.parse_args(argv)
+    run = start_run("opencode", argv)
+    if not args.opencode.exists():
+        raise RuntimeError(f"{args.opencode} is missing: `make test` installs the pinned OpenCode")
+    with workspace("opencode") as (workdir, started):
+        parts = run_async(measure_parts(args, workdir, started))
+    met = report(parts)
+    print("targets: " + ("met" if met else "MISSED"))
+    save_results("opencode", results_header(run, args) | parts, run.started, args)
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point(main)

@@ -6,7 +6,8 @@ steps of a text block and a ``tool_use`` block (two lines of one API message, it
 many bytes (Claude Code writes its system prompt and reminders as such lines), which the
 import reads and keeps nothing of.
 
-``profile import``'s tests and ``bench/profile_import.py`` use it.
+``profile import``'s tests use it (and a benchmark of the import's time once did:
+docs/PROFILER.md).
 """
 
 from __future__ import annotations
