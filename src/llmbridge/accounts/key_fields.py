@@ -7,9 +7,9 @@
   character (``Cf``: U+202E, the right-to-left override, shows ``rtl\\u202eevil`` as
   "rtllive"; U+200B, the zero-width space, makes two names look the same), nor a
   surrogate, a private-use character or a line or paragraph separator.
-- **Globs** (``models`` now; ``mcp_tools``, MCP tool names, will use the same
-  ``validated_globs``) are at most ``MAX_GLOBS`` per field, each at most
-  ``MAX_GLOB_CHARS`` characters, none empty, printable. A key once held 50,001 model
+- **Globs** (``models``, and ``mcp_tools``: MCP tool names, ``<server>__<tool>``)
+  are at most ``MAX_GLOBS`` per field, each at most ``MAX_GLOB_CHARS`` characters,
+  none empty, printable. A key once held 50,001 model
   globs: each of its requests spent 14 s matching them on the event loop.
 - **Matching** (``GlobSet``): the globs are compiled when the key's record is read
   (once per cache period, accounts/keys.py), never per request: names without
@@ -54,7 +54,7 @@ _UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 """Control, format, surrogate and private-use characters, line and paragraph
 separators: what shows as nothing, or as something else."""
 _WILDCARDS = frozenset("*?[")
-_EXAMPLES = {"model": "gpt-4o*", "tool": "github.*"}
+_EXAMPLES = {"model": "gpt-4o*", "tool": "github__*"}
 
 
 def has_control(text: str) -> bool:
@@ -96,8 +96,8 @@ def validated_name(name: str) -> str:
 
 
 def validated_globs(field: str, globs: Sequence[str] | None, what: str) -> list[str] | None:
-    """``globs`` as stored for the key field ``field`` (``models``; ``mcp_tools``
-    next), globs of ``what`` (``model``, ``tool``); ``None`` (no restriction) when
+    """``globs`` as stored for the key field ``field`` (``models``, ``mcp_tools``),
+    globs of ``what`` (``model``, ``tool``); ``None`` (no restriction) when
     ``globs`` is ``None``. ``InvalidRequestError`` naming ``field`` for an empty list
     or glob (it would allow nothing: leaving the field out allows everything), more
     than ``MAX_GLOBS`` globs, one longer than ``MAX_GLOB_CHARS`` or one that is not

@@ -36,8 +36,9 @@ not printable (a control character, which PostgreSQL refuses, or a format charac
 such as U+202E that makes one name look like another), more than 256 globs or one
 longer than 200 characters, an empty glob (it would match no model: ``models`` left
 out means every model), a limit past ``MAX_LIMIT`` (a PostgreSQL ``integer``) are
-each a 400 naming the field. A record's globs are compiled when it is read, so a
-request matches its model against them without compiling anything.
+each a 400 naming the field. A record's globs (``models``, and ``mcp_tools``: the MCP
+tools it may list and call, migration 0011) are compiled when it is read, so a request
+matches its model or tool against them without compiling anything.
 """
 
 from __future__ import annotations
@@ -128,12 +129,19 @@ class KeyRecord:
     """Globs of the public model names the key may use; ``None``: every model."""
     spent_usd: float
     """What the ledger has written to the database for this key so far."""
+    mcp_tools: tuple[str, ...] | None = None
+    """Globs of the MCP tool names (``<server>__<tool>``) the key may list and call
+    through the MCP gateway (mcp/permissions.py); ``None``: every tool."""
     model_globs: GlobSet | None = field(default=None, compare=False, repr=False)
     """``models`` compiled, once, when the record is made (``None``: every model)."""
+    tool_globs: GlobSet | None = field(default=None, compare=False, repr=False)
+    """``mcp_tools`` compiled, once, when the record is made (``None``: every tool)."""
 
     def __post_init__(self) -> None:
         if self.models is not None and self.model_globs is None:
             object.__setattr__(self, "model_globs", compiled_globs(self.models))
+        if self.mcp_tools is not None and self.tool_globs is None:
+            object.__setattr__(self, "tool_globs", compiled_globs(self.mcp_tools))
 
     @property
     def revoked(self) -> bool:
@@ -143,6 +151,11 @@ class KeyRecord:
         """Whether the key may use the public model name ``model`` (no compiling: the
         globs were compiled with the record)."""
         return self.model_globs is None or self.model_globs.matches(model)
+
+    def allows_tool(self, name: str) -> bool:
+        """Whether the key may list and call the MCP tool ``name`` (``<server>__<tool>``;
+        compiled with the record, as ``allows``)."""
+        return self.tool_globs is None or self.tool_globs.matches(name)
 
 
 def _record(row: ApiKeyRow) -> KeyRecord:
@@ -159,6 +172,7 @@ def _record(row: ApiKeyRow) -> KeyRecord:
         budget_usd=row.budget_usd,
         models=tuple(str(m) for m in row.models) if row.models is not None else None,
         spent_usd=float(row.spent_usd or 0.0),
+        mcp_tools=tuple(str(t) for t in row.mcp_tools) if row.mcp_tools is not None else None,
     )
 
 
@@ -169,8 +183,9 @@ async def _records(rows: Iterable[ApiKeyRow]) -> list[KeyRecord]:
     record then finds them compiled)."""
     rows = list(rows)
     for row in rows:
-        if row.models is not None and len(row.models) > MAX_GLOBS:
-            await asyncio.to_thread(compiled_globs, tuple(str(m) for m in row.models))
+        for globs in (row.models, row.mcp_tools):
+            if globs is not None and len(globs) > MAX_GLOBS:
+                await asyncio.to_thread(compiled_globs, tuple(str(g) for g in globs))
     return [_record(row) for row in rows]
 
 
@@ -232,6 +247,7 @@ class KeyStore:
         max_parallel: int | None = None,
         budget_usd: float | None = None,
         models: Sequence[str] | None = None,
+        mcp_tools: Sequence[str] | None = None,
     ) -> tuple[KeyRecord, str]:
         """A new key named ``name``: its record and its plaintext (shown once, never
         stored). ``ConflictError`` when the name is taken."""
@@ -239,6 +255,7 @@ class KeyStore:
         if budget_usd is not None and not 0 <= budget_usd < float("inf"):  # NaN too
             raise InvalidRequestError("budget_usd must be 0 or more", param="budget_usd")
         globs = validated_globs("models", models, "model")
+        tool_globs = validated_globs("mcp_tools", mcp_tools, "tool")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         row = ApiKeyRow(
             id=new_id("key_"),
@@ -252,6 +269,7 @@ class KeyStore:
             max_parallel=_limit("max_parallel", max_parallel),
             budget_usd=budget_usd,
             models=globs,
+            mcp_tools=tool_globs,
             spent_usd=0.0,
         )
         with mapped_errors(conflict=f"a key named {name!r} exists"):

@@ -25,6 +25,12 @@ github.com/BerriAI/litellm/issues/27736, /40291). In order:
    whole limit takes the whole limit, so it passes once the window is empty instead of
    never.
 
+A tool call through the MCP gateway (mcp/) is admitted by ``admit_tool_call``: one
+request in the key's ``rpm`` window and one of its ``max_parallel`` slots, the same
+counters its model requests take (a key's requests per minute are its requests,
+whatever they ask for). It costs no tokens and no money: neither ``tpm`` nor the budget
+is checked (the tools the key may call are ``mcp_tools``, mcp/permissions.py).
+
 Over a limit is ``KeyLimitError`` (429) with ``retry_after`` (when the request would
 fit again) and the rate-limit figures, which ``limit_headers`` turns into the caller's
 dialect's headers: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
@@ -54,6 +60,7 @@ __all__ = [
     "KeyLimitError",
     "Quota",
     "admit",
+    "admit_tool_call",
     "limit_headers",
 ]
 
@@ -285,6 +292,41 @@ async def admit(
         holds_slot=verdict.holds_slot,
         reserved_usd=verdict.reserved,
     )
+
+
+async def admit_tool_call(state: SharedState, record: KeyRecord | None) -> Admission:
+    """Check and take ``record``'s requests per minute and parallel slot for one MCP
+    tool call (module docstring), in ONE call to the shared state; ``KeyLimitError``
+    when over one. ``finish`` gives the slot back."""
+    if record is None:
+        return OPEN
+    rpm = record.rpm
+    if record.max_parallel is None and rpm is None:
+        return Admission(state, record)
+    keys = _keys_of(record.id)
+    verdict = await state.admit_many(
+        AdmitChecks(
+            parallel_key=None if record.max_parallel is None else keys[1],
+            parallel=record.max_parallel,
+            rpm_key=None if rpm is None else keys[2],
+            rpm=rpm or 0,
+            window_s=WINDOW_S,
+        )
+    )
+    requests = None if verdict.requests is None else Quota.of(verdict.requests)
+    if verdict.refused == "parallel":
+        raise KeyLimitError(
+            f"too many requests in flight for this key (max_parallel {record.max_parallel})",
+            retry_after=PARALLEL_RETRY_S,
+        )
+    if verdict.refused == "rpm":
+        assert verdict.requests is not None
+        raise KeyLimitError(
+            f"rate limit reached: {rpm} requests per minute for this key",
+            retry_after=verdict.requests.reset_s,
+            requests=requests,
+        )
+    return Admission(state, record, requests, holds_slot=verdict.holds_slot)
 
 
 _KEYS: dict[str, tuple[str, str, str, str, str, str]] = {}

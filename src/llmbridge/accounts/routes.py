@@ -3,7 +3,7 @@
 - ``GET /admin/keys``: every key (``{"object": "list", "data": [...]}``), revoked ones
   included, never a key itself (its ``prefix`` only).
 - ``POST /admin/keys`` ``{"name", "rpm"?, "tpm"?, "max_parallel"?, "budget_usd"?,
-  "models"?}``: 201 with the new key's record and, once, the key itself (``"key"``);
+  "models"?, "mcp_tools"?}``: 201 with the new key's record and, once, the key itself (``"key"``);
   400 naming the field for a value no database would store alike or a person could
   misread (a name that is not printable, more than 256 globs or one over 200
   characters, a limit past 2^31 - 1, an empty glob: accounts/key_fields.py).
@@ -79,6 +79,9 @@ class KeyIn(BaseModel):
     """Globs of the public model names the key may use (absent: every model; an empty
     list or glob is a 400, never "no model"; at most 256, each at most 200 characters:
     ``KeyStore.create`` checks them)."""
+    mcp_tools: list[str] | None = None
+    """Globs of the MCP tool names (``<server>__<tool>``) the key may list and call
+    (absent: every tool; checked as ``models`` is)."""
 
 
 def key_view(record: KeyRecord) -> dict[str, Any]:
@@ -95,6 +98,7 @@ def key_view(record: KeyRecord) -> dict[str, Any]:
         "max_parallel": record.max_parallel,
         "budget_usd": record.budget_usd,
         "models": list(record.models) if record.models is not None else None,
+        "mcp_tools": list(record.mcp_tools) if record.mcp_tools is not None else None,
         "spent_usd": record.spent_usd,
     }
 
@@ -164,6 +168,7 @@ async def _create(request: Request, accounts: Accounts) -> Response:
         max_parallel=body.max_parallel,
         budget_usd=body.budget_usd,
         models=body.models,
+        mcp_tools=body.mcp_tools,
     )
     return _json({**key_view(record), "key": key}, status_code=201)
 

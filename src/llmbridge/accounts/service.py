@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
-from llmbridge.accounts.limits import Admission, admit
+from llmbridge.accounts.limits import Admission, admit, admit_tool_call
 from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
 from llmbridge.core.request_limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.core.tasks import stop_task
@@ -287,6 +287,10 @@ class Accounts:
     ) -> Admission:
         """``accounts.limits.admit`` on this gateway's shared state."""
         return await admit(self.state, record, model, prompt_tokens, reserve_usd=reserve_usd)
+
+    async def admit_tool_call(self, record: KeyRecord | None) -> Admission:
+        """``accounts.limits.admit_tool_call`` on this gateway's shared state."""
+        return await admit_tool_call(self.state, record)
 
 
 def _not_created_yet(database: str | Path) -> bool:

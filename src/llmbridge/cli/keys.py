@@ -87,6 +87,8 @@ def _limits(record: KeyRecord) -> str:
         parts.append(f"budget ${record.budget_usd:g}")
     if record.models is not None:
         parts.append("models " + ",".join(record.models))
+    if record.mcp_tools is not None:
+        parts.append("mcp_tools " + ",".join(record.mcp_tools))
     return "; ".join(parts) or "none"
 
 
@@ -107,6 +109,13 @@ _LIMIT = click.IntRange(min=1, max=2**31 - 1)
     help="A model name or glob the key may use (repeatable; default: every model; an "
     "empty one is refused).",
 )
+@click.option(
+    "--mcp-tools",
+    multiple=True,
+    metavar="GLOBS",
+    help="MCP tools the key may list and call, named <server>__<tool>: comma-separated "
+    "globs (repeatable; default: every tool; an empty one is refused).",
+)
 @_db_options
 def create(
     name: str,
@@ -115,10 +124,14 @@ def create(
     max_parallel: int | None,
     budget_usd: float | None,
     models: tuple[str, ...],
+    mcp_tools: tuple[str, ...],
     config_path: str | None,
     db: str | None,
 ) -> None:
     """Create a key named NAME; prints the key alone on stdout (shown only this once)."""
+    # Comma-separated: an MCP tool name holds no comma ([A-Za-z0-9_.-], the
+    # specification's character set), so "a__*,b__read" is two globs.
+    tools = [glob for value in mcp_tools for glob in value.split(",")] if mcp_tools else None
 
     async def work(store: KeyStore) -> tuple[KeyRecord, str]:
         return await store.create(
@@ -128,6 +141,7 @@ def create(
             max_parallel=max_parallel,
             budget_usd=budget_usd,
             models=list(models) if models else None,
+            mcp_tools=tools,
         )
 
     record, key = _run(config_path, db, work)

@@ -1,5 +1,7 @@
 """Assemble the ASGI app: backends from configuration, routes, auth, error rendering,
-read limits (gateway/server/read_limits.py), and the agent service (``/agent/...``).
+read limits (gateway/server/read_limits.py), the agent service (``/agent/...``) and,
+when ``mcp.servers`` names any, the MCP gateway (``/mcp``, ``/mcp/{server}``:
+mcp/endpoints.py).
 
 The product's database (store/database.py) is one ``Database`` per process, opened and
 migrated once in the lifespan by the first part that needs it (``GatewayState.database``,
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.console.web import error_page, is_console_path
 from llmbridge.gateway.exchange.agent_gate import KeyGate, memory_usage_recorder
 from llmbridge.gateway.exchange.handler import EXCHANGED, log_left_mid_body
+from llmbridge.gateway.exchange.mcp_gate import McpCallGate
 from llmbridge.gateway.metrics import GatewayMetrics
 from llmbridge.gateway.routes import (
     anthropic,
@@ -58,6 +61,7 @@ from llmbridge.gateway.server.read_limits import BodyDeadline, ReadLimits, proto
 from llmbridge.gateway.server.workers import WorkerBoard
 from llmbridge.gateway.state import GatewayState
 from llmbridge.gateway.stored_responses import ResponseStore, stored_responses_on
+from llmbridge.mcp.endpoints import McpGateway
 from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
@@ -81,6 +85,8 @@ __all__ = ["create_app", "http_protocol"]
 log = logging.getLogger("llmbridge.gateway")
 
 ADMIN_PREFIX = "/admin/"
+MCP_PATH = "/mcp"
+"""The MCP gateway (mcp/endpoints.py): its paths take the master key besides the others."""
 CONSOLE_PREFIX = "/ui"
 """The operator console (gateway/console/): it signs its own sessions in with the
 master key, so the API-key check lets its paths through."""
@@ -162,8 +168,9 @@ class _AuthMiddleware:
         try:
             query = scope.get("query_string", b"")  # Gemini clients' ?key=
             presented = presented_key(Headers(scope=scope), query)
-            if path in MANAGEMENT_PATHS and self.accounts.master_matches(presented):
-                # The operator's key also manages models (gateway/routes/ollama_models.py).
+            if _takes_master_key(path) and self.accounts.master_matches(presented):
+                # The operator's key also manages models (gateway/routes/ollama_models.py)
+                # and uses every MCP tool (mcp/permissions.py).
                 scope[KEY_IDENTITY], scope[MASTER_KEY_CALLER] = key_identity(presented), True
             else:
                 # Which key matched: the caller's identity (the agent API's owner), and
@@ -183,6 +190,24 @@ class _AuthMiddleware:
     async def _refuse(scope: Scope, receive: Receive, send: Send, error: LLMBridgeError) -> None:
         response = error_response(dialect_for_scope(scope), error, new_request_id())
         await response(scope, receive, send)
+
+
+def _mcp_gateway(state: GatewayState, workers: WorkerBoard | None) -> McpGateway | None:
+    """The MCP gateway when ``mcp.servers`` names any. One set of upstreams per
+    process: each worker of --workers N its own, and no sessions there unless
+    ``mcp.stateless`` says otherwise (docs/MCP.md)."""
+    config = state.config.mcp
+    if not config.enabled:
+        return None
+    stateless = config.stateless
+    if stateless is None:
+        stateless = workers is not None
+    return McpGateway(config, gate=McpCallGate(state), stateless=stateless)
+
+
+def _takes_master_key(path: str) -> bool:
+    """Whether the master key is a key on ``path`` (else only ``/admin/`` takes it)."""
+    return path in MANAGEMENT_PATHS or path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 def _ledger_when_keys_appear(state: GatewayState) -> Callable[[], Awaitable[None]]:
@@ -323,6 +348,7 @@ def create_app(
 
     # Agent turns count against the caller's key and in the ledger (gateway/exchange/agent_gate.py).
     agent = MountedAgent(state.limits, gate=KeyGate(state))
+    mcp = state.mcp = _mcp_gateway(state, workers)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -345,6 +371,9 @@ def create_app(
             )
             # Each process its own tracer (each worker of --workers N opens its own).
             state.tracing = _open_tracing(config)
+            serving_mcp = AsyncExitStack()
+            if mcp is not None:  # its servers connected (stdio ones started) now
+                await serving_mcp.enter_async_context(mcp.running())
             if on_ready is not None:
                 on_ready(await models.list_models())
             if workers is not None:
@@ -352,6 +381,9 @@ def create_app(
             try:
                 yield
             finally:
+                # First: its tool calls are recorded before the ledger's last flush, and
+                # no stdio server outlives the gateway.
+                await serving_mcp.aclose()
                 if workers is not None:
                     await workers.stop()
                 await state.accounts.stop_looking()  # it may open the ledger
@@ -390,6 +422,7 @@ def create_app(
             *anthropic.routes,
             *gemini.unknown_methods,
             *agent_routes,
+            *(mcp.routes if mcp is not None else []),
             *admin_api.routes,
             *console_routes,
         ],

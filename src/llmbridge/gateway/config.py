@@ -72,6 +72,13 @@ backend and serves any model name. Example file::
       connect_timeout: 5              # seconds; a deadline in the URL's query wins
       command_timeout: 10             # one statement, or SQLite's wait for its write lock
       pool_timeout: 10                # a free pooled connection
+    mcp:                              # MCP servers behind /mcp and the keys (docs/MCP.md)
+      servers:
+        files: {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv"]}
+        search: {url: "https://mcp.example.com/mcp",
+                 headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}}
+      max_result_bytes: 1048576       # a larger tool result is an error saying so
+      call_timeout_s: 60              # a tool call's bound
     agent:                            # the agent service (/agent/..., `llmbridge agent`)
       model: qwen3                    # for turns that name no model
       history_budget: 3000            # tokens of conversation history per turn
@@ -92,6 +99,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from llmbridge.accounts.prices import ModelPrice
 from llmbridge.agent.config import AgentConfig
 from llmbridge.core.request_limits import ENCODER_MAX_DEPTH, RequestLimits
+from llmbridge.mcp.config import McpConfig
 from llmbridge.serving.build import Host
 from llmbridge.serving.config import CLAUDE_FAMILIES, ConfigError, ServingConfig, Strict
 from llmbridge.store.config import DatabaseConfig
@@ -318,6 +326,8 @@ class GatewayConfig(ServingConfig):
     state: StateConfig = StateConfig()
     ledger: LedgerConfig = LedgerConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    mcp: McpConfig = McpConfig()
+    """The MCP gateway's servers and bounds (mcp/config.py, docs/MCP.md)."""
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     """USD per million tokens by public model name or glob (accounts/prices.py): the
     usage ledger's ``cost_usd``."""

@@ -26,6 +26,7 @@ from llmbridge.web.auth import KeyChecker
 
 if TYPE_CHECKING:
     from llmbridge.gateway.telemetry import Tracing
+    from llmbridge.mcp.endpoints import McpGateway
 
 __all__ = ["GatewayState", "state_of"]
 
@@ -58,6 +59,9 @@ class GatewayState:
     tracing: Tracing | None = None
     """This process's OpenTelemetry tracer when ``telemetry.otlp_endpoint`` is set
     (gateway/telemetry.py, opened in the lifespan); ``None``: tracing is off."""
+
+    mcp: McpGateway | None = None
+    """The MCP gateway (``/mcp``) when ``mcp.servers`` names any (mcp/endpoints.py)."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""

@@ -402,6 +402,9 @@ class ApiKeyRow(Base):
     budget_usd: Mapped[float | None] = mapped_column(Float, default=None)
     models: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     """Globs of the public model names the key may use; ``None``: every model."""
+    mcp_tools: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    """Globs of the MCP tool names (``<server>__<tool>``) the key may list and call
+    (migration 0011); ``None``: every tool."""
     spent_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     """What the ledger has flushed for the key (``accounts`` adds the unflushed part)."""
 

@@ -2,10 +2,12 @@
 
 Which dialect a request speaks is decided by its path: ``/api/*`` is Ollama,
 ``/v1/messages*`` is Anthropic, ``/v1beta/*`` and ``/v1/models/{model}:{method}`` for one
-of Gemini's methods (``generateContent``...) are Gemini, any other ``/v1/*`` is OpenAI.
-Everything else (``/health``, ``/metrics``) answers in OpenAI's shape, the most widely
-parsed one. (Gemini's ``GET /v1/models`` shares its path with OpenAI's: its route,
-gateway/routes/gemini.py, renders its own errors by the client's headers.)
+of Gemini's methods (``generateContent``...) are Gemini, any other ``/v1/*`` is OpenAI,
+and ``/mcp`` and ``/mcp/*`` (the MCP gateway, mcp/) answer as MCP clients read an HTTP
+error: a JSON-RPC error body (dialects/jsonrpc.py). Everything else (``/health``,
+``/metrics``) answers in OpenAI's shape, the most widely parsed one. (Gemini's
+``GET /v1/models`` shares its path with OpenAI's: its route, gateway/routes/gemini.py,
+renders its own errors by the client's headers.)
 Unexpected exceptions are logged with their traceback here and reach the client
 only as a generic ``InternalError`` message: never a traceback.
 """
@@ -23,7 +25,7 @@ from starlette.types import Scope
 
 from llmbridge.core.errors import BackendError, InternalError, LLMBridgeError, RateLimitError
 from llmbridge.core.ids import new_id
-from llmbridge.dialects import anthropic, ollama, openai
+from llmbridge.dialects import anthropic, jsonrpc, ollama, openai
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.gemini import errors as gemini_errors
 
@@ -47,6 +49,7 @@ class Dialect(StrEnum):
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
     GEMINI = "gemini"
+    MCP = "mcp"
 
 
 GEMINI_METHODS = frozenset(
@@ -64,6 +67,8 @@ GEMINI_METHODS = frozenset(
 def dialect_for_path(path: str) -> Dialect:
     if path.startswith("/api/") or path == "/api":
         return Dialect.OLLAMA
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return Dialect.MCP
     if path.startswith("/v1/messages"):
         return Dialect.ANTHROPIC
     if path.startswith("/v1beta/") or path == "/v1beta":
@@ -130,6 +135,8 @@ def error_body(dialect: Dialect, error: LLMBridgeError, request_id: str) -> dict
         return anthropic.error_body(error, request_id)
     if dialect is Dialect.GEMINI:
         return gemini_errors.error_body(error, request_id)
+    if dialect is Dialect.MCP:
+        return jsonrpc.error_body(error, request_id)
     return openai.error_body(error, request_id)
 
 

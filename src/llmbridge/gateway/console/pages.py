@@ -162,7 +162,7 @@ async def _keys_page(
 
 def _key_in(form: dict[str, str]) -> KeyIn:
     """The admin API's ``KeyIn`` from the form's text fields: blank is unset, models
-    are globs separated by commas or spaces."""
+    and MCP tools are globs separated by commas or spaces."""
     body: dict[str, object] = {"name": form.get("name", "").strip()}
     for field in ("rpm", "tpm", "max_parallel"):
         text = form.get(field, "").strip()
@@ -179,9 +179,9 @@ def _key_in(form: dict[str, str]) -> KeyIn:
             raise InvalidRequestError(
                 "budget_usd: a number of dollars", param="budget_usd"
             ) from None
-    models = form.get("models", "").replace(",", " ").split()
-    if form.get("models", "").strip():
-        body["models"] = models
+    for field in ("models", "mcp_tools"):
+        if form.get(field, "").strip():
+            body[field] = form[field].replace(",", " ").split()
     try:
         return KeyIn.model_validate(body)
     except ValidationError as exc:

@@ -20,6 +20,9 @@ four exit paths, and requests slipped past them). Its modules, lowest first:
   and its ``Exchange`` and marks it, so a test proves no route is left out;
 - ``agent_gate``: the agent API's requests admitted and recorded the same way (the hook
   ``agent/gate.py`` names, filled here: the agent may not import the gateway).
+- ``mcp_gate``: the MCP gateway's tool calls admitted (the key's ``rpm`` and parallel
+  slot) and recorded (a ledger row, metrics, a span) without an ``Exchange``: the hook
+  ``mcp/gate.py`` names, filled here.
 
 The instruments the record writes into are the gateway's: the metrics registry
 (gateway/metrics.py), the tracer (gateway/telemetry.py), the ledger it opens

@@ -15,7 +15,11 @@ status ``degraded``, not ``down``, since requests that do not need it are still
 served, and while it is down a database key is not looked up to show the details
 (static keys still are). Under ``llmbridge serve --workers N``, ``workers``
 lists each worker's pid, start, requests, in-flight count and backends' circuits, the
-one that answered marked ``"self": true`` (gateway/server/workers.py).
+one that answered marked ``"self": true`` (gateway/server/workers.py). With MCP
+servers configured, ``mcp`` has each one's state in the process that answered
+(``up``, ``starting``, ``down`` with its error), its tools, calls and breaker
+(mcp/upstream.py); a server that is down does not change the status: the model APIs
+are served.
 """
 
 from __future__ import annotations
@@ -139,6 +143,8 @@ async def health(request: Request) -> Response:
         }
     if state.workers is not None:  # serve --workers N: every worker, this one "self": true
         body["workers"] = state.workers.statuses()
+    if state.mcp is not None:  # this process's MCP servers (mcp/upstream.py); not in status
+        body["mcp"] = state.mcp.status()
     return Response(dumps(body), status_code=code, media_type="application/json")
 
 
