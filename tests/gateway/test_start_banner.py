@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from llmbridge.cli.serve import CLIENT_APIS
+from llmbridge.cli.serve import CLIENT_APIS, _banner
+from llmbridge.gateway.config import GatewayConfig
 from llmbridge.store.migrate import head_revision
 from tests.conftest import RunningServer
 from tests.waiting import scaled, wait_until
@@ -118,3 +119,12 @@ def test_a_start_keeps_the_older_default_file_and_names_it(tmp_path: Path) -> No
     with sqlite3.connect(older) as db:
         assert db.execute("SELECT note FROM kept").fetchall() == [("still here",)]
         assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)  # migrated
+
+
+def test_with_mcp_servers_the_banner_names_the_mcp_endpoint() -> None:
+    servers = {"files": {"command": ["true"]}, "search": {"url": "http://127.0.0.1:9/mcp"}}
+    with_mcp = _banner(GatewayConfig.model_validate({"mcp": {"servers": servers}}), "h", 1, "off")
+    (line,) = [line for line in with_mcp.splitlines() if "MCP" in line]
+    assert "http://h:1/mcp " in line and "/mcp/<server> (files, search)" in line
+    without = _banner(GatewayConfig(), "h", 1, "off")
+    assert "/mcp" not in without

@@ -98,6 +98,9 @@ def _banner(config: GatewayConfig, host: str, port: int, auth: str) -> str:
             f"  console: {base}/ui/ (sign in with the master key); "
             f"admin API: {base}/admin/keys, /admin/usage"
         )
+    if config.mcp.servers:
+        names = ", ".join(config.mcp.servers)
+        lines.append(f"  MCP: {base}/mcp (every server's tools), {base}/mcp/<server> ({names})")
     lines.append("  backends:")
     for name, backend in config.backends.items():
         where = getattr(backend, "url", None) or getattr(backend, "model_path", None) or ""
