@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, settings
 from starlette.types import ASGIApp
 
 from llmbridge.backends.base import Backend
@@ -31,6 +32,13 @@ from tests.waiting import scaled
 # The session's PostgreSQL and Redis, defined once so every module shares them; the
 # scheduler of make test's workers; the guard that turns a hang into one failure.
 pytest_plugins = ["tests.servers", "tests.parallel", "tests.hang_guard"]
+
+# Property tests judge their examples, not the clock: Hypothesis's health check that
+# fails a test whose examples are slow to generate fails it beside busy loops (as its
+# per-example deadline would), so neither applies; every test keeps its own settings
+# over this profile.
+settings.register_profile("llmbridge", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("llmbridge")
 
 _CLIENT_ENV = (
     "HTTP_PROXY",

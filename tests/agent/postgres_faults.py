@@ -21,8 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.servers import PostgresServer
+from tests.waiting import scaled
 
-__all__ = ["frozen"]
+__all__ = ["SHORT_DEADLINES", "frozen"]
+
+_SHORT_S = f"{scaled(1.0):g}"
+SHORT_DEADLINES = f"connect_timeout={_SHORT_S}&command_timeout={_SHORT_S}&pool_timeout={_SHORT_S}"
+"""Database deadlines for a URL's query string, short enough that a frozen database
+fails each call within seconds, and scaled like every wait in the tests: unscaled, a
+loaded machine's first call missed 1 s before anything froze."""
 
 
 def _parent(pid: int) -> int | None:

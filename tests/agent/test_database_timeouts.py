@@ -40,7 +40,7 @@ from llmbridge.store.errors import (
     UNREACHABLE,
     mapped_errors,
 )
-from tests.agent.postgres_faults import frozen
+from tests.agent.postgres_faults import SHORT_DEADLINES, frozen
 from tests.servers import PostgresServer
 from tests.waiting import scaled
 
@@ -50,7 +50,6 @@ _BOUND_S = scaled(120.0)
 """How long a test waits on the store before calling it a hang (far above any
 deadline below: a bound, not a timing)."""
 
-SHORT = "connect_timeout=1&command_timeout=1&pool_timeout=1"
 """Deadlines short enough for a quick test, set the way an operator sets them."""
 
 
@@ -181,7 +180,7 @@ async def test_sqlite_waits_its_statement_deadline_for_a_lock_then_503(tmp_path:
 async def test_a_frozen_server_is_a_503_for_reads_and_writes_then_served_again(
     postgres_server: PostgresServer, pg_url: str
 ) -> None:
-    store = await AgentStore.open(f"{pg_url}?{SHORT}")
+    store = await AgentStore.open(f"{pg_url}?{SHORT_DEADLINES}")
     try:
         await store.create_persona("nurse", name="Nurse")  # a pooled connection now
         with frozen(postgres_server):
@@ -207,7 +206,7 @@ async def test_a_key_lookup_on_a_frozen_server_is_a_503(
 ) -> None:
     """The gateway's key lookup (``KeyStore.cached``, on the same URL's engine): past
     its cache, a frozen database is a 503, for a key it knows and one it does not."""
-    keys = await KeyStore.open(f"{pg_url}?{SHORT}", cache_s=0)
+    keys = await KeyStore.open(f"{pg_url}?{SHORT_DEADLINES}", cache_s=0)
     try:
         _, key = await keys.create("team-a")
         assert (await keys.cached(key)) is not None
@@ -227,7 +226,7 @@ async def test_a_server_frozen_before_the_start_is_a_503_at_open(
 ) -> None:
     """Opening (and migrating) waits the connect deadline, not for ever."""
     with frozen(postgres_server), pytest.raises(ServiceUnavailableError) as caught:
-        await _bounded(AgentStore.open(f"{pg_url}?{SHORT}"))
+        await _bounded(AgentStore.open(f"{pg_url}?{SHORT_DEADLINES}"))
     assert caught.value.message == TIMED_OUT
 
 
@@ -239,7 +238,7 @@ async def test_lookups_on_a_frozen_server_do_not_queue_for_one_deadline_each(
     them has failed (requests queued behind a shared read would otherwise wait one
     deadline each, the last of N for N deadlines). Told by the order of events: the
     connection attempts, and the 503s."""
-    keys = await KeyStore.open(f"{pg_url}?{SHORT}", cache_s=0)
+    keys = await KeyStore.open(f"{pg_url}?{SHORT_DEADLINES}", cache_s=0)
     timeline: list[str] = []
 
     @event.listens_for(keys.engine.sync_engine, "do_connect")

@@ -18,14 +18,13 @@ import httpx
 import pytest
 
 from llmbridge.backends.scripted import ScriptedBackend
-from tests.agent.postgres_faults import frozen
+from tests.agent.postgres_faults import SHORT_DEADLINES, frozen
 from tests.conftest import RunningServer, running_gateway
 from tests.console.conftest import MASTER, sign_in
 from tests.console.test_console_hardening import _is_console_page
 from tests.servers import PostgresServer
 from tests.waiting import scaled, wait_until
 
-SHORT = "connect_timeout=1&command_timeout=1&pool_timeout=1"
 PAGES = (
     "/ui/",
     "/ui/requests",
@@ -40,7 +39,7 @@ def frozen_console(url: str) -> Iterator[RunningServer]:
     with running_gateway(
         {"scripted": ScriptedBackend("scripted", models=("scripted",))},
         server={"master_key": MASTER},
-        agent={"database": f"{url}?{SHORT}", "enabled": False},
+        agent={"database": f"{url}?{SHORT_DEADLINES}", "enabled": False},
     ) as server:
         yield server
 

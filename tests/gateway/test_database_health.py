@@ -20,13 +20,11 @@ import pytest
 
 from llmbridge.accounts.keys import KeyStore
 from llmbridge.backends.scripted import ScriptedBackend
-from tests.agent.postgres_faults import frozen
+from tests.agent.postgres_faults import SHORT_DEADLINES, frozen
 from tests.agent.serving import agent_gateway
 from tests.conftest import anthropic_client, openai_client
 from tests.servers import PostgresServer
 from tests.waiting import scaled, value_until
-
-SHORT = "connect_timeout=1&command_timeout=1&pool_timeout=1"
 
 STATIC = "static-operator-key"
 """A key in the configuration: it needs no database to be recognised."""
@@ -89,7 +87,7 @@ def _ask_anthropic(url: str, key: str) -> Any:
 def test_a_frozen_database_is_a_503_in_the_callers_dialect_and_health_names_it(
     postgres_server: PostgresServer, pg_url: str
 ) -> None:
-    url = f"{pg_url.replace('postgres@', 'postgres:pw-not-shown@')}?{SHORT}"
+    url = f"{pg_url.replace('postgres@', 'postgres:pw-not-shown@')}?{SHORT_DEADLINES}"
     key = _create_key(url)  # a database key: auth is on
     backend = ScriptedBackend("scripted")
     with agent_gateway(url, {"scripted": backend}, keys=(STATIC,)) as gateway:

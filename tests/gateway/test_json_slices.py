@@ -64,7 +64,14 @@ def _outcome(parse: Any, raw: bytes) -> tuple[str, Any]:
         return ("error", None)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# The suite's profile (tests/conftest.py) plus the function-scoped fixture these use.
+UNHURRIED = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+
+
+@settings(
+    max_examples=300,
+    suppress_health_check=UNHURRIED,
+)
 @given(body=bodies, gaps=st.lists(whitespace, min_size=1, max_size=4))
 def test_a_valid_object_parses_to_what_orjson_gives(
     body: dict[str, Any], gaps: list[bytes]
@@ -73,7 +80,10 @@ def test_a_valid_object_parses_to_what_orjson_gives(
     assert loads_in_slices(raw) == orjson.loads(raw)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400,
+    suppress_health_check=UNHURRIED,
+)
 @given(body=bodies, data=st.data())
 def test_damaged_text_fails_exactly_when_orjson_fails(body: dict[str, Any], data: Any) -> None:
     raw = bytearray(orjson.dumps(body))

@@ -10,12 +10,14 @@ worker (a kept-alive connection stays with the worker that accepted it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,6 +85,9 @@ def serving_workers(tmp_path: Path, workers: int = 2) -> Iterator[Served]:
         "backends: {scripted: {type: scripted}}\n"
         "default_backend: scripted\n"
         f"agent: {{database: '{tmp_path / 'agent.db'}'}}\n"
+        # The supervisor's own deadline on a worker's first answer, scaled like the
+        # waits here: a loaded machine imports a new worker slowly.
+        f"server: {{worker_healthcheck_s: {round(scaled(30))}}}\n"
     )
     sock = RunningServer.reserve()
     port = sock.getsockname()[1]
@@ -198,6 +203,33 @@ def test_two_workers_answer_one_scrape_counts_both_and_a_dead_one_is_replaced(
         _wait_for("a replacement worker", served, replaced)
         _chat(served)
         assert _requests_total(served) == REQUESTS + 1
+
+
+UVICORN_HEALTHCHECK_S = 5
+"""uvicorn's own deadline on a worker's answer to the supervisor's ping, which killed
+every new worker of a loaded machine (server.worker_healthcheck_s replaces it)."""
+
+
+def test_a_worker_slower_than_uvicorns_five_seconds_is_kept(tmp_path: Path) -> None:
+    with serving_workers(tmp_path) as served:
+        pids = {w["pid"] for w in served.health()["workers"]}
+        slow = min(pids)
+        # A worker that cannot answer for longer than uvicorn's deadline, as a loaded
+        # machine's worker importing itself could not: stopped, then let go on.
+        os.kill(slow, signal.SIGSTOP)
+        try:
+            time.sleep(UVICORN_HEALTHCHECK_S + 2)  # the fault's length, not a wait
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # killed: the check below says
+                os.kill(slow, signal.SIGCONT)
+        assert slow in _descendants(served.process.pid), "a worker slow to answer was killed"
+
+        def both_back() -> bool:
+            return {w["pid"] for w in served.health()["workers"]} == pids
+
+        _wait_for("the same two workers in /health", served, both_back)
+        assert "died" not in served.output(), served.output()
+        _chat(served)
 
 
 def test_sigterm_stops_every_worker_and_removes_the_run_directory(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ from llmbridge.serving.deployments import (
 )
 from llmbridge.serving.models import Models
 from llmbridge.state.local import LocalState
-from llmbridge.state.redis import RedisState
+from tests.state.implementations import redis_state
 
 REQUESTS = Path(__file__).parents[1] / "fixtures" / "requests"
 """Captured requests of the real clients (copies of shared/reference/captured/)."""
@@ -423,7 +423,7 @@ async def test_replicas_sharing_redis_balance_on_each_others_counts(redis_url: s
     backends = (ScriptedBackend("gpu1"), ScriptedBackend("gpu2"))
     replicas = [_models(*backends), _models(*backends)]
     for replica in replicas:
-        replica.state = RedisState(redis_url)
+        replica.state = redis_state(redis_url)
     try:
         replies = []
         for turn in range(6):

@@ -7,18 +7,32 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
-from llmbridge.state.redis import SOCKET_TIMEOUT_S, RedisState
+from llmbridge.state.redis import POOL_WAIT_S, SOCKET_TIMEOUT_S, RedisState
 from tests.waiting import scaled
 
 State = LocalState | RedisState | FailoverState
 """Every implementation of the shared-state contract."""
 KINDS = ["local", "redis", "failover"]
 """The implementations by name: a ``state`` fixture's parameters."""
+
+
+def redis_state(url: str, **options: Any) -> RedisState:
+    """A ``RedisState`` on ``url`` whose own deadlines are scaled like the tests' waits.
+
+    The product's 0.25 s socket timeout and 1 s wait for a pooled connection are
+    deadlines the tests would otherwise apply unscaled: beside busy loops a starved
+    redis-server ran a script after them (a LateCallError, or the failover serving
+    locally), and a burst of a hundred calls waited longer than a second for the pool.
+    A test that is about those deadlines passes its own."""
+    options.setdefault("socket_timeout_s", scaled(SOCKET_TIMEOUT_S))
+    options.setdefault("pool_wait_s", scaled(POOL_WAIT_S))
+    return RedisState(url, **options)
 
 
 @asynccontextmanager
@@ -29,16 +43,10 @@ async def opened_state(request: pytest.FixtureRequest) -> AsyncIterator[State]:
         yield LocalState()
         return
     url: str = request.getfixturevalue("redis_url")
-    # The product's 0.25 s socket timeout is a deadline the tests would otherwise apply
-    # unscaled: beside busy loops a starved redis-server ran a script after it (a
-    # LateCallError, or the failover serving locally), failing the contract tests.
-    timeout = scaled(SOCKET_TIMEOUT_S)
     shared: RedisState | FailoverState = (
-        RedisState(url, socket_timeout_s=timeout)
+        redis_state(url)
         if request.param == "redis"
-        else FailoverState(
-            url, redis=RedisState(url, own_heartbeat=False, socket_timeout_s=timeout)
-        )
+        else FailoverState(url, redis=redis_state(url, own_heartbeat=False))
     )
     try:
         yield shared

@@ -15,6 +15,7 @@ from llmbridge.state.base import AdmitChecks, AdmitVerdict, WindowVerdict
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
 from tests.servers import RedisServer
+from tests.state.implementations import redis_state
 
 from .conftest import State, eventually
 
@@ -118,7 +119,7 @@ async def test_settle_releases_and_adds_tokens(state: State) -> None:
 
 
 async def test_two_replicas_admit_exactly_the_limit_together(redis_url: str) -> None:
-    replicas = [RedisState(redis_url), RedisState(redis_url)]
+    replicas = [redis_state(redis_url), redis_state(redis_url)]
     try:
         verdicts = await asyncio.gather(
             *(
@@ -137,7 +138,7 @@ async def test_failover_settles_a_slot_where_it_was_taken(
 ) -> None:
     redis = RedisState(redis_url, heartbeat_s=0.1, heartbeat_ttl_s=0.5, own_heartbeat=False)
     state = FailoverState(redis_url, retry_s=0.1, redis=redis)
-    observer = RedisState(redis_url)
+    observer = redis_state(redis_url)
     try:
         assert (await state.admit_many(AdmitChecks(parallel_key="par:f", parallel=None))).holds_slot
         assert await observer.in_flight(["par:f"]) == {"par:f": 1}

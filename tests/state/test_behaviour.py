@@ -15,6 +15,7 @@ from llmbridge.state.base import EWMA_ALPHA, BreakerView
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.local import LocalState
 from llmbridge.state.redis import RedisState
+from tests.state.implementations import redis_state
 
 
 class FakeClock:
@@ -45,7 +46,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         yield Harness(LocalState(clock=clock), clock)
         return
     url: str = request.getfixturevalue("redis_url")
-    state = RedisState(url)
+    state = redis_state(url)
     try:
         yield Harness(state, None)
     finally:

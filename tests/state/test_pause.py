@@ -32,6 +32,7 @@ from llmbridge.state.base import AdmitChecks
 from llmbridge.state.failover import FailoverState
 from llmbridge.state.redis import RedisState
 from tests.servers import RedisServer
+from tests.state.implementations import redis_state
 
 from .conftest import eventually
 
@@ -73,7 +74,7 @@ async def _recovered(state: FailoverState) -> None:
 @pytest.fixture
 async def observer(redis_url: str) -> AsyncIterator[RedisState]:
     """Another replica's view of the same Redis."""
-    state = RedisState(redis_url)
+    state = redis_state(redis_url)
     yield state
     await state.aclose()
 

@@ -16,8 +16,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from llmbridge.state.failover import FailoverState
-from llmbridge.state.redis import RedisState
+from llmbridge.state.redis import POOL_WAIT_S, RedisState
 from tests.servers import RedisServer, free_port
+from tests.state.implementations import redis_state
+from tests.waiting import scaled
 
 from .conftest import eventually
 
@@ -26,8 +28,8 @@ _RACER = textwrap.dedent(
     import asyncio, sys
     from llmbridge.state.redis import RedisState
 
-    async def main(url: str, limit: int, n: int) -> None:
-        state = RedisState(url)
+    async def main(url: str, limit: int, n: int, timeout: float) -> None:
+        state = RedisState(url, socket_timeout_s=timeout, pool_wait_s=timeout)
         await state.ping()
         print("ready", flush=True)
         sys.stdin.readline()  # "go": both processes start together
@@ -37,7 +39,7 @@ _RACER = textwrap.dedent(
         sys.stdin.readline()  # hold the slots until both have counted
         await state.aclose()
 
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])))
     """
 )
 
@@ -70,7 +72,7 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
 @pytest.fixture
 async def observer(redis_url: str) -> AsyncIterator[RedisState]:
     """A second replica's view of the same Redis."""
-    state = RedisState(redis_url)
+    state = redis_state(redis_url)
     yield state
     await state.aclose()
 
@@ -79,7 +81,10 @@ async def test_two_processes_racing_get_exactly_the_limit(
     redis_url: str, observer: RedisState
 ) -> None:
     limit = 37
-    racers = [_python(_RACER, redis_url, str(limit), "100") for _ in range(2)]
+    # The racers' Redis deadlines scaled like the tests' (tests/state/implementations.py):
+    # a hundred calls at once, on a loaded machine, otherwise miss the product's.
+    timeout = str(scaled(POOL_WAIT_S))
+    racers = [_python(_RACER, redis_url, str(limit), "100", timeout) for _ in range(2)]
     try:
         for racer in racers:
             assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"

@@ -20,6 +20,7 @@ import pytest
 from llmbridge.state.base import AdmitChecks
 from llmbridge.state.redis import RedisState
 from tests.servers import free_port
+from tests.state.implementations import redis_state
 
 from .conftest import State, eventually
 
@@ -129,7 +130,7 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
 
 
 async def test_a_killed_replicas_reservations_stop_counting(redis_url: str) -> None:
-    me = RedisState(redis_url)
+    me = redis_state(redis_url)
     checks = AdmitChecks(spend_key="spend:d", budget=0.05, reserve_key="rsv:d", reserve=0.01)
     holder = _python(_HOLDER, redis_url)
     try:

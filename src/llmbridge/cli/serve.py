@@ -282,6 +282,7 @@ def _serve_workers(config: GatewayConfig, access_log: bool, auth_on: bool) -> No
             loop="uvloop" if sys.platform != "win32" else "asyncio",
             http=PROTOCOL,  # the header limits, as below, in every worker
             timeout_graceful_shutdown=5,
+            timeout_worker_healthcheck=server.worker_healthcheck_s,
             **server.forwarded_options(),
         )
 

@@ -197,6 +197,13 @@ class ServerConfig(Strict):
     """Processes that serve the port (``--workers``, ``LLMBRIDGE_WORKERS``), each with its
     own event loop, backends and embedded model; 1 runs the gateway in the ``llmbridge
     serve`` process itself (gateway/server/asgi.py; docs/DEPLOY.md, "Workers")."""
+    worker_healthcheck_s: int = Field(30, ge=1)
+    """How long the supervisor waits for a worker to answer its health ping (uvicorn's
+    ``timeout_worker_healthcheck``) before it kills and replaces it. A worker answers
+    from a thread of its own, so only a process that is wholly stuck misses it; but the
+    thread starts only once the new process has imported itself, and uvicorn's 5 s
+    default killed every worker of a machine so loaded that its imports took longer, each
+    replacement as it started (a restart loop that never served)."""
     health_cache_s: float = Field(1.0, ge=0)
     """How long ``/health`` reuses a backend's last probe (0: probe on every call).
     Load balancers poll it often and anyone may call it: probing each backend on

@@ -235,6 +235,7 @@ class RedisState:
         heartbeat_ttl_s: float = 6.0,
         own_heartbeat: bool = True,
         socket_timeout_s: float = SOCKET_TIMEOUT_S,
+        pool_wait_s: float = POOL_WAIT_S,
         max_connections: int = 32,
     ) -> None:
         self.url = url
@@ -257,7 +258,7 @@ class RedisState:
         pool = BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
-            timeout=POOL_WAIT_S,
+            timeout=pool_wait_s,
             decode_responses=True,
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=socket_timeout_s,
