@@ -203,9 +203,8 @@ class _View:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         async def work() -> types.ListToolsResult:
-            permissions = Permissions.of(_scope(ctx))
             self.listeners.note(ctx)
-            tools = self.gateway.catalog.tools(self.server, permissions.allows)
+            tools = self.gateway.tools_for(self.server, _scope(ctx))
             items, following = page(tools, params.cursor if params else None, self.page_size)
             return types.ListToolsResult(tools=items, next_cursor=following)
 
@@ -288,63 +287,17 @@ class _View:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        scope = _scope(ctx)
-        gate = self.gateway.gate
-        arguments = params.arguments
         headers = ctx.request.headers if isinstance(ctx.request, Request) else {}
-        call = ToolCall(
-            server=self.server or "",
-            tool=params.name,
-            name=params.name,
+        return await self.gateway.call_tool(
+            self.server,
+            params.name,
+            params.arguments,
+            scope=_scope(ctx),
             endpoint=self.endpoint,
-            scope=scope,
-            arguments=arguments,
-            arguments_bytes=json_bytes(arguments) if arguments else 0,
             session_id=headers.get(SESSION_HEADER),
             protocol_version=ctx.protocol_version,
             jsonrpc_id=ctx.request_id,
-            known=False,
         )
-        try:
-            upstream, own = self.gateway.catalog.tool(self.server, params.name)
-            call.server, call.tool, call.known = upstream.name, own, True
-            permissions = Permissions.of(scope)
-            full = exposed(upstream.name, own)
-            if not permissions.allows(full):
-                raise permissions.refusal(full)
-        except LLMBridgeError as exc:
-            await gate.refused(call, exc)
-            raise
-        admitted = await gate.admit(call)  # a refusal is recorded, then raised
-        return await self._called(upstream, own, call, admitted)
-
-    async def _called(
-        self, upstream: Upstream, own: str, call: ToolCall, admitted: CallPass
-    ) -> types.CallToolResult:
-        outcome = Outcome(status=500)
-        try:
-            result = await upstream.call_tool(own, call.arguments)
-            raw, size = self.gateway.bounded(result, f"the result of {call.name!r}")
-            outcome = Outcome(200, result=raw, result_bytes=size, tool_error=result.is_error)
-            return result
-        except MCPError as exc:
-            outcome = Outcome(
-                400 if exc.code == types.INVALID_PARAMS else 502,
-                error=_upstream_error(upstream.name, exc),
-            )
-            raise
-        except LLMBridgeError as exc:
-            outcome = Outcome(exc.status_code, error=exc)
-            raise
-        except anyio.get_cancelled_exc_class():
-            outcome = Outcome(499)  # the client cancelled it, or left
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await admitted.finish(outcome)
-                except Exception:  # recording must not fail the call
-                    log.exception("recording MCP tool call %s failed", call.name)
 
 
 class _Endpoint:
@@ -411,6 +364,88 @@ class McpGateway:
             Route("/mcp", endpoint=_Endpoint(self, by_path=False), methods=methods),
             Route("/mcp/{server}", endpoint=_Endpoint(self, by_path=True), methods=methods),
         ]
+
+    def tools_for(self, view: str | None, scope: Scope) -> list[types.Tool]:
+        """The tools of ``view`` (``None``: every server, named ``<server>__<tool>``;
+        a server's name: that server's, under its own names) that the key of ``scope``
+        may see (its ``mcp_tools``), from the servers that are up."""
+        return self.catalog.tools(view, Permissions.of(scope).allows)
+
+    async def call_tool(
+        self,
+        view: str | None,
+        name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        scope: Scope,
+        endpoint: str,
+        session_id: str | None = None,
+        protocol_version: str | None = None,
+        jsonrpc_id: str | int | None = None,
+    ) -> types.CallToolResult:
+        """Call ``name`` (as ``view`` names it: ``tools_for``) for the key of ``scope``:
+        its ``mcp_tools`` checked, then its limits taken through the gate, the call made
+        and recorded once however it ends (``endpoint`` is the route the record names:
+        ``/mcp``, ``/mcp/{server}``, or the model API route that called the tool).
+
+        Raises ``LLMBridgeError`` for the gateway's refusals and faults (an unknown
+        tool, a permission, a limit, a result over ``mcp.max_result_bytes``, a server
+        that is down) and the SDK's ``MCPError`` for the server's own JSON-RPC error; a
+        tool's own failure is a result with ``is_error``."""
+        gate = self.gate
+        call = ToolCall(
+            server=view or "",
+            tool=name,
+            name=name,
+            endpoint=endpoint,
+            scope=scope,
+            arguments=arguments,
+            arguments_bytes=json_bytes(arguments) if arguments else 0,
+            session_id=session_id,
+            protocol_version=protocol_version,
+            jsonrpc_id=jsonrpc_id,
+            known=False,
+        )
+        try:
+            upstream, own = self.catalog.tool(view, name)
+            call.server, call.tool, call.known = upstream.name, own, True
+            permissions = Permissions.of(scope)
+            full = exposed(upstream.name, own)
+            if not permissions.allows(full):
+                raise permissions.refusal(full)
+        except LLMBridgeError as exc:
+            await gate.refused(call, exc)
+            raise
+        admitted = await gate.admit(call)  # a refusal is recorded, then raised
+        return await self._called(upstream, own, call, admitted)
+
+    async def _called(
+        self, upstream: Upstream, own: str, call: ToolCall, admitted: CallPass
+    ) -> types.CallToolResult:
+        outcome = Outcome(status=500)
+        try:
+            result = await upstream.call_tool(own, call.arguments)
+            raw, size = self.bounded(result, f"the result of {call.name!r}")
+            outcome = Outcome(200, result=raw, result_bytes=size, tool_error=result.is_error)
+            return result
+        except MCPError as exc:
+            outcome = Outcome(
+                400 if exc.code == types.INVALID_PARAMS else 502,
+                error=_upstream_error(upstream.name, exc),
+            )
+            raise
+        except LLMBridgeError as exc:
+            outcome = Outcome(exc.status_code, error=exc)
+            raise
+        except anyio.get_cancelled_exc_class():
+            outcome = Outcome(499)  # the client cancelled it, or left
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await admitted.finish(outcome)
+                except Exception:  # recording must not fail the call
+                    log.exception("recording MCP tool call %s failed", call.name)
 
     def bounded(self, result: BaseModel, what: str) -> tuple[dict[str, Any], int]:
         """``result`` as JSON and its size; ``RequestTooLargeError`` over
