@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types as types
 import pytest
 from pydantic import ValidationError
 
@@ -20,9 +21,10 @@ from llmbridge.agent.persona_settings import AgentSettings
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ToolResultPart
 from llmbridge.core.request import ChatRequest
+from llmbridge.mcp.results import result_text
 from tests.agent.serving import error_of, messages_of
 from tests.conftest import RunningServer, create_key, ledger_rows
-from tests.mcp.conftest import MASTER, mcp_gateway
+from tests.mcp.conftest import MASTER, mcp_gateway, stdio_toolbox
 from tests.mcp.servers.toolbox import build
 from tests.waiting import scaled
 
@@ -41,16 +43,18 @@ def model() -> ScriptedBackend:
 
 @pytest.fixture(scope="module")
 def gateway(database: Path, model: ScriptedBackend) -> Iterator[RunningServer]:
-    """The toolbox as ``web`` behind a gateway whose agent offers ``web_search`` too
+    """The toolbox as ``web`` (streamable HTTP) and ``box`` (stdio, which its
+    ``crash`` tool kills) behind a gateway whose agent offers ``web_search`` too
     (without a Tavily key: it stays one of the tools, whose call would say so)."""
     with RunningServer(build("web").streamable_http_app()) as toolbox:
-        servers = {"web": {"url": toolbox.url + "/mcp"}}
+        servers = {"web": {"url": toolbox.url + "/mcp"}, "box": stdio_toolbox()}
         with mcp_gateway(
             database,
             servers,
             backend=model,
             agent={"web_search": True},
             max_result_bytes=MAX_RESULT_BYTES,
+            connect_timeout_s=scaled(30),  # a stdio server starts slowly on a busy machine
         ) as server:
             yield server
 
@@ -179,6 +183,22 @@ async def test_failures_are_tool_results_the_model_reads(
     assert unknown.is_error and "unknown tool 'other__tool'" in unknown.content
 
 
+async def test_a_server_lost_mid_call_is_a_tool_result(
+    gateway: RunningServer, model: ScriptedBackend
+) -> None:
+    key = create_key(gateway.url, MASTER, "agent-crash")
+    model.enqueue(
+        Script(text=[], tool_calls=[("box__crash", {})]),
+        Script(text=["The server went away."]),
+    )
+    async with _client(gateway, key) as client:
+        session_id = await _session_with(client, ["box__crash"])
+        reply = await _turn(client, session_id)
+    assert reply["reply"] == "The server went away."
+    (lost,) = _results_sent(model.requests[1])
+    assert lost.is_error and "'box'" in lost.content
+
+
 async def test_a_turn_may_leave_the_mcp_tools_out(
     gateway: RunningServer, model: ScriptedBackend
 ) -> None:
@@ -211,3 +231,19 @@ def test_globs_are_checked_and_unknown_servers_allowed() -> None:
             AgentSettings(mcp_tools=(bad,))
     with pytest.raises(ValidationError):
         AgentSettings(mcp_tools=tuple(f"s__t{n}" for n in range(65)))
+
+
+def test_a_results_text_is_its_text_blocks_joined() -> None:
+    result = types.CallToolResult(
+        content=[
+            types.TextContent(type="text", text="first"),
+            types.ImageContent(type="image", data="aGk=", mime_type="image/png"),
+            types.EmbeddedResource(
+                type="resource",
+                resource=types.TextResourceContents(uri="file:///a.md", text="the file"),
+            ),
+        ]
+    )
+    assert result_text(result) == "first\n[image: image/png]\nthe file"
+    structured = types.CallToolResult(content=[], structured_content={"sum": 3})
+    assert result_text(structured) == '{"sum":3}'
