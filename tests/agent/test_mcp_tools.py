@@ -54,7 +54,6 @@ def gateway(database: Path, model: ScriptedBackend) -> Iterator[RunningServer]:
             backend=model,
             agent={"web_search": True},
             max_result_bytes=MAX_RESULT_BYTES,
-            connect_timeout_s=scaled(30),  # a stdio server starts slowly on a busy machine
         ) as server:
             yield server
 

@@ -61,7 +61,10 @@ def mcp_gateway(
     ``settings``; ``gateway_config``: more of its configuration's sections;
     ``backend``: its model backend (a new scripted one); ``agent``: more of the agent's
     settings."""
-    mcp = {"servers": servers, "start_wait_s": scaled(60), **settings}
+    # The gateway's own deadlines on a server's start, scaled like the tests' waits: a
+    # stdio server written with the SDK took 41 s to import itself beside busy loops.
+    mcp = {"servers": servers, "start_wait_s": scaled(60), "connect_timeout_s": scaled(30)}
+    mcp.update(settings)
     with running_gateway(
         {"scripted": backend or ScriptedBackend()},
         server={"master_key": MASTER},
