@@ -51,16 +51,21 @@ def mcp_gateway(
     database: Path,
     servers: dict[str, Any],
     gateway_config: dict[str, Any] | None = None,
+    *,
+    backend: ScriptedBackend | None = None,
+    agent: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Iterator[RunningServer]:
     """A gateway with the master key ``MASTER`` (so keys and the ledger are on), its
     database at ``database``, serving ``servers`` on ``/mcp`` with the ``mcp``
-    ``settings``; ``gateway_config``: more of its configuration's sections."""
+    ``settings``; ``gateway_config``: more of its configuration's sections;
+    ``backend``: its model backend (a new scripted one); ``agent``: more of the agent's
+    settings."""
     mcp = {"servers": servers, "start_wait_s": scaled(60), **settings}
     with running_gateway(
-        {"scripted": ScriptedBackend()},
+        {"scripted": backend or ScriptedBackend()},
         server={"master_key": MASTER},
-        agent={"database": str(database)},
+        agent={"database": str(database), **(agent or {})},
         mcp=mcp,
         **(gateway_config or {}),
     ) as gateway:
