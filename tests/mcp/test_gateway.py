@@ -40,7 +40,8 @@ def gateway(database: Path, toolbox_url: str, old_toolbox_url: str) -> Iterator[
     }
     os.environ["MCP_TEST_TOKEN"] = "from-the-environment"
     try:
-        with mcp_gateway(database, servers) as server:
+        # A stdio server starts slowly on a busy machine: its connection's bound is scaled.
+        with mcp_gateway(database, servers, connect_timeout_s=scaled(30)) as server:
             yield server
     finally:
         del os.environ["MCP_TEST_TOKEN"]
