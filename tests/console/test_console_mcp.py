@@ -39,7 +39,7 @@ def gateway(database: Path) -> Iterator[RunningServer]:
         "gone": stdio_toolbox(env={"TOKEN": "${" + UNSET + "}"}),
     }
     # A loaded machine starts the toolbox slowly: its connection's bound is scaled.
-    with mcp_gateway(database, servers, connect_timeout_s=scaled(30)) as server:
+    with mcp_gateway(database, servers) as server:
         auth = {"Authorization": f"Bearer {create_key(server.url, MASTER, 'watcher')}"}
 
         def box_up() -> bool:

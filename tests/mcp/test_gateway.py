@@ -41,7 +41,7 @@ def gateway(database: Path, toolbox_url: str, old_toolbox_url: str) -> Iterator[
     os.environ["MCP_TEST_TOKEN"] = "from-the-environment"
     try:
         # A stdio server starts slowly on a busy machine: its connection's bound is scaled.
-        with mcp_gateway(database, servers, connect_timeout_s=scaled(30)) as server:
+        with mcp_gateway(database, servers) as server:
             yield server
     finally:
         del os.environ["MCP_TEST_TOKEN"]
