@@ -73,10 +73,10 @@ def test_a_call_run_for_the_model_not_streamed(
     key = create_key(gateway.url, MASTER, "hosted-plain")
     _calls_then_answers(scripted, ("box__add", {"a": 2, "b": 3}))
     client = openai_client(gateway.url, key)
-    response = client.responses.create(model="scripted", input="2+3?", tools=[NEVER])  # type: ignore[list-item]
+    response = client.responses.create(model="scripted", input="2+3?", tools=[NEVER])
     kinds = [item.type for item in response.output]
     assert kinds == ["mcp_list_tools", "mcp_call", "message"]
-    listed, call, message = response.output
+    listed, call, _message = response.output
     assert listed.type == "mcp_list_tools" and listed.server_label == "box"
     assert "add" in [tool.name for tool in listed.tools]
     assert call.type == "mcp_call" and call.name == "add" and call.server_label == "box"
@@ -106,7 +106,7 @@ def test_a_call_run_for_the_model_streamed(
     _calls_then_answers(scripted, ("box__echo", {"text": "über"}))
     client = openai_client(gateway.url, key)
     kinds: list[str] = []
-    with client.responses.stream(model="scripted", input="say über", tools=[NEVER]) as stream:  # type: ignore[list-item]
+    with client.responses.stream(model="scripted", input="say über", tools=[NEVER]) as stream:
         for event in stream:
             kinds.append(event.type)
         final = stream.get_final_response()
@@ -134,7 +134,7 @@ def test_a_tools_own_error_is_a_failed_call(
     response = openai_client(gateway.url, key).responses.create(
         model="scripted",
         input="fail",
-        tools=[NEVER],  # type: ignore[list-item]
+        tools=[NEVER],
     )
     call = response.output[1]
     assert call.type == "mcp_call" and call.status == "failed" and call.error is not None
@@ -149,7 +149,7 @@ def test_max_tool_rounds_ends_incomplete(
     response = openai_client(gateway.url, key).responses.create(
         model="scripted",
         input="loop",
-        tools=[NEVER],  # type: ignore[list-item]
+        tools=[NEVER],
     )
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
@@ -164,7 +164,7 @@ def test_a_client_tool_goes_back_to_the_client(
     response = openai_client(gateway.url, key).responses.create(
         model="scripted",
         input="look it up",
-        tools=[NEVER, mine],  # type: ignore[list-item]
+        tools=[NEVER, mine],
     )
     assert [item.type for item in response.output] == ["mcp_list_tools", "function_call"]
 
@@ -173,7 +173,7 @@ def test_approval_round_trip(gateway: RunningServer, key: str, scripted: Scripte
     client = openai_client(gateway.url, key)
     always = {"type": "mcp", "server_label": "box"}  # require_approval: always by default
     scripted.enqueue(Script(text=[], tool_calls=[("box__add", {"a": 4, "b": 5})]))
-    asked = client.responses.create(model="scripted", input="4+5?", tools=[always])  # type: ignore[list-item]
+    asked = client.responses.create(model="scripted", input="4+5?", tools=[always])
     request = asked.output[-1]
     assert request.type == "mcp_approval_request" and request.name == "add"
     assert len(scripted.requests) and _tool_results(scripted) == []
@@ -183,8 +183,8 @@ def test_approval_round_trip(gateway: RunningServer, key: str, scripted: Scripte
         previous_response_id=asked.id,
         input=[
             {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
-        ],  # type: ignore[list-item]
-        tools=[always],  # type: ignore[list-item]
+        ],
+        tools=[always],
     )
     call = answered.output[1]
     assert call.type == "mcp_call" and call.output == "9"
@@ -197,7 +197,7 @@ def test_approval_round_trip(gateway: RunningServer, key: str, scripted: Scripte
         model="scripted",
         previous_response_id=answered.id,
         input="and again?",
-        tools=[always],  # type: ignore[list-item]
+        tools=[always],
     )
     assert third.output_text == "Still nine."
     assert [r.content for r in _tool_results(scripted)] == ["9"]
@@ -211,7 +211,7 @@ def test_a_refused_approval_tells_the_model(
     client = openai_client(gateway.url, key)
     always = {"type": "mcp", "server_label": "box", "require_approval": "always"}
     scripted.enqueue(Script(text=[], tool_calls=[("box__echo", {"text": "x"})]))
-    asked = client.responses.create(model="scripted", input="echo", tools=[always])  # type: ignore[list-item]
+    asked = client.responses.create(model="scripted", input="echo", tools=[always])
     request = asked.output[-1]
     scripted.enqueue(Script(text=["Fine."]))
     answered = client.responses.create(
@@ -220,8 +220,8 @@ def test_a_refused_approval_tells_the_model(
             {"role": "user", "content": "echo"},
             request.model_dump(exclude_none=True),
             {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False},
-        ],  # type: ignore[list-item]
-        tools=[always],  # type: ignore[list-item]
+        ],
+        tools=[always],
         store=False,
     )
     assert answered.output_text == "Fine."
@@ -235,10 +235,10 @@ def test_a_url_outside_allowed_urls_is_a_400(gateway: RunningServer, key: str) -
         openai_client(gateway.url, key).responses.create(
             model="scripted",
             input="x",
-            tools=[tool],  # type: ignore[list-item]
+            tools=[tool],
         )
     assert "mcp.allowed_urls" in refused.value.message
-    assert refused.value.body["param"] == "tools.0.server_url"  # type: ignore[index]
+    assert refused.value.param == "tools.0.server_url"
 
 
 def test_an_unconfigured_server_is_a_400(gateway: RunningServer, key: str) -> None:
@@ -247,7 +247,7 @@ def test_an_unconfigured_server_is_a_400(gateway: RunningServer, key: str) -> No
         openai_client(gateway.url, key).responses.create(
             model="scripted",
             input="x",
-            tools=[allowed],  # type: ignore[list-item]
+            tools=[allowed],
         )
     assert "mcp.servers" in refused.value.message
 
@@ -261,7 +261,7 @@ def test_a_key_sees_and_calls_only_its_mcp_tools(
     response = openai_client(gateway.url, key).responses.create(
         model="scripted",
         input="add",
-        tools=[NEVER],  # type: ignore[list-item]
+        tools=[NEVER],
     )
     listed, call = response.output[0], response.output[1]
     assert listed.type == "mcp_list_tools" and [t.name for t in listed.tools] == ["echo"]

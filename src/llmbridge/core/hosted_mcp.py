@@ -80,6 +80,8 @@ class McpServerUse:
     ``authorization_token``)."""
     allowed_tools: tuple[str, ...] | None = None
     """The server's own tool names the model may use; ``None``: every one."""
+    denied_tools: tuple[str, ...] = ()
+    """Tools the model may not use, whatever ``allowed_tools`` says."""
     approve_all: bool = True
     """Whether a call needs the client's approval unless ``never_approve`` names it."""
     always_approve: tuple[str, ...] = ()
@@ -88,6 +90,8 @@ class McpServerUse:
     """Tools that never need approval."""
 
     def allows(self, tool: str) -> bool:
+        if tool in self.denied_tools:
+            return False
         return self.allowed_tools is None or tool in self.allowed_tools
 
     def needs_approval(self, tool: str) -> bool:

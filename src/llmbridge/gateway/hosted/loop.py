@@ -4,8 +4,9 @@ model").
 ``plan`` checks what the request asks (core/hosted_mcp.py ``HostedMcp``): each server is
 a configured ``mcp.servers`` entry, and a URL the request gives matches
 ``mcp.allowed_urls`` (else a 400 naming the setting: the gateway never becomes a way to
-reach other hosts); it lists each server's tools the key may see
-(``McpGateway.tools_for``) and the request allows, and offers them to the model as
+reach other hosts), unless it is the gateway's own ``/mcp/<server>`` of that server;
+it lists each server's tools the key may see (``McpGateway.tools_for``) and the request
+allows, and offers them to the model as
 function tools ``<server>__<tool>`` beside the client's own (a backend without tools
 gets them through features/tool_emulation.py like any tool).
 
@@ -32,6 +33,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 import anyio
 import mcp_types as types
@@ -121,7 +123,7 @@ class McpLoop:
         definitions: list[ToolDefinition] = []
         for use in self.hosted.servers:
             where = f"{use.param}.{use.url_field}"
-            if use.url is not None and not config.url_allowed(use.url):
+            if use.url is not None and not (self._own_endpoint(use) or config.url_allowed(use.url)):
                 raise InvalidRequestError(
                     f"Invalid '{where}': the MCP server URL {use.url!r} is not in the "
                     "gateway's mcp.allowed_urls (empty unless configured): name a server "
@@ -157,6 +159,14 @@ class McpLoop:
                     param="input",
                 )
         self.chat = replace(self.chat, tools=(*self.chat.tools, *definitions))
+
+    def _own_endpoint(self, use: McpServerUse) -> bool:
+        """Whether ``use.url`` is this gateway's own ``/mcp/<server>`` of its server
+        (the Anthropic connector needs a URL; this one reaches no other host)."""
+        url = urlsplit(use.url or "")
+        host = next((v for k, v in self.scope.get("headers", ()) if k == b"host"), b"")
+        own = url.netloc.encode("latin-1", "replace") == host and host != b""
+        return own and url.path.rstrip("/").endswith(f"/mcp/{use.label}")
 
     def _listed(self, use: McpServerUse, mcp: McpGateway) -> list[ToolDefinition]:
         tools = [t for t in mcp.tools_for(use.label, self.scope) if use.allows(t.name)]
