@@ -15,9 +15,10 @@ opens the first round; ``events`` yields the answer: the first round's
 ``ResponseStart``, the servers' tool lists, then each round's parts with the model's
 MCP calls taken out and, after the round, those calls run (``McpGateway.call_tool``,
 the one path a tool call takes: the key's ``mcp_tools`` and limits, its ledger row,
-metrics and span) and their results fed back to the next round. It stops when a round
-calls no MCP tool, calls a client tool (that call goes back to the client as usual),
-asks for an approval, or after ``mcp.max_tool_rounds`` rounds (``McpRoundsSpent``, then
+metrics and span) and their results fed back to the next round (a ``tool_choice``
+that forces a call holds for the first round only). It stops when a round calls no MCP
+tool, calls a client tool (that call goes back to the client as usual), asks for an
+approval, or after ``mcp.max_tool_rounds`` rounds (``McpRoundsSpent``, then
 ``max_tokens``: the dialects' incomplete answer). One ``ResponseEnd`` carries every
 round's usage summed.
 
@@ -65,7 +66,14 @@ from llmbridge.core.hosted_mcp import (
     model_tool_name,
 )
 from llmbridge.core.ids import new_id
-from llmbridge.core.messages import Message, Part, ToolCallPart, ToolDefinition, ToolResultPart
+from llmbridge.core.messages import (
+    Message,
+    Part,
+    ToolCallPart,
+    ToolChoice,
+    ToolDefinition,
+    ToolResultPart,
+)
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.gateway.exchange.exchange import Exchange
@@ -286,7 +294,11 @@ class McpLoop:
             round_ += 1
             messages = [Message("assistant", tuple(played.parts))]
             messages += [Message("tool", (result,)) for result in results]
-            self.chat = replace(self.chat, messages=(*self.chat.messages, *messages))
+            self.chat = replace(
+                self.chat,
+                messages=(*self.chat.messages, *messages),
+                tool_choice=_after_first(self.chat.tool_choice),
+            )
             exchange = self._round_exchange(round_)
             try:
                 reply = await self._open_round(exchange)
@@ -402,6 +414,14 @@ class _Round:
 
     def _is_mcp(self, name: str) -> bool:
         return self.loop._offered(name) is not None
+
+
+def _after_first(choice: ToolChoice | None) -> ToolChoice | None:
+    """A choice that forces a call (``required``, a named tool) holds for the first
+    round: forced every round, the model could never answer."""
+    if choice is not None and choice.mode in ("any", "tool"):
+        return ToolChoice("auto", disable_parallel=choice.disable_parallel)
+    return choice
 
 
 def _tool_listing(tool: types.Tool) -> dict[str, object]:
