@@ -78,6 +78,7 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.mcp.endpoints import McpGateway
+from llmbridge.mcp.results import result_text
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
 
@@ -359,7 +360,7 @@ class McpLoop:
         except MCPError as exc:
             status = 400 if exc.code == types.INVALID_PARAMS else 502
             return replace(ended, error=str(exc), error_status=status)
-        text = _result_text(result)
+        text = result_text(result)
         if result.is_error:
             return replace(ended, error=text)
         return replace(ended, output=text)
@@ -447,19 +448,6 @@ def _arguments(text: str) -> dict[str, object]:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _result_text(result: types.CallToolResult) -> str:
-    """The result as the model reads it: its text blocks, other blocks as JSON."""
-    texts = []
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            texts.append(block.text)
-        else:
-            texts.append(orjson.dumps(block.model_dump(mode="json", by_alias=True)).decode())
-    if not texts and result.structured_content is not None:
-        texts.append(orjson.dumps(result.structured_content).decode())
-    return "\n".join(texts)
 
 
 def _result(ended: McpCallEnded, name: str) -> ToolResultPart:
