@@ -18,6 +18,15 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.waiting import scaled
+
+READ_TIMEOUT_S = scaled(0.5)
+"""A backend read deadline for the tests of a backend that does not answer: short, but
+scaled like every wait, since beside busy loops the fake upstream's own prompt answer
+(a 429, an error body) took longer than 0.5 s and read as a timeout (a 504)."""
+PAST_READ_TIMEOUT_S = 2 * READ_TIMEOUT_S + 2.0
+"""A ``Canned.delay`` that outlasts ``READ_TIMEOUT_S``: the backend that does not answer."""
+
 
 @dataclass
 class Canned:

@@ -30,7 +30,7 @@ from tests.conftest import (
     openai_client,
     running_gateway,
 )
-from tests.upstream import Canned, FakeUpstream
+from tests.upstream import PAST_READ_TIMEOUT_S, READ_TIMEOUT_S, Canned, FakeUpstream
 
 LIMIT = 64 * 1024
 
@@ -87,7 +87,7 @@ def gateway(  # type: ignore[override]
     scripted: ScriptedBackend, upstream: tuple[FakeUpstream, RunningServer]
 ) -> Iterator[RunningServer]:
     _, up = upstream
-    fast = HTTPSettings(connect=1.0, read=0.5)
+    fast = HTTPSettings(connect=1.0, read=READ_TIMEOUT_S)
     backends = {
         "scripted": scripted,
         "down": OllamaBackend("down", f"http://127.0.0.1:{_closed_port()}", http=fast),
@@ -177,7 +177,7 @@ class TestBadInput:
         self, gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer], dialect: str
     ) -> None:
         fake, _ = upstream
-        fake.queue.append(Canned(chunks=[b"{}\n"], delay=3.0))
+        fake.queue.append(Canned(chunks=[b"{}\n"], delay=PAST_READ_TIMEOUT_S))
         path, body = DIALECTS[dialect]
         response = post(gateway, path, orjson.dumps(body("up-slow")))
         assert_dialect_error(dialect, response, 504)

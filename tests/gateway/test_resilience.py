@@ -24,7 +24,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import BackendError, BackendHTTPError, BackendUnavailableError
 from llmbridge.serving.resilience import RetryPolicy, is_transient
 from tests.conftest import RunningServer, running_gateway
-from tests.upstream import Canned, FakeUpstream
+from tests.upstream import PAST_READ_TIMEOUT_S, READ_TIMEOUT_S, Canned, FakeUpstream
 from tests.waiting import scaled, wait_until
 
 
@@ -78,7 +78,10 @@ def spare() -> ScriptedBackend:
 
 
 def _gateway(
-    upstream: RunningServer, spare: ScriptedBackend, read_s: float = 0.5, **resilience: Any
+    upstream: RunningServer,
+    spare: ScriptedBackend,
+    read_s: float = READ_TIMEOUT_S,
+    **resilience: Any,
 ) -> Any:
     fast = HTTPSettings(connect=1.0, read=read_s)
     backends = {
@@ -173,14 +176,14 @@ def test_a_backend_that_never_answers_times_out_and_falls_back(
     upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend
 ) -> None:
     fake, server = upstream
-    fake.queue.append(Canned(chunks=[b"{}"], delay=5))  # past the 0.5 s read timeout
+    fake.queue.append(Canned(chunks=[b"{}"], delay=PAST_READ_TIMEOUT_S))
     with _gateway(server, spare) as gateway:
         started = time.monotonic()
         reply = chat(gateway, "slow-guarded")
         assert reply.status_code == 200 and reply.json()["message"]["content"] == "from the spare"
         assert len(fake.bodies) == 1  # a timeout is not retried on the same backend
         assert time.monotonic() - started < 4
-        fake.queue.append(Canned(chunks=[b"{}"], delay=5))
+        fake.queue.append(Canned(chunks=[b"{}"], delay=PAST_READ_TIMEOUT_S))
         timed_out = chat(gateway, "up-model")
         assert timed_out.status_code == 504
 
@@ -261,7 +264,7 @@ def test_malformed_json_and_truncated_sse_are_not_retried(
     with _gateway(server, spare) as gateway:
         garbage = chat(gateway, "up-model")
         assert garbage.status_code == 502 and len(fake.bodies) == 1
-    fast = HTTPSettings(connect=1.0, read=0.5)
+    fast = HTTPSettings(connect=1.0, read=READ_TIMEOUT_S)
     oai = OpenAICompatBackend("oai", server.url, http=fast)
     fake.queue.append(
         Canned(media_type="text/event-stream", chunks=[b'data: {"id":"x","choices":[{"ind'])
@@ -370,12 +373,12 @@ def test_emulated_a_backend_that_never_answers_is_504_or_falls_back(
     upstream: tuple[FakeUpstream, RunningServer], spare: ScriptedBackend
 ) -> None:
     fake, server = upstream
-    fake.queue.append(Canned(chunks=[b"{}"], delay=5))  # past the 0.5 s read timeout
+    fake.queue.append(Canned(chunks=[b"{}"], delay=PAST_READ_TIMEOUT_S))
     with _gateway(server, spare) as gateway:
         reply = chat(gateway, "slow-guarded-emulated", tools=TOOLS)
         assert reply.status_code == 200 and reply.json()["message"]["content"] == "from the spare"
         assert len(fake.bodies) == 1  # not retried on the same backend, no fallback call
-        fake.queue.append(Canned(chunks=[b"{}"], delay=5))
+        fake.queue.append(Canned(chunks=[b"{}"], delay=PAST_READ_TIMEOUT_S))
         timed_out = chat(gateway, "up-emulated", tools=TOOLS)
         assert timed_out.status_code == 504
         assert len(fake.bodies) == 2

@@ -40,7 +40,8 @@ def gateway(database: Path, toolbox_url: str, old_toolbox_url: str) -> Iterator[
     }
     os.environ["MCP_TEST_TOKEN"] = "from-the-environment"
     try:
-        with mcp_gateway(database, servers) as server:
+        # A stdio server starts slowly on a busy machine: its connection's bound is scaled.
+        with mcp_gateway(database, servers, connect_timeout_s=scaled(30)) as server:
             yield server
     finally:
         del os.environ["MCP_TEST_TOKEN"]
@@ -171,18 +172,79 @@ async def test_a_keys_mcp_tools_restrict_its_list_and_calls(
         with pytest.raises(MCPError) as refused:
             await client.call_tool("box__add", {"a": 1, "b": 2})
         resources = await client.list_resources()
+        prompts = await client.list_prompts()
     assert [tool.name for tool in listed.tools] == ["box__echo", "web__add"]
     assert _texts(allowed) == ["hi"]
     assert refused.value.code == PERMISSION_DENIED
     assert "mcp_tools" in refused.value.message and name in refused.value.message
     assert refused.value.data["status"] == 403
-    assert resources.resources == []  # a restricted key sees no resources
+    # Its globs reach box and web, not old: those two servers' resources, no prompt
+    # (neither box__greet nor web__greet matches).
+    assert [r.uri for r in resources.resources] == ["toolbox://readme"] * 2
+    assert prompts.prompts == []
     async with mcp_client(gateway.url + "/mcp/web", key, mode) as client:
         own_names = await client.list_tools()
     assert [tool.name for tool in own_names.tools] == ["add"]
     rows = ledger_rows(database, name, 2)
     recorded = [(r["model"], r["status"]) for r in rows]
     assert recorded == [("mcp:box/echo", 200), ("mcp:box/add", 403)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_keys_mcp_tools_restrict_its_prompts_and_resources(
+    gateway: RunningServer, mode: str
+) -> None:
+    name = f"prompter-{mode}"
+    key = create_key(gateway.url, MASTER, name, mcp_tools=["box__greet", "web__*"])
+    async with mcp_client(gateway.url + "/mcp", key, mode) as client:
+        prompts = await client.list_prompts()
+        greeted = await client.get_prompt("box__greet", {"who": "Ada"})
+        with pytest.raises(MCPError) as prompt_refused:
+            await client.get_prompt("old__greet", {"who": "Ada"})
+        resources = await client.list_resources()
+        read = await client.read_resource("toolbox://readme")
+    assert [p.name for p in prompts.prompts] == ["box__greet", "web__greet"]
+    assert isinstance(greeted.messages[0].content, types.TextContent)
+    assert "Ada" in greeted.messages[0].content.text
+    assert prompt_refused.value.code == PERMISSION_DENIED
+    assert prompt_refused.value.data["status"] == 403
+    assert "prompt 'old__greet'" in prompt_refused.value.message
+    assert name in prompt_refused.value.message
+    assert [r.uri for r in resources.resources] == ["toolbox://readme"] * 2  # box, web
+    assert isinstance(read.contents[0], types.TextResourceContents)
+    # One server under its own names: the same globs, under their /mcp names.
+    async with mcp_client(gateway.url + "/mcp/old", key, mode) as client:
+        own_prompts = await client.list_prompts()
+        own_resources = await client.list_resources()
+        with pytest.raises(MCPError) as own_prompt_refused:
+            await client.get_prompt("greet", {"who": "Ada"})
+        with pytest.raises(MCPError) as read_refused:
+            await client.read_resource("toolbox://readme")
+    assert own_prompts.prompts == [] and own_resources.resources == []
+    assert own_prompt_refused.value.code == PERMISSION_DENIED
+    assert read_refused.value.code == PERMISSION_DENIED
+    assert read_refused.value.data["status"] == 403
+    assert "server 'old'" in read_refused.value.message
+    async with mcp_client(gateway.url + "/mcp/web", key, mode) as client:
+        web_prompts = await client.list_prompts()
+    assert [p.name for p in web_prompts.prompts] == ["greet"]
+
+
+async def test_a_key_that_reaches_no_server_reads_no_resource(gateway: RunningServer) -> None:
+    key = create_key(gateway.url, MASTER, "elsewhere", mcp_tools=["search__*"])
+    async with mcp_client(gateway.url + "/mcp", key) as client:
+        resources = await client.list_resources()
+        templates = await client.list_resource_templates()
+        prompts = await client.list_prompts()
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource("toolbox://readme")
+        with pytest.raises(MCPError) as unknown:
+            await client.read_resource("toolbox://nothing-serves-this")
+    assert resources.resources == [] and templates.resource_templates == []
+    assert prompts.prompts == []
+    assert refused.value.code == PERMISSION_DENIED
+    assert "'elsewhere'" in refused.value.message and "mcp_tools" in refused.value.message
+    assert unknown.value.code == types.INVALID_PARAMS  # unknown to everyone: not a refusal
 
 
 async def test_each_call_is_a_ledger_row(gateway: RunningServer, database: Path) -> None:

@@ -17,7 +17,9 @@
   of each, the same case-sensitive rules as ``fnmatchcase``). A record read from a
   database written before the bound may hold more than ``MAX_GLOBS``: it still works,
   compiled once (``compiled_globs`` keeps the last ones compiled, so the cache's
-  refresh of a key every few seconds compiles nothing again).
+  refresh of a key every few seconds compiles nothing again). ``may_start_with`` says
+  whether any name beginning with a prefix can match (the MCP gateway asks it of
+  ``<server>__``: whether a key reaches a server's resources, mcp/permissions.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fnmatch import translate
+from fnmatch import fnmatchcase, translate
 from functools import lru_cache
 
 from llmbridge.core.errors import InvalidRequestError
@@ -148,11 +150,21 @@ class GlobSet:
     """The globs without a wildcard: names compared as they are."""
     pattern: re.Pattern[str] | None
     """The others, as one expression (``None``: there are none)."""
+    wild: tuple[str, ...] = ()
+    """The globs in ``pattern``, as written (for ``may_start_with``)."""
 
     def matches(self, name: str) -> bool:
         if name in self.exact:
             return True
         return self.pattern is not None and self.pattern.match(name) is not None
+
+    def may_start_with(self, prefix: str) -> bool:
+        """Whether some name that begins with ``prefix`` matches one of the globs
+        (``files__*``, ``files__read_*``, ``f*`` and ``*`` may for ``files__``;
+        ``search__*`` may not)."""
+        if any(name.startswith(prefix) for name in self.exact):
+            return True
+        return any(_glob_may_start_with(glob, prefix) for glob in self.wild)
 
 
 @lru_cache(maxsize=1024)
@@ -162,5 +174,68 @@ def compiled_globs(globs: tuple[str, ...]) -> GlobSet:
     wild = [g for g in globs if _WILDCARDS.intersection(g)]
     exact = frozenset(g for g in globs if not _WILDCARDS.intersection(g))
     # Each translation ends in \Z and groups itself, so the alternatives cannot mix.
-    pattern = re.compile("|".join(translate(g) for g in dict.fromkeys(wild))) if wild else None
-    return GlobSet(exact, pattern)
+    unique = tuple(dict.fromkeys(wild))
+    pattern = re.compile("|".join(translate(g) for g in unique)) if wild else None
+    return GlobSet(exact, pattern, unique)
+
+
+@lru_cache(maxsize=4096)
+def _glob_may_start_with(glob: str, prefix: str) -> bool:
+    """Whether ``glob`` (``fnmatchcase``'s rules) matches some name beginning with
+    ``prefix``: the glob's pieces are followed along ``prefix`` as a set of positions
+    (a ``*`` stays where it is or steps past itself); any position still alive once
+    ``prefix`` is read can be completed by some rest of the name."""
+    pieces = _glob_pieces(glob)
+    alive = _past_stars(pieces, {0})
+    for char in prefix:
+        following: set[int] = set()
+        for at in alive:
+            if at == len(pieces):
+                continue
+            piece = pieces[at]
+            if piece == "*":
+                following.add(at)
+            elif piece == "?" or piece == char or (len(piece) > 1 and fnmatchcase(char, piece)):
+                following.add(at + 1)
+        alive = _past_stars(pieces, following)
+        if not alive:
+            return False
+    return True
+
+
+def _past_stars(pieces: tuple[str, ...], positions: set[int]) -> set[int]:
+    """``positions`` and those reached by stepping past ``*`` pieces (which may match
+    nothing)."""
+    reached = set(positions)
+    for at in positions:
+        while at < len(pieces) and pieces[at] == "*":
+            at += 1
+            reached.add(at)
+    return reached
+
+
+def _glob_pieces(glob: str) -> tuple[str, ...]:
+    """``glob`` cut as ``fnmatch.translate`` reads it: ``*``, ``?``, a ``[...]`` set
+    (kept as a glob of its own, more than one character long) or one character (a
+    ``[`` without its ``]`` is the character)."""
+    pieces: list[str] = []
+    at, end = 0, len(glob)
+    while at < end:
+        char = glob[at]
+        at += 1
+        if char == "[":
+            close = at
+            if close < end and glob[close] == "!":
+                close += 1
+            if close < end and glob[close] == "]":
+                close += 1
+            while close < end and glob[close] != "]":
+                close += 1
+            if close < end:
+                pieces.append(glob[at - 1 : close + 1])
+                at = close + 1
+                continue
+        if char == "*" and pieces and pieces[-1] == "*":
+            continue  # "**" is "*"
+        pieces.append(char)
+    return tuple(pieces)

@@ -130,8 +130,9 @@ class KeyRecord:
     spent_usd: float
     """What the ledger has written to the database for this key so far."""
     mcp_tools: tuple[str, ...] | None = None
-    """Globs of the MCP tool names (``<server>__<tool>``) the key may list and call
-    through the MCP gateway (mcp/permissions.py); ``None``: every tool."""
+    """Globs of the MCP tool and prompt names (``<server>__<name>``) the key may list
+    and use through the MCP gateway, which also say whose resources it reaches
+    (mcp/permissions.py); ``None``: everything."""
     model_globs: GlobSet | None = field(default=None, compare=False, repr=False)
     """``models`` compiled, once, when the record is made (``None``: every model)."""
     tool_globs: GlobSet | None = field(default=None, compare=False, repr=False)

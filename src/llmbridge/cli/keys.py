@@ -113,8 +113,9 @@ _LIMIT = click.IntRange(min=1, max=2**31 - 1)
     "--mcp-tools",
     multiple=True,
     metavar="GLOBS",
-    help="MCP tools the key may list and call, named <server>__<tool>: comma-separated "
-    "globs (repeatable; default: every tool; an empty one is refused).",
+    help="MCP tools and prompts the key may list and use, named <server>__<name> (and the "
+    "servers whose resources it may read): comma-separated globs (repeatable; default: "
+    "everything; an empty one is refused).",
 )
 @_db_options
 def create(

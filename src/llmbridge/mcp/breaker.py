@@ -4,9 +4,14 @@
 connection lost, a call past its timeout: never a tool that answered with an error)
 open it; while open, calls fail at once (503, saying when it is tried again) instead of
 each waiting out its timeout on a server that is down. After ``mcp.breaker_reset_s``
-one call goes through as a probe: its success closes the breaker, its failure opens it
-for another period. Each worker has its own breaker per server, as it has its own
-connection to it (docs/MCP.md, "Workers").
+one call goes through as a probe (the others are still refused): its success closes
+the breaker, its failure opens it for another period. Each worker has its own breaker
+per server, as it has its own connection to it (docs/MCP.md, "Workers").
+
+The states and transitions are core/breaker.py's ``Circuit``, the backends' breaker's
+too (serving/resilience.py); what is this module's is the probe (the next call) and
+the refusal. ``state`` spells the probing state ``half-open``, as ``/health``'s
+``mcp`` section always has.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from llmbridge.core.breaker import Circuit
 from llmbridge.core.errors import BackendUnavailableError
 
 __all__ = ["Breaker"]
@@ -33,36 +39,35 @@ class Breaker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
-        self.threshold = failures
-        self.reset_s = reset_s
-        self._clock = clock
-        self.state: State = "closed"
-        self.failures = 0
+        self.circuit = Circuit(failures, reset_s, clock)
+
+    @property
+    def state(self) -> State:
+        state = self.circuit.state
+        return "half-open" if state == "half_open" else state
+
+    @property
+    def failures(self) -> int:
         """Failed calls in a row."""
-        self.opened_at = 0.0
+        return self.circuit.failures
 
     def check(self) -> None:
         """Let a call through, or ``BackendUnavailableError`` while the breaker is open
         (one probe passes once ``reset_s`` has gone by)."""
-        if self.state == "closed":
+        circuit = self.circuit
+        if circuit.state == "closed":
             return
-        waited = self._clock() - self.opened_at
-        if self.state == "open" and waited >= self.reset_s:
-            self.state = "half-open"  # this call is the probe
+        if circuit.state == "open" and circuit.due():
+            circuit.probing()  # this call is the probe
             return
-        retry = max(0.0, self.reset_s - waited)
         raise BackendUnavailableError(
-            f"the MCP server {self.name!r} failed {self.failures} calls in a row: its "
-            f"breaker is open, tried again in {retry:.0f} s",
+            f"the MCP server {self.name!r} failed {circuit.failures} calls in a row: its "
+            f"breaker is open, tried again in {circuit.remaining_s():.0f} s",
             code="breaker_open",
         )
 
     def success(self) -> None:
-        self.state = "closed"
-        self.failures = 0
+        self.circuit.succeeded()
 
     def failure(self) -> None:
-        self.failures += 1
-        if self.threshold and (self.state == "half-open" or self.failures >= self.threshold):
-            self.state = "open"
-            self.opened_at = self._clock()
+        self.circuit.failed()

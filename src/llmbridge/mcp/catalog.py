@@ -6,7 +6,8 @@ A **view** is one endpoint: ``/mcp`` (``view=None``: every server) or
 servers may both have a ``search`` tool; in ``/mcp/<server>`` they keep their own
 names. Resources keep their URIs everywhere (a URI names what it is; ``file:///...``
 means the same to a client whichever server serves it): a read goes to the server that
-listed that URI, else to the first whose resource template matches it.
+listed that URI, else to the first whose resource template matches it. What a key
+may see is the caller's to say (``allowed``, ``reaches``: mcp/permissions.py).
 
 Only servers that are up are listed; a server that comes up, goes down or says its
 list changed makes the gateway send list-changed notifications (mcp/listeners.py).
@@ -118,12 +119,17 @@ class Catalog:
                 return dict(tool.input_schema)
         return None
 
-    def prompts(self, view: str | None) -> list[types.Prompt]:
+    def prompts(self, view: str | None, allowed: Callable[[str], bool]) -> list[types.Prompt]:
+        """The prompts ``view`` lists to a key that may get those ``allowed`` (called
+        with the ``<server>__<prompt>`` name)."""
         found: list[types.Prompt] = []
         for upstream in self._serving(view):
             for prompt in upstream.listing.prompts:
+                name = exposed(upstream.name, prompt.name)
+                if not allowed(name):
+                    continue
                 if view is None:
-                    prompt = prompt.model_copy(update={"name": exposed(upstream.name, prompt.name)})
+                    prompt = prompt.model_copy(update={"name": name})
                 found.append(prompt)
         return found
 
@@ -133,15 +139,37 @@ class Catalog:
             raise NotFoundError(f"unknown prompt: {name!r}", param="name", code="unknown_prompt")
         return upstream, own
 
-    def resources(self, view: str | None) -> list[types.Resource]:
-        return [r for upstream in self._serving(view) for r in upstream.listing.resources]
+    def resources(self, view: str | None, reaches: Callable[[str], bool]) -> list[types.Resource]:
+        """The resources of the servers of ``view`` that ``reaches`` (called with the
+        server's name) lets the key see."""
+        return [
+            resource
+            for upstream in self._serving(view)
+            if reaches(upstream.name)
+            for resource in upstream.listing.resources
+        ]
 
-    def templates(self, view: str | None) -> list[types.ResourceTemplate]:
-        return [t for upstream in self._serving(view) for t in upstream.listing.templates]
+    def templates(
+        self, view: str | None, reaches: Callable[[str], bool]
+    ) -> list[types.ResourceTemplate]:
+        """The resource templates of the servers of ``view`` that ``reaches``."""
+        return [
+            template
+            for upstream in self._serving(view)
+            if reaches(upstream.name)
+            for template in upstream.listing.templates
+        ]
 
-    def resource(self, view: str | None, uri: str) -> Upstream:
-        """The server that serves the resource ``uri`` in ``view`` (module docstring)."""
-        servers = list(self._serving(view))
+    def resource(self, view: str | None, uri: str, reaches: Callable[[str], bool]) -> Upstream:
+        """The server that serves the resource ``uri`` in ``view`` (module docstring),
+        one that ``reaches`` lets the key read first: another only when none of those
+        serves it (the caller then refuses it)."""
+        serving = list(self._serving(view))
+        reached = [upstream for upstream in serving if reaches(upstream.name)]
+        return self._resource(reached, uri) or self._resource(serving, uri) or self._unknown(uri)
+
+    @staticmethod
+    def _resource(servers: Sequence[Upstream], uri: str) -> Upstream | None:
         for upstream in servers:
             if any(resource.uri == uri for resource in upstream.listing.resources):
                 return upstream
@@ -152,6 +180,10 @@ class Catalog:
                         return upstream
                 except InvalidUriTemplate:
                     continue
+        return None
+
+    @staticmethod
+    def _unknown(uri: str) -> Upstream:
         raise NotFoundError(f"unknown resource: {uri!r}", param="uri", code="unknown_resource")
 
     def _split(self, view: str | None, name: str, what: str) -> tuple[Upstream, str]:

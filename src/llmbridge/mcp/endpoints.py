@@ -22,7 +22,8 @@ with a traceback: a gateway refusal or fault is a JSON-RPC error whose code and
 arguments) is passed on as it came; a tool's own failure (``isError: true``) is a
 result, as the specification wants. Each ``tools/call`` goes through the gate
 (mcp/gate.py): the key's ``mcp_tools`` (mcp/permissions.py), its limits, one ledger
-row. A result larger than ``mcp.max_result_bytes`` (its JSON) is refused with an
+row; lists, prompts and resource reads show and serve what the same permission
+allows. A result larger than ``mcp.max_result_bytes`` (its JSON) is refused with an
 error saying so; a resource read or a prompt too.
 """
 
@@ -216,7 +217,7 @@ class _View:
         async def work() -> types.ListResourcesResult:
             permissions = Permissions.of(_scope(ctx))
             self.listeners.note(ctx)
-            found = [] if permissions.restricted else self.gateway.catalog.resources(self.server)
+            found = self.gateway.catalog.resources(self.server, permissions.reaches)
             items, following = page(found, params.cursor if params else None, self.page_size)
             return types.ListResourcesResult(resources=items, next_cursor=following)
 
@@ -227,7 +228,7 @@ class _View:
     ) -> types.ListResourceTemplatesResult:
         async def work() -> types.ListResourceTemplatesResult:
             permissions = Permissions.of(_scope(ctx))
-            found = [] if permissions.restricted else self.gateway.catalog.templates(self.server)
+            found = self.gateway.catalog.templates(self.server, permissions.reaches)
             items, following = page(found, params.cursor if params else None, self.page_size)
             return types.ListResourceTemplatesResult(
                 resource_templates=items, next_cursor=following
@@ -241,7 +242,7 @@ class _View:
         async def work() -> types.ListPromptsResult:
             permissions = Permissions.of(_scope(ctx))
             self.listeners.note(ctx)
-            found = [] if permissions.restricted else self.gateway.catalog.prompts(self.server)
+            found = self.gateway.catalog.prompts(self.server, permissions.allows)
             items, following = page(found, params.cursor if params else None, self.page_size)
             return types.ListPromptsResult(prompts=items, next_cursor=following)
 
@@ -254,9 +255,9 @@ class _View:
     ) -> types.ReadResourceResult:
         async def work() -> types.ReadResourceResult:
             permissions = Permissions.of(_scope(ctx))
-            if permissions.restricted:
-                raise permissions.resources_refusal()
-            upstream = self.gateway.catalog.resource(self.server, params.uri)
+            upstream = self.gateway.catalog.resource(self.server, params.uri, permissions.reaches)
+            if not permissions.reaches(upstream.name):
+                raise permissions.resource_refusal(params.uri, upstream.name)
             result = await upstream.read_resource(params.uri)
             self.gateway.bounded(result, f"the resource {params.uri!r}")
             return result
@@ -268,9 +269,10 @@ class _View:
     ) -> types.GetPromptResult:
         async def work() -> types.GetPromptResult:
             permissions = Permissions.of(_scope(ctx))
-            if permissions.restricted:
-                raise permissions.resources_refusal()
             upstream, own = self.gateway.catalog.prompt(self.server, params.name)
+            full = exposed(upstream.name, own)
+            if not permissions.allows(full):
+                raise permissions.prompt_refusal(full)
             result = await upstream.get_prompt(own, params.arguments)
             self.gateway.bounded(result, f"the prompt {params.name!r}")
             return result

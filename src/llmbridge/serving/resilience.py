@@ -22,7 +22,8 @@ means busy, not dead) it opens, and requests skip it (to a fallback, or fail at 
 with 503) for ``breaker_reset_s``; then the next request first probes it with the
 backend's cheap health check. A healthy probe lets requests through again (half
 open) and the first success closes the breaker; a failed probe or request reopens
-it for another period.
+it for another period. The states and transitions are core/breaker.py's ``Circuit``
+(the MCP gateway's breakers, mcp/breaker.py, are the same circuit with another probe).
 
 With shared state in Redis (``CircuitBreaker.share``, the gateway does it when
 ``state.redis_url`` is set) a backend has one breaker across every worker and
@@ -37,9 +38,10 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from llmbridge.backends.base import Backend
+from llmbridge.core.breaker import BreakerState, Circuit
 from llmbridge.core.errors import (
     BackendBusyError,
     BackendError,
@@ -110,18 +112,16 @@ class RetryPolicy:
         return float(self.backoff_ms / 1000 * 2 ** (attempt - 1))
 
 
-State = Literal["closed", "open", "half_open"]
-
 REFRESH_S = 0.25
 """How old a shared breaker's local view may get before it is read again."""
 PROBE_LEASE_S = 10.0
 """How long one replica's probe holds off the others' (ended early by its result)."""
 
 
-class CircuitBreaker:
+class CircuitBreaker(Circuit):
     """One backend's breaker (module docstring).
 
-    In one process the breaker is these fields. With a shared state (``share``:
+    In one process the breaker is its ``Circuit``. With a shared state (``share``:
     Redis, across workers and replicas, state/) the fields are this process's *view*
     of the shared breaker, and every change is made in the shared store, atomically:
 
@@ -143,15 +143,10 @@ class CircuitBreaker:
     """
 
     def __init__(self, backend: Backend, failures: int, reset_s: float) -> None:
+        super().__init__(failures, reset_s, time.monotonic)
         self.backend = backend
-        self.threshold = failures
-        self.reset_s = reset_s
-        self._state: State = "closed"
-        self.failures = 0
-        self.opened_at = 0.0
         self._probe_lock = asyncio.Lock()
         self._shared: SharedState | None = None
-        self._clock = time.monotonic
         self._view_at = 0.0
         """When (monotonic) the view was last taken from the shared store."""
         self._refreshing = False
@@ -163,47 +158,43 @@ class CircuitBreaker:
         """Keep this breaker's state in ``shared`` from now on (class docstring)."""
         self._shared = shared
         self._clock = time.time  # the shared opened_at is unix seconds
-        self._state, self.failures, self.opened_at = "closed", 0, 0.0
+        self.take("closed", 0, 0.0)
 
     @property
-    def enabled(self) -> bool:
-        return self.threshold > 0
-
-    @property
-    def state(self) -> State:
+    def state(self) -> BreakerState:
         """The breaker's state as this process sees it (never waits)."""
         if self._shared is not None and self.enabled:
             self._refresh_if_stale()
         return self._state
 
     @state.setter
-    def state(self, value: State) -> None:
+    def state(self, value: BreakerState) -> None:
         self._state = value
 
     async def admit(self) -> bool:
         """Whether a request may go to this backend now (probing it when due)."""
         if not self.enabled or self.state != "open":
             return True
-        if self._clock() - self.opened_at < self.reset_s:
+        if not self.due():
             return False
         async with self._probe_lock:  # one probe for all the requests that are waiting
             if self._shared is not None:
                 return await self._admit_shared(self._shared)
             if self._state != "open":
                 return True
-            if time.monotonic() - self.opened_at < self.reset_s:
+            if not self.due():
                 return False
             health = await self.backend.health()
             if health.ok:
                 log.info("backend %s answered its probe: trying it again", self.backend.name)
-                self._state = "half_open"
+                self.probing()
                 return True
             log.warning(
                 "backend %s still fails its probe (%s): circuit stays open",
                 self.backend.name,
                 health.detail,
             )
-            self.opened_at = time.monotonic()
+            self.reopen()
             return False
 
     async def _admit_shared(self, shared: SharedState) -> bool:
@@ -228,11 +219,10 @@ class CircuitBreaker:
         return ok
 
     def success(self) -> None:
-        if self._state != "closed":
-            log.info("backend %s recovered: circuit closed", self.backend.name)
         if self._shared is not None and self.enabled and (self.failures or self._state != "closed"):
             self._spawn(self._shared_success(self._shared))
-        self._state, self.failures = "closed", 0
+        if self.succeeded():
+            log.info("backend %s recovered: circuit closed", self.backend.name)
 
     def failure(self, error: LLMBridgeError) -> None:
         if not self.enabled or not _counts_against_backend(error):
@@ -240,11 +230,8 @@ class CircuitBreaker:
         if self._shared is not None:
             self._spawn(self._shared_failure(self._shared, error))
             return
-        self.failures += 1
-        if self._state == "half_open" or self.failures >= self.threshold:
-            if self._state != "open":
-                self._log_open(error)
-            self._state, self.opened_at = "open", time.monotonic()
+        if self.failed():
+            self._log_open(error)
 
     async def _shared_failure(self, shared: SharedState, error: LLMBridgeError) -> None:
         async with self._shared_lock:
@@ -271,7 +258,7 @@ class CircuitBreaker:
     def _apply(self, view: BreakerView) -> None:
         """Take ``view`` (under ``_shared_lock``: the store's latest answer to us)."""
         self._view_at = time.monotonic()
-        self._state, self.failures, self.opened_at = view.state, view.failures, view.opened_at
+        self.take(view.state, view.failures, view.opened_at)
 
     def _refresh_if_stale(self) -> None:
         if self._refreshing or time.monotonic() - self._view_at < REFRESH_S:
@@ -307,7 +294,7 @@ class CircuitBreaker:
             log.warning("breaker %s: a shared update failed: %r", self.backend.name, exc)
 
     def open_error(self) -> BackendUnavailableError:
-        remaining = max(0.0, self.reset_s - (self._clock() - self.opened_at))
+        remaining = self.remaining_s()
         return BackendUnavailableError(
             f"backend '{self.backend.name}' is failing; the gateway stopped sending it "
             f"requests (circuit open, next probe in {remaining:.0f} s)",

@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from llmbridge.core.breaker import BreakerState
+
 __all__ = [
     "DUST",
     "EWMA_ALPHA",
@@ -64,8 +66,6 @@ EWMA_ALPHA = 0.3
 DUST = 1e-9
 """A reservation at or below this is none: the float sums of amounts taken and given
 back leave dust (0.03 + 0.03 - 0.03 - 0.03 is not always 0.0)."""
-
-BreakerState = Literal["closed", "open", "half_open"]
 
 
 @dataclass(frozen=True, slots=True)

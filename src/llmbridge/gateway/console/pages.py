@@ -1,5 +1,5 @@
-"""The console's sign-in, keys and backends pages, its static files, and ``routes``
-(every ``/ui/`` route, the request-log pages of log_pages.py included).
+"""The console's sign-in, keys, backends and MCP servers pages, its static files, and
+``routes`` (every ``/ui/`` route, the request-log pages of log_pages.py included).
 
 Signing in checks the master key in constant time, through the limit it shares with
 the admin API (accounts/master_key.py): a peer address that sent 10 wrong master keys
@@ -27,6 +27,7 @@ from llmbridge.accounts.master_key import master_key_matches, peer_of
 from llmbridge.accounts.routes import KeyIn, key_view
 from llmbridge.core.errors import InvalidRequestError, LLMBridgeError, ServiceUnavailableError
 from llmbridge.gateway.console import log_pages
+from llmbridge.gateway.console.mcp_status import mcp_servers
 from llmbridge.gateway.console.session import COOKIE, SESSION_S, Session, issue
 from llmbridge.gateway.console.status import gateway_status
 from llmbridge.gateway.console.web import (
@@ -224,6 +225,15 @@ async def _backends(request: Request, state: GatewayState, session: Session) -> 
     return render(request, "backends.html", session=session, status=status)
 
 
+async def _mcp(request: Request, state: GatewayState, session: Session) -> Response:
+    servers = mcp_servers(state)
+    if servers is None:
+        message = "this gateway serves no MCP servers (mcp.servers is empty: docs/MCP.md)"
+        return error_page(request, 404, message, session)
+    workers = state.workers is not None
+    return render(request, "mcp.html", session=session, servers=servers, workers=workers)
+
+
 routes = [
     Route(PREFIX, to_console, methods=["GET"]),
     Route(f"{PREFIX}/static/{{name}}", static, methods=["GET"]),
@@ -234,5 +244,6 @@ routes = [
     Route(f"{PREFIX}/keys", console_page(_create_key), methods=["POST"]),
     Route(f"{PREFIX}/keys/revoke", console_page(_revoke_key), methods=["POST"]),
     Route(f"{PREFIX}/backends", console_page(_backends), methods=["GET"]),
+    Route(f"{PREFIX}/mcp", console_page(_mcp), methods=["GET"]),
     *log_pages.routes,
 ]

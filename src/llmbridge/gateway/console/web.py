@@ -44,6 +44,7 @@ from llmbridge.gateway.console.session import (
     read,
     revoked_key,
 )
+from llmbridge.gateway.console.tool_calls import tool_call
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.web.bodies import read_body
 
@@ -97,6 +98,7 @@ _templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_templates.globals["tool_call"] = tool_call  # an MCP tool call's row, read as one
 
 Handler = Callable[[Request, GatewayState, Session], Awaitable[Response]]
 
@@ -122,12 +124,14 @@ def render(
     session: Session | None = None,
     **context: Any,
 ) -> Response:
-    """``template`` rendered with ``context``, the session's CSRF token and the path
-    (for the navigation), behind the security headers."""
+    """``template`` rendered with ``context``, the session's CSRF token, the path and
+    whether the gateway serves MCP (for the navigation), behind the security headers."""
+    gateway = getattr(request.app.state, "gateway", None)
     page = _templates.get_template(template).render(
         csrf=session.csrf if session is not None else None,
         signed_in=session is not None,
         path=request.url.path,
+        serves_mcp=getattr(gateway, "mcp", None) is not None,
         **context,
     )
     return secure_headers(HTMLResponse(page, status_code=status_code))

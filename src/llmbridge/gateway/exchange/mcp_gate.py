@@ -25,13 +25,15 @@ metrics registry, the tracer); a tool call has no ``Exchange``: it calls no mode
   ``jsonrpc.request.id``), with ``error.type`` on a failure.
 
 Tool labels are the names a configured server listed; a name no server has counts
-as ``other``, so clients cannot grow ``/metrics``.
+as ``other``, so clients cannot grow ``/metrics``. ``counts`` reads the calls counter
+back, by server, for the console's MCP page.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -51,7 +53,7 @@ from llmbridge.web.render import new_request_id
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-__all__ = ["McpCallGate"]
+__all__ = ["McpCallGate", "ToolCallCounts"]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -84,6 +86,15 @@ class _Metrics:
             ("server", "direction"),
             registry=registry,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallCounts:
+    """One server's tool calls recorded by this process, from its counters."""
+
+    calls: int = 0
+    errors: int = 0
+    """Those whose status is 400 or more (refusals, upstream failures, timeouts)."""
 
 
 class _Pass:
@@ -120,6 +131,20 @@ class McpCallGate:
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self.metrics = _Metrics(state)
+
+    def counts(self) -> dict[str, ToolCallCounts]:
+        """The tool calls this process recorded, by server (the calls counter's samples:
+        what ``/metrics`` says of this worker)."""
+        totals: dict[str, list[int]] = {}
+        for metric in self.metrics.calls.collect():
+            for sample in metric.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                tally = totals.setdefault(sample.labels["server"], [0, 0])
+                tally[0] += int(sample.value)
+                if int(sample.labels["status"]) >= 400:
+                    tally[1] += int(sample.value)
+        return {server: ToolCallCounts(*tally) for server, tally in totals.items()}
 
     def _begin(self, call: ToolCall) -> tuple[float, Span | None]:
         call.request_id = new_request_id()
