@@ -124,9 +124,17 @@ def test_the_ignored_tools_header_is_bounded_and_counts_the_rest(
     few = client.responses.with_raw_response.create(
         model="scripted",
         input="go",
-        tools=[{"type": "web_search"}, {"type": "mcp"}],  # type: ignore[list-item,misc]
+        tools=[{"type": "web_search"}, {"type": "code_interpreter"}],  # type: ignore[list-item,misc]
     )
-    assert few.headers["x-llmbridge-ignored-tools"] == "web_search,mcp"
+    assert few.headers["x-llmbridge-ignored-tools"] == "web_search,code_interpreter"
+    # An mcp tool is not ignored: with no mcp.servers here, a 400 naming the setting.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(
+            model="scripted",
+            input="go",
+            tools=[{"type": "mcp", "server_label": "files"}],  # type: ignore[list-item]
+        )
+    assert "mcp.servers" in refused.value.message and refused.value.param == "tools.0"
 
 
 def test_over_long_ids_are_a_400_naming_the_field(

@@ -25,6 +25,7 @@ separator), at most ``MAX_SERVER_NAME`` characters.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -152,6 +153,22 @@ class McpConfig(_Section):
     another), with sessions otherwise."""
     page_size: int = Field(100, ge=1, le=10_000)
     """Tools, resources or prompts per page of a list (``nextCursor`` for the rest)."""
+    max_tool_rounds: int = Field(8, ge=1, le=100)
+    """MCP tools run for a model (a Responses ``mcp`` tool, the Anthropic connector):
+    the most model requests one client request makes; past it the answer so far is
+    returned, marked incomplete (docs/MCP.md, "MCP tools for any model")."""
+    allowed_urls: tuple[str, ...] = ()
+    """The server URLs a request may name (``server_url``, ``url``): prefixes, or
+    globs when they hold ``*``, ``?`` or ``[``. Empty: none, so a request names a
+    configured server only and the gateway is never a way to reach other hosts."""
+
+    def url_allowed(self, url: str) -> bool:
+        """Whether ``url`` matches ``allowed_urls``."""
+        for allowed in self.allowed_urls:
+            glob = any(mark in allowed for mark in "*?[")
+            if fnmatch.fnmatchcase(url, allowed) if glob else url.startswith(allowed):
+                return True
+        return False
 
     @field_validator("servers")
     @classmethod

@@ -37,11 +37,13 @@ What Claude Code 2.1.330 sends (shared/reference/captured/), field by field:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
+from llmbridge.core.hosted_mcp import HOSTED_MCP
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -62,6 +64,7 @@ from llmbridge.core.request_limits import (
     count_error,
 )
 from llmbridge.dialects.anthropic.errors import VALIDATION_WORDING
+from llmbridge.dialects.anthropic.mcp_request import split_mcp
 from llmbridge.dialects.anthropic.types import (
     PROVIDER,
     ContentBlockSource,
@@ -134,6 +137,7 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         UnsupportedFeatureError: a block the core cannot carry (a PDF document).
     """
     _check_counts(body, limits)
+    body, hosted = split_mcp(body)  # the MCP connector: run by the gateway's loop
     parsed = validate_body(
         MessagesRequestBody, body, VALIDATION_WORDING, slice_field="messages", part_keys=_BLOCKS
     )
@@ -145,7 +149,10 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         top_k=parsed.top_k,
         stop=tuple(parsed.stop_sequences or ()),
     )
-    return _chat_request(parsed, params, stream=bool(parsed.stream))
+    chat = _chat_request(parsed, params, stream=bool(parsed.stream))
+    if hosted is None:
+        return chat
+    return replace(chat, provider_details={**(chat.provider_details or {}), HOSTED_MCP: hosted})
 
 
 def decode_count_tokens_request(
@@ -153,6 +160,7 @@ def decode_count_tokens_request(
 ) -> ChatRequest:
     """Translate a ``/v1/messages/count_tokens`` body (no ``max_tokens``)."""
     _check_counts(body, limits)
+    body, _ = split_mcp(body)  # counted without the connector's servers
     parsed = validate_body(
         CountTokensRequestBody, body, VALIDATION_WORDING, slice_field="messages", part_keys=_BLOCKS
     )

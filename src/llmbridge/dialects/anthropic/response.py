@@ -26,6 +26,7 @@ __all__ = [
     "decode_chat_response",
     "decode_stop_reason",
     "decode_usage",
+    "encode_block",
     "encode_chat_response",
     "encode_stop_reason",
     "encode_usage",
@@ -153,7 +154,7 @@ def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, 
     saw_tool_call = False
     omit = thinking_omitted(request)
     for part in resp.message.parts:
-        block = _encode_block(part, omit)
+        block = encode_block(part, omit)
         if block is not None:
             content.append(block)
             saw_tool_call = saw_tool_call or block["type"] == "tool_use"
@@ -178,7 +179,7 @@ def thinking_omitted(request: ChatRequest) -> bool:
     return isinstance(thinking, dict) and thinking.get("display") == "omitted"
 
 
-def _encode_block(part: Part, omit_thinking: bool = False) -> dict[str, Any] | None:
+def encode_block(part: Part, omit_thinking: bool = False) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text} if part.text else None
     if isinstance(part, ThinkingPart):

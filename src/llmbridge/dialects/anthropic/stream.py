@@ -53,7 +53,7 @@ from llmbridge.dialects.anthropic.types import PROVIDER
 from llmbridge.dialects.fields import ReplyFields, object_or_empty, str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
 
-__all__ = ["decode_chat_stream", "encode_chat_stream", "error_event"]
+__all__ = ["StreamEncoder", "decode_chat_stream", "encode_chat_stream", "error_event"]
 
 # -- encoding -------------------------------------------------------------------------
 
@@ -80,7 +80,7 @@ async def encode_chat_stream(
     that stops without ``ResponseEnd``. With ``thinking.display: "omitted"`` thinking
     blocks carry no ``thinking_delta`` (``response.thinking_omitted``).
     """
-    encoder = _Encoder(request.model, omit_thinking=thinking_omitted(request))
+    encoder = StreamEncoder(request.model, omit_thinking=thinking_omitted(request))
     async for event in events:
         chunk = encoder.feed(event)
         if chunk:
@@ -102,7 +102,7 @@ def error_event(err: LLMBridgeError) -> bytes:
     return sse_event(body, event="error")
 
 
-class _Encoder:
+class StreamEncoder:
     """The state of one encoded stream: which block is open, usage so far."""
 
     __slots__ = (
@@ -116,6 +116,7 @@ class _Encoder:
         "saw_tool_call",
         "signature",
         "started",
+        "stop_override",
         "usage",
         "wire_index",
     )
@@ -133,6 +134,18 @@ class _Encoder:
         self.pending_text = False
         self.signature: list[str] = []
         self.saw_tool_call = False
+        self.stop_override: str | None = None
+        """The stop reason to send whatever the end says (the MCP loop's ``pause_turn``)."""
+
+    def whole_block(self, block: dict[str, Any], input_json: str | None = None) -> bytes:
+        """A block the core has no part for (the MCP loop's ``mcp_tool_use`` and
+        ``mcp_tool_result``): started, its input as one ``input_json_delta``, stopped."""
+        out = self._start() + self._close(None) + self._block_start(block)
+        if input_json is not None:
+            out += (
+                _DELTA_HEAD + self.wire_index + _JSON_DELTA + orjson.dumps(input_json) + _DELTA_TAIL
+            )
+        return out + _STOP_HEAD + self.wire_index + _STOP_TAIL
 
     def feed(self, event: StreamEvent) -> bytes:
         if isinstance(event, PartDelta):
@@ -196,7 +209,8 @@ class _Encoder:
         delta = {
             "type": "message_delta",
             "delta": {
-                "stop_reason": encode_stop_reason(event.stop_reason, self.saw_tool_call),
+                "stop_reason": self.stop_override
+                or encode_stop_reason(event.stop_reason, self.saw_tool_call),
                 "stop_sequence": event.stop_sequence,
             },
             "usage": wire_usage,

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.hosted_mcp import HOSTED_MCP, HostedMcp
 from llmbridge.core.messages import (
     ImagePart,
     Message,
@@ -46,6 +47,7 @@ from llmbridge.core.tool_arguments import parse_request_tool_arguments
 from llmbridge.dialects.images import split_base64_data_url
 from llmbridge.dialects.openai.request import Ranges, check_ranges
 from llmbridge.dialects.responses.errors import VALIDATION_WORDING
+from llmbridge.dialects.responses.mcp_request import McpInput
 from llmbridge.dialects.responses.reasoning import open_reasoning
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT, ToolShapes, decode_tools, flat_name
 from llmbridge.dialects.responses.types import (
@@ -58,6 +60,10 @@ from llmbridge.dialects.responses.types import (
     InputItem,
     InputMessageItem,
     InputTextPart,
+    McpApprovalRequestItem,
+    McpApprovalResponseItem,
+    McpCallItem,
+    McpListToolsItem,
     OutputTextPart,
     ReasoningConfig,
     ReasoningItem,
@@ -143,7 +149,8 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         messages.append(Message("system", (TextPart(wire.instructions),)))
     include = wire.include or []
     details: dict[str, Any] = tools.details()
-    dropped = _decode_input(wire.input, tools, limits, messages)
+    mcp = McpInput(wire.input if isinstance(wire.input, list) else [], limits.max_json_depth)
+    dropped = _decode_input(wire.input, tools, limits, messages, mcp)
     if dropped:
         details["dropped_reasoning"] = dropped
     if ENCRYPTED_REASONING in include:
@@ -167,8 +174,15 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         thinking=_decode_thinking(wire.reasoning),
         response_format=_decode_format(wire.text),
         include_usage=True,
-        provider_details={DETAILS_KEY: details},
+        provider_details=_provider_details(details, tools, mcp),
     )
+
+
+def _provider_details(details: dict[str, Any], tools: ToolShapes, mcp: McpInput) -> dict[str, Any]:
+    """This dialect's details, and the MCP servers the gateway is to run tools of."""
+    if not tools.mcp and not mcp.approvals:
+        return {DETAILS_KEY: details}
+    return {DETAILS_KEY: details, HOSTED_MCP: HostedMcp(tuple(tools.mcp), tuple(mcp.approvals))}
 
 
 def decode_input_tokens_request(
@@ -223,6 +237,7 @@ def _decode_input(
     tools: ToolShapes,
     limits: RequestLimits,
     messages: list[Message],
+    mcp: McpInput,
 ) -> int:
     """Append the input's messages to ``messages``; returns how many reasoning items'
     ``encrypted_content`` were dropped (not issued by llmbridge)."""
@@ -261,6 +276,11 @@ def _decode_input(
             dropped += lost
             if part is not None:
                 turn.append(part)
+        elif isinstance(
+            item,
+            McpCallItem | McpListToolsItem | McpApprovalRequestItem | McpApprovalResponseItem,
+        ):
+            mcp.decode(item, where, turn, close_turn, messages)
         else:
             close_turn()
             messages.append(_tool_result(item, _turn_names(messages)))

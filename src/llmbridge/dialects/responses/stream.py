@@ -81,7 +81,7 @@ async def encode_chat_stream(
     ``on_end`` gets the response object of ``response.completed`` or
     ``response.incomplete`` before the bytes of that event are yielded (the gateway
     stores it then, so a client that reads the event can at once retrieve it)."""
-    encoder = _StreamEncoder(request, on_end)
+    encoder = StreamEncoder(request, on_end)
     async for event in events:
         chunk = encoder.encode(event)
         if chunk:
@@ -121,7 +121,7 @@ class _OpenItem:
         )
 
 
-class _StreamEncoder:
+class StreamEncoder:
     """The state of one encoded stream: ``encode`` returns the bytes for each event."""
 
     def __init__(
@@ -209,6 +209,25 @@ class _StreamEncoder:
         )
 
     # -- items ------------------------------------------------------------------------
+
+    def start(self, event: ResponseStart) -> bytes:
+        """``response.created`` and ``response.in_progress``, once."""
+        return b"" if self._started else self._start(event)
+
+    def event(self, kind: str, payload: dict[str, Any]) -> bytes:
+        """One event of this stream, numbered (an item the core has no part for)."""
+        return self._event(kind, payload)
+
+    def open_item(self, item: dict[str, Any]) -> tuple[bytes, int]:
+        """``output_item.added`` of an item the core has no part for, and its index
+        (no core part is open between the rounds, where such items come)."""
+        index = len(self._output)
+        return self._item_added(item, index), index
+
+    def close_item(self, index: int, item: dict[str, Any]) -> bytes:
+        """``output_item.done`` of an item ``open_item`` opened."""
+        self._output.append(item)
+        return self._event("response.output_item.done", {"output_index": index, "item": item})
 
     def _item_added(self, item: dict[str, Any], index: int) -> bytes:
         return self._event("response.output_item.added", {"output_index": index, "item": item})

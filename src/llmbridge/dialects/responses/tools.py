@@ -12,7 +12,9 @@
   namespace ``a`` with ``b`` and a function ``a__b``) could not be told apart when the
   model calls one, so the request is a 400 naming the second (the call used to go
   back under the other tool). So is a ``custom`` and a ``function`` tool of one name.
-- hosted tools (``web_search``, ``image_generation``...) are run by OpenAI's servers,
+- ``mcp`` tools name MCP servers whose tools the gateway runs for the model
+  (mcp_request.py, gateway/hosted/): kept apart, never sent to the backend as such.
+- other hosted tools (``web_search``, ``image_generation``...) are run by OpenAI's servers,
   not by any backend here: they are left out, and named so the route can say so in
   ``x-llmbridge-ignored-tools`` (a 400 would stop Codex, which always sends one).
 
@@ -27,8 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.hosted_mcp import McpServerUse
 from llmbridge.core.messages import ToolDefinition
-from llmbridge.dialects.responses.types import CustomTool, FunctionTool, NamespaceTool, Tool
+from llmbridge.dialects.responses.mcp_request import decode_mcp_tool
+from llmbridge.dialects.responses.types import (
+    CustomTool,
+    FunctionTool,
+    McpTool,
+    NamespaceTool,
+    Tool,
+)
 
 __all__ = [
     "CUSTOM_INPUT",
@@ -56,6 +66,8 @@ class ToolShapes:
     """Flat name -> (namespace, the tool's own name)."""
     ignored: list[str] = field(default_factory=list)
     """Hosted tools' types, in order, without repeats."""
+    mcp: list[McpServerUse] = field(default_factory=list)
+    """The ``mcp`` tools: servers whose tools the gateway runs (mcp_request.py)."""
     defined: dict[str, tuple[str, CallShape]] = field(default_factory=dict)
     """Flat name -> where the first tool of that name is (``tools.1.tools.0``) and how
     its calls go back: two different ways back for one name are refused."""
@@ -100,6 +112,8 @@ def decode_tools(tools: Sequence[Tool] | None) -> ToolShapes:
                 _add(shapes, inner, tool.name, tool.description, where)
         elif isinstance(tool, FunctionTool | CustomTool):
             _add(shapes, tool, None, None, f"tools.{index}")
+        elif isinstance(tool, McpTool):
+            shapes.mcp.append(decode_mcp_tool(tool, f"tools.{index}"))
         elif tool.type not in shapes.ignored:
             shapes.ignored.append(tool.type)
     return shapes

@@ -38,6 +38,12 @@ __all__ = [
     "InputTextPart",
     "InputTokensRequestBody",
     "ItemId",
+    "McpApprovalRequestItem",
+    "McpApprovalResponseItem",
+    "McpCallItem",
+    "McpItem",
+    "McpListToolsItem",
+    "McpTool",
     "NamespaceTool",
     "OutputTextPart",
     "ReasoningConfig",
@@ -219,13 +225,75 @@ class ReasoningItem(OpenAIWireModel):
     "The item's status (ignored)."
 
 
+class McpListToolsItem(OpenAIWireModel):
+    type: Literal["mcp_list_tools"]
+    "Always ``mcp_list_tools``: the tools an MCP server offered (kept, not sent on)."
+    server_label: str
+    "The server."
+    id: ItemId | None = None
+    "The item's id (ignored)."
+
+
+class McpCallItem(OpenAIWireModel):
+    type: Literal["mcp_call"]
+    "Always ``mcp_call``: an MCP tool call the gateway ran earlier."
+    id: ItemId
+    "The call's id (the model sees it as its tool call's id)."
+    server_label: str
+    "The server it went to."
+    name: str
+    "The server's name of the tool."
+    arguments: str
+    "The arguments, a JSON string."
+    output: str | None = None
+    "The tool's output."
+    error: Any = None
+    "Its error (a string or an object), when it failed."
+    approval_request_id: ItemId | None = None
+    "The approval request it answered, when one was asked."
+    status: str | None = None
+    "The item's status (ignored)."
+
+
+class McpApprovalRequestItem(OpenAIWireModel):
+    type: Literal["mcp_approval_request"]
+    "Always ``mcp_approval_request``: a call that waited on the client's approval."
+    id: ItemId
+    "The request's id, which an ``mcp_approval_response`` names."
+    server_label: str
+    "The server."
+    name: str
+    "The server's name of the tool."
+    arguments: str
+    "The arguments the model wrote, a JSON string."
+
+
+class McpApprovalResponseItem(OpenAIWireModel):
+    type: Literal["mcp_approval_response"]
+    "Always ``mcp_approval_response``: the client's answer to an approval request."
+    approval_request_id: ItemId
+    "The ``mcp_approval_request`` it answers."
+    approve: bool
+    "Whether the call may run."
+    reason: str | None = None
+    "Why (shown to the model when the call is refused)."
+    id: ItemId | None = None
+    "The item's id (ignored)."
+
+
+McpItem = McpListToolsItem | McpCallItem | McpApprovalRequestItem | McpApprovalResponseItem
+
 InputItem = Annotated[
     Annotated[InputMessageItem, Tag("InputMessageItem")]
     | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
     | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")]
     | Annotated[CustomToolCallItem, Tag("CustomToolCallItem")]
     | Annotated[CustomToolCallOutputItem, Tag("CustomToolCallOutputItem")]
-    | Annotated[ReasoningItem, Tag("ReasoningItem")],
+    | Annotated[ReasoningItem, Tag("ReasoningItem")]
+    | Annotated[McpListToolsItem, Tag("McpListToolsItem")]
+    | Annotated[McpCallItem, Tag("McpCallItem")]
+    | Annotated[McpApprovalRequestItem, Tag("McpApprovalRequestItem")]
+    | Annotated[McpApprovalResponseItem, Tag("McpApprovalResponseItem")],
     tag_discriminator(
         "type",
         {
@@ -235,6 +303,10 @@ InputItem = Annotated[
             "custom_tool_call": "CustomToolCallItem",
             "custom_tool_call_output": "CustomToolCallOutputItem",
             "reasoning": "ReasoningItem",
+            "mcp_list_tools": "McpListToolsItem",
+            "mcp_call": "McpCallItem",
+            "mcp_approval_request": "McpApprovalRequestItem",
+            "mcp_approval_response": "McpApprovalResponseItem",
         },
         missing="InputMessageItem",
     ),
@@ -284,6 +356,25 @@ class NamespaceTool(OpenAIWireModel):
     "The tools inside the namespace."
 
 
+class McpTool(OpenAIWireModel):
+    type: Literal["mcp"]
+    "Always ``mcp``: an MCP server whose tools the gateway runs for the model."
+    server_label: str
+    "The server: a name in the gateway's ``mcp.servers``."
+    server_url: str | None = None
+    "Its URL; only one that ``mcp.allowed_urls`` allows is accepted."
+    allowed_tools: list[str] | dict[str, Any] | None = None
+    "The tools the model may use: names, or ``{tool_names: [...]}``."
+    require_approval: str | dict[str, Any] | None = None
+    "``always`` (OpenAI's default), ``never``, or ``{always: {tool_names}, never: {tool_names}}``."
+    headers: dict[str, str] | None = None
+    "Headers for the server (a server the request connects to)."
+    authorization: str | None = None
+    "A bearer token for the server (a server the request connects to)."
+    server_description: str | None = None
+    "What the server is for (added to its tools' descriptions)."
+
+
 class HostedTool(OpenAIWireModel):
     type: str
     "A tool OpenAI runs itself (``web_search``, ``image_generation``, ``file_search``...)."
@@ -293,10 +384,16 @@ Tool = Annotated[
     Annotated[FunctionTool, Tag("FunctionTool")]
     | Annotated[CustomTool, Tag("CustomTool")]
     | Annotated[NamespaceTool, Tag("NamespaceTool")]
+    | Annotated[McpTool, Tag("McpTool")]
     | Annotated[HostedTool, Tag("HostedTool")],
     tag_discriminator(
         "type",
-        {"function": "FunctionTool", "custom": "CustomTool", "namespace": "NamespaceTool"},
+        {
+            "function": "FunctionTool",
+            "custom": "CustomTool",
+            "namespace": "NamespaceTool",
+            "mcp": "McpTool",
+        },
         other="HostedTool",
     ),
 ]

@@ -16,13 +16,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge.core.errors import ModelNotFoundError
+from llmbridge.core.hosted_mcp import hosted_mcp_of
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic
+from llmbridge.dialects.anthropic.mcp_reply import encode_hosted_response, encode_hosted_stream
 from llmbridge.dialects.anthropic.model_list import listed_name
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.anthropic_beta import parse_betas, with_betas
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
+from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.serving.router import ModelRouter
 from llmbridge.web.bodies import read_chat
@@ -38,6 +41,13 @@ MESSAGES = ChatCodec(
     stream_media_type="text/event-stream",
     announces_input_tokens=True,
 )
+HOSTED_MESSAGES = HostedCodec(
+    dialect=Dialect.ANTHROPIC,
+    encode_stream=encode_hosted_stream,
+    encode_response=encode_hosted_response,
+    announces_input_tokens=True,
+)
+"""A request with the MCP connector (``mcp_servers``): the gateway's MCP loop."""
 
 
 def discovered_model(router: ModelRouter, model: str) -> str:
@@ -67,6 +77,9 @@ async def messages(request: Request, exchange: Exchange) -> Response:
     chat = await read_chat(request, state.limits, anthropic.decode_chat_request)
     chat = _fitted(chat, request, state.models.router)
     exchange.asked(chat.model, streamed=chat.stream)
+    hosted = hosted_mcp_of(chat)
+    if hosted is not None:
+        return await serve_hosted(request, chat, hosted, HOSTED_MESSAGES, exchange=exchange)
     return await serve_chat(request, chat, MESSAGES, exchange=exchange)
 
 

@@ -38,6 +38,7 @@ from starlette.routing import Route
 from llmbridge.agent.config import AgentConfig
 from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
+from llmbridge.core.hosted_mcp import HostedEvent, HostedReply, hosted_mcp_of
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse
@@ -51,9 +52,11 @@ from llmbridge.dialects.responses.continuation import (
     input_items,
     marked,
 )
+from llmbridge.dialects.responses.mcp_reply import encode_hosted_response, encode_hosted_stream
 from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_tokens_request
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
+from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.gateway.stored_responses import Chain, ResponseStore, stored_responses_on
@@ -79,6 +82,12 @@ RESPONSES = ChatCodec(
     encode_response=responses.encode_chat_response,
     stream_media_type="text/event-stream",
 )
+HOSTED_RESPONSES = HostedCodec(
+    dialect=Dialect.OPENAI,
+    encode_stream=encode_hosted_stream,
+    encode_response=encode_hosted_response,
+)
+"""A request with ``mcp`` tools: the gateway's MCP loop (gateway/hosted/)."""
 
 
 def dialect_headers(chat: ChatRequest) -> dict[str, str]:
@@ -122,8 +131,13 @@ async def create_response(request: Request, exchange: Exchange) -> Response:
     keeper = None
     if keep and store is not None:
         keeper = _Keeper(store, owner, body, continued.chain, continued.input_bytes)
-    codec = RESPONSES if keeper is None else keeper.codec
-    response = await serve_chat(request, chat, codec, exchange=exchange)
+    hosted = hosted_mcp_of(chat)
+    if hosted is not None:
+        hosted_codec = HOSTED_RESPONSES if keeper is None else keeper.hosted_codec
+        response = await serve_hosted(request, chat, hosted, hosted_codec, exchange=exchange)
+    else:
+        codec = RESPONSES if keeper is None else keeper.codec
+        response = await serve_chat(request, chat, codec, exchange=exchange)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
         await keeper.save(keeper.ended)
     response.headers.update(dialect_headers(chat))
@@ -283,6 +297,24 @@ class _Keeper:
         self.codec = replace(
             RESPONSES, encode_response=self._encode_response, encode_stream=self._encode_stream
         )
+        self.hosted_codec = replace(
+            HOSTED_RESPONSES,
+            encode_response=self._encode_hosted_response,
+            encode_stream=self._encode_hosted_stream,
+        )
+
+    def _encode_hosted_response(self, reply: HostedReply, chat: ChatRequest) -> dict[str, Any]:
+        self.ended = encode_hosted_response(reply, chat)
+        return self.ended
+
+    async def _encode_hosted_stream(
+        self, events: AsyncIterator[HostedEvent], chat: ChatRequest
+    ) -> AsyncIterator[bytes]:
+        ended: list[dict[str, Any]] = []
+        async for chunk in encode_hosted_stream(events, chat, ended.append):
+            if ended:  # stored before the client reads response.completed
+                await self.save(ended.pop())
+            yield chunk
 
     def _encode_response(self, reply: ChatResponse, chat: ChatRequest) -> dict[str, Any]:
         self.ended = responses.encode_chat_response(reply, chat)
