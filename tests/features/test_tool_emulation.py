@@ -36,11 +36,19 @@ from llmbridge.core.events import (
     StreamEvent,
     TextDelta,
 )
-from llmbridge.core.messages import Message, TextPart, ToolCallPart, ToolDefinition, ToolResultPart
+from llmbridge.core.messages import (
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolChoice,
+    ToolDefinition,
+    ToolResultPart,
+)
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason
 from llmbridge.features.apology import APOLOGIES
 from llmbridge.features.json_stream import FieldStreamer
+from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.features.tool_emulation import (
     DECISION_PARAM,
     HISTORY_MESSAGES,
@@ -209,6 +217,25 @@ def test_a_tool_without_parameters_answered_in_this_turn_is_no_longer_offered() 
     with_weather = decision_schema(replace(request, tools=(clock, *TOOLS)))
     names = with_weather["anyOf"][0]["properties"]["tool_name"]["enum"]
     assert names == ["CallService", "GetLiveContext"]
+
+
+def test_a_forcing_tool_choice_leaves_the_schema_only_the_call_until_a_result_is_in() -> None:
+    forced = replace(ASK, tool_choice=ToolChoice("any"))
+    schema = decision_schema(forced)
+    assert "anyOf" not in schema and schema["properties"]["action"] == {"const": "tool_call"}
+    # Kept by the choice's rewrite when the emulation decides, dropped for the backend.
+    kept = apply_tool_choice(forced, native=False, emulated=True)
+    assert kept.tool_choice == ToolChoice("any") and decision_schema(kept) == schema
+    assert apply_tool_choice(forced, native=False).tool_choice is None
+    answered = replace(
+        forced,
+        messages=(
+            *forced.messages,
+            Message("assistant", (ToolCallPart("c1", "GetLiveContext", {}),)),
+            Message("tool", (ToolResultPart("c1", "all lights off"),)),
+        ),
+    )
+    assert "anyOf" in decision_schema(answered)  # with its result in, it may answer
 
 
 async def test_a_structured_backend_gets_the_schema_and_others_plain_json() -> None:

@@ -3,12 +3,12 @@ embedded model, which has no tool calling of its own) with one MCP server, and a
 Responses ``mcp`` tool whose ``tool_choice`` forces a call.
 
 What a 135M model writes changes with the CPU and the llama.cpp build, so nothing
-here depends on it. The tool emulation expresses a forcing ``tool_choice`` as an
-instruction (features/tool_choice.py), which this model may not follow, so whether it
-calls is its own: what holds on any CPU is that the server's tool is offered through
-the emulation, that any call it makes is run on the server (a tool that takes no
-arguments, so every call is the same call) with the server's answer, and that the
-answer ends with the model's text."""
+here depends on its wording. What holds on any CPU: the tool emulation holds the
+model's decision to a JSON schema (the embedded model's grammar), and a forcing
+``tool_choice`` leaves that schema only the call (features/tool_emulation.py), so the
+first round calls the server's one tool, which takes no arguments; the gateway runs it
+on the server and feeds its answer back; in the next round a tool without arguments
+whose result is in is no longer offered, so the model can only answer, with text."""
 
 from __future__ import annotations
 
@@ -67,8 +67,9 @@ def test_a_forced_call_runs_on_the_server_and_the_model_answers(
     listed = response.output[0]
     assert listed.type == "mcp_list_tools" and [t.name for t in listed.tools] == ["pid"]
     calls = [item for item in response.output if item.type == "mcp_call"]
-    for call in calls:
-        assert call.name == "pid" and call.server_label == "box"
-        assert call.error is None and call.output is not None and call.output.isdigit()
+    assert len(calls) == 1, response.output
+    call = calls[0]
+    assert call.name == "pid" and call.server_label == "box"
+    assert call.error is None and call.output is not None and call.output.isdigit()
     assert response.output[-1].type == "message"
     assert response.usage is not None and response.usage.output_tokens > 0

@@ -23,8 +23,13 @@ def named_tool_instruction(name: str) -> str:
     return f"You must answer by calling the tool `{name}`."
 
 
-def apply_tool_choice(request: ChatRequest, *, native: bool) -> ChatRequest:
-    """The request with its tool choice expressed in a form the backend honours."""
+def apply_tool_choice(request: ChatRequest, *, native: bool, emulated: bool = False) -> ChatRequest:
+    """The request with its tool choice expressed in a form the backend honours.
+
+    ``emulated``: the tool emulation (features/tool_emulation.py) will decide the tool
+    calls, and it keeps the forcing choice: with a backend that holds a reply to a
+    schema its decision can then only be a call (the instruction alone is one a small
+    model may not follow); it never passes the choice on to the backend."""
     choice = request.tool_choice
     if native or choice is None or choice.mode == "auto" or not request.tools:
         return request
@@ -39,7 +44,7 @@ def apply_tool_choice(request: ChatRequest, *, native: bool) -> ChatRequest:
     return replace(
         request,
         tools=tools,
-        tool_choice=None,
+        tool_choice=choice if emulated else None,
         messages=_with_system_instruction(request.messages, instruction),
     )
 

@@ -289,6 +289,10 @@ def decision_schema(request: ChatRequest) -> dict[str, Any]:
     }
     names = [tool.name for tool in request.tools if tool.name not in repeated]
     texts = ["answer", "chat"] if turn.answered else ["chat"]
+    choice = request.tool_choice
+    # A choice that forces a call (features/tool_choice.py keeps it for the emulation)
+    # leaves only the call, until this turn has a result: then the model may answer.
+    forced = choice is not None and choice.mode in ("any", "tool") and not turn.answered
     reply = {
         "type": "object",
         "properties": {"action": {"enum": texts}, "content": {"type": "string"}},
@@ -307,7 +311,7 @@ def decision_schema(request: ChatRequest) -> dict[str, Any]:
         "required": ["action", "tool_name", "arguments"],
         "additionalProperties": False,
     }
-    return {"anyOf": [call, reply]}
+    return call if forced else {"anyOf": [call, reply]}
 
 
 def _takes_no_arguments(tools: Sequence[ToolDefinition], name: str) -> bool:

@@ -85,7 +85,8 @@ async def prepare(
         params = replace(params, max_tokens=clamped)
     if params is not chat.params:
         chat = replace(chat, params=params)
-    chat = apply_tool_choice(chat, native=capabilities.tool_choice)
+    native_tools = has_native_tools(backend, info, route)
+    chat = apply_tool_choice(chat, native=capabilities.tool_choice, emulated=not native_tools)
     if capabilities.context_option:
         # Ollama silently drops the start of a prompt longer than its window
         # (context_size.py); said in x-llmbridge-params as num_ctx=N.
@@ -97,7 +98,7 @@ async def prepare(
         if num_ctx is not None:
             chat = replace(chat, params=replace(chat.params, num_ctx=num_ctx))
             fitted = (*fitted, f"num_ctx={num_ctx}")
-    emulated = bool(chat.tools) and not has_native_tools(backend, info, route)
+    emulated = bool(chat.tools) and not native_tools
     if dropped or emulated or clamped is not None or fitted:
         changes = Changes(
             thinking_dropped=dropped, tools_emulated=emulated, max_tokens=clamped, params=fitted
