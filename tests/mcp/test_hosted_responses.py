@@ -252,6 +252,21 @@ def test_an_unconfigured_server_is_a_400(gateway: RunningServer, key: str) -> No
     assert "mcp.servers" in refused.value.message
 
 
+def test_a_key_with_one_parallel_slot_runs_hosted_calls_inside_its_request(
+    gateway: RunningServer, scripted: ScriptedBackend, database: Path
+) -> None:
+    # The request holds the key's one slot while its tool calls run: they take no other.
+    key = create_key(gateway.url, MASTER, "hosted-one-slot", max_parallel=1, rpm=2)
+    _calls_then_answers(scripted, ("box__add", {"a": 1, "b": 1}), ("box__add", {"a": 2, "b": 2}))
+    client = openai_client(gateway.url, key)
+    response = client.responses.create(model="scripted", input="sums", tools=[NEVER])
+    calls = [item for item in response.output if item.type == "mcp_call"]
+    assert [(c.output, c.error) for c in calls] == [("2", None), ("4", None)]
+    assert response.status == "completed"
+    rows = ledger_rows(database, "hosted-one-slot", 5)
+    assert sorted(row["status"] for row in rows) == [200] * 5  # 3 rounds, 2 calls
+
+
 def test_a_key_sees_and_calls_only_its_mcp_tools(
     gateway: RunningServer, scripted: ScriptedBackend, database: Path
 ) -> None:

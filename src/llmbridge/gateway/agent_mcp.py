@@ -64,7 +64,7 @@ class AgentMcpTools:
     ) -> McpToolOutcome:
         try:
             result = await self.gateway.call_tool(
-                None, name, arguments, scope=scope or {}, endpoint=endpoint
+                None, name, arguments, scope=scope or {}, endpoint=endpoint, within_request=True
             )
         except LLMBridgeError as exc:
             return McpToolOutcome(exc.message, is_error=True)

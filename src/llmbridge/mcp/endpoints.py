@@ -384,11 +384,14 @@ class McpGateway:
         session_id: str | None = None,
         protocol_version: str | None = None,
         jsonrpc_id: str | int | None = None,
+        within_request: bool = False,
     ) -> types.CallToolResult:
         """Call ``name`` (as ``view`` names it: ``tools_for``) for the key of ``scope``:
-        its ``mcp_tools`` checked, then its limits taken through the gate, the call made
-        and recorded once however it ends (``endpoint`` is the route the record names:
-        ``/mcp``, ``/mcp/{server}``, or the model API route that called the tool).
+        its ``mcp_tools`` checked, then its limits taken through the gate (not with
+        ``within_request``: a model request the gateway admitted makes the call, and
+        holds them: mcp/gate.py), the call made and recorded once however it ends
+        (``endpoint`` is the route the record names: ``/mcp``, ``/mcp/{server}``, or
+        the model API route that called the tool).
 
         Raises ``LLMBridgeError`` for the gateway's refusals and faults (an unknown
         tool, a permission, a limit, a result over ``mcp.max_result_bytes``, a server
@@ -407,6 +410,7 @@ class McpGateway:
             protocol_version=protocol_version,
             jsonrpc_id=jsonrpc_id,
             known=False,
+            within_request=within_request,
         )
         try:
             upstream, own = self.catalog.tool(view, name)

@@ -46,6 +46,11 @@ class ToolCall:
     jsonrpc_id: str | int | None = None
     known: bool = True
     """Whether the tool is one a server listed (metrics label unknown names ``other``)."""
+    within_request: bool = False
+    """Made inside a model request the gateway admitted (a hosted ``mcp`` tool, an
+    agent turn): that request holds the key's slot and counted its request, so the call
+    takes neither again (a key with ``max_parallel: 1`` would otherwise refuse every
+    such call), and is still checked against ``mcp_tools`` and recorded."""
     request_id: str = field(default="")
     """The gateway's id of the call (the ledger row's), set by the gate."""
 

@@ -154,7 +154,7 @@ class McpCallGate:
         started, span = self._begin(call)
         record = call.scope.get(ACCOUNT)
         admission = OPEN
-        if isinstance(record, KeyRecord):
+        if isinstance(record, KeyRecord) and not call.within_request:
             try:
                 admission = await self.state.accounts.admit_tool_call(record)
             except LLMBridgeError as exc:

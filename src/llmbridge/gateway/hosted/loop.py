@@ -354,6 +354,7 @@ class McpLoop:
                 call.arguments,
                 scope=self.scope,
                 endpoint=self.exchange.endpoint,
+                within_request=True,
             )
         except LLMBridgeError as exc:
             return replace(ended, error=exc.message, error_status=exc.status_code)
