@@ -51,16 +51,24 @@ def mcp_gateway(
     database: Path,
     servers: dict[str, Any],
     gateway_config: dict[str, Any] | None = None,
+    *,
+    backend: ScriptedBackend | None = None,
+    agent: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Iterator[RunningServer]:
     """A gateway with the master key ``MASTER`` (so keys and the ledger are on), its
     database at ``database``, serving ``servers`` on ``/mcp`` with the ``mcp``
-    ``settings``; ``gateway_config``: more of its configuration's sections."""
-    mcp = {"servers": servers, "start_wait_s": scaled(60), **settings}
+    ``settings``; ``gateway_config``: more of its configuration's sections;
+    ``backend``: its model backend (a new scripted one); ``agent``: more of the agent's
+    settings."""
+    # The gateway's own deadlines on a server's start, scaled like the tests' waits: a
+    # stdio server written with the SDK took 41 s to import itself beside busy loops.
+    mcp = {"servers": servers, "start_wait_s": scaled(60), "connect_timeout_s": scaled(30)}
+    mcp.update(settings)
     with running_gateway(
-        {"scripted": ScriptedBackend()},
+        {"scripted": backend or ScriptedBackend()},
         server={"master_key": MASTER},
-        agent={"database": str(database)},
+        agent={"database": str(database), **(agent or {})},
         mcp=mcp,
         **(gateway_config or {}),
     ) as gateway:

@@ -52,7 +52,6 @@ def gateway(database: Path) -> Iterator[RunningServer]:
         max_result_bytes=64 * 1024,
         page_size=4,
         restart_backoff_s=0.2,
-        connect_timeout_s=scaled(30),
     ) as server:
         yield server
 

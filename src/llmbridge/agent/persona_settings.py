@@ -2,8 +2,10 @@
 
 ``AgentSettings`` holds the generation settings people set on a persona or a request
 (temperature, max tokens, top_p, top_k, min_p, repeat penalty, presence and
-frequency penalties, seed, stop sequences, context size, ...). ``None`` means unset;
-only set values are stored. ``merge_settings`` follows the seed: the persona's
+frequency penalties, seed, stop sequences, context size, ...) and the MCP tools a
+persona offers (``mcp_tools``: globs of the names ``/mcp`` gives them,
+``<server>__<tool>``; agent/mcp_tools.py offers the tools they match). ``None`` means
+unset; only set values are stored. ``merge_settings`` follows the seed: the persona's
 settings first, then the request's set values override them.
 
 ``generation_params`` turns the merged settings into the core ``GenerationParams``,
@@ -15,13 +17,34 @@ not take) is the serving layer's, the same for agent turns and gateway requests
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from llmbridge.core.request import GenerationParams
 
-__all__ = ["AgentSettings", "generation_params", "merge_settings"]
+__all__ = ["MAX_MCP_GLOBS", "AgentSettings", "generation_params", "merge_settings"]
+
+MAX_MCP_GLOBS = 64
+_MCP_GLOB = re.compile(r"[A-Za-z0-9_.\-*?\[\]!]{1,200}")
+"""A glob of MCP tool names: the characters of a tool's name (the specification's
+``A-Za-z0-9_-.``, server names being letters, digits, ``-`` and ``_``) and
+``fnmatch``'s ``* ? [ ] !``; at most 200 characters (a 64-character server, ``__``
+and a 128-character tool)."""
+
+
+def _mcp_glob(glob: str) -> str:
+    if not _MCP_GLOB.fullmatch(glob):
+        raise ValueError(
+            f"{glob!r} is not a glob of MCP tool names (<server>__<tool>, such as "
+            "'files__*' or 'search__web': letters, digits, '_', '-', '.' and the "
+            "wildcards * ? [ ], at most 200 characters)"
+        )
+    return glob
+
+
+McpGlob = Annotated[str, AfterValidator(_mcp_glob)]
 
 
 class AgentSettings(BaseModel):
@@ -60,6 +83,11 @@ class AgentSettings(BaseModel):
     mirostat_eta: float | None = Field(default=None, gt=0.0)
     output_format: Literal["text", "json"] | None = None
     """``json`` asks for a JSON object (the seed's ``outputFormat``)."""
+    mcp_tools: tuple[McpGlob, ...] | None = Field(default=None, max_length=MAX_MCP_GLOBS)
+    """Globs of the MCP tools the agent offers (``files__*``, ``search__web``), as
+    ``/mcp`` names them; the tools of the servers that are up that match them and the
+    key's own ``mcp_tools``. A server a glob names need not exist (it may be down);
+    ``[]``: none (a request turning its persona's off)."""
 
     def set_values(self) -> dict[str, Any]:
         """The settings that are set, as stored in the ``personas`` table."""

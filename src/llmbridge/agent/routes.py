@@ -81,6 +81,7 @@ from llmbridge.agent.config import AgentConfig, DomainName
 from llmbridge.agent.document_routes import document_routes
 from llmbridge.agent.domains.eldercare.routes import eldercare_routes
 from llmbridge.agent.gate import ModelPass
+from llmbridge.agent.mcp_tools import TurnCaller
 from llmbridge.agent.route_plumbing import (
     MAX_PAGE,
     MountedAgent,
@@ -251,6 +252,8 @@ async def post_message(request: Request) -> Response:
         tools=body.tools,
         history_budget=body.history_budget,
         owner=owner,
+        # The turn's MCP tool calls are made with this request's key (agent/mcp_tools.py).
+        caller=TurnCaller(request.scope, _SESSION + "/messages"),
     )
     # Admitted last before the turn runs: a refusal stores nothing (module docstring).
     model_pass = await _admitted(

@@ -10,7 +10,9 @@ the document store, the domains ``agent.domains`` names (``agent.domains.registr
 their context providers, and the subject check of the one that owns sessions' subjects),
 the ``web_search`` tool when a Tavily key is configured, and the background summariser
 (unless ``agent.summaries`` is off), which writes with ``agent.summary_model``, else
-each session's own model. Turns and summaries share one ``TurnGate`` keyed by backend,
+each session's own model, and the MCP gateway's tools when it is handed one
+(``mcp``: agent/mcp_tools.py, offered to the personas whose ``mcp_tools`` name them).
+Turns and summaries share one ``TurnGate`` keyed by backend,
 so a summary never holds a reply back. ``aclose`` stops the summariser, and closes the
 database only if it opened it.
 
@@ -31,6 +33,7 @@ from llmbridge.agent.config import AgentConfig
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.domains.domain import Domain
 from llmbridge.agent.domains.registry import open_domains, subject_domain
+from llmbridge.agent.mcp_tools import McpTools
 from llmbridge.agent.memory import MemoryConfig, Summariser
 from llmbridge.agent.service import AgentService
 from llmbridge.agent.store import AgentStore
@@ -77,6 +80,7 @@ class AgentRuntime:
         *,
         tools: ToolRegistry | None = None,
         database: Database | str | Path,
+        mcp: McpTools | None = None,
     ) -> AgentRuntime:
         """The service on ``database``, or on a database of its own opened on that URL
         (module docstring)."""
@@ -101,6 +105,7 @@ class AgentRuntime:
             memory=MemoryConfig(budget=config.history_budget),
             summariser=summariser,
             turns=turns,
+            mcp=mcp,
         )
         return cls(
             store=store,

@@ -32,6 +32,10 @@ A turn:
    back to it, for at most ``max_rounds`` rounds (default 5); then one last answer
    is generated without tools, as the seed's second generation. A tool with a
    marker (``web_search``: ``[SEARCHING_ONLINE]``) shows it once before it runs.
+   The persona's MCP tools (its ``mcp_tools`` globs, with the service's ``mcp``:
+   agent/mcp_tools.py) are offered beside the registry's, called with the key of
+   the request that started the turn (``AgentRequest.caller``), their failures
+   error results like any tool's.
 5. The assistant message is stored when the answer completes, with the turn's tool
    calls and results and its token usage. If the stream breaks (a backend error,
    the consumer stopping, cancellation), whatever was already produced is stored
@@ -74,6 +78,7 @@ from llmbridge.agent.context_providers import (
 from llmbridge.agent.documents import DocumentStore
 from llmbridge.agent.domains.domain import SubjectCheck
 from llmbridge.agent.gate import CallMeter, metered
+from llmbridge.agent.mcp_tools import MCP_SEPARATOR, McpTools, McpTurnTools, TurnCaller
 from llmbridge.agent.memory import MemoryBuilder, MemoryConfig, Summariser
 from llmbridge.agent.persona_settings import AgentSettings, generation_params, merge_settings
 from llmbridge.agent.prompt import assemble_turn, build_system_prompt, build_turn_context
@@ -145,12 +150,17 @@ class AgentRequest:
     """Search only these documents (the seed's ``fileIds``); ``None``: all."""
     tools: bool | tuple[str, ...] = True
     """``True``: every tool the agent has; ``False``: none; names: just those, each a
-    tool's name or an alias (``tavily_search`` for ``web_search``). A name the agent
-    has no tool for is an ``InvalidRequestError`` before anything is stored."""
+    tool's name or an alias (``tavily_search`` for ``web_search``), or an MCP tool's
+    ``<server>__<tool>`` (offered when the persona's ``mcp_tools`` and the key allow
+    it and its server is up). Another name the agent has no tool for is an
+    ``InvalidRequestError`` before anything is stored."""
     history_budget: int | None = None
     """Tokens for the history context (default: the memory config's, 3000)."""
     owner: str | None = None
     """The caller's API key identity (``store.access``); ``None``: unscoped."""
+    caller: TurnCaller | None = None
+    """The HTTP request that started the turn: whose key its MCP tool calls are made
+    with (``None``: no request, no key, as in the CLI)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,10 +282,13 @@ class AgentService:
         document_budget: int = 1000,
         context_budget: int | None = None,
         turns: TurnGate | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
         self.store = store
         self.models = models
         self.tools = tools or ToolRegistry()
+        self.mcp = mcp
+        """The MCP gateway's tools (agent/mcp_tools.py); ``None``: no MCP tools."""
         self.providers = tuple(providers)
         self.subject_check = subject_check
         """How a session's subject is checked (module docstring); ``None``: it is not."""
@@ -576,10 +589,24 @@ class AgentService:
             return self.tools
         if tools is False:
             return ToolRegistry(max_parallel=self.tools.max_parallel)
+        # An MCP tool's name is checked by the gateway when it is offered: its server
+        # may be down now, and up by the next turn.
+        own = [name for name in tools if name in self.tools or MCP_SEPARATOR not in name]
         try:
-            return self.tools.only(tools)
+            return self.tools.only(own)
         except UnknownToolError as exc:
             raise InvalidRequestError(f"tools: {exc}", param="tools") from exc
+
+    def _turn_tools(self, request: AgentRequest, settings: AgentSettings) -> ToolRegistry:
+        """The registry's tools the request chose, and the MCP tools of the persona's
+        ``mcp_tools`` the request's key may use (agent/mcp_tools.py), listed now:
+        whatever servers are up as the turn starts."""
+        tools = self.offered_tools(request.tools)
+        if self.mcp is None or not settings.mcp_tools or request.tools is False:
+            return tools
+        names = None if isinstance(request.tools, bool) else request.tools
+        mcp = McpTurnTools(self.mcp, settings.mcp_tools, request.caller, names=names)
+        return tools.extended(mcp.tools(), fallback=mcp)
 
     async def _persona(self, persona_id: str | None, owner: str | None) -> PersonaRecord | None:
         if not persona_id:
@@ -638,7 +665,7 @@ class AgentService:
         turn: _Turn,
         chat_fn: ChatFn,
     ) -> AsyncGenerator[AgentEvent, None]:
-        tools = self.offered_tools(request.tools)
+        tools = self._turn_tools(request, settings)
         offered = tools.definitions()
         fmt = ResponseFormat("json") if settings.output_format == "json" else None
         shown_markers: set[str] = set()

@@ -6,7 +6,11 @@ at most ``max_parallel`` at a time (unbounded fan-out is a reported failure mode
 other agent loops: one turn, hundreds of concurrent calls) and each within its
 timeout. A call never raises: an unknown tool, arguments that do not match the
 schema, a handler's exception or a timeout become an error result the model reads,
-so the loop can go on and the model can say what went wrong.
+so the loop can go on and the model can say what went wrong (a handler that raises
+``ToolError`` gives the model its message as it is). ``extended`` adds a turn's own
+tools (its MCP tools: agent/mcp_tools.py) to a copy, and a ``ToolFallback`` runs the
+calls of names the registry has not but the fallback claims (an MCP tool the turn did
+not offer, whose call the MCP gateway refuses on the key's permission).
 
 ``web_search`` is built in, over a pluggable ``SearchProvider``; it also answers to
 seed 002's name for it, ``tavily_search`` (``Tool.aliases``), so a persona written for
@@ -22,6 +26,7 @@ it shows the seed's ``[SEARCHING_ONLINE]`` marker to the user.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -43,10 +48,14 @@ __all__ = [
     "SearchResult",
     "TavilySearch",
     "Tool",
+    "ToolError",
+    "ToolFallback",
     "ToolRegistry",
     "UnknownToolError",
     "web_search_tool",
 ]
+
+log = logging.getLogger("llmbridge.agent")
 
 SEARCHING_ONLINE = "[SEARCHING_ONLINE]"
 """The seed's marker, shown to the user before a web search runs."""
@@ -81,6 +90,24 @@ class UnknownToolError(ValueError):
     """Tools named that are not in the registry (by name or alias)."""
 
 
+class ToolError(Exception):
+    """A tool's own failure, raised by its handler: the model reads the message as it
+    is (other exceptions are shown with their type's name)."""
+
+
+@runtime_checkable
+class ToolFallback(Protocol):
+    """Runs the calls of tool names a registry does not have but this claims."""
+
+    def claims(self, name: str) -> bool:
+        """Whether a call to ``name`` is this fallback's to run."""
+        ...
+
+    async def run(self, call: ToolCallPart) -> ToolResultPart:
+        """The call's result; every failure an error result, never an exception."""
+        ...
+
+
 @dataclass(slots=True)
 class _Entry:
     tool: Tool
@@ -90,11 +117,19 @@ class _Entry:
 class ToolRegistry:
     """Named tools and their execution (module docstring)."""
 
-    def __init__(self, tools: Sequence[Tool] = (), *, max_parallel: int = 8) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool] = (),
+        *,
+        max_parallel: int = 8,
+        fallback: ToolFallback | None = None,
+    ) -> None:
         self._tools: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
         """Alias -> the name of the tool that answers to it."""
         self.max_parallel = max_parallel
+        self.fallback = fallback
+        """What runs a call to a name this registry has not (module docstring)."""
         for tool in tools:
             self.register(tool)
 
@@ -143,6 +178,23 @@ class ToolRegistry:
                 picked._aliases.update((a, name) for a in entry.tool.aliases if a != name)
         return picked
 
+    def extended(
+        self, tools: Sequence[Tool], *, fallback: ToolFallback | None = None
+    ) -> ToolRegistry:
+        """A copy of this registry with ``tools`` after its own, and ``fallback``
+        (module docstring). A tool whose name is taken or whose schema is invalid is
+        left out, logged: a turn's tools come from elsewhere (an MCP server), and one
+        bad tool must not cost the turn the others."""
+        copy = ToolRegistry(max_parallel=self.max_parallel, fallback=fallback or self.fallback)
+        copy._tools = dict(self._tools)
+        copy._aliases = dict(self._aliases)
+        for tool in tools:
+            try:
+                copy.register(tool)
+            except ValueError as exc:
+                log.warning("the tool %r is not offered: %s", tool.name, exc)
+        return copy
+
     def definitions(self) -> tuple[ToolDefinition, ...]:
         return tuple(entry.tool.definition() for entry in self._tools.values())
 
@@ -150,6 +202,8 @@ class ToolRegistry:
         """Run one call (named by the tool's name or an alias); every failure is an
         error result, never an exception."""
         entry = self._entry(call.name)
+        if entry is None and self.fallback is not None and self.fallback.claims(call.name):
+            return await self.fallback.run(call)
         if entry is None:
             known = ", ".join(self._tools) or "none"
             return _error(call, f"unknown tool {call.name!r} (available: {known})")
@@ -164,6 +218,8 @@ class ToolRegistry:
                 content = await entry.tool.handler(dict(call.arguments))
         except TimeoutError:
             return _error(call, f"the tool did not finish within {entry.tool.timeout:g} s")
+        except ToolError as exc:
+            return _error(call, str(exc))
         except Exception as exc:  # noqa: BLE001 - the model reads the failure
             return _error(call, f"{type(exc).__name__}: {exc}")
         return ToolResultPart(call.id, content, name=call.name)

@@ -40,6 +40,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.gateway.accounting import ledger_enabled, open_ledger
+from llmbridge.gateway.agent_mcp import AgentMcpTools
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.gateway.console import routes as console_routes
 from llmbridge.gateway.console.web import error_page, is_console_path
@@ -115,8 +116,10 @@ async def _open_agent(
     config = state.config
     try:
         database = await state.database.get()
+        # The MCP gateway's tools, for the personas whose mcp_tools name them.
+        mcp = AgentMcpTools(state.mcp) if state.mcp is not None else None
         mounted.runtime = await AgentRuntime.open(
-            config.agent, state.models, tools=tools, database=database
+            config.agent, state.models, tools=tools, database=database, mcp=mcp
         )
         if mounted.runtime.summariser is not None:
             # Memory's background calls count in the ledger like any model call.
