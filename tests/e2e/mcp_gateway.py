@@ -121,7 +121,8 @@ def mcp_gateway(
         backend_model,
         server={"master_key": MASTER},
         agent={"database": str(database)},
-        mcp={"servers": servers, "start_wait_s": scaled(60)},
+        # The gateway's deadlines on the server's start, scaled as tests/mcp/conftest.py does.
+        mcp={"servers": servers, "start_wait_s": scaled(60), "connect_timeout_s": scaled(30)},
     ) as (server, recorder):
         key = create_key(server.url, MASTER, KEY_NAME)
         yield McpServed(server, recorder, key, database, note)
