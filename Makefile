@@ -43,13 +43,14 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "==> ready"
 
-# The Claude Code and Codex CLIs and the OpenCode server the end-to-end tests drive, at the
-# versions pinned in tests/e2e/package-lock.json. Not `npm ci`: the lock cannot list
-# opencode-ai's binaries for other platforms (the registry here serves only this
-# machine's), and npm ci refuses a lock with optional packages missing. `npm install
-# --no-save` installs exactly what the lock pins and never rewrites it.
+# The Claude Code, Codex and Gemini CLIs, the OpenCode server and the reference MCP servers
+# (server-everything, server-filesystem: the MCP gateway's upstreams in tests/mcp/) the
+# end-to-end tests drive, at the versions pinned in tests/e2e/package-lock.json. Not
+# `npm ci`: the lock cannot list opencode-ai's binaries for other platforms (the registry
+# here serves only this machine's), and npm ci refuses a lock with optional packages
+# missing. `npm install --no-save` installs exactly what the lock pins and never rewrites it.
 $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
-	@echo "==> installing the pinned Claude Code, Codex and Gemini CLIs, the OpenCode server and ollama-js for the end-to-end tests (npm in $(E2E)/)"
+	@echo "==> installing the pinned Claude Code, Codex and Gemini CLIs, the OpenCode server, ollama-js and the MCP servers everything and filesystem for the end-to-end tests (npm in $(E2E)/)"
 	@rm -rf $(E2E)/node_modules
 	@cd $(E2E) && npm install --no-audit --no-fund --no-save
 	@touch $(E2E_STAMP)

@@ -39,6 +39,17 @@ from tests.e2e.cli_harness import (
     run_cli,
     tool_round,
 )
+from tests.e2e.mcp_gateway import (
+    FINAL_TEXT as MCP_FINAL_TEXT,
+)
+from tests.e2e.mcp_gateway import (
+    GATEWAY_TOOL,
+    McpServed,
+    McpToolBackend,
+    calls_in,
+    check_the_tool_ran,
+    mcp_gateway,
+)
 from tests.e2e.recording import Recorder
 
 CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
@@ -294,3 +305,70 @@ def test_runs_the_bash_command_an_opencode_model_decides_on(
     assert all(r.tools == () for r in model.requests), report  # OpenCode offered no tools
     assert f"[Bash result: {MARKER}" in decisions[-1].messages[-1].text, report
     assert opencode.server.restarts == 0
+
+
+# -- a gateway MCP tool, through --mcp-config ----------------------------------------
+
+MCP_TOOL = f"mcp__gw__{GATEWAY_TOOL}"  # Claude Code's name: mcp__<server in its config>__<tool>
+SEARCH_TOOL = "ToolSearch"  # 2.1.330's own tool search: a client tool every backend gets
+
+
+def _mcp_config(home: Path, served: McpServed) -> Path:
+    """``--mcp-config``: the gateway's ``/mcp`` as the HTTP server ``gw``, with the key."""
+    config = home / "mcp.json"
+    server = {"type": "http", "url": served.mcp_url, "headers": served.bearer()}
+    config.write_text(json.dumps({"mcpServers": {"gw": server}}), encoding="utf-8")
+    return config
+
+
+@pytest.mark.parametrize("tool_search", ["default", "false"])
+def test_calls_a_gateway_mcp_tool(current_claude: Claude, tmp_path: Path, tool_search: str) -> None:
+    """Claude Code 2.1.330 with the gateway's ``/mcp`` in ``--mcp-config`` (keys on, a
+    database key for both APIs) calls ``files__read_text_file`` on server-filesystem
+    as ``mcp__gw__files__read_text_file`` when the model asks.
+
+    By default (a custom base URL) it keeps MCP tools behind its own tool search: the
+    first request names them only in a system message and offers ``ToolSearch``; the
+    model searches, Claude Code answers with a ``tool_reference`` block and sends the
+    tool (``defer_loading: true``) from then on, which the gateway passes to the backend
+    as a tool (dialects/anthropic/request.py). ``ENABLE_TOOL_SEARCH=false`` sends every
+    MCP tool in full from the first request."""
+    arguments = {"path": ""}  # set once the note's path is known
+    backend = McpToolBackend(MCP_TOOL, arguments, search=SEARCH_TOOL)
+    env = {} if tool_search == "default" else {"ENABLE_TOOL_SEARCH": tool_search}
+    with mcp_gateway(backend, "claude-*", "scripted", tmp_path) as served:
+        arguments["path"] = str(served.note)
+        args = ["-p", "Read the note", "--strict-mcp-config", "--allowedTools", MCP_TOOL]
+        args += ["--mcp-config", str(_mcp_config(tmp_path, served))]
+        run = run_claude(
+            current_claude.path,
+            tmp_path,
+            served.server.url,
+            args,
+            ANTHROPIC_API_KEY=served.key,
+            **env,
+        )
+    report = failure_report(run, exchanges=served.exchange_lines(), received=backend.requests)
+    assert run.returncode == 0, report
+    assert MCP_FINAL_TEXT in run.stdout, report
+    assert all(e.status is not None and e.status < 400 for e in served.recorder.exchanges), report
+    check_the_tool_ran(served, backend.requests, MCP_TOOL, report)
+
+    calls = served.recorder.messages_calls()
+    first = calls[0].body()["tools"]
+    assert isinstance(first, list)
+    wire = {tool["name"]: tool for tool in first}
+    if tool_search == "default":
+        # Named, not sent: the backend first sees only the search tool.
+        assert MCP_TOOL not in wire and SEARCH_TOOL in wire, report
+        assert MCP_TOOL in json.dumps(calls[0].body()["messages"]), report
+        assert MCP_TOOL not in {t.name for t in backend.requests[0].tools}, report
+        searched = calls[1].body()["tools"]
+        assert isinstance(searched, list)
+        (loaded,) = [t for t in searched if t["name"] == MCP_TOOL]
+        assert loaded.get("defer_loading") is True, loaded
+        assert [c.name for c in calls_in(backend.requests[-1])] == [SEARCH_TOOL, MCP_TOOL]
+    else:
+        assert SEARCH_TOOL not in wire and "defer_loading" not in wire[MCP_TOOL], report
+        assert [c.name for c in calls_in(backend.requests[-1])] == [MCP_TOOL], report
+    assert len(calls) == len(backend.requests) == (3 if tool_search == "default" else 2), report

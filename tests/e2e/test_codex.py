@@ -43,6 +43,14 @@ from tests.e2e.cli_harness import (
     run_cli,
     tool_round,
 )
+from tests.e2e.mcp_gateway import FINAL_TEXT as MCP_FINAL_TEXT
+from tests.e2e.mcp_gateway import (
+    GATEWAY_TOOL,
+    McpToolBackend,
+    check_the_tool_ran,
+    mcp_gateway,
+)
+from tests.e2e.mcp_gateway import MARKER as MCP_MARKER
 from tests.e2e.recording import Exchange, Recorder
 
 CODEX = E2E_DIR / "node_modules" / ".bin" / "codex"
@@ -50,19 +58,22 @@ PINNED: str = PINS["@openai/codex"]
 MODEL = "codex-e2e"  # what Codex asks for; the gateway routes it to the scripted backend
 BACKEND_MODEL = "scripted"
 SHELL_TOOL = "exec_command"  # Codex 0.169.0's shell tool: {"cmd": "<a shell command>"}
+KEY_VARIABLE = "LLMBRIDGE_API_KEY"  # the gateway's key, for the model provider and MCP
 Served = tuple[RunningServer, Recorder]
 
 
 # -- the CLI --------------------------------------------------------------------------
 
 
-def _environment(home: Path) -> dict[str, str]:
+def _environment(home: Path, **variables: str) -> dict[str, str]:
     """A clean environment (cli_harness.clean_environment) with Codex's own home."""
-    return clean_environment(home, CODEX_HOME=str(home / "codex"))
+    return clean_environment(home, CODEX_HOME=str(home / "codex"), **variables)
 
 
-def _write_config(home: Path, base_url: str) -> None:
-    """``$CODEX_HOME/config.toml``: the gateway as Codex's model provider."""
+def _write_config(home: Path, base_url: str, more: str = "", key_variable: str = "") -> None:
+    """``$CODEX_HOME/config.toml``: the gateway as Codex's model provider (sending the
+    key in the variable ``key_variable``, its ``env_key``, when given), then ``more``."""
+    env_key = f'env_key = "{key_variable}"\n' if key_variable else ""
     codex_home = home / "codex"
     codex_home.mkdir(exist_ok=True)
     (codex_home / "config.toml").write_text(
@@ -74,7 +85,7 @@ check_for_update_on_startup = false
 
 [model_providers.llmbridge]
 name = "llmbridge"
-base_url = "{base_url}/v1"
+{env_key}base_url = "{base_url}/v1"
 wire_api = "responses"
 request_max_retries = 0             # a failed request is a test failure, not a retry
 stream_max_retries = 0
@@ -90,7 +101,7 @@ enabled = false
 # default: excluded, only the working directory is, so a write beside it must fail.
 exclude_slash_tmp = true
 exclude_tmpdir_env_var = true
-""",
+{more}""",
         encoding="utf-8",
     )
 
@@ -123,11 +134,21 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return CODEX
 
 
-def run_codex(codex: Path, home: Path, workdir: Path, base_url: str, args: list[str]) -> CliRun:
-    """``codex exec <args>`` in ``workdir``, against the gateway at ``base_url``."""
-    _write_config(home, base_url)
+def run_codex(
+    codex: Path,
+    home: Path,
+    workdir: Path,
+    base_url: str,
+    args: list[str],
+    config: str = "",
+    key: str = "",
+) -> CliRun:
+    """``codex exec <args>`` in ``workdir``, against the gateway at ``base_url``;
+    ``config`` is more of config.toml, ``key`` the gateway's key (in ``KEY_VARIABLE``)."""
+    _write_config(home, base_url, config, KEY_VARIABLE if key else "")
     argv = ["exec", "--skip-git-repo-check", "--cd", str(workdir), *args]
-    return run_cli("Codex", codex, argv, env=_environment(home), cwd=workdir)
+    environment = _environment(home, **({KEY_VARIABLE: key} if key else {}))
+    return run_cli("Codex", codex, argv, env=environment, cwd=workdir)
 
 
 # -- the gateway ----------------------------------------------------------------------
@@ -277,3 +298,57 @@ def test_runs_the_shell_command_the_model_asks_for_in_its_sandbox(
     usages = [_completed_usage(call) for call in calls]
     assert turn["usage"]["input_tokens"] == sum(u["input_tokens"] for u in usages), report
     assert turn["usage"]["output_tokens"] == sum(u["output_tokens"] for u in usages), report
+
+
+# -- a gateway MCP tool, through [mcp_servers.gw] -----------------------------------
+
+MCP_NAMESPACE = "mcp__gw"  # Codex sends a server's tools as a namespace: mcp__<its name>
+MCP_TOOL = f"{MCP_NAMESPACE}__{GATEWAY_TOOL}"  # as the gateway flattens it for the backend
+
+
+def test_calls_a_gateway_mcp_tool(codex: Path, tmp_path: Path) -> None:
+    """Codex with the gateway's ``/mcp`` as ``[mcp_servers.gw]`` (``url`` and
+    ``bearer_token_env_var``; keys on, one database key for the model provider's
+    ``env_key`` and for MCP) calls ``files__read_text_file`` on server-filesystem when
+    the model asks for ``mcp__gw__files__read_text_file``: the namespace Codex sent it
+    in, flattened by the gateway, and put back on the call it streams."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    arguments = {"path": ""}  # set once the note's path is known
+    backend = McpToolBackend(MCP_TOOL, arguments)
+    with mcp_gateway(backend, MODEL, BACKEND_MODEL, tmp_path) as served:
+        arguments["path"] = str(served.note)
+        config = f"""
+[mcp_servers.gw]
+url = "{served.mcp_url}"
+bearer_token_env_var = "{KEY_VARIABLE}"
+"""
+        args = ["--json", "Read the note"]
+        run = run_codex(codex, tmp_path, workdir, served.server.url, args, config, served.key)
+    report = failure_report(run, exchanges=served.exchange_lines(), received=backend.requests)
+
+    assert run.returncode == 0, report
+    assert _agent_messages(run)[-1:] == [MCP_FINAL_TEXT], report
+    assert all(e.status is not None and e.status < 400 for e in served.recorder.exchanges), report
+    check_the_tool_ran(served, backend.requests, MCP_TOOL, report)
+    (item,) = [
+        e["item"]
+        for e in _events(run)
+        if e["type"] == "item.completed" and e["item"]["type"] == "mcp_tool_call"
+    ]
+    assert (item["server"], item["tool"], item["status"]) == ("gw", GATEWAY_TOOL, "completed")
+
+    # On the wire: the server's tools in a namespace, the call back in it, its output.
+    first, second = served.recorder.calls("/v1/responses")
+    tools = first.body()["tools"]
+    assert isinstance(tools, list)
+    (namespace,) = [t for t in tools if t.get("name") == MCP_NAMESPACE]
+    assert namespace["type"] == "namespace", namespace
+    assert GATEWAY_TOOL in [t["name"] for t in namespace["tools"]], namespace
+    (sent_call,) = _items(second, "function_call")
+    assert (sent_call["namespace"], sent_call["name"]) == (MCP_NAMESPACE, GATEWAY_TOOL)
+    (output,) = _items(second, "function_call_output")
+    assert output["call_id"] == sent_call["call_id"] and MCP_MARKER in output["output"], output
+    # Codex speaks the handshake (2025-06-18) with its key on every /mcp request.
+    (initialize,) = [e for e in served.mcp_calls() if e.body().get("method") == "initialize"]
+    assert initialize.headers["authorization"] == f"Bearer {served.key}", report

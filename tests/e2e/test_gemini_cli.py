@@ -50,6 +50,9 @@ from tests.e2e.cli_harness import (
     run_cli,
     tool_round,
 )
+from tests.e2e.mcp_gateway import FINAL_TEXT as MCP_FINAL_TEXT
+from tests.e2e.mcp_gateway import GATEWAY_TOOL, McpToolBackend, check_the_tool_ran, mcp_gateway
+from tests.e2e.mcp_gateway import MARKER as MCP_MARKER
 from tests.e2e.recording import Exchange, Recorder
 
 GEMINI = E2E_DIR / "node_modules" / ".bin" / "gemini"
@@ -453,3 +456,49 @@ def test_the_default_auto_model_routes_through_the_gateway(gemini: Path, tmp_pat
     assert first.response_format.schema is not None
     assert first.response_format.schema["required"] == ROUTER_FIELDS, first.response_format
     assert second.response_format is None and second.model == "scripted", report
+
+
+# -- a gateway MCP tool, through mcpServers in settings.json ----------------------------
+
+MCP_TOOL = f"mcp_gw_{GATEWAY_TOOL}"  # the CLI's name: mcp_<server in its settings>_<tool>
+
+
+def test_calls_a_gateway_mcp_tool(gemini: Path, tmp_path: Path) -> None:
+    """Gemini CLI with the gateway's ``/mcp`` in ``settings.json`` (``mcpServers.gw``:
+    ``httpUrl`` and ``headers``; keys on, one database key as ``GEMINI_API_KEY`` and
+    the MCP bearer) calls ``files__read_text_file`` on server-filesystem when the model
+    asks for ``mcp_gw_files__read_text_file`` (``--approval-mode yolo`` approves it)."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    arguments = {"path": ""}  # set once the note's path is known
+    backend = McpToolBackend(MCP_TOOL, arguments)
+    with mcp_gateway(backend, MODEL, "scripted", tmp_path) as served:
+        arguments["path"] = str(served.note)
+        gw = {"httpUrl": served.mcp_url, "headers": served.bearer()}
+        args = ["--approval-mode", "yolo", "--output-format", "json", "-p", "Read the note"]
+        run = run_gemini(
+            gemini,
+            tmp_path / "home",
+            workdir,
+            served.server.url,
+            args,
+            _settings(mcpServers={"gw": gw}),
+            GEMINI_API_KEY=served.key,
+        )
+    report = failure_report(run, exchanges=served.exchange_lines(), received=backend.requests)
+
+    assert run.returncode == 0, report
+    printed = json.loads(run.stdout)
+    assert printed["response"] == MCP_FINAL_TEXT, report
+    assert all(e.status is not None and e.status < 400 for e in served.recorder.exchanges), report
+    check_the_tool_ran(served, backend.requests, MCP_TOOL, report)
+    assert printed["stats"]["tools"]["byName"][MCP_TOOL]["success"] == 1, printed["stats"]
+
+    # On the wire: the tool declared under the CLI's name, called, its result sent back.
+    first, second = served.recorder.calls(STREAM_PATH)
+    tools = first.body()["tools"]
+    assert isinstance(tools, list)
+    assert MCP_TOOL in [d["name"] for tool in tools for d in tool["functionDeclarations"]]
+    (result_role, sent_result), *more = _parts_of(second.body(), "functionResponse")
+    assert not more and result_role == "user" and sent_result["name"] == MCP_TOOL, sent_result
+    assert MCP_MARKER in json.dumps(sent_result["response"]), sent_result

@@ -164,6 +164,58 @@ def test_only_deferred_tools_means_no_tools_for_other_backends() -> None:
     assert encode_chat_request(req)["tools"] == [SEARCH_TOOL, DEFERRED]
 
 
+SEARCHED = {"type": "tool_reference", "tool_name": DEFERRED["name"]}
+OTHER_DEFERRED = {**DEFERRED, "name": "mcp__notes__delete"}
+
+
+def after_a_search(body: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code's request after its ToolSearch loaded ``DEFERRED``: the call, then
+    the result, a ``tool_reference`` to it (Claude Code 2.1.330 on a custom base URL)."""
+    body = with_tool_search(body)
+    body["tools"].append(OTHER_DEFERRED)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {"query": "q"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [SEARCHED]}
+    loaded = {"type": "text", "text": "Tool loaded.", "cache_control": {"type": "ephemeral"}}
+    body["messages"] += [
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result, loaded]},
+    ]
+    return body
+
+
+def test_a_deferred_tool_the_search_loaded_reaches_every_backend() -> None:
+    req = decode_chat_request(after_a_search(captured()))
+    # In its place among the loaded tools; the other deferred one stays withheld.
+    assert [t.name for t in req.tools] == ["Bash", DEFERRED["name"], "Edit", "Read"]
+    assert req.tools[1].input_schema == DEFERRED["input_schema"]
+    assert req.provider_details is not None
+    withheld = req.provider_details["anthropic"]["withheld_tools"]
+    assert [item["tool"]["name"] for item in withheld] == [
+        SEARCH_TOOL["name"],
+        "mcp__notes__delete",
+    ]
+    # The reference reads as text in the tool's result.
+    tool_messages = [m for m in req.messages if m.role == "tool"]
+    assert [m.parts[0].content for m in tool_messages] == [f"Tool loaded: {DEFERRED['name']}"]
+
+
+def test_an_anthropic_backend_gets_the_search_result_as_sent() -> None:
+    body = after_a_search(captured())
+    encoded = encode_chat_request(decode_chat_request(body))
+    assert encoded["tools"] == body["tools"]  # defer_loading kept, every tool in its place
+    user_turn = encoded["messages"][-1]["content"]
+    assert user_turn[0] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": [SEARCHED]}
+
+
+def test_a_reference_to_a_tool_not_deferred_changes_no_tool() -> None:
+    body = after_a_search(captured())
+    body["messages"][-1]["content"][0]["content"] = [
+        {"type": "tool_reference", "tool_name": "Bash"}
+    ]
+    req = decode_chat_request(body)
+    assert [t.name for t in req.tools] == ["Bash", "Edit", "Read"]
+
+
 def test_count_tokens_leaves_deferred_tools_out_as_the_api_does() -> None:
     body = with_tool_search(captured())
     del body["max_tokens"], body["stream"], body["metadata"]

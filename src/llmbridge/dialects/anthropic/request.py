@@ -32,6 +32,13 @@ What Claude Code 2.1.330 sends (shared/reference/captured/), field by field:
   (it would load every deferred schema into the prompt, or call a search tool nobody
   runs). They ride along in ``provider_details`` and ``encode_chat_request`` puts them
   back, in their places, for an Anthropic backend.
+- A deferred tool the conversation loaded is not withheld: Claude Code's own search
+  tool (``ToolSearch``, a client tool every backend gets) answers with
+  ``tool_reference`` blocks in its ``tool_result``, and the API then offers the tools
+  they name. So does the gateway: such a tool is in ``ChatRequest.tools`` from then on
+  (its ``defer_loading`` rides along for an Anthropic backend), and the reference
+  reads ``Tool loaded: <name>`` in the result's text. An Anthropic backend gets the
+  result's blocks as the client sent them.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ from llmbridge.dialects.anthropic.types import (
     Tool,
     ToolChoiceNone,
     ToolChoiceTool,
+    ToolReferenceBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -116,6 +124,11 @@ _MODELED = frozenset(
 _TOOL_FIELDS = frozenset({"name", "description", "input_schema"})
 _TOOL_SEARCH_PREFIX = "tool_search_tool_"
 """Anthropic's tool search server tools: ``tool_search_tool_regex_20251119``, ``..._bm25_...``."""
+_LOADED_TEXT = "Tool loaded: {}"
+"""How a ``tool_reference`` block reads in a tool result's text."""
+_RESULT_BLOCKS = "tool_result_content"
+"""``provider_details`` key of a tool message whose ``tool_result`` had blocks the
+core's text cannot carry (``tool_reference``): those blocks, for an Anthropic backend."""
 _WITHHELD = "withheld_tools"
 """``provider_details`` key of the tools only an Anthropic backend gets:
 ``[{"index": <position in the request's tools>, "tool": <the wire tool>}]``."""
@@ -201,7 +214,7 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
         exclude=set(_MODELED), exclude_unset=True, exclude_none=True, by_alias=True
     )
     thinking = _decode_thinking(body, details)
-    tools, withheld = _split_tools(body)
+    tools, withheld = _split_tools(body, _loaded_tools(body))
     if withheld:
         details[_WITHHELD] = withheld
     response_format = None
@@ -335,9 +348,7 @@ def _user_messages(message: MessageParam, index: int) -> list[Message]:
                 tool_call_id=block.tool_use_id, content=text, is_error=bool(block.is_error)
             )
             results.append(
-                Message(
-                    role="tool", parts=(part,), provider_details=_cache_details(block.cache_control)
-                )
+                Message(role="tool", parts=(part,), provider_details=_result_details(block))
             )
             # The core's tool results are text; images a tool returned (Claude Code's
             # Read on a picture) go to the user turn that follows, which every vision
@@ -403,7 +414,11 @@ def _tool_result_content(block: ToolResultBlock) -> tuple[str, list[Part]]:
         return "", []
     if isinstance(block.content, str):
         return block.content, []
-    texts = [item.text for item in block.content if isinstance(item, TextBlock)]
+    texts = [
+        item.text if isinstance(item, TextBlock) else _LOADED_TEXT.format(item.tool_name)
+        for item in block.content
+        if isinstance(item, TextBlock | ToolReferenceBlock)
+    ]
     images: list[Part] = [
         _image_part(item) for item in block.content if isinstance(item, ImageBlock)
     ]
@@ -414,15 +429,47 @@ def _cache_details(cache_control: dict[str, Any] | None) -> dict[str, Any] | Non
     return {PROVIDER: {"cache_control": cache_control}} if cache_control else None
 
 
-def _split_tools(body: ConversationBody) -> tuple[tuple[ToolDefinition, ...], list[Any]]:
+def _result_details(block: ToolResultBlock) -> dict[str, Any] | None:
+    """A tool message's details: its cache breakpoint, and its blocks as sent when a
+    ``tool_reference`` is among them (the core's text cannot carry one)."""
+    details: dict[str, Any] = {}
+    if block.cache_control:
+        details["cache_control"] = block.cache_control
+    content = block.content if isinstance(block.content, list) else []
+    if any(isinstance(item, ToolReferenceBlock) for item in content):
+        details[_RESULT_BLOCKS] = [
+            item.model_dump(exclude_unset=True, exclude_none=True) for item in content
+        ]
+    return {PROVIDER: details} if details else None
+
+
+def _loaded_tools(body: ConversationBody) -> frozenset[str]:
+    """The deferred tools the conversation loaded: those its tool results reference
+    (``tool_reference`` blocks, a client-side tool search's answer)."""
+    return frozenset(
+        item.tool_name
+        for message in body.messages
+        if message.role == "user" and not isinstance(message.content, str)
+        for block in message.content
+        if isinstance(block, ToolResultBlock) and isinstance(block.content, list)
+        for item in block.content
+        if isinstance(item, ToolReferenceBlock)
+    )
+
+
+def _split_tools(
+    body: ConversationBody, loaded: frozenset[str]
+) -> tuple[tuple[ToolDefinition, ...], list[Any]]:
     """The tools every backend gets, and those withheld for tool search (with their
-    positions, so an Anthropic backend gets the list back as the client sent it)."""
+    positions, so an Anthropic backend gets the list back as the client sent it). A
+    deferred tool in ``loaded`` is not withheld: the conversation searched for it."""
     tools: list[ToolDefinition] = []
     withheld: list[dict[str, Any]] = []
     for index, tool in enumerate(body.tools or ()):
         extra = tool.model_extra or {}
         searched = (tool.type or "").startswith(_TOOL_SEARCH_PREFIX)
-        if extra.get("defer_loading") is True or searched:
+        deferred = extra.get("defer_loading") is True and tool.name not in loaded
+        if deferred or searched:
             wire = tool.model_dump(exclude_unset=True, exclude_none=True, by_alias=True)
             withheld.append({"index": index, "tool": wire})
         else:
@@ -577,6 +624,11 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
         if block is not None
     ]
     details = (message.provider_details or {}).get(PROVIDER) or {}
+    sent = details.get(_RESULT_BLOCKS)
+    if sent is not None:  # a tool_result with tool_reference blocks, as the client sent it
+        for block in blocks:
+            if block["type"] == "tool_result":
+                block["content"] = sent
     if blocks and details.get("cache_control"):
         blocks[-1]["cache_control"] = details["cache_control"]
     return blocks

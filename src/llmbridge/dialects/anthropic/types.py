@@ -50,6 +50,7 @@ __all__ = [
     "ToolChoiceAuto",
     "ToolChoiceNone",
     "ToolChoiceTool",
+    "ToolReferenceBlock",
     "ToolResultBlock",
     "ToolUseBlock",
     "URLImageSource",
@@ -136,7 +137,21 @@ class ToolUseBlock(_Wire):
     """A prompt-cache breakpoint."""
 
 
-ToolResultContentBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+class ToolReferenceBlock(_Wire):
+    """A deferred tool a client-side tool search loaded (in a ``tool_result``):
+    ``{"type": "tool_reference", "tool_name": ...}``; the API then offers that tool's
+    definition (Claude Code's ``ToolSearch`` answers with these)."""
+
+    type: Literal["tool_reference"]
+    """Always ``tool_reference``."""
+    tool_name: str
+    """The name of a tool in the request's ``tools`` (one with ``defer_loading``)."""
+
+
+DocumentContentBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+ToolResultContentBlock = Annotated[
+    TextBlock | ImageBlock | ToolReferenceBlock, Field(discriminator="type")
+]
 
 
 class ToolResultBlock(_Wire):
@@ -147,7 +162,7 @@ class ToolResultBlock(_Wire):
     tool_use_id: str
     """The ``id`` of the ``tool_use`` block this answers."""
     content: str | list[ToolResultContentBlock] | None = None
-    """The result: a string, or text and image blocks."""
+    """The result: a string, or text, image and tool reference blocks."""
     is_error: bool | None = None
     """Whether the tool failed."""
     cache_control: dict[str, Any] | None = None
@@ -190,7 +205,7 @@ class ContentBlockSource(_Wire):
 
     type: Literal["content"]
     """Always ``content``."""
-    content: str | list[ToolResultContentBlock]
+    content: str | list[DocumentContentBlock]
     """The document: a string, or text and image blocks."""
 
 
