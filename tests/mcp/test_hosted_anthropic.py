@@ -15,9 +15,8 @@ import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ToolResultPart
-from tests.conftest import RunningServer, anthropic_client, create_key, running_gateway
-from tests.mcp.conftest import MASTER, stdio_toolbox
-from tests.waiting import scaled
+from tests.conftest import RunningServer, anthropic_client, create_key
+from tests.mcp.conftest import MASTER, mcp_gateway, stdio_toolbox
 
 OLD_BETA = "mcp-client-2025-04-04"
 NEW_BETA = "mcp-client-2025-11-20"
@@ -33,18 +32,8 @@ def gateway(
     tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedBackend
 ) -> Iterator[RunningServer]:
     database: Path = tmp_path_factory.mktemp("hosted-anthropic") / "gateway.db"
-    mcp = {
-        "servers": {"box": stdio_toolbox()},
-        "start_wait_s": scaled(60),
-        "connect_timeout_s": scaled(60),
-        "max_tool_rounds": 2,
-    }
-    with running_gateway(
-        {"scripted": scripted},
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
-        mcp=mcp,
-    ) as server:
+    servers = {"box": stdio_toolbox()}
+    with mcp_gateway(database, servers, backend=scripted, max_tool_rounds=2) as server:
         yield server
 
 

@@ -16,9 +16,8 @@ import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ToolResultPart
-from tests.conftest import RunningServer, create_key, ledger_rows, openai_client, running_gateway
-from tests.mcp.conftest import MASTER, stdio_toolbox
-from tests.waiting import scaled
+from tests.conftest import RunningServer, create_key, ledger_rows, openai_client
+from tests.mcp.conftest import MASTER, mcp_gateway, stdio_toolbox
 
 NEVER: dict[str, Any] = {"type": "mcp", "server_label": "box", "require_approval": "never"}
 
@@ -35,18 +34,12 @@ def scripted() -> ScriptedBackend:
 
 @pytest.fixture(scope="module")
 def gateway(database: Path, scripted: ScriptedBackend) -> Iterator[RunningServer]:
-    mcp = {
-        "servers": {"box": stdio_toolbox()},
-        "start_wait_s": scaled(60),
-        "connect_timeout_s": scaled(60),
-        "max_tool_rounds": 3,
-        "allowed_urls": ["https://mcp.example.com/"],
-    }
-    with running_gateway(
-        {"scripted": scripted},
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
-        mcp=mcp,
+    with mcp_gateway(
+        database,
+        {"box": stdio_toolbox()},
+        backend=scripted,
+        max_tool_rounds=3,
+        allowed_urls=["https://mcp.example.com/"],
     ) as server:
         yield server
 
