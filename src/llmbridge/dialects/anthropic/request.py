@@ -214,7 +214,7 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
         exclude=set(_MODELED), exclude_unset=True, exclude_none=True, by_alias=True
     )
     thinking = _decode_thinking(body, details)
-    tools, withheld = _split_tools(body, _loaded_tools(body))
+    tools, withheld = _split_tools(body)
     if withheld:
         details[_WITHHELD] = withheld
     response_format = None
@@ -457,18 +457,22 @@ def _loaded_tools(body: ConversationBody) -> frozenset[str]:
     )
 
 
-def _split_tools(
-    body: ConversationBody, loaded: frozenset[str]
-) -> tuple[tuple[ToolDefinition, ...], list[Any]]:
+def _split_tools(body: ConversationBody) -> tuple[tuple[ToolDefinition, ...], list[Any]]:
     """The tools every backend gets, and those withheld for tool search (with their
     positions, so an Anthropic backend gets the list back as the client sent it). A
-    deferred tool in ``loaded`` is not withheld: the conversation searched for it."""
+    deferred tool the conversation loaded (``_loaded_tools``) is not withheld: it was
+    searched for. The history is read for those only when a tool is deferred."""
     tools: list[ToolDefinition] = []
     withheld: list[dict[str, Any]] = []
+    loaded: frozenset[str] | None = None
     for index, tool in enumerate(body.tools or ()):
         extra = tool.model_extra or {}
         searched = (tool.type or "").startswith(_TOOL_SEARCH_PREFIX)
-        deferred = extra.get("defer_loading") is True and tool.name not in loaded
+        deferred = extra.get("defer_loading") is True
+        if deferred:
+            if loaded is None:
+                loaded = _loaded_tools(body)
+            deferred = tool.name not in loaded
         if deferred or searched:
             wire = tool.model_dump(exclude_unset=True, exclude_none=True, by_alias=True)
             withheld.append({"index": index, "tool": wire})

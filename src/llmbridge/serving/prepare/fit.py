@@ -85,7 +85,7 @@ async def prepare(
         params = replace(params, max_tokens=clamped)
     if params is not chat.params:
         chat = replace(chat, params=params)
-    native_tools = has_native_tools(backend, info, route)
+    native_tools = has_native_tools(backend, info, route) if chat.tools else True
     chat = apply_tool_choice(chat, native=capabilities.tool_choice, emulated=not native_tools)
     if capabilities.context_option:
         # Ollama silently drops the start of a prompt longer than its window
