@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.core.context_edits import with_applied_edits
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
 from llmbridge.core.request import ChatRequest, EmbedRequest
@@ -67,6 +68,9 @@ FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
 """Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
+CONTEXT_EDITS_HEADER = "x-llmbridge-context-edits"
+"""The client's context edits the gateway applied, ``<type>=<count cleared>`` each
+(features/context_editing.py): tool results, or turns' thinking."""
 
 
 def change_headers(changes: Changes) -> dict[str, str]:
@@ -80,6 +84,11 @@ def change_headers(changes: Changes) -> dict[str, str]:
         headers[PARAMS_HEADER] = ",".join(changes.params)
     if changes.fallback is not None:
         headers[FALLBACK_HEADER] = changes.fallback
+    if changes.context_edits:
+        headers[CONTEXT_EDITS_HEADER] = ",".join(
+            f"{edit.type}={edit.cleared_tool_uses or edit.cleared_thinking_turns or 0}"
+            for edit in changes.context_edits
+        )
     return headers
 
 
@@ -150,9 +159,11 @@ async def serve_chat(
 
     assert reply is not None
     headers.update(change_headers(reply.prepared.changes))
+    # What the gateway cleared for the client's context edits, for its reply to say.
+    answered = with_applied_edits(chat, reply.prepared.changes.context_edits)
     if not chat.stream:
         return Response(
-            dumps(codec.encode_response(response, chat)),
+            dumps(codec.encode_response(response, answered)),
             media_type="application/json",
             headers=headers,
         )
@@ -162,7 +173,7 @@ async def serve_chat(
 
     # The stream's end finishes the exchange (``exchanged`` leaves it to on_close).
     return StreamingBody(
-        codec.encode_stream(exchange.watch(first, reply.rest), chat),
+        codec.encode_stream(exchange.watch(first, reply.rest), answered),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,

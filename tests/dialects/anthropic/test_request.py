@@ -71,7 +71,9 @@ def test_system_blocks_are_joined_and_keep_cache_control() -> None:
     first = req.messages[0]
     assert first.role == "system"
     assert first.text == "You are Claude Code.\n\nTools follow."
-    assert first.provider_details == {"anthropic": {"cache_control": {"type": "ephemeral"}}}
+    # The blocks ride along as sent, each cache breakpoint on its own block, for an
+    # Anthropic backend (tests/gateway/test_claude_code_betas.py).
+    assert first.provider_details == {"anthropic": {"system_blocks": system}}
 
 
 def test_tool_results_come_before_user_text_of_the_same_turn() -> None:
