@@ -645,10 +645,14 @@ def _encode_messages(messages: tuple[Message, ...]) -> tuple[Any, list[dict[str,
 def _blocks(message: Message) -> list[dict[str, Any]]:
     details = (message.provider_details or {}).get(PROVIDER) or {}
     system = details.get(_SYSTEM_BLOCKS)
-    if message.role == "system" and system and _system_text(system) == message.text:
-        # The client's blocks, untouched by any feature: as sent, cache breakpoints
-        # (and their scope) on the blocks they were on.
-        return [dict(block) for block in system]
+    if message.role == "system" and system:
+        if _system_text(system) == message.text:
+            # The client's blocks, untouched by any feature: as sent, cache breakpoints
+            # (and their scope) on the blocks they were on.
+            return [dict(block) for block in system]
+        # Rewritten: one block, with the last breakpoint the client set.
+        marks = [block["cache_control"] for block in system if "cache_control" in block]
+        details = {"cache_control": marks[-1]} if marks else {}
     blocks = [
         block
         for block in (_encode_part(part, message.role) for part in message.parts)
