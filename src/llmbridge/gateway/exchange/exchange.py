@@ -345,6 +345,12 @@ class Exchange:
             record, self._model, prompt_tokens, reserve_usd=reserve
         )
 
+    def admitted_within(self) -> None:
+        """This model call is made inside a request the key already admitted (a later
+        round of the MCP tool loop), which holds its slot: nothing is taken now, and
+        ``finish`` counts the call's tokens to the key (``Accounts.within_request``)."""
+        self._admission = self._state.accounts.within_request(self.record)
+
     def admit_model(self, model: str, *, refuse: bool = False) -> None:
         """A model lookup (``GET /v1/models/{id}``, ``/api/show``...): the key's globs
         only. A model it may not use is a 404, as one that does not exist is (a key
