@@ -13,7 +13,7 @@ of the reply when it keeps bodies (``ledger.keep_bodies``): ``kept_reply``.
 
 A reply cut short (the client left mid-stream, the stream failed, a backend that reports
 no counts) is billed for what was generated (``billed_usage``): the text streamed so
-far, counted, and the prompt's estimate (a dropped stream used to be free).
+far, counted as it passed, and the prompt's estimate (a dropped stream used to be free).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from llmbridge.core.events import (
 )
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.core.stream import EventStream
-from llmbridge.features.token_count import count_text_tokens
+from llmbridge.features.token_count import TextTally
 from llmbridge.web.render import to_bridge_error
 
 __all__ = ["ReplyMeter"]
@@ -54,9 +54,10 @@ class ReplyMeter:
     def __init__(self) -> None:
         self.usage: Usage | None = None
         """Counts from the reply (``add_usage``)."""
-        self.generated: list[str] = []
-        """Text deltas streamed so far: what a dropped stream is billed for when the
-        backend's usage never came."""
+        self.generated = TextTally()
+        """The tokens of the text deltas streamed so far, counted as they pass (counts,
+        never the text): what a dropped stream is billed for when the backend's usage
+        never came."""
         self.stop_reason: StopReason | None = None
         """Why the reply ended, when it said (the trace's finish reasons)."""
         self.failure: LLMBridgeError | None = None
@@ -81,9 +82,9 @@ class ReplyMeter:
         if isinstance(event, PartDelta):
             delta = event.delta
             if isinstance(delta, TextDelta | ThinkingDelta):
-                self.generated.append(delta.text)
+                self.generated.add(delta.text)
             elif isinstance(delta, ToolArgsDelta):
-                self.generated.append(delta.json_fragment)
+                self.generated.add(delta.json_fragment)
         elif isinstance(event, ResponseEnd):
             self.add_usage(event.usage)
             self.stop_reason = event.stop_reason
@@ -183,7 +184,7 @@ class ReplyMeter:
         """Text was generated but the reply's final counts never came (the client
         left mid-stream, the stream failed, a backend that reports none)."""
         usage = self.usage
-        return bool(self.generated) and (usage is None or usage.output_tokens is None)
+        return self.generated.pieces > 0 and (usage is None or usage.output_tokens is None)
 
     def billed_usage(self, prompt_tokens: int | None) -> Usage | None:
         """The usage to bill: the reply's, or for a reply cut short, what was generated
@@ -193,7 +194,7 @@ class ReplyMeter:
             return usage
         counted = Usage(
             input_tokens=prompt_tokens,
-            output_tokens=count_text_tokens("".join(self.generated)),
+            output_tokens=self.generated.tokens,
         )
         return counted if usage is None else counted.merged(usage)
 
