@@ -443,6 +443,17 @@ class Exchange:
             answered=self.backend_answered,
         )
 
+    async def collect_relayed(self, first: StreamEvent, events: EventStream) -> bytes:
+        """``collect`` on the pass-through path: the reply's bytes as the backend sent
+        them (``ReplyMeter.collect_relayed``)."""
+        return await self._meter.collect_relayed(
+            first,
+            events,
+            backend=self._backend,
+            keep=self._keeps_bodies(),
+            answered=self.backend_answered,
+        )
+
     # -- the end -----------------------------------------------------------------------
 
     def mark_overhead(self, response: Response) -> None:

@@ -22,11 +22,14 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
 
+import orjson
+
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import (
     PartDelta,
+    Relayed,
     ResponseEnd,
     ResponseStart,
     StreamError,
@@ -62,7 +65,7 @@ class ReplyMeter:
         """Why the reply ended, when it said (the trace's finish reasons)."""
         self.failure: LLMBridgeError | None = None
         """The request's latest failure, before or inside the reply (``failed``)."""
-        self.kept: ChatResponse | Accumulator | None = None
+        self.kept: ChatResponse | Accumulator | RelayedReply | None = None
         """The reply, kept only when the ledger keeps bodies (``ledger.keep_bodies``)."""
 
     def add_usage(self, usage: Usage) -> None:
@@ -92,12 +95,19 @@ class ReplyMeter:
             self.add_usage(event.usage)
         elif isinstance(event, StreamError):
             self.failed(event.error)
+        elif isinstance(event, Relayed):
+            if event.text:
+                self.generated.add(event.text)
+            if event.error is not None:
+                self.failed(event.error)
 
     def _note_kept(self, event: StreamEvent) -> None:
         """``_note``, and the event added to the reply kept for the request log."""
         self._note(event)
-        if isinstance(self.kept, Accumulator) and not isinstance(event, StreamError):
+        if isinstance(self.kept, Accumulator) and not isinstance(event, StreamError | Relayed):
             self.kept.add(event)
+        elif isinstance(event, Relayed):
+            self.kept = _relayed_kept(self.kept, event)
 
     def _note_first(self, first: StreamEvent) -> None:
         if isinstance(first, ResponseStart) and first.input_tokens:
@@ -177,6 +187,43 @@ class ReplyMeter:
             self.kept = response
         return response
 
+    async def collect_relayed(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        *,
+        backend: Backend | None,
+        keep: bool,
+        answered: Callable[[], None],
+    ) -> bytes:
+        """``collect`` for the pass-through path: the reply's relayed bytes, the events
+        noted as ``collect`` notes them."""
+        body = b""
+        ended = False
+        try:
+            self._note_first(first)
+            async for event in events:
+                self._note(event)
+                if isinstance(event, Relayed):
+                    if event.error is not None:
+                        raise event.error
+                    body += event.data
+                elif isinstance(event, StreamError):
+                    raise event.error
+            ended = True
+        except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
+            error = self._stream_failed(exc, backend)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            if not ended:
+                await asyncio.shield(events.aclose())
+            answered()
+        if keep:
+            self.kept = _relayed_kept(None, Relayed(body))
+        return body
+
     # -- the bill and what is kept ----------------------------------------------------
 
     @property
@@ -202,9 +249,45 @@ class ReplyMeter:
         """The reply to keep: the whole response, or what a stream that did not end
         had finished."""
         reply = self.kept
+        if isinstance(reply, RelayedReply):
+            return reply.kept()
         if isinstance(reply, Accumulator):
             try:
                 return reply.response()
             except LLMBridgeError:  # it did not end: its finished parts, said so
                 return {"incomplete": True, "parts": reply.parts, "usage": reply.usage}
         return reply
+
+
+class RelayedReply:
+    """A relayed reply kept for the request log (its bytes, up to ``KEPT_BYTES``), as
+    JSON when it is a reply sent whole, else as its frames' text."""
+
+    __slots__ = ("data", "whole")
+
+    KEPT_BYTES = 1024 * 1024
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.whole = True
+        """Whether everything relayed is kept (none was cut at ``KEPT_BYTES``)."""
+
+    def add(self, data: bytes) -> None:
+        room = self.KEPT_BYTES - len(self.data)
+        if len(data) > room:
+            self.whole = False
+        self.data += data[: max(room, 0)]
+
+    def kept(self) -> object:
+        if self.whole:
+            try:
+                return orjson.loads(self.data)
+            except orjson.JSONDecodeError:
+                pass  # a stream's frames
+        return {"relayed": self.data.decode("utf-8", "replace"), "whole": self.whole}
+
+
+def _relayed_kept(kept: object, event: Relayed) -> RelayedReply:
+    reply = kept if isinstance(kept, RelayedReply) else RelayedReply()
+    reply.add(event.data)
+    return reply
