@@ -173,6 +173,9 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     for field in ("status", "input_tokens", "output_tokens", "streamed", "cost_usd"):
         assert one[field] == other[field], field
     assert one["input_tokens"] == 11 and one["output_tokens"] == 3
+    # The request log says which path served each.
+    assert orjson.loads(one["facts"])["x-llmbridge-path"] == "passthrough"
+    assert "x-llmbridge-path" not in orjson.loads(other["facts"] or "{}")
 
 
 def test_counts_the_client_did_not_ask_for_are_taken_out(
@@ -381,3 +384,10 @@ def test_golden_streams_read_the_same_on_both_paths(
     one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
     for field in ("status", "input_tokens", "output_tokens"):
         assert one[field] == other[field], field
+
+
+def test_health_names_the_dialect_a_backend_relays(gateway: RunningServer, key: str) -> None:
+    health = httpx.get(
+        gateway.url + "/health", headers={"Authorization": f"Bearer {key}"}, timeout=scaled(30)
+    ).json()
+    assert health["backends"]["compat"]["passthrough"] == "openai"
