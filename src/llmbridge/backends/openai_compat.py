@@ -6,6 +6,7 @@ to ``chat/completions``; completions and fill-in-the-middle to ``completions``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -86,20 +87,26 @@ class OpenAICompatBackend(Backend):
 
     async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """The pass-through path: the client's body, the reply's bytes relayed."""
-        body, client_model, strip_usage = relay_request(request)
+        relay = request.relay
+        assert relay is not None
+        if len(relay.raw) > self._http.settings.offload_bytes:
+            # What must be set is set on a copy written out again: off the loop when large.
+            body, client_model, strip_usage = await asyncio.to_thread(relay_request, request)
+        else:
+            body, client_model, strip_usage = relay_request(request)
         async with self._http.stream("chat/completions", body) as chunks:
             if not request.stream:
                 raw = b"".join([chunk async for chunk in chunks])
                 for event in relay_reply(raw, client_model):
                     yield event
                 return
-            relay = ChatStreamRelay(client_model, strip_usage)
+            relayed = ChatStreamRelay(client_model, strip_usage)
             async for chunk in chunks:
-                for event in relay.feed(chunk):
+                for event in relayed.feed(chunk):
                     yield event
-                if relay.stopped:
+                if relayed.stopped:
                     break
-            for event in relay.end():
+            for event in relayed.end():
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
