@@ -20,7 +20,7 @@ them as immutable all the same.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.messages import Part
@@ -127,6 +127,10 @@ class ResponseEnd:
     usage: Usage = field(default_factory=Usage)
     timings: Timings = field(default_factory=Timings)
     stop_sequence: str | None = None
+    provider_details: dict[str, Any] | None = None
+    """What the backend said of the whole reply that the core does not model, by
+    dialect, for a front of the same dialect (Anthropic's ``context_management``
+    report); ``ChatResponse.provider_details`` once accumulated."""
     event: Literal["response_end"] = "response_end"
 
 

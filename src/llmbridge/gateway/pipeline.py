@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.core.context_edits import with_applied_edits
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
 from llmbridge.core.request import ChatRequest, EmbedRequest
@@ -73,6 +74,9 @@ FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
 """Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
+CONTEXT_EDITS_HEADER = "x-llmbridge-context-edits"
+"""The client's context edits the gateway applied, ``<type>=<count cleared>`` each
+(features/context_editing.py): tool results, or turns' thinking."""
 PATH_HEADER = "x-llmbridge-path"
 """``passthrough`` on a reply the pass-through path served (core/relay.py): the request
 log's row says it too (its ``x-llmbridge-*`` facts). A translated reply has none."""
@@ -89,6 +93,11 @@ def change_headers(changes: Changes) -> dict[str, str]:
         headers[PARAMS_HEADER] = ",".join(changes.params)
     if changes.fallback is not None:
         headers[FALLBACK_HEADER] = changes.fallback
+    if changes.context_edits:
+        headers[CONTEXT_EDITS_HEADER] = ",".join(
+            f"{edit.type}={edit.cleared_tool_uses or edit.cleared_thinking_turns or 0}"
+            for edit in changes.context_edits
+        )
     return headers
 
 
@@ -164,9 +173,13 @@ async def serve_chat(
     relayed = reply.prepared.request.relay is not None
     if relayed:
         headers[PATH_HEADER] = "passthrough"
+    # What the gateway cleared for the client's context edits, for its reply to say.
+    answered = with_applied_edits(chat, reply.prepared.changes.context_edits)
     if not chat.stream:
         # The relayed bytes as they came, or the reply encoded.
-        whole = response if isinstance(response, bytes) else codec.encode_response(response, chat)
+        whole = (
+            response if isinstance(response, bytes) else codec.encode_response(response, answered)
+        )
         return Response(
             whole if isinstance(whole, bytes) else dumps(whole),
             media_type="application/json",
@@ -178,7 +191,7 @@ async def serve_chat(
 
     # The stream's end finishes the exchange (``exchanged`` leaves it to on_close).
     return StreamingBody(
-        _stream_body(codec, chat, exchange.watch(first, reply.rest), relayed=relayed),
+        _stream_body(codec, answered, exchange.watch(first, reply.rest), relayed=relayed),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,

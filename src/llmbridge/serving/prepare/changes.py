@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmbridge.core.context_edits import AppliedEdit
+
 __all__ = ["UNCHANGED", "Changes"]
 
 
@@ -28,6 +30,8 @@ class Changes:
     where serving set the context window (serving/prepare/context_size.py)."""
     fallback: str | None = None
     """``backend/model`` of the fallback that served the reply, if one did."""
+    context_edits: tuple[AppliedEdit, ...] = ()
+    """What the client's context edits cleared (features/context_editing.py)."""
 
 
 UNCHANGED = Changes()

@@ -2,7 +2,8 @@
 
 ``prepare`` is what every caller's request goes through before its backend sees
 it: the backend's model name; Claude Code's billing-header line out of the
-system prompt for a backend that is not Anthropic's API (features/billing_header.py);
+system prompt for a backend that is not Anthropic's API (features/billing_header.py),
+and the client's context edits applied there (features/context_editing.py);
 a fill-in-the-middle ``suffix`` refused (400 naming ``suffix``) where the backend or
 model cannot fill a gap (``capabilities.py``); thinking per the policy
 (features/thinking.py); ``max_tokens`` clamped to the model's limit; sampling
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.billing_header import drop_billing_header
+from llmbridge.features.context_editing import apply_context_edits
 from llmbridge.features.thinking import apply_thinking_policy, can_think
 from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.serving.prepare.capabilities import check_fill_in_middle, has_native_tools
@@ -54,6 +56,10 @@ async def prepare(
         # Claude Code's billing line (a per-request hash in some versions) in front of
         # the system prompt would spoil a local model's prefix cache on every turn.
         chat = drop_billing_header(chat)
+        # Anthropic clears what the client asked it to (context editing) itself.
+        chat, context_edits = apply_context_edits(chat)
+    else:
+        context_edits = ()
     wants_thinking = chat.thinking is not None and chat.thinking.enabled
     fills_gap = chat.completion is not None and chat.completion.suffix is not None
     # Ollama's window comes from the route, else from what the model reports.
@@ -101,9 +107,13 @@ async def prepare(
             chat = replace(chat, params=replace(chat.params, num_ctx=num_ctx))
             fitted = (*fitted, f"num_ctx={num_ctx}")
     emulated = bool(chat.tools) and not native_tools
-    if dropped or emulated or clamped is not None or fitted:
+    if dropped or emulated or clamped is not None or fitted or context_edits:
         changes = Changes(
-            thinking_dropped=dropped, tools_emulated=emulated, max_tokens=clamped, params=fitted
+            thinking_dropped=dropped,
+            tools_emulated=emulated,
+            max_tokens=clamped,
+            params=fitted,
+            context_edits=context_edits,
         )
     else:
         changes = UNCHANGED  # the common case builds nothing
