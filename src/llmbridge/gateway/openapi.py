@@ -412,7 +412,7 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
     method, path, operation_id, summary, body, reply, streamed = op
     dialect = dialect_for_path(path)
     ok: JSON = {"description": "Success."}
-    if path.endswith(":streamGenerateContent"):
+    if path.endswith(":streamGenerateContent") and streamed is not None:
         # Always streamed: SSE with ?alt=sse, else one JSON array of the same objects
         # (the error object last when the stream fails), which the Google SDKs read.
         element = {"anyOf": [_ref(reply or ""), _ref("GeminiError")]}
@@ -455,7 +455,7 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
             {"name": flag, "in": "query", "required": False, "schema": {"enum": ["true", "false"]}}
             for flag in ("include_input", "stream")
         ]
-    if path.endswith(":streamGenerateContent"):
+    if path.endswith(":streamGenerateContent") and streamed is not None:
         alt = {"name": "alt", "in": "query", "required": False, "schema": {"enum": ["sse", "json"]}}
         operation["parameters"].append(alt)
     if body is not None:

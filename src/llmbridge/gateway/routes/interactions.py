@@ -1,8 +1,9 @@
 """Google's Interactions API: ``POST /{v1beta|v1}/interactions`` (create, streamed with
 ``"stream": true``), ``GET`` and ``DELETE /{v1beta|v1}/interactions/{id}``.
 
-Both prefixes are served alike: the Python SDK posts to ``/v1beta``, the JS SDK to
-``/v1`` (its default API version for every Gemini call). Errors are Google's body on
+Both prefixes are served alike: google-genai 3.3.0, Python and JS, posts to ``/v1`` (its
+default API version for every Gemini call), and to ``/v1beta`` with ``api_version=
+"v1beta"`` (or ``GOOGLE_GENAI_API_VERSION=beta``). Errors are Google's body on
 both (``web/render.py`` renders ``/v1/interactions*`` as it renders ``/v1beta/*``), and
 Google's clients' ways to send the key (``x-goog-api-key``, ``?key=``) are taken, as on
 the Gemini routes (``web/auth.py``). One endpoint label for both prefixes
