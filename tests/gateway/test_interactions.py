@@ -177,6 +177,56 @@ def test_store_false_keeps_nothing(client: genai.Client, scripted: ScriptedBacke
         client.interactions.get(reply.id)
 
 
+def test_without_stored_interactions_previous_interaction_id_is_a_400(
+    tmp_path: Path, scripted: ScriptedBackend
+) -> None:
+    """Neither the agent nor stored replies: the gateway is stateless, and opens no
+    database for them."""
+    database = tmp_path / "never.db"
+    with running_gateway(
+        {"scripted": scripted},
+        database={"url": str(database)},
+        agent={"enabled": False, "store_responses": "off"},
+    ) as server:
+        client = interactions_client(server, key="x")
+        scripted.enqueue(Script(text=["stateless"]))
+        reply = client.interactions.create(model="scripted", input="hi")
+        assert reply.output_text == "stateless" and reply.id is not None
+        with pytest.raises(interaction_errors.BadRequestError) as refused:
+            client.interactions.create(
+                model="scripted", input="again", previous_interaction_id=reply.id
+            )
+        assert "previous_interaction_id" in str(refused.value)
+        with pytest.raises(interaction_errors.NotFoundError) as missing:
+            client.interactions.get(reply.id)
+        assert "agent.store_responses: off" in str(missing.value)
+    assert not database.exists()
+
+
+def test_a_chain_past_max_chain_turns_is_a_400_naming_previous_interaction_id(
+    tmp_path: Path, scripted: ScriptedBackend
+) -> None:
+    with running_gateway(
+        {"scripted": scripted},
+        database={"url": str(tmp_path / "chain.db")},
+        server={"limits": {"max_chain_turns": 2}},
+    ) as server:
+        client = interactions_client(server, key="x")
+        scripted.enqueue(Script(text=["one"]), Script(text=["two"]))
+        first = client.interactions.create(model="scripted", input="1")
+        second = client.interactions.create(
+            model="scripted", input="2", previous_interaction_id=first.id
+        )
+        asked = len(scripted.requests)
+        reply = httpx.post(
+            f"{server.url}/v1beta/interactions",
+            json={"model": "scripted", "input": "3", "previous_interaction_id": second.id},
+        )
+        message = assert_error_shape(Dialect.GEMINI, 400, reply.content)
+        assert "previous_interaction_id" in message and "max_chain_turns" in message
+        assert len(scripted.requests) == asked  # refused before the model was called
+
+
 # -- streaming --------------------------------------------------------------------------
 
 

@@ -105,6 +105,14 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         part_keys=_INPUT_PARTS,
     )
     _refuse_unsupported(parsed)
+    if parsed.previous_interaction_id is not None:
+        # The route takes it out when it continues a stored interaction.
+        raise InvalidRequestError(
+            "previous_interaction_id: llmbridge stores no interactions here "
+            "(agent.store_responses: off, agent.enabled: false); send the whole "
+            "conversation in 'input'",
+            param="previous_interaction_id",
+        )
     if not parsed.model:
         raise InvalidRequestError("model: Field required", param="model")
     details: dict[str, Any] = {}
