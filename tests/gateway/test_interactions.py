@@ -289,6 +289,21 @@ def test_a_streamed_interaction_follows_the_event_grammar(
     assert turn.role == "assistant"
     assert turn.parts[0] == ThinkingPart("Thinking.", signature="c2lnbmVk")
 
+    # GET with stream=true replays it: each step whole, then the resource.
+    replayed = list(client.interactions.get(completed.interaction.id, stream=True))
+    assert [e.event_type for e in replayed] == [
+        "interaction.created",
+        "step.start",
+        "step.stop",
+        "step.start",
+        "step.stop",
+        "interaction.completed",
+    ]
+    assert [e.step.type for e in replayed if e.event_type == "step.start"] == [
+        "thought",
+        "model_output",
+    ]
+
     # The wire: named events, each data's event_type, [DONE] last.
     scripted.enqueue(Script(text=["x"]))
     raw = httpx.post(

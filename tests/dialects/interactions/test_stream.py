@@ -19,7 +19,7 @@ from llmbridge.core.events import StreamError, StreamEvent
 from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.response import ChatResponse, StopReason
 from llmbridge.dialects.framing import aiter_sse
-from llmbridge.dialects.interactions import decode_chat_stream
+from llmbridge.dialects.interactions import decode_chat_response, decode_chat_stream
 from llmbridge.dialects.interactions.steps import INTERACTIONS
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "streams" / "interactions"
@@ -108,3 +108,36 @@ def test_incomplete_is_max_tokens_with_crlf_framing_and_no_event_lines() -> None
 def test_malformed_streams_raise_naming_what_is_wrong(raw: bytes, says: str) -> None:
     with pytest.raises(BackendProtocolError, match=says):
         events(raw)
+
+
+SUMMARY = [{"type": "text", "text": "t"}]
+
+
+def test_a_whole_interaction_is_one_reply() -> None:
+    got = decode_chat_response(
+        {
+            "id": "v1_whole",
+            "model": "gemini-3-flash-preview",
+            "status": "requires_action",
+            "steps": [
+                {
+                    "type": "thought",
+                    "signature": "AAEC",
+                    "summary": [{"type": "text", "text": "t"}],
+                },
+                {"type": "model_output", "content": [{"type": "text", "text": "Calling."}]},
+                {"type": "function_call", "id": "fc", "name": "f", "arguments": {"a": 1}},
+            ],
+            "usage": {"total_input_tokens": 4, "total_output_tokens": 2},
+        },
+        origin="next",
+    )
+    assert got.id == "v1_whole" and got.stop_reason is StopReason.TOOL_USE
+    assert got.message.parts == (
+        ThinkingPart("t", signature=INTERACTIONS.carry("next", "AAEC")),
+        TextPart("Calling."),
+        ToolCallPart("fc", "f", {"a": 1}),
+    )
+    assert (got.usage.input_tokens, got.usage.output_tokens) == (4, 2)
+    with pytest.raises(BackendProtocolError, match="steps"):
+        decode_chat_response({"steps": "nope"})
