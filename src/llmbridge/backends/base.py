@@ -72,6 +72,14 @@ class Capabilities:
     manages_models: bool = False
     """Pulls, pushes, deletes, copies and creates its models through Ollama's API
     (``/api/pull``...): the gateway forwards those requests to it (``manage_models``)."""
+    relays: str | None = None
+    """The client dialect whose request bodies it sends as they came, relaying its
+    reply's bytes back (the pass-through path, core/relay.py): ``openai`` for chat
+    completions. ``None``: every request is translated."""
+    trusted_tool_arguments: bool = False
+    """Its tool calls' arguments are well-formed JSON (a first-party API's), so a
+    request with tools may take the pass-through path, where nothing heals them
+    (features/tool_healing.py): the route's ``passthrough`` decides otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ __all__ = [
     "PartDelta",
     "PartEnd",
     "PartStart",
+    "Relayed",
     "ResponseEnd",
     "ResponseStart",
     "SignatureDelta",
@@ -137,6 +138,30 @@ class StreamError:
     event: Literal["error"] = "error"
 
 
+@dataclass(slots=True)
+class Relayed:
+    """Bytes of a backend's reply relayed to a client of the backend's own dialect as
+    they came (the pass-through path, core/relay.py): whole frames of a stream, or a
+    whole reply. Between a ``ResponseStart`` and a ``ResponseEnd`` as any part's
+    events are; what the client gets is these bytes alone."""
+
+    data: bytes
+    text: str = ""
+    """The text the bytes carry (content, reasoning, tool arguments): a cut reply's
+    bill counts it."""
+    error: LLMBridgeError | None = None
+    """The backend's in-band error the bytes carry (relayed as they are): the reply
+    failed with it."""
+    event: Literal["relayed"] = "relayed"
+
+
 StreamEvent = (
-    ResponseStart | PartStart | PartDelta | PartEnd | UsageUpdate | ResponseEnd | StreamError
+    ResponseStart
+    | PartStart
+    | PartDelta
+    | PartEnd
+    | UsageUpdate
+    | ResponseEnd
+    | StreamError
+    | Relayed
 )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmbridge.core.messages import Message, ToolChoice, ToolDefinition
+from llmbridge.core.relay import RelayBody
 
 __all__ = [
     "ChatRequest",
@@ -122,6 +123,9 @@ class ChatRequest:
     affinity_key: str | None = None
     """The caller's session, for a route with several servers and ``affinity``: the
     same key goes to the same server while it is healthy (serving/deployments.py)."""
+    relay: RelayBody | None = None
+    """The client's own body, while the request may take the pass-through path
+    (core/relay.py); serving drops it where the request cannot."""
 
 
 @dataclass(frozen=True, slots=True)

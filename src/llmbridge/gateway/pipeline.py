@@ -25,13 +25,14 @@ from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.relayed import relay_stream
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
-from llmbridge.web.bodies import read_chat
+from llmbridge.web.bodies import read_chat, read_relayable_chat
 from llmbridge.web.render import Dialect, error_response, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
@@ -60,6 +61,11 @@ class ChatCodec:
     stream_media_type: str
     announces_input_tokens: bool = False
     """The dialect states the prompt size before generating (Anthropic ``message_start``)."""
+    relay_dialect: str | None = None
+    """The dialect a backend relays (``Capabilities.relays``) when this route's body is
+    kept for the pass-through path (core/relay.py); ``None``: always translated."""
+    relay_error: Callable[[LLMBridgeError], bytes] | None = None
+    """The dialect's in-stream error on the pass-through path (dialects/relayed.py)."""
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -67,6 +73,9 @@ FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
 """Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
+PATH_HEADER = "x-llmbridge-path"
+"""``passthrough`` on a reply the pass-through path served (core/relay.py): the request
+log's row says it too (its ``x-llmbridge-*`` facts). A translated reply has none."""
 
 
 def change_headers(changes: Changes) -> dict[str, str]:
@@ -121,9 +130,11 @@ async def serve_chat(
             first = replace(first, model=chat.model, input_tokens=tokens)
         return first
 
-    async def completed() -> ChatResponse:
+    async def completed() -> ChatResponse | bytes:
         first = await opened()
         assert reply is not None
+        if reply.prepared.request.relay is not None:
+            return await exchange.collect_relayed(first, reply.rest)
         return await exchange.collect(first, reply.rest)
 
     try:
@@ -150,9 +161,14 @@ async def serve_chat(
 
     assert reply is not None
     headers.update(change_headers(reply.prepared.changes))
+    relayed = reply.prepared.request.relay is not None
+    if relayed:
+        headers[PATH_HEADER] = "passthrough"
     if not chat.stream:
+        # The relayed bytes as they came, or the reply encoded.
+        whole = response if isinstance(response, bytes) else codec.encode_response(response, chat)
         return Response(
-            dumps(codec.encode_response(response, chat)),
+            whole if isinstance(whole, bytes) else dumps(whole),
             media_type="application/json",
             headers=headers,
         )
@@ -162,11 +178,21 @@ async def serve_chat(
 
     # The stream's end finishes the exchange (``exchanged`` leaves it to on_close).
     return StreamingBody(
-        codec.encode_stream(exchange.watch(first, reply.rest), chat),
+        _stream_body(codec, chat, exchange.watch(first, reply.rest), relayed=relayed),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,
     )
+
+
+def _stream_body(
+    codec: ChatCodec, chat: ChatRequest, events: AsyncIterator[StreamEvent], *, relayed: bool
+) -> AsyncIterator[bytes]:
+    """The stream's bytes: the relayed ones (the pass-through path), or encoded."""
+    if relayed:
+        assert codec.relay_error is not None  # no relay body is read otherwise
+        return relay_stream(events, codec.relay_error)
+    return codec.encode_stream(events, chat)
 
 
 def _embed_tokens(embed_request: EmbedRequest) -> int:
@@ -248,7 +274,10 @@ def chat_endpoint(
     async def endpoint(request: Request, exchange: Exchange) -> Response:
         state = exchange.state
         # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-        chat = await read_chat(request, state.limits, decode)
+        if codec.relay_dialect is not None:  # the body kept for the pass-through path
+            chat = await read_relayable_chat(request, state.limits, decode, codec.relay_dialect)
+        else:
+            chat = await read_chat(request, state.limits, decode)
         exchange.asked(chat.model, streamed=chat.stream)
         if shortcut is not None and (answer := shortcut(chat)) is not None:
             exchange.admit_model(chat.model, refuse=True)  # as a chat would be

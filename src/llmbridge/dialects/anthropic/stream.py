@@ -25,6 +25,7 @@ from llmbridge.core.events import (
     PartDelta,
     PartEnd,
     PartStart,
+    Relayed,
     ResponseEnd,
     ResponseStart,
     SignatureDelta,
@@ -161,6 +162,8 @@ class StreamEncoder:
             return b"" if self.started else self._start(event)
         if isinstance(event, ResponseEnd):
             return self._start() + self._close(None) + self._end(event)
+        if isinstance(event, Relayed):
+            return b""  # the pass-through path writes its bytes itself (dialects/relayed.py)
         self.done = True
         return error_event(event.error)
 

@@ -11,7 +11,8 @@ the backend honours (features/tool_choice.py); for a backend that allocates its
 context window per request (Ollama), a window that holds the request
 (``context_size.py``); for a model without native tools, the decision to emulate them
 (``capabilities.py``, then features/tool_emulation.py in ``Models``). What changed
-comes back as ``Changes`` (``changes.py``).
+comes back as ``Changes`` (``changes.py``); a request nothing changed keeps the
+client's own body for the pass-through path (``_relays``, core/relay.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ async def prepare(
     chat: ChatRequest, target: Resolved, router: ModelRouter, thinking_policy: str
 ) -> Prepared:
     """``chat`` (naming a public model) as ``target``'s backend should get it."""
+    asked = chat
     backend, route = target.backend, target.route
     capabilities = backend.capabilities
     if chat.model != target.backend_model:  # a copy only when the name changes
@@ -105,4 +107,32 @@ async def prepare(
         )
     else:
         changes = UNCHANGED  # the common case builds nothing
+    if chat.relay is not None and not _relays(asked, chat, target, changes):
+        chat = replace(chat, relay=None)
     return Prepared(chat, target, changes)
+
+
+def _relays(asked: ChatRequest, fitted: ChatRequest, target: Resolved, changes: Changes) -> bool:
+    """Whether ``fitted`` takes the pass-through path (core/relay.py): its backend
+    speaks the client's dialect, the route allows it, and serving changed nothing
+    but the model's name (every step above leaves a field it does not change the
+    same object), so the client's body says what the backend must get. A request
+    with tools relays only where nothing needs to heal the arguments (the route's
+    ``passthrough: true``, or a backend whose arguments are trusted)."""
+    relay = asked.relay
+    capabilities = target.backend.capabilities
+    setting = target.route.passthrough if target.route is not None else None
+    if relay is None or capabilities.relays != relay.dialect or setting is False:
+        return False
+    if changes is not UNCHANGED or fitted.completion is not None:
+        return False
+    if fitted.tools and not (setting or capabilities.trusted_tool_arguments):
+        return False
+    return (
+        fitted.messages is asked.messages
+        and fitted.params is asked.params
+        and fitted.tools is asked.tools
+        and fitted.tool_choice is asked.tool_choice
+        and fitted.thinking is asked.thinking
+        and fitted.response_format is asked.response_format
+    )
