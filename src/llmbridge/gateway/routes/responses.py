@@ -24,10 +24,8 @@ runs, and ``x-llmbridge-dropped-reasoning`` counts reasoning items whose
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,20 +33,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmbridge.agent.config import AgentConfig
-from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.hosted_mcp import HostedEvent, HostedReply, hosted_mcp_of
 from llmbridge.core.request import ChatRequest
-from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse
 from llmbridge.dialects import responses
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.responses.continuation import (
-    PREVIOUS_RESPONSE_ID,
     check_response_id,
     continued_body,
-    input_bytes,
     input_items,
     marked,
 )
@@ -58,13 +51,20 @@ from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
-from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.gateway.stored_responses import Chain, ResponseStore, stored_responses_on
+from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.stateful import (
+    Continued,
+    Decode,
+    Stateful,
+    asked_to_keep,
+    continued,
+    save,
+    store_for,
+    store_if_open,
+)
+from llmbridge.gateway.stored_responses import RESPONSES, ResponseStore
 from llmbridge.web.auth import caller_identity
-from llmbridge.web.bodies import parse_json, read_body
 from llmbridge.web.render import Dialect, header_value
-
-log = logging.getLogger("llmbridge.gateway")
 
 __all__ = ["IGNORED_TOOLS_HEADER", "routes"]
 
@@ -75,7 +75,7 @@ IGNORED_TOOLS_MAX_BYTES = 1024
 types are the client's strings: unbounded, a megabyte of them broke the OpenAI SDK,
 whose HTTP library refuses a response head over 64 KiB."""
 
-RESPONSES = ChatCodec(
+RESPONSES_CODEC = ChatCodec(
     dialect=Dialect.OPENAI,
     endpoint="/v1/responses",
     encode_stream=responses.encode_chat_stream,
@@ -122,21 +122,21 @@ def listed(names: list[str], max_bytes: int) -> str:
 async def create_response(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
     owner = caller_identity(request)
-    continued = await _continued(request, state, responses.decode_chat_request)
-    chat, body, previous = continued.chat, continued.body, continued.previous
-    store = _store_if_open(request)
-    keep = store is not None and _asked_to_keep(body.get("store"), state.config.agent)
+    found = await continued(request, state, responses.decode_chat_request, STORED_RESPONSES)
+    chat, body, previous = found.chat, found.body, found.previous
+    store = store_if_open(request, STORED_RESPONSES)
+    keep = store is not None and asked_to_keep(body.get("store"), state.config.agent)
     if keep or previous is not None:
         chat = marked(chat, stored=keep, previous_response_id=previous)
     keeper = None
     if keep and store is not None:
-        keeper = _Keeper(store, owner, body, continued.chain, continued.input_bytes)
+        keeper = _Keeper(store, owner, found)
     hosted = hosted_mcp_of(chat)
     if hosted is not None:
         hosted_codec = HOSTED_RESPONSES if keeper is None else keeper.hosted_codec
         response = await serve_hosted(request, chat, hosted, hosted_codec, exchange=exchange)
     else:
-        codec = RESPONSES if keeper is None else keeper.codec
+        codec = RESPONSES_CODEC if keeper is None else keeper.codec
         response = await serve_chat(request, chat, codec, exchange=exchange)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
         await keeper.save(keeper.ended)
@@ -149,7 +149,8 @@ async def retrieve_response(request: Request, exchange: Exchange) -> Response:
     """``GET /v1/responses/{response_id}``: the stored response object."""
     response_id = request.path_params["response_id"]
     check_response_id(response_id, "response_id")
-    stored = await _store_for(request, response_id).get(response_id, caller_identity(request))
+    store = store_for(request, STORED_RESPONSES, response_id)
+    stored = await store.get(response_id, caller_identity(request))
     exchange.asked(stored.model)
     return _json(stored.response_object(), exchange.request_id)
 
@@ -159,7 +160,8 @@ async def delete_response(request: Request, exchange: Exchange) -> Response:
     """``DELETE /v1/responses/{response_id}``."""
     response_id = request.path_params["response_id"]
     check_response_id(response_id, "response_id")
-    await _store_for(request, response_id).delete(response_id, caller_identity(request))
+    store = store_for(request, STORED_RESPONSES, response_id)
+    await store.delete(response_id, caller_identity(request))
     deleted = {"id": response_id, "object": "response.deleted", "deleted": True}
     return _json(deleted, exchange.request_id)
 
@@ -173,129 +175,42 @@ def _json(body: object, request_id: str) -> Response:
 # -- the stored responses ----------------------------------------------------------
 
 
-def _asked_to_keep(store: object, config: AgentConfig) -> bool:
-    """Whether a reply is kept, by the request's ``store`` and ``agent.store_responses``."""
-    if config.store_responses == "default":
-        return store is not False
-    return config.store_responses == "explicit" and store is True
+def _created_at(response: dict[str, Any]) -> datetime:
+    return datetime.fromtimestamp(response["created_at"], UTC)
 
 
-def _may_keep(body: dict[str, Any], state: GatewayState) -> bool:
-    """Whether the reply to ``body`` is kept, if the store is open."""
-    agent = state.config.agent
-    return stored_responses_on(agent) and _asked_to_keep(body.get("store"), agent)
-
-
-def _store_if_open(request: Request) -> ResponseStore | None:
-    """The stored responses, or ``None`` when they are off or not open."""
-    state = state_of(request)
-    if not stored_responses_on(state.config.agent):
-        return None
-    return state.responses
-
-
-def _store_for(request: Request, response_id: str) -> ResponseStore:
-    """The stored responses, for a request that needs them: 404 when they are off
-    (no response can exist), 503 when they are on but the database did not open."""
-    state = state_of(request)
-    if not stored_responses_on(state.config.agent):
-        raise NotFoundError(
-            f"Response with id {response_id!r} not found: llmbridge stores no responses "
-            "here (agent.store_responses: off, agent.enabled: false)."
-        )
-    store = _store_if_open(request)
-    if store is None:
-        error = state.responses_error
-        reason = f" ({error}; see the gateway log)" if error else ""
-        raise ServiceUnavailableError(
-            f"stored responses are unavailable: the database could not be opened{reason}"
-        )
-    return store
-
-
-Decode = Callable[[Any, RequestLimits], ChatRequest]
-
-
-@dataclass(frozen=True, slots=True)
-class _Continued:
-    """A request body decoded, continued from its ``previous_response_id``."""
-
-    chat: ChatRequest
-    body: dict[str, Any]
-    """The body decoded: with the stored conversation when it continued one."""
-    previous: str | None
-    """The response it continued (``None``: none, or responses are not stored)."""
-    chain: Chain
-    """That response's chain (``Chain()`` when it continued none)."""
-    input_bytes: int
-    """The body's own ``input`` items as JSON: what its stored response adds."""
+STORED_RESPONSES = Stateful(
+    api=RESPONSES,
+    check_id=check_response_id,
+    input_items=input_items,
+    continued_body=continued_body,
+    output_field="output",
+    instructions_field="instructions",
+    created_at=_created_at,
+)
+"""How Responses are kept and continued (gateway/stateful.py)."""
 
 
 async def _decoded(
     request: Request, state: GatewayState, decode: Decode
 ) -> tuple[ChatRequest, dict[str, Any], str | None]:
-    """``_continued``'s request, body and continued response id."""
-    continued = await _continued(request, state, decode)
-    return continued.chat, continued.body, continued.previous
-
-
-async def _continued(request: Request, state: GatewayState, decode: Decode) -> _Continued:
-    """The body decoded, continued from its ``previous_response_id`` when responses
-    are stored: refused (400 naming the field) when that would take the chain past
-    ``server.limits.max_chain_*``, before its conversation is loaded.
-
-    As ``web.bodies.read_chat`` does, a large body is parsed and decoded off the event
-    loop; so is every continued one, whose stored conversation may be long."""
-    limits = state.limits
-    raw = await read_body(request, limits.max_body_bytes)
-    offload = len(raw) > limits.offload_bytes
-    body = await asyncio.to_thread(parse_json, raw, limits) if offload else parse_json(raw, limits)
-    previous = body.get(PREVIOUS_RESPONSE_ID) if isinstance(body, dict) else None
-    size = 0
-    if isinstance(body, dict) and (isinstance(previous, str) or _may_keep(body, state)):
-        # Measured only where a chain grows or is judged: Codex sends "store": false
-        # with inputs of megabytes, and would pay for nothing.
-        new_input = body.get("input")
-        size = (
-            await asyncio.to_thread(input_bytes, new_input) if offload else input_bytes(new_input)
-        )
-    chain = Chain()
-    if isinstance(previous, str):
-        check_response_id(previous, PREVIOUS_RESPONSE_ID)
-    if isinstance(previous, str) and stored_responses_on(state.config.agent):
-        owner = caller_identity(request)
-        store = _store_for(request, previous)
-        chain = await store.chain(previous, owner, param=PREVIOUS_RESPONSE_ID)
-        chain.check_continued(size, limits)
-        stored = await store.get(previous, owner, param=PREVIOUS_RESPONSE_ID)
-        body = continued_body(body, stored.input, stored.output)
-        offload = True
-    else:
-        # Without the store, the dialect's 400 names the field (docs/RESPONSES.md).
-        previous = None
-    chat = await asyncio.to_thread(decode, body, limits) if offload else decode(body, limits)
-    return _Continued(chat, body, previous, chain, size)
+    """``continued``'s request, body and continued response id."""
+    found = await continued(request, state, decode, STORED_RESPONSES)
+    return found.chat, found.body, found.previous
 
 
 class _Keeper:
     """Stores one response once it is complete: the route's codec with the encoders
     wrapped to catch the response object."""
 
-    def __init__(
-        self,
-        store: ResponseStore,
-        owner: str | None,
-        body: dict[str, Any],
-        chain: Chain,
-        input_bytes: int,
-    ) -> None:
-        self.store, self.owner, self.body = store, owner, body
-        self.chain, self.input_bytes = chain, input_bytes
-        """The chain the response continues, and what its new input adds to it."""
+    def __init__(self, store: ResponseStore, owner: str | None, found: Continued) -> None:
+        self.store, self.owner, self.found = store, owner, found
         self.ended: dict[str, Any] | None = None
         """The object of a reply that was not streamed, to store after encoding."""
         self.codec = replace(
-            RESPONSES, encode_response=self._encode_response, encode_stream=self._encode_stream
+            RESPONSES_CODEC,
+            encode_response=self._encode_response,
+            encode_stream=self._encode_stream,
         )
         self.hosted_codec = replace(
             HOSTED_RESPONSES,
@@ -331,33 +246,7 @@ class _Keeper:
 
     async def save(self, response: dict[str, Any]) -> None:
         """Store ``response``; a failure is logged, and the client keeps its answer."""
-        try:
-            instructions = self.body.get("instructions")
-            rest = {k: v for k, v in response.items() if k not in ("output", "usage")}
-            # The reply's own parts, measured as written (a few kB; the conversation
-            # before it was measured when the chain's earlier rows were stored).
-            other_bytes = len(dumps([rest, response["usage"], instructions]))
-            await self.store.put(
-                response["id"],
-                model=response["model"],
-                created_at=datetime.fromtimestamp(response["created_at"], UTC),
-                instructions=instructions,
-                input=input_items(self.body.get("input")),
-                output=response["output"],
-                usage=response["usage"],
-                response=rest,
-                owner=self.owner,
-                chain=self.chain.then(
-                    self.input_bytes, len(dumps(response["output"])), other_bytes
-                ),
-            )
-        except Exception as exc:  # noqa: BLE001 - the answer is delivered all the same
-            log.error(
-                "response %s was not stored: %s: %s",
-                response.get("id"),
-                type(exc).__name__,
-                getattr(exc, "message", exc),
-            )
+        await save(STORED_RESPONSES, self.store, self.owner, self.found, response)
 
 
 @exchanged("/v1/responses/input_tokens", Dialect.OPENAI)
