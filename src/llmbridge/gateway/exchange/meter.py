@@ -163,25 +163,8 @@ class ReplyMeter:
         once the backend's stream is done with, however it ended (the wait on it ends
         there)."""
         acc = Accumulator()
-        note = self._note
-        ended = False
-        try:
-            self._note_first(first)
-            acc.add(first)
-            async for event in events:
-                note(event)
-                acc.add(event)  # a StreamError raises its error
-            ended = True  # the stream ran out: nothing of it is left open to close
-        except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
-            error = self._stream_failed(exc, backend)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            if not ended:
-                # Shielded: a client that left must not leave the backend's stream open.
-                await asyncio.shield(events.aclose())
-            answered()
+        acc.add(first)
+        await self._drain(first, events, acc.add, backend=backend, answered=answered)
         response = acc.response()
         if keep:  # kept for the request log
             self.kept = response
@@ -198,19 +181,42 @@ class ReplyMeter:
     ) -> bytes:
         """``collect`` for the pass-through path: the reply's relayed bytes, the events
         noted as ``collect`` notes them."""
-        body = b""
+        parts: list[bytes] = []
+
+        def take(event: StreamEvent) -> None:
+            if isinstance(event, Relayed):
+                if event.error is not None:
+                    raise event.error
+                parts.append(event.data)
+            elif isinstance(event, StreamError):
+                raise event.error
+
+        await self._drain(first, events, take, backend=backend, answered=answered)
+        body = b"".join(parts)
+        if keep:
+            self.kept = _relayed_kept(None, Relayed(body))
+        return body
+
+    async def _drain(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        take: Callable[[StreamEvent], None],
+        *,
+        backend: Backend | None,
+        answered: Callable[[], None],
+    ) -> None:
+        """Each event of a reply sent whole noted, then handed to ``take`` (which
+        raises for a failure); a failure noted, logged and raised as an
+        ``LLMBridgeError``; ``answered`` called once the stream is done with."""
+        note = self._note
         ended = False
         try:
             self._note_first(first)
             async for event in events:
-                self._note(event)
-                if isinstance(event, Relayed):
-                    if event.error is not None:
-                        raise event.error
-                    body += event.data
-                elif isinstance(event, StreamError):
-                    raise event.error
-            ended = True
+                note(event)
+                take(event)  # a StreamError raises its error
+            ended = True  # the stream ran out: nothing of it is left open to close
         except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
             error = self._stream_failed(exc, backend)
             if error is exc:
@@ -218,11 +224,9 @@ class ReplyMeter:
             raise error from exc
         finally:
             if not ended:
+                # Shielded: a client that left must not leave the backend's stream open.
                 await asyncio.shield(events.aclose())
             answered()
-        if keep:
-            self.kept = _relayed_kept(None, Relayed(body))
-        return body
 
     # -- the bill and what is kept ----------------------------------------------------
 
