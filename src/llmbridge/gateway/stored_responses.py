@@ -54,8 +54,14 @@ def stored_responses_on(agent: AgentConfig) -> bool:
 def not_found(response_id: str, *, param: str | None = None) -> NotFoundError:
     """The error for a response that is not there or not the caller's (OpenAI's
     wording; ``param`` names the field that gave the id)."""
-    prefix = "Previous response" if param == _PREVIOUS_RESPONSE_ID else "Response"
-    return NotFoundError(f"{prefix} with id {response_id!r} not found.", param=param)
+    if param == _PREVIOUS_RESPONSE_ID:
+        # OpenAI's code, on which Codex sends the whole conversation again.
+        return NotFoundError(
+            f"Previous response with id {response_id!r} not found.",
+            param=param,
+            code="previous_response_not_found",
+        )
+    return NotFoundError(f"Response with id {response_id!r} not found.", param=param)
 
 
 @dataclass(frozen=True, slots=True)
