@@ -88,7 +88,8 @@ def encode_chat_request(req: ChatRequest, *, origin: str | None = None) -> dict[
     if req.compaction:
         items.append(dict(COMPACTION_TRIGGER))
     front = _front_details(req)
-    echo = front.get("echo") if isinstance(front.get("echo"), dict) else {}
+    asked_echo = front.get("echo")
+    echo: dict[str, Any] = asked_echo if isinstance(asked_echo, dict) else {}
     body: dict[str, Any] = {"model": req.model}
     if instructions:
         body["instructions"] = instructions
