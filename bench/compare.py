@@ -49,6 +49,8 @@ from load import Cell, Runner, Tally, Target, figure, summarise, table
 
 LLMBRIDGE = ("llmbridge-openai", "llmbridge-ollama", "llmbridge-anthropic")
 PEERS = ("litellm", "portkey")
+FLOORS = ("floor", "floor-reencode")
+"""``--floors``: floor_proxy.py forwarding only, and decoding and re-encoding each event."""
 ADDED_P50_TARGET = 0.10
 THROUGHPUT_TARGET = 5.0
 
@@ -98,6 +100,39 @@ def ratios(targets: dict[str, Any]) -> dict[str, Any]:
             entry["verdict"] = "PASS" if latency and throughput else "FAIL"
         out[name] = entry
     return out
+
+
+def floor_table(cells: list[dict[str, Any]]) -> str:
+    """Each llmbridge route against each floor in the same cell: requests/s over the
+    floor's, added p50 over the floor's added p50, proxy CPU per request over the
+    floor's (the pass-through path's targets: >= 0.80, <= 1.25, <= 1.25)."""
+    rows = [["cell", "llmbridge route", "floor", "req/s ratio", "added p50 ratio", "CPU ratio"]]
+    for cell in cells:
+        targets = cell["targets"]
+        direct = targets.get("direct")
+        for floor in (f for f in FLOORS if f in targets):
+            base, low = targets[floor], direct["latency_ms"]["p50"] if direct else 0.0
+            for name in (n for n in LLMBRIDGE if n in targets):
+                mine = targets[name]
+                if not (_ok(mine) and _ok(base) and _ok(direct)):
+                    rows.append([cell["key"], name, floor, "INVALID", "", ""])
+                    continue
+                added = (mine["latency_ms"]["p50"] - low) / (
+                    base["latency_ms"]["p50"] - low or 1e-9
+                )
+                cpu = mine["cpu_s_per_1000_requests"].get("proxy") or 0.0
+                floor_cpu = base["cpu_s_per_1000_requests"].get("proxy") or 1e-9
+                rows.append(
+                    [
+                        cell["key"],
+                        name.removeprefix("llmbridge-"),
+                        floor,
+                        f"x{mine['requests_per_s'] / (base['requests_per_s'] or 1e-9):.2f}",
+                        f"x{added:.2f}",
+                        f"x{cpu / floor_cpu:.2f}",
+                    ]
+                )
+    return table(rows) if len(rows) > 1 else "(no floor measured)"
 
 
 def cell_table(cell: dict[str, Any]) -> str:
@@ -157,6 +192,8 @@ def report(cells: list[dict[str, Any]]) -> str:
         versus_table(cells, "litellm"),
     ]
     out += ["", "Ratios (llmbridge vs Portkey, same run):", "", versus_table(cells, "portkey")]
+    if any(floor in c["targets"] for c in cells for floor in FLOORS):
+        out += ["", "Ratios (llmbridge vs the floors, same run):", "", floor_table(cells)]
     verdicts = [r["verdict"] for c in cells for r in c["ratios"].values()]
     openai = [c["ratios"].get("llmbridge-openai", {}).get("verdict") for c in cells]
     out += [
@@ -180,6 +217,9 @@ async def measure(
         targets = [Target("direct", backend.url)]
         targets += [Target(n, gateway.url, n.split("-")[1], gateway.tree) for n in LLMBRIDGE]
         for name, peer in others.items():
+            if name in FLOORS:
+                targets.append(Target(name, peer.url, "openai", peer.tree))
+                continue
             headers = peers.portkey_headers(backend.port) if name == "portkey" else None
             targets.append(
                 Target(name, peer.url, proxy=peer.tree, headers=headers, streams=name != "portkey")
@@ -223,6 +263,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--nonstream-chunks", type=int, default=16, help="pieces per non-streamed reply")
     add("--no-litellm", action="store_true", help="leave LiteLLM out (no ratios; debugging)")
     add("--no-portkey", action="store_true", help="leave the Portkey gateway out")
+    add("--floors", action="store_true", help="add floor_proxy.py, forwarding and re-encoding")
     add("--litellm-workers", type=int, default=1, help="LiteLLM's --num_workers (default 1)")
     add("--py-spy", type=Path, metavar="FILE", help="sample --py-spy-target with py-spy")
     add("--py-spy-target", choices=("litellm", "llmbridge"), default="litellm")
@@ -258,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
             n: started.add(start_peer(n, workdir, backend.port, args.litellm_workers))
             for n in chosen
         }
+        if args.floors:
+            launcher = Path(__file__).with_name("floor_proxy.py")
+            for name in FLOORS:
+                env = {"FLOOR_REENCODE": "1" if name == "floor-reencode" else "0"}
+                config = gateway_config(backend.port)
+                floor = start_gateway(workdir, config, name=name, launcher=launcher, env=env)
+                others[name] = started.add(floor)
         trees = [server.tree for server in started]
         cpu_before = sum(t.cpu_seconds() for t in trees) + time.process_time()
         cells = run_async(measure(args, backend, gateway, others), args.max_seconds)

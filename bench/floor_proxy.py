@@ -12,11 +12,19 @@ dialects can reach. Not a gateway: llmbridge's own cost is the difference.
 ``overhead`` starts it in the gateway's place and measures it the same way::
 
     .venv/bin/python -m bench overhead --gateway-launcher bench/floor_proxy.py
+
+With ``FLOOR_REENCODE=1`` in its environment (or ``--reencode``) it is the floor of a
+translating gateway instead: each streamed SSE event is parsed with orjson and written
+back, whole events at a time, the least a gateway that decodes and re-encodes a stream
+does (the bar for llmbridge's translated path)::
+
+    FLOOR_REENCODE=1 .venv/bin/python -m bench overhead --gateway-launcher bench/floor_proxy.py
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -35,9 +43,10 @@ _HEAD = [(b"content-type", b"application/json")]
 class FloorProxy:
     """The raw ASGI proxy (module docstring)."""
 
-    def __init__(self, backend_url: str) -> None:
+    def __init__(self, backend_url: str, *, reencode: bool = False) -> None:
         self.url = backend_url.rstrip("/") + "/chat/completions"
         self.session: aiohttp.ClientSession | None = None
+        self.reencode = reencode
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -67,13 +76,33 @@ class FloorProxy:
             if streamed:
                 start["headers"] = [(b"content-type", b"text/event-stream")]
                 await send(start)
+                pending = b""
                 async for chunk in reply.content.iter_any():
+                    if self.reencode:
+                        chunk, pending = _reencoded(pending + chunk)
+                        if not chunk:
+                            continue
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
+                await send({"type": "http.response.body", "body": pending})
                 return
             whole = b"".join([chunk async for chunk in reply.content.iter_any()])
         await send(start)
         await send({"type": "http.response.body", "body": _joined(whole)})
+
+
+def _reencoded(data: bytes) -> tuple[bytes, bytes]:
+    """The whole SSE events of ``data``, each JSON payload parsed and written again, and
+    the rest (an event the read cut) for the next read."""
+    cut = data.rfind(b"\n\n")
+    if cut < 0:
+        return b"", data
+    out = []
+    for event in data[: cut + 2].split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            event = b"data: " + orjson.dumps(orjson.loads(event[6:]))
+        if event:
+            out.append(event + b"\n\n")
+    return b"".join(out), data[cut + 2 :]
 
 
 def _joined(streamed: bytes) -> bytes:
@@ -96,11 +125,13 @@ def main() -> None:
     parser.add_argument("--config", type=Path, required=True, help="the gateway's: its url")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--reencode", action="store_true", help="decode and re-encode streams")
     args, _ = parser.parse_known_args()
     found = re.search(r"url: '([^']+)'", args.config.read_text())
     if found is None:
         raise SystemExit(f"no backend url in {args.config}")
-    app = FloorProxy(found.group(1))
+    reencode = args.reencode or os.environ.get("FLOOR_REENCODE") == "1"
+    app = FloorProxy(found.group(1), reencode=reencode)
     uvicorn.run(
         app,
         host="127.0.0.1",

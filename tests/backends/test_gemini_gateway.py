@@ -10,6 +10,8 @@ from pathlib import Path
 
 import anthropic
 import pytest
+from google import genai
+from google.genai import types as genai_types
 
 from llmbridge.backends.gemini import SKIP_SIGNATURE, GeminiBackend
 from llmbridge.gateway.config import load_config
@@ -37,6 +39,10 @@ WEATHER = {
     },
 }
 USAGE = {"promptTokenCount": 12, "candidatesTokenCount": 4, "totalTokenCount": 16}
+
+
+def genai_client(url: str) -> genai.Client:
+    return genai.Client(api_key="x", http_options=genai_types.HttpOptions(base_url=url))
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +208,172 @@ def test_an_ollama_client_runs_a_tool_loop_on_a_gemini_model(
     placeholder = {"thoughtSignature": SKIP_SIGNATURE} if model.startswith("gemini-3") else {}
     call = {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}}
     assert contents[1]["parts"] == [{**call, **placeholder}]
+
+
+GEMINI_3 = "gemini-3-flash-preview"
+
+
+def test_a_gemini_client_keeps_googles_signatures_and_call_ids_across_turns(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    """google-genai on a Gemini 3 model, as its docs say to run a tool loop: the reply's
+    content appended as it came, each result answering its call's id. Google gets its
+    own signatures back on the parts they came on, and its own ids on the calls and on
+    the results that answer them, two turns later still."""
+    server.models[GEMINI_3] = model_entry(GEMINI_3)
+    paris = {"id": "46ww9pp1", "name": "get_weather", "args": {"city": "Paris"}}
+    rome = {"id": "8zq1lk0v", "name": "get_weather", "args": {"city": "Rome"}}
+    server.enqueue(
+        sse(
+            chunk({"functionCall": paris, "thoughtSignature": "c2lnLWNhbGw="}, model=GEMINI_3),
+            chunk({"functionCall": rome}, finish="STOP", usage=USAGE, model=GEMINI_3),
+        ),
+        sse(chunk({"text": "Both sunny.", "thoughtSignature": "c2lnLXRleHQ="}, finish="STOP")),
+        sse(chunk({"text": "You are welcome."}, finish="STOP")),
+    )
+    client = genai_client(gateway.url)
+    declaration = genai_types.FunctionDeclaration(
+        name="get_weather",
+        description="Weather for a city",
+        parameters_json_schema=WEATHER["input_schema"],
+    )
+    config = genai_types.GenerateContentConfig(
+        tools=[genai_types.Tool(function_declarations=[declaration])],
+        automatic_function_calling=genai_types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    history: list[genai_types.Content] = [
+        genai_types.Content(role="user", parts=[genai_types.Part(text="Paris and Rome?")])
+    ]
+    first = client.models.generate_content(model=GEMINI_3, contents=history, config=config)
+    calls = first.function_calls or []
+    assert [(c.name, c.args) for c in calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Rome"}),
+    ]
+    assert all(c.id for c in calls)  # Google gave ids: so does the gateway
+    history.append(first.candidates[0].content)  # type: ignore[index, arg-type]
+    answers = [
+        genai_types.Part(
+            function_response=genai_types.FunctionResponse(
+                id=call.id, name=call.name, response={"output": "sunny"}
+            )
+        )
+        for call in reversed(calls)  # answered out of order: the ids say which is which
+    ]
+    history.append(genai_types.Content(role="user", parts=answers))
+    second = client.models.generate_content(model=GEMINI_3, contents=history, config=config)
+    assert second.text == "Both sunny."
+    history.append(second.candidates[0].content)  # type: ignore[index, arg-type]
+    history.append(genai_types.Content(role="user", parts=[genai_types.Part(text="Thanks!")]))
+    client.models.generate_content(model=GEMINI_3, contents=history, config=config)
+
+    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user", "model", "user"]
+    assert contents[1]["parts"] == [
+        {"functionCall": paris, "thoughtSignature": "c2lnLWNhbGw="},
+        {"functionCall": rome},
+    ]
+    assert [p["functionResponse"]["id"] for p in contents[2]["parts"]] == ["8zq1lk0v", "46ww9pp1"]
+    assert contents[3]["parts"] == [{"text": "Both sunny.", "thoughtSignature": "c2lnLXRleHQ="}]
+    client.close()
+
+
+def test_an_id_google_did_not_issue_never_reaches_it(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    """Gemini CLI names its calls itself when the reply has no ids
+    (tests/profiler/fixtures/transcripts/gemini_cli_session.jsonl): matched by the
+    gateway, but sent without them, as Google matches by name and order."""
+    server.enqueue(sse(chunk({"text": "Done."}, finish="STOP")))
+    call_id = "run_shell_command__run_shell_command_1795865846431_0"
+    call = {"id": call_id, "name": "get_weather", "args": {"city": "Oslo"}}
+    result = {"id": call_id, "name": "get_weather", "response": {"output": "snow"}}
+    client = genai_client(gateway.url)
+    client.models.generate_content(
+        model=MODEL,
+        contents=[
+            {"role": "user", "parts": [{"text": "Oslo?"}]},
+            {"role": "model", "parts": [{"function_call": call}]},
+            {"role": "user", "parts": [{"function_response": result}]},
+        ],
+    )
+    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    assert contents[1]["parts"] == [
+        {"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}
+    ]
+    assert contents[2]["parts"] == [
+        {"functionResponse": {"name": "get_weather", "response": {"output": "snow"}}}
+    ]
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (GEMINI_3, {"includeThoughts": True, "thinkingLevel": "MINIMAL"}),
+        (MODEL, {"includeThoughts": True, "thinkingBudget": 1024}),  # 2.5: budgets only
+    ],
+)
+def test_a_gemini_clients_thinking_level_reaches_a_model_that_takes_levels(
+    server: GeminiServer, gateway: RunningServer, model: str, expected: dict[str, object]
+) -> None:
+    server.models[model] = model_entry(model)
+    server.enqueue(sse(chunk({"text": "ok"}, finish="STOP")))
+    client = genai_client(gateway.url)
+    thinking = genai_types.ThinkingConfig(thinking_level=genai_types.ThinkingLevel.MINIMAL)
+    client.models.generate_content(
+        model=model,
+        contents="hi",
+        config=genai_types.GenerateContentConfig(thinking_config=thinking),
+    )
+    config = server.calls("streamGenerateContent")[-1].body["generationConfig"]
+    assert config["thinkingConfig"] == expected
+    client.close()
+
+
+def test_claude_codes_effort_is_a_thinking_level_for_gemini_3(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    server.models[GEMINI_3] = model_entry(GEMINI_3)
+    server.enqueue(sse(chunk({"text": "ok"}, finish="STOP")))
+    anthropic_client(gateway.url).messages.create(
+        model=GEMINI_3,
+        max_tokens=1024,
+        thinking={"type": "adaptive"},  # type: ignore[typeddict-item]
+        messages=[{"role": "user", "content": "hi"}],
+        extra_body={"output_config": {"effort": "high"}},
+    )
+    config = server.calls("streamGenerateContent")[-1].body["generationConfig"]
+    assert config["thinkingConfig"] == {"includeThoughts": True, "thinkingLevel": "HIGH"}
+
+
+def test_thinking_anthropic_signed_is_not_sent_to_gemini(
+    server: GeminiServer, gateway: RunningServer
+) -> None:
+    server.enqueue(sse(chunk({"text": "ok"}, finish="STOP")))
+    anthropic_client(gateway.url).messages.create(
+        model=MODEL,
+        max_tokens=64,
+        tools=[WEATHER],
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Claude's", "signature": "EqQBCkYIARgC"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sun"}],
+            },
+        ],
+    )
+    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    # Neither the text nor Anthropic's signature: Google would refuse a signature of
+    # another's, and thought text is never sent back.
+    assert contents[1]["parts"] == [{"functionCall": {"name": "get_weather", "args": {}}}]
 
 
 def test_googles_429_reaches_the_client_as_a_429_with_retry_after(

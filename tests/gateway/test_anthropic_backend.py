@@ -3,6 +3,7 @@ llmbridge B's Anthropic front as it would to api.anthropic.com."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,10 @@ import pytest
 from llmbridge.backends.anthropic import AnthropicBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ThinkingPart, ToolCallPart
+from llmbridge.dialects.gemini.thoughts import GEMINI
+from llmbridge.dialects.responses.carried import carry as responses_carry
 from tests.conftest import RunningServer, anthropic_client, running_gateway
+from tests.upstream import Canned, FakeUpstream
 
 SIGNATURE = "EqQBCkYIARgCIkB/signed+by=anthropic=="
 
@@ -88,3 +92,198 @@ def test_only_anthropic_signed_thinking_is_sent_back(
     calls = [p for m in received.messages for p in m.parts if isinstance(p, ToolCallPart)]
     assert [c.name for c in calls] == ["ls"]
     assert [m.role for m in received.messages] == ["user", "assistant", "tool", "assistant", "user"]
+
+
+# -- byte for byte, on the wire ------------------------------------------------------------
+
+REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP+/=="
+"""Opaque, as Anthropic's redacted thinking is: only its own API can read it."""
+WIRE_SIGNATURE = "ErUBCkYIBRgCIkDq1+Zh/XE=9k/r+Ad=="
+"""A signature in base64 with ``+``, ``/`` and ``=``, each to come back unchanged."""
+
+
+def _sse(*events: dict[str, object]) -> list[bytes]:
+    return [f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events]
+
+
+def _signed_reply(**delta: object) -> Canned:
+    """What Anthropic streams for a thinking reply that is partly redacted; ``delta``:
+    more fields of its ``message_delta``."""
+    message = {"id": "msg_up", "type": "message", "role": "assistant", "model": "claude-x"}
+    usage = {"input_tokens": 9, "output_tokens": 1}
+    block = {"type": "thinking", "thinking": "", "signature": ""}
+    return Canned(
+        media_type="text/event-stream",
+        chunks=_sse(
+            {"type": "message_start", "message": {**message, "content": [], "usage": usage}},
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "redacted_thinking", "data": REDACTED},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {"type": "content_block_start", "index": 1, "content_block": block},
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "thinking_delta", "thinking": "weigh it"},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {
+                    "type": "signature_delta",
+                    "signature": WIRE_SIGNATURE,
+                },
+            },
+            {"type": "content_block_stop", "index": 1},
+            {
+                "type": "content_block_start",
+                "index": 2,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "text_delta", "text": "Done."},
+            },
+            {"type": "content_block_stop", "index": 2},
+            {
+                "type": "message_delta",
+                "delta": {"type": "end_turn", "stop_reason": "end_turn"},
+                "usage": {"output_tokens": 5},
+                **delta,
+            },
+            {"type": "message_stop"},
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def wire() -> Iterator[tuple[FakeUpstream, RunningServer]]:
+    """A gateway whose Anthropic backend is a fake API answering canned bytes."""
+    fake = FakeUpstream()
+    fake.serve_canned("/v1/messages")
+    with RunningServer(fake.app) as server:
+        backend = AnthropicBackend("claude", server.url)
+        with running_gateway({"claude": backend}, resilience={"retries": 0}) as front:
+            yield fake, front
+
+
+def test_redacted_thinking_and_signatures_go_both_ways_byte_for_byte(
+    wire: tuple[FakeUpstream, RunningServer],
+) -> None:
+    fake, gateway = wire
+    fake.queue.append(_signed_reply())
+    client = anthropic_client(gateway.url)
+    question = {"role": "user", "content": "think"}
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    with client.messages.stream(
+        model="claude-x", max_tokens=2048, thinking=thinking, messages=[question]
+    ) as stream:
+        first = stream.get_final_message()
+    signature = WIRE_SIGNATURE
+    assert [b.type for b in first.content] == ["redacted_thinking", "thinking", "text"]
+    assert first.content[0].data == REDACTED  # type: ignore[union-attr]
+    assert first.content[1].signature == signature  # type: ignore[union-attr]
+
+    fake.queue.append(_signed_reply())
+    client.messages.create(
+        model="claude-x",
+        max_tokens=2048,
+        thinking=thinking,
+        messages=[
+            question,
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": "again"},
+        ],
+    )
+    sent = json.loads(fake.bodies[-1])
+    assert sent["messages"][1]["content"][:2] == [
+        {"type": "redacted_thinking", "data": REDACTED},
+        {"type": "thinking", "thinking": "weigh it", "signature": signature},
+    ]
+
+
+def test_thinking_another_backend_signed_never_reaches_anthropic(
+    wire: tuple[FakeUpstream, RunningServer],
+) -> None:
+    # A Claude client that talked to a Gemini model (or a Responses server) before holds
+    # thinking blocks whose signature is that backend's carried token; Anthropic would
+    # answer 400 "Invalid signature in thinking block".
+    fake, gateway = wire
+    fake.queue.append(_signed_reply())
+    foreign = [
+        GEMINI.carry("gem", "c2lnLWdlbWluaQ=="),
+        responses_carry("resp", "gAAAAB-encrypted"),
+    ]
+    history = [
+        {"role": "user", "content": "first"},
+        *(
+            turn
+            for index, signature in enumerate(foreign)
+            for turn in (
+                {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "thinking",
+                            "thinking": f"elsewhere {index}",
+                            "signature": signature,
+                        },
+                        {"type": "text", "text": f"answer {index}"},
+                    ],
+                },
+                {"role": "user", "content": f"next {index}"},
+            )
+        ),
+    ]
+    anthropic_client(gateway.url).messages.create(
+        model="claude-x",
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=history,
+    )
+    sent = json.loads(fake.bodies[-1])
+    blocks = [block["type"] for turn in sent["messages"] for block in turn["content"]]
+    assert "thinking" not in blocks
+    assert [turn["content"][0]["text"] for turn in sent["messages"]] == [
+        "first",
+        "answer 0",
+        "next 0",
+        "answer 1",
+        "next 1",
+    ]
+
+
+def test_what_anthropic_says_its_context_editing_cleared_reaches_the_client(
+    wire: tuple[FakeUpstream, RunningServer],
+) -> None:
+    fake, gateway = wire
+    applied = {
+        "applied_edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "cleared_tool_uses": 4,
+                "cleared_input_tokens": 9120,
+            }
+        ]
+    }
+    edits = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    client = anthropic_client(gateway.url)
+    ask = {
+        "model": "claude-x",
+        "max_tokens": 2048,
+        "messages": [{"role": "user", "content": "go on"}],
+        "betas": ["context-management-2025-06-27"],
+        "context_management": edits,
+    }
+    fake.queue.append(_signed_reply(context_management=applied))
+    with client.beta.messages.stream(**ask) as stream:  # type: ignore[arg-type]
+        streamed = stream.get_final_message()
+    fake.queue.append(_signed_reply(context_management=applied))
+    whole = client.beta.messages.create(**ask)  # type: ignore[call-overload]
+    for reply in (streamed, whole):
+        assert reply.context_management is not None
+        assert reply.context_management.model_dump() == applied
+    assert json.loads(fake.bodies[-1])["context_management"] == edits

@@ -128,7 +128,9 @@ def test_an_anthropic_backend_gets_the_billing_header_line_as_sent(
     system = [{"type": "text", "text": BILLING.format("1a2b3")}, {"type": "text", "text": SYSTEM}]
     _ask(gateway.url, "claude-sonnet-4-6", [], system)
     sent = recorder.messages_calls()[-1].body()["system"]
-    assert isinstance(sent, str) and sent.startswith(BILLING.format("1a2b3") + "\n\n")
+    # The blocks as sent, the line in the first (Anthropic reads and bills by it).
+    assert sent == system
+    assert system[0]["text"] == BILLING.format("1a2b3")
 
 
 # -- any other backend ---------------------------------------------------------------------

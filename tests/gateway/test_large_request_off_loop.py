@@ -70,7 +70,10 @@ def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
 @pytest.fixture(scope="module")
 def gateway(upstream: tuple[FakeUpstream, RunningServer]) -> Iterator[RunningServer]:  # type: ignore[override]
     backend = OpenAICompatBackend("vllm", upstream[1].url, http=HTTPSettings())
-    with running_gateway({"vllm": backend}) as server:
+    # Where the encoder runs is the translated path's question: the OpenAI client's
+    # requests would otherwise be relayed as they came (docs/PASSTHROUGH.md).
+    models = [{"name": "m", "backend": "vllm", "passthrough": False}]
+    with running_gateway({"vllm": backend}, models=models) as server:
         yield server
 
 

@@ -182,7 +182,8 @@ def test_a_backend_that_never_answers_times_out_and_falls_back(
         reply = chat(gateway, "slow-guarded")
         assert reply.status_code == 200 and reply.json()["message"]["content"] == "from the spare"
         assert len(fake.bodies) == 1  # a timeout is not retried on the same backend
-        assert time.monotonic() - started < 4
+        # The spare answered before the slow backend would have: it was given up on.
+        assert time.monotonic() - started < PAST_READ_TIMEOUT_S
         fake.queue.append(Canned(chunks=[b"{}"], delay=PAST_READ_TIMEOUT_S))
         timed_out = chat(gateway, "up-model")
         assert timed_out.status_code == 504

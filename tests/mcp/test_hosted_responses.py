@@ -15,7 +15,9 @@ import openai
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.messages import ToolResultPart
+from llmbridge.core.response import Usage
 from tests.conftest import RunningServer, create_key, ledger_rows, openai_client
 from tests.mcp.conftest import MASTER, mcp_gateway, stdio_toolbox
 
@@ -235,7 +237,8 @@ def test_a_url_outside_allowed_urls_is_a_400(gateway: RunningServer, key: str) -
 
 
 def test_an_unconfigured_server_is_a_400(gateway: RunningServer, key: str) -> None:
-    allowed = {**NEVER, "server_label": "elsewhere", "server_url": "https://mcp.example.com/x"}
+    # No server of that name, and no URL to connect to instead.
+    allowed = {**NEVER, "server_label": "elsewhere"}
     with pytest.raises(openai.BadRequestError) as refused:
         openai_client(gateway.url, key).responses.create(
             model="scripted",
@@ -280,3 +283,49 @@ def test_a_key_sees_and_calls_only_its_mcp_tools(
     rows = ledger_rows(database, "hosted-echo-only", 3)
     refused = next(row for row in rows if row["model"] == "mcp:box/add")
     assert refused["status"] == 403
+
+
+def test_later_rounds_count_to_the_keys_tokens_per_minute(
+    gateway: RunningServer, scripted: ScriptedBackend, database: Path
+) -> None:
+    # The second round (after the tool's result) is its own model call: its tokens count
+    # to the key as the first round's do, so the next request sees them spent.
+    key = create_key(gateway.url, MASTER, "hosted-tpm", tpm=100_000)
+    small, large = (
+        Usage(input_tokens=5, output_tokens=5),
+        Usage(input_tokens=5, output_tokens=60_000),
+    )
+    scripted.enqueue(Script(text=[], tool_calls=[("box__add", {"a": 1, "b": 1})], usage=small))
+    scripted.enqueue(Script(text=["Two."], usage=large))
+    client = openai_client(gateway.url, key)
+    response = client.responses.create(model="scripted", input="sum", tools=[NEVER])
+    assert response.status == "completed"
+    ledger_rows(database, "hosted-tpm", 3)  # both rounds and the call ended
+    scripted.enqueue(Script(text=["ok"]))
+    raw = client.responses.with_raw_response.create(model="scripted", input="next")
+    assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 100_000 - 60_000
+
+
+@pytest.mark.parametrize("when", ["before", "inside"])
+def test_a_later_round_that_fails_fails_the_clients_request(
+    gateway: RunningServer, scripted: ScriptedBackend, database: Path, when: str
+) -> None:
+    name = f"hosted-round-fails-{when}"
+    key = create_key(gateway.url, MASTER, name)
+    scripted.enqueue(Script(text=[], tool_calls=[("box__add", {"a": 1, "b": 1})]))
+    down = InvalidRequestError("the scripted round refused")  # not retried
+    if when == "before":
+        scripted.enqueue(Script(fail_before=down))
+    else:
+        scripted.enqueue(Script(text=["a", "b"], fail_after=1, fail_error=down))
+    client = openai_client(gateway.url, key)
+    kinds: list[str] = []
+    with client.responses.stream(model="scripted", input="sum", tools=[NEVER]) as stream:
+        for event in stream:
+            kinds.append(event.type)
+    assert "response.mcp_call.completed" in kinds
+    assert kinds[-1] in ("error", "response.failed")
+    rows = {row["request_id"]: row for row in ledger_rows(database, name, 3)}
+    first = next(row for rid, row in rows.items() if rid.endswith("-r2"))
+    client_row = rows[first["request_id"].removesuffix("-r2")]
+    assert first["status"] == 400 and client_row["status"] == 400

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from llmbridge.accounts.keys import CACHE_S, KEY_PREFIX, KeyRecord, KeyStore
-from llmbridge.accounts.limits import Admission, admit, admit_tool_call
+from llmbridge.accounts.limits import OPEN, Admission, admit, admit_tool_call
 from llmbridge.core.errors import AuthenticationError, ServiceUnavailableError
 from llmbridge.core.request_limits import DEFAULT_LIMITS, RequestLimits
 from llmbridge.core.tasks import stop_task
@@ -291,6 +291,13 @@ class Accounts:
     async def admit_tool_call(self, record: KeyRecord | None) -> Admission:
         """``accounts.limits.admit_tool_call`` on this gateway's shared state."""
         return await admit_tool_call(self.state, record)
+
+    def within_request(self, record: KeyRecord | None) -> Admission:
+        """The admission of a model call made inside a request already admitted on
+        ``record`` (a later round of the MCP tool loop): no slot or request of its own,
+        nothing reserved, so ``finish`` counts all its tokens to the key's tokens per
+        minute (its cost reaches the spend through its ledger row)."""
+        return OPEN if record is None else Admission(self.state, record)
 
 
 def _not_created_yet(database: str | Path) -> bool:

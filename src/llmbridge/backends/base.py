@@ -77,6 +77,14 @@ class Capabilities:
     Responses server given Codex's ``compaction_trigger`` item answers with one opaque
     ``compaction`` item. Any other backend is asked for a summary instead
     (features/compaction.py, serving/prepare/fit.py)."""
+    relays: str | None = None
+    """The client dialect whose request bodies it sends as they came, relaying its
+    reply's bytes back (the pass-through path, core/relay.py): ``openai`` for chat
+    completions. ``None``: every request is translated."""
+    trusted_tool_arguments: bool = False
+    """Its tool calls' arguments are well-formed JSON (a first-party API's), so a
+    request with tools may take the pass-through path, where nothing heals them
+    (features/tool_healing.py): the route's ``passthrough`` decides otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

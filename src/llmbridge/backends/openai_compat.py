@@ -6,6 +6,7 @@ to ``chat/completions``; completions and fill-in-the-middle to ``completions``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import openai as dialect
+from llmbridge.dialects.openai.relay import ChatStreamRelay, relay_reply, relay_request
 
 __all__ = ["OpenAICompatBackend", "normalise_base_url"]
 
@@ -33,11 +35,18 @@ def normalise_base_url(url: str) -> str:
     return url
 
 
+FIRST_PARTY_HOSTS = frozenset({"api.openai.com"})
+"""Hosts whose tool arguments need no healing: a request with tools there may take the
+pass-through path (``Capabilities.trusted_tool_arguments``)."""
+
+
 class OpenAICompatBackend(Backend):
-    """Speaks OpenAI chat completions to ``base_url``."""
+    """Speaks OpenAI chat completions to ``base_url``; a chat completions client's own
+    body on the pass-through path (dialects/openai/relay.py)."""
 
     kind = "openai"
-    capabilities = Capabilities(tool_choice=True, fim=True)  # /v1/completions' suffix
+    # /v1/completions' suffix: fill-in-the-middle.
+    capabilities = Capabilities(tool_choice=True, fim=True, relays="openai")
 
     def __init__(
         self,
@@ -51,6 +60,8 @@ class OpenAICompatBackend(Backend):
         self.base_url = normalise_base_url(base_url)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
+        if urlsplit(self.base_url).hostname in FIRST_PARTY_HOSTS:
+            self.capabilities = replace(self.capabilities, trusted_tool_arguments=True)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -60,6 +71,10 @@ class OpenAICompatBackend(Backend):
         # A raw completion or a fill-in-the-middle goes to /v1/completions, which takes
         # the prompt as it stands (vLLM, llama.cpp, OpenAI); a templated one (Ollama's
         # /api/generate without raw) is a chat like any other.
+        if request.relay is not None:
+            async for event in self._relayed(request):
+                yield event
+            return
         completion = request.completion
         if completion is not None and (completion.raw or completion.suffix is not None):
             path, encode = "completions", dialect.encode_completion_request
@@ -68,6 +83,30 @@ class OpenAICompatBackend(Backend):
         body = await self._http.encode(replace(request, stream=True), encode)
         async with self._http.stream(path, body) as chunks:
             async for event in dialect.decode_chat_stream_bytes(chunks):
+                yield event
+
+    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The pass-through path: the client's body, the reply's bytes relayed."""
+        relay = request.relay
+        assert relay is not None
+        if len(relay.raw) > self._http.settings.offload_bytes:
+            # What must be set is set on a copy written out again: off the loop when large.
+            body, client_model, strip_usage = await asyncio.to_thread(relay_request, request)
+        else:
+            body, client_model, strip_usage = relay_request(request)
+        async with self._http.stream("chat/completions", body) as chunks:
+            if not request.stream:
+                raw = b"".join([chunk async for chunk in chunks])
+                for event in relay_reply(raw, client_model):
+                    yield event
+                return
+            relayed = ChatStreamRelay(client_model, strip_usage)
+            async for chunk in chunks:
+                for event in relayed.feed(chunk):
+                    yield event
+                if relayed.stopped:
+                    break
+            for event in relayed.end():
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:

@@ -61,6 +61,7 @@ class Accumulator:
             stop_sequence=self.end.stop_sequence,
             usage=self.usage,
             timings=self.end.timings if self.end.timings else Timings(),
+            provider_details=self.end.provider_details,
         )
 
 

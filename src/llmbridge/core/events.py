@@ -20,7 +20,7 @@ them as immutable all the same.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.messages import Part
@@ -31,6 +31,7 @@ __all__ = [
     "PartDelta",
     "PartEnd",
     "PartStart",
+    "Relayed",
     "ResponseEnd",
     "ResponseStart",
     "SignatureDelta",
@@ -126,6 +127,10 @@ class ResponseEnd:
     usage: Usage = field(default_factory=Usage)
     timings: Timings = field(default_factory=Timings)
     stop_sequence: str | None = None
+    provider_details: dict[str, Any] | None = None
+    """What the backend said of the whole reply that the core does not model, by
+    dialect, for a front of the same dialect (Anthropic's ``context_management``
+    report); ``ChatResponse.provider_details`` once accumulated."""
     event: Literal["response_end"] = "response_end"
 
 
@@ -137,6 +142,30 @@ class StreamError:
     event: Literal["error"] = "error"
 
 
+@dataclass(slots=True)
+class Relayed:
+    """Bytes of a backend's reply relayed to a client of the backend's own dialect as
+    they came (the pass-through path, core/relay.py): whole frames of a stream, or a
+    whole reply. Between a ``ResponseStart`` and a ``ResponseEnd`` as any part's
+    events are; what the client gets is these bytes alone."""
+
+    data: bytes
+    text: str = ""
+    """The text the bytes carry (content, reasoning, tool arguments): a cut reply's
+    bill counts it."""
+    error: LLMBridgeError | None = None
+    """The backend's in-band error the bytes carry (relayed as they are): the reply
+    failed with it."""
+    event: Literal["relayed"] = "relayed"
+
+
 StreamEvent = (
-    ResponseStart | PartStart | PartDelta | PartEnd | UsageUpdate | ResponseEnd | StreamError
+    ResponseStart
+    | PartStart
+    | PartDelta
+    | PartEnd
+    | UsageUpdate
+    | ResponseEnd
+    | StreamError
+    | Relayed
 )

@@ -59,6 +59,7 @@ def events_from_response(response: ChatResponse) -> list[StreamEvent]:
             usage=response.usage,
             timings=response.timings,
             stop_sequence=response.stop_sequence,
+            provider_details=response.provider_details,
         )
     )
     return events

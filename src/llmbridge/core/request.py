@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmbridge.core.messages import Message, ToolChoice, ToolDefinition
+from llmbridge.core.relay import RelayBody
 
 __all__ = [
     "ChatRequest",
@@ -130,6 +131,9 @@ class ChatRequest:
     a backend that compacts natively (``Capabilities.compaction``) is asked to, any
     other gets the conversation with a request for its summary
     (features/compaction.py)."""
+    relay: RelayBody | None = None
+    """The client's own body, while the request may take the pass-through path
+    (core/relay.py); serving drops it where the request cannot."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,19 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-__all__ = ["Carrier"]
+__all__ = ["CARRIED_PREFIX", "Carrier", "is_carried"]
+
+CARRIED_PREFIX = "llmbridge."
+"""How every carried token's signature starts (each scheme's prefix extends it), so a
+front that hands signatures to a provider that verifies its own (Anthropic) can tell
+one that is not that provider's without knowing every scheme."""
+
+
+def is_carried(signature: str | None) -> bool:
+    """Whether ``signature`` is a token some backend's scheme carries (Gemini's, a
+    Responses server's), never a signature of the provider the client thinks it is
+    talking to."""
+    return signature is not None and signature.startswith(CARRIED_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +42,12 @@ class Carrier:
     that parts decoded from such a server get."""
 
     prefix: str
+    """Starts with ``CARRIED_PREFIX``."""
     provider: str
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith(CARRIED_PREFIX):
+            raise ValueError(f"a carried token's prefix starts with {CARRIED_PREFIX!r}")
 
     def carry(self, origin: str | None, token: str) -> str:
         """The signature for ``token`` from the backend named ``origin``."""

@@ -124,6 +124,23 @@ BETAS: tuple[Beta, ...] = (
         "no effect: a local model writes tool calls in its own chat template's format",
         family=True,
     ),
+    Beta(
+        "context-management-",
+        _M,
+        "context editing: the API clears old tool results or thinking (context_management)",
+        "the gateway makes the clear_tool_uses and clear_thinking edits itself "
+        "(features/context_editing.py) and the reply's context_management says what they "
+        "cleared; compact_* edits are not applied",
+        family=True,
+    ),
+    Beta(
+        "effort-",
+        _M,
+        "output_config.effort: how much the model spends on a reply",
+        "the thinking effort when thinking is on: Ollama's think level, reasoning_effort, "
+        "Gemini's thinkingLevel or thinkingBudget",
+        family=True,
+    ),
     # -- retired: generally available or withdrawn; dropped everywhere -----------------
     Beta("messages-2023-12-15", _R, "the Messages API itself, in its beta"),
     Beta("tools-2024-04-04", _R, "tool use, in its beta (GA May 2024)"),
@@ -136,16 +153,26 @@ BETAS: tuple[Beta, ...] = (
     # -- forward: Anthropic's own features; nothing to switch on elsewhere --------------
     Beta("claude-code-20250219", _F, "marks Claude Code's requests"),
     Beta("oauth-2025-04-20", _F, "OAuth bearer tokens instead of an API key"),
-    Beta("context-management-2025-06-27", _F, "context editing (context_management)"),
-    Beta("advanced-tool-use-2025-11-20", _F, "tool search, deferred tools (defer_loading)"),
+    Beta(
+        "advanced-tool-use-",
+        _F,
+        "tool search, deferred tools (defer_loading)",
+        "ignored: deferred tools are withheld until a tool_reference loads them",
+        family=True,
+    ),
     Beta("tool-search-tool-2025-10-19", _F, "the tool search tool, earlier name"),
-    Beta("effort-2025-11-24", _F, "output_config.effort"),
     Beta("structured-outputs-", _F, "output_config.format json_schema", family=True),
     Beta("per-turn-control-2026-07-01", _F, "settings on system turns (output_config)"),
     Beta("mid-conversation-tool-changes-2026-07-01", _F, "tools that change mid-session"),
     Beta("mid-conversation-system-", _F, "system turns inside messages", family=True),
     Beta("extended-cache-ttl-2025-04-11", _F, "1-hour cache_control ttl"),
-    Beta("prompt-caching-scope-2026-01-05", _F, "cache scopes"),
+    Beta(
+        "prompt-caching-scope-",
+        _F,
+        "cache_control scope (global: a prefix cached across sessions)",
+        "ignored: cache_control is Anthropic's; a local model's prefix cache needs none",
+        family=True,
+    ),
     Beta("files-api-2025-04-14", _F, "the Files API and file blocks"),
     Beta("mcp-client-2025-04-04", _F, "MCP servers called by the API"),
     Beta("mcp-servers-2025-12-04", _F, "MCP servers called by the API, newer"),

@@ -59,4 +59,12 @@ def _without_line(message: Message) -> Message:
                 parts.append(TextPart(text))
         else:
             parts.append(part)
-    return replace(message, parts=tuple(parts))
+    # The Anthropic dialect's details (the system blocks as sent, the line with its
+    # per-request hash among them) are for an Anthropic backend, which never gets here:
+    # left in, the request would still differ from one turn to the next.
+    details = {k: v for k, v in (message.provider_details or {}).items() if k != _ANTHROPIC}
+    return replace(message, parts=tuple(parts), provider_details=details or None)
+
+
+_ANTHROPIC = "anthropic"
+"""The Anthropic dialect's ``provider_details`` key."""

@@ -23,7 +23,13 @@ from llmbridge.core.messages import (
 )
 from llmbridge.core.request import ChatRequest
 
-__all__ = ["IMAGE_TOKENS", "count_message_tokens", "count_request_tokens", "count_text_tokens"]
+__all__ = [
+    "IMAGE_TOKENS",
+    "TextTally",
+    "count_message_tokens",
+    "count_request_tokens",
+    "count_text_tokens",
+]
 
 IMAGE_TOKENS = 256
 """A flat estimate per image; the true figure depends on the model's vision encoder."""
@@ -35,6 +41,49 @@ def count_text_tokens(text: str) -> int:
     for word in text.split():
         total += (len(word) + 3) // 4
     return total
+
+
+class TextTally:
+    """``count_text_tokens`` of text that arrives in pieces (a stream's deltas), kept as
+    counts, never the text: the tokens of the words already ended, and the length of
+    the word the last piece ended inside (the next piece may go on with it). After any
+    pieces, ``tokens`` equals ``count_text_tokens`` of them joined."""
+
+    __slots__ = ("_ended", "_open", "pieces")
+
+    def __init__(self) -> None:
+        self._ended = 0
+        self._open = 0
+        """The length of the word still open at the end of the last piece."""
+        self.pieces = 0
+        """Pieces added (empty ones too): whether anything was generated."""
+
+    def add(self, text: str) -> None:
+        self.pieces += 1
+        if not text:
+            return
+        words = text.split()
+        if not words:  # whitespace only: it ends the open word
+            self._end_open()
+            return
+        lengths = [len(word) for word in words]
+        if self._open and not text[0].isspace():
+            lengths[0] += self._open  # the open word goes on in this piece
+        else:
+            self._end_open()
+        self._open = 0
+        if not text[-1].isspace():
+            self._open = lengths.pop()  # the next piece may go on with it
+        self._ended += sum((length + 3) // 4 for length in lengths)
+
+    def _end_open(self) -> None:
+        if self._open:
+            self._ended += (self._open + 3) // 4
+            self._open = 0
+
+    @property
+    def tokens(self) -> int:
+        return self._ended + (self._open + 3) // 4
 
 
 def count_message_tokens(message: Message) -> int:

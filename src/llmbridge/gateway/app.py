@@ -1,7 +1,7 @@
 """Assemble the ASGI app: backends from configuration, routes, auth, error rendering,
 read limits (gateway/server/read_limits.py), the agent service (``/agent/...``) and,
-when ``mcp.servers`` names any, the MCP gateway (``/mcp``, ``/mcp/{server}``:
-mcp/endpoints.py).
+when ``mcp.servers`` or ``mcp.allowed_urls`` names any, the MCP gateway (``/mcp``,
+``/mcp/{server}``: mcp/endpoints.py).
 
 The product's database (store/database.py) is one ``Database`` per process, opened and
 migrated once in the lifespan by the first part that needs it (``GatewayState.database``,
@@ -198,9 +198,9 @@ class _AuthMiddleware:
 
 
 def _mcp_gateway(state: GatewayState, workers: WorkerBoard | None) -> McpGateway | None:
-    """The MCP gateway when ``mcp.servers`` names any. One set of upstreams per
-    process: each worker of --workers N its own, and no sessions there unless
-    ``mcp.stateless`` says otherwise (docs/MCP.md)."""
+    """The MCP gateway when ``mcp.servers`` or ``mcp.allowed_urls`` names any. One set
+    of upstreams per process: each worker of --workers N its own, and no sessions there
+    unless ``mcp.stateless`` says otherwise (docs/MCP.md)."""
     config = state.config.mcp
     if not config.enabled:
         return None

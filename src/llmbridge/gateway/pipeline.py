@@ -19,19 +19,21 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmbridge.core.context_edits import with_applied_edits
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import ResponseStart, StreamEvent
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.relayed import relay_stream
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
-from llmbridge.web.bodies import read_chat
+from llmbridge.web.bodies import read_chat, read_relayable_chat
 from llmbridge.web.render import Dialect, error_response, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
@@ -62,6 +64,11 @@ class ChatCodec:
     stream_media_type: str
     announces_input_tokens: bool = False
     """The dialect states the prompt size before generating (Anthropic ``message_start``)."""
+    relay_dialect: str | None = None
+    """The dialect a backend relays (``Capabilities.relays``) when this route's body is
+    kept for the pass-through path (core/relay.py); ``None``: always translated."""
+    relay_error: Callable[[LLMBridgeError], bytes] | None = None
+    """The dialect's in-stream error on the pass-through path (dialects/relayed.py)."""
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -74,6 +81,12 @@ DROPPED_ITEMS_HEADER = "x-llmbridge-dropped-items"
 (serving/prepare/carried_state.py; a front adds what it could not read itself)."""
 COMPACTION_HEADER = "x-llmbridge-compaction"
 """How a compaction was made: ``native`` or ``summary`` (features/compaction.py)."""
+CONTEXT_EDITS_HEADER = "x-llmbridge-context-edits"
+"""The client's context edits the gateway applied, ``<type>=<count cleared>`` each
+(features/context_editing.py): tool results, or turns' thinking."""
+PATH_HEADER = "x-llmbridge-path"
+"""``passthrough`` on a reply the pass-through path served (core/relay.py): the request
+log's row says it too (its ``x-llmbridge-*`` facts). A translated reply has none."""
 
 
 def change_headers(changes: Changes) -> dict[str, str]:
@@ -91,6 +104,11 @@ def change_headers(changes: Changes) -> dict[str, str]:
         headers[DROPPED_ITEMS_HEADER] = ",".join(changes.dropped_items)
     if changes.compaction is not None:
         headers[COMPACTION_HEADER] = changes.compaction
+    if changes.context_edits:
+        headers[CONTEXT_EDITS_HEADER] = ",".join(
+            f"{edit.type}={edit.cleared_tool_uses or edit.cleared_thinking_turns or 0}"
+            for edit in changes.context_edits
+        )
     return headers
 
 
@@ -132,9 +150,11 @@ async def serve_chat(
             first = replace(first, model=chat.model, input_tokens=tokens)
         return first
 
-    async def completed() -> ChatResponse:
+    async def completed() -> ChatResponse | bytes:
         first = await opened()
         assert reply is not None
+        if reply.prepared.request.relay is not None:
+            return await exchange.collect_relayed(first, reply.rest)
         return await exchange.collect(first, reply.rest)
 
     try:
@@ -161,9 +181,18 @@ async def serve_chat(
 
     assert reply is not None
     headers.update(change_headers(reply.prepared.changes))
+    relayed = reply.prepared.request.relay is not None
+    if relayed:
+        headers[PATH_HEADER] = "passthrough"
+    # What the gateway cleared for the client's context edits, for its reply to say.
+    answered = with_applied_edits(chat, reply.prepared.changes.context_edits)
     if not chat.stream:
+        # The relayed bytes as they came, or the reply encoded.
+        whole = (
+            response if isinstance(response, bytes) else codec.encode_response(response, answered)
+        )
         return Response(
-            dumps(codec.encode_response(response, chat)),
+            whole if isinstance(whole, bytes) else dumps(whole),
             media_type="application/json",
             headers=headers,
         )
@@ -173,11 +202,21 @@ async def serve_chat(
 
     # The stream's end finishes the exchange (``exchanged`` leaves it to on_close).
     return StreamingBody(
-        codec.encode_stream(exchange.watch(first, reply.rest), chat),
+        _stream_body(codec, answered, exchange.watch(first, reply.rest), relayed=relayed),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,
     )
+
+
+def _stream_body(
+    codec: ChatCodec, chat: ChatRequest, events: AsyncIterator[StreamEvent], *, relayed: bool
+) -> AsyncIterator[bytes]:
+    """The stream's bytes: the relayed ones (the pass-through path), or encoded."""
+    if relayed:
+        assert codec.relay_error is not None  # no relay body is read otherwise
+        return relay_stream(events, codec.relay_error)
+    return codec.encode_stream(events, chat)
 
 
 def _embed_tokens(embed_request: EmbedRequest) -> int:
@@ -259,7 +298,10 @@ def chat_endpoint(
     async def endpoint(request: Request, exchange: Exchange) -> Response:
         state = exchange.state
         # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-        chat = await read_chat(request, state.limits, decode)
+        if codec.relay_dialect is not None:  # the body kept for the pass-through path
+            chat = await read_relayable_chat(request, state.limits, decode, codec.relay_dialect)
+        else:
+            chat = await read_chat(request, state.limits, decode)
         exchange.asked(chat.model, streamed=chat.stream)
         if shortcut is not None and (answer := shortcut(chat)) is not None:
             exchange.admit_model(chat.model, refuse=True)  # as a chat would be

@@ -61,7 +61,8 @@ class GatewayState:
     (gateway/telemetry.py, opened in the lifespan); ``None``: tracing is off."""
 
     mcp: McpGateway | None = None
-    """The MCP gateway (``/mcp``) when ``mcp.servers`` names any (mcp/endpoints.py)."""
+    """The MCP gateway (``/mcp``) when ``mcp.servers`` or ``mcp.allowed_urls`` names any
+    (mcp/endpoints.py)."""
 
     limits: RequestLimits = field(init=False)
     """What one request may hold (``server.max_body_bytes`` and ``server.limits``)."""

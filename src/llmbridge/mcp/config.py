@@ -39,6 +39,7 @@ __all__ = [
     "StdioServerConfig",
     "UpstreamConfig",
     "expanded",
+    "is_server_name",
 ]
 
 MAX_SERVER_NAME = 64
@@ -108,6 +109,11 @@ class HttpServerConfig(_Upstream):
         return url
 
 
+def is_server_name(name: str) -> bool:
+    """Whether ``name`` may name a server (module docstring)."""
+    return bool(_SERVER_NAME.fullmatch(name)) and "__" not in name and len(name) <= MAX_SERVER_NAME
+
+
 def _kind(value: Any) -> str:
     """Which kind of server an entry is: ``command`` makes it stdio, else HTTP."""
     if isinstance(value, Mapping):
@@ -123,7 +129,8 @@ UpstreamConfig = Annotated[
 
 
 class McpConfig(_Section):
-    """The MCP gateway (module docstring); off while ``servers`` is empty."""
+    """The MCP gateway (module docstring); off while ``servers`` and ``allowed_urls``
+    are empty."""
 
     servers: dict[str, UpstreamConfig] = Field(default_factory=dict)
     """The MCP servers by name, in the order their tools are listed."""
@@ -174,7 +181,7 @@ class McpConfig(_Section):
     @classmethod
     def _server_names(cls, servers: dict[str, Any]) -> dict[str, Any]:
         for name in servers:
-            if not _SERVER_NAME.fullmatch(name) or "__" in name or len(name) > MAX_SERVER_NAME:
+            if not is_server_name(name):
                 raise ValueError(
                     f"server name {name!r}: letters, digits, '-' and '_' (never '__', the "
                     f"separator of '<server>__<tool>'), at most {MAX_SERVER_NAME} characters"
@@ -183,7 +190,9 @@ class McpConfig(_Section):
 
     @property
     def enabled(self) -> bool:
-        return bool(self.servers)
+        """Whether the gateway runs MCP: a server configured, or URLs a request may
+        name (its servers are connected per request)."""
+        return bool(self.servers or self.allowed_urls)
 
 
 def expanded(values: Mapping[str, str], environ: Mapping[str, str], what: str) -> dict[str, str]:

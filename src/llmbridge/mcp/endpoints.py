@@ -46,7 +46,7 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -62,7 +62,7 @@ from llmbridge.core.errors import (
 )
 from llmbridge.dialects.jsonrpc import error_code, error_data
 from llmbridge.mcp.catalog import Catalog, exposed, page
-from llmbridge.mcp.config import McpConfig
+from llmbridge.mcp.config import HttpServerConfig, McpConfig
 from llmbridge.mcp.gate import OPEN_GATE, CallGate, CallPass, Outcome, ToolCall
 from llmbridge.mcp.listeners import Listeners
 from llmbridge.mcp.permissions import Permissions
@@ -367,11 +367,45 @@ class McpGateway:
             Route("/mcp/{server}", endpoint=_Endpoint(self, by_path=True), methods=methods),
         ]
 
-    def tools_for(self, view: str | None, scope: Scope) -> list[types.Tool]:
+    def tools_for(
+        self, view: str | None, scope: Scope, *, upstream: Upstream | None = None
+    ) -> list[types.Tool]:
         """The tools of ``view`` (``None``: every server, named ``<server>__<tool>``;
         a server's name: that server's, under its own names) that the key of ``scope``
-        may see (its ``mcp_tools``), from the servers that are up."""
-        return self.catalog.tools(view, Permissions.of(scope).allows)
+        may see (its ``mcp_tools``), from the servers that are up. ``upstream``: a
+        server a request connected (``request_server``), which ``view`` names."""
+        return self._catalog(upstream).tools(view, Permissions.of(scope).allows)
+
+    def _catalog(self, upstream: Upstream | None) -> Catalog:
+        return self.catalog if upstream is None else Catalog({upstream.name: upstream})
+
+    @contextlib.asynccontextmanager
+    async def request_server(
+        self, name: str, url: str, headers: Mapping[str, str]
+    ) -> AsyncIterator[Upstream]:
+        """A server only a request names (a URL ``mcp.allowed_urls`` allows that no
+        ``mcp.servers`` entry has), connected for that request and named ``name``:
+        over streamable HTTP with the request's headers as it gave them (never the
+        gateway's ``${VAR}``), its first connection awaited (``mcp.connect_timeout_s``;
+        one that failed is ``state`` ``down``, its ``error`` saying why), disconnected
+        when the request is done. The caller checked ``url`` against
+        ``allowed_urls``; ``InvalidRequestError`` for one that is not HTTP(S)."""
+        try:
+            config = HttpServerConfig(url=url, headers=dict(headers))
+        except ValidationError:
+            raise InvalidRequestError(
+                f"the MCP server URL {url!r} is not an http:// or https:// URL",
+                code="mcp_url_not_allowed",
+            ) from None
+        upstream = Upstream(name, config, self.config, verbatim=True)
+        upstream.start()
+        try:
+            with anyio.move_on_after(self.config.connect_timeout_s):
+                await upstream.first_attempt()
+            yield upstream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.stop()
 
     async def call_tool(
         self,
@@ -385,13 +419,15 @@ class McpGateway:
         protocol_version: str | None = None,
         jsonrpc_id: str | int | None = None,
         within_request: bool = False,
+        upstream: Upstream | None = None,
     ) -> types.CallToolResult:
         """Call ``name`` (as ``view`` names it: ``tools_for``) for the key of ``scope``:
         its ``mcp_tools`` checked, then its limits taken through the gate (not with
         ``within_request``: a model request the gateway admitted makes the call, and
         holds them: mcp/gate.py), the call made and recorded once however it ends
         (``endpoint`` is the route the record names: ``/mcp``, ``/mcp/{server}``, or
-        the model API route that called the tool).
+        the model API route that called the tool); ``upstream``: a server the request
+        connected (``request_server``), which ``view`` names.
 
         Raises ``LLMBridgeError`` for the gateway's refusals and faults (an unknown
         tool, a permission, a limit, a result over ``mcp.max_result_bytes``, a server
@@ -413,7 +449,7 @@ class McpGateway:
             within_request=within_request,
         )
         try:
-            upstream, own = self.catalog.tool(view, name)
+            upstream, own = self._catalog(upstream).tool(view, name)
             call.server, call.tool, call.known = upstream.name, own, True
             permissions = Permissions.of(scope)
             full = exposed(upstream.name, own)

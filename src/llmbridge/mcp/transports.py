@@ -106,14 +106,16 @@ async def open_transport(
     config: UpstreamConfig,
     *,
     on_closed: Callable[[], None],
-    environ: Mapping[str, str],
+    environ: Mapping[str, str] | None,
     max_result_bytes: int,
 ) -> AsyncIterator[TransportStreams]:
     """The connected transport of the server ``name`` (module docstring);
-    ``on_closed`` is called when its read stream ends. ``ValueError`` for a ``${VAR}`` not set,
-    ``OSError`` for a program that cannot be started."""
+    ``on_closed`` is called when its read stream ends. ``environ`` is where ``${VAR}``
+    is read; ``None`` sends the values as they are (a server a request named: its
+    headers are the caller's, never the gateway's variables). ``ValueError`` for a
+    ``${VAR}`` not set, ``OSError`` for a program that cannot be started."""
     if isinstance(config, StdioServerConfig):
-        opened = _stdio(name, config, environ)
+        opened = _stdio(name, config, environ or {})
     else:
         opened = _http(config, environ, max_result_bytes)
     async with opened as (read, write):
@@ -185,9 +187,12 @@ def _log_line(name: str, raw: bytes) -> None:
 
 @contextlib.asynccontextmanager
 async def _http(
-    config: HttpServerConfig, environ: Mapping[str, str], max_result_bytes: int
+    config: HttpServerConfig, environ: Mapping[str, str] | None, max_result_bytes: int
 ) -> AsyncIterator[TransportStreams]:
-    headers = expanded(config.headers, environ, "headers")
+    if environ is None:
+        headers = dict(config.headers)
+    else:
+        headers = expanded(config.headers, environ, "headers")
     if config.transport == "sse":
         async with sse_client(config.url, headers=headers) as streams:
             yield streams

@@ -121,11 +121,14 @@ class Upstream:
         *,
         environ: Mapping[str, str] | None = None,
         on_change: Callable[[Upstream, frozenset[Kind]], Awaitable[None]] | None = None,
+        verbatim: bool = False,
     ) -> None:
         self.name = name
         self.config = config
         self.settings = settings
-        self.environ = os.environ if environ is None else environ
+        self.environ: Mapping[str, str] | None = os.environ if environ is None else environ
+        if verbatim:
+            self.environ = None  # its values are sent as given: transports.open_transport
         self.on_change = on_change
         self.kind = "stdio" if isinstance(config, StdioServerConfig) else config.transport
         self.call_timeout_s = config.call_timeout_s or settings.call_timeout_s

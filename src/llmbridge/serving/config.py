@@ -285,6 +285,11 @@ class ModelRoute(Strict):
     reports it wrong); the agent sizes its domain context from it."""
     fallbacks: tuple[FallbackTarget, ...] = ()
     """Tried in order when this route's backend fails before answering."""
+    passthrough: bool | None = None
+    """The pass-through path for clients of the backend's own dialect (core/relay.py):
+    ``false`` never; ``true`` whenever serving changes nothing, tools included (their
+    arguments are relayed unhealed); ``None`` the same, but a request with tools only
+    where the backend's tool arguments need no healing (a first-party API)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -399,7 +399,8 @@ class _Opening:
             )
         else:
             source = backend.chat(request)
-        healed = heal_tool_calls(source, request.tools)
+        # The pass-through path relays bytes: there is nothing to heal (fit.py says when).
+        healed = source if request.relay is not None else heal_tool_calls(source, request.tools)
         if backend.name in self.models.router.counted:
             return self.models.counted(backend.name, healed)
         return healed

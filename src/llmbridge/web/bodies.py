@@ -21,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 
 from llmbridge.core.errors import InvalidRequestError
+from llmbridge.core.relay import RelayBody
+from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import (
     DEFAULT_LIMITS,
     RequestLimits,
@@ -100,6 +103,33 @@ async def read_chat(
     if len(raw) > limits.offload_bytes:
         return await asyncio.to_thread(_parse_and_decode, raw, limits, decode)
     return _parse_and_decode(raw, limits, decode)
+
+
+async def read_relayable_chat(
+    request: Request,
+    limits: RequestLimits,
+    decode: Callable[[Any, RequestLimits], ChatRequest],
+    dialect: str,
+) -> ChatRequest:
+    """``read_chat``, the body kept beside the decoded request for the pass-through
+    path (core/relay.py ``RelayBody``; serving drops it where it does not apply)."""
+    raw = await read_body(request, limits.max_body_bytes)
+    if len(raw) > limits.offload_bytes:
+        return await asyncio.to_thread(_relayable, raw, limits, decode, dialect)
+    return _relayable(raw, limits, decode, dialect)
+
+
+def _relayable(
+    raw: bytes | bytearray,
+    limits: RequestLimits,
+    decode: Callable[[Any, RequestLimits], ChatRequest],
+    dialect: str,
+) -> ChatRequest:
+    body = parse_json(raw, limits)
+    chat = decode(body, limits)
+    if not isinstance(body, dict):
+        return chat  # decode refused anything else already
+    return replace(chat, relay=RelayBody(dialect, body, bytes(raw)))
 
 
 def _parse_and_decode(

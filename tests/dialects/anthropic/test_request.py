@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -23,6 +24,8 @@ from llmbridge.dialects.anthropic import (
     decode_count_tokens_request,
     encode_chat_request,
 )
+from llmbridge.dialects.gemini.thoughts import GEMINI
+from llmbridge.dialects.responses.carried import carry as responses_carry
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -71,7 +74,58 @@ def test_system_blocks_are_joined_and_keep_cache_control() -> None:
     first = req.messages[0]
     assert first.role == "system"
     assert first.text == "You are Claude Code.\n\nTools follow."
-    assert first.provider_details == {"anthropic": {"cache_control": {"type": "ephemeral"}}}
+    # The blocks ride along as sent, each cache breakpoint on its own block, for an
+    # Anthropic backend (tests/gateway/test_claude_code_betas.py).
+    assert first.provider_details == {"anthropic": {"system_blocks": system}}
+
+
+def test_an_anthropic_backend_gets_system_blocks_as_sent_unless_a_feature_rewrote_them() -> None:
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.330.440;"},
+        {
+            "type": "text",
+            "text": "Agent.",
+            "cache_control": {"type": "ephemeral", "scope": "global"},
+        },
+        {"type": "text", "text": "CWD: /w", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+    ]
+    req = decode_chat_request(body(system=system))
+    assert encode_chat_request(req)["system"] == system
+    first = req.messages[0]
+    rewritten = dataclasses.replace(first, parts=(TextPart("Agent.\n\nCWD: /w"),))
+    again = dataclasses.replace(req, messages=(rewritten, *req.messages[1:]))
+    # The blocks no longer say the text: one block, with the last breakpoint set.
+    assert encode_chat_request(again)["system"] == [
+        {
+            "type": "text",
+            "text": "Agent.\n\nCWD: /w",
+            "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        GEMINI.carry("gem", "c2lnLWdlbWluaQ=="),
+        responses_carry("resp", "gAAAAB-encrypted"),
+        "",
+    ],
+)
+def test_thinking_anthropic_did_not_sign_is_not_sent_back_to_it(signature: str) -> None:
+    messages = [
+        {"role": "user", "content": "a"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "elsewhere", "signature": signature},
+                {"type": "text", "text": "b"},
+            ],
+        },
+        {"role": "user", "content": "c"},
+    ]
+    sent = encode_chat_request(decode_chat_request(body(messages=messages)))
+    assert sent["messages"][1]["content"] == [{"type": "text", "text": "b"}]
 
 
 def test_tool_results_come_before_user_text_of_the_same_turn() -> None:

@@ -523,7 +523,6 @@ def test_response_format_names_the_field_that_carried_it() -> None:
         ({"thinkingBudget": 2048}, ThinkingConfig(enabled=True, budget_tokens=2048), False),
         ({"thinkingLevel": "high"}, ThinkingConfig(enabled=True, effort="high"), False),
         ({"thinkingLevel": "LOW"}, ThinkingConfig(enabled=True, effort="low"), False),
-        ({"thinkingLevel": "minimal"}, ThinkingConfig(enabled=True, effort="low"), False),
         (
             {"thinkingLevel": "MEDIUM", "includeThoughts": True},
             ThinkingConfig(effort="medium"),
@@ -540,6 +539,15 @@ def test_thinking_config(
     req = decode(body(generationConfig={"thinkingConfig": thinking}))
     assert req.thinking == expected
     assert req.provider_details == {"gemini": {"include_thoughts": include}}
+
+
+def test_a_minimal_level_is_low_effort_and_rides_along_for_gemini() -> None:
+    req = decode(body(generationConfig={"thinkingConfig": {"thinkingLevel": "minimal"}}))
+    assert req.thinking == ThinkingConfig(enabled=True, effort="low")
+    # No core effort says MINIMAL: a Gemini model that takes levels gets it as asked.
+    assert req.provider_details == {
+        "gemini": {"include_thoughts": False, "thinking_level": "MINIMAL"}
+    }
 
 
 def test_no_thinking_config_is_no_thinking() -> None:

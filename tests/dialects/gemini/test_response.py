@@ -35,6 +35,7 @@ from llmbridge.core.messages import (
 )
 from llmbridge.core.request import ChatRequest, ThinkingConfig
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.dialects.gemini.call_ids import issued_call_id
 from llmbridge.dialects.gemini.request import decode_chat_request, encode_chat_request
 from llmbridge.dialects.gemini.response import (
     decode_chat_response,
@@ -88,8 +89,9 @@ def test_decode_thoughts_signature_and_calls_with_ids() -> None:
         # The signature was on the text part: it signs the thought just before it.
         ThinkingPart("The user wants two files.", signature=signature, provider="gemini"),
         TextPart("Reading both."),
-        ToolCallPart("fc-1", "read_file", {"path": "a.txt"}),
-        ToolCallPart("fc-2", "read_file", {"path": "b.txt"}),
+        # Google's ids ride in the core's, tagged with the backend (call_ids.py).
+        ToolCallPart(issued_call_id(ORIGIN, "fc-1"), "read_file", {"path": "a.txt"}),
+        ToolCallPart(issued_call_id(ORIGIN, "fc-2"), "read_file", {"path": "b.txt"}),
     )
     assert GEMINI.recover(signature, ORIGIN) == "Cs0BAVSoXO7sig=="
     assert GEMINI.recover(signature, "another-backend") is None

@@ -47,6 +47,7 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.replay import events_from_response
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.dialects.framing import aiter_sse
+from llmbridge.dialects.gemini.call_ids import issued_call_id
 from llmbridge.dialects.gemini.stream import (
     decode_chat_stream,
     encode_chat_stream,
@@ -384,7 +385,8 @@ def test_encoded_stream_decodes_back() -> None:
             "Weather needed.", signature=GEMINI.carry(ORIGIN, "c2lnLTE="), provider="gemini"
         ),
         TextPart("Checking."),
-        ToolCallPart("call_9", "get_weather", {"city": "Lyon"}),
+        # The id the gateway sent is Google's to the decoder: it rides in the core's.
+        ToolCallPart(issued_call_id(ORIGIN, "call_9"), "get_weather", {"city": "Lyon"}),
     )
     assert reply.stop_reason is StopReason.TOOL_USE
     assert reply.usage == Usage(input_tokens=7, output_tokens=20, reasoning_tokens=12)

@@ -13,7 +13,12 @@ The two directions differ where Anthropic's rules do:
   anything else; y-router gets this wrong). Encoding folds them back into a user turn,
   tool results first, as Anthropic requires.
 - Anthropic requires alternating user/assistant turns, so encoding merges neighbours.
-- Thinking blocks are sent back only when Anthropic signed them (see ``_encode_part``).
+- Thinking blocks are sent back only when Anthropic signed them (see ``_encode_part``):
+  never unsigned ones, nor ones carrying another backend's token (``dialects/carried``).
+- A system prompt given as blocks is one text for every other dialect (joined by a
+  blank line); an Anthropic backend gets the blocks as sent, each with its own
+  ``cache_control`` (``scope: "global"``, beta ``prompt-caching-scope-2026-01-05``,
+  ``ttl``), as long as nothing changed the text.
 
 What Claude Code 2.1.330 sends (shared/reference/captured/), field by field:
 
@@ -27,6 +32,9 @@ What Claude Code 2.1.330 sends (shared/reference/captured/), field by field:
 - ``output_config.effort`` sets the thinking effort of every backend when thinking is
   on; without thinking it reaches only an Anthropic backend (others have no effort
   setting apart from reasoning).
+- ``context_management.edits`` (context editing) ride along as sent for an Anthropic
+  backend; those the gateway can apply for the others are decoded too
+  (``context_management.py``, ``core/context_edits.py``).
 - Tools with ``defer_loading: true`` (tool search) and the tool search tool itself are
   withheld from ``ChatRequest.tools``: a backend without tool search never sees them
   (it would load every deferred schema into the prompt, or call a search tool nobody
@@ -49,6 +57,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from llmbridge.core.context_edits import CONTEXT_EDITS
 from llmbridge.core.errors import InvalidRequestError, UnsupportedFeatureError
 from llmbridge.core.hosted_mcp import HOSTED_MCP
 from llmbridge.core.messages import (
@@ -70,6 +79,7 @@ from llmbridge.core.request_limits import (
     check_count,
     count_error,
 )
+from llmbridge.dialects.anthropic.context_management import decode_edits
 from llmbridge.dialects.anthropic.errors import VALIDATION_WORDING
 from llmbridge.dialects.anthropic.mcp_request import split_mcp
 from llmbridge.dialects.anthropic.types import (
@@ -94,6 +104,7 @@ from llmbridge.dialects.anthropic.types import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from llmbridge.dialects.carried import is_carried
 from llmbridge.dialects.validation import validate_body
 
 __all__ = ["decode_chat_request", "decode_count_tokens_request", "encode_chat_request"]
@@ -132,6 +143,9 @@ core's text cannot carry (``tool_reference``): those blocks, for an Anthropic ba
 _WITHHELD = "withheld_tools"
 """``provider_details`` key of the tools only an Anthropic backend gets:
 ``[{"index": <position in the request's tools>, "tool": <the wire tool>}]``."""
+_SYSTEM_BLOCKS = "system_blocks"
+"""``provider_details`` key of a system message given as blocks: the blocks as sent,
+for an Anthropic backend (each block's own ``cache_control``, its scope and ttl)."""
 _UNSAFE_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 # -- decoding -----------------------------------------------------------------------
@@ -224,6 +238,10 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
             schema=body.output_config.format.schema_,
             param="output_config.format",
         )
+    provider_details: dict[str, Any] = {PROVIDER: details} if details else {}
+    edits = decode_edits(details.get("context_management"))
+    if edits:  # applied by the gateway for other backends (features/context_editing.py)
+        provider_details[CONTEXT_EDITS] = edits
     return ChatRequest(
         model=body.model,
         messages=_decode_messages(body),
@@ -233,7 +251,7 @@ def _chat_request(body: ConversationBody, params: GenerationParams, *, stream: b
         tool_choice=_decode_tool_choice(body),
         thinking=thinking,
         response_format=response_format,
-        provider_details={PROVIDER: details} if details else None,
+        provider_details=provider_details or None,
     )
 
 
@@ -295,7 +313,6 @@ def _system_message(content: object, path: str = "system") -> Message:
         return Message(role="system", parts=(TextPart(content),))
     blocks = content if isinstance(content, list) else []
     texts: list[str] = []
-    cache_control = None
     for position, block in enumerate(blocks):
         if not isinstance(block, TextBlock):
             raise InvalidRequestError(
@@ -303,13 +320,17 @@ def _system_message(content: object, path: str = "system") -> Message:
                 param=f"{path}.{position}",
             )
         texts.append(block.text)
-        cache_control = block.cache_control or cache_control
     # Joined into one part: every other dialect renders a system prompt as one string.
+    # The blocks ride along as sent, with their own cache breakpoints, for Anthropic.
+    sent = [block.model_dump(exclude_unset=True, exclude_none=True) for block in blocks]
     return Message(
         role="system",
-        parts=(TextPart("\n\n".join(texts)),),
-        provider_details=_cache_details(cache_control),
+        parts=(TextPart(_SYSTEM_SEPARATOR.join(texts)),),
+        provider_details={PROVIDER: {_SYSTEM_BLOCKS: sent}} if sent else None,
     )
+
+
+_SYSTEM_SEPARATOR = "\n\n"
 
 
 def _assistant_message(message: MessageParam, index: int) -> Message:
@@ -622,12 +643,21 @@ def _encode_messages(messages: tuple[Message, ...]) -> tuple[Any, list[dict[str,
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
+    details = (message.provider_details or {}).get(PROVIDER) or {}
+    system = details.get(_SYSTEM_BLOCKS)
+    if message.role == "system" and system:
+        if _system_text(system) == message.text:
+            # The client's blocks, untouched by any feature: as sent, cache breakpoints
+            # (and their scope) on the blocks they were on.
+            return [dict(block) for block in system]
+        # Rewritten: one block, with the last breakpoint the client set.
+        marks = [block["cache_control"] for block in system if "cache_control" in block]
+        details = {"cache_control": marks[-1]} if marks else {}
     blocks = [
         block
         for block in (_encode_part(part, message.role) for part in message.parts)
         if block is not None
     ]
-    details = (message.provider_details or {}).get(PROVIDER) or {}
     sent = details.get(_RESULT_BLOCKS)
     if sent is not None:  # a tool_result with tool_reference blocks, as the client sent it
         for block in blocks:
@@ -636,6 +666,10 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     if blocks and details.get("cache_control"):
         blocks[-1]["cache_control"] = details["cache_control"]
     return blocks
+
+
+def _system_text(blocks: list[dict[str, Any]]) -> str:
+    return _SYSTEM_SEPARATOR.join(str(block.get("text", "")) for block in blocks)
 
 
 def _encode_part(part: Part, role: str) -> dict[str, Any] | None:
@@ -648,8 +682,11 @@ def _encode_part(part: Part, role: str) -> dict[str, Any] | None:
         # Anthropic verifies thinking signatures and answers 400 "Invalid signature in
         # thinking block" for anything it did not sign itself: unsigned reasoning from
         # a local model, or a signature from another provider. Such blocks are
-        # dropped; only Anthropic's own are passed back, byte for byte.
-        if part.provider != PROVIDER or role != "assistant":
+        # dropped; only Anthropic's own are passed back, byte for byte. The Anthropic
+        # front marks every signed block it takes back as Anthropic's, so a block that
+        # carries another backend's token (a Gemini signature, a Responses server's
+        # encrypted reasoning, relayed to a Claude client) is told by its signature.
+        if part.provider != PROVIDER or role != "assistant" or is_carried(part.signature):
             return None
         if part.redacted:
             return {"type": "redacted_thinking", "data": part.redacted}

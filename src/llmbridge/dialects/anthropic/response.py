@@ -17,6 +17,7 @@ from llmbridge.core.ids import new_id
 from llmbridge.core.messages import Message, Part, TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.dialects.anthropic.context_management import applied_edits_body, reported_edits
 from llmbridge.dialects.anthropic.types import PROVIDER
 from llmbridge.dialects.fields import ReplyFields, int_or_none, str_or_none
 
@@ -158,7 +159,7 @@ def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, 
         if block is not None:
             content.append(block)
             saw_tool_call = saw_tool_call or block["type"] == "tool_use"
-    return {
+    message: dict[str, Any] = {
         "id": message_id(resp.id),
         "type": "message",
         "role": "assistant",
@@ -168,6 +169,11 @@ def encode_chat_response(resp: ChatResponse, request: ChatRequest) -> dict[str, 
         "stop_sequence": resp.stop_sequence,
         "usage": encode_usage(resp.usage),
     }
+    # What the gateway cleared, or else what an Anthropic backend said it cleared.
+    context_management = applied_edits_body(request) or reported_edits(resp.provider_details)
+    if context_management is not None:
+        message["context_management"] = context_management
+    return message
 
 
 def thinking_omitted(request: ChatRequest) -> bool:

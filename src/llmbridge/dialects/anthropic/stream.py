@@ -25,6 +25,7 @@ from llmbridge.core.events import (
     PartDelta,
     PartEnd,
     PartStart,
+    Relayed,
     ResponseEnd,
     ResponseStart,
     SignatureDelta,
@@ -39,6 +40,7 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
+from llmbridge.dialects.anthropic.context_management import applied_edits_body, reported_edits
 from llmbridge.dialects.anthropic.errors import error_type
 from llmbridge.dialects.anthropic.response import (
     anthropic_tool_id,
@@ -81,6 +83,7 @@ async def encode_chat_stream(
     blocks carry no ``thinking_delta`` (``response.thinking_omitted``).
     """
     encoder = StreamEncoder(request.model, omit_thinking=thinking_omitted(request))
+    encoder.context_management = applied_edits_body(request)
     async for event in events:
         chunk = encoder.feed(event)
         if chunk:
@@ -106,6 +109,7 @@ class StreamEncoder:
     """The state of one encoded stream: which block is open, usage so far."""
 
     __slots__ = (
+        "context_management",
         "done",
         "index",
         "input_tokens",
@@ -136,6 +140,9 @@ class StreamEncoder:
         self.saw_tool_call = False
         self.stop_override: str | None = None
         """The stop reason to send whatever the end says (the MCP loop's ``pause_turn``)."""
+        self.context_management: dict[str, Any] | None = None
+        """``message_delta``'s ``context_management``: what the gateway's context
+        editing cleared (``context_management.applied_edits_body``)."""
 
     def whole_block(self, block: dict[str, Any], input_json: str | None = None) -> bytes:
         """A block the core has no part for (the MCP loop's ``mcp_tool_use`` and
@@ -161,6 +168,8 @@ class StreamEncoder:
             return b"" if self.started else self._start(event)
         if isinstance(event, ResponseEnd):
             return self._start() + self._close(None) + self._end(event)
+        if isinstance(event, Relayed):
+            return b""  # the pass-through path writes its bytes itself (dialects/relayed.py)
         self.done = True
         return error_event(event.error)
 
@@ -215,6 +224,10 @@ class StreamEncoder:
             },
             "usage": wire_usage,
         }
+        # What the gateway cleared, or else what an Anthropic backend said it cleared.
+        context_management = self.context_management or reported_edits(event.provider_details)
+        if context_management is not None:
+            delta["context_management"] = context_management
         return sse_event(delta, event="message_delta") + _MESSAGE_STOP
 
     # -- blocks -----------------------------------------------------------------------
@@ -362,6 +375,8 @@ class _Decoder:
         self.usage = Usage()
         self.stop_reason: object = None
         self.stop_sequence: str | None = None
+        self.context_management: dict[str, Any] | None = None
+        """``message_delta``'s report of the API's context editing, for the client."""
         self.blocks: dict[int, tuple[str, str]] = {}
         """Open blocks by Anthropic index: their type and (for tool_use) id."""
         self.next_index = 0
@@ -481,6 +496,8 @@ class _Decoder:
         if isinstance(delta, dict):
             self.stop_reason = delta.get("stop_reason")
             self.stop_sequence = str_or_none(delta.get("stop_sequence"))
+        if isinstance(data.get("context_management"), dict):
+            self.context_management = data["context_management"]
         events = self._renumber(self.parts.finish())
         # message_delta usage is cumulative: it replaces, it does not add.
         self.usage = self.usage.merged(decode_usage(data.get("usage"), self.usage))
@@ -493,8 +510,16 @@ class _Decoder:
         stop_reason = decode_stop_reason(self.stop_reason)
         if self.stop_reason is None and self.parts.saw_tool_call:
             stop_reason = StopReason.TOOL_USE
+        details = None
+        if self.context_management is not None:
+            details = {PROVIDER: {"context_management": self.context_management}}
         events.append(
-            ResponseEnd(stop_reason=stop_reason, usage=self.usage, stop_sequence=self.stop_sequence)
+            ResponseEnd(
+                stop_reason=stop_reason,
+                usage=self.usage,
+                stop_sequence=self.stop_sequence,
+                provider_details=details,
+            )
         )
         return events
 

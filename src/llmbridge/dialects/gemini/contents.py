@@ -25,8 +25,9 @@ Decoding (``ContentDecoder``), the decisions docs/GEMINI.md lists:
 
 Encoding (``encode_contents``) for the ``gemini`` backend: leading system messages are
 the ``systemInstruction``, tool results are ``functionResponse`` parts in ``user`` turns,
-consecutive turns of one role are merged, calls and results go without ids, and only
-the signatures this backend issued go back (thought text never does).
+consecutive turns of one role are merged, and only what this backend issued goes back:
+its signatures (thought text never does), and the ids of its calls, on the call and on
+the result that answers it (``call_ids.py``); other calls and results go without ids.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from llmbridge.core.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from llmbridge.dialects.gemini.call_ids import recover_call_id
 from llmbridge.dialects.gemini.response import signature_from_wire
 from llmbridge.dialects.gemini.thoughts import GEMINI
 from llmbridge.dialects.gemini.types import PROVIDER, Content
@@ -364,7 +366,7 @@ def encode_contents(
         if message.role == "assistant":
             parts = _model_parts(message.parts, origin)
         else:
-            encoded = (_user_part(part, names) for part in message.parts)
+            encoded = (_user_part(part, names, origin) for part in message.parts)
             parts = [part for part in encoded if part is not None]
         if not parts:
             continue
@@ -387,8 +389,9 @@ def _model_parts(parts: tuple[Part, ...], origin: str | None) -> list[dict[str, 
             continue
         encoded: dict[str, Any] | None
         if isinstance(part, ToolCallPart):
-            # No id: Google matches results to calls by name and order.
-            encoded = {"functionCall": {"name": part.name, "args": part.arguments}}
+            # Google's own id back, when it gave one; else none: Google matches results
+            # to calls by name and order, and may refuse an id it did not issue.
+            encoded = {"functionCall": _function_call(part, origin)}
         elif isinstance(part, TextPart):
             encoded = {"text": part.text} if part.text or pending else None
         elif isinstance(part, ImagePart):
@@ -408,7 +411,15 @@ def _model_parts(parts: tuple[Part, ...], origin: str | None) -> list[dict[str, 
     return out
 
 
-def _user_part(part: Part, names: dict[str, str]) -> dict[str, Any] | None:
+def _function_call(part: ToolCallPart, origin: str | None) -> dict[str, Any]:
+    call: dict[str, Any] = {"name": part.name, "args": part.arguments}
+    google_id = recover_call_id(part.id, origin)
+    if google_id is not None:
+        call["id"] = google_id
+    return call
+
+
+def _user_part(part: Part, names: dict[str, str], origin: str | None) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return {"text": part.text} if part.text else None
     if isinstance(part, ImagePart):
@@ -416,7 +427,11 @@ def _user_part(part: Part, names: dict[str, str]) -> dict[str, Any] | None:
     if isinstance(part, ToolResultPart):
         name = part.name or names.get(part.tool_call_id) or part.tool_call_id
         key = "error" if part.is_error else "output"
-        return {"functionResponse": {"name": name, "response": {key: part.content}}}
+        response: dict[str, Any] = {"name": name, "response": {key: part.content}}
+        google_id = recover_call_id(part.tool_call_id, origin)
+        if google_id is not None:  # the id of the call it answers, as Google issued it
+            response = {"id": google_id, **response}
+        return {"functionResponse": response}
     return None  # thinking and calls belong to model turns
 
 

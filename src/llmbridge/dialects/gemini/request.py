@@ -65,7 +65,10 @@ CALL_IDS = "call_ids"
 GENERATION_CONFIG = "generationConfig"
 """``provider_details["gemini"]`` key of the ``generationConfig`` fields the core does
 not model (``responseLogprobs``, ``mediaResolution``...), for a Gemini backend."""
-_INTERNAL = frozenset({INCLUDE_THOUGHTS, CALL_IDS, GENERATION_CONFIG})
+THINKING_LEVEL = "thinking_level"
+"""``provider_details["gemini"]`` key of the client's own ``thinkingLevel``, sent as
+given to a Gemini model that takes levels (``MINIMAL`` has no core effort of its own)."""
+_INTERNAL = frozenset({INCLUDE_THOUGHTS, CALL_IDS, GENERATION_CONFIG, THINKING_LEVEL})
 
 _EFFORTS: dict[str, Literal["low", "medium", "high", "max"]] = {
     "MINIMAL": "low",
@@ -76,7 +79,12 @@ _EFFORTS: dict[str, Literal["low", "medium", "high", "max"]] = {
 }
 _EFFORT_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576, "max": 32768}
 """``thinkingBudget`` for a request that only gave an effort (an OpenAI client's
-``reasoning_effort``): Gemini 2.5 Pro's budgets go from 128 to 32768."""
+``reasoning_effort``) to a model without levels: Gemini 2.5 Pro's budgets go from 128
+to 32768."""
+_LEVELS = {"low": "LOW", "medium": "MEDIUM", "high": "HIGH", "max": "HIGH"}
+"""``thinkingLevel`` for an effort, for the models that take levels (Gemini 3 on)."""
+_BUDGET_ONLY = ("gemini-1", "gemini-2")
+"""Model generations without ``thinkingLevel`` (Google refuses it there)."""
 
 _MODES = {"AUTO": "auto", "ANY": "any", "NONE": "none", "VALIDATED": "auto"}
 _MODES_BACK = {"auto": "AUTO", "any": "ANY", "tool": "ANY", "none": "NONE"}
@@ -387,6 +395,9 @@ class _Decoder:
                     "generationConfig.thinkingConfig.thinkingLevel",
                     f"{wire.thinking_level!r} is not one of MINIMAL, LOW, MEDIUM, HIGH",
                 )
+            if effort is not None and _LEVELS[effort] != wire.thinking_level.upper():
+                # MINIMAL: no core effort says it (low does), so it rides along.
+                details[THINKING_LEVEL] = wire.thinking_level.upper()
         budget = wire.thinking_budget
         if budget == 0:
             return ThinkingConfig(enabled=False)
@@ -492,7 +503,10 @@ def encode_chat_request(req: ChatRequest, *, origin: str | None = None) -> dict[
         if req.response_format.type == "json_schema" and req.response_format.schema is not None:
             config["responseJsonSchema"] = req.response_format.schema
     if req.thinking is not None:
-        config["thinkingConfig"] = _encode_thinking(req.thinking)
+        level = extras.get(THINKING_LEVEL)
+        config["thinkingConfig"] = _encode_thinking(
+            req.thinking, req.model, level if isinstance(level, str) else None
+        )
     for key, value in extra_config.items():
         config.setdefault(key, value)
     if config:
@@ -536,11 +550,28 @@ def _encode_params(params: GenerationParams) -> dict[str, Any]:
     return config
 
 
-def _encode_thinking(thinking: ThinkingConfig) -> dict[str, Any]:
+def takes_thinking_level(model: str) -> bool:
+    """Whether ``model`` takes ``thinkingLevel``: the Gemini models from 3 on (2.5 and
+    older take only ``thinkingBudget``; a name that is not a Gemini model's, another
+    llmbridge's ``qwen3:8b`` behind a Gemini front, gets a budget, which every
+    generation reads)."""
+    name = model.removeprefix("models/")
+    return name.startswith("gemini-") and not name.startswith(_BUDGET_ONLY)
+
+
+def _encode_thinking(thinking: ThinkingConfig, model: str, level: str | None) -> dict[str, Any]:
+    """``thinkingConfig``: a budget when the request gave one; an effort alone is
+    ``thinkingLevel`` for a model that takes levels (the client's own level when it
+    still says the same effort), else the budget of ``_EFFORT_BUDGETS``. Google refuses
+    both fields together."""
     if not thinking.enabled:
         return {"thinkingBudget": 0}
-    budget = thinking.budget_tokens or _EFFORT_BUDGETS.get(thinking.effort or "", -1)
     # includeThoughts: the thought summaries are what the core's thinking parts hold.
+    if thinking.budget_tokens is None and thinking.effort and takes_thinking_level(model):
+        if level is None or _EFFORTS.get(level) != thinking.effort:
+            level = _LEVELS[thinking.effort]
+        return {"includeThoughts": True, "thinkingLevel": level}
+    budget = thinking.budget_tokens or _EFFORT_BUDGETS.get(thinking.effort or "", -1)
     return {"includeThoughts": True, "thinkingBudget": budget}
 
 

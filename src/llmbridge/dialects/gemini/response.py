@@ -54,6 +54,7 @@ from llmbridge.dialects.fields import (
     nonempty_str,
     object_or_empty,
 )
+from llmbridge.dialects.gemini.call_ids import is_issued, issued_call_id
 from llmbridge.dialects.gemini.thoughts import GEMINI
 
 __all__ = [
@@ -214,16 +215,19 @@ def thoughts_shown(request: ChatRequest) -> bool:
 def client_sent_ids(request: ChatRequest) -> bool:
     """Whether the client put ``id`` on its function calls or responses (recorded by the
     request decoder as ``provider_details["gemini"]["call_ids"]``). Google's API omits
-    ids, and a client that never sent any matches calls by name and order, so ours
-    (synthesized by the request decoder or made by another backend) go out only to a
-    client that uses them."""
+    ids unless a model issues them, and a client that never sent any matches calls by
+    name and order, so ours (synthesized by the request decoder or made by another
+    backend) go out only to a client that uses them; a Gemini backend's own go out
+    always (``encode_function_call``)."""
     return _gemini_details(request).get("call_ids") is True
 
 
 def encode_function_call(part: ToolCallPart, with_id: bool) -> dict[str, Any]:
     """A ``functionCall`` part: ``args`` is always an object."""
     call: dict[str, Any] = {"name": part.name, "args": part.arguments}
-    if with_id and part.id:
+    # A call a Gemini backend's server gave an id goes with it: the client answers
+    # with that id, which is how Google's id gets back to Google (call_ids.py).
+    if part.id and (with_id or is_issued(part.id)):
         call["id"] = part.id
     return {"functionCall": call}
 
@@ -404,7 +408,9 @@ class PartReader:
             call = _FIELDS.required_object(call, f"{where}.functionCall")
             name = _FIELDS.required_string(call.get("name"), f"{where}.functionCall.name")
             args = _FIELDS.optional_object(call.get("args"), f"{where}.functionCall.args")
-            call_id = nonempty_str(call.get("id")) or new_id("call_")
+            google_id = nonempty_str(call.get("id"))
+            # Google's id rides in the core's (call_ids.py), for the next request.
+            call_id = issued_call_id(self.origin, google_id) if google_id else new_id("call_")
             events += manager.tool_call(name, args, call_id)
             self.called_function, self._thinking = True, None
         # inlineData, executableCode, codeExecutionResult...: nothing the core carries

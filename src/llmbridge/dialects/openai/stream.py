@@ -54,7 +54,14 @@ from llmbridge.dialects.openai.response import (
     stop_reason_for,
 )
 
-__all__ = ["decode_chat_stream", "decode_chat_stream_bytes", "encode_chat_stream"]
+__all__ = [
+    "decode_chat_stream",
+    "decode_chat_stream_bytes",
+    "encode_chat_stream",
+    "error_chunk",
+    "in_band_error",
+    "response_start",
+]
 
 _dumps = orjson.dumps
 
@@ -118,7 +125,7 @@ async def encode_chat_stream(
             return
     # The event stream stopped without ResponseEnd or StreamError: say so rather
     # than end as if the reply were complete.
-    yield _error_chunk(BackendProtocolError("the backend's stream ended before it was complete"))
+    yield error_chunk(BackendProtocolError("the backend's stream ended before it was complete"))
 
 
 class _StreamEncoder:
@@ -139,7 +146,7 @@ class _StreamEncoder:
             return self._part_delta(writer, event)
         if isinstance(event, StreamError):
             self.finished = True
-            return _error_chunk(event.error)
+            return error_chunk(event.error)
         head = b""
         if writer is None:
             writer, head = self._start(event)
@@ -216,7 +223,8 @@ class _StreamEncoder:
         return chunk + SSE_DONE
 
 
-def _error_chunk(error: LLMBridgeError) -> bytes:
+def error_chunk(error: LLMBridgeError) -> bytes:
+    """The in-stream error a client gets, and the stream's end."""
     return sse_event(error_body(error, "")) + SSE_DONE
 
 
@@ -297,7 +305,7 @@ class _StreamDecoder:
     def sse(self, sse: ServerSentEvent) -> list[StreamEvent]:
         """The events of one SSE event of the stream (``stopped`` after the last)."""
         if sse.event == "error":
-            return self._fail(_in_band_error(_loads_lenient(sse.data)))
+            return self._fail(in_band_error(_loads_lenient(sse.data)))
         data = sse.data.strip()
         if sse.event != "message" or not data:
             return []  # named events other than errors, keep-alives
@@ -307,7 +315,7 @@ class _StreamDecoder:
         chunk = _loads(data)
         error = chunk.get("error")
         if error is not None:
-            return self._fail(_in_band_error(error))
+            return self._fail(in_band_error(error))
         return self.chunk(chunk)
 
     def _fail(self, error: BackendError) -> list[StreamEvent]:
@@ -318,7 +326,7 @@ class _StreamDecoder:
         events: list[StreamEvent] = []
         if not self._started:
             self._started = True
-            events.append(_response_start(chunk))
+            events.append(response_start(chunk))
         if chunk.get("usage") is not None:
             self._usage = self._usage.merged(decode_usage(chunk["usage"]))
         # The hot path (every chunk): plain type checks; the readers only for what is
@@ -410,7 +418,7 @@ def _delta_events(parts: PartsManager, delta: object) -> list[StreamEvent]:
     return events
 
 
-def _response_start(chunk: dict[str, Any]) -> ResponseStart:
+def response_start(chunk: dict[str, Any]) -> ResponseStart:
     return ResponseStart(
         id=nonempty_str(chunk.get("id")) or new_id("chatcmpl-"),
         model=str_or_none(chunk.get("model")) or "",
@@ -441,7 +449,7 @@ def _loads_lenient(data: str) -> object:
         return data
 
 
-def _in_band_error(payload: object) -> BackendError:
+def in_band_error(payload: object) -> BackendError:
     """The error a server reported inside its stream (``{"error": ...}`` or ``event: error``)."""
     if isinstance(payload, dict) and "error" in payload:
         payload = payload["error"]

@@ -345,6 +345,12 @@ class Exchange:
             record, self._model, prompt_tokens, reserve_usd=reserve
         )
 
+    def admitted_within(self) -> None:
+        """This model call is made inside a request the key already admitted (a later
+        round of the MCP tool loop), which holds its slot: nothing is taken now, and
+        ``finish`` counts the call's tokens to the key (``Accounts.within_request``)."""
+        self._admission = self._state.accounts.within_request(self.record)
+
     def admit_model(self, model: str, *, refuse: bool = False) -> None:
         """A model lookup (``GET /v1/models/{id}``, ``/api/show``...): the key's globs
         only. A model it may not use is a 404, as one that does not exist is (a key
@@ -430,6 +436,17 @@ class Exchange:
         (``ReplyMeter.collect``); a failure is raised, noted. The wait on the backend
         ends when its stream is done with."""
         return await self._meter.collect(
+            first,
+            events,
+            backend=self._backend,
+            keep=self._keeps_bodies(),
+            answered=self.backend_answered,
+        )
+
+    async def collect_relayed(self, first: StreamEvent, events: EventStream) -> bytes:
+        """``collect`` on the pass-through path: the reply's bytes as the backend sent
+        them (``ReplyMeter.collect_relayed``)."""
+        return await self._meter.collect_relayed(
             first,
             events,
             backend=self._backend,

@@ -13,7 +13,7 @@ of the reply when it keeps bodies (``ledger.keep_bodies``): ``kept_reply``.
 
 A reply cut short (the client left mid-stream, the stream failed, a backend that reports
 no counts) is billed for what was generated (``billed_usage``): the text streamed so
-far, counted, and the prompt's estimate (a dropped stream used to be free).
+far, counted as it passed, and the prompt's estimate (a dropped stream used to be free).
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
 
+import orjson
+
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import (
     PartDelta,
+    Relayed,
     ResponseEnd,
     ResponseStart,
     StreamError,
@@ -38,7 +41,7 @@ from llmbridge.core.events import (
 )
 from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.core.stream import EventStream
-from llmbridge.features.token_count import count_text_tokens
+from llmbridge.features.token_count import TextTally
 from llmbridge.web.render import to_bridge_error
 
 __all__ = ["ReplyMeter"]
@@ -54,14 +57,15 @@ class ReplyMeter:
     def __init__(self) -> None:
         self.usage: Usage | None = None
         """Counts from the reply (``add_usage``)."""
-        self.generated: list[str] = []
-        """Text deltas streamed so far: what a dropped stream is billed for when the
-        backend's usage never came."""
+        self.generated = TextTally()
+        """The tokens of the text deltas streamed so far, counted as they pass (counts,
+        never the text): what a dropped stream is billed for when the backend's usage
+        never came."""
         self.stop_reason: StopReason | None = None
         """Why the reply ended, when it said (the trace's finish reasons)."""
         self.failure: LLMBridgeError | None = None
         """The request's latest failure, before or inside the reply (``failed``)."""
-        self.kept: ChatResponse | Accumulator | None = None
+        self.kept: ChatResponse | Accumulator | RelayedReply | None = None
         """The reply, kept only when the ledger keeps bodies (``ledger.keep_bodies``)."""
 
     def add_usage(self, usage: Usage) -> None:
@@ -81,9 +85,9 @@ class ReplyMeter:
         if isinstance(event, PartDelta):
             delta = event.delta
             if isinstance(delta, TextDelta | ThinkingDelta):
-                self.generated.append(delta.text)
+                self.generated.add(delta.text)
             elif isinstance(delta, ToolArgsDelta):
-                self.generated.append(delta.json_fragment)
+                self.generated.add(delta.json_fragment)
         elif isinstance(event, ResponseEnd):
             self.add_usage(event.usage)
             self.stop_reason = event.stop_reason
@@ -91,12 +95,19 @@ class ReplyMeter:
             self.add_usage(event.usage)
         elif isinstance(event, StreamError):
             self.failed(event.error)
+        elif isinstance(event, Relayed):
+            if event.text:
+                self.generated.add(event.text)
+            if event.error is not None:
+                self.failed(event.error)
 
     def _note_kept(self, event: StreamEvent) -> None:
         """``_note``, and the event added to the reply kept for the request log."""
         self._note(event)
-        if isinstance(self.kept, Accumulator) and not isinstance(event, StreamError):
+        if isinstance(self.kept, Accumulator) and not isinstance(event, StreamError | Relayed):
             self.kept.add(event)
+        elif isinstance(event, Relayed):
+            self.kept = _relayed_kept(self.kept, event)
 
     def _note_first(self, first: StreamEvent) -> None:
         if isinstance(first, ResponseStart) and first.input_tokens:
@@ -176,6 +187,43 @@ class ReplyMeter:
             self.kept = response
         return response
 
+    async def collect_relayed(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        *,
+        backend: Backend | None,
+        keep: bool,
+        answered: Callable[[], None],
+    ) -> bytes:
+        """``collect`` for the pass-through path: the reply's relayed bytes, the events
+        noted as ``collect`` notes them."""
+        body = b""
+        ended = False
+        try:
+            self._note_first(first)
+            async for event in events:
+                self._note(event)
+                if isinstance(event, Relayed):
+                    if event.error is not None:
+                        raise event.error
+                    body += event.data
+                elif isinstance(event, StreamError):
+                    raise event.error
+            ended = True
+        except Exception as exc:  # noted, logged, and raised as an LLMBridgeError
+            error = self._stream_failed(exc, backend)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            if not ended:
+                await asyncio.shield(events.aclose())
+            answered()
+        if keep:
+            self.kept = _relayed_kept(None, Relayed(body))
+        return body
+
     # -- the bill and what is kept ----------------------------------------------------
 
     @property
@@ -183,7 +231,7 @@ class ReplyMeter:
         """Text was generated but the reply's final counts never came (the client
         left mid-stream, the stream failed, a backend that reports none)."""
         usage = self.usage
-        return bool(self.generated) and (usage is None or usage.output_tokens is None)
+        return self.generated.pieces > 0 and (usage is None or usage.output_tokens is None)
 
     def billed_usage(self, prompt_tokens: int | None) -> Usage | None:
         """The usage to bill: the reply's, or for a reply cut short, what was generated
@@ -193,7 +241,7 @@ class ReplyMeter:
             return usage
         counted = Usage(
             input_tokens=prompt_tokens,
-            output_tokens=count_text_tokens("".join(self.generated)),
+            output_tokens=self.generated.tokens,
         )
         return counted if usage is None else counted.merged(usage)
 
@@ -201,9 +249,45 @@ class ReplyMeter:
         """The reply to keep: the whole response, or what a stream that did not end
         had finished."""
         reply = self.kept
+        if isinstance(reply, RelayedReply):
+            return reply.kept()
         if isinstance(reply, Accumulator):
             try:
                 return reply.response()
             except LLMBridgeError:  # it did not end: its finished parts, said so
                 return {"incomplete": True, "parts": reply.parts, "usage": reply.usage}
         return reply
+
+
+class RelayedReply:
+    """A relayed reply kept for the request log (its bytes, up to ``KEPT_BYTES``), as
+    JSON when it is a reply sent whole, else as its frames' text."""
+
+    __slots__ = ("data", "whole")
+
+    KEPT_BYTES = 1024 * 1024
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.whole = True
+        """Whether everything relayed is kept (none was cut at ``KEPT_BYTES``)."""
+
+    def add(self, data: bytes) -> None:
+        room = self.KEPT_BYTES - len(self.data)
+        if len(data) > room:
+            self.whole = False
+        self.data += data[: max(room, 0)]
+
+    def kept(self) -> object:
+        if self.whole:
+            try:
+                return orjson.loads(self.data)
+            except orjson.JSONDecodeError:
+                pass  # a stream's frames
+        return {"relayed": self.data.decode("utf-8", "replace"), "whole": self.whole}
+
+
+def _relayed_kept(kept: object, event: Relayed) -> RelayedReply:
+    reply = kept if isinstance(kept, RelayedReply) else RelayedReply()
+    reply.add(event.data)
+    return reply

@@ -2,16 +2,18 @@
 model").
 
 ``plan`` checks what the request asks (core/hosted_mcp.py ``HostedMcp``): each server is
-a configured ``mcp.servers`` entry, and a URL the request gives matches
-``mcp.allowed_urls`` (else a 400 naming the setting: the gateway never becomes a way to
-reach other hosts), unless it is the gateway's own ``/mcp/<server>`` of that server;
-it lists each server's tools the key may see (``McpGateway.tools_for``) and the request
-allows, and offers them to the model as
-function tools ``<server>__<tool>`` beside the client's own (a backend without tools
-gets them through features/tool_emulation.py like any tool).
+a configured ``mcp.servers`` entry or has a URL that ``mcp.allowed_urls`` allows (else
+a 400 naming the setting: the gateway never becomes a way to reach other hosts), and a
+URL given for a configured server is allowed too or is the gateway's own
+``/mcp/<server>`` of it. ``open`` connects the servers only the request names, for
+this request, with the headers and token it gave (``McpGateway.request_server``),
+lists each server's tools the key may see (``McpGateway.tools_for``) and the request
+allows, and offers them to the model as function tools ``<server>__<tool>`` beside
+the client's own (a backend without tools gets them through
+features/tool_emulation.py like any tool).
 
-``open`` runs the calls the client approved (an answered ``mcp_approval_request``) and
-opens the first round; ``events`` yields the answer: the first round's
+``open`` then runs the calls the client approved (an answered ``mcp_approval_request``)
+and opens the first round; ``events`` yields the answer: the first round's
 ``ResponseStart``, the servers' tool lists, then each round's parts with the model's
 MCP calls taken out and, after the round, those calls run (``McpGateway.call_tool``,
 the one path a tool call takes: the key's ``mcp_tools`` and limits, its ledger row,
@@ -25,7 +27,9 @@ round's usage summed.
 Each round is a model request in the ledger: the first is the route's ``Exchange``
 (admitted on the key as any request), each later one an ``Exchange`` of its own whose
 request id is the client's with ``-r<n>`` added, not admitted again (the client's
-request holds the key's slot) and billed to the key through its row.
+request holds the key's slot) and counted to the key when it ends: its tokens to the
+tokens per minute, its cost through its row. A later round that fails fails the
+client's request too (its row has the round's error).
 """
 
 from __future__ import annotations
@@ -77,8 +81,10 @@ from llmbridge.core.messages import (
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.gateway.exchange.exchange import Exchange
+from llmbridge.mcp.config import MAX_SERVER_NAME, is_server_name
 from llmbridge.mcp.endpoints import McpGateway
 from llmbridge.mcp.results import result_text
+from llmbridge.mcp.upstream import Upstream
 from llmbridge.serving.models import Reply
 from llmbridge.serving.prepare import Changes
 
@@ -111,6 +117,9 @@ class McpLoop:
         self.reply: Reply | None = None
         self.first: StreamEvent | None = None
         self.changes = Changes()
+        self.connected: dict[str, Upstream] = {}
+        """The servers only the request names, connected for it (``_offer``)."""
+        self._connections = contextlib.AsyncExitStack()
 
     @property
     def scope(self) -> Scope:
@@ -125,14 +134,16 @@ class McpLoop:
     # -- before the first round ----------------------------------------------------------
 
     def plan(self) -> None:
-        """Check the servers and offer their tools (module docstring); 400s raised."""
+        """Check the servers the request names (module docstring); 400s raised."""
         state = self.exchange.state
         config = state.config.mcp
         mcp = state.mcp
-        definitions: list[ToolDefinition] = []
         for use in self.hosted.servers:
             where = f"{use.param}.{use.url_field}"
-            if use.url is not None and not (self._own_endpoint(use) or config.url_allowed(use.url)):
+            configured = mcp is not None and use.label in mcp.upstreams
+            if use.url is not None and not (
+                (configured and self._own_endpoint(use)) or config.url_allowed(use.url)
+            ):
                 raise InvalidRequestError(
                     f"Invalid '{where}': the MCP server URL {use.url!r} is not in the "
                     "gateway's mcp.allowed_urls (empty unless configured): name a server "
@@ -140,17 +151,47 @@ class McpLoop:
                     param=where,
                     code="mcp_url_not_allowed",
                 )
-            if mcp is None or use.label not in mcp.upstreams:
+            if mcp is None or not (configured or use.url is not None):
                 servers = ", ".join(mcp.upstreams) if mcp is not None else ""
                 raise InvalidRequestError(
                     f"Invalid '{use.param}': no MCP server named {use.label!r} in the "
-                    f"gateway's mcp.servers ({servers or 'empty'}); the gateway runs tools "
-                    "of its configured servers only (a server that only the request names "
-                    "is not connected).",
+                    f"gateway's mcp.servers ({servers or 'empty'}), and no URL the "
+                    "gateway's mcp.allowed_urls allows to connect to instead.",
                     param=use.param,
                     code="mcp_server_not_configured",
                 )
+            if not configured and not is_server_name(use.label):
+                raise InvalidRequestError(
+                    f"Invalid '{use.param}': {use.label!r} cannot name an MCP server: "
+                    f"letters, digits, '-' and '_' (never '__'), at most {MAX_SERVER_NAME}.",
+                    param=use.param,
+                )
+            if use.label in self.uses:
+                raise InvalidRequestError(
+                    f"Invalid '{use.param}': the MCP server {use.label!r} is named twice.",
+                    param=use.param,
+                )
             self.uses[use.label] = use
+        for approval in self.hosted.approvals:
+            if approval.server not in self.uses:
+                raise InvalidRequestError(
+                    f"Invalid 'input': the approved call {approval.request_id!r} is of the MCP "
+                    f"server {approval.server!r}, which the request's tools do not name.",
+                    param="input",
+                )
+
+    async def _offer(self) -> None:
+        """Connect the servers only the request names, then offer every server's tools
+        the key may see and the request allows (module docstring); 400s raised."""
+        mcp = self.mcp
+        definitions: list[ToolDefinition] = []
+        for use in self.uses.values():
+            if use.label not in mcp.upstreams:
+                assert use.url is not None  # plan refused the request otherwise
+                headers = dict(use.headers)
+                self.connected[use.label] = await self._connections.enter_async_context(
+                    mcp.request_server(use.label, use.url, headers)
+                )
             definitions += self._listed(use, mcp)
         taken = {tool.name for tool in self.chat.tools}
         for definition in definitions:
@@ -159,13 +200,6 @@ class McpLoop:
                     f"Invalid 'tools': a tool named {definition.name!r} is also an MCP "
                     "server's tool (<server>__<tool>); rename it.",
                     param="tools",
-                )
-        for approval in self.hosted.approvals:
-            if approval.server not in self.uses:
-                raise InvalidRequestError(
-                    f"Invalid 'input': the approved call {approval.request_id!r} is of the MCP "
-                    f"server {approval.server!r}, which the request's tools do not name.",
-                    param="input",
                 )
         self.chat = replace(self.chat, tools=(*self.chat.tools, *definitions))
 
@@ -178,9 +212,15 @@ class McpLoop:
         return own and url.path.rstrip("/").endswith(f"/mcp/{use.label}")
 
     def _listed(self, use: McpServerUse, mcp: McpGateway) -> list[ToolDefinition]:
-        tools = [t for t in mcp.tools_for(use.label, self.scope) if use.allows(t.name)]
-        state = mcp.status().get(use.label, {}).get("state")
-        error = None if state == "up" else f"the MCP server {use.label!r} is {state}"
+        connected = self.connected.get(use.label)
+        upstream = connected or mcp.upstreams[use.label]
+        listed = mcp.tools_for(use.label, self.scope, upstream=connected)
+        tools = [t for t in listed if use.allows(t.name)]
+        error = None
+        if upstream.state != "up":
+            error = f"the MCP server {use.label!r} is {upstream.state}"
+            if upstream.error:
+                error += f" ({upstream.error})"
         self.items.append(
             McpToolsListed(
                 new_id("mcpl_"), use.label, tuple(_tool_listing(t) for t in tools), error
@@ -198,6 +238,7 @@ class McpLoop:
     async def open(self) -> StreamEvent:
         """Run the approved calls, then open the first round: its first event (an
         error before it is raised, for the route to render)."""
+        await self._offer()
         approved = self.hosted.approvals
         results: dict[str, ToolResultPart] = {}
         for approval in approved:
@@ -239,8 +280,13 @@ class McpLoop:
         return first
 
     async def aclose(self) -> None:
-        if self.reply is not None:
-            await self.reply.rest.aclose()
+        """End the round in progress and disconnect the servers the request connected
+        (``events`` does once it has ended; this is for an answer cut before)."""
+        try:
+            if self.reply is not None:
+                await self.reply.rest.aclose()
+        finally:
+            await self._connections.aclose()
 
     # -- the rounds ----------------------------------------------------------------------
 
@@ -260,9 +306,10 @@ class McpLoop:
                     yield event
             finally:
                 if exchange is not self.exchange:
+                    settled = played.end is not None or played.error is not None
                     with anyio.CancelScope(shield=True):
-                        await exchange.finish(None if played.end is not None else 499)
-            if played.failed:
+                        await exchange.finish(None if settled else 499)
+            if played.error is not None:
                 return
             total = total.plus(played.usage)
             end = played.end
@@ -306,6 +353,7 @@ class McpLoop:
             except LLMBridgeError as exc:
                 exchange.failed(exc)
                 await exchange.finish()
+                self.exchange.failed(exc)
                 yield StreamError(exc)
                 return
 
@@ -319,6 +367,7 @@ class McpLoop:
             request_id=f"{route.request_id}-r{round_}",
         )
         exchange.asked(self.chat.model, streamed=self.chat.stream, chat=self.chat)
+        exchange.admitted_within()
         return exchange
 
     async def _open_round(self, exchange: Exchange) -> Reply:
@@ -355,6 +404,7 @@ class McpLoop:
                 scope=self.scope,
                 endpoint=self.exchange.endpoint,
                 within_request=True,
+                upstream=self.connected.get(use.label),
             )
         except LLMBridgeError as exc:
             return replace(ended, error=exc.message, error_status=exc.status_code)
@@ -377,7 +427,8 @@ class _Round:
         self.client_calls = False
         self.usage = Usage()
         self.end: ResponseEnd | None = None
-        self.failed = False
+        self.error: LLMBridgeError | None = None
+        """What the round failed with (its ``StreamError``, passed on)."""
 
     async def play(self, exchange: Exchange, reply: Reply) -> AsyncIterator[StreamEvent]:
         hidden = False
@@ -410,7 +461,10 @@ class _Round:
                     self.end = event
                     return
                 elif isinstance(event, StreamError):
-                    self.failed = True
+                    # The client's request fails with its round (its row says so), noted
+                    # before the error is passed on: the encoder stops reading after it.
+                    self.error = event.error
+                    self.loop.exchange.failed(event.error)
                     yield event
                     return
 

@@ -5,8 +5,10 @@ As ``serve_chat`` does: the key admits the request first; a refusal, a server th
 gateway does not run (loop.py ``plan``) or a failure before the first round's first
 event is an HTTP error in the caller's dialect; after it, the dialect's in-stream
 error. A client that leaves cancels the loop (the round, or the tool call, in
-progress). The loop's events are encoded by the route's ``HostedCodec``: streamed, or
-collected (core/hosted_mcp.py ``collect_hosted``) and encoded whole.
+progress). However it ends, the loop is closed (``McpLoop.aclose``: the servers the
+request connected are disconnected). The loop's events are encoded by the route's
+``HostedCodec``: streamed, or collected (core/hosted_mcp.py ``collect_hosted``) and
+encoded whole.
 """
 
 from __future__ import annotations
@@ -61,8 +63,11 @@ async def serve_hosted(
     headers = {"request-id": request_id, "x-request-id": request_id, **exchange.headers()}
 
     async def whole() -> HostedReply:
-        await loop.open()
-        return collect_hosted([event async for event in loop.events()])
+        try:
+            await loop.open()
+            return collect_hosted([event async for event in loop.events()])
+        finally:
+            await loop.aclose()
 
     try:
         if chat.stream:
@@ -88,7 +93,10 @@ async def serve_hosted(
         )
 
     async def on_close(disconnected: bool) -> None:
-        await exchange.finish(499 if disconnected else None)
+        try:
+            await loop.aclose()
+        finally:
+            await exchange.finish(499 if disconnected else None)
 
     return StreamingBody(
         codec.encode_stream(loop.events(), chat),

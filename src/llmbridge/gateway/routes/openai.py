@@ -17,6 +17,7 @@ from starlette.routing import Route
 from llmbridge.dialects import openai
 from llmbridge.dialects.anthropic import model_list as anthropic_model_list
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.openai.stream import error_chunk
 from llmbridge.gateway.exchange.admission import visible_models
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
@@ -33,6 +34,8 @@ CHAT = ChatCodec(
     encode_stream=openai.encode_chat_stream,
     encode_response=openai.encode_chat_response,
     stream_media_type="text/event-stream",
+    relay_dialect="openai",  # an OpenAI-compatible backend relays it (core/relay.py)
+    relay_error=error_chunk,
 )
 
 

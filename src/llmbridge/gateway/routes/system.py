@@ -19,7 +19,9 @@ one that answered marked ``"self": true`` (gateway/server/workers.py). With MCP
 servers configured, ``mcp`` has each one's state in the process that answered
 (``up``, ``starting``, ``down`` with its error), its tools, calls and breaker
 (mcp/upstream.py); a server that is down does not change the status: the model APIs
-are served.
+are served. Each backend's ``passthrough`` names the client dialect it serves on the
+pass-through path (core/relay.py; ``null``: every request translated); each reply that
+path served says ``x-llmbridge-path: passthrough``, and so does its request-log row.
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ async def health(request: Request) -> Response:
             "detail": result.detail,
             "latency_ms": None if result.latency_ms is None else round(result.latency_ms, 2),
             "circuit": state.models.router.breakers[name].state,
+            # The client dialect it serves on the pass-through path (core/relay.py).
+            "passthrough": configured[name].capabilities.relays,
         }
         for name, result in zip(names, results, strict=True)
     }

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmbridge.core.context_edits import AppliedEdit
+
 __all__ = ["UNCHANGED", "Changes"]
 
 
@@ -35,6 +37,8 @@ class Changes:
     compaction: str | None = None
     """How a compaction was made: ``native`` (the backend compacted) or ``summary``
     (the backend was asked for a summary: features/compaction.py)."""
+    context_edits: tuple[AppliedEdit, ...] = ()
+    """What the client's context edits cleared (features/context_editing.py)."""
 
 
 UNCHANGED = Changes()

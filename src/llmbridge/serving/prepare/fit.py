@@ -5,7 +5,8 @@ it: the backend's model name; another backend's opaque reasoning and compaction 
 out of the history (``carried_state.py``); a compaction asked of a backend that cannot
 compact made a request for a summary (features/compaction.py); Claude Code's
 billing-header line out of the system prompt for a backend that is not Anthropic's API
-(features/billing_header.py);
+(features/billing_header.py), and the client's context edits applied there
+(features/context_editing.py);
 a fill-in-the-middle ``suffix`` refused (400 naming ``suffix``) where the backend or
 model cannot fill a gap (``capabilities.py``); thinking per the policy
 (features/thinking.py); ``max_tokens`` clamped to the model's limit; sampling
@@ -14,7 +15,8 @@ the backend honours (features/tool_choice.py); for a backend that allocates its
 context window per request (Ollama), a window that holds the request
 (``context_size.py``); for a model without native tools, the decision to emulate them
 (``capabilities.py``, then features/tool_emulation.py in ``Models``). What changed
-comes back as ``Changes`` (``changes.py``).
+comes back as ``Changes`` (``changes.py``); a request nothing changed keeps the
+client's own body for the pass-through path (``_relays``, core/relay.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.billing_header import drop_billing_header
 from llmbridge.features.compaction import summary_request
+from llmbridge.features.context_editing import apply_context_edits
 from llmbridge.features.thinking import apply_thinking_policy, can_think
 from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.serving.prepare.capabilities import check_fill_in_middle, has_native_tools
@@ -49,6 +52,7 @@ async def prepare(
     chat: ChatRequest, target: Resolved, router: ModelRouter, thinking_policy: str
 ) -> Prepared:
     """``chat`` (naming a public model) as ``target``'s backend should get it."""
+    asked = chat
     backend, route = target.backend, target.route
     capabilities = backend.capabilities
     if chat.model != target.backend_model:  # a copy only when the name changes
@@ -63,6 +67,10 @@ async def prepare(
         # Claude Code's billing line (a per-request hash in some versions) in front of
         # the system prompt would spoil a local model's prefix cache on every turn.
         chat = drop_billing_header(chat)
+        # Anthropic clears what the client asked it to (context editing) itself.
+        chat, context_edits = apply_context_edits(chat)
+    else:
+        context_edits = ()
     wants_thinking = chat.thinking is not None and chat.thinking.enabled
     fills_gap = chat.completion is not None and chat.completion.suffix is not None
     # Ollama's window comes from the route, else from what the model reports.
@@ -110,15 +118,52 @@ async def prepare(
             chat = replace(chat, params=replace(chat.params, num_ctx=num_ctx))
             fitted = (*fitted, f"num_ctx={num_ctx}")
     emulated = bool(chat.tools) and not native_tools
-    if dropped or emulated or clamped is not None or fitted or dropped_items or compaction:
+    if (
+        dropped
+        or emulated
+        or clamped is not None
+        or fitted
+        or context_edits
+        or dropped_items
+        or compaction
+    ):
         changes = Changes(
             thinking_dropped=dropped,
             tools_emulated=emulated,
             max_tokens=clamped,
             params=fitted,
+            context_edits=context_edits,
             dropped_items=dropped_items,
             compaction=compaction,
         )
     else:
         changes = UNCHANGED  # the common case builds nothing
+    if chat.relay is not None and not _relays(asked, chat, target, changes):
+        chat = replace(chat, relay=None)
     return Prepared(chat, target, changes)
+
+
+def _relays(asked: ChatRequest, fitted: ChatRequest, target: Resolved, changes: Changes) -> bool:
+    """Whether ``fitted`` takes the pass-through path (core/relay.py): its backend
+    speaks the client's dialect, the route allows it, and serving changed nothing
+    but the model's name (every step above leaves a field it does not change the
+    same object), so the client's body says what the backend must get. A request
+    with tools relays only where nothing needs to heal the arguments (the route's
+    ``passthrough: true``, or a backend whose arguments are trusted)."""
+    relay = asked.relay
+    capabilities = target.backend.capabilities
+    setting = target.route.passthrough if target.route is not None else None
+    if relay is None or capabilities.relays != relay.dialect or setting is False:
+        return False
+    if changes is not UNCHANGED or fitted.completion is not None:
+        return False
+    if fitted.tools and not (setting or capabilities.trusted_tool_arguments):
+        return False
+    return (
+        fitted.messages is asked.messages
+        and fitted.params is asked.params
+        and fitted.tools is asked.tools
+        and fitted.tool_choice is asked.tool_choice
+        and fitted.thinking is asked.thinking
+        and fitted.response_format is asked.response_format
+    )

@@ -1,0 +1,32 @@
+"""The pass-through path's request: ``RelayBody``, the client's own body, kept beside
+the decoded request for a backend of the client's dialect.
+
+When a client speaks its backend's own dialect and serving changed nothing of what
+the backend would get (serving/prepare/fit.py decides), the backend sends the body the
+client sent, with only what the route changes set (the backend's model name, and what
+the gateway needs to meter the reply, such as OpenAI's ``stream_options``), and its
+reply's bytes go back as they came (``core.events.Relayed``): no re-encoding of the
+request, no decoding into events and encoding again of the reply. Everything else of a
+request (admission, limits, the ledger, retries and fallbacks, the breaker, metrics,
+spans) is the same on both paths: they share the ``Exchange`` and ``Models.open``.
+docs/PASSTHROUGH.md says when it applies and what it keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RelayBody"]
+
+
+@dataclass(frozen=True, slots=True)
+class RelayBody:
+    """A client's request body as it came, for a backend that speaks ``dialect``."""
+
+    dialect: str
+    """The client's dialect (``openai``: chat completions)."""
+    body: dict[str, Any]
+    """The body, parsed (never changed: a backend copies what it sets)."""
+    raw: bytes
+    """The body's bytes, sent as they are when nothing must be set."""

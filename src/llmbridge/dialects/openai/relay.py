@@ -1,0 +1,280 @@
+"""OpenAI chat completions on the pass-through path (core/relay.py): the client's body
+as the backend gets it (``relay_request``), and the backend's reply relayed as it came,
+read only for what the gateway records (``ChatStreamRelay`` for a stream,
+``relay_reply`` for a reply sent whole).
+
+What is set in the body: the backend's model name where the route maps one, and for a
+stream ``stream_options.include_usage`` (the ledger needs the counts). When the client
+did not ask for the counts itself, what that adds is taken out again on the way back
+(each chunk's ``"usage": null`` and the ``choices: []`` usage chunk), so the client gets
+what it asked for. Where the route maps the model's name, each chunk names the model
+the client asked for, as on the translated path; otherwise the bytes are the backend's.
+
+Each frame is parsed (orjson) for its usage, finish reason and the text it carries (a
+cut stream's bill); no event objects are built for the text, and nothing is encoded
+again unless a frame must change. Frames go on whole: a read that ends inside one keeps
+its tail for the next, so an error the gateway adds never lands inside a frame.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
+from llmbridge.core.events import Relayed, ResponseEnd, StreamEvent
+from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import StopReason, Usage
+from llmbridge.dialects.fields import str_or_none
+from llmbridge.dialects.openai.response import decode_usage, stop_reason_for
+from llmbridge.dialects.openai.stream import in_band_error, response_start
+
+__all__ = ["ChatStreamRelay", "relay_reply", "relay_request"]
+
+_BOUNDARY = re.compile(rb"\r?\n\r?\n")
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
+
+
+def relay_request(request: ChatRequest) -> tuple[bytes, str | None, bool]:
+    """The body to send for ``request`` (its ``relay`` set), the model name each reply
+    chunk is to carry instead of the backend's (``None``: as it came), and whether the
+    counts the gateway asked for are to be taken out of the reply (module docstring)."""
+    relay = request.relay
+    assert relay is not None
+    body = relay.body
+    changed: dict[str, Any] = {}
+    asked = body.get("model")
+    client_model = None
+    if asked != request.model:
+        changed["model"] = request.model
+        client_model = asked if isinstance(asked, str) else None
+    strip_usage = False
+    if request.stream:
+        options = body.get("stream_options")
+        if not (isinstance(options, dict) and options.get("include_usage") is True):
+            kept = options if isinstance(options, dict) else {}
+            changed["stream_options"] = {**kept, "include_usage": True}
+            strip_usage = True
+    if not changed:
+        return relay.raw, None, False
+    return orjson.dumps({**body, **changed}), client_model, strip_usage
+
+
+class _Reading:
+    """What the frames of one reply said so far."""
+
+    __slots__ = ("finish_reason", "saw_tool_call", "stop_sequence", "usage")
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.saw_tool_call = False
+
+    def choice(self, choice: object, texts: list[str], key: str) -> None:
+        """Note one choice (``key``: ``delta`` in a chunk, ``message`` in a reply)."""
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            return
+        said = choice.get(key)
+        if isinstance(said, dict):
+            reasoning = said.get("reasoning_content") or said.get("reasoning")
+            if isinstance(reasoning, str):
+                texts.append(reasoning)
+            content = said.get("content")
+            if isinstance(content, str):
+                texts.append(content)
+            calls = said.get("tool_calls")
+            if isinstance(calls, list) and calls:
+                self.saw_tool_call = True
+                for call in calls:
+                    function = call.get("function") if isinstance(call, dict) else None
+                    arguments = function.get("arguments") if isinstance(function, dict) else None
+                    if isinstance(arguments, str):
+                        texts.append(arguments)
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self.finish_reason = str(reason)
+            matched = str_or_none(choice.get("stop_reason"))  # vLLM's stop string
+            if matched is not None and reason == "stop":
+                self.stop_sequence = matched
+
+    def end(self) -> ResponseEnd:
+        stop_sequence = self.stop_sequence
+        if self.saw_tool_call:
+            stop_reason, stop_sequence = StopReason.TOOL_USE, None
+        elif stop_sequence is not None:
+            stop_reason = StopReason.STOP_SEQUENCE
+        else:
+            stop_reason = stop_reason_for(self.finish_reason)
+        return ResponseEnd(stop_reason=stop_reason, usage=self.usage, stop_sequence=stop_sequence)
+
+
+def _object(payload: bytes | str, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise BackendProtocolError(f"the backend sent {what} that is not JSON") from exc
+    if not isinstance(value, dict):
+        raise BackendProtocolError(f"the backend sent {what} that is not a JSON object")
+    return value
+
+
+def _renamed(frame: bytes, said: object, model: str) -> bytes:
+    """``frame`` naming ``model`` where it named ``said``: the name's bytes replaced
+    where they are spelled as orjson would, else the chunk written again."""
+    spelled = b'"model":' + orjson.dumps(said)
+    if spelled in frame:
+        return frame.replace(spelled, b'"model":' + orjson.dumps(model), 1)
+    return frame  # no model field as expected: left as it came
+
+
+class ChatStreamRelay:
+    """One relayed stream (module docstring): ``feed`` each read, then ``end``."""
+
+    __slots__ = ("_client_model", "_pending", "_reading", "_started", "_strip_usage", "stopped")
+
+    def __init__(self, client_model: str | None, strip_usage: bool) -> None:
+        self._client_model = client_model
+        self._strip_usage = strip_usage
+        self._pending = bytearray()
+        self._reading = _Reading()
+        self._started = False
+        self.stopped = False
+        """``[DONE]`` or an in-band error came: nothing more is read."""
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        """The events of one read: its whole frames relayed, and what they said."""
+        pending = self._pending
+        if pending:
+            # A frame that spans many reads grows in place, not by copying it per read.
+            probe = bytes(pending[-3:]) + chunk
+            if b"\n\n" not in probe and b"\r\n\r\n" not in probe:
+                pending += chunk
+                return []
+            data = bytes(pending) + chunk
+        else:
+            data = chunk
+        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+        if lf < 0 and crlf < 0:  # no frame ends in it yet
+            self._pending = bytearray(data)
+            return []
+        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        self._pending = bytearray(data[cut:])
+        return self._frames(data[:cut])
+
+    def end(self) -> list[StreamEvent]:
+        """The reply's last events once its body ended (``BackendProtocolError`` for a
+        stream that ended before it was complete)."""
+        events: list[StreamEvent] = []
+        if self._pending and not self.stopped:
+            tail, self._pending = bytes(self._pending), bytearray()
+            events = self._frames(tail + b"\n\n")
+        if self.stopped and any(isinstance(e, Relayed) and e.error for e in events):
+            return events
+        if not self._started:
+            raise BackendProtocolError("the backend's stream ended before its first chunk")
+        reading = self._reading
+        if not self.stopped and reading.finish_reason is None:
+            raise BackendProtocolError("the backend's stream ended before it finished")
+        events.append(reading.end())
+        return events
+
+    def _frames(self, complete: bytes) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        texts: list[str] = []
+        out: list[bytes] = []
+        changed = False
+        error: LLMBridgeError | None = None
+        for frame in _BOUNDARY.split(complete):
+            if error is not None:  # what the backend sent after its error goes on as is
+                if frame:
+                    out.append(frame)
+                continue
+            if not frame or self.stopped:
+                changed |= bool(frame)  # what follows the end is not passed on
+                continue
+            name, payload = _event_of(frame)
+            if payload is None or not payload.strip():
+                out.append(frame)  # a comment (keep-alive): passed on
+                continue
+            if payload.strip() == b"[DONE]":
+                self.stopped = True
+                out.append(frame)
+                continue
+            chunk = _object(payload, "a stream chunk")
+            if name == b"error" or chunk.get("error") is not None:
+                error = in_band_error(chunk.get("error", chunk))
+                self.stopped = True
+                out.append(frame)
+                continue
+            if not self._started:
+                self._started = True
+                events.append(response_start(chunk))
+            new = self._chunk(frame, chunk, texts)
+            if new is not frame:
+                changed = True
+            if new:
+                out.append(new)
+        if out:
+            data = _joined(out) if changed else complete
+            events.append(Relayed(data, "".join(texts), error))
+        return events
+
+    def _chunk(self, frame: bytes, chunk: dict[str, Any], texts: list[str]) -> bytes:
+        """Note what ``chunk`` says; the frame as the client is to get it."""
+        reading = self._reading
+        usage = chunk.get("usage")
+        if usage is not None:
+            reading.usage = reading.usage.merged(decode_usage(usage))
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                reading.choice(choice, texts, "delta")
+        if self._strip_usage:
+            if usage is not None and not choices:
+                return b""  # the usage chunk the client did not ask for
+            frame = _USAGE_NULL.sub(b"", frame)
+        if self._client_model is not None:
+            said = chunk.get("model")
+            if said is not None and said != self._client_model:
+                frame = _renamed(frame, said, self._client_model)
+        return frame
+
+
+def _joined(frames: list[bytes]) -> bytes:
+    return b"\n\n".join(frames) + b"\n\n"
+
+
+def _event_of(frame: bytes) -> tuple[bytes | None, bytes | None]:
+    """An SSE frame's event name and data (``None`` when it has none)."""
+    if frame.startswith(b"data:") and b"\n" not in frame:  # the usual frame: one line
+        return None, frame[5:]
+    name = None
+    data: list[bytes] = []
+    for line in frame.splitlines():
+        if line.startswith(b"data:"):
+            data.append(line[5:])
+        elif line.startswith(b"event:"):
+            name = line[6:].strip()
+    return name, b"\n".join(data) if data else None
+
+
+def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
+    """The events of a reply sent whole: its start, its bytes (naming ``client_model``
+    where it is set) and its end."""
+    reply = _object(raw, "a reply")
+    if reply.get("error") is not None:
+        raise in_band_error(reply["error"])
+    reading = _Reading()
+    reading.usage = decode_usage(reply.get("usage"))
+    texts: list[str] = []
+    choices = reply.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            reading.choice(choice, texts, "message")
+    data = raw
+    if client_model is not None and reply.get("model") != client_model:
+        data = orjson.dumps({**reply, "model": client_model})
+    return [response_start(reply), Relayed(data, "".join(texts)), reading.end()]
