@@ -50,7 +50,7 @@ $(STAMP): pyproject.toml
 # here serves only this machine's), and npm ci refuses a lock with optional packages
 # missing. `npm install --no-save` installs exactly what the lock pins and never rewrites it.
 $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
-	@echo "==> installing the pinned Claude Code, Codex and Gemini CLIs, the OpenCode server, ollama-js and the MCP servers everything and filesystem for the end-to-end tests (npm in $(E2E)/)"
+	@echo "==> installing the pinned Claude Code, Codex and Gemini CLIs, the OpenCode server, ollama-js, @google/genai and the MCP servers everything and filesystem for the end-to-end tests (npm in $(E2E)/)"
 	@rm -rf $(E2E)/node_modules
 	@cd $(E2E) && npm install --no-audit --no-fund --no-save
 	@touch $(E2E_STAMP)

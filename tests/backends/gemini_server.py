@@ -4,9 +4,11 @@ Google's API cannot be reached from tests, nor made to misbehave on demand: this
 answers the routes the backend calls, in the wire shapes of the Gemini API (v1beta, as
 google-genai 3.3.0 reads them), records every request (path, query, headers, JSON body),
 and answers each ``:streamGenerateContent`` / ``:batchEmbedContents`` / ``:countTokens``
-with the next queued ``Reply``: a status, headers and the bytes of the body (SSE events
-for a stream, built by ``sse``). ``GET /v1beta/models`` serves ``pages`` by
-``pageToken``; ``GET /v1beta/models/{model}`` serves ``models``.
+and each ``POST /v1beta/interactions`` (the ``gemini_interactions`` backend) with the
+next queued ``Reply``: a status, headers and the bytes of the body (SSE events for a
+stream, built by ``sse``, or ``interaction_sse`` for an interaction's named events).
+``GET /v1beta/models`` serves ``pages`` by ``pageToken``; ``GET /v1beta/models/{model}``
+serves ``models``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,20 @@ def sse(*chunks: Json | bytes) -> Reply:
             c if isinstance(c, bytes) else b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks
         ]
     )
+
+
+def interaction_sse(*events: Json | bytes, done: bool = True) -> Reply:
+    """A streamed interaction: each event ``event: <event_type>`` and its ``data:``,
+    ``data: [DONE]`` last (unless ``done`` is false); bytes are sent as given."""
+    chunks = [
+        e
+        if isinstance(e, bytes)
+        else b"event: " + str(e["event_type"]).encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
+        for e in events
+    ]
+    if done:
+        chunks.append(b"data: [DONE]\n\n")
+    return Reply(chunks=chunks)
 
 
 def json_reply(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
@@ -135,6 +151,7 @@ class GeminiServer:
             routes=[
                 Route("/v1beta/models", self._list, methods=["GET"]),
                 Route("/v1beta/models/{rest:path}", self._model, methods=["GET", "POST"]),
+                Route("/v1beta/interactions", self._scripted, methods=["POST"]),
             ]
         )
 
@@ -152,7 +169,10 @@ class GeminiServer:
         return self.seen[-1]
 
     def calls(self, method: str) -> list[Seen]:
-        """The requests made to ``:{method}`` (``streamGenerateContent``...), in order."""
+        """The requests made to ``:{method}`` (``streamGenerateContent``...), or to
+        ``/interactions`` for ``interactions``, in order."""
+        if method == "interactions":
+            return [s for s in self.seen if s.path.endswith("/interactions")]
         return [s for s in self.seen if s.path.endswith(f":{method}")]
 
     async def _record(self, request: Request) -> None:
@@ -182,6 +202,13 @@ class GeminiServer:
             if name not in self.models:
                 return _respond(google_error(404, f"models/{name} is not found.", "NOT_FOUND"))
             return _respond(json_reply(self.models[name]))
+        return self._next()
+
+    async def _scripted(self, request: Request) -> Response:
+        await self._record(request)
+        return self._next()
+
+    def _next(self) -> Response:
         if not self.queue:
             return _respond(google_error(500, "nothing scripted", "INTERNAL"))
         return _respond(self.queue.popleft())

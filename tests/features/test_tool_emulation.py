@@ -97,6 +97,14 @@ def test_tool_calls_are_read_however_they_are_wrapped(reply: str) -> None:
     assert decision.arguments == {"domain": "light", "service": "turn_on"}
 
 
+@pytest.mark.parametrize("arguments", ["[]", '["Oslo"]', "7", "true"])
+def test_arguments_that_are_not_an_object_are_healed_not_a_crash(arguments: str) -> None:
+    reply = f'{{"action": "tool_call", "tool_name": "CallService", "arguments": {arguments}}}'
+    decision = parse_decision(reply, TOOLS)
+    assert decision is not None and decision.tool_name == "CallService"
+    assert isinstance(decision.arguments, dict)
+
+
 def test_a_tool_never_offered_becomes_unknown() -> None:
     decision = parse_decision('{"action": "tool_call", "tool_name": "LaunchRockets"}', TOOLS)
     assert decision is not None and decision.tool_name == "unknown"

@@ -54,6 +54,7 @@ from llmbridge.gateway.routes import (
     anthropic,
     completions,
     gemini,
+    interactions,
     ollama,
     openai,
     responses,
@@ -162,7 +163,16 @@ def test_every_route_is_described() -> None:
     """Adding a route means describing it (HEAD: only where a route lists it itself)."""
     served = {
         (method, route.path.replace(":path}", "}"))
-        for module in (system, ollama, openai, responses, completions, anthropic, gemini)
+        for module in (
+            system,
+            ollama,
+            openai,
+            responses,
+            completions,
+            anthropic,
+            gemini,
+            interactions,
+        )
         for route in module.routes
         # A WebSocket (the Responses API's) is no HTTP operation: its frames are POSTs.
         for method in getattr(route, "methods", None) or ()

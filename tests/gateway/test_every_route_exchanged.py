@@ -93,6 +93,12 @@ CALLS: list[tuple[str, str, dict[str, Any] | None, bool]] = [
         True,
     ),
     ("POST", "/v1/models/scripted:unknownMethod", GEMINI, False),
+    ("POST", "/v1beta/interactions", {"model": "scripted", "input": "hi"}, True),
+    ("GET", "/v1beta/interactions/int_missing", None, False),
+    ("DELETE", "/v1beta/interactions/int_missing", None, False),
+    ("POST", "/v1/interactions", {"model": "scripted", "input": "hi"}, True),
+    ("GET", "/v1/interactions/int_missing", None, False),
+    ("DELETE", "/v1/interactions/int_missing", None, False),
     ("GET", "/v1beta/models", None, False),
     ("GET", "/v1beta/models/scripted", None, False),
     ("POST", "/v1beta/models/scripted:unknownMethod", GEMINI, False),
@@ -211,9 +217,9 @@ def test_every_route_is_recorded_once_with_its_status(
             assert by_id[request_id]["status"] == status, path
     recorded = sorted(row["status"] for row in rows)
     assert recorded == sorted(status for _, status, _ in statuses)
-    # The unknown stored response (GET, DELETE) and the unknown Gemini method (under
-    # both prefixes): recorded 404s.
-    assert sum(1 for _, status, _ in statuses if status == 404) == 4
+    # The unknown stored response (GET, DELETE), the unknown Gemini method and the
+    # unknown stored interaction (GET, DELETE; both under both prefixes): recorded 404s.
+    assert sum(1 for _, status, _ in statuses if status == 404) == 8
 
 
 def test_a_model_outside_the_keys_globs_is_refused_on_every_route(

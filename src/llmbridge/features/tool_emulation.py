@@ -379,6 +379,10 @@ def parse_decision(text: str, tools: Sequence[ToolDefinition]) -> Decision | Non
         if tool is None:
             return Decision("tool_call", tool_name="unknown", arguments={})
         raw = data.get("arguments", data.get("parameters"))
+        if raw is not None and not isinstance(raw, str | dict):
+            # A list or a number where the object goes (a small model's, repaired):
+            # healed as the JSON text it is, so it becomes {"raw": ...}, not a 500.
+            raw = orjson.dumps(raw).decode()
         healed = heal_arguments(raw, tool.input_schema, tool_name=tool.name)
         arguments = _allowed(healed.arguments, tool.input_schema)
         return Decision("tool_call", tool_name=tool.name, arguments=arguments)

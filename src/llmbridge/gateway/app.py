@@ -6,8 +6,9 @@ when ``mcp.servers`` or ``mcp.allowed_urls`` names any, the MCP gateway (``/mcp`
 The product's database (store/database.py) is one ``Database`` per process, opened and
 migrated once in the lifespan by the first part that needs it (``GatewayState.database``,
 an ``OpenOnce``) and handed to each product's repository: the accounts' ``KeyStore``,
-the agent runtime's ``AgentStore``, the stored Responses (opened at start whether the
-agent serves or not: ``stored_responses.stored_responses_on``) and the usage ledger. It is
+the agent runtime's ``AgentStore``, the stored Responses and interactions (opened at
+start whether the agent serves or not: ``stored_responses.stored_responses_on``) and the
+usage ledger. It is
 closed once, last, at shutdown."""
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from llmbridge.gateway.routes import (
     anthropic,
     completions,
     gemini,
+    interactions,
     ollama,
     openai,
     responses,
@@ -423,6 +425,7 @@ def create_app(
             *gemini.routes,
             *openai.routes,
             *responses.routes,
+            *interactions.routes,
             *completions.routes,
             *anthropic.routes,
             *gemini.unknown_methods,

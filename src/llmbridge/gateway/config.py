@@ -32,6 +32,7 @@ backend and serves any model name. Example file::
       vllm: {type: openai, url: "http://127.0.0.1:8000/v1", api_key: "..."}
       claude: {type: anthropic}       # api.anthropic.com, key from ANTHROPIC_API_KEY
       gemini: {type: gemini}          # generativelanguage.googleapis.com, key from GEMINI_API_KEY
+      gemini-next: {type: gemini_interactions}  # the same, through Google's Interactions API
     models:                           # first match wins; exact names before globs
       - {name: "qwen3", backend: gpu-box, model: "qwen3:8b", aliases: ["qwen"]}
       - {name: "claude-*", backend: gpu-box, model: "qwen3:8b"}
@@ -623,6 +624,7 @@ def _apply_opencode_overrides(raw: dict[str, Any], overrides: dict[str, Any]) ->
 _BACKEND_SECRETS = {
     "anthropic": ("api_key", "ANTHROPIC_API_KEY", False),
     "gemini": ("api_key", "GEMINI_API_KEY", False),
+    "gemini_interactions": ("api_key", "GEMINI_API_KEY", False),
     "opencode": ("password", "OPENCODE_SERVER_PASSWORD", True),  # spawned: it makes its own
 }
 

@@ -1,15 +1,17 @@
 """The gateway's OpenAPI 3.1 description, served at ``GET /openapi.json``.
 
 One operation per route the gateway always serves (``routes/system.py``, ``ollama.py``,
-``openai.py``, ``completions.py``, ``anthropic.py``, ``gemini.py``); the agent service's
-``/agent/...`` routes, on only when configured (docs/AGENT.md), are not described yet.
+``openai.py``, ``completions.py``, ``anthropic.py``, ``gemini.py``, ``interactions.py``);
+the agent service's ``/agent/...`` routes, on only when configured (docs/AGENT.md), are
+not described yet.
 Request bodies are the dialects' own pydantic wire types (``dialects/*/types.py``) through
 ``model_json_schema()``, their ``$defs`` hoisted into ``components/schemas`` under a
 dialect prefix (``OllamaTool``, ``OpenAITool`` and ``AnthropicTool`` are different
 shapes). Replies are described
 loosely (the keys every client reads, anything else allowed); every 4xx/5xx is the error
 body of the route's dialect (``web/render.py``): ``/api/*`` Ollama, ``/v1/messages*``
-Anthropic, ``/v1beta/*`` and ``/v1/models/{model}:{method}`` Gemini, the rest OpenAI.
+Anthropic, ``/v1beta/*``, ``/v1/interactions*`` and ``/v1/models/{model}:{method}``
+Gemini (Google's shape), the rest OpenAI.
 Gemini's ``GET /v1/models[/{model}]`` for Gemini clients shares its path with OpenAI's
 and is not described apart (an OpenAPI path has one ``get``). The fuzz tests
 (tests/fuzz/) drive every operation from this document.
@@ -34,6 +36,7 @@ from llmbridge import __version__
 from llmbridge.dialects.anthropic import types as anthropic
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.gemini import types as gemini
+from llmbridge.dialects.interactions import types as interactions
 from llmbridge.dialects.ollama import types as ollama
 from llmbridge.dialects.openai import types as openai
 from llmbridge.dialects.responses import types as responses
@@ -253,6 +256,16 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
         models={"type": "array", "items": _ref("GeminiModel")},
         nextPageToken=_STR,
     ),
+    "Interaction": _obj(
+        ("id", "object", "status", "model", "steps"),
+        id=_STR,
+        object={"const": "interaction"},
+        status={"enum": ["completed", "requires_action", "incomplete", "failed"]},
+        model=_STR,
+        steps=_ARRAY,
+        usage=_OBJECT,
+    ),
+    "InteractionDeleted": {"type": "object", "maxProperties": 0},
     "Health": _obj(  # without a valid key (when keys are configured): the status alone
         ("status",),
         status={"enum": ["up", "degraded", "down"]},
@@ -352,6 +365,16 @@ _OPERATIONS: tuple[_Operation, ...] = (
             ("post", f"{version}/models/{{model}}:batchEmbedContents",
              f"geminiBatchEmbedContents{suffix}", "Gemini embeddings of several texts.",
              gemini.BatchEmbedContentsRequest, "GeminiBatchEmbedContentsResponse", None),
+            ("post", f"{version}/interactions", f"interactionsCreate{suffix}",
+             "Google Interactions create (stored unless store is false).",
+             interactions.CreateInteractionRequest, "Interaction", _SSE),
+            ("get", f"{version}/interactions/{{interaction_id}}", f"interactionsGet{suffix}",
+             "A stored interaction (the caller's key's own; include_input, stream).", None,
+             "Interaction", _SSE),
+            ("delete", f"{version}/interactions/{{interaction_id}}",
+             f"interactionsDelete{suffix}",
+             "Delete a stored interaction (the caller's key's own): 200 with {}.", None,
+             "InteractionDeleted", None),
         )
     ),
 )  # fmt: skip
@@ -361,6 +384,8 @@ _OPERATIONS: tuple[_Operation, ...] = (
 _BODY_PREFIX: dict[type[BaseModel], str] = {
     responses.ResponsesRequestBody: "OpenAIResponses",
     responses.InputTokensRequestBody: "OpenAIResponses",
+    # The Interactions API shares Gemini's errors and routes' prefix, not its names.
+    interactions.CreateInteractionRequest: "Interactions",
 }
 
 
@@ -387,6 +412,8 @@ def _stream_item(media_type: str, dialect: Dialect, reply: str | None) -> JSON:
     if dialect is Dialect.ANTHROPIC:
         json_data = {"type": "string", "contentMediaType": "application/json"}
         return _obj(("event", "data"), event=_STR, data=json_data)
+    if reply == "Interaction":  # named events, their data JSON, then "data: [DONE]"
+        return _obj(("data",), event=_STR, data=_STR)
     if dialect is Dialect.GEMINI:  # every event's data is JSON; no [DONE]
         return _obj(("data",), data={"type": "string", "contentMediaType": "application/json"})
     return _obj(("data",), data=_STR)  # OpenAI's last event is "data: [DONE]"
@@ -396,7 +423,7 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
     method, path, operation_id, summary, body, reply, streamed = op
     dialect = dialect_for_path(path)
     ok: JSON = {"description": "Success."}
-    if dialect is Dialect.GEMINI and streamed is not None:
+    if path.endswith(":streamGenerateContent") and streamed is not None:
         # Always streamed: SSE with ?alt=sse, else one JSON array of the same objects
         # (the error object last when the stream fails), which the Google SDKs read.
         element = {"anyOf": [_ref(reply or ""), _ref("GeminiError")]}
@@ -429,12 +456,17 @@ def _operation(op: _Operation, schemas: JSON) -> JSON:
             "description": "No backend is reachable.",
             "content": {"application/json": {"schema": _ref("Health")}},
         }
-    for name in ("model_id", "response_id", "model"):
+    for name in ("model_id", "response_id", "interaction_id", "model"):
         if "{" + name + "}" in path:
             operation["parameters"] = [
                 {"name": name, "in": "path", "required": True, "schema": _STR}
             ]
-    if path.endswith(":streamGenerateContent"):
+    if method == "get" and path.endswith("/{interaction_id}"):
+        operation["parameters"] += [
+            {"name": flag, "in": "query", "required": False, "schema": {"enum": ["true", "false"]}}
+            for flag in ("include_input", "stream")
+        ]
+    if path.endswith(":streamGenerateContent") and streamed is not None:
         alt = {"name": "alt", "in": "query", "required": False, "schema": {"enum": ["sse", "json"]}}
         operation["parameters"].append(alt)
     if body is not None:

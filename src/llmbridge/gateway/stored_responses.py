@@ -1,6 +1,9 @@
 """``ResponseStore``: the Responses API's stored responses (``POST /v1/responses`` with
-``store``), the repository of the ``responses`` table on the product's ``Database``
-(store/database.py), which the gateway opens once and hands to it.
+``store``) and the Interactions API's stored interactions, the repository of the
+``responses`` table on the product's ``Database`` (store/database.py), which the gateway
+opens once and hands to it. Each API (``StoredApi``: ``RESPONSES``, ``INTERACTIONS``)
+has its own rows (``responses.api``) and its own words for a missing one; a store reads
+only its API's (``ResponseStore.for_api``), so an interaction's id is not a response's.
 
 A row holds the conversation a response answered (every input item, a continued
 response's earlier turns included, so continuing needs one lookup, never a walk back
@@ -37,9 +40,34 @@ from llmbridge.store.database import Database
 from llmbridge.store.tables import ResponseRow
 from llmbridge.store.values import storable, storable_text
 
-__all__ = ["Chain", "ResponseRecord", "ResponseStore", "not_found", "stored_responses_on"]
+__all__ = [
+    "INTERACTIONS",
+    "RESPONSES",
+    "Chain",
+    "ResponseRecord",
+    "ResponseStore",
+    "StoredApi",
+    "not_found",
+    "stored_responses_on",
+]
 
-_PREVIOUS_RESPONSE_ID = "previous_response_id"
+
+@dataclass(frozen=True, slots=True)
+class StoredApi:
+    """An API whose replies are stored here: the rows' ``api``, and its words."""
+
+    name: str
+    """``responses.api`` of its rows."""
+    noun: str
+    """What one is called in an error (``Response``, ``Interaction``)."""
+    previous_field: str
+    """The request field that continues one (``previous_response_id``)."""
+
+
+RESPONSES = StoredApi("responses", "Response", "previous_response_id")
+"""OpenAI's Responses API (``POST /v1/responses``)."""
+INTERACTIONS = StoredApi("interactions", "Interaction", "previous_interaction_id")
+"""Google's Interactions API (``POST /{v1beta|v1}/interactions``)."""
 
 
 def stored_responses_on(agent: AgentConfig) -> bool:
@@ -51,17 +79,22 @@ def stored_responses_on(agent: AgentConfig) -> bool:
     return agent.store_responses != "off" or agent.enabled
 
 
-def not_found(response_id: str, *, param: str | None = None) -> NotFoundError:
+def not_found(
+    response_id: str, *, param: str | None = None, api: StoredApi = RESPONSES
+) -> NotFoundError:
     """The error for a response that is not there or not the caller's (OpenAI's
     wording; ``param`` names the field that gave the id)."""
-    if param == _PREVIOUS_RESPONSE_ID:
-        # OpenAI's code, on which Codex sends the whole conversation again.
+    noun = api.noun
+    if param == api.previous_field:
+        # A continued reply that is gone; the Responses API's has OpenAI's code, on
+        # which Codex sends the whole conversation again.
+        code = "previous_response_not_found" if api == RESPONSES else None
         return NotFoundError(
-            f"Previous response with id {response_id!r} not found.",
+            f"Previous {noun.lower()} with id {response_id!r} not found.",
             param=param,
-            code="previous_response_not_found",
+            code=code,
         )
-    return NotFoundError(f"Response with id {response_id!r} not found.", param=param)
+    return NotFoundError(f"{noun} with id {response_id!r} not found.", param=param)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +132,16 @@ class Chain:
     chain_bytes: int = 0
     """What every response of the chain stores, added up."""
 
-    def check_continued(self, input_bytes: int, limits: RequestLimits) -> None:
-        """Refuse, naming ``previous_response_id``, a continuation that would take the
-        chain past ``limits``: its ``turns + 1``-th response, or one whose store would
-        hold at least the conversation so far and the new ``input_bytes``."""
+    def check_continued(
+        self, input_bytes: int, limits: RequestLimits, field: str = RESPONSES.previous_field
+    ) -> None:
+        """Refuse, naming ``field`` (``previous_response_id``), a continuation that would
+        take the chain past ``limits``: its ``turns + 1``-th response, or one whose store
+        would hold at least the conversation so far and the new ``input_bytes``."""
         turns = self.turns + 1
         if turns > limits.max_chain_turns:
             raise chain_error(
-                _PREVIOUS_RESPONSE_ID,
+                field,
                 turns,
                 limits.max_chain_turns,
                 "max_chain_turns",
@@ -115,7 +150,7 @@ class Chain:
         at_least = self.chain_bytes + self.conversation_bytes + input_bytes
         if at_least > limits.max_chain_bytes:
             raise chain_error(
-                _PREVIOUS_RESPONSE_ID,
+                field,
                 at_least,
                 limits.max_chain_bytes,
                 "max_chain_bytes",
@@ -135,10 +170,23 @@ class Chain:
 
 
 class ResponseStore:
-    """Stored responses on ``database``."""
+    """Stored responses (or another ``StoredApi``'s replies) on ``database``."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, api: StoredApi = RESPONSES) -> None:
         self.database = database
+        self.api = api
+
+    def for_api(self, api: StoredApi) -> ResponseStore:
+        """The store of ``api``'s replies, on the same database."""
+        return self if api == self.api else ResponseStore(self.database, api)
+
+    def _where(self, response_id: str, owner: str | None) -> tuple[Any, ...]:
+        """The row with ``response_id``, of this API, visible to ``owner``."""
+        return (
+            ResponseRow.id == response_id,
+            ResponseRow.api == self.api.name,
+            private_to(ResponseRow.owner, owner),
+        )
 
     async def put(
         self,
@@ -160,6 +208,7 @@ class ResponseStore:
         chain = chain or Chain(turns=1)
         row = ResponseRow(
             id=response_id,
+            api=self.api.name,
             owner=owner,
             created_at=created_at,
             model=storable_text(model),
@@ -178,9 +227,7 @@ class ResponseStore:
 
     async def find(self, response_id: str, owner: str | None = None) -> ResponseRecord | None:
         """The response, or ``None`` when it is not there or not ``owner``'s."""
-        query = select(ResponseRow).where(
-            ResponseRow.id == response_id, private_to(ResponseRow.owner, owner)
-        )
+        query = select(ResponseRow).where(*self._where(response_id, owner))
         async with self.database.reading() as db:
             row = (await db.execute(query)).scalar_one_or_none()
             return None if row is None else _record(row)
@@ -192,11 +239,11 @@ class ResponseStore:
         conversation); ``NotFoundError`` (naming ``param``) as ``get``."""
         query = select(
             ResponseRow.chain_turns, ResponseRow.conversation_bytes, ResponseRow.chain_bytes
-        ).where(ResponseRow.id == response_id, private_to(ResponseRow.owner, owner))
+        ).where(*self._where(response_id, owner))
         async with self.database.reading() as db:
             found = (await db.execute(query)).one_or_none()
         if found is None:
-            raise not_found(response_id, param=param)
+            raise not_found(response_id, param=param, api=self.api)
         turns, conversation_bytes, chain_bytes = found
         return Chain(int(turns), int(conversation_bytes), int(chain_bytes))
 
@@ -206,18 +253,16 @@ class ResponseStore:
         """The response; ``NotFoundError`` (naming ``param``) when ``find`` has none."""
         found = await self.find(response_id, owner)
         if found is None:
-            raise not_found(response_id, param=param)
+            raise not_found(response_id, param=param, api=self.api)
         return found
 
     async def delete(self, response_id: str, owner: str | None = None) -> None:
         """Delete the response; ``NotFoundError`` when it is not there or not ``owner``'s."""
-        query = delete(ResponseRow).where(
-            ResponseRow.id == response_id, private_to(ResponseRow.owner, owner)
-        )
+        query = delete(ResponseRow).where(*self._where(response_id, owner))
         async with self.database.writing() as db:
             result = await db.execute(query)
         if not getattr(result, "rowcount", 0):
-            raise not_found(response_id)
+            raise not_found(response_id, api=self.api)
 
 
 def _record(row: ResponseRow) -> ResponseRecord:

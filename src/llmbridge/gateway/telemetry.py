@@ -89,6 +89,7 @@ PROVIDERS = {
     "openai_responses": "openai",
     "anthropic": "anthropic",
     "gemini": "gcp.gemini",
+    "gemini_interactions": "gcp.gemini",
 }
 """Backend kinds with a ``gen_ai.provider.name`` of the conventions' own; any other
 kind (ollama, embedded, opencode, scripted) is named by its kind."""

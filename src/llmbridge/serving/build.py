@@ -84,6 +84,10 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
         from llmbridge.backends.gemini import GeminiBackend
 
         return GeminiBackend(name, config.url, api_key=config.api_key, http=http)
+    if config.type == "gemini_interactions":
+        from llmbridge.backends.gemini_interactions import GeminiInteractionsBackend
+
+        return GeminiInteractionsBackend(name, config.url, api_key=config.api_key, http=http)
     backend: Backend
     if config.type == "ollama":
         from llmbridge.backends.ollama import OllamaBackend

@@ -137,9 +137,13 @@ class AnthropicBackendConfig(_HTTPConnectionConfig):
 
 class GeminiBackendConfig(_HTTPConnectionConfig):
     """Google's Gemini API (AI Studio's ``generativelanguage``), or any server with a
-    Gemini front (another llmbridge): backends/gemini.py, docs/GEMINI.md."""
+    Gemini front (another llmbridge): backends/gemini.py, docs/GEMINI.md; or its
+    Interactions API (an Interactions front)."""
 
-    type: Literal["gemini"]
+    type: Literal["gemini", "gemini_interactions"]
+    """``gemini``: ``generateContent`` (backends/gemini.py); ``gemini_interactions``:
+    Google's Interactions API, ``POST /v1beta/interactions``
+    (backends/gemini_interactions.py, docs/INTERACTIONS.md)."""
     url: str = "https://generativelanguage.googleapis.com"
     api_key: str | None = None
     """Defaults to the ``GEMINI_API_KEY`` environment variable."""

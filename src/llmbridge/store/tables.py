@@ -347,13 +347,17 @@ class DocumentTerm(Base):
 
 
 class ResponseRow(Base):
-    """A response ``POST /v1/responses`` stored (``gateway.stored_responses``): the conversation
-    it answered and what it answered, private to the key that created it."""
+    """A response ``POST /v1/responses`` stored, or an interaction of Google's Interactions
+    API (``gateway.stored_responses``): the conversation it answered and what it
+    answered, private to the key that created it."""
 
     __tablename__ = "responses"
 
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    """The response's id as the client got it (``resp_...``)."""
+    """The response's id as the client got it (``resp_...``, ``int_...``)."""
+    api: Mapped[str] = mapped_column(String(20), default="responses", server_default="responses")
+    """The API that stored it (migration 0012): ``responses`` or ``interactions``; each
+    API reads only its own."""
     owner: Mapped[str | None] = mapped_column(String(64), default=None)
     """The API key that created it (``agent.store.access``): only that key sees it."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

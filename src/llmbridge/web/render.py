@@ -1,8 +1,9 @@
 """Errors rendered in the caller's dialect, with the right status code.
 
 Which dialect a request speaks is decided by its path: ``/api/*`` is Ollama,
-``/v1/messages*`` is Anthropic, ``/v1beta/*`` and ``/v1/models/{model}:{method}`` for one
-of Gemini's methods (``generateContent``...) are Gemini, any other ``/v1/*`` is OpenAI,
+``/v1/messages*`` is Anthropic, ``/v1beta/*``, ``/v1/interactions*`` (Google's
+Interactions API) and ``/v1/models/{model}:{method}`` for one of Gemini's methods
+(``generateContent``...) are Gemini, any other ``/v1/*`` is OpenAI,
 and ``/mcp`` and ``/mcp/*`` (the MCP gateway, mcp/) answer as MCP clients read an HTTP
 error: a JSON-RPC error body (dialects/jsonrpc.py). Everything else (``/health``,
 ``/metrics``) answers in OpenAI's shape, the most widely parsed one. (Gemini's
@@ -72,6 +73,9 @@ def dialect_for_path(path: str) -> Dialect:
     if path.startswith("/v1/messages"):
         return Dialect.ANTHROPIC
     if path.startswith("/v1beta/") or path == "/v1beta":
+        return Dialect.GEMINI
+    # Google's Interactions API on the JS SDK's default version: Google's errors too.
+    if path == "/v1/interactions" or path.startswith("/v1/interactions/"):
         return Dialect.GEMINI
     # Model names may hold colons (``qwen3:8b``): the method is after the last one, and
     # only a Gemini method makes an OpenAI path (``GET /v1/models/qwen3:8b``) Gemini's.

@@ -131,10 +131,12 @@ def metric_model(resolved: Resolved, default_model: str | None) -> str | None:
 def ledger_dialect(endpoint: str, dialect: Dialect) -> str:
     """The API a request spoke, as the usage ledger's ``dialect`` names it: the
     caller's dialect, told apart where one dialect has several APIs (``responses``,
-    ``completions``) and ``agent`` for the agent service. ``endpoint`` is a route's
-    template, so the cache stays small."""
+    ``completions``, Google's ``interactions``) and ``agent`` for the agent service.
+    ``endpoint`` is a route's template, so the cache stays small."""
     if endpoint.startswith("/v1/responses"):
         return "responses"
+    if endpoint.startswith("/v1beta/interactions"):
+        return "interactions"
     if endpoint == "/v1/completions":
         return "completions"
     if endpoint.startswith("/agent"):

@@ -37,11 +37,9 @@ issued to what serving left out for the backend (``pipeline.DROPPED_ITEMS_HEADER
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,8 +47,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from llmbridge.agent.config import AgentConfig
-from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.hosted_mcp import HostedEvent, HostedReply, hosted_mcp_of
 from llmbridge.core.ids import new_id
@@ -67,10 +63,8 @@ from llmbridge.dialects.responses.compaction import (
     kept_messages,
 )
 from llmbridge.dialects.responses.continuation import (
-    PREVIOUS_RESPONSE_ID,
     check_response_id,
     continued_body,
-    input_bytes,
     input_items,
     marked,
 )
@@ -86,23 +80,24 @@ from llmbridge.gateway.pipeline import (
     serve_chat,
 )
 from llmbridge.gateway.routes.responses_socket import (
-    Remembered,
     SocketSession,
     responses_socket,
     socket_session,
 )
-from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.gateway.stored_responses import (
-    Chain,
-    ResponseStore,
-    not_found,
-    stored_responses_on,
+from llmbridge.gateway.state import GatewayState
+from llmbridge.gateway.stateful import (
+    Continued,
+    Decode,
+    Stateful,
+    asked_to_keep,
+    continued,
+    save,
+    store_for,
+    store_if_open,
 )
+from llmbridge.gateway.stored_responses import RESPONSES, ResponseStore
 from llmbridge.web.auth import caller_identity
-from llmbridge.web.bodies import parse_json, read_body
 from llmbridge.web.render import Dialect, header_value
-
-log = logging.getLogger("llmbridge.gateway")
 
 __all__ = ["IGNORED_TOOLS_HEADER", "routes"]
 
@@ -113,7 +108,7 @@ IGNORED_TOOLS_MAX_BYTES = 1024
 types are the client's strings: unbounded, a megabyte of them broke the OpenAI SDK,
 whose HTTP library refuses a response head over 64 KiB."""
 
-RESPONSES = ChatCodec(
+RESPONSES_CODEC = ChatCodec(
     dialect=Dialect.OPENAI,
     endpoint="/v1/responses",
     encode_stream=responses.encode_chat_stream,
@@ -191,18 +186,17 @@ async def create_response(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
     owner = caller_identity(request)
     session = socket_session(request.scope)
-    continued = await _continued(request, state, responses.decode_chat_request)
-    chat, body, previous = continued.chat, continued.body, continued.previous
-    store = _store_if_open(request)
-    keep = store is not None and _asked_to_keep(body.get("store"), state.config.agent)
+    found = await _continued(request, state, responses.decode_chat_request)
+    chat, body, previous = found.chat, found.body, found.previous
+    store = store_if_open(request, STORED_RESPONSES)
+    keep = store is not None and asked_to_keep(body.get("store"), state.config.agent)
     if keep or previous is not None:
         chat = marked(chat, stored=keep, previous_response_id=previous)
     keeper = None
     if keep or session is not None:
-        kept_in = store if keep else None
-        keeper = _Keeper(kept_in, owner, body, continued.chain, continued.input_bytes, session)
+        keeper = _Keeper(store if keep else None, owner, found, session)
     hosted = hosted_mcp_of(chat)
-    codec = COMPACTION_RESPONSES if chat.compaction else RESPONSES
+    codec = COMPACTION_RESPONSES if chat.compaction else RESPONSES_CODEC
     if keeper is not None:
         codec = keeper.codec(codec)
     if body.get("generate") is False:
@@ -223,9 +217,9 @@ async def compact_response(request: Request, exchange: Exchange) -> Response:
     """``POST /v1/responses/compact``: the conversation compacted, answered as the
     ``response.compaction`` object (its user messages, then one ``compaction`` item),
     never streamed and never stored."""
-    continued = await _continued(request, exchange.state, _decode_compact_request)
-    kept = kept_messages(continued.body.get("input"))
-    chat = replace(continued.chat, compaction=True, stream=False)
+    found = await _continued(request, exchange.state, _decode_compact_request)
+    kept = kept_messages(found.body.get("input"))
+    chat = replace(found.chat, compaction=True, stream=False)
 
     def encode(reply: ChatResponse, served: ChatRequest) -> dict[str, Any]:
         return compacted_response(reply, kept)
@@ -282,7 +276,8 @@ async def retrieve_response(request: Request, exchange: Exchange) -> Response:
     """``GET /v1/responses/{response_id}``: the stored response object."""
     response_id = request.path_params["response_id"]
     check_response_id(response_id, "response_id")
-    stored = await _store_for(request, response_id).get(response_id, caller_identity(request))
+    store = store_for(request, STORED_RESPONSES, response_id)
+    stored = await store.get(response_id, caller_identity(request))
     exchange.asked(stored.model)
     return _json(stored.response_object(), exchange.request_id)
 
@@ -292,7 +287,8 @@ async def delete_response(request: Request, exchange: Exchange) -> Response:
     """``DELETE /v1/responses/{response_id}``."""
     response_id = request.path_params["response_id"]
     check_response_id(response_id, "response_id")
-    await _store_for(request, response_id).delete(response_id, caller_identity(request))
+    store = store_for(request, STORED_RESPONSES, response_id)
+    await store.delete(response_id, caller_identity(request))
     deleted = {"id": response_id, "object": "response.deleted", "deleted": True}
     return _json(deleted, exchange.request_id)
 
@@ -306,131 +302,35 @@ def _json(body: object, request_id: str) -> Response:
 # -- the stored responses ----------------------------------------------------------
 
 
-def _asked_to_keep(store: object, config: AgentConfig) -> bool:
-    """Whether a reply is kept, by the request's ``store`` and ``agent.store_responses``."""
-    if config.store_responses == "default":
-        return store is not False
-    return config.store_responses == "explicit" and store is True
+def _created_at(response: dict[str, Any]) -> datetime:
+    return datetime.fromtimestamp(response["created_at"], UTC)
 
 
-def _may_keep(body: dict[str, Any], state: GatewayState) -> bool:
-    """Whether the reply to ``body`` is kept, if the store is open."""
-    agent = state.config.agent
-    return stored_responses_on(agent) and _asked_to_keep(body.get("store"), agent)
+STORED_RESPONSES = Stateful(
+    api=RESPONSES,
+    check_id=check_response_id,
+    input_items=input_items,
+    continued_body=continued_body,
+    output_field="output",
+    instructions_field="instructions",
+    created_at=_created_at,
+)
+"""How Responses are kept and continued (gateway/stateful.py)."""
 
 
-def _store_if_open(request: Request) -> ResponseStore | None:
-    """The stored responses, or ``None`` when they are off or not open."""
-    state = state_of(request)
-    if not stored_responses_on(state.config.agent):
-        return None
-    return state.responses
-
-
-def _store_for(request: Request, response_id: str) -> ResponseStore:
-    """The stored responses, for a request that needs them: 404 when they are off
-    (no response can exist), 503 when they are on but the database did not open."""
-    state = state_of(request)
-    if not stored_responses_on(state.config.agent):
-        raise NotFoundError(
-            f"Response with id {response_id!r} not found: llmbridge stores no responses "
-            "here (agent.store_responses: off, agent.enabled: false)."
-        )
-    store = _store_if_open(request)
-    if store is None:
-        error = state.responses_error
-        reason = f" ({error}; see the gateway log)" if error else ""
-        raise ServiceUnavailableError(
-            f"stored responses are unavailable: the database could not be opened{reason}"
-        )
-    return store
-
-
-Decode = Callable[[Any, RequestLimits], ChatRequest]
-
-
-@dataclass(frozen=True, slots=True)
-class _Continued:
-    """A request body decoded, continued from its ``previous_response_id``."""
-
-    chat: ChatRequest
-    body: dict[str, Any]
-    """The body decoded: with the stored conversation when it continued one."""
-    previous: str | None
-    """The response it continued (``None``: none, or responses are not stored)."""
-    chain: Chain
-    """That response's chain (``Chain()`` when it continued none)."""
-    input_bytes: int
-    """The body's own ``input`` items as JSON: what its stored response adds."""
+async def _continued(request: Request, state: GatewayState, decode: Decode) -> Continued:
+    """The body decoded and continued (``stateful.continued``): from the latest response
+    of the socket a frame came in on (responses_socket.py), else a stored one."""
+    session = socket_session(request.scope)
+    return await continued(request, state, decode, STORED_RESPONSES, session)
 
 
 async def _decoded(
     request: Request, state: GatewayState, decode: Decode
 ) -> tuple[ChatRequest, dict[str, Any], str | None]:
     """``_continued``'s request, body and continued response id."""
-    continued = await _continued(request, state, decode)
-    return continued.chat, continued.body, continued.previous
-
-
-async def _continued(request: Request, state: GatewayState, decode: Decode) -> _Continued:
-    """The body decoded, continued from its ``previous_response_id``: the latest
-    response of the socket a frame came in on (responses_socket.py), else a stored one
-    when responses are stored, refused (400 naming the field) when that would take the
-    chain past ``server.limits.max_chain_*``, before its conversation is loaded.
-
-    As ``web.bodies.read_chat`` does, a large body is parsed and decoded off the event
-    loop; so is every continued one, whose stored conversation may be long."""
-    limits = state.limits
-    raw = await read_body(request, limits.max_body_bytes)
-    offload = len(raw) > limits.offload_bytes
-    body = await asyncio.to_thread(parse_json, raw, limits) if offload else parse_json(raw, limits)
-    previous = body.get(PREVIOUS_RESPONSE_ID) if isinstance(body, dict) else None
-    session = socket_session(request.scope)
-    size = 0
-    if isinstance(body, dict) and (
-        isinstance(previous, str) or session is not None or _may_keep(body, state)
-    ):
-        # Measured only where a chain grows or is judged, or a socket keeps it: Codex
-        # sends "store": false with inputs of megabytes over HTTP, and would pay for
-        # nothing.
-        new_input = body.get("input")
-        size = (
-            await asyncio.to_thread(input_bytes, new_input) if offload else input_bytes(new_input)
-        )
-    chain = Chain()
-    if isinstance(previous, str):
-        check_response_id(previous, PREVIOUS_RESPONSE_ID)
-    remembered = (
-        session.find(previous) if session is not None and isinstance(previous, str) else None
-    )
-    if remembered is not None and isinstance(body, dict):
-        # The socket's own latest response (responses_socket.py), stored or not.
-        chain = remembered.chain
-        if _may_keep(body, state):
-            chain.check_continued(size, limits)
-        body = continued_body(body, remembered.input, remembered.output)
-        offload = True
-    elif (
-        isinstance(previous, str)
-        and session is not None
-        and not stored_responses_on(state.config.agent)
-    ):
-        # On a socket, a response it does not hold is OpenAI's not-found, whatever is
-        # stored: Codex then sends the whole conversation.
-        raise not_found(previous, param=PREVIOUS_RESPONSE_ID)
-    elif isinstance(previous, str) and stored_responses_on(state.config.agent):
-        owner = caller_identity(request)
-        store = _store_for(request, previous)
-        chain = await store.chain(previous, owner, param=PREVIOUS_RESPONSE_ID)
-        chain.check_continued(size, limits)
-        stored = await store.get(previous, owner, param=PREVIOUS_RESPONSE_ID)
-        body = continued_body(body, stored.input, stored.output)
-        offload = True
-    else:
-        # Without the store, the dialect's 400 names the field (docs/RESPONSES.md).
-        previous = None
-    chat = await asyncio.to_thread(decode, body, limits) if offload else decode(body, limits)
-    return _Continued(chat, body, previous, chain, size)
+    found = await _continued(request, state, decode)
+    return found.chat, found.body, found.previous
 
 
 EndingStream = Callable[
@@ -449,14 +349,10 @@ class _Keeper:
         self,
         store: ResponseStore | None,
         owner: str | None,
-        body: dict[str, Any],
-        chain: Chain,
-        input_bytes: int,
+        found: Continued,
         session: SocketSession | None,
     ) -> None:
-        self.store, self.owner, self.body, self.session = store, owner, body, session
-        self.chain, self.input_bytes = chain, input_bytes
-        """The chain the response continues, and what its new input adds to it."""
+        self.store, self.owner, self.found, self.session = store, owner, found, session
         self.ended: dict[str, Any] | None = None
         """The object of a reply that was not streamed, to keep after encoding."""
         self.hosted_codec = replace(
@@ -466,7 +362,7 @@ class _Keeper:
         )
 
     def codec(self, codec: ChatCodec) -> ChatCodec:
-        """``codec`` (``RESPONSES`` or ``COMPACTION_RESPONSES``) with its encoders
+        """``codec`` (``RESPONSES_CODEC`` or ``COMPACTION_RESPONSES``) with its encoders
         catching the response object."""
         stream: EndingStream = codec.encode_stream  # type: ignore[assignment]
         encode_response = codec.encode_response
@@ -502,39 +398,7 @@ class _Keeper:
     async def save(self, response: dict[str, Any]) -> None:
         """Keep ``response``; a failure to store it is logged, and the client keeps
         its answer."""
-        instructions = self.body.get("instructions")
-        rest = {k: v for k, v in response.items() if k not in ("output", "usage")}
-        # The reply's own parts, measured as written (a few kB; the conversation
-        # before it was measured when the chain's earlier rows were stored).
-        other_bytes = len(dumps([rest, response["usage"], instructions]))
-        chain = self.chain.then(self.input_bytes, len(dumps(response["output"])), other_bytes)
-        conversation = input_items(self.body.get("input"))
-        if self.session is not None:
-            self.session.remember(
-                Remembered(response["id"], conversation, list(response["output"]), chain)
-            )
-        if self.store is None:
-            return
-        try:
-            await self.store.put(
-                response["id"],
-                model=response["model"],
-                created_at=datetime.fromtimestamp(response["created_at"], UTC),
-                instructions=instructions,
-                input=conversation,
-                output=response["output"],
-                usage=response["usage"],
-                response=rest,
-                owner=self.owner,
-                chain=chain,
-            )
-        except Exception as exc:  # noqa: BLE001 - the answer is delivered all the same
-            log.error(
-                "response %s was not stored: %s: %s",
-                response.get("id"),
-                type(exc).__name__,
-                getattr(exc, "message", exc),
-            )
+        await save(STORED_RESPONSES, self.store, self.owner, self.found, response, self.session)
 
 
 @exchanged("/v1/responses/input_tokens", Dialect.OPENAI)
