@@ -205,8 +205,8 @@ def running_gateway(backends: dict[str, Backend], **config: Any) -> Iterator[Run
     settings.update(config)
     gateway_config = GatewayConfig.model_validate(settings)
     app = create_app(gateway_config, backends=backends)
-    # Forwarded headers believed as llmbridge serve believes them (server.trusted_proxies).
-    options = gateway_config.server.forwarded_options()
+    # Forwarded headers and WebSockets as llmbridge serve has them (ServerConfig.uvicorn_options).
+    options = gateway_config.server.uvicorn_options()
     with RunningServer(app, http=http_protocol(app), **options) as server:
         yield server
 

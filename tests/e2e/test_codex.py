@@ -23,6 +23,7 @@ conversation (no ``previous_response_id``).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,11 @@ from typing import Any
 import pytest
 
 from llmbridge.backends.scripted import Script, ScriptedBackend
+from llmbridge.core.events import StreamEvent
+from llmbridge.core.request import ChatRequest
+from llmbridge.core.response import Usage
+from llmbridge.dialects.responses.summary import SUMMARY_INTRO
+from llmbridge.features.compaction import SUMMARY_PROMPT
 from tests.conftest import RunningServer
 from tests.e2e import cli_harness
 from tests.e2e.cli_harness import (
@@ -70,9 +76,12 @@ def _environment(home: Path, **variables: str) -> dict[str, str]:
     return clean_environment(home, CODEX_HOME=str(home / "codex"), **variables)
 
 
-def _write_config(home: Path, base_url: str, more: str = "", key_variable: str = "") -> None:
+def _write_config(
+    home: Path, base_url: str, more: str = "", key_variable: str = "", provider: str = ""
+) -> None:
     """``$CODEX_HOME/config.toml``: the gateway as Codex's model provider (sending the
-    key in the variable ``key_variable``, its ``env_key``, when given), then ``more``."""
+    key in the variable ``key_variable``, its ``env_key``, when given; ``provider``: more
+    of its table), then ``more``."""
     env_key = f'env_key = "{key_variable}"\n' if key_variable else ""
     codex_home = home / "codex"
     codex_home.mkdir(exist_ok=True)
@@ -89,7 +98,7 @@ name = "llmbridge"
 wire_api = "responses"
 request_max_retries = 0             # a failed request is a test failure, not a retry
 stream_max_retries = 0
-
+{provider}
 [features]
 plugins = false                     # the curated plugins sync reaches api.github.com
 
@@ -142,10 +151,12 @@ def run_codex(
     args: list[str],
     config: str = "",
     key: str = "",
+    provider: str = "",
 ) -> CliRun:
     """``codex exec <args>`` in ``workdir``, against the gateway at ``base_url``;
-    ``config`` is more of config.toml, ``key`` the gateway's key (in ``KEY_VARIABLE``)."""
-    _write_config(home, base_url, config, KEY_VARIABLE if key else "")
+    ``config`` is more of config.toml, ``provider`` more of its model provider's table,
+    ``key`` the gateway's key (in ``KEY_VARIABLE``)."""
+    _write_config(home, base_url, config, KEY_VARIABLE if key else "", provider)
     argv = ["exec", "--skip-git-repo-check", "--cd", str(workdir), *args]
     environment = _environment(home, **({KEY_VARIABLE: key} if key else {}))
     return run_cli("Codex", codex, argv, env=environment, cwd=workdir)
@@ -352,3 +363,116 @@ bearer_token_env_var = "{KEY_VARIABLE}"
     # Codex speaks the handshake (2025-06-18) with its key on every /mcp request.
     (initialize,) = [e for e in served.mcp_calls() if e.body().get("method") == "initialize"]
     assert initialize.headers["authorization"] == f"Bearer {served.key}", report
+
+
+# -- Responses over a WebSocket, and Codex's remote compaction ---------------------------
+
+WS_FINAL = "Done over the socket."
+COMPACTED_FINAL = "Done after compacting."
+SUMMARY = "The user asked for a marker; echo ran it."
+
+
+def test_runs_a_tool_turn_over_a_websocket(codex: Path, tmp_path: Path) -> None:
+    """With ``supports_websockets = true`` Codex opens ``/v1/responses`` as a socket
+    (``OpenAI-Beta: responses_websockets=2026-02-06``): a warm-up (``generate: false``,
+    which calls no model), the turn, then the tool's output continuing it by
+    ``previous_response_id`` with only the new items, ``store: false`` throughout; the
+    socket holds the conversation, so the backend still sees all of it."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    backend = ToolLoopBackend(SHELL_TOOL, {"cmd": "echo llmbridge-e2e-$((6*7))"}, [WS_FINAL])
+    with recorded_gateway(backend) as (server, recorder):
+        run = run_codex(
+            codex,
+            tmp_path,
+            workdir,
+            server.url,
+            ["--json", "Run the marker command"],
+            provider="supports_websockets = true\n",
+        )
+    report = _report(run, recorder, backend)
+
+    assert run.returncode == 0, report
+    assert _agent_messages(run)[-1:] == [WS_FINAL], report
+    assert not recorder.calls("/v1/responses"), report  # no HTTP fallback was needed
+    (socket,) = recorder.sockets("/v1/responses")
+    assert socket.headers["openai-beta"] == "responses_websockets=2026-02-06", report
+    frames = socket.frames()
+    assert [f["type"] for f in frames] == ["response.create"] * 3, report
+    assert frames[0]["generate"] is False and "previous_response_id" not in frames[0]
+    assert all(f["store"] is False for f in frames)
+    outputs = [item for item in frames[2]["input"] if item["type"] == "function_call_output"]
+    assert frames[2]["previous_response_id"] and len(outputs) == 1, report
+    assert MARKER in outputs[0]["output"], report
+    # Two model calls (the warm-up made none); the second holds the whole turn.
+    assert len(backend.requests) == 2, report
+    tool_call, result = tool_round(backend.requests[1], report)
+    assert tool_call.name == SHELL_TOOL and MARKER in result.content, report
+
+
+class _CompactingBackend(ScriptedBackend):
+    """The shell call (its usage over Codex's limit, so Codex compacts mid-turn), the
+    summary when asked for one, and the final answer once the summary is the history."""
+
+    def __init__(self) -> None:
+        super().__init__("scripted", default=Script(text=["(unscripted)"]))
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        texts = [message.text for message in request.messages]
+        if texts and texts[-1] == SUMMARY_PROMPT:
+            self.enqueue(Script(text=[SUMMARY]))
+        elif any(text.startswith(SUMMARY_INTRO) for text in texts):
+            self.enqueue(Script(text=[COMPACTED_FINAL]))
+        elif any(tool.name == SHELL_TOOL for tool in request.tools):
+            call = (SHELL_TOOL, {"cmd": "echo llmbridge-e2e-$((6*7))"})
+            usage = Usage(input_tokens=5000, output_tokens=10)
+            self.enqueue(Script(text=[], tool_calls=[call], usage=usage))
+        async for event in super().chat(request):
+            yield event
+
+
+def test_remote_compaction_through_the_gateway(codex: Path, tmp_path: Path) -> None:
+    """Codex's built-in ``openai`` provider pointed at the gateway (``openai_base_url``)
+    compacts remotely: past ``model_auto_compact_token_limit`` it ends a request with
+    ``compaction_trigger`` and wants one ``compaction`` item back. The scripted backend
+    cannot compact, so the gateway asks it for a summary; Codex's next request carries
+    the item, which the backend sees as that summary."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    backend = _CompactingBackend()
+    with recorded_gateway(backend) as (server, recorder):
+        (codex_home / "config.toml").write_text(
+            f"""\
+model = "{MODEL}"
+approval_policy = "never"
+check_for_update_on_startup = false
+model_auto_compact_token_limit = 1000
+openai_base_url = "{server.url}/v1"
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+""",
+            encoding="utf-8",
+        )
+        argv = ["exec", "--skip-git-repo-check", "--cd", str(workdir), "--json", "Go"]
+        environment = _environment(tmp_path, CODEX_API_KEY="sk-unused-by-the-gateway")
+        run = run_cli("Codex", codex, argv, env=environment, cwd=workdir)
+    report = _report(run, recorder, backend)
+
+    assert run.returncode == 0, report
+    assert _agent_messages(run)[-1:] == [COMPACTED_FINAL], report
+    frames = [f for socket in recorder.sockets("/v1/responses") for f in socket.frames()]
+    frames += [call.body() for call in recorder.calls("/v1/responses")]
+    triggers = [f for f in frames if f["input"] and f["input"][-1]["type"] == "compaction_trigger"]
+    assert len(triggers) == 1, report
+    carried = [item for f in frames for item in f["input"] if item["type"] == "compaction"]
+    assert len(carried) == 1 and carried[0]["encrypted_content"], report
+    asked = [r for r in backend.requests if r.messages[-1].text == SUMMARY_PROMPT]
+    assert len(asked) == 1, report
+    last = backend.requests[-1]
+    assert any(m.text == SUMMARY_INTRO + SUMMARY for m in last.messages), report

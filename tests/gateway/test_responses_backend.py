@@ -18,7 +18,7 @@ from llmbridge.backends.openai_responses import OpenAIResponsesBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ThinkingPart, ToolCallPart, ToolResultPart
 from llmbridge.core.response import Usage
-from llmbridge.dialects.responses.carried import PREFIX
+from llmbridge.dialects.responses.carried import ITEM_PREFIX
 from llmbridge.serving.build import build_backends
 from llmbridge.serving.config import ServingConfig
 from tests.conftest import RunningServer, anthropic_client, ollama_client, running_gateway
@@ -199,7 +199,7 @@ def test_thinking_is_carried_across_turns_for_the_same_backend(
     block = first.content[0]
     assert block.type == "thinking" and block.thinking == "weigh options"
     # B's encrypted reasoning, tagged with the backend that issued it.
-    assert block.signature.startswith(PREFIX)
+    assert block.signature.startswith(ITEM_PREFIX)
     asked = upstream_backend.requests[-1].thinking
     assert asked is not None and asked.enabled  # the effort reached B
 

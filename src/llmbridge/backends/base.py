@@ -72,6 +72,11 @@ class Capabilities:
     manages_models: bool = False
     """Pulls, pushes, deletes, copies and creates its models through Ollama's API
     (``/api/pull``...): the gateway forwards those requests to it (``manage_models``)."""
+    compaction: bool = False
+    """Compacts a conversation itself when asked (``ChatRequest.compaction``): a
+    Responses server given Codex's ``compaction_trigger`` item answers with one opaque
+    ``compaction`` item. Any other backend is asked for a summary instead
+    (features/compaction.py, serving/prepare/fit.py)."""
     relays: str | None = None
     """The client dialect whose request bodies it sends as they came, relaying its
     reply's bytes back (the pass-through path, core/relay.py): ``openai`` for chat

@@ -8,7 +8,12 @@ streamed and with ``store: false``: llmbridge sends the whole conversation each 
 Reasoning the server returns encrypted comes back as the thinking part's signature,
 tagged with this backend's name, and is sent back only to this backend
 (``dialects/responses/carried.py``), as the Anthropic backend sends back only
-Anthropic-signed thinking. The model list and the health probe use ``/v1/models``.
+Anthropic-signed thinking. A compaction (Codex's remote compaction, through the
+gateway's Responses front) is asked of the server itself, with Codex's own
+``compaction_trigger`` item (``compaction=True``, the default: OpenAI compacts), or,
+for a server that does not compact, left to serving's request for a summary
+(``compaction=False``: ``Capabilities.compaction``). The model list and the health
+probe use ``/v1/models``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ class OpenAIResponsesBackend(Backend):
     # The API enforces tool_choice and takes effort levels; it has no stop sequences,
     # seed or penalties, so serving/prepare/sampling.py drops those (and says so).
     capabilities = Capabilities(
-        tool_choice=True, sampling=frozenset({"max_tokens", "temperature", "top_p"})
+        tool_choice=True,
+        sampling=frozenset({"max_tokens", "temperature", "top_p"}),
+        compaction=True,
     )
 
     def __init__(
@@ -46,8 +53,11 @@ class OpenAIResponsesBackend(Backend):
         *,
         api_key: str | None = None,
         http: HTTPSettings | None = None,
+        compaction: bool = True,
     ) -> None:
         super().__init__(name)
+        if not compaction:
+            self.capabilities = replace(type(self).capabilities, compaction=False)
         self.base_url = normalise_base_url(base_url)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)

@@ -246,8 +246,9 @@ def serve(
         # httptools with header size, count and read-time limits (gateway/server/read_limits.py)
         http=http_protocol(app),
         timeout_graceful_shutdown=5,
-        # X-Forwarded-For/-Proto from server.trusted_proxies only (none by default).
-        **server.forwarded_options(),
+        # X-Forwarded-For/-Proto from server.trusted_proxies only (none by default), and
+        # WebSocket frames as large as a request body (ServerConfig.uvicorn_options).
+        **server.uvicorn_options(),
     )
 
 
@@ -283,7 +284,7 @@ def _serve_workers(config: GatewayConfig, access_log: bool, auth_on: bool) -> No
             http=PROTOCOL,  # the header limits, as below, in every worker
             timeout_graceful_shutdown=5,
             timeout_worker_healthcheck=server.worker_healthcheck_s,
-            **server.forwarded_options(),
+            **server.uvicorn_options(),
         )
 
 

@@ -123,6 +123,14 @@ class ChatRequest:
     affinity_key: str | None = None
     """The caller's session, for a route with several servers and ``affinity``: the
     same key goes to the same server while it is healthy (serving/deployments.py)."""
+    cache_key: str | None = None
+    """The client's key for the backend's prompt cache (OpenAI's ``prompt_cache_key``:
+    Codex sends its conversation id), sent on to backends that take one."""
+    compaction: bool = False
+    """The reply is to stand for the conversation so far (Codex's remote compaction):
+    a backend that compacts natively (``Capabilities.compaction``) is asked to, any
+    other gets the conversation with a request for its summary
+    (features/compaction.py)."""
     relay: RelayBody | None = None
     """The client's own body, while the request may take the pass-through path
     (core/relay.py); serving drops it where the request cannot."""

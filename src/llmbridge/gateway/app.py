@@ -157,7 +157,9 @@ class _AuthMiddleware:
         self.accounts = accounts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"] if scope["type"] == "http" else ""
+        # A WebSocket's key is checked at its upgrade (the Responses API over a socket:
+        # gateway/routes/responses_socket.py), and refused with the HTTP answer.
+        path = scope["path"] if scope["type"] in ("http", "websocket") else ""
         if (
             not path
             or path in OPEN_PATHS

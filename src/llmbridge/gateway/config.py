@@ -205,6 +205,11 @@ class ServerConfig(Strict):
     thread starts only once the new process has imported itself, and uvicorn's 5 s
     default killed every worker of a machine so loaded that its imports took longer, each
     replacement as it started (a restart loop that never served)."""
+    websocket_max_age_s: float = Field(3600.0, gt=0)
+    """How long a Responses WebSocket (``/v1/responses``) takes new responses: past it,
+    a ``response.create`` is answered ``websocket_connection_limit_reached`` and the
+    socket closed, as OpenAI does after 60 minutes; Codex then opens a new one
+    (gateway/routes/responses_socket.py)."""
     health_cache_s: float = Field(1.0, ge=0)
     """How long ``/health`` reuses a backend's last probe (0: probe on every call).
     Load balancers poll it often and anyone may call it: probing each backend on
@@ -233,6 +238,17 @@ class ServerConfig(Strict):
                     "10.0.0.0/8): list the proxies in front of the gateway"
                 ) from None
         return tuple(entry.strip() for entry in value)
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """uvicorn's options for forwarded headers (``forwarded_options``) and
+        WebSockets: websockets' own protocol (the pinned ``websockets``), taking a
+        frame as large as ``max_body_bytes`` allows a request body (uvicorn's default
+        is 16 MiB), a little more for the frame's envelope."""
+        return {
+            **self.forwarded_options(),
+            "ws": "websockets-sansio",
+            "ws_max_size": self.max_body_bytes + 64 * 1024,
+        }
 
     def forwarded_options(self) -> dict[str, Any]:
         """uvicorn's options for forwarded headers: believed from ``trusted_proxies``

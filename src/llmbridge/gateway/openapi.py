@@ -211,6 +211,14 @@ _REPLY_SCHEMAS: dict[str, JSON] = {
         object={"const": "response.deleted"},
         deleted={"const": True},
     ),
+    "OpenAICompactedResponse": _obj(
+        ("id", "object", "created_at", "output", "usage"),
+        id=_STR,
+        object={"const": "response.compaction"},
+        created_at=_INT,
+        output=_ARRAY,
+        usage=_OBJECT,
+    ),
     "OpenAIInputTokens": _obj(
         ("object", "input_tokens"), object={"const": "response.input_tokens"}, input_tokens=_INT
     ),
@@ -326,6 +334,9 @@ _OPERATIONS: tuple[_Operation, ...] = (
     ("post", "/v1/responses/input_tokens", "openaiResponsesInputTokens",
      "Responses input token count.", responses.InputTokensRequestBody, "OpenAIInputTokens",
      None),
+    ("post", "/v1/responses/compact", "openaiResponsesCompact",
+     "Compact a conversation: its user messages, then one compaction item.",
+     responses.ResponsesRequestBody, "OpenAICompactedResponse", None),
     ("post", "/v1/messages", "anthropicMessages", "Anthropic Messages.",
      anthropic.MessagesRequestBody, "AnthropicMessage", _SSE),
     ("post", "/v1/messages/count_tokens", "anthropicCountTokens", "Anthropic token count.",

@@ -38,6 +38,8 @@ from llmbridge.web.render import Dialect, error_response, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
 
 __all__ = [
+    "COMPACTION_HEADER",
+    "DROPPED_ITEMS_HEADER",
     "ChatCodec",
     "change_headers",
     "chat_endpoint",
@@ -74,6 +76,11 @@ FALLBACK_HEADER = "x-llmbridge-fallback"
 """Set when a fallback served the reply: ``backend/model``."""
 PARAMS_HEADER = "x-llmbridge-params"
 """Sampling parameters converted or dropped for the backend (serving/prepare/sampling.py)."""
+DROPPED_ITEMS_HEADER = "x-llmbridge-dropped-items"
+"""Opaque items of another backend left out of the history: ``reasoning=2,compaction=1``
+(serving/prepare/carried_state.py; a front adds what it could not read itself)."""
+COMPACTION_HEADER = "x-llmbridge-compaction"
+"""How a compaction was made: ``native`` or ``summary`` (features/compaction.py)."""
 CONTEXT_EDITS_HEADER = "x-llmbridge-context-edits"
 """The client's context edits the gateway applied, ``<type>=<count cleared>`` each
 (features/context_editing.py): tool results, or turns' thinking."""
@@ -93,6 +100,10 @@ def change_headers(changes: Changes) -> dict[str, str]:
         headers[PARAMS_HEADER] = ",".join(changes.params)
     if changes.fallback is not None:
         headers[FALLBACK_HEADER] = changes.fallback
+    if changes.dropped_items:
+        headers[DROPPED_ITEMS_HEADER] = ",".join(changes.dropped_items)
+    if changes.compaction is not None:
+        headers[COMPACTION_HEADER] = changes.compaction
     if changes.context_edits:
         headers[CONTEXT_EDITS_HEADER] = ",".join(
             f"{edit.type}={edit.cleared_tool_uses or edit.cleared_thinking_turns or 0}"

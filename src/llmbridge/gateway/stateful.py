@@ -16,6 +16,10 @@ reply keeps its output items and its instructions). With it, one code path:
 - the reply saved (``save``) with its chain's totals; a failed save is logged, and the
   client keeps its answer.
 
+A Responses WebSocket frame (``routes/responses_socket.py``) also brings its socket's
+``SocketSession``: ``continued`` continues the socket's latest response first, stored or
+not, and ``save`` remembers the reply there. Interactions have no socket, and pass none.
+
 Replies are private to the key that made them (``web.auth.caller_identity``); another
 key's is a 404 like a missing one.
 """
@@ -36,8 +40,15 @@ from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.framing import dumps
+from llmbridge.gateway.routes.responses_socket import Remembered, SocketSession
 from llmbridge.gateway.state import GatewayState, state_of
-from llmbridge.gateway.stored_responses import Chain, ResponseStore, StoredApi, stored_responses_on
+from llmbridge.gateway.stored_responses import (
+    Chain,
+    ResponseStore,
+    StoredApi,
+    not_found,
+    stored_responses_on,
+)
 from llmbridge.web.auth import caller_identity
 from llmbridge.web.bodies import parse_json, read_body
 
@@ -143,10 +154,15 @@ class Continued:
 
 
 async def continued(
-    request: Request, state: GatewayState, decode: Decode, stateful: Stateful
+    request: Request,
+    state: GatewayState,
+    decode: Decode,
+    stateful: Stateful,
+    session: SocketSession | None = None,
 ) -> Continued:
-    """The body decoded, continued from its previous reply when replies are stored:
-    refused (400 naming the field) when that would take the chain past
+    """The body decoded, continued from its previous reply: the latest response of the
+    socket a frame came in on (``session``), else a stored one when replies are
+    stored; refused (400 naming the field) when that would take the chain past
     ``server.limits.max_chain_*``, before its conversation is loaded.
 
     As ``web.bodies.read_chat`` does, a large body is parsed and decoded off the event
@@ -159,16 +175,37 @@ async def continued(
     previous = body.get(field) if isinstance(body, dict) else None
     own_input = body.get("input") if isinstance(body, dict) else None
     size = 0
-    if isinstance(body, dict) and (isinstance(previous, str) or _may_keep(body, state)):
-        # Measured only where a chain grows or is judged: Codex sends "store": false
-        # with inputs of megabytes, and would pay for nothing.
+    if isinstance(body, dict) and (
+        isinstance(previous, str) or session is not None or _may_keep(body, state)
+    ):
+        # Measured only where a chain grows or is judged, or a socket keeps it: Codex
+        # sends "store": false with inputs of megabytes over HTTP, and would pay for
+        # nothing.
         new_input = body.get("input")
         measure = stateful.input_bytes
         size = await asyncio.to_thread(measure, new_input) if offload else measure(new_input)
     chain = Chain()
     if isinstance(previous, str):
         stateful.check_id(previous, field)
-    if isinstance(previous, str) and stored_responses_on(state.config.agent):
+    remembered = (
+        session.find(previous) if session is not None and isinstance(previous, str) else None
+    )
+    if remembered is not None and isinstance(body, dict):
+        # The socket's own latest response (responses_socket.py), stored or not.
+        chain = remembered.chain
+        if _may_keep(body, state):
+            chain.check_continued(size, limits, field)
+        body = stateful.continued_body(body, remembered.input, remembered.output)
+        offload = True
+    elif (
+        isinstance(previous, str)
+        and session is not None
+        and not stored_responses_on(state.config.agent)
+    ):
+        # On a socket, a response it does not hold is OpenAI's not-found, whatever is
+        # stored: Codex then sends the whole conversation.
+        raise not_found(previous, param=field, api=stateful.api)
+    elif isinstance(previous, str) and stored_responses_on(state.config.agent):
         owner = caller_identity(request)
         store = store_for(request, stateful, previous)
         chain = await store.chain(previous, owner, param=field)
@@ -185,32 +222,40 @@ async def continued(
 
 async def save(
     stateful: Stateful,
-    store: ResponseStore,
+    store: ResponseStore | None,
     owner: str | None,
     continued: Continued,
     reply: dict[str, Any],
+    session: SocketSession | None = None,
 ) -> None:
-    """Store ``reply`` (the API's reply object) after ``continued``'s chain; a failure
-    is logged, and the client keeps its answer."""
+    """Keep ``reply`` (the API's reply object) after ``continued``'s chain: remembered
+    on ``session`` (a socket's), and stored in ``store``, each when there is one; a
+    failure to store it is logged, and the client keeps its answer."""
+    body = continued.body
+    instructions = body.get(stateful.instructions_field)
+    output = reply[stateful.output_field]
+    rest = {k: v for k, v in reply.items() if k not in (stateful.output_field, "usage")}
+    # The reply's own parts, measured as written (a few kB; the conversation before it
+    # was measured when the chain's earlier rows were stored).
+    other_bytes = len(dumps([rest, reply["usage"], instructions]))
+    chain = continued.chain.then(continued.input_bytes, len(dumps(output)), other_bytes)
+    conversation = stateful.input_items(body.get("input"))
+    if session is not None:
+        session.remember(Remembered(reply["id"], conversation, list(output), chain))
+    if store is None:
+        return
     try:
-        body = continued.body
-        instructions = body.get(stateful.instructions_field)
-        output = reply[stateful.output_field]
-        rest = {k: v for k, v in reply.items() if k not in (stateful.output_field, "usage")}
-        # The reply's own parts, measured as written (a few kB; the conversation
-        # before it was measured when the chain's earlier rows were stored).
-        other_bytes = len(dumps([rest, reply["usage"], instructions]))
         await store.put(
             reply["id"],
             model=reply["model"],
             created_at=stateful.created_at(reply),
             instructions=instructions if isinstance(instructions, str) else None,
-            input=stateful.input_items(body.get("input")),
+            input=conversation,
             output=output,
             usage=reply["usage"],
             response=rest,
             owner=owner,
-            chain=continued.chain.then(continued.input_bytes, len(dumps(output)), other_bytes),
+            chain=chain,
         )
     except Exception as exc:  # noqa: BLE001 - the answer is delivered all the same
         log.error(

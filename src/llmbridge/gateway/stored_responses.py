@@ -85,8 +85,16 @@ def not_found(
     """The error for a response that is not there or not the caller's (OpenAI's
     wording; ``param`` names the field that gave the id)."""
     noun = api.noun
-    prefix = f"Previous {noun.lower()}" if param == api.previous_field else noun
-    return NotFoundError(f"{prefix} with id {response_id!r} not found.", param=param)
+    if param == api.previous_field:
+        # A continued reply that is gone; the Responses API's has OpenAI's code, on
+        # which Codex sends the whole conversation again.
+        code = "previous_response_not_found" if api == RESPONSES else None
+        return NotFoundError(
+            f"Previous {noun.lower()} with id {response_id!r} not found.",
+            param=param,
+            code=code,
+        )
+    return NotFoundError(f"{noun} with id {response_id!r} not found.", param=param)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,13 @@ def build_backend(name: str, config: BackendConfig, host: Host | None = None) ->
     if config.type == "openai_responses":
         from llmbridge.backends.openai_responses import OpenAIResponsesBackend
 
-        return OpenAIResponsesBackend(name, config.url, api_key=config.api_key, http=http)
+        return OpenAIResponsesBackend(
+            name,
+            config.url,
+            api_key=config.api_key,
+            http=http,
+            compaction=config.compaction != "summary",
+        )
     from llmbridge.backends.openai_compat import OpenAICompatBackend
 
     backend = OpenAICompatBackend(name, config.url, api_key=config.api_key, http=http)

@@ -112,6 +112,18 @@ class HTTPBackendConfig(_HTTPConnectionConfig):
     and end with their JSON. Unset: yes for ``ollama``, no for ``openai`` (say yes for
     vLLM, llama.cpp's server, LM Studio, OpenAI); ``openai_responses`` models call tools
     natively."""
+    compaction: Literal["native", "summary"] | None = None
+    """``openai_responses`` only: how a compaction a client asks for (Codex's remote
+    compaction) is made. ``native``: the server compacts, given Codex's own
+    ``compaction_trigger`` item (OpenAI does); ``summary``: the model is asked for a
+    summary, as on every other kind of backend (for a Responses server that does not
+    compact: vLLM, Ollama). Unset: ``native``."""
+
+    @model_validator(mode="after")
+    def _compaction_for_responses(self) -> HTTPBackendConfig:
+        if self.compaction is not None and self.type != "openai_responses":
+            raise ValueError("'compaction' is a setting of openai_responses backends only")
+        return self
 
 
 class AnthropicBackendConfig(_HTTPConnectionConfig):

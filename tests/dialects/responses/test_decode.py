@@ -29,7 +29,7 @@ from llmbridge.core.events import (
 from llmbridge.core.messages import Message, TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.replay import events_from_response
 from llmbridge.core.response import ChatResponse, StopReason, Usage
-from llmbridge.dialects.responses.carried import PROVIDER, carry, recover
+from llmbridge.dialects.responses.carried import PROVIDER, carry_item, recover, recover_item
 from llmbridge.dialects.responses.decode import decode_chat_response, decode_chat_stream
 from llmbridge.dialects.responses.request import decode_chat_request
 from llmbridge.dialects.responses.stream import encode_chat_stream
@@ -111,7 +111,17 @@ async def test_reasoning_summaries_and_encrypted_content_become_a_signed_thinkin
     assert isinstance(thinking, ThinkingPart)
     assert thinking.text == "**Planning** the answer\n\nChecking the edge case"
     assert thinking.provider == PROVIDER
-    assert thinking.signature == carry("up", ENCRYPTED)
+    # The whole item is carried (id left out), both summary parts as the server gave them.
+    item = {
+        "type": "reasoning",
+        "summary": [
+            {"type": "summary_text", "text": "**Planning** the answer"},
+            {"type": "summary_text", "text": "Checking the edge case"},
+        ],
+        "encrypted_content": ENCRYPTED,
+    }
+    assert thinking.signature == carry_item("up", item)
+    assert recover_item(thinking.signature, "up") == item
     assert recover(thinking.signature, "up") == ENCRYPTED
     assert ends[1].part == TextPart("Use a set.")
     end = events[-1]

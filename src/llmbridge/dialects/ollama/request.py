@@ -378,6 +378,15 @@ def _decode_think(think: bool | str | None) -> ThinkingConfig | None:
     return ThinkingConfig(enabled=True)
 
 
+def _encode_think(effort: str | None) -> bool | str:
+    """``think`` for thinking on: the effort level, where it has one Ollama takes
+    (``low``, ``medium``, ``high``: the core's ``max``, an OpenAI client's ``xhigh``,
+    goes as ``high``), else ``true``."""
+    if effort is None:
+        return True
+    return "high" if effort == "max" else effort
+
+
 def _decode_format(value: str | dict[str, Any] | None) -> ResponseFormat | None:
     if isinstance(value, dict):
         return ResponseFormat(type="json_schema", schema=value, param="format")
@@ -443,7 +452,7 @@ def _encode_shared(req: ChatRequest, body: dict[str, Any]) -> dict[str, Any]:
         body["options"] = options
     details: dict[str, Any] = dict((req.provider_details or {}).get("ollama") or {})
     if req.thinking is not None:
-        body["think"] = (req.thinking.effort or True) if req.thinking.enabled else False
+        body["think"] = _encode_think(req.thinking.effort) if req.thinking.enabled else False
     elif details.get("think") is False:
         body["think"] = False
     fmt = req.response_format

@@ -196,7 +196,14 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         response_format=_decode_response_format(wire.response_format),
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
         provider_details={"openai": details} if details else None,
+        cache_key=_cache_key(details.get("prompt_cache_key")),
     )
+
+
+def _cache_key(value: object) -> str | None:
+    """The client's ``prompt_cache_key``, for backends of other dialects that take one
+    (an OpenAI backend gets it back with the other fields kept, as the client sent it)."""
+    return value if isinstance(value, str) and value else None
 
 
 def decode_embed_request(body: object) -> EmbedRequest:
@@ -450,6 +457,10 @@ def encode_chat_request(req: ChatRequest) -> dict[str, Any]:
         body["response_format"] = _encode_response_format(req.response_format)
     for key, value in passthrough.items():
         body.setdefault(key, value)
+    if req.cache_key:
+        # The client's prompt cache key (Codex's conversation id, from a Responses
+        # client): OpenAI routes a request to the machine holding its cached prefix.
+        body.setdefault("prompt_cache_key", req.cache_key)
     return body
 
 

@@ -8,8 +8,11 @@ another llmbridge send it) through ``core.parts_manager.PartsManager``:
   ``response.reasoning_summary_text.delta`` is thinking (summaries after the first
   joined by a blank line); ``response.reasoning_text.delta`` too, from servers that
   stream the raw reasoning (gpt-oss on vLLM or Ollama), when the item has no summary;
-- a reasoning item's ``encrypted_content`` (in ``response.output_item.done``) becomes
-  the thinking part's signature, tagged with the backend it came from (``carried.py``);
+- a reasoning item with ``encrypted_content`` (in ``response.output_item.done``) is
+  carried whole in the thinking part's signature, tagged with the backend it came
+  from (``carried.py``), so the backend gets it back byte for byte; a ``compaction``
+  item (the answer to Codex's ``compaction_trigger``) is an empty thinking part whose
+  signature carries it the same way;
 - ``function_call`` items open a tool call, ``response.function_call_arguments.delta``
   extends it; a ``custom_tool_call`` is a call whose one argument, ``input``, is its
   freeform text (``tools.py``);
@@ -63,7 +66,7 @@ from llmbridge.dialects.fields import (
     str_or_none,
 )
 from llmbridge.dialects.openai.response import reply_created
-from llmbridge.dialects.responses.carried import PROVIDER, carry
+from llmbridge.dialects.responses.carried import PROVIDER, carry_item
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT
 
 __all__ = ["decode_chat_response", "decode_chat_stream", "decode_usage"]
@@ -77,6 +80,9 @@ _ERROR_STATUS = {
     "context_length_exceeded": 400,
 }
 """The status of an in-band failure by its ``code``; others are 502 (the backend failed)."""
+
+_COMPACTION_TYPES = frozenset({"compaction", "compaction_summary"})
+"""A compaction item's types (``compaction_summary``: its older name, which Codex reads too)."""
 
 _FIELDS = ReplyFields(
     lambda field, expected: f"the Responses backend's '{field}' is not {expected}"
@@ -274,7 +280,9 @@ class _StreamDecoder:
                 wire.get("encrypted_content"), "reasoning.encrypted_content"
             )
             if encrypted:
-                events += self.parts.signature(carry(self.origin, encrypted))
+                events += self.parts.signature(carry_item(self.origin, wire))
+        elif item_type in _COMPACTION_TYPES:
+            events += self.parts.signature(carry_item(self.origin, _compaction(wire)))
         elif item_type in ("function_call", "custom_tool_call"):
             events += self._call_done(index, item, wire)
         return events + self._own(self.parts.finish())
@@ -399,10 +407,14 @@ def _item_parts(wire: dict[str, Any], origin: str | None) -> list[Part]:
         encrypted = _FIELDS.optional_string(
             wire.get("encrypted_content"), "reasoning.encrypted_content"
         )
-        signature = carry(origin, encrypted) if encrypted else None
+        signature = carry_item(origin, wire) if encrypted else None
         if not text and signature is None:
             return []
         return [ThinkingPart(text, signature=signature, provider=PROVIDER)]
+    if kind in _COMPACTION_TYPES:
+        return [
+            ThinkingPart("", signature=carry_item(origin, _compaction(wire)), provider=PROVIDER)
+        ]
     if kind == "function_call":
         raw = _FIELDS.optional_string(wire.get("arguments"), "function_call.arguments") or ""
         arguments, unparsed = parse_tool_arguments(raw)
@@ -422,6 +434,12 @@ def _call(
         arguments=arguments,
         raw_arguments=raw,
     )
+
+
+def _compaction(wire: dict[str, Any]) -> dict[str, Any]:
+    """A ``compaction`` item as it is carried: its blob checked, its type the current one."""
+    _FIELDS.required_string(wire.get("encrypted_content"), "compaction.encrypted_content")
+    return {**wire, "type": "compaction"}
 
 
 def _message_text(wire: dict[str, Any], where: str) -> str:

@@ -12,11 +12,16 @@ every Responses server is made to accept:
   items; tools are flat ``function`` tools, ``strict`` sent explicitly (false unless
   the client asked: the Responses API's default is strict, which refuses most
   hand-written schemas);
-- thinking goes back as a ``reasoning`` item only when it carries this backend's own
-  ``encrypted_content`` (``carried.py``), and without an ``id``, as Codex sends it
-  (``codex-rs/protocol/src/models.rs``: the id is never serialized; with ``store:
-  false`` the server kept no item to refer to). Other thinking (another backend's, or
-  a local model's) is dropped: no Responses server can read it;
+- thinking goes back only when it carries this backend's own item (``carried.py``): the
+  ``reasoning`` (or ``compaction``) item exactly as the server gave it, without its
+  ``id``, as Codex sends it (``codex-rs/protocol/src/models.rs``: the id is never
+  serialized; with ``store: false`` the server kept no item to refer to). Other
+  thinking (another backend's, or a local model's) is dropped: no Responses server can
+  read it (serving/prepare/carried_state.py says so in ``x-llmbridge-dropped-items``);
+- a request for compaction (``ChatRequest.compaction``: Codex's remote compaction, for
+  a backend configured to compact natively) ends with Codex's own ``{"type":
+  "compaction_trigger"}`` item, which OpenAI answers with one ``compaction`` item;
+- ``prompt_cache_key`` is the client's cache key (``ChatRequest.cache_key``);
 - ``store: false`` always: llmbridge sends the whole conversation every turn.
 
 Parameters: ``max_output_tokens`` (at least 16, OpenAI's minimum), ``temperature``,
@@ -24,7 +29,12 @@ Parameters: ``max_output_tokens`` (at least 16, OpenAI's minimum), ``temperature
 capabilities leave them to serving/prepare/sampling.py). Thinking is
 ``reasoning.effort`` with ``summary: "auto"`` (the summary is the only reasoning text
 the API streams) and ``include: ["reasoning.encrypted_content"]``, asked for also when
-the history holds this backend's reasoning; ``response_format`` is ``text.format``.
+the history holds this backend's reasoning or the client asked for it;
+``response_format`` is ``text.format``.
+
+A request that came in through the Responses front keeps what the core folds: the
+client's own effort spelling (``minimal``, ``xhigh``) when the level it folded onto is
+still the one asked, its ``reasoning.summary`` and ``text.verbosity``.
 """
 
 from __future__ import annotations
@@ -44,8 +54,12 @@ from llmbridge.core.messages import (
     ToolResultPart,
 )
 from llmbridge.core.request import ChatRequest, ResponseFormat, ThinkingConfig, effort_for_budget
-from llmbridge.dialects.responses.carried import recover
-from llmbridge.dialects.responses.request import ENCRYPTED_REASONING
+from llmbridge.dialects.responses.carried import recover_item
+from llmbridge.dialects.responses.request import (
+    DETAILS_KEY,
+    EFFORT_FROM_WIRE,
+    ENCRYPTED_REASONING,
+)
 from llmbridge.dialects.responses.response import call_arguments
 
 __all__ = ["MIN_OUTPUT_TOKENS", "encode_chat_request"]
@@ -63,12 +77,19 @@ _EFFORT_TO_WIRE: dict[_Effort, str] = {
     "max": "high",
 }
 _TOOL_CHOICE_TO_WIRE = {"auto": "auto", "none": "none", "any": "required"}
+COMPACTION_TRIGGER: dict[str, Any] = {"type": "compaction_trigger"}
+"""The input item that asks a Responses server to compact what comes before it."""
 
 
 def encode_chat_request(req: ChatRequest, *, origin: str | None = None) -> dict[str, Any]:
     """The ``/v1/responses`` body for ``req``. ``origin`` is the backend's name: only
     reasoning it issued is sent back (``carried.py``)."""
     instructions, items, carried = _encode_input(req.messages, origin)
+    if req.compaction:
+        items.append(dict(COMPACTION_TRIGGER))
+    front = _front_details(req)
+    asked_echo = front.get("echo")
+    echo: dict[str, Any] = asked_echo if isinstance(asked_echo, dict) else {}
     body: dict[str, Any] = {"model": req.model}
     if instructions:
         body["instructions"] = instructions
@@ -86,16 +107,26 @@ def encode_chat_request(req: ChatRequest, *, origin: str | None = None) -> dict[
             body["tool_choice"] = _encode_tool_choice(req.tool_choice)
     if req.tool_choice is not None and req.tool_choice.disable_parallel:
         body["parallel_tool_calls"] = False
-    reasoning = _encode_reasoning(req.thinking)
+    reasoning = _encode_reasoning(req.thinking, echo.get("reasoning"))
     if reasoning is not None:
         body["reasoning"] = reasoning
-    if carried or (reasoning is not None and reasoning.get("effort") != "none"):
+    asked = bool(front.get("encrypted_reasoning"))
+    if carried or asked or (reasoning is not None and reasoning.get("effort") != "none"):
         body["include"] = [ENCRYPTED_REASONING]
-    if req.response_format is not None:
-        body["text"] = {"format": _encode_format(req.response_format)}
+    text = _encode_text(req.response_format, echo.get("text"))
+    if text:
+        body["text"] = text
+    if req.cache_key:
+        body["prompt_cache_key"] = req.cache_key
     body["stream"] = req.stream
     body["store"] = False
     return body
+
+
+def _front_details(req: ChatRequest) -> dict[str, Any]:
+    """What the Responses front kept of a request that came in through it."""
+    details = (req.provider_details or {}).get(DETAILS_KEY)
+    return details if isinstance(details, dict) else {}
 
 
 # -- input --------------------------------------------------------------------------
@@ -182,11 +213,9 @@ def _encode_assistant(
 
 
 def _reasoning_item(part: ThinkingPart, origin: str | None) -> dict[str, Any] | None:
-    encrypted = recover(part.signature, origin)
-    if encrypted is None:
-        return None
-    summary = [{"type": "summary_text", "text": part.text}] if part.text else []
-    return {"type": "reasoning", "summary": summary, "encrypted_content": encrypted}
+    """The item this backend gave, as it gave it (``carried.py``); ``None`` for any
+    other thinking."""
+    return recover_item(part.signature, origin, part.text)
 
 
 def _message(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -225,18 +254,39 @@ def _encode_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
     return _TOOL_CHOICE_TO_WIRE[choice.mode]
 
 
-def _encode_reasoning(thinking: ThinkingConfig | None) -> dict[str, Any] | None:
+def _encode_reasoning(thinking: ThinkingConfig | None, asked: object) -> dict[str, Any] | None:
+    """``reasoning`` for the core's thinking; ``asked`` is the ``reasoning`` a Responses
+    client sent, whose effort spelling and summary are kept where they still apply."""
+    original = asked if isinstance(asked, dict) else {}
+    summary = original.get("summary") or original.get("generate_summary")
     if thinking is None:
-        return None
+        # No effort asked (Codex sends only a summary to some models): the summary
+        # setting alone, as the client sent it, leaves the server's default effort. An
+        # effort the thinking policy dropped takes its summary with it.
+        alone = isinstance(summary, str) and original.get("effort") is None
+        return {"summary": summary} if alone else None
     if not thinking.enabled:
         return {"effort": "none"}
     reasoning: dict[str, Any] = {}
     if thinking.effort is not None:
-        reasoning["effort"] = _EFFORT_TO_WIRE[thinking.effort]
+        spelled = original.get("effort")
+        folds = isinstance(spelled, str) and EFFORT_FROM_WIRE.get(spelled) == thinking.effort
+        reasoning["effort"] = spelled if folds else _EFFORT_TO_WIRE[thinking.effort]
     elif thinking.budget_tokens is not None:
         reasoning["effort"] = effort_for_budget(thinking.budget_tokens)
-    reasoning["summary"] = "auto"
+    reasoning["summary"] = summary if isinstance(summary, str) else "auto"
     return reasoning
+
+
+def _encode_text(response_format: ResponseFormat | None, asked: object) -> dict[str, Any]:
+    """``text``: the output's format, and the ``verbosity`` a Responses client asked."""
+    text: dict[str, Any] = {}
+    if response_format is not None:
+        text["format"] = _encode_format(response_format)
+    verbosity = asked.get("verbosity") if isinstance(asked, dict) else None
+    if isinstance(verbosity, str):
+        text["verbosity"] = verbosity
+    return text
 
 
 def _encode_format(response_format: ResponseFormat) -> dict[str, Any]:

@@ -4,7 +4,11 @@
 ``system`` are system messages, as are ``instructions``, which go first); the items an
 assistant turn produced (``reasoning``, assistant ``message``, ``function_call``,
 ``custom_tool_call``) join one assistant message until the next other item; each
-``*_output`` item is a ``tool`` message. Tools: see ``tools.py``. What the reply needs
+``*_output`` item is a ``tool`` message. A ``compaction`` item is what it stands for
+(``compaction.py``): llmbridge's summary as a user message, a backend's own compaction
+as the thinking part that carries it back to that backend, anything else left out and
+counted (``dropped_compaction``); a last ``compaction_trigger`` asks for the reply to
+compact the conversation (``ChatRequest.compaction``). Tools: see ``tools.py``. What the reply needs
 to echo or to shape its items (custom and namespaced tools, hosted tools left out,
 whether to return ``encrypted_content``) rides in ``provider_details["responses"]``.
 
@@ -49,8 +53,11 @@ from llmbridge.dialects.openai.request import Ranges, check_ranges
 from llmbridge.dialects.responses.errors import VALIDATION_WORDING
 from llmbridge.dialects.responses.mcp_request import McpInput
 from llmbridge.dialects.responses.reasoning import open_reasoning
+from llmbridge.dialects.responses.summary import SUMMARY_INTRO, open_summary
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT, ToolShapes, decode_tools, flat_name
 from llmbridge.dialects.responses.types import (
+    CompactionItem,
+    CompactionTriggerItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,
@@ -76,6 +83,7 @@ from llmbridge.dialects.validation import validate_body
 
 __all__ = [
     "DETAILS_KEY",
+    "EFFORT_FROM_WIRE",
     "ENCRYPTED_REASONING",
     "decode_chat_request",
     "decode_input_tokens_request",
@@ -89,7 +97,7 @@ ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _Effort = Literal["low", "medium", "high", "max"]
 # The core has four levels; OpenAI's extra spellings fold onto the nearest, as in
 # dialects/openai/request.py.
-_EFFORT_FROM_WIRE: dict[str, _Effort] = {
+EFFORT_FROM_WIRE: dict[str, _Effort] = {
     "minimal": "low",
     "low": "low",
     "medium": "medium",
@@ -150,9 +158,12 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
     include = wire.include or []
     details: dict[str, Any] = tools.details()
     mcp = McpInput(wire.input if isinstance(wire.input, list) else [], limits.max_json_depth)
-    dropped = _decode_input(wire.input, tools, limits, messages, mcp)
-    if dropped:
-        details["dropped_reasoning"] = dropped
+    dropped = _Dropped()
+    compact = _decode_input(wire.input, tools, limits, messages, mcp, dropped)
+    if dropped.reasoning:
+        details["dropped_reasoning"] = dropped.reasoning
+    if dropped.compaction:
+        details["dropped_compaction"] = dropped.compaction
     if ENCRYPTED_REASONING in include:
         details["encrypted_reasoning"] = True
     details["echo"] = {key: data[key] for key in _ECHOED if data.get(key) is not None}
@@ -175,6 +186,8 @@ def decode_chat_request(body: object, limits: RequestLimits = DEFAULT_LIMITS) ->
         response_format=_decode_format(wire.text),
         include_usage=True,
         provider_details=_provider_details(details, tools, mcp),
+        cache_key=wire.prompt_cache_key or None,
+        compaction=compact,
     )
 
 
@@ -232,19 +245,32 @@ def _check_stateless(wire: ResponsesRequestBody) -> None:
 # -- input --------------------------------------------------------------------------
 
 
+class _Dropped:
+    """What the input held that no backend here can read (counted for the headers)."""
+
+    __slots__ = ("compaction", "reasoning")
+
+    def __init__(self) -> None:
+        self.reasoning = 0
+        """Reasoning items whose ``encrypted_content`` another server issued (their
+        text is kept)."""
+        self.compaction = 0
+        """Compaction items another server issued (left out)."""
+
+
 def _decode_input(
     wire: str | Sequence[InputItem],
     tools: ToolShapes,
     limits: RequestLimits,
     messages: list[Message],
     mcp: McpInput,
-) -> int:
-    """Append the input's messages to ``messages``; returns how many reasoning items'
-    ``encrypted_content`` were dropped (not issued by llmbridge)."""
+    dropped: _Dropped,
+) -> bool:
+    """Append the input's messages to ``messages``, counting in ``dropped`` what no
+    backend can read; whether the input ends with a ``compaction_trigger``."""
     if isinstance(wire, str):
         messages.append(Message("user", (TextPart(wire),)))
-        return 0
-    dropped = 0
+        return False
     turn: list[Part] = []  # the assistant turn being joined
 
     def close_turn() -> None:
@@ -262,20 +288,24 @@ def _decode_input(
             close_turn()
             role: Literal["system", "user"] = "user" if item.role == "user" else "system"
             messages.append(Message(role, tuple(parts)))
-        elif isinstance(item, FunctionCallItem):
-            arguments, raw = parse_request_tool_arguments(
-                item.arguments, f"{where}.arguments", limits.max_json_depth
-            )
-            name = flat_name(item.namespace, item.name)
-            turn.append(ToolCallPart(item.call_id, name, arguments, raw))
-        elif isinstance(item, CustomToolCallItem):
-            name = flat_name(item.namespace, item.name)
-            turn.append(ToolCallPart(item.call_id, name, {CUSTOM_INPUT: item.input}))
+        elif isinstance(item, FunctionCallItem | CustomToolCallItem):
+            turn.append(_call_part(item, where, limits))
         elif isinstance(item, ReasoningItem):
             part, lost = _reasoning_part(item)
-            dropped += lost
+            dropped.reasoning += lost
             if part is not None:
                 turn.append(part)
+        elif isinstance(item, CompactionItem):
+            compacted = _compaction(item, dropped)
+            if isinstance(compacted, Message):
+                close_turn()
+                messages.append(compacted)
+            elif compacted is not None:
+                turn.append(compacted)  # a backend's own: it goes back to that backend
+        elif isinstance(item, CompactionTriggerItem):
+            _check_last(index, len(wire), where)
+            close_turn()
+            return True
         elif isinstance(
             item,
             McpCallItem | McpListToolsItem | McpApprovalRequestItem | McpApprovalResponseItem,
@@ -285,7 +315,43 @@ def _decode_input(
             close_turn()
             messages.append(_tool_result(item, _turn_names(messages)))
     close_turn()
-    return dropped
+    return False
+
+
+def _call_part(
+    item: FunctionCallItem | CustomToolCallItem, where: str, limits: RequestLimits
+) -> ToolCallPart:
+    """A call the model made earlier: a custom tool's input is its one argument."""
+    name = flat_name(item.namespace, item.name)
+    if isinstance(item, CustomToolCallItem):
+        return ToolCallPart(item.call_id, name, {CUSTOM_INPUT: item.input})
+    arguments, raw = parse_request_tool_arguments(
+        item.arguments, f"{where}.arguments", limits.max_json_depth
+    )
+    return ToolCallPart(item.call_id, name, arguments, raw)
+
+
+def _compaction(item: CompactionItem, dropped: _Dropped) -> Message | ThinkingPart | None:
+    """What a compaction item stands for: llmbridge's summary as a user message, a
+    backend's own compaction as the thinking part that carries it (compaction.py);
+    ``None``, counted, for another server's."""
+    summary = open_summary(item.encrypted_content)
+    if summary is not None:
+        return Message("user", (TextPart(SUMMARY_INTRO + summary),))
+    opened = open_reasoning("", item.encrypted_content)
+    if opened is None:
+        dropped.compaction += 1
+    return opened
+
+
+def _check_last(index: int, count: int, where: str) -> None:
+    """A ``compaction_trigger`` compacts what comes before it: it must come last."""
+    if index != count - 1:
+        raise InvalidRequestError(
+            f"Invalid '{where}': a 'compaction_trigger' item must be the last input item "
+            "(it compacts the conversation before it).",
+            param=where,
+        )
 
 
 def _turn_names(messages: list[Message]) -> dict[str, str]:
@@ -389,7 +455,7 @@ def _decode_thinking(reasoning: ReasoningConfig | None) -> ThinkingConfig | None
         return None
     if reasoning.effort == "none":
         return ThinkingConfig(enabled=False)
-    return ThinkingConfig(effort=_EFFORT_FROM_WIRE[reasoning.effort])
+    return ThinkingConfig(effort=EFFORT_FROM_WIRE[reasoning.effort])
 
 
 def _decode_format(text: TextConfig | None) -> ResponseFormat | None:

@@ -7,7 +7,9 @@ reply have one shape (the openai SDK's ``types/responses/response.py``).
 
 Each core part becomes one output item: thinking a ``reasoning`` item (its text as
 one ``summary_text``; ``encrypted_content`` when the client asked for it with
-``include``, see ``reasoning.py``), text an assistant ``message``, a tool call a
+``include``, see ``reasoning.py``), or a ``compaction`` item when it carries a backend's
+own compaction (``carried.py``; its ``encrypted_content`` always), text an assistant
+``message``, a tool call a
 ``function_call`` or, for a custom tool, a ``custom_tool_call`` (``tools.py``). Stop
 reasons: ``max_tokens`` and ``content_filter`` make the response ``incomplete`` with
 the reason; anything else is ``completed``.
@@ -24,12 +26,14 @@ from llmbridge.core.ids import new_id
 from llmbridge.core.messages import Part, TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import ChatResponse, StopReason, Usage
+from llmbridge.dialects.responses.carried import is_compaction
 from llmbridge.dialects.responses.reasoning import seal_reasoning
 from llmbridge.dialects.responses.request import DETAILS_KEY
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT, call_shape
 
 __all__ = [
     "call_arguments",
+    "compaction_output",
     "custom_input",
     "encode_chat_response",
     "encode_usage",
@@ -43,6 +47,7 @@ __all__ = [
     "reasoning_item",
     "request_details",
     "response_id",
+    "thinking_item",
     "tool_call_item",
 ]
 
@@ -50,7 +55,13 @@ _INCOMPLETE = {
     StopReason.MAX_TOKENS: "max_output_tokens",
     StopReason.CONTENT_FILTER: "content_filter",
 }
-_ITEM_PREFIX = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_", "custom": "ctc_"}
+_ITEM_PREFIX = {
+    "message": "msg_",
+    "reasoning": "rs_",
+    "function_call": "fc_",
+    "custom": "ctc_",
+    "compaction": "cmp_",
+}
 
 
 def request_details(request: ChatRequest) -> dict[str, Any]:
@@ -162,6 +173,21 @@ def reasoning_item(item: str, part: ThinkingPart, request: ChatRequest) -> dict[
     return encoded
 
 
+def compaction_output(item: str, encrypted: str) -> dict[str, Any]:
+    """A ``compaction`` item: opaque content standing for the conversation before it."""
+    return {"id": item, "type": "compaction", "encrypted_content": encrypted}
+
+
+def thinking_item(part: ThinkingPart, request: ChatRequest) -> dict[str, Any]:
+    """The item of a thinking part: a ``compaction`` item when it carries a backend's
+    compaction, else a ``reasoning`` item."""
+    if is_compaction(part.signature):
+        sealed = seal_reasoning(part)
+        if sealed is not None:
+            return compaction_output(item_id("compaction"), sealed)
+    return reasoning_item(item_id("reasoning"), part, request)
+
+
 def tool_call_item(
     item: str, call: ToolCallPart, request: ChatRequest, status: str = "completed"
 ) -> dict[str, Any]:
@@ -249,7 +275,7 @@ def output_items(parts: tuple[Part, ...], request: ChatRequest) -> list[dict[str
         if isinstance(part, TextPart):
             items.append(message_item(item_id("message"), [part.text]))
         elif isinstance(part, ThinkingPart):
-            items.append(reasoning_item(item_id("reasoning"), part, request))
+            items.append(thinking_item(part, request))
         elif isinstance(part, ToolCallPart):
             kind = "custom" if is_custom_call(part, request) else "function_call"
             items.append(tool_call_item(item_id(kind), part, request))

@@ -20,7 +20,10 @@ its stream accumulator and Codex's reader check it)::
     ( response.completed | response.incomplete | error, response.failed )
 
 One core part is one output item, so ``output_index`` counts parts and an item's id is
-the same in ``added`` and ``done``. The terminal event carries the whole response
+the same in ``added`` and ``done``. A thinking part's item is announced at its first
+text, or at its end when it has none: a part that carries a backend's compaction
+(``carried.py``) is known by its signature, which arrives last, and is then a
+``compaction`` item, added and done at once. The terminal event carries the whole response
 (``response.envelope``) with every finished item and the usage: Codex reads its usage
 there. A tool call's arguments go out whole when its part ends, never as the backend's
 fragments: tool healing (features/tool_healing.py) rewrites them at the part's end, as
@@ -53,6 +56,7 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import Usage
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
+from llmbridge.dialects.responses.carried import is_compaction
 from llmbridge.dialects.responses.errors import failure_code, response_error
 from llmbridge.dialects.responses.response import (
     call_arguments,
@@ -65,6 +69,7 @@ from llmbridge.dialects.responses.response import (
     output_text,
     reasoning_item,
     response_id,
+    thinking_item,
     tool_call_item,
 )
 
@@ -103,13 +108,15 @@ _TEXT_DELTA_HEAD = (
 class _OpenItem:
     """The output item being streamed."""
 
-    __slots__ = ("delta_tail", "id", "index", "summary_open", "texts")
+    __slots__ = ("announced", "delta_tail", "id", "index", "summary_open", "texts")
 
-    def __init__(self, item: str, index: int) -> None:
+    def __init__(self, item: str, index: int, *, announced: bool = True) -> None:
         self.id = item
         self.index = index
         self.texts: list[str] = []
         self.summary_open = False
+        self.announced = announced
+        """Its ``output_item.added`` was sent (a thinking part's waits: module docstring)."""
         # What follows the sequence number in each of this item's text deltas, encoded
         # once: a delta is then two small joins and one dumps of its text (the hot path).
         self.delta_tail = (
@@ -249,9 +256,8 @@ class StreamEncoder:
             chunk += self._event("response.content_part.added", {**ids, "part": output_text("")})
             return chunk + self._text(part.text)
         if isinstance(part, ThinkingPart):
-            self._open = opened = _OpenItem(item_id("reasoning"), index)
-            item = {"id": opened.id, "type": "reasoning", "summary": []}
-            return self._item_added(item, index) + self._summary(part.text)
+            self._open = _OpenItem(item_id("reasoning"), index, announced=False)
+            return self._summary(part.text)
         if isinstance(part, ToolCallPart):
             custom = is_custom_call(part, self._request)
             self._open = opened = _OpenItem(item_id("custom" if custom else "function_call"), index)
@@ -289,13 +295,21 @@ class StreamEncoder:
         if not text or opened is None:
             return b""
         ids = {"item_id": opened.id, "output_index": opened.index, "summary_index": 0}
-        chunk = b""
+        chunk = self._announce_reasoning(opened)
         if not opened.summary_open:
             opened.summary_open = True
             part = {"type": "summary_text", "text": ""}
-            chunk = self._event("response.reasoning_summary_part.added", {**ids, "part": part})
+            chunk += self._event("response.reasoning_summary_part.added", {**ids, "part": part})
         opened.texts.append(text)
         return chunk + self._event("response.reasoning_summary_text.delta", {**ids, "delta": text})
+
+    def _announce_reasoning(self, opened: _OpenItem) -> bytes:
+        """The reasoning item's ``output_item.added``, once."""
+        if opened.announced:
+            return b""
+        opened.announced = True
+        item = {"id": opened.id, "type": "reasoning", "summary": []}
+        return self._item_added(item, opened.index)
 
     def _part_end(self, event: PartEnd) -> bytes:
         opened = self._open
@@ -309,7 +323,15 @@ class StreamEncoder:
             chunk += self._event("response.content_part.done", {**ids, "part": output_text(text)})
             return chunk + self._item_done(message_item(opened.id, [text]))
         if isinstance(part, ThinkingPart):
-            chunk = b""
+            if not opened.announced and is_compaction(part.signature):
+                item = thinking_item(part, self._request)
+                self._open = None
+                self._output.append(item)
+                done = {"output_index": opened.index, "item": item}
+                return self._item_added(item, opened.index) + self._event(
+                    "response.output_item.done", done
+                )
+            chunk = self._announce_reasoning(opened)
             if opened.summary_open:
                 ids = {"item_id": opened.id, "output_index": opened.index, "summary_index": 0}
                 summary = {"type": "summary_text", "text": part.text}

@@ -24,6 +24,8 @@ from llmbridge.dialects.validation import tag_discriminator
 
 __all__ = [
     "MAX_ITEM_ID_CHARS",
+    "CompactionItem",
+    "CompactionTriggerItem",
     "CustomTool",
     "CustomToolCallItem",
     "CustomToolCallOutputItem",
@@ -281,6 +283,24 @@ class McpApprovalResponseItem(OpenAIWireModel):
     "The item's id (ignored)."
 
 
+class CompactionItem(OpenAIWireModel):
+    type: Literal["compaction", "compaction_summary"]
+    "Always ``compaction`` (``compaction_summary``, its older name): a compacted conversation."
+    encrypted_content: str
+    "What stands for the conversation before it: opaque (request.py reads llmbridge's own)."
+    id: ItemId | None = None
+    "The item's id (ignored)."
+    created_by: str | None = None
+    "Who made it (ignored)."
+
+
+class CompactionTriggerItem(OpenAIWireModel):
+    type: Literal["compaction_trigger"]
+    "Always ``compaction_trigger``: compact the conversation before it (Codex's remote compaction)."
+    metadata: Any = None
+    "What the client attached (ignored)."
+
+
 McpItem = McpListToolsItem | McpCallItem | McpApprovalRequestItem | McpApprovalResponseItem
 
 InputItem = Annotated[
@@ -293,7 +313,9 @@ InputItem = Annotated[
     | Annotated[McpListToolsItem, Tag("McpListToolsItem")]
     | Annotated[McpCallItem, Tag("McpCallItem")]
     | Annotated[McpApprovalRequestItem, Tag("McpApprovalRequestItem")]
-    | Annotated[McpApprovalResponseItem, Tag("McpApprovalResponseItem")],
+    | Annotated[McpApprovalResponseItem, Tag("McpApprovalResponseItem")]
+    | Annotated[CompactionItem, Tag("CompactionItem")]
+    | Annotated[CompactionTriggerItem, Tag("CompactionTriggerItem")],
     tag_discriminator(
         "type",
         {
@@ -307,6 +329,9 @@ InputItem = Annotated[
             "mcp_call": "McpCallItem",
             "mcp_approval_request": "McpApprovalRequestItem",
             "mcp_approval_response": "McpApprovalResponseItem",
+            "compaction": "CompactionItem",
+            "compaction_summary": "CompactionItem",
+            "compaction_trigger": "CompactionTriggerItem",
         },
         missing="InputMessageItem",
     ),
@@ -481,7 +506,9 @@ class ResponsesRequestBody(OpenAIWireModel):
     background: bool | None = None
     "Run in the background and poll (refused when true)."
     prompt_cache_key: str | None = None
-    "A cache routing hint (ignored)."
+    "The client's prompt cache key: deployment affinity, and sent on to OpenAI backends."
+    generate: bool | None = None
+    "``false``: prepare a response to continue from, without output (Codex's WebSocket warm-up)."
     metadata: dict[str, str] | None = None
     "Key-value pairs echoed in the response."
     client_metadata: dict[str, Any] | None = None

@@ -1,5 +1,7 @@
 """OpenAI's Responses API: ``POST /v1/responses``, ``POST /v1/responses/input_tokens``,
-and, with the agent store, ``GET`` and ``DELETE /v1/responses/{response_id}``.
+``POST /v1/responses/compact``, ``/v1/responses`` over a WebSocket
+(``responses_socket.py``, whose frames come here as ``POST /v1/responses``) and, with the
+agent store, ``GET`` and ``DELETE /v1/responses/{response_id}``.
 
 Stateful responses (docs/RESPONSES.md, "Stateful responses"): with stored responses on
 (``stored_responses.stored_responses_on``: the default, whether the agent serves or not)
@@ -12,33 +14,54 @@ gateway's one database.
 ``previous_response_id`` loads one and puts its conversation and output before the new
 input (``dialects/responses/continuation.py``); another key's response is a 404 like a
 missing one. With the store off, ``previous_response_id`` stays the dialect's 400. A
-failed save is logged and never costs the client its answer.
+failed save is logged and never costs the client its answer. A frame of a WebSocket
+continues that socket's latest response first (``SocketSession``), which is kept
+whether it is stored or not.
+
+Compaction (docs/RESPONSES.md, "Compaction"; ``dialects/responses/compaction.py``): a
+body whose input ends with ``compaction_trigger``, and every ``/v1/responses/compact``,
+is served as ``ChatRequest.compaction`` (the backend compacts, or is asked for a
+summary: serving/prepare/fit.py), its reply one ``compaction`` item. ``generate:
+false`` (Codex's WebSocket warm-up) answers a response without output and calls no
+model: it is there to be continued.
 
 Errors are OpenAI's body (``web/render.py`` renders every ``/v1/*`` path but Anthropic's
 that way, which is also the Responses API's). Besides the ``x-llmbridge-*`` headers of
 what serving changed (``pipeline.change_headers``), two say what this dialect left out:
 ``x-llmbridge-ignored-tools`` names the hosted tools (``web_search``...) no backend here
-runs, and ``x-llmbridge-dropped-reasoning`` counts reasoning items whose
-``encrypted_content`` another server issued (dialects/responses/reasoning.py).
+runs, ``x-llmbridge-dropped-reasoning`` counts reasoning items whose
+``encrypted_content`` another server issued (dialects/responses/reasoning.py; their text
+is kept), and ``x-llmbridge-dropped-items`` adds the compaction items another server
+issued to what serving left out for the backend (``pipeline.DROPPED_ITEMS_HEADER``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from llmbridge.core.events import StreamEvent
+from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.hosted_mcp import HostedEvent, HostedReply, hosted_mcp_of
+from llmbridge.core.ids import new_id
+from llmbridge.core.messages import Message
 from llmbridge.core.request import ChatRequest
-from llmbridge.core.response import ChatResponse
+from llmbridge.core.request_limits import RequestLimits
+from llmbridge.core.response import ChatResponse, StopReason, Usage
 from llmbridge.dialects import responses
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.responses.compaction import (
+    compacted_response,
+    encode_compaction_response,
+    encode_compaction_stream,
+    kept_messages,
+)
 from llmbridge.dialects.responses.continuation import (
     check_response_id,
     continued_body,
@@ -50,7 +73,17 @@ from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_token
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
-from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
+from llmbridge.gateway.pipeline import (
+    DROPPED_ITEMS_HEADER,
+    ChatCodec,
+    count_chat_tokens,
+    serve_chat,
+)
+from llmbridge.gateway.routes.responses_socket import (
+    SocketSession,
+    responses_socket,
+    socket_session,
+)
 from llmbridge.gateway.state import GatewayState
 from llmbridge.gateway.stateful import (
     Continued,
@@ -82,6 +115,22 @@ RESPONSES_CODEC = ChatCodec(
     encode_response=responses.encode_chat_response,
     stream_media_type="text/event-stream",
 )
+COMPACTION_RESPONSES = ChatCodec(
+    dialect=Dialect.OPENAI,
+    endpoint="/v1/responses",
+    encode_stream=encode_compaction_stream,
+    encode_response=encode_compaction_response,
+    stream_media_type="text/event-stream",
+)
+"""A body ending with ``compaction_trigger``: one ``compaction`` item."""
+COMPACTED = ChatCodec(
+    dialect=Dialect.OPENAI,
+    endpoint="/v1/responses/compact",
+    encode_stream=encode_compaction_stream,  # never streamed: compact answers JSON
+    encode_response=encode_compaction_response,
+    stream_media_type="text/event-stream",
+)
+"""``POST /v1/responses/compact``, its reply made per request (``compact_response``)."""
 HOSTED_RESPONSES = HostedCodec(
     dialect=Dialect.OPENAI,
     encode_stream=encode_hosted_stream,
@@ -99,6 +148,20 @@ def dialect_headers(chat: ChatRequest) -> dict[str, str]:
     if details.get("dropped_reasoning"):
         headers[DROPPED_REASONING_HEADER] = str(details["dropped_reasoning"])
     return headers
+
+
+def add_dialect_headers(response: Response, chat: ChatRequest) -> None:
+    """``dialect_headers`` on ``response``; the compaction items the front could not
+    read join what serving left out in ``x-llmbridge-dropped-items``."""
+    response.headers.update(dialect_headers(chat))
+    details = (chat.provider_details or {}).get(DETAILS_KEY) or {}
+    foreign = details.get("dropped_compaction")
+    if foreign:
+        served = response.headers.get(DROPPED_ITEMS_HEADER)
+        counts = dict(entry.split("=", 1) for entry in served.split(",")) if served else {}
+        counts["compaction"] = str(int(counts.get("compaction", "0")) + foreign)
+        order = [kind for kind in ("reasoning", "compaction") if kind in counts]
+        response.headers[DROPPED_ITEMS_HEADER] = ",".join(f"{k}={counts[k]}" for k in order)
 
 
 def listed(names: list[str], max_bytes: int) -> str:
@@ -122,26 +185,90 @@ def listed(names: list[str], max_bytes: int) -> str:
 async def create_response(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
     owner = caller_identity(request)
-    found = await continued(request, state, responses.decode_chat_request, STORED_RESPONSES)
+    session = socket_session(request.scope)
+    found = await _continued(request, state, responses.decode_chat_request)
     chat, body, previous = found.chat, found.body, found.previous
     store = store_if_open(request, STORED_RESPONSES)
     keep = store is not None and asked_to_keep(body.get("store"), state.config.agent)
     if keep or previous is not None:
         chat = marked(chat, stored=keep, previous_response_id=previous)
     keeper = None
-    if keep and store is not None:
-        keeper = _Keeper(store, owner, found)
+    if keep or session is not None:
+        keeper = _Keeper(store if keep else None, owner, found, session)
     hosted = hosted_mcp_of(chat)
-    if hosted is not None:
+    codec = COMPACTION_RESPONSES if chat.compaction else RESPONSES_CODEC
+    if keeper is not None:
+        codec = keeper.codec(codec)
+    if body.get("generate") is False:
+        response = await _without_output(chat, codec, exchange)
+    elif hosted is not None and not chat.compaction:
         hosted_codec = HOSTED_RESPONSES if keeper is None else keeper.hosted_codec
         response = await serve_hosted(request, chat, hosted, hosted_codec, exchange=exchange)
     else:
-        codec = RESPONSES_CODEC if keeper is None else keeper.codec
         response = await serve_chat(request, chat, codec, exchange=exchange)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
         await keeper.save(keeper.ended)
-    response.headers.update(dialect_headers(chat))
+    add_dialect_headers(response, chat)
     return response
+
+
+@exchanged("/v1/responses/compact", Dialect.OPENAI)
+async def compact_response(request: Request, exchange: Exchange) -> Response:
+    """``POST /v1/responses/compact``: the conversation compacted, answered as the
+    ``response.compaction`` object (its user messages, then one ``compaction`` item),
+    never streamed and never stored."""
+    found = await _continued(request, exchange.state, _decode_compact_request)
+    kept = kept_messages(found.body.get("input"))
+    chat = replace(found.chat, compaction=True, stream=False)
+
+    def encode(reply: ChatResponse, served: ChatRequest) -> dict[str, Any]:
+        return compacted_response(reply, kept)
+
+    response = await serve_chat(
+        request, chat, replace(COMPACTED, encode_response=encode), exchange=exchange
+    )
+    add_dialect_headers(response, chat)
+    return response
+
+
+def _decode_compact_request(body: Any, limits: RequestLimits) -> ChatRequest:
+    """A compact body (``model``, ``input``, ``instructions``...) as a Responses one."""
+    if isinstance(body, dict):
+        body = {**body, "stream": False}
+    return responses.decode_chat_request(body, limits)
+
+
+async def _without_output(chat: ChatRequest, codec: ChatCodec, exchange: Exchange) -> Response:
+    """``generate: false``: a response with no output, at once, with no model called,
+    which a later request continues (Codex's WebSocket warm-up). Admitted on the key's
+    models like any request, and recorded."""
+    exchange.asked(chat.model, streamed=chat.stream)
+    exchange.admit_model(chat.model, refuse=True)
+    created = time.time()
+    start = ResponseStart(id=new_id("resp_"), model=chat.model, created=created)
+    end = ResponseEnd(stop_reason=StopReason.END_TURN, usage=Usage(input_tokens=0, output_tokens=0))
+    headers = {"x-request-id": exchange.request_id}
+    if not chat.stream:
+        reply = ChatResponse(
+            id=start.id,
+            model=chat.model,
+            message=Message("assistant", ()),
+            stop_reason=StopReason.END_TURN,
+            usage=end.usage,
+            created=created,
+        )
+        return Response(
+            dumps(codec.encode_response(reply, chat)),
+            media_type="application/json",
+            headers=headers,
+        )
+
+    async def events() -> AsyncIterator[StreamEvent]:
+        yield start
+        yield end
+
+    chunks = [chunk async for chunk in codec.encode_stream(events(), chat)]
+    return Response(b"".join(chunks), media_type=codec.stream_media_type, headers=headers)
 
 
 @exchanged("/v1/responses/{response_id}", Dialect.OPENAI)
@@ -191,32 +318,69 @@ STORED_RESPONSES = Stateful(
 """How Responses are kept and continued (gateway/stateful.py)."""
 
 
+async def _continued(request: Request, state: GatewayState, decode: Decode) -> Continued:
+    """The body decoded and continued (``stateful.continued``): from the latest response
+    of the socket a frame came in on (responses_socket.py), else a stored one."""
+    session = socket_session(request.scope)
+    return await continued(request, state, decode, STORED_RESPONSES, session)
+
+
 async def _decoded(
     request: Request, state: GatewayState, decode: Decode
 ) -> tuple[ChatRequest, dict[str, Any], str | None]:
-    """``continued``'s request, body and continued response id."""
-    found = await continued(request, state, decode, STORED_RESPONSES)
+    """``_continued``'s request, body and continued response id."""
+    found = await _continued(request, state, decode)
     return found.chat, found.body, found.previous
 
 
+EndingStream = Callable[
+    [AsyncIterator[StreamEvent], ChatRequest, Callable[[dict[str, Any]], None]],
+    AsyncIterator[bytes],
+]
+"""A Responses stream encoder told the response object once it is complete."""
+
+
 class _Keeper:
-    """Stores one response once it is complete: the route's codec with the encoders
+    """Keeps one response once it is complete, in the stored responses and on the
+    socket it came in on (each when there is one): the route's codec with the encoders
     wrapped to catch the response object."""
 
-    def __init__(self, store: ResponseStore, owner: str | None, found: Continued) -> None:
-        self.store, self.owner, self.found = store, owner, found
+    def __init__(
+        self,
+        store: ResponseStore | None,
+        owner: str | None,
+        found: Continued,
+        session: SocketSession | None,
+    ) -> None:
+        self.store, self.owner, self.found, self.session = store, owner, found, session
         self.ended: dict[str, Any] | None = None
-        """The object of a reply that was not streamed, to store after encoding."""
-        self.codec = replace(
-            RESPONSES_CODEC,
-            encode_response=self._encode_response,
-            encode_stream=self._encode_stream,
-        )
+        """The object of a reply that was not streamed, to keep after encoding."""
         self.hosted_codec = replace(
             HOSTED_RESPONSES,
             encode_response=self._encode_hosted_response,
             encode_stream=self._encode_hosted_stream,
         )
+
+    def codec(self, codec: ChatCodec) -> ChatCodec:
+        """``codec`` (``RESPONSES_CODEC`` or ``COMPACTION_RESPONSES``) with its encoders
+        catching the response object."""
+        stream: EndingStream = codec.encode_stream  # type: ignore[assignment]
+        encode_response = codec.encode_response
+
+        def encoded(reply: ChatResponse, chat: ChatRequest) -> dict[str, Any]:
+            self.ended = encode_response(reply, chat)
+            return self.ended
+
+        async def encode_stream(
+            events: AsyncIterator[StreamEvent], chat: ChatRequest
+        ) -> AsyncIterator[bytes]:
+            ended: list[dict[str, Any]] = []
+            async for chunk in stream(events, chat, ended.append):
+                if ended:  # kept before the client reads response.completed
+                    await self.save(ended.pop())
+                yield chunk
+
+        return replace(codec, encode_response=encoded, encode_stream=encode_stream)
 
     def _encode_hosted_response(self, reply: HostedReply, chat: ChatRequest) -> dict[str, Any]:
         self.ended = encode_hosted_response(reply, chat)
@@ -231,22 +395,10 @@ class _Keeper:
                 await self.save(ended.pop())
             yield chunk
 
-    def _encode_response(self, reply: ChatResponse, chat: ChatRequest) -> dict[str, Any]:
-        self.ended = responses.encode_chat_response(reply, chat)
-        return self.ended
-
-    async def _encode_stream(
-        self, events: AsyncIterator[StreamEvent], chat: ChatRequest
-    ) -> AsyncIterator[bytes]:
-        ended: list[dict[str, Any]] = []
-        async for chunk in responses.encode_chat_stream(events, chat, ended.append):
-            if ended:  # stored before the client reads response.completed
-                await self.save(ended.pop())
-            yield chunk
-
     async def save(self, response: dict[str, Any]) -> None:
-        """Store ``response``; a failure is logged, and the client keeps its answer."""
-        await save(STORED_RESPONSES, self.store, self.owner, self.found, response)
+        """Keep ``response``; a failure to store it is logged, and the client keeps
+        its answer."""
+        await save(STORED_RESPONSES, self.store, self.owner, self.found, response, self.session)
 
 
 @exchanged("/v1/responses/input_tokens", Dialect.OPENAI)
@@ -263,9 +415,11 @@ async def input_tokens(request: Request, exchange: Exchange) -> Response:
     )
 
 
-routes = [
+routes: list[BaseRoute] = [
     Route("/v1/responses", create_response, methods=["POST"]),
+    WebSocketRoute("/v1/responses", responses_socket),
     Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+    Route("/v1/responses/compact", compact_response, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
 ]

@@ -30,6 +30,13 @@ class Changes:
     where serving set the context window (serving/prepare/context_size.py)."""
     fallback: str | None = None
     """``backend/model`` of the fallback that served the reply, if one did."""
+    dropped_items: tuple[str, ...] = ()
+    """What another backend carried in the history that this one cannot read, left
+    out: ``kind=count`` entries (``reasoning=2``, ``compaction=1``;
+    serving/prepare/carried_state.py)."""
+    compaction: str | None = None
+    """How a compaction was made: ``native`` (the backend compacted) or ``summary``
+    (the backend was asked for a summary: features/compaction.py)."""
     context_edits: tuple[AppliedEdit, ...] = ()
     """What the client's context edits cleared (features/context_editing.py)."""
 

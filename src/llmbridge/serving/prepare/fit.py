@@ -1,9 +1,12 @@
 """The steps that fit a request to the backend its model resolved to, in order.
 
 ``prepare`` is what every caller's request goes through before its backend sees
-it: the backend's model name; Claude Code's billing-header line out of the
-system prompt for a backend that is not Anthropic's API (features/billing_header.py),
-and the client's context edits applied there (features/context_editing.py);
+it: the backend's model name; another backend's opaque reasoning and compaction items
+out of the history (``carried_state.py``); a compaction asked of a backend that cannot
+compact made a request for a summary (features/compaction.py); Claude Code's
+billing-header line out of the system prompt for a backend that is not Anthropic's API
+(features/billing_header.py), and the client's context edits applied there
+(features/context_editing.py);
 a fill-in-the-middle ``suffix`` refused (400 naming ``suffix``) where the backend or
 model cannot fill a gap (``capabilities.py``); thinking per the policy
 (features/thinking.py); ``max_tokens`` clamped to the model's limit; sampling
@@ -22,10 +25,12 @@ from dataclasses import dataclass, replace
 
 from llmbridge.core.request import ChatRequest
 from llmbridge.features.billing_header import drop_billing_header
+from llmbridge.features.compaction import summary_request
 from llmbridge.features.context_editing import apply_context_edits
 from llmbridge.features.thinking import apply_thinking_policy, can_think
 from llmbridge.features.tool_choice import apply_tool_choice
 from llmbridge.serving.prepare.capabilities import check_fill_in_middle, has_native_tools
+from llmbridge.serving.prepare.carried_state import drop_unreadable
 from llmbridge.serving.prepare.changes import UNCHANGED, Changes
 from llmbridge.serving.prepare.context_size import context_size, request_size
 from llmbridge.serving.prepare.sampling import fit_params
@@ -52,6 +57,12 @@ async def prepare(
     capabilities = backend.capabilities
     if chat.model != target.backend_model:  # a copy only when the name changes
         chat = replace(chat, model=target.backend_model)
+    chat, dropped_items = drop_unreadable(chat, backend.name)
+    compaction = None
+    if chat.compaction:
+        compaction = "native" if capabilities.compaction else "summary"
+        if not capabilities.compaction:
+            chat = summary_request(chat)
     if not capabilities.anthropic_api:
         # Claude Code's billing line (a per-request hash in some versions) in front of
         # the system prompt would spoil a local model's prefix cache on every turn.
@@ -107,13 +118,23 @@ async def prepare(
             chat = replace(chat, params=replace(chat.params, num_ctx=num_ctx))
             fitted = (*fitted, f"num_ctx={num_ctx}")
     emulated = bool(chat.tools) and not native_tools
-    if dropped or emulated or clamped is not None or fitted or context_edits:
+    if (
+        dropped
+        or emulated
+        or clamped is not None
+        or fitted
+        or context_edits
+        or dropped_items
+        or compaction
+    ):
         changes = Changes(
             thinking_dropped=dropped,
             tools_emulated=emulated,
             max_tokens=clamped,
             params=fitted,
             context_edits=context_edits,
+            dropped_items=dropped_items,
+            compaction=compaction,
         )
     else:
         changes = UNCHANGED  # the common case builds nothing
