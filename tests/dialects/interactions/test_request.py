@@ -22,6 +22,7 @@ from llmbridge.core.request import ChatRequest, ResponseFormat, ThinkingConfig
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.gemini.response import wire_signature
 from llmbridge.dialects.interactions import decode_chat_request, encode_chat_request
+from llmbridge.dialects.interactions.continuation import input_bytes
 from llmbridge.dialects.interactions.steps import INTERACTIONS
 
 PIXEL = "iVBORw0KGgo="
@@ -232,3 +233,12 @@ def test_only_this_backends_signatures_go_back_to_google() -> None:
         {"type": "thought", "signature": "QUJD", "summary": [{"type": "text", "text": "mine"}]},
         {"type": "model_output", "content": [{"type": "text", "text": "a"}]},
     ]
+
+
+@pytest.mark.parametrize("kind", [{}, [], 3, None])
+def test_an_input_whose_type_is_not_a_string_is_measured_and_refused(kind: object) -> None:
+    # The fuzzer's body (a 500: an unhashable type looked up in the content types).
+    step = {"call_id": "", "result": "", "type": kind}
+    assert input_bytes(step) > 0
+    with pytest.raises(InvalidRequestError):
+        decode_chat_request({"model": "m", "input": step}, RequestLimits())

@@ -47,7 +47,9 @@ def input_items(value: object) -> list[Any]:
     if isinstance(value, str):
         return [{"type": "user_input", "content": [{"type": "text", "text": value}]}]
     if isinstance(value, dict):
-        if value.get("type") in _CONTENT_TYPES:
+        # A type that is not a string (a fuzzer's {}) is no content: the decoder names it.
+        kind = value.get("type")
+        if isinstance(kind, str) and kind in _CONTENT_TYPES:
             return [{"type": "user_input", "content": [value]}]
         return [value]
     return list(value) if isinstance(value, list) else []
