@@ -31,6 +31,7 @@ from llmbridge.core.messages import ThinkingPart
 from llmbridge.dialects.responses.summary import SUMMARY_INTRO, open_summary
 from llmbridge.features.compaction import SUMMARY_PROMPT
 from tests.conftest import RunningServer, openai_client, running_gateway
+from tests.waiting import scaled
 
 FRAMES: list[dict[str, Any]] = json.loads(
     (
@@ -158,6 +159,13 @@ def test_sdk_compact_returns_the_user_messages_then_the_item(
         ("user", SUMMARY_INTRO + "Wanted a haiku; got one."),
         ("user", "More?"),
     ]
+
+
+def test_a_compact_body_whose_stream_is_not_a_boolean_is_a_400(gateway: RunningServer) -> None:
+    # The fuzzer's body: a stream of {} was taken as "answered whole" and served.
+    body = {"model": "scripted", "input": "", "stream": {}}
+    reply = httpx.post(gateway.url + "/v1/responses/compact", json=body, timeout=scaled(30))
+    assert reply.status_code == 400 and "stream" in reply.json()["error"]["message"]
 
 
 def test_compact_of_a_continued_response_compacts_the_whole_chain(

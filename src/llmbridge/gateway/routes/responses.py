@@ -232,8 +232,10 @@ async def compact_response(request: Request, exchange: Exchange) -> Response:
 
 
 def _decode_compact_request(body: Any, limits: RequestLimits) -> ChatRequest:
-    """A compact body (``model``, ``input``, ``instructions``...) as a Responses one."""
-    if isinstance(body, dict):
+    """A compact body (``model``, ``input``, ``instructions``...) as a Responses one,
+    answered whole: a ``stream`` that is not a boolean is the decoder's 400, as on
+    ``/v1/responses``, and a boolean one is answered whole all the same."""
+    if isinstance(body, dict) and isinstance(body.get("stream"), bool | None):
         body = {**body, "stream": False}
     return responses.decode_chat_request(body, limits)
 
