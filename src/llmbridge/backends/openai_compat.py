@@ -66,15 +66,18 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        # The pass-through path's stream is handed out as it is, not re-yielded: one
+        # async-generator hop fewer for each read of a relayed stream.
+        if request.relay is not None:
+            return self._relayed(request)
+        return self._translated(request)
+
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         # A raw completion or a fill-in-the-middle goes to /v1/completions, which takes
         # the prompt as it stands (vLLM, llama.cpp, OpenAI); a templated one (Ollama's
         # /api/generate without raw) is a chat like any other.
-        if request.relay is not None:
-            async for event in self._relayed(request):
-                yield event
-            return
         completion = request.completion
         if completion is not None and (completion.raw or completion.suffix is not None):
             path, encode = "completions", dialect.encode_completion_request

@@ -25,8 +25,8 @@ from llmbridge.core.events import ResponseStart, StreamEvent
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, EmbedResponse, Usage
+from llmbridge.core.stream import EventStream
 from llmbridge.dialects.framing import dumps
-from llmbridge.dialects.relayed import relay_stream
 from llmbridge.features.thinking import THINKING_HEADER
 from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.exchange.exchange import Exchange
@@ -68,7 +68,8 @@ class ChatCodec:
     """The dialect a backend relays (``Capabilities.relays``) when this route's body is
     kept for the pass-through path (core/relay.py); ``None``: always translated."""
     relay_error: Callable[[LLMBridgeError], bytes] | None = None
-    """The dialect's in-stream error on the pass-through path (dialects/relayed.py)."""
+    """The dialect's in-stream error on the pass-through path, for a failure the gateway
+    saw after the first byte (``Exchange.relay``)."""
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -202,7 +203,7 @@ async def serve_chat(
 
     # The stream's end finishes the exchange (``exchanged`` leaves it to on_close).
     return StreamingBody(
-        _stream_body(codec, answered, exchange.watch(first, reply.rest), relayed=relayed),
+        _stream_body(codec, answered, exchange, first, reply.rest, relayed=relayed),
         media_type=codec.stream_media_type,
         headers=headers,
         on_close=on_close,
@@ -210,13 +211,20 @@ async def serve_chat(
 
 
 def _stream_body(
-    codec: ChatCodec, chat: ChatRequest, events: AsyncIterator[StreamEvent], *, relayed: bool
+    codec: ChatCodec,
+    chat: ChatRequest,
+    exchange: Exchange,
+    first: StreamEvent,
+    rest: EventStream,
+    *,
+    relayed: bool,
 ) -> AsyncIterator[bytes]:
-    """The stream's bytes: the relayed ones (the pass-through path), or encoded."""
+    """The stream's bytes: the relayed ones as they came (the pass-through path), or
+    the events encoded; either way noted by the exchange as they pass."""
     if relayed:
         assert codec.relay_error is not None  # no relay body is read otherwise
-        return relay_stream(events, codec.relay_error)
-    return codec.encode_stream(events, chat)
+        return exchange.relay(first, rest, codec.relay_error)
+    return codec.encode_stream(exchange.watch(first, rest), chat)
 
 
 def _embed_tokens(embed_request: EmbedRequest) -> int:

@@ -169,7 +169,7 @@ class StreamEncoder:
         if isinstance(event, ResponseEnd):
             return self._start() + self._close(None) + self._end(event)
         if isinstance(event, Relayed):
-            return b""  # the pass-through path writes its bytes itself (dialects/relayed.py)
+            return b""  # the pass-through path writes its bytes itself (Exchange.relay)
         self.done = True
         return error_event(event.error)
 

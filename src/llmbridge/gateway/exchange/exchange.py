@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response
@@ -430,6 +430,22 @@ class Exchange:
         (``ReplyMeter.watch``): a failure after the first event becomes a
         ``StreamError`` (the encoder renders the dialect's in-stream error)."""
         return self._meter.watch(first, events, backend=self._backend, keep=self._keeps_bodies())
+
+    def relay(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        error_frame: Callable[[LLMBridgeError], bytes],
+    ) -> AsyncGenerator[bytes, None]:
+        """A relayed stream's bytes (``first`` already read), noted as they pass
+        (``ReplyMeter.relay``): a failure after the first byte is ``error_frame``."""
+        return self._meter.relay(
+            first,
+            events,
+            error_frame=error_frame,
+            backend=self._backend,
+            keep=self._keeps_bodies(),
+        )
 
     async def collect(self, first: StreamEvent, events: EventStream) -> ChatResponse:
         """The non-streamed reply, ``first`` already read, noted and accumulated

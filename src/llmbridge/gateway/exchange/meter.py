@@ -1,7 +1,8 @@
 """What a request's reply said, noted as its events pass once: ``ReplyMeter``.
 
 Each ``Exchange`` (exchange.py) owns one. ``watch`` hands a streamed reply's events on
-to the dialect's encoder, ``collect`` accumulates a reply sent whole; both note, from
+to the dialect's encoder, ``relay`` writes a relayed stream's bytes (the pass-through
+path, core/relay.py), ``collect`` accumulates a reply sent whole; each notes, from
 each event, the usage (later counts win, as ``core.accumulate`` merges them), the text
 generated so far, why the reply ended, and a failure. A failure after the first event
 becomes a ``StreamError`` for the encoder (``watch``) or is raised (``collect``); either
@@ -26,7 +27,7 @@ import orjson
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.accumulate import Accumulator
-from llmbridge.core.errors import LLMBridgeError
+from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
 from llmbridge.core.events import (
     PartDelta,
     Relayed,
@@ -145,6 +146,47 @@ class ReplyMeter:
                 yield event
         except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
             yield StreamError(self._stream_failed(exc, backend))
+        finally:
+            await events.aclose()
+
+    async def relay(
+        self,
+        first: StreamEvent,
+        events: EventStream,
+        *,
+        error_frame: Callable[[LLMBridgeError], bytes],
+        backend: Backend | None,
+        keep: bool,
+    ) -> AsyncGenerator[bytes, None]:
+        """A relayed stream's bytes (``first`` already read), its events noted as
+        ``watch`` notes them: each ``Relayed`` event's bytes as they came; the backend's
+        own in-band error relayed as it sent it, and the end. A failure the gateway saw
+        after the first byte (the connection dropped, the backend went silent) is the
+        dialect's in-stream error, ``error_frame``, as on the translated path. One hop
+        where watching the events and writing their bytes would be two: each read of a
+        relayed stream passes here."""
+        note = self._note
+        if keep:  # bodies kept: the relayed bytes too
+            note = self._note_kept
+        try:
+            self._note_first(first)
+            async for event in events:
+                note(event)
+                if isinstance(event, Relayed):
+                    if event.data:
+                        yield event.data
+                    if event.error is not None:
+                        return
+                elif isinstance(event, ResponseEnd):
+                    return
+                elif isinstance(event, StreamError):
+                    yield error_frame(event.error)
+                    return
+            ended = BackendProtocolError("the backend's stream ended before it was complete")
+            self.failed(ended)
+            yield error_frame(ended)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
+            yield error_frame(self._stream_failed(exc, backend))
         finally:
             await events.aclose()
 
