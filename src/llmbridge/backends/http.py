@@ -305,16 +305,22 @@ class HTTPTransport:
             # end. Drain that tail, briefly and boundedly, instead of reconnecting.
             await _drain(response)
 
-    async def request_json(self, method: str, path: str, body: Any = None) -> object:
-        """One complete JSON request/response exchange with errors mapped."""
-        data = None if body is None else orjson.dumps(body)
+    async def request_bytes(self, method: str, path: str, body: Any = None) -> bytes:
+        """One complete request/response exchange with errors mapped: ``body`` sent as
+        JSON (``bytes`` as already encoded), the reply's body read whole in one call
+        (a relayed reply sent whole: no per-chunk iteration)."""
+        data = _request_data(body)
         headers = None if body is None else _JSON_HEADERS
         async with (
             map_transport_errors(self.backend, self.settings.total),
             self._client().request(method, self._url(path), data=data, headers=headers) as r,
         ):
             await _raise_for_status(r, self.backend)
-            raw = await r.read()
+            return await r.read()
+
+    async def request_json(self, method: str, path: str, body: Any = None) -> object:
+        """One complete JSON request/response exchange with errors mapped."""
+        raw = await self.request_bytes(method, path, body)
         if not raw:
             return None  # 204 No Content, or an empty 200
         try:

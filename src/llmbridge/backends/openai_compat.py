@@ -97,12 +97,12 @@ class OpenAICompatBackend(Backend):
             body, client_model, strip_usage = await asyncio.to_thread(relay_request, request)
         else:
             body, client_model, strip_usage = relay_request(request)
+        if not request.stream:
+            raw = await self._http.request_bytes("POST", "chat/completions", body)
+            for event in relay_reply(raw, client_model):
+                yield event
+            return
         async with self._http.stream("chat/completions", body) as chunks:
-            if not request.stream:
-                raw = b"".join([chunk async for chunk in chunks])
-                for event in relay_reply(raw, client_model):
-                    yield event
-                return
             relayed = ChatStreamRelay(client_model, strip_usage)
             async for chunk in chunks:
                 for event in relayed.feed(chunk):

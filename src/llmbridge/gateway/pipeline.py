@@ -306,8 +306,9 @@ def chat_endpoint(
     async def endpoint(request: Request, exchange: Exchange) -> Response:
         state = exchange.state
         # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-        if codec.relay_dialect is not None:  # the body kept for the pass-through path
-            chat = await read_relayable_chat(request, state.limits, decode, codec.relay_dialect)
+        relay = codec.relay_dialect
+        if relay is not None and relay in state.models.relayed_dialects:  # the body kept
+            chat = await read_relayable_chat(request, state.limits, decode, relay)
         else:
             chat = await read_chat(request, state.limits, decode)
         exchange.asked(chat.model, streamed=chat.stream)

@@ -134,6 +134,11 @@ class Models:
         self.config = config
         self.backends = backends
         self.router = ModelRouter(config, backends)
+        self.relayed_dialects = frozenset(
+            b.capabilities.relays for b in backends.values() if b.capabilities.relays
+        )
+        """The client dialects some backend relays (the pass-through path, core/relay.py):
+        a route of another dialect does not keep the client's body for it."""
         self.observer: ServingObserver = observer or _Unobserved()
         self.state: SharedState = state or LocalState()
         """Where deployments' in-flight counts, latencies and turns are kept; the
