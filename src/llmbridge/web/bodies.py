@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from llmbridge.core.errors import InvalidRequestError
 from llmbridge.core.relay import RelayBody
@@ -71,7 +71,20 @@ async def read_body(request: Request, limit: int) -> bytes | bytearray:
     first = b""
     gathered: bytearray | None = None
     size = 0
-    async for chunk in request.stream():
+    # ``receive`` read directly, not through ``Request.stream()``: an async generator
+    # per request (and the loop's hook registering it) for a body that almost always
+    # arrives in one message.
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left before its body was in
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        more = message.get("more_body", False)
+        if not chunk:
+            if more:
+                continue
+            break
         size += len(chunk)
         if size > limit:
             raise size_error("request body", None, limit, "server.max_body_bytes")
@@ -82,6 +95,8 @@ async def read_body(request: Request, limit: int) -> bytes | bytearray:
             gathered += chunk
         else:
             first = chunk
+        if not more:
+            break
     return first if gathered is None else gathered
 
 
