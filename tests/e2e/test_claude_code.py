@@ -228,7 +228,7 @@ def test_runs_the_bash_command_the_model_asks_for(claude: Claude, tmp_path: Path
 def test_the_current_releases_full_request_is_mapped(
     current_claude: Claude, tmp_path: Path
 ) -> None:
-    """Claude Code 2.1.330 as people run it (no ``--bare``): its whole tool set with
+    """Claude Code 2.1.332 as people run it (no ``--bare``): its whole tool set with
     deferred (tool search) tools, a ``role: "system"`` turn carrying the per-turn
     effort, adaptive thinking with ``display: "omitted"``. Every exchange succeeds,
     and the backend (no tool search) gets the loaded tools only, the effort, and no
@@ -250,7 +250,7 @@ def test_the_current_releases_full_request_is_mapped(
     assert isinstance(sent_tools, list)
     deferred = {t["name"] for t in sent_tools if t.get("defer_loading") is True}
     loaded = [t["name"] for t in sent_tools if t.get("defer_loading") is not True]
-    assert deferred, "2.1.330 defers some tools (tool search); the test needs one"
+    assert deferred, "2.1.332 defers some tools (tool search); the test needs one"
     assert body["thinking"] == {"type": "adaptive", "display": "omitted"}
 
     seen = backend.requests[-1]
@@ -310,7 +310,7 @@ def test_runs_the_bash_command_an_opencode_model_decides_on(
 # -- a gateway MCP tool, through --mcp-config ----------------------------------------
 
 MCP_TOOL = f"mcp__gw__{GATEWAY_TOOL}"  # Claude Code's name: mcp__<server in its config>__<tool>
-SEARCH_TOOL = "ToolSearch"  # 2.1.330's own tool search: a client tool every backend gets
+SEARCH_TOOL = "ToolSearch"  # 2.1.332's own tool search: a client tool every backend gets
 
 
 def _mcp_config(home: Path, served: McpServed) -> Path:
@@ -323,7 +323,7 @@ def _mcp_config(home: Path, served: McpServed) -> Path:
 
 @pytest.mark.parametrize("tool_search", ["default", "false"])
 def test_calls_a_gateway_mcp_tool(current_claude: Claude, tmp_path: Path, tool_search: str) -> None:
-    """Claude Code 2.1.330 with the gateway's ``/mcp`` in ``--mcp-config`` (keys on, a
+    """Claude Code 2.1.332 with the gateway's ``/mcp`` in ``--mcp-config`` (keys on, a
     database key for both APIs) calls ``files__read_text_file`` on server-filesystem
     as ``mcp__gw__files__read_text_file`` when the model asks.
 

@@ -1,8 +1,9 @@
 """Claude Code's gateway model discovery against the gateway, with the pinned CLI.
 
 With ``CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1``, ``ANTHROPIC_BASE_URL`` and a key,
-Claude Code 2.1.330 GETs ``{base}/v1/models?limit=1000`` (``anthropic-version`` and
-``x-api-key`` headers), keeps the ids matching ``/(claude|anthropic)/i`` and caches
+Claude Code 2.1.332 (like 2.1.330) GETs ``{base}/v1/models?limit=1000``
+(``anthropic-version`` and ``x-api-key`` headers), keeps the ids matching
+``/(claude|anthropic)/i`` and caches
 ``{"baseUrl", "fetchedAt", "models": [{"id", "display_name", "description"}]}`` in
 ``$CLAUDE_CONFIG_DIR/cache/gateway-models.json`` for its model picker. The gateway lists
 each of its own names as ``anthropic/<name>`` too (dialects/anthropic/model_list.py), so its
@@ -27,7 +28,7 @@ ANSWER = "Served by the discovered model."
 
 @pytest.fixture(scope="module")
 def claude(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The current release (discovery is in 2.1.330). Missing or stale fails."""
+    """The current release (discovery is in 2.1.330 and 2.1.332). Missing or stale fails."""
     home = tmp_path_factory.mktemp("claude-version")
     check_installed(
         "Claude Code",

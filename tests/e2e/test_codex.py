@@ -12,7 +12,7 @@ sync at start (``api.github.com``, then ``chatgpt.com``; seen with ``strace -e
 connect,sendto``), is switched off with ``features.plugins = false``; update checks
 and analytics are off too. With that, its only connection is to the gateway.
 
-What Codex 0.169.0 sends (``../shared/reference/captured/``): streamed requests with
+What Codex 0.169.0 and 0.171.0 send (``../shared/reference/captured/``): streamed requests with
 ``developer`` and ``user`` messages, flat ``function`` tools (its shell tool is
 ``exec_command`` with one string ``cmd``), a ``namespace`` (``multi_agent_v1``) and the
 hosted ``web_search``, ``store: false`` and ``reasoning.encrypted_content`` in
@@ -63,7 +63,7 @@ CODEX = E2E_DIR / "node_modules" / ".bin" / "codex"
 PINNED: str = PINS["@openai/codex"]
 MODEL = "codex-e2e"  # what Codex asks for; the gateway routes it to the scripted backend
 BACKEND_MODEL = "scripted"
-SHELL_TOOL = "exec_command"  # Codex 0.169.0's shell tool: {"cmd": "<a shell command>"}
+SHELL_TOOL = "exec_command"  # Codex's shell tool (0.169.0, 0.171.0): {"cmd": "<a command>"}
 KEY_VARIABLE = "LLMBRIDGE_API_KEY"  # the gateway's key, for the model provider and MCP
 Served = tuple[RunningServer, Recorder]
 

@@ -20,7 +20,21 @@ import pytest
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 
-CAPTURED = Path(__file__).parents[1] / "fixtures" / "requests" / "claude_code_2_1_330_messages.json"
+REQUESTS = Path(__file__).parents[1] / "fixtures" / "requests"
+CAPTURED = REQUESTS / "claude_code_2_1_330_messages.json"
+CURRENT = REQUESTS / "claude_code_2_1_332_messages.json"
+"""Claude Code 2.1.332's first request of ``claude -p "say hi"``, whole (its default
+tools, the environment in a system turn); what changed since 2.1.330 is wording."""
+CURRENT_BETAS = [  # what Claude Code 2.1.332 sent in anthropic-beta with that request
+    "claude-code-20250219",
+    "interleaved-thinking-2025-05-14",
+    "context-management-2025-06-27",
+    "per-turn-control-2026-07-01",
+    "mid-conversation-tool-changes-2026-07-01",
+    "thinking-token-count-2026-05-13",
+    "advanced-tool-use-2025-11-20",
+    "effort-2025-11-24",
+]
 BETAS = [  # what Claude Code 2.1.330 sent in anthropic-beta with the captured request
     "advanced-tool-use-2025-11-20",
     "mid-conversation-tool-changes-2026-07-01",
@@ -91,6 +105,29 @@ def test_the_captured_request_is_served_through_the_official_client(
     assert sent.thinking is not None and sent.thinking.enabled
     assert sent.thinking.effort == "medium"  # output_config.effort
     assert [t.name for t in sent.tools] == ["Bash", "Edit", "Read"]
+
+
+def test_the_current_releases_whole_request_is_served(
+    client: anthropic.Anthropic, thinker: ScriptedBackend
+) -> None:
+    """2.1.332's request as it came, with its betas: the environment's system turn (text
+    and ``output_config``) in its place, the prompt last, its deferred placeholder tool
+    kept out of the backend's tools."""
+    body: dict[str, Any] = json.loads(CURRENT.read_text(encoding="utf-8"))
+    thinker.enqueue(Script(text=["Hi"]))
+    events = list(client.beta.messages.create(betas=CURRENT_BETAS, **body))
+
+    kinds = [event.type for event in events]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    sent = thinker.requests[-1]
+    assert [m.role for m in sent.messages] == ["system", "user", "system"]
+    assert sent.messages[1].text.endswith("say hi")
+    assert sent.messages[2].text.startswith("# Environment")
+    assert sent.thinking is not None and sent.thinking.effort == "medium"
+    offered = {t["name"] for t in body["tools"]}
+    deferred = {t["name"] for t in body["tools"] if t.get("defer_loading")}
+    assert deferred == {"DeferredToolPlaceholder"}
+    assert {t.name for t in sent.tools} == offered - deferred
 
 
 def test_deferred_tools_never_reach_a_backend_without_tool_search(

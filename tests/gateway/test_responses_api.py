@@ -307,13 +307,30 @@ def test_input_tokens(client: openai.OpenAI) -> None:
     assert 0 < short.input_tokens < long.input_tokens
 
 
-def test_codex_request_as_sent(gateway: RunningServer, scripted: ScriptedBackend) -> None:
-    """Codex CLI 0.169.0's own first request: flat, namespace and hosted tools,
-    developer messages, ``reasoning.summary``, ``include``, ``client_metadata``."""
-    body = json.loads((REQUESTS / "codex_0_169_0_responses.json").read_text())
+CODEX = {"originator": "codex_exec", "x-codex-beta-features": "remote_compaction_v2"}
+CODEX_HEADERS = {  # what Codex sent beside its body (0.171.0 takes zstd or gzip too)
+    "0_169_0": CODEX,
+    "0_171_0": {**CODEX, "accept-encoding": "zstd,gzip"},
+}
+
+
+@pytest.mark.parametrize("version", ["0_169_0", "0_171_0"])
+def test_codex_request_as_sent(
+    gateway: RunningServer, scripted: ScriptedBackend, version: str
+) -> None:
+    """Codex CLI's own first request (0.169.0, and 0.171.0's, the same but for its
+    tools' wording and ``Accept-Encoding: zstd,gzip``): flat, namespace and hosted
+    tools, developer messages, ``reasoning.summary``, ``include``, ``client_metadata``.
+    The gateway compresses nothing, and an uncompressed stream is what any
+    ``Accept-Encoding`` allows."""
+    body = json.loads((REQUESTS / f"codex_{version}_responses.json").read_text())
+    headers = CODEX_HEADERS[version]
     scripted.enqueue(Script(text=["hi"]))
-    with httpx.stream("POST", gateway.url + "/v1/responses", json=body, timeout=30) as reply:
+    with httpx.stream(
+        "POST", gateway.url + "/v1/responses", json=body, headers=headers, timeout=30
+    ) as reply:
         assert reply.status_code == 200
+        assert "content-encoding" not in reply.headers
         assert reply.headers["x-llmbridge-ignored-tools"] == "web_search"
         names = [line[7:] for line in reply.iter_lines() if line.startswith("event: ")]
     assert names[0] == "response.created" and names[-1] == "response.completed"

@@ -17,8 +17,9 @@ reply keeps its output items and its instructions). With it, one code path:
   client keeps its answer.
 
 A Responses WebSocket frame (``routes/responses_socket.py``) also brings its socket's
-``SocketSession``: ``continued`` continues the socket's latest response first, stored or
-not, and ``save`` remembers the reply there. Interactions have no socket, and pass none.
+``SocketSession`` (``socket_session.py``): ``continued`` continues the socket's latest
+response first, stored or not, and ``save`` remembers the reply there. Interactions have
+no socket, and pass none.
 
 Replies are private to the key that made them (``web.auth.caller_identity``); another
 key's is a 404 like a missing one.
@@ -40,7 +41,7 @@ from llmbridge.core.errors import NotFoundError, ServiceUnavailableError
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.dialects.framing import dumps
-from llmbridge.gateway.routes.responses_socket import Remembered, SocketSession
+from llmbridge.gateway.socket_session import Remembered, SocketSession
 from llmbridge.gateway.state import GatewayState, state_of
 from llmbridge.gateway.stored_responses import (
     Chain,
@@ -191,7 +192,7 @@ async def continued(
         session.find(previous) if session is not None and isinstance(previous, str) else None
     )
     if remembered is not None and isinstance(body, dict):
-        # The socket's own latest response (responses_socket.py), stored or not.
+        # The socket's own latest response (socket_session.py), stored or not.
         chain = remembered.chain
         if _may_keep(body, state):
             chain.check_continued(size, limits, field)

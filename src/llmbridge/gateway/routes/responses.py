@@ -79,11 +79,8 @@ from llmbridge.gateway.pipeline import (
     count_chat_tokens,
     serve_chat,
 )
-from llmbridge.gateway.routes.responses_socket import (
-    SocketSession,
-    responses_socket,
-    socket_session,
-)
+from llmbridge.gateway.routes.responses_socket import responses_socket
+from llmbridge.gateway.socket_session import SocketSession, socket_session
 from llmbridge.gateway.state import GatewayState
 from llmbridge.gateway.stateful import (
     Continued,

@@ -18,11 +18,12 @@ span, the stored responses. Its SSE events are sent on as text frames, unchanged
 HTTP error is an ``error`` event (below).
 
 - **Continuing.** As OpenAI's WebSocket mode does, the socket keeps its latest response
-  (``SocketSession``) in memory, so ``previous_response_id`` with ``store: false``
-  continues it (the route looks there first: routes/responses.py). A response that
-  is neither there nor stored is ``previous_response_not_found``, on which Codex sends
-  the whole conversation again. A conversation over ``max_body_bytes`` is not kept
-  (a client could not send it whole either).
+  in memory (``SocketSession``, gateway/socket_session.py), so ``previous_response_id``
+  with ``store: false`` continues it (the route looks there first:
+  routes/responses.py). A response that is neither there nor stored is
+  ``previous_response_not_found``, on which Codex sends the whole conversation again.
+  A conversation over ``max_body_bytes`` is not kept (a client could not send it whole
+  either).
 - **Errors** are ``{"type": "error", "status": 400, "error": {"type", "code",
   "message", "param", "headers"}}``, with the status also as ``status_code`` and the
   headers (``Retry-After``, rate limits) also at the top: the shapes openai's
@@ -50,7 +51,6 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -59,15 +59,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from llmbridge.dialects.framing import SSEParser
 from llmbridge.gateway.exchange.handler import EXCHANGED
+from llmbridge.gateway.socket_session import SESSION_SCOPE_KEY, SocketSession
 from llmbridge.gateway.state import GatewayState
-from llmbridge.gateway.stored_responses import Chain
 
-__all__ = ["SESSION_SCOPE_KEY", "Remembered", "SocketSession", "responses_socket", "socket_session"]
+__all__ = ["responses_socket"]
 
 log = logging.getLogger("llmbridge.gateway")
 
-SESSION_SCOPE_KEY = "llmbridge.responses_socket"
-"""The scope entry of a frame's request that holds its socket's ``SocketSession``."""
 _UPGRADE_ONLY = frozenset(
     {
         b"connection",
@@ -88,50 +86,6 @@ _ERROR_HEADERS = ("retry-after", "x-request-id")
 _MAX_WAITING = 16
 """Frames that may wait behind the one being answered; more are answered at once with an
 error (OpenAI allows 16 responses in flight on a connection)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Remembered:
-    """A response a later ``response.create`` on the same socket may continue."""
-
-    id: str
-    input: list[Any]
-    """The conversation it answered: every input item, earlier turns' included."""
-    output: list[Any]
-    chain: Chain
-    """Its chain's totals, had it been stored (for a continuation that will be)."""
-
-
-class SocketSession:
-    """What one socket keeps between its responses: the latest one (module docstring)."""
-
-    __slots__ = ("_latest", "max_bytes")
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        """The largest conversation kept (``server.max_body_bytes``)."""
-        self._latest: Remembered | None = None
-
-    def remember(self, response: Remembered) -> None:
-        """Keep ``response`` in place of the one before, unless it is too large to keep."""
-        if response.chain.conversation_bytes > self.max_bytes:
-            self._latest = None  # too large to continue: the client sends it whole
-            return
-        self._latest = response
-
-    def find(self, response_id: str) -> Remembered | None:
-        latest = self._latest
-        return latest if latest is not None and latest.id == response_id else None
-
-    def forget(self) -> None:
-        """Drop what is kept (a continuation of it failed, as OpenAI evicts then)."""
-        self._latest = None
-
-
-def socket_session(scope: Scope) -> SocketSession | None:
-    """The socket a request came in on, for a frame's request; ``None`` over HTTP."""
-    session = scope.get(SESSION_SCOPE_KEY)
-    return session if isinstance(session, SocketSession) else None
 
 
 async def responses_socket(websocket: WebSocket) -> None:
