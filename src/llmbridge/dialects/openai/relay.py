@@ -219,11 +219,7 @@ class ChatStreamRelay:
             if not frame or self.stopped:
                 changed |= bool(frame)  # what follows the end is not passed on
                 continue
-            if frame.startswith(b"data:") and b"\n" not in frame:  # the usual frame
-                name, payload = None, frame[5:].strip()
-            else:
-                name, payload = _event_of(frame)
-                payload = payload.strip() if payload is not None else None
+            name, payload = _event_of(frame)
             if not payload:
                 out.append(frame)  # a comment (keep-alive): passed on
                 continue
@@ -278,9 +274,9 @@ def _joined(frames: list[bytes]) -> bytes:
 
 
 def _event_of(frame: bytes) -> tuple[bytes | None, bytes | None]:
-    """An SSE frame's event name and data (``None`` when it has none)."""
+    """An SSE frame's event name and its data, stripped (``None`` when it has none)."""
     if frame.startswith(b"data:") and b"\n" not in frame:  # the usual frame: one line
-        return None, frame[5:]
+        return None, frame[5:].strip()
     name = None
     data: list[bytes] = []
     for line in frame.splitlines():
@@ -288,7 +284,7 @@ def _event_of(frame: bytes) -> tuple[bytes | None, bytes | None]:
             data.append(line[5:])
         elif line.startswith(b"event:"):
             name = line[6:].strip()
-    return name, b"\n".join(data) if data else None
+    return name, b"\n".join(data).strip() if data else None
 
 
 def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
