@@ -74,10 +74,12 @@ def gateway_over_opencode(
     *,
     default_model: str,
     routes: list[dict[str, Any]],
+    provider_url: str = "self",
     **opencode: Any,
 ) -> Iterator[tuple[RunningServer, OpenCodeBackend]]:
     """The gateway with ``others`` plus an ``opencode`` backend (the default) whose
-    provider ``gw`` is this gateway serving ``provider_models``."""
+    provider ``gw`` serving ``provider_models`` is this gateway, or the one at
+    ``provider_url``."""
     sock = RunningServer.reserve()
     port = sock.getsockname()[1]
     settings: dict[str, Any] = {
@@ -89,7 +91,7 @@ def gateway_over_opencode(
                 "type": "opencode",
                 "command": opencode_binary(),
                 "model": default_model,
-                "providers": {"gw": {"url": "self", "models": provider_models}},
+                "providers": {"gw": {"url": provider_url, "models": provider_models}},
                 **opencode,
             },
         },

@@ -22,8 +22,15 @@ import pytest
 from llmbridge.backends.opencode import LatencyBreakdown, OpenCodeBackend, OpenCodeTimeouts
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.errors import InvalidRequestError
-from tests.conftest import RunningServer, anthropic_client, ollama_client, openai_client
+from tests.conftest import (
+    RunningServer,
+    anthropic_client,
+    ollama_client,
+    openai_client,
+    running_gateway,
+)
 from tests.e2e.opencode import gateway_over_opencode
+from tests.e2e.relaying import paths_served, relaying_gateway
 from tests.waiting import scaled, wait_until
 
 TURN_ON = {
@@ -406,3 +413,32 @@ def test_health_reports_opencode_and_a_dead_server_is_restarted_once(
     assert opencode.server.restarts == 1
     health = httpx.get(f"{gateway.url}/health", timeout=scaled(30)).json()["backends"]["opencode"]
     assert health["ok"] and "restarts: 1" in health["detail"]
+
+
+def test_opencodes_provider_requests_take_the_pass_through_path() -> None:
+    """OpenCode's provider is a gateway whose backend speaks OpenAI chat completions
+    (another gateway, serving the scripted model): each request OpenCode makes for a
+    generation is relayed as bytes, and the client in front gets its answer."""
+    inner_model = ScriptedBackend("model", models=("scripted",))
+    words = ["Relayed", " through", " OpenCode", "."]
+    with (
+        running_gateway({"model": inner_model}) as inner,
+        relaying_gateway(inner.url, "openai") as (front, recorder),
+        gateway_over_opencode(
+            {},
+            {"scripted": {"context": 32768, "output": 1024}},
+            default_model="gw/scripted",
+            routes=[],
+            provider_url=f"{front.url}/v1",
+            prompt_timeout=scaled(15),
+            idle_timeout=scaled(30),
+        ) as (gateway, _),
+    ):
+        inner_model.enqueue(Script(text=words))
+        reply = ollama_client(gateway.url).chat(
+            model="homeassistant", messages=[{"role": "user", "content": "Say it."}]
+        )
+    assert reply.message.content == "".join(words)
+    served = paths_served(recorder)
+    assert served and set(served) == {"passthrough"}, served
+    assert len(inner_model.requests) == len(served)
