@@ -51,6 +51,7 @@ from tests.e2e.mcp_gateway import (
     mcp_gateway,
 )
 from tests.e2e.recording import Recorder
+from tests.e2e.relaying import paths_served, relaying_gateway
 
 CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
 PINNED: str = PINS["@anthropic-ai/claude-code"]
@@ -372,3 +373,30 @@ def test_calls_a_gateway_mcp_tool(current_claude: Claude, tmp_path: Path, tool_s
         assert SEARCH_TOOL not in wire and "defer_loading" not in wire[MCP_TOOL], report
         assert [c.name for c in calls_in(backend.requests[-1])] == [MCP_TOOL], report
     assert len(calls) == len(backend.requests) == (3 if tool_search == "default" else 2), report
+
+
+# -- the pass-through path: an Anthropic backend relays Claude Code's requests ----------
+
+
+def test_runs_the_tool_loop_on_the_pass_through_path(
+    current_claude: Claude, tmp_path: Path
+) -> None:
+    """Claude Code in front of a gateway whose backend speaks Anthropic Messages (another
+    gateway, serving the scripted tool loop): each of its requests is relayed as bytes
+    (docs/PASSTHROUGH.md), and the Bash round trip works as on the translated path."""
+    call = {"command": MARKER_COMMAND, "description": "Print a marker"}
+    backend = ToolLoopBackend("Bash", call, [FINAL_TEXT])
+    args = ["-p", "Run the marker command", "--bare", "--tools", "Bash", "--allowedTools", "Bash"]
+    with (
+        running_gateway({"scripted": backend}) as inner,
+        relaying_gateway(inner.url, "anthropic") as (front, recorder),
+    ):
+        run = run_claude(current_claude.path, tmp_path, front.url, args)
+    report = failure_report(run, received=backend.requests)
+    assert run.returncode == 0, report
+    assert FINAL_TEXT in run.stdout, report
+    served = paths_served(recorder)
+    assert len(served) >= 2 and set(served) == {"passthrough"}, (served, report)
+    follow_up = next(r for r in backend.requests if any(m.role == "tool" for m in r.messages))
+    _, result = tool_round(follow_up, report)
+    assert MARKER in result.content, report

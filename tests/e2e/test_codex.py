@@ -58,6 +58,7 @@ from tests.e2e.mcp_gateway import (
 )
 from tests.e2e.mcp_gateway import MARKER as MCP_MARKER
 from tests.e2e.recording import Exchange, Recorder
+from tests.e2e.relaying import paths_served, relaying_gateway
 
 CODEX = E2E_DIR / "node_modules" / ".bin" / "codex"
 PINNED: str = PINS["@openai/codex"]
@@ -476,3 +477,29 @@ enabled = false
     assert len(asked) == 1, report
     last = backend.requests[-1]
     assert any(m.text == SUMMARY_INTRO + SUMMARY for m in last.messages), report
+
+
+# -- the pass-through path: a Responses backend relays Codex's requests ----------------
+
+
+def test_runs_the_shell_command_on_the_pass_through_path(codex: Path, tmp_path: Path) -> None:
+    """Codex in front of a gateway whose backend speaks the Responses API (another
+    gateway, serving the scripted tool loop): each of its requests is relayed as bytes
+    (docs/PASSTHROUGH.md), and the shell round trip works as on the translated path."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    command = "echo llmbridge-e2e-$((6*7)) | tee out.txt"
+    backend = ToolLoopBackend(SHELL_TOOL, {"cmd": command}, [FINAL_TEXT])
+    with (
+        recorded_gateway(backend) as (inner, _),
+        relaying_gateway(inner.url, "openai_responses") as (front, recorder),
+    ):
+        run = run_codex(
+            codex, tmp_path, workdir, front.url, ["--json", "--sandbox", "workspace-write", "Go"]
+        )
+    report = _report(run, recorder, backend)
+    assert run.returncode == 0, report
+    assert _agent_messages(run)[-1:] == [FINAL_TEXT], report
+    assert (workdir / "out.txt").read_text(encoding="utf-8") == MARKER + "\n", report
+    served = paths_served(recorder)
+    assert len(served) == 2 and set(served) == {"passthrough"}, (served, report)

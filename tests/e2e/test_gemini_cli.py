@@ -54,6 +54,7 @@ from tests.e2e.mcp_gateway import FINAL_TEXT as MCP_FINAL_TEXT
 from tests.e2e.mcp_gateway import GATEWAY_TOOL, McpToolBackend, check_the_tool_ran, mcp_gateway
 from tests.e2e.mcp_gateway import MARKER as MCP_MARKER
 from tests.e2e.recording import Exchange, Recorder
+from tests.e2e.relaying import paths_served, relaying_gateway
 
 GEMINI = E2E_DIR / "node_modules" / ".bin" / "gemini"
 PINNED: str = PINS["@google/gemini-cli"]
@@ -502,3 +503,35 @@ def test_calls_a_gateway_mcp_tool(gemini: Path, tmp_path: Path) -> None:
     (result_role, sent_result), *more = _parts_of(second.body(), "functionResponse")
     assert not more and result_role == "user" and sent_result["name"] == MCP_TOOL, sent_result
     assert MCP_MARKER in json.dumps(sent_result["response"]), sent_result
+
+
+# -- the pass-through path: a Gemini backend relays the CLI's requests -----------------
+
+
+def test_runs_the_shell_command_on_the_pass_through_path(gemini: Path, tmp_path: Path) -> None:
+    """Gemini CLI in front of a gateway whose backend speaks Gemini's generateContent
+    (another gateway, serving the scripted tool loop): each of its requests is relayed
+    as bytes (docs/PASSTHROUGH.md), and the shell round trip works as on the translated
+    path."""
+    home = tmp_path / "home"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    backend = ToolLoopBackend(SHELL_TOOL, {"command": COMMAND}, ["The command", " wrote out.txt."])
+    with (
+        recorded_gateway(backend, MODEL) as (inner, _),
+        relaying_gateway(inner.url, "gemini") as (front, recorder),
+    ):
+        run = run_gemini(
+            gemini,
+            home,
+            workdir,
+            front.url,
+            ["--approval-mode", "yolo", "--output-format", "json", "-p", "Run the marker command"],
+            _settings(),
+        )
+    report = failure_report(run, exchanges=_exchanges(recorder), received=backend.requests)
+    assert run.returncode == 0, report
+    assert json.loads(run.stdout)["response"] == FINAL_TEXT, report
+    assert (workdir / "out.txt").read_text(encoding="utf-8") == MARKER + "\n", report
+    served = paths_served(recorder)
+    assert len(served) == 2 and set(served) == {"passthrough"}, (served, report)
