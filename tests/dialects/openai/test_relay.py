@@ -79,3 +79,35 @@ def test_crlf_frames_are_relayed_as_they_came() -> None:
     crlf = STREAM.replace(b"\n\n", b"\r\n\r\n")
     events = _relay(_cut(crlf, [7, 150, 151]))
     assert b"".join(e.data for e in events if isinstance(e, Relayed)) == crlf
+
+
+def _frames(stream: bytes) -> list[bytes]:
+    """The stream read a frame at a time, as most backends send it."""
+    return [frame + b"\n\n" for frame in stream.split(b"\n\n") if frame]
+
+
+def test_a_frame_a_read_relays_and_reads_as_any_cut_does() -> None:
+    events = _relay(_frames(STREAM))
+    relayed = [e for e in events if isinstance(e, Relayed)]
+    assert b"".join(e.data for e in relayed) == STREAM
+    assert "".join(e.text for e in relayed) == "Héllo"
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and (end.usage.input_tokens, end.usage.output_tokens) == (
+        5,
+        2,
+    )
+
+
+def test_counts_spelled_with_spaces_are_taken_out_too() -> None:
+    spaced = STREAM.replace(b'"usage":null', b'"usage" : null')
+    data = b"".join(e.data for e in _relay(_frames(spaced), strip=True) if isinstance(e, Relayed))
+    assert b"usage" not in data and data.count(b"data: {") == 3
+
+
+def test_an_in_band_error_after_the_first_chunk_ends_the_relayed_stream() -> None:
+    error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    reads = [*_frames(STREAM)[:2], error, b"data: [DONE]\n\n"]
+    events = _relay(reads)
+    relayed = [e for e in events if isinstance(e, Relayed)]
+    assert relayed[-1].data.startswith(error) and relayed[-1].error is not None
+    assert "overloaded" in str(relayed[-1].error)
