@@ -42,6 +42,7 @@ from llmbridge.core.errors import (
     BackendProtocolError,
     BackendTimeoutError,
     BackendUnavailableError,
+    LLMBridgeError,
 )
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import DEFAULT_LIMITS
@@ -53,6 +54,7 @@ __all__ = [
     "error_message",
     "map_transport_errors",
     "parse_retry_after",
+    "transport_error",
 ]
 
 _MAX_ERROR_BODY = 64 * 1024
@@ -87,26 +89,31 @@ async def map_transport_errors(backend: str, total: float | None = None) -> Asyn
     the call's whole-call deadline, if it has one, named in the message when it hit."""
     try:
         yield
-    except TimeoutError as exc:  # aiohttp's timeouts subclass the builtin one
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise transport_error(exc, backend, total) from exc
+
+
+def transport_error(
+    exc: TimeoutError | aiohttp.ClientError, backend: str, total: float | None = None
+) -> LLMBridgeError:
+    """The llmbridge error an aiohttp failure is (``map_transport_errors``)."""
+    if isinstance(exc, TimeoutError):  # aiohttp's timeouts subclass the builtin one
         # aiohttp's connect and read timeouts are ServerTimeoutError; its `total`
         # timer raises a plain TimeoutError.
         if total is not None and not isinstance(exc, aiohttp.ServerTimeoutError):
             message = f"backend '{backend}' did not finish within its total deadline of {total:g}s"
         else:
             message = f"backend '{backend}' did not answer in time"
-        raise BackendTimeoutError(message, backend=backend) from exc
-    except aiohttp.ClientConnectorError as exc:
-        raise BackendUnavailableError(
+        return BackendTimeoutError(message, backend=backend)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return BackendUnavailableError(
             f"backend '{backend}' is unreachable: {exc.os_error or exc}", backend=backend
-        ) from exc
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
-        raise BackendError(
+        )
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return BackendError(
             f"backend '{backend}' closed the connection unexpectedly: {exc}", backend=backend
-        ) from exc
-    except aiohttp.ClientError as exc:
-        raise BackendUnavailableError(
-            f"backend '{backend}' transport failure: {exc}", backend=backend
-        ) from exc
+        )
+    return BackendUnavailableError(f"backend '{backend}' transport failure: {exc}", backend=backend)
 
 
 def error_message(body: Any) -> str | None:
@@ -298,7 +305,7 @@ class HTTPTransport:
             self._client().request(method, self._url(path), data=data, headers=headers) as response,
         ):
             await _raise_for_status(response, self.backend)
-            yield _guarded_chunks(response, self.backend, self.settings.total)
+            yield _GuardedChunks(response, self.backend, self.settings.total)
             # Reached only when the reader finished normally: decoders stop at the
             # final frame, but the body's own end (a chunked terminator) may still be in
             # flight, and aiohttp reuses a connection only once the body is read to its
@@ -351,13 +358,29 @@ class HTTPTransport:
         return BackendHealth(ok=status == 200, detail=f"HTTP {status}", latency_ms=latency), body
 
 
-async def _guarded_chunks(
-    response: aiohttp.ClientResponse, backend: str, total: float | None
-) -> AsyncIterator[bytes]:
-    """The body's chunks as they arrive, with mid-stream transport errors mapped."""
-    async with map_transport_errors(backend, total):
-        async for chunk in response.content.iter_any():
-            yield chunk
+class _GuardedChunks:
+    """The body's chunks as they arrive, with mid-stream transport errors mapped
+    (``transport_error``). An iterator object rather than an async generator: every
+    read of every stream passes here, and a generator would be one more hop a read."""
+
+    __slots__ = ("_backend", "_content", "_total")
+
+    def __init__(self, response: aiohttp.ClientResponse, backend: str, total: float | None):
+        self._content = response.content
+        self._backend = backend
+        self._total = total
+
+    def __aiter__(self) -> _GuardedChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            chunk = await self._content.readany()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise transport_error(exc, self._backend, self._total) from exc
+        if not chunk:  # the body's end (aiohttp's iter_any stops there too)
+            raise StopAsyncIteration
+        return chunk
 
 
 _DRAIN_LIMIT = 64 * 1024
