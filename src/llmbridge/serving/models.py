@@ -394,8 +394,10 @@ class _Opening:
         return [router.deployment(resolved, pool.deployments[i].name) for i in order]
 
     def _events(self, prepared: Prepared) -> EventStream:
-        # Every reply gets healed tool arguments (features/tool_healing.py); the
-        # wrapper costs one isinstance check per event.
+        # A reply to a request with tools gets its tool calls' arguments healed
+        # (features/tool_healing.py). Without tools there is no schema to heal against
+        # and a call is not expected: the reply skips the wrapper, one async-generator
+        # hop an event.
         backend, request = prepared.target.backend, prepared.request
         source: EventStream
         if prepared.changes.tools_emulated:
@@ -405,7 +407,10 @@ class _Opening:
         else:
             source = backend.chat(request)
         # The pass-through path relays bytes: there is nothing to heal (fit.py says when).
-        healed = source if request.relay is not None else heal_tool_calls(source, request.tools)
+        if request.relay is not None or not request.tools:
+            healed = source
+        else:
+            healed = heal_tool_calls(source, request.tools)
         if backend.name in self.models.router.counted:
             return self.models.counted(backend.name, healed)
         return healed
