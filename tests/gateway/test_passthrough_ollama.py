@@ -100,6 +100,9 @@ def gateway(
         models=models,
         server={"master_key": MASTER},
         agent={"database": str(database)},
+        # The faults below would open the circuit for the cases after them
+        # (``test_the_breaker_counts_relayed_failures`` has its own gateway).
+        resilience={"backoff_ms": 10, "breaker_failures": 0},
     ) as server:
         yield server
 
@@ -317,6 +320,21 @@ def test_the_backends_in_band_error_is_relayed_as_it_came(
     assert row["status"] == _row(database, translated.headers["x-request-id"])["status"]
 
 
+def test_an_error_as_the_first_line_is_an_error_before_the_first_byte(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    fake, _ = upstream
+    answers: dict[str, httpx.Response] = {}
+    for model in ("m", "translated"):
+        for _ in range(4):  # the first try and the retries policy allows
+            fake.queue.append(Canned(chunks=[b'{"error":"model runner crashed"}\n']))
+        answers[model] = _post(gateway, key, _chat(model))
+        fake.queue.clear()
+    relayed, translated = answers["m"], answers["translated"]
+    assert relayed.status_code == translated.status_code != 200
+    assert relayed.json() == translated.json() == {"error": "model runner crashed"}
+
+
 @pytest.mark.parametrize("status", [429, 500])
 def test_an_error_status_before_the_first_byte_keeps_ollamas_shape(
     gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer], status: int
@@ -338,6 +356,28 @@ def test_an_error_status_before_the_first_byte_keeps_ollamas_shape(
     assert "slow down" in relayed.json()["error"] and list(relayed.json()) == ["error"]
     if status == 429:
         assert relayed.status_code == 429 and relayed.headers["retry-after"] == "120"
+
+
+def test_the_breaker_counts_relayed_failures(
+    upstream: tuple[FakeUpstream, RunningServer],
+) -> None:
+    fake, up = upstream
+    resilience = {"retries": 0, "breaker_failures": 1, "breaker_reset_s": 600}
+    with running_gateway(
+        {"ol": OllamaBackend("ol", up.url)},
+        models=[{"name": "m", "backend": "ol"}],
+        resilience=resilience,
+    ) as gateway:
+        fake.queue.append(Canned(chunks=stream()))
+        served = httpx.post(gateway.url + "/api/chat", json=_chat("m"), timeout=scaled(30))
+        assert served.headers["x-llmbridge-path"] == "passthrough"
+        fake.queue.append(Canned(status=500, chunks=[b'{"error":"boom"}']))
+        failed = httpx.post(gateway.url + "/api/chat", json=_chat("m"), timeout=scaled(30))
+        sent = len(fake.bodies)
+        skipped = httpx.post(gateway.url + "/api/chat", json=_chat("m"), timeout=scaled(30))
+    assert failed.status_code >= 500 and "boom" in failed.json()["error"]
+    assert skipped.status_code == 503 and len(fake.bodies) == sent  # the circuit is open
+    assert list(skipped.json()) == ["error"]
 
 
 def test_a_client_that_leaves_cancels_the_relayed_stream(
