@@ -160,12 +160,9 @@ def _start(frame: dict[str, Any]) -> ResponseStart:
     )
 
 
-def _in_band(frame: dict[str, Any]) -> BackendError | None:
+def _failure(said: object) -> BackendError:
     """The error an ``{"error": ...}`` line carries (as the translated path reads it)."""
-    error = frame.get("error")
-    if not error:
-        return None
-    return BackendError(error if isinstance(error, str) else orjson.dumps(error).decode())
+    return BackendError(said if isinstance(said, str) else orjson.dumps(said).decode())
 
 
 def _renamed(line: bytes, frame: dict[str, Any], model: str) -> bytes:
@@ -228,45 +225,57 @@ class ChatStreamRelay:
         return events
 
     def _lines(self, complete: bytes) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
+        # Once per read of every relayed stream: the usual read is one line, which
+        # goes on as the same bytes object; a list of lines is copied only where one
+        # changes (a mapped name), and what follows the last line is cut off.
         texts: list[str] = []
-        out: list[bytes] = []
-        changed = False
+        events: list[StreamEvent] = []
+        reading = self._reading
+        client_model = self._client_model
         error: LLMBridgeError | None = None
         lines = complete.split(b"\n")
-        last = len(lines) - 1
-        for number, line in enumerate(lines):
-            ending = b"\n" if number < last else b""
-            if self.stopped:  # what follows the done or error line is not passed on
-                changed |= bool(line + ending)
+        out = lines
+        index = -1
+        for line in lines:
+            index += 1
+            if not line or line.isspace():  # a blank line (or what follows the last)
                 continue
-            if not line.strip():  # a blank line: passed on
-                out.append(line + ending)
-                continue
-            frame = _object(line, "a line")
-            failure = _in_band(frame)
-            if failure is not None:
+            try:
+                frame = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                message = f"Ollama sent a line that is not JSON: {line[:200]!r}"
+                raise BackendProtocolError(message) from exc
+            if frame.__class__ is not dict:
+                raise BackendProtocolError("Ollama sent a line that is not a JSON object")
+            said = frame.get("error")
+            if said:
+                error = _failure(said)
                 self.stopped = True
                 if not self._started:
                     # Before anything was relayed: an error before the first byte, as
                     # on the translated path (retried, or the HTTP error in Ollama's
                     # shape).
-                    return [StreamError(failure)]
-                error = failure
-                out.append(line + ending)
-                continue
+                    return [StreamError(error)]
+                break
             if not self._started:
                 self._started = True
                 events.append(_start(frame))
-            self._reading.line(frame, texts)
-            if self._reading.end is not None:
+            reading.line(frame, texts)
+            if client_model is not None:
+                new = _renamed(line, frame, client_model)
+                if new is not line:
+                    if out is lines:
+                        out = lines.copy()
+                    out[index] = new
+            if reading.end is not None:  # the done line: nothing more is read
                 self.stopped = True
-            new = line
-            if self._client_model is not None:
-                new = _renamed(line, frame, self._client_model)
-                changed |= new is not line
-            out.append(new + ending)
-        data = b"".join(out) if changed else complete
+                break
+        last = len(lines) - 1
+        if index + 1 < last or (index < last and lines[last]):
+            # Stopped: what follows the done or error line is not passed on.
+            data = b"\n".join(out[: index + 1]) + b"\n"
+        else:
+            data = complete if out is lines else b"\n".join(out)
         if data or error is not None:
             events.append(Relayed(data, "".join(texts), error))
         return events
@@ -276,9 +285,9 @@ def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
     """The events of a reply sent whole (``stream: false``): its start, its bytes
     (naming ``client_model`` where it is set) and its end."""
     reply = _object(raw.strip(), "a reply")
-    failure = _in_band(reply)
-    if failure is not None:
-        raise failure
+    said = reply.get("error")
+    if said:
+        raise _failure(said)
     reading = _Reading()
     texts: list[str] = []
     reading.line(reply, texts)
