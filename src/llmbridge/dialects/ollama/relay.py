@@ -15,7 +15,10 @@ Each line is parsed (orjson) for its counts, ``done_reason``, the text it carrie
 cut stream's bill: ``message.content``, ``message.thinking``, tool calls' arguments)
 and an in-band ``{"error": ...}``; nothing is encoded again unless a line must change.
 Lines go on whole: a read that ends inside one keeps its tail for the next, so an
-error the gateway adds never lands inside a line.
+error the gateway adds never lands inside a line. The backend's error line is relayed
+as it came and ends the stream (nothing after it, or after the ``done`` line, is passed
+on); as the reply's first line it is an error before the first byte instead, as on
+the translated path.
 """
 
 from __future__ import annotations
