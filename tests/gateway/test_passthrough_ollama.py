@@ -94,6 +94,13 @@ def gateway(
             "passthrough": False,
         },
         {"name": "golden", "backend": "ol", "passthrough": True},
+        {
+            "name": "capped",
+            "backend": "ol",
+            "model": "m",
+            "context_length": 8192,
+            "max_tokens": 100,
+        },
     ]
     with running_gateway(
         {"ol": OllamaBackend("ol", up.url)},
@@ -238,6 +245,11 @@ def test_num_ctx_set_by_serving_arrives_in_the_clients_body(
     assert orjson.loads(fake.bodies[-1])["options"]["num_ctx"] == 8192  # the same window
     assert translated.headers["x-llmbridge-params"] == "num_ctx=8192"
     assert _read(relayed.content) == _read(translated.content)
+    # num_ctx and anything else (num_predict clamped to the route's max_tokens): translated.
+    fake.queue.append(Canned(chunks=stream()))
+    capped = _post(gateway, key, _chat("capped", options={"num_predict": 5000}))
+    assert "x-llmbridge-path" not in capped.headers
+    assert orjson.loads(fake.bodies[-1])["options"] == {"num_predict": 100, "num_ctx": 8192}
 
 
 def test_tools_relay_where_the_route_says_so(
