@@ -91,6 +91,9 @@ class TruncatingOllama:
                 "eval_count": 2,
             },
         ]
+        if body.get("stream") is False:  # one object, as Ollama answers it
+            whole = {**frames[1], "message": frames[0]["message"]}
+            return Response(orjson.dumps(whole), media_type="application/json")
         return Response(
             b"".join(orjson.dumps(f) + b"\n" for f in frames), media_type="application/x-ndjson"
         )

@@ -446,7 +446,9 @@ def test_without_a_total_deadline_a_steady_trickle_is_served(
     upstream: tuple[FakeUpstream, RunningServer],
 ) -> None:
     fake, server = upstream
-    fake.queue.append(Canned(chunks=[_frame("a"), _frame("b", done=True)], delay=0.3))
+    # A reply sent whole (``stream: false``), its bytes trickling in.
+    whole = _frame("ab", done=True)
+    fake.queue.append(Canned(chunks=[whole[:20], whole[20:]], delay=0.3))
     backend = OllamaBackend("steady", server.url, http=HTTPSettings(connect=1.0, read=5.0))
     with running_gateway({"steady": backend}) as gateway:
         reply = httpx.post(f"{gateway.url}/api/chat", json=CHAT, timeout=20)

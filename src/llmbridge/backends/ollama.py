@@ -7,6 +7,9 @@ An unload (``keep_alive: 0`` with nothing to generate) and the model-management
 requests (``/api/pull``, ``/api/push``, ``/api/delete``, ``/api/copy``,
 ``/api/create``) go to the server as Ollama clients send them, and a model they change
 is described afresh next time.
+
+An Ollama client's own ``/api/chat`` body takes the pass-through path here
+(dialects/ollama/relay.py): sent as it came, its reply's lines relayed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from llmbridge.core.model_info import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import ollama as dialect
+from llmbridge.dialects.ollama.relay import ChatStreamRelay, relay_reply, relay_request
 
 __all__ = ["OllamaBackend"]
 
@@ -41,6 +45,7 @@ class OllamaBackend(Backend):
         context_option=True,  # options.num_ctx, sized by serving/prepare/context_size.py
         structured_output=True,  # ``format`` takes a JSON schema (Ollama 0.5 and later)
         manages_models=True,  # /api/pull, /api/delete... are forwarded to it
+        relays="ollama",  # an Ollama client's /api/chat body (dialects/ollama/relay.py)
     )
 
     def __init__(
@@ -60,7 +65,14 @@ class OllamaBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        # The pass-through path's stream is handed out as it is, not re-yielded: one
+        # async-generator hop fewer for each read of a relayed stream.
+        if request.relay is not None:
+            return self._relayed(request)
+        return self._translated(request)
+
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Always stream from the backend: a non-streaming reply is the gateway's
         # accumulation of the same events, so both paths behave identically.
         # Encoded off the event loop when the request is large (backends/http.py).
@@ -73,6 +85,31 @@ class OllamaBackend(Backend):
         body = await self._http.encode(replace(request, stream=True), encode)
         async with self._http.stream(path, body) as chunks:
             async for event in dialect.decode_chat_stream(dialect.split_ndjson_lines(chunks)):
+                yield event
+
+    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The pass-through path: the client's body (its model name and ``num_ctx`` set
+        where serving set them), the reply's lines relayed."""
+        relay = request.relay
+        assert relay is not None
+        if len(relay.raw) > self._http.settings.offload_bytes:
+            # What must be set is set on a copy written out again: off the loop when large.
+            body, client_model = await asyncio.to_thread(relay_request, request)
+        else:
+            body, client_model = relay_request(request)
+        if not request.stream:
+            raw = await self._http.request_bytes("POST", "/api/chat", body)
+            for event in relay_reply(raw, client_model):
+                yield event
+            return
+        async with self._http.stream("/api/chat", body) as chunks:
+            relayed = ChatStreamRelay(client_model)
+            async for chunk in chunks:
+                for event in relayed.feed(chunk):
+                    yield event
+                if relayed.stopped:
+                    break
+            for event in relayed.end():
                 yield event
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:

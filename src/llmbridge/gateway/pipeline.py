@@ -70,6 +70,9 @@ class ChatCodec:
     relay_error: Callable[[LLMBridgeError], bytes] | None = None
     """The dialect's in-stream error on the pass-through path, for a failure the gateway
     saw after the first byte (``Exchange.relay``)."""
+    relay_error_for: Callable[[ChatRequest], Callable[[LLMBridgeError], bytes]] | None = None
+    """``relay_error`` made for each request, where the dialect's in-stream error names
+    it (Ollama's last line names the model the client asked for)."""
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -222,8 +225,10 @@ def _stream_body(
     """The stream's bytes: the relayed ones as they came (the pass-through path), or
     the events encoded; either way noted by the exchange as they pass."""
     if relayed:
-        assert codec.relay_error is not None  # no relay body is read otherwise
-        return exchange.relay(first, rest, codec.relay_error)
+        made = codec.relay_error_for
+        error = codec.relay_error if made is None else made(chat)
+        assert error is not None  # no relay body is read otherwise
+        return exchange.relay(first, rest, error)
     return codec.encode_stream(exchange.watch(first, rest), chat)
 
 

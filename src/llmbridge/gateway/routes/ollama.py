@@ -25,6 +25,7 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import ollama
 from llmbridge.dialects.framing import dumps
+from llmbridge.dialects.ollama.relay import relay_error_line
 from llmbridge.dialects.ollama.types import keep_alive_seconds
 from llmbridge.gateway.exchange.admission import visible_models
 from llmbridge.gateway.exchange.exchange import Exchange
@@ -50,6 +51,8 @@ CHAT = ChatCodec(
     encode_stream=ollama.encode_chat_stream,
     encode_response=ollama.encode_chat_response,
     stream_media_type=_NDJSON,
+    relay_dialect="ollama",  # an Ollama backend relays it (dialects/ollama/relay.py)
+    relay_error_for=lambda chat: relay_error_line(chat.model),
 )
 
 

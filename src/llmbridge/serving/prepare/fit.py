@@ -147,7 +147,8 @@ def _relays(asked: ChatRequest, fitted: ChatRequest, target: Resolved, changes: 
     """Whether ``fitted`` takes the pass-through path (core/relay.py): its backend
     speaks the client's dialect, the route allows it, and serving changed nothing
     but the model's name (every step above leaves a field it does not change the
-    same object), so the client's body says what the backend must get. A request
+    same object), so the client's body says what the backend must get; or, for a
+    backend that sizes its context per request, that and ``num_ctx``. A request
     with tools relays only where nothing needs to heal the arguments (the route's
     ``passthrough: true``, or a backend whose arguments are trusted)."""
     relay = asked.relay
@@ -155,15 +156,30 @@ def _relays(asked: ChatRequest, fitted: ChatRequest, target: Resolved, changes: 
     setting = target.route.passthrough if target.route is not None else None
     if relay is None or capabilities.relays != relay.dialect or setting is False:
         return False
-    if changes is not UNCHANGED or fitted.completion is not None:
+    params_kept = fitted.params is asked.params
+    if changes is not UNCHANGED:
+        # Ollama's context window is set in the client's body (dialects/ollama/relay.py).
+        if not (capabilities.context_option and _sets_only_num_ctx(asked, fitted, changes)):
+            return False
+        params_kept = True
+    if fitted.completion is not None:
         return False
     if fitted.tools and not (setting or capabilities.trusted_tool_arguments):
         return False
     return (
         fitted.messages is asked.messages
-        and fitted.params is asked.params
+        and params_kept
         and fitted.tools is asked.tools
         and fitted.tool_choice is asked.tool_choice
         and fitted.thinking is asked.thinking
         and fitted.response_format is asked.response_format
+    )
+
+
+def _sets_only_num_ctx(asked: ChatRequest, fitted: ChatRequest, changes: Changes) -> bool:
+    """Whether serving changed nothing but ``num_ctx`` (context_size.py), which a relay
+    sets in the client's body as it does the model's name."""
+    num_ctx = fitted.params.num_ctx
+    return changes == Changes(params=(f"num_ctx={num_ctx}",)) and (
+        replace(fitted.params, num_ctx=asked.params.num_ctx) == asked.params
     )
