@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -39,7 +40,7 @@ from llmbridge.dialects.gemini.thoughts import GEMINI
 from tests.dialects.gemini.test_stream import FIXTURES
 
 
-def _chunk(parts: list[dict[str, object]], **more: object) -> bytes:
+def _chunk(parts: list[dict[str, Any]], **more: Any) -> bytes:
     candidate: dict[str, object] = {"content": {"parts": parts, "role": "model"}, "index": 0}
     if "finishReason" in more:
         candidate["finishReason"] = more.pop("finishReason")
@@ -175,7 +176,7 @@ async def test_the_error_frame_is_what_the_translated_stream_ends_with() -> None
     assert orjson.loads(error_frame(error)[6:])["error"]["code"] == 502
 
 
-def _request(body: dict[str, object], model: str, backend_model: str) -> ChatRequest:
+def _request(body: dict[str, Any], model: str, backend_model: str) -> ChatRequest:
     raw = orjson.dumps(body)
     chat = decode_chat_request(body, model=model, stream=False)
     return ChatRequest(
