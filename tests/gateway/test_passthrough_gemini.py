@@ -373,3 +373,25 @@ def test_health_names_the_dialect_a_backend_relays(gateway: RunningServer, key: 
         gateway.url + "/health", headers={"Authorization": f"Bearer {key}"}, timeout=scaled(30)
     ).json()
     assert health["backends"]["gem"]["passthrough"] == "gemini"
+
+
+@pytest.mark.parametrize(
+    ("thinking", "relays"),
+    [
+        pytest.param({"thinkingBudget": 0}, True, id="off"),
+        # Serving fits a thinking request's effort to the backend (fit.py): translated.
+        pytest.param({"thinkingBudget": 1024, "includeThoughts": True}, False, id="on"),
+    ],
+)
+def test_a_request_relays_where_serving_left_its_thinking_alone(
+    gateway: RunningServer, key: str, queue: GeminiServer, thinking: Any, relays: bool
+) -> None:
+    body = HI | {"generationConfig": {"thinkingConfig": thinking}}
+    queue.enqueue(stream())
+    reply = _post(gateway, key, MODEL, body)
+    assert reply.status_code == 200
+    assert (reply.headers.get("x-llmbridge-path") == "passthrough") is relays
+    assert (
+        queue.last.body["generationConfig"]["thinkingConfig"]["thinkingBudget"]
+        == (thinking["thinkingBudget"])
+    )

@@ -29,9 +29,9 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason
 from llmbridge.dialects.gemini.relay import (
     StreamRelay,
-    carries_gateway_tokens,
     relay_reply,
     relay_request,
+    translated_only,
 )
 from llmbridge.dialects.gemini.request import decode_chat_request
 from llmbridge.dialects.gemini.response import wire_signature
@@ -227,8 +227,21 @@ def test_a_model_turns_unsigned_call_gets_the_placeholder() -> None:
     assert relay_request(again, placeholder="skip")[0] == signed  # a real one is kept
 
 
-def test_what_only_the_gateway_issued_is_found_in_a_body() -> None:
+def _kept(body: dict[str, Any]) -> RelayBody:
+    return RelayBody("gemini", body, orjson.dumps(body))
+
+
+def _turn(part: dict[str, Any]) -> dict[str, Any]:
+    return {"contents": [{"role": "model", "parts": [part]}]}
+
+
+def test_what_only_the_translated_path_sends_right_is_found_in_a_body() -> None:
     wrapped = wire_signature(GEMINI.carry("gem", "token"))
-    assert carries_gateway_tokens(orjson.dumps({"thoughtSignature": wrapped}))
-    assert carries_gateway_tokens(b'{"functionCall": {"id": "gcall_67656d_6964"}}')
-    assert not carries_gateway_tokens(orjson.dumps({"thoughtSignature": "c2ln"}))
+    assert translated_only(_kept(_turn({"text": "", "thoughtSignature": wrapped})))
+    assert translated_only(_kept(_turn({"functionCall": {"name": "f", "id": "gcall_6765_69"}})))
+    assert translated_only(_kept(_turn({"functionResponse": {"name": "f", "id": "mine"}})))
+    assert not translated_only(_kept(_turn({"text": "", "thoughtSignature": "c2ln"})))
+    # An "id" elsewhere (a schema's property) is no call id.
+    schema = {"type": "object", "properties": {"id": {"type": "string"}}}
+    tools = {"tools": [{"functionDeclarations": [{"name": "f", "parameters": schema}]}]}
+    assert not translated_only(_kept(HI | tools))

@@ -8,10 +8,11 @@ translated path would send differently to the backend's model: a ``thinkingLevel
 model does not take (or given beside a ``thinkingBudget``, which Google refuses) becomes
 what ``encode_chat_request`` sends, the client's ``includeThoughts`` kept; and for a
 model that validates thought signatures, the placeholder on the first ``functionCall``
-of a model turn that carries none (``backends/gemini.py``). A body that holds what only
+of a model turn that carries none (``backends/gemini.py``). A body the translated path
+would send otherwise is not relayed at all (``translated_only``): one that holds what only
 the gateway issued (its wrapped thought signatures, its ``gcall_`` call ids: a reply the
-translated path wrote) is not relayed at all (``carries_gateway_tokens``): only the
-translated path knows what those stand for.
+translated path wrote), whose meaning only that path knows, and one whose function calls
+or responses carry ids, which that path sends only where Google issued them.
 
 Each frame (``data: {...}``, ``\\r\\n\\r\\n`` or ``\\n\\n`` after it; no end sentinel)
 is parsed once (orjson) for its ``usageMetadata`` (the last one wins, as on the
@@ -34,12 +35,13 @@ import orjson
 from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
 from llmbridge.core.events import Relayed, ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.ids import new_id
+from llmbridge.core.relay import RelayBody
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import Usage
 from llmbridge.dialects.gemini.request import encode_thinking_config, takes_thinking_level
 from llmbridge.dialects.gemini.response import decode_error, decode_finish_reason, decode_usage
 
-__all__ = ["StreamRelay", "carries_gateway_tokens", "relay_reply", "relay_request"]
+__all__ = ["StreamRelay", "relay_reply", "relay_request", "translated_only"]
 
 _BOUNDARY = re.compile(rb"\r?\n\r?\n")
 _GATEWAY_TOKENS = (
@@ -49,10 +51,31 @@ _GATEWAY_TOKENS = (
 )
 
 
-def carries_gateway_tokens(raw: bytes) -> bool:
-    """Whether a body holds something only the gateway issued (module docstring): a
-    byte search, which at worst translates a body that merely mentions one."""
-    return any(token in raw for token in _GATEWAY_TOKENS)
+def translated_only(relay: RelayBody) -> bool:
+    """Whether a body is one only the translated path sends right (module docstring):
+    it holds what only the gateway issued (a byte search, which at worst translates a
+    body that merely mentions one), or a call id (``_has_call_ids``)."""
+    raw = relay.raw
+    if any(token in raw for token in _GATEWAY_TOKENS):
+        return True
+    return b'"id"' in raw and _has_call_ids(relay.body.get("contents"))
+
+
+def _has_call_ids(contents: object) -> bool:
+    """Whether a ``functionCall`` or ``functionResponse`` in ``contents`` has an ``id``.
+    Google refuses ids it did not issue (call_ids.py), and a client's own (Gemini CLI
+    names its calls) cannot be told from Google's by their bytes: the translated path
+    sends only those its backend issued, and Google matches the rest by name and order."""
+    for turn in contents if isinstance(contents, list) else ():
+        parts = turn.get("parts") if isinstance(turn, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if not isinstance(part, dict):
+                continue
+            for key in ("functionCall", "functionResponse"):
+                named = part.get(key)
+                if isinstance(named, dict) and named.get("id") is not None:
+                    return True
+    return False
 
 
 def relay_request(request: ChatRequest, *, placeholder: str | None) -> tuple[bytes, str | None]:

@@ -151,13 +151,12 @@ async def _generate(request: Request, exchange: Exchange, *, stream: bool) -> Re
 
 def _relayable(chat: ChatRequest, model: str) -> ChatRequest:
     """``chat`` with its kept body naming the model the URL named (the reply's
-    ``modelVersion`` where the route maps it), or none where the body holds what only
-    the gateway issued (``carries_gateway_tokens``: translated, which knows what they
-    stand for)."""
+    ``modelVersion`` where the route maps it), or none where only the translated path
+    sends the body right (``translated_only``)."""
     relay = chat.relay
     if relay is None:
         return chat
-    if gemini_relay.carries_gateway_tokens(relay.raw):
+    if gemini_relay.translated_only(relay):
         return replace(chat, relay=None)
     return replace(chat, relay=replace(relay, model=model))
 
