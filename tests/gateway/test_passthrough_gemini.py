@@ -41,7 +41,13 @@ from tests.waiting import scaled, wait_until
 MASTER = "sk-master-passthrough-gemini"
 GOOGLE_KEY = "AIza-backend-key"
 MODEL = "gemini-2.5-flash"
-USAGE = {"promptTokenCount": 11, "candidatesTokenCount": 3, "totalTokenCount": 14}
+USAGE = {
+    "promptTokenCount": 11,
+    "cachedContentTokenCount": 4,
+    "candidatesTokenCount": 3,
+    "thoughtsTokenCount": 2,
+    "totalTokenCount": 16,
+}
 HI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
 
 
@@ -180,7 +186,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     assert "x-llmbridge-path" not in translated.headers
     assert _read(_chunks(relayed.content)) == _read(_chunks(translated.content))
     row = _same_rows(database, relayed, translated)
-    assert (row["input_tokens"], row["output_tokens"]) == (11, 3)
+    assert (row["input_tokens"], row["output_tokens"]) == (11, 5)  # thoughts are output
     assert orjson.loads(row["facts"])["x-llmbridge-path"] == "passthrough"
 
 
@@ -209,7 +215,7 @@ def test_a_reply_sent_whole_is_googles_json(
     translated = _post(gateway, key, "translated", HI, stream=False)
     assert _read([relayed.json()]) == _read([translated.json()])
     row = _same_rows(database, relayed, translated)
-    assert (row["status"], row["input_tokens"], row["output_tokens"]) == (200, 11, 3)
+    assert (row["status"], row["input_tokens"], row["output_tokens"]) == (200, 11, 5)
 
 
 def test_a_mapped_model_name_is_the_clients_in_every_chunk(
@@ -280,7 +286,7 @@ def test_the_official_client_reads_a_relayed_reply(
     queue.enqueue(json_reply(REPLY))
     whole = client.models.generate_content(model="mapped", contents="hi")
     assert whole.text == "Hello there." and whole.model_version == "mapped"
-    assert whole.usage_metadata is not None and whole.usage_metadata.total_token_count == 14
+    assert whole.usage_metadata is not None and whole.usage_metadata.total_token_count == 16
     client.close()
 
 

@@ -34,7 +34,7 @@ from llmbridge.dialects.gemini.relay import (
     translated_only,
 )
 from llmbridge.dialects.gemini.request import decode_chat_request
-from llmbridge.dialects.gemini.response import wire_signature
+from llmbridge.dialects.gemini.response import decode_chat_response, wire_signature
 from llmbridge.dialects.gemini.stream import encode_chat_stream, error_frame
 from llmbridge.dialects.gemini.thoughts import GEMINI
 from tests.dialects.gemini.test_stream import FIXTURES
@@ -245,3 +245,18 @@ def test_what_only_the_translated_path_sends_right_is_found_in_a_body() -> None:
     schema = {"type": "object", "properties": {"id": {"type": "string"}}}
     tools = {"tools": [{"functionDeclarations": [{"name": "f", "parameters": schema}]}]}
     assert not translated_only(_kept(HI | tools))
+
+
+REPLIES = sorted(p for p in FIXTURES.glob("reply_*.json") if "encoded" not in p.stem)
+"""Google's recorded replies sent whole."""
+
+
+@pytest.mark.parametrize("fixture", REPLIES, ids=lambda path: path.stem)
+def test_a_recorded_reply_reads_as_the_translated_path_reads_it(fixture: Path) -> None:
+    raw = fixture.read_bytes()
+    relayed = relay_reply(raw, None)
+    translated = decode_chat_response(orjson.loads(raw))
+    end = relayed[-1]
+    assert isinstance(end, ResponseEnd) and end.stop_reason is translated.stop_reason
+    assert end.usage == translated.usage
+    assert isinstance(relayed[1], Relayed) and relayed[1].data == raw

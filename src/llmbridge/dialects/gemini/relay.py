@@ -37,7 +37,7 @@ from llmbridge.core.events import Relayed, ResponseEnd, ResponseStart, StreamEve
 from llmbridge.core.ids import new_id
 from llmbridge.core.relay import RelayBody
 from llmbridge.core.request import ChatRequest
-from llmbridge.core.response import Usage
+from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.gemini.request import encode_thinking_config, takes_thinking_level
 from llmbridge.dialects.gemini.response import decode_error, decode_finish_reason, decode_usage
 
@@ -166,7 +166,8 @@ class _Reading:
             block = body.get("promptFeedback")
             reason = block.get("blockReason") if isinstance(block, dict) else None
             if isinstance(reason, str) and reason:  # a prompt Google refused to answer
-                self.finish_reason = reason
+                filtered = decode_finish_reason(reason) is StopReason.CONTENT_FILTER
+                self.finish_reason = reason if filtered else "SAFETY"  # as ReplyReader reads it
             return
         for candidate in candidates:
             if candidate.__class__ is not dict or candidate.get("index", 0) not in (0, None):

@@ -15,6 +15,10 @@ a 400 naming it, on every method (``dialects/gemini/request.decode_alt``). Error
 before the reply starts are HTTP errors in Google's shape (web/render.py), after it the
 last event or array element.
 
+A Gemini client of a ``gemini`` backend takes the pass-through path where serving
+changed nothing (docs/PASSTHROUGH.md, dialects/gemini/relay.py): ``generateContent``
+and ``streamGenerateContent?alt=sse`` keep the client's body, naming the URL's model.
+
 ``GET /v1/models`` is also OpenAI's (and Anthropic's by header): it is answered here only
 for a Gemini client, one that sends ``x-goog-api-key``, ``x-goog-api-client`` or a ``key``
 query parameter (``_GeminiClientRoute``); every other request goes on to OpenAI's route
