@@ -131,6 +131,19 @@ def test_the_backends_in_band_error_ends_the_stream_relayed_as_it_came() -> None
     assert isinstance(failed[0], BackendHTTPError) and failed[0].status_code == 503
 
 
+def test_an_error_before_the_first_chunk_is_raised_as_the_translated_path_does() -> None:
+    error = b'data: {"error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}}'
+    with pytest.raises(BackendHTTPError) as raised:
+        StreamRelay(None).feed(error + b"\r\n\r\n")
+    assert raised.value.status_code == 429
+
+
+def test_a_keep_alive_before_the_first_chunk_follows_the_start() -> None:
+    events = _relay([b": ping\n\n", STREAM])
+    assert isinstance(events[0], ResponseStart)
+    assert _relayed(events) == b": ping\n\n" + STREAM
+
+
 def test_a_frame_left_open_at_the_end_is_read() -> None:
     events = _relay([STREAM.removesuffix(b"\r\n\r\n")])
     assert (

@@ -241,11 +241,14 @@ class StreamRelay:
     """One relayed ``alt=sse`` stream (module docstring): ``feed`` each read, then
     ``end``."""
 
-    __slots__ = ("_client_model", "_pending", "_reading", "_started", "stopped")
+    __slots__ = ("_client_model", "_early", "_pending", "_reading", "_started", "stopped")
 
     def __init__(self, client_model: str | None) -> None:
         self._client_model = client_model
         self._pending = b""
+        self._early = b""
+        """Frames before the first chunk (keep-alive comments): relayed with it, after
+        the reply's start, which is the first event."""
         self._reading = _Reading()
         self._started = False
         self.stopped = False
@@ -284,9 +287,7 @@ class StreamRelay:
         out: list[tuple[bytes, bytes]] = []  # each frame and the boundary after it
         changed = False
         error: LLMBridgeError | None = None
-        pieces = _BOUNDARY.split(complete)
-        boundaries = _BOUNDARY.findall(complete)
-        for frame, boundary in zip(pieces, boundaries, strict=False):
+        for frame, boundary in _split(complete):
             if self.stopped:
                 changed = True  # what follows the backend's error is not passed on
                 continue
@@ -297,6 +298,8 @@ class StreamRelay:
             body = _object(payload, "a stream chunk")
             error = _in_band_error(body)
             if error is not None:
+                if not self._started:  # nothing sent yet: an error as the translated path's
+                    raise error
                 self.stopped = True
                 out.append((frame, boundary))
                 continue
@@ -311,8 +314,24 @@ class StreamRelay:
             out.append((frame, boundary))
         if out:
             data = b"".join(f + b for f, b in out) if changed else complete
+            if not self._started:
+                self._early += data
+                return events
+            if self._early:
+                data, self._early = self._early + data, b""
             events.append(Relayed(data, "".join(texts), error))
         return events
+
+
+def _split(complete: bytes) -> list[tuple[bytes, bytes]]:
+    """The frames of ``complete`` (whole frames), each with the boundary after it."""
+    # Plain splits where one framing is used throughout (Google's is CRLF): the regular
+    # expression tries at every byte.
+    if b"\n\n" not in complete:
+        return [(frame, b"\r\n\r\n") for frame in complete.split(b"\r\n\r\n")[:-1]]
+    if b"\r" not in complete:
+        return [(frame, b"\n\n") for frame in complete.split(b"\n\n")[:-1]]
+    return list(zip(_BOUNDARY.split(complete), _BOUNDARY.findall(complete), strict=False))
 
 
 def _data_of(frame: bytes) -> bytes:
