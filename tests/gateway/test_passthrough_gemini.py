@@ -319,13 +319,16 @@ RETRY_INFO = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay"
 
 
 @pytest.mark.parametrize("model", [MODEL, "translated"])
-@pytest.mark.parametrize("said", ["header", "retry-info"])
+@pytest.mark.parametrize("said", ["header", "retry-info", "in-band"])
 def test_a_429_before_the_first_byte_keeps_googles_shape_status_and_retry_after(
     gateway: RunningServer, key: str, queue: GeminiServer, model: str, said: str
 ) -> None:
     for _ in range(4):  # the first try and the retries policy allows
         if said == "header":
             queue.enqueue(google_error(429, "slow down", "RESOURCE_EXHAUSTED", retry_after="120"))
+        elif said == "in-band":  # a 200 whose stream opens with the error
+            error = {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}
+            queue.enqueue(sse({"error": error | {"details": RETRY_INFO}}))
         else:
             queue.enqueue(google_error(429, "slow down", "RESOURCE_EXHAUSTED", details=RETRY_INFO))
     reply = _post(gateway, key, model, HI)
