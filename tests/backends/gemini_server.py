@@ -13,6 +13,7 @@ serves ``models``.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -38,6 +39,8 @@ class Reply:
     chunks: list[bytes] = field(default_factory=list)
     media_type: str = "text/event-stream"
     headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds to wait before each chunk (a slow stream a client can leave)."""
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Seen:
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""
+    """The body's bytes as they came."""
 
 
 def sse(*chunks: Json | bytes) -> Reply:
@@ -185,6 +190,7 @@ class GeminiServer:
                 query=dict(request.query_params),
                 headers=dict(request.headers),
                 body=orjson.loads(raw) if raw else None,
+                raw=raw,
             )
         )
 
@@ -217,6 +223,8 @@ class GeminiServer:
 def _respond(reply: Reply) -> Response:
     async def body() -> AsyncIterator[bytes]:
         for piece in reply.chunks:
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
             yield piece
 
     return StreamingResponse(

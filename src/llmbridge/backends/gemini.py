@@ -24,17 +24,22 @@ embeddings through ``:batchEmbedContents``, and exact token counts through
 becomes a ``BackendHTTPError`` with Google's message (``backends/http.py``); a 429's
 ``RetryInfo.retryDelay``, Google's way of saying ``Retry-After``, becomes its
 ``retry_after``.
+
+A Gemini client's own body goes on the pass-through path (``dialects/gemini/relay.py``,
+docs/PASSTHROUGH.md): ``:generateContent`` for a reply sent whole, ``:streamGenerateContent
+?alt=sse`` for a stream, and Google's bytes go back as they came.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from functools import partial
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
@@ -45,6 +50,7 @@ from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects.framing import aiter_sse
 from llmbridge.dialects.gemini import model_list as gemini_model_list
+from llmbridge.dialects.gemini import relay as gemini_relay
 from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
@@ -63,6 +69,10 @@ __all__ = [
 log = logging.getLogger("llmbridge.backends.gemini")
 
 GEMINI_URL = "https://generativelanguage.googleapis.com"
+FIRST_PARTY_HOSTS = frozenset({"generativelanguage.googleapis.com"})
+"""Hosts whose function calls need no healing (Google's own API: ``args`` come as an
+object): a request with tools there may take the pass-through path
+(``Capabilities.trusted_tool_arguments``)."""
 API_VERSION = "v1beta"
 """Thinking, ``parametersJsonSchema`` and thought signatures exist only in v1beta."""
 
@@ -148,6 +158,7 @@ class GeminiBackend(Backend):
             }
         ),
         tokenizer=True,
+        relays="gemini",
     )
 
     def __init__(
@@ -163,11 +174,19 @@ class GeminiBackend(Backend):
         headers = {"x-goog-api-key": api_key} if api_key else None
         self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
         self._encode = partial(encode_for_google, origin=name)
+        if urlsplit(self.base_url).hostname in FIRST_PARTY_HOSTS:
+            self.capabilities = replace(self.capabilities, trusted_tool_arguments=True)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        # The pass-through path's stream is handed out as it is, not re-yielded.
+        if request.relay is not None:
+            return self._relayed(request)
+        return self._translated(request)
+
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         body = await self._http.encode(replace(request, stream=True), self._encode)
         path = model_path(request.model, "streamGenerateContent") + "?alt=sse"
@@ -175,6 +194,36 @@ class GeminiBackend(Backend):
             async with self._http.stream(path, body) as chunks:
                 events = gemini_stream.decode_chat_stream(aiter_sse(chunks), origin=self.name)
                 async for event in events:
+                    yield event
+        except BackendHTTPError as exc:
+            _add_retry_delay(exc)
+            raise
+
+    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The pass-through path: the client's body, Google's bytes relayed."""
+        relay = request.relay
+        assert relay is not None
+        placeholder = SKIP_SIGNATURE if validates_signatures(request.model) else None
+        make = partial(gemini_relay.relay_request, request, placeholder=placeholder)
+        # What must be set is set on a copy written out again: off the loop when large.
+        large = len(relay.raw) > self._http.settings.offload_bytes
+        body, client_model = await asyncio.to_thread(make) if large else make()
+        try:
+            if not request.stream:
+                path = model_path(request.model, "generateContent")
+                raw = await self._http.request_bytes("POST", path, body)
+                for event in gemini_relay.relay_reply(raw, client_model):
+                    yield event
+                return
+            path = model_path(request.model, "streamGenerateContent") + "?alt=sse"
+            async with self._http.stream(path, body) as chunks:
+                relayed = gemini_relay.StreamRelay(client_model)
+                async for chunk in chunks:
+                    for event in relayed.feed(chunk):
+                        yield event
+                    if relayed.stopped:
+                        break
+                for event in relayed.end():
                     yield event
         except BackendHTTPError as exc:
             _add_retry_delay(exc)

@@ -30,3 +30,6 @@ class RelayBody:
     """The body, parsed (never changed: a backend copies what it sets)."""
     raw: bytes
     """The body's bytes, sent as they are when nothing must be set."""
+    model: str | None = None
+    """The model the client named where its body does not name one (Gemini's is in the
+    URL): the name a reply is to carry where the route maps it to another."""

@@ -54,6 +54,7 @@ __all__ = [
     "decode_embed_request",
     "encode_chat_request",
     "encode_embed_request",
+    "encode_thinking_config",
 ]
 
 INCLUDE_THOUGHTS = "include_thoughts"
@@ -515,6 +516,15 @@ def encode_chat_request(req: ChatRequest, *, origin: str | None = None) -> dict[
         if key not in _INTERNAL:
             body.setdefault(key, value)  # safetySettings, labels... from a Gemini client
     return body
+
+
+def encode_thinking_config(req: ChatRequest) -> dict[str, Any] | None:
+    """The ``thinkingConfig`` ``encode_chat_request`` sends for ``req`` (``None``:
+    none), fitted to ``req.model`` (a level or a budget, as the model takes)."""
+    if req.thinking is None:
+        return None
+    level = ((req.provider_details or {}).get(PROVIDER) or {}).get(THINKING_LEVEL)
+    return _encode_thinking(req.thinking, req.model, level if isinstance(level, str) else None)
 
 
 def encode_embed_request(req: EmbedRequest) -> dict[str, Any]:

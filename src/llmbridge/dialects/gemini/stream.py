@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from httpx_sse import ServerSentEvent
 
-from llmbridge.core.errors import BackendProtocolError
+from llmbridge.core.errors import BackendProtocolError, LLMBridgeError
 from llmbridge.core.events import (
     PartDelta,
     PartEnd,
@@ -61,7 +61,7 @@ from llmbridge.dialects.gemini.response import (
     wire_signature,
 )
 
-__all__ = ["decode_chat_stream", "encode_chat_stream", "encode_chat_stream_array"]
+__all__ = ["decode_chat_stream", "encode_chat_stream", "encode_chat_stream_array", "error_frame"]
 
 _dumps = orjson.dumps
 
@@ -104,6 +104,12 @@ async def encode_chat_stream_array(
             yield b"]"
             return
     yield encoder.feed(StreamError(_truncated())) + b"]"
+
+
+def error_frame(error: LLMBridgeError) -> bytes:
+    """The SSE event a failed stream ends with: Google's error object, as ``_Encoder``
+    writes it (the pass-through path's error after the first byte)."""
+    return b"data: " + escape_line_breaks(_dumps(error_body(error, ""))) + b"\r\n\r\n"
 
 
 def _truncated() -> BackendProtocolError:

@@ -15,6 +15,10 @@ a 400 naming it, on every method (``dialects/gemini/request.decode_alt``). Error
 before the reply starts are HTTP errors in Google's shape (web/render.py), after it the
 last event or array element.
 
+A Gemini client of a ``gemini`` backend takes the pass-through path where serving
+changed nothing (docs/PASSTHROUGH.md, dialects/gemini/relay.py): ``generateContent``
+and ``streamGenerateContent?alt=sse`` keep the client's body, naming the URL's model.
+
 ``GET /v1/models`` is also OpenAI's (and Anthropic's by header): it is answered here only
 for a Gemini client, one that sends ``x-goog-api-key``, ``x-goog-api-client`` or a ``key``
 query parameter (``_GeminiClientRoute``); every other request goes on to OpenAI's route
@@ -39,6 +43,7 @@ from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects.framing import dumps
 from llmbridge.dialects.gemini import model_list as gemini_model_list
+from llmbridge.dialects.gemini import relay as gemini_relay
 from llmbridge.dialects.gemini import request as gemini_request
 from llmbridge.dialects.gemini import response as gemini_response
 from llmbridge.dialects.gemini import stream as gemini_stream
@@ -46,7 +51,7 @@ from llmbridge.gateway.exchange.admission import visible_models
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.pipeline import ChatCodec, counted_tokens, serve_chat, serve_embed
-from llmbridge.web.bodies import read_chat, read_json
+from llmbridge.web.bodies import read_chat, read_json, read_relayable_chat
 from llmbridge.web.render import GEMINI_METHODS, Dialect, is_gemini_client
 
 __all__ = ["routes", "unknown_methods"]
@@ -60,21 +65,32 @@ def _endpoint(method: str) -> str:
     return f"/v1beta/models/{{model}}:{method}"
 
 
-def _codec(method: str, encode_stream: Any, media_type: str) -> ChatCodec:
+def _codec(method: str, encode_stream: Any, media_type: str, *, relays: bool) -> ChatCodec:
     return ChatCodec(
         dialect=Dialect.GEMINI,
         endpoint=_endpoint(method),
         encode_stream=encode_stream,
         encode_response=gemini_response.encode_chat_response,
         stream_media_type=media_type,
+        # A gemini backend relays it (core/relay.py, dialects/gemini/relay.py).
+        relay_dialect="gemini" if relays else None,
+        relay_error=gemini_stream.error_frame if relays else None,
     )
 
 
-GENERATE = _codec("generateContent", gemini_stream.encode_chat_stream, "text/event-stream")
-STREAM_SSE = _codec("streamGenerateContent", gemini_stream.encode_chat_stream, "text/event-stream")
-# Without alt=sse: one JSON array, sent element by element as the reply is generated.
+GENERATE = _codec(
+    "generateContent", gemini_stream.encode_chat_stream, "text/event-stream", relays=True
+)
+STREAM_SSE = _codec(
+    "streamGenerateContent", gemini_stream.encode_chat_stream, "text/event-stream", relays=True
+)
+# Without alt=sse: one JSON array, sent element by element as the reply is generated
+# (always translated: its elements are not frames a relay can pass on whole).
 STREAM_ARRAY = _codec(
-    "streamGenerateContent", gemini_stream.encode_chat_stream_array, "application/json"
+    "streamGenerateContent",
+    gemini_stream.encode_chat_stream_array,
+    "application/json",
+    relays=False,
 )
 
 
@@ -129,8 +145,24 @@ async def _generate(request: Request, exchange: Exchange, *, stream: bool) -> Re
     model = _model_name(request.path_params["model"])
     exchange.asked(model, streamed=stream)
     decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
-    chat = await read_chat(request, state.limits, decode)
+    relay = codec.relay_dialect
+    if relay is not None and relay in state.models.relayed_dialects:  # the body kept
+        chat = _relayable(await read_relayable_chat(request, state.limits, decode, relay), model)
+    else:
+        chat = await read_chat(request, state.limits, decode)
     return await serve_chat(request, chat, codec, exchange=exchange)
+
+
+def _relayable(chat: ChatRequest, model: str) -> ChatRequest:
+    """``chat`` with its kept body naming the model the URL named (the reply's
+    ``modelVersion`` where the route maps it), or none where only the translated path
+    sends the body right (``translated_only``)."""
+    relay = chat.relay
+    if relay is None:
+        return chat
+    if gemini_relay.translated_only(relay):
+        return replace(chat, relay=None)
+    return replace(chat, relay=replace(relay, model=model))
 
 
 @exchanged(_endpoint("countTokens"), Dialect.GEMINI)
