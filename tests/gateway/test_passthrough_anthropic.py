@@ -40,6 +40,7 @@ START_USAGE = {
     "output_tokens": 1,
 }
 SSE = "text/event-stream"
+REQUESTS = Path(__file__).parents[1] / "fixtures" / "requests"
 JSON = "application/json"
 
 
@@ -107,10 +108,23 @@ def gateway(
 ) -> Iterator[RunningServer]:
     _, up = upstream
     models = [
-        {"name": "claude-m", "backend": "claude"},
-        {"name": "translated", "backend": "claude", "model": "claude-m", "passthrough": False},
+        # A model that thinks (the fake API lists none), so thinking is not dropped.
+        {"name": "claude-m", "backend": "claude", "thinking": True},
+        {
+            "name": "translated",
+            "backend": "claude",
+            "model": "claude-m",
+            "thinking": True,
+            "passthrough": False,
+        },
         {"name": "mapped", "backend": "claude", "model": "claude-m"},
-        {"name": "tools-trusted", "backend": "claude", "model": "claude-m", "passthrough": True},
+        {
+            "name": "tools-trusted",
+            "backend": "claude",
+            "model": "claude-m",
+            "thinking": True,
+            "passthrough": True,
+        },
         {"name": "golden", "backend": "claude", "passthrough": True},
     ]
     with running_gateway(
@@ -311,6 +325,24 @@ def test_tools_relay_only_where_nothing_needs_healing(
     assert orjson.loads(fake.bodies[-1])["tools"] == TOOLS
 
 
+def test_thinking_with_a_budget_relays(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    """The effort serving derives from a budget (for backends that take levels) is no
+    change to the body, which says the budget itself."""
+    fake, _ = upstream
+    asked = _ask(
+        "claude-m",
+        stream=True,
+        max_tokens=4096,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )
+    fake.queue.append(Canned(media_type=SSE, chunks=stream()))
+    relayed = _post(gateway, key, asked)
+    assert relayed.headers["x-llmbridge-path"] == "passthrough"
+    assert fake.bodies[-1] == orjson.dumps(asked)
+
+
 UNSIGNED_HISTORY = [
     {"role": "user", "content": "first"},
     {
@@ -345,6 +377,28 @@ def test_a_body_the_translation_rewrites_is_translated(
     assert answered.status_code == 200
     assert "x-llmbridge-path" not in answered.headers
     assert fake.bodies[-1] != orjson.dumps(_ask("claude-m", stream=True, **more))
+
+
+def test_claude_codes_request_goes_to_the_backend_as_it_sent_it(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer], database: Path
+) -> None:
+    """Claude Code 2.1.332's captured request (adaptive thinking, a system turn with
+    per-turn settings, deferred tools, context editing, cache breakpoints, 128000
+    ``max_tokens``): its bytes reach the backend as they came, and the row is the
+    translated path's. Its tools relay on a route that says ``passthrough: true``."""
+    fake, _ = upstream
+    captured = REQUESTS / "claude_code_2_1_332_messages.json"
+    body = {**orjson.loads(captured.read_bytes()), "model": "tools-trusted"}
+    beta = {"anthropic-beta": "per-turn-control-2026-07-01,context-management-2025-06-27"}
+    fake.queue.append(Canned(media_type=SSE, chunks=stream()))
+    relayed = _post(gateway, key, body, **beta)
+    assert relayed.headers["x-llmbridge-path"] == "passthrough"
+    assert fake.bodies[-1] == orjson.dumps({**body, "model": "claude-m"})
+    assert fake.headers[-1]["anthropic-beta"] == beta["anthropic-beta"]
+    fake.queue.append(Canned(media_type=SSE, chunks=stream()))
+    translated = _post(gateway, key, {**body, "model": "translated"}, **beta)
+    assert _read(relayed.content) == _read(translated.content) | {"model": "tools-trusted"}
+    _same_rows(database, relayed, translated)
 
 
 def test_the_official_client_reads_a_relayed_reply(

@@ -8,6 +8,7 @@ which bodies may go to an Anthropic backend as the client wrote them."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -196,8 +197,16 @@ def _body(*messages: dict[str, Any], **more: Any) -> dict[str, Any]:
         ),
         _body(thinking={"type": "adaptive"}),
         _body(tools=[{"name": "t", "input_schema": {"type": "object"}, "defer_loading": True}]),
+        _body(
+            USER,
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "env"}],
+                "output_config": {"effort": "low"},
+            },
+        ),
     ],
-    ids=["plain", "cached-system", "signed-tool-turn", "adaptive", "deferred-tool"],
+    ids=["plain", "cached-system", "signed-tool-turn", "adaptive", "deferred-tool", "system-turn"],
 )
 def test_what_an_anthropic_backend_takes_as_written(body: dict[str, Any]) -> None:
     assert sent_as_written(body)
@@ -212,7 +221,7 @@ ASSISTANT_UNSIGNED = {"role": "assistant", "content": [{**SIGNED, "signature": "
         {k: v for k, v in _body().items() if k != "max_tokens"},
         _body(USER, {"role": "assistant", "content": [SIGNED]}, USER, mcp_servers=[]),
         _body(system=""),
-        _body({"role": "system", "content": []}, USER),
+        _body(USER, {"role": "system", "content": [], "output_config": {"effort": "low"}}),
         _body(USER, USER),
         _body({"role": "user", "content": ""}),
         _body({"role": "user", "content": [{"type": "text", "text": ""}]}),
@@ -251,7 +260,7 @@ ASSISTANT_UNSIGNED = {"role": "assistant", "content": [{**SIGNED, "signature": "
         "no-max-tokens",
         "mcp-servers",
         "empty-system",
-        "system-turn",
+        "empty-system-turn",
         "turns-merged",
         "empty-turn",
         "empty-text",
@@ -267,6 +276,16 @@ ASSISTANT_UNSIGNED = {"role": "assistant", "content": [{**SIGNED, "signature": "
 )
 def test_what_the_translation_rewrites_is_translated(body: dict[str, Any]) -> None:
     assert not sent_as_written(body)
+
+
+def test_claude_codes_newest_request_goes_as_written() -> None:
+    """Claude Code 2.1.332's captured request (a system turn with its per-turn
+    settings, deferred tools, context editing, cache breakpoints) relays; 2.1.330's,
+    whose system turn carries settings alone, is translated."""
+    requests = Path(__file__).parents[2] / "fixtures" / "requests"
+    newest = orjson.loads((requests / "claude_code_2_1_332_messages.json").read_bytes())
+    older = orjson.loads((requests / "claude_code_2_1_330_messages.json").read_bytes())
+    assert sent_as_written(newest) and not sent_as_written(older)
 
 
 async def test_a_relayed_reply_accumulates_to_the_translated_one() -> None:

@@ -544,8 +544,9 @@ def sent_as_written(body: dict[str, Any]) -> bool:
 
     - no ``max_tokens`` (the default is sent), or thinking whose budget the API would
       refuse (under 1024, or not under ``max_tokens``: both are fixed);
-    - a ``system`` turn among the messages (per-turn settings, read by the gateway),
-      two turns of one role in a row (merged), an empty turn or text block (dropped);
+    - two turns of one role in a row (merged), an empty turn or text block (dropped:
+      a ``system`` turn among the messages with no text, Claude Code's per-turn
+      settings alone, among them);
     - a thinking block that Anthropic did not sign (unsigned, another backend's
       carried token, or in a user turn: dropped), or, with thinking on, a last
       assistant turn with a tool call that does not start with thinking (sent without
@@ -555,8 +556,10 @@ def sent_as_written(body: dict[str, Any]) -> bool:
     - the MCP connector's ``mcp_servers`` (the gateway's own loop runs them).
 
     What the translation only reshapes (a tool result's text blocks joined into one,
-    a cache breakpoint moved to a turn's last block) is no reason: the client's own
-    spelling is what it meant. Linear in the body's blocks, no copies."""
+    a cache breakpoint moved to a turn's last block, a system turn's per-turn
+    ``output_config`` moved to the request's) is no reason: the client's own spelling
+    is what it meant, and what it would send Anthropic itself. Linear in the body's
+    blocks, no copies."""
     max_tokens = body.get("max_tokens")
     if max_tokens.__class__ is not int or "mcp_servers" in body:
         return False
@@ -584,11 +587,15 @@ def sent_as_written(body: dict[str, Any]) -> bool:
             return False
         role = message.get("role")
         content = message.get("content")
-        if role not in ("user", "assistant") or not _blocks_as_written(content, role):
+        if role not in _ROLES or not _blocks_as_written(content, role):
             return False
         if role == "assistant":
             last_assistant = content
     return not (thinks and _tool_turn_lacks_thinking(last_assistant))
+
+
+_ROLES = frozenset({"user", "assistant", "system"})
+"""The roles of turns that may go as written (a ``system`` turn: per-turn control)."""
 
 
 def _blocks_as_written(content: object, role: str) -> bool:
