@@ -69,6 +69,14 @@ def test_any_cut_relays_the_same_bytes_and_reads_the_same(points: list[int]) -> 
     assert isinstance(end, ResponseEnd) and end.stop_reason is StopReason.END_TURN
 
 
+def test_a_stream_read_a_byte_at_a_time_relays_whole_frames() -> None:
+    events = _relay([TOOL_USE[i : i + 1] for i in range(len(TOOL_USE))])
+    relayed = [e for e in events if isinstance(e, Relayed)]
+    assert b"".join(e.data for e in relayed) == TOOL_USE
+    assert len(relayed) == TOOL_USE.count(b"\n\n")  # one event per frame as it ended
+    assert isinstance(events[-1], ResponseEnd)
+
+
 async def test_what_is_read_is_what_the_translated_path_reads() -> None:
     for stream in (THINKING, TOOL_USE, fixture("text_only"), fixture("ping_interleaved")):
         end = _relay([stream])[-1]
@@ -125,6 +133,14 @@ def test_crlf_frames_are_relayed_as_they_came() -> None:
     events = _relay(_cut(crlf, [7, 150, 151, 152]))
     assert b"".join(e.data for e in events if isinstance(e, Relayed)) == crlf
     assert isinstance(events[-1], ResponseEnd)
+
+
+def test_frames_without_their_event_line_are_read_by_their_type() -> None:
+    bare = b"\n".join(line for line in THINKING.split(b"\n") if not line.startswith(b"event:"))
+    events = _relay([bare])
+    assert b"".join(e.data for e in events if isinstance(e, Relayed)) == bare
+    end = events[-1]
+    assert isinstance(end, ResponseEnd) and end.usage.output_tokens == 60
 
 
 def test_what_follows_message_stop_is_not_passed_on() -> None:

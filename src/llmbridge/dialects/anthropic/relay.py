@@ -105,7 +105,7 @@ class MessageStreamRelay:
 
     def __init__(self, client_model: str | None) -> None:
         self._client_model = client_model
-        self._pending = b""
+        self._pending = bytearray()
         self._held: list[bytes] = []
         """Frames before ``message_start`` (a ping), sent with it: the reply's first
         event is its start."""
@@ -119,13 +119,22 @@ class MessageStreamRelay:
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events of one read: its whole frames relayed, and what they said."""
-        data = self._pending + chunk if self._pending else chunk
+        pending = self._pending
+        if pending:
+            # A frame that spans many reads grows in place, not by copying it per read.
+            probe = bytes(pending[-3:]) + chunk
+            if b"\n\n" not in probe and b"\r\n\r\n" not in probe:
+                pending += chunk
+                return []
+            data = bytes(pending) + chunk
+        else:
+            data = chunk
         lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
         if lf < 0 and crlf < 0:  # no frame ends in it yet
-            self._pending = data
+            self._pending = bytearray(data)
             return []
         cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        self._pending = data[cut:]
+        self._pending = bytearray(data[cut:])
         return self._frames(data[:cut])
 
     def end(self) -> list[StreamEvent]:
@@ -133,7 +142,7 @@ class MessageStreamRelay:
         stream that ended before ``message_stop``, as the translated path says it)."""
         events: list[StreamEvent] = []
         if self._pending.strip() and not self.stopped:
-            tail, self._pending = self._pending, b""
+            tail, self._pending = bytes(self._pending), bytearray()
             events = self._frames(tail + b"\n\n")
         if not self.stopped:
             raise BackendProtocolError(STREAM_CUT)
@@ -145,7 +154,7 @@ class MessageStreamRelay:
         out: list[bytes] = []
         changed = False
         error: LLMBridgeError | None = None
-        ended = False
+        was_stopped = self.stopped
         sep = b"\r\n\r\n" if b"\r" in complete else b"\n\n"
         for frame in complete.split(sep):
             if not frame:
@@ -157,7 +166,7 @@ class MessageStreamRelay:
             if name in _SILENT or not payload:
                 out.append(frame)
             elif name == b"message_stop":
-                self.stopped = ended = True
+                self.stopped = True
                 out.append(frame)
             else:
                 new, error = self._parsed(frame, name, payload, texts, events)
@@ -171,7 +180,7 @@ class MessageStreamRelay:
         if out:
             data = sep.join(out) + sep if changed else complete
             events.append(Relayed(data, "".join(texts), error))
-        if ended:
+        if self.stopped and not was_stopped and error is None:  # message_stop came
             events.append(
                 _ended(self._stop_reason, self._stop_sequence, self._usage, self._saw_tool_call)
             )
@@ -193,6 +202,9 @@ class MessageStreamRelay:
         if kind == "error":
             self.stopped = True
             return frame, in_band_error(said)
+        if kind == "message_stop":  # a frame without its event line
+            self.stopped = True
+            return frame, None
         if kind == "message_start":
             new = self._message_start(frame, said)
             if not self._started:
