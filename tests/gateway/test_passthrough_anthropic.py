@@ -244,6 +244,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     fake.queue.append(Canned(media_type=SSE, chunks=stream()))
     relayed = _post(gateway, key, _ask("claude-m", stream=True), **beta)
     assert relayed.headers["x-llmbridge-path"] == "passthrough"
+    assert float(relayed.headers["x-llmbridge-overhead-ms"]) >= 0  # measured alike
     assert relayed.content == b"".join(stream())  # nothing had to change
     assert fake.bodies[-1] == orjson.dumps(_ask("claude-m", stream=True))  # the client's own
     relayed_headers = fake.headers[-1]
