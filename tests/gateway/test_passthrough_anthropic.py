@@ -474,6 +474,21 @@ def test_the_backends_in_band_error_is_relayed_as_it_came(
 
 
 @pytest.mark.parametrize("model", ["claude-m", "translated"])
+def test_an_error_event_before_message_start_is_an_http_error(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer], model: str
+) -> None:
+    fake, _ = upstream
+    overloaded = frame("error", error={"type": "overloaded_error", "message": "Overloaded"})
+    for _ in range(4):  # the first try and the retries policy allows
+        fake.queue.append(Canned(media_type=SSE, chunks=[frame("ping"), overloaded]))
+    answered = _post(gateway, key, _ask(model, stream=True))
+    fake.queue.clear()
+    assert answered.status_code == 503
+    error = answered.json()
+    assert error["type"] == "error" and error["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.parametrize("model", ["claude-m", "translated"])
 def test_a_429_before_the_first_byte_keeps_its_status_and_retry_after(
     gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer], model: str
 ) -> None:

@@ -121,6 +121,13 @@ def test_the_backends_in_band_error_is_relayed_and_ends_the_stream() -> None:
     assert not any(isinstance(e, ResponseEnd) for e in events)
 
 
+def test_an_error_before_message_start_is_raised() -> None:
+    overloaded = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error"}}\n\n'
+    with pytest.raises(BackendError) as raised:
+        _relay([PING + overloaded])
+    assert raised.value.status_code == 503
+
+
 def test_a_stream_cut_before_message_stop_is_a_protocol_error() -> None:
     relay = MessageStreamRelay(None)
     relay.feed(fixture("truncated"))

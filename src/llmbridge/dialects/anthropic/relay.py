@@ -14,7 +14,8 @@ something the gateway records are parsed (orjson): ``message_start`` (the prompt
 counts, cache reads and writes among them), ``content_block_start`` (a tool call),
 ``content_block_delta`` (the text, thinking and tool input it carries: a cut stream's
 bill), ``message_delta`` (the output count, the stop reason) and ``error`` (the
-backend's in-band error, relayed as it came). ``ping``, ``content_block_stop`` and
+backend's in-band error, relayed as it came; before ``message_start``, raised, as the
+translated path fails before its first byte). ``ping``, ``content_block_stop`` and
 ``message_stop`` are known by their event line alone. Frames go on whole: a read that
 ends inside one keeps its tail for the next, so an error the gateway adds (a stream
 cut before ``message_stop``) never lands inside a frame.
@@ -200,6 +201,8 @@ class MessageStreamRelay:
         said = _object(payload, f"a {name.decode(errors='replace') or 'stream'} event")
         kind = said.get("type") or name.decode(errors="replace")
         if kind == "error":
+            if not self._started:  # nothing sent yet: an HTTP error, retried where it may be
+                raise in_band_error(said)
             self.stopped = True
             return frame, in_band_error(said)
         if kind == "message_stop":  # a frame without its event line
