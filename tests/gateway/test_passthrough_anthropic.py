@@ -226,12 +226,25 @@ def _row(database: Path, request_id: str) -> Any:
     return next(r for r in ledger_rows(database, KEY_NAME, 1) if r["request_id"] == request_id)
 
 
-RECORDED = ("status", "input_tokens", "output_tokens", "cached_tokens", "streamed", "cost_usd")
+RECORDED = (
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "streamed",
+    "cost_usd",
+    "backend",
+    "served_model",
+    "endpoint",
+    "dialect",
+    "retries",
+    "fallbacks",
+)
 
 
-def _same_rows(database: Path, *replies: httpx.Response) -> Any:
+def _same_rows(database: Path, *replies: httpx.Response, fields: tuple[str, ...] = RECORDED) -> Any:
     one, other = (_row(database, r.headers["x-request-id"]) for r in replies)
-    for field in RECORDED:
+    for field in fields:
         assert one[field] == other[field], field
     return one
 
@@ -262,6 +275,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     row = _same_rows(database, relayed, translated)
     # Anthropic's uncached input plus its cache reads and writes, as the core counts them.
     assert (row["input_tokens"], row["output_tokens"], row["cached_tokens"]) == (28, 3, 5)
+    assert row["ttft_ms"] is not None  # read from the frames as they passed
     assert orjson.loads(row["facts"])["x-llmbridge-path"] == "passthrough"
 
 
@@ -473,6 +487,27 @@ def test_the_backends_in_band_error_is_relayed_as_it_came(
     assert row["status"] == 503 and "Overloaded" in row["error"]
 
 
+def test_a_failure_before_the_first_byte_is_retried_with_the_same_body(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer], database: Path
+) -> None:
+    fake, _ = upstream
+    overloaded = orjson.dumps(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    )
+    replies = []
+    for model in ("claude-m", "translated"):
+        fake.queue.append(Canned(status=529, chunks=[overloaded], media_type=JSON))
+        fake.queue.append(Canned(media_type=SSE, chunks=stream()))
+        replies.append(_post(gateway, key, _ask(model, stream=True)))
+        if model == "claude-m":
+            assert fake.bodies[-2] == fake.bodies[-1] == orjson.dumps(_ask(model, stream=True))
+    relayed, translated = replies
+    assert relayed.headers["x-llmbridge-path"] == "passthrough"
+    assert relayed.content == b"".join(stream())
+    row = _same_rows(database, relayed, translated)
+    assert (row["status"], row["retries"]) == (200, 1)
+
+
 @pytest.mark.parametrize("model", ["claude-m", "translated"])
 def test_an_error_event_before_message_start_is_an_http_error(
     gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer], model: str
@@ -552,7 +587,9 @@ def test_golden_streams_read_the_same_on_both_paths(
     assert relayed.content.startswith(whole)  # byte for byte; then the gateway's error, if any
     model = _read(relayed.content)["model"]
     assert _read(relayed.content) == _read(translated.content) | {"model": model}
-    _same_rows(database, relayed, translated)
+    # The golden route serves the name asked for; the translated one, claude-m.
+    fields = tuple(field for field in RECORDED if field != "served_model")
+    _same_rows(database, relayed, translated, fields=fields)
 
 
 def test_health_names_the_dialect_a_backend_relays(gateway: RunningServer, key: str) -> None:
