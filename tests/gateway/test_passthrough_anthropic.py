@@ -5,8 +5,9 @@ same canned backend reply through a route that relays and one that translates
 (``passthrough: false``) and compares what the client got and what the ledger holds
 (cached tokens among the counts): streamed and not, a route that maps the model's name,
 tools, a body the translation must rewrite, the official ``anthropic`` client, the
-recorded streams of tests/fixtures/streams/anthropic, and the faults (a cut stream, the
-backend's in-band error, a 429 with ``Retry-After``, a client that leaves)."""
+recorded streams of tests/fixtures/streams/anthropic, Claude Code's captured request, and
+the faults (a failure retried, a cut stream, the backend's in-band error before and after
+``message_start``, a 429 with ``Retry-After``, a client that leaves)."""
 
 from __future__ import annotations
 
