@@ -1,4 +1,5 @@
-"""A fake HTTP upstream (Ollama, OpenAI-compatible or Responses) that answers with canned bytes.
+"""A fake HTTP upstream (Ollama, OpenAI-compatible, Responses or, with ``serve_canned``,
+any other) that answers with canned bytes.
 
 Used where a real backend cannot misbehave on demand: error statuses, garbage
 output, streams cut off mid-way, a server that never answers. Each request takes
@@ -63,6 +64,8 @@ class FakeUpstream:
         """The models ``/api/ps`` lists."""
         self.methods: list[str] = []
         """The method of each request that took a canned reply, in order."""
+        self.headers: list[dict[str, str]] = []
+        """The headers of each request that took a canned reply, in order."""
         self.app = Starlette(
             routes=[
                 Route("/api/chat", self._reply, methods=["POST"]),
@@ -93,6 +96,7 @@ class FakeUpstream:
         self.paths.append(request.url.path)
         self.methods.append(request.method)
         self.cookies.append(request.headers.get("cookie"))
+        self.headers.append(dict(request.headers))
         if request.client is not None:
             self.peers.append((request.client.host, request.client.port))
         canned = self.queue.popleft() if self.queue else Canned(status=500, chunks=[b"{}"])

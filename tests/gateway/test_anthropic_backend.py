@@ -161,12 +161,17 @@ def _signed_reply(**delta: object) -> Canned:
 
 @pytest.fixture(scope="module")
 def wire() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    """A gateway whose Anthropic backend is a fake API answering canned bytes."""
+    """A gateway whose Anthropic backend is a fake API answering canned bytes, always
+    streamed to: the translated path (the pass-through path has its own tests,
+    tests/gateway/test_passthrough_anthropic.py)."""
     fake = FakeUpstream()
     fake.serve_canned("/v1/messages")
     with RunningServer(fake.app) as server:
         backend = AnthropicBackend("claude", server.url)
-        with running_gateway({"claude": backend}, resilience={"retries": 0}) as front:
+        translated = [{"name": "claude-x", "backend": "claude", "passthrough": False}]
+        with running_gateway(
+            {"claude": backend}, models=translated, resilience={"retries": 0}
+        ) as front:
             yield fake, front
 
 

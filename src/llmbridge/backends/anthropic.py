@@ -8,12 +8,17 @@ dropped on the way out. Signatures that are sent pass through byte for byte.
 The client's ``anthropic-beta`` values go out in the same header, less the retired
 ones (features/anthropic_beta.py); Claude Code's billing-header system line is kept
 (``Capabilities.anthropic_api``).
+
+An Anthropic client's own body goes out as it came on the pass-through path
+(dialects/anthropic/relay.py), with the same headers, and the reply's bytes come back.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
@@ -21,14 +26,18 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic as dialect
+from llmbridge.dialects.anthropic.relay import MessageStreamRelay, relay_reply, relay_request
 from llmbridge.dialects.framing import aiter_sse
 from llmbridge.features.anthropic_beta import BETA_DETAILS
 
-__all__ = ["ANTHROPIC_URL", "ANTHROPIC_VERSION", "AnthropicBackend"]
+__all__ = ["ANTHROPIC_URL", "ANTHROPIC_VERSION", "FIRST_PARTY_HOSTS", "AnthropicBackend"]
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 """The API version header every request carries (Anthropic's only stable version)."""
+FIRST_PARTY_HOSTS = frozenset({"api.anthropic.com"})
+"""Hosts whose tool input needs no healing: a request with tools there may take the
+pass-through path (``Capabilities.trusted_tool_arguments``)."""
 
 
 class AnthropicBackend(Backend):
@@ -39,6 +48,7 @@ class AnthropicBackend(Backend):
         tool_choice=True,
         sampling=frozenset({"max_tokens", "temperature", "top_p", "top_k", "stop"}),
         anthropic_api=True,
+        relays="anthropic",
     )
 
     def __init__(
@@ -56,17 +66,48 @@ class AnthropicBackend(Backend):
         if api_key:
             headers["x-api-key"] = api_key
         self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
+        if urlsplit(self.base_url).hostname in FIRST_PARTY_HOSTS:
+            self.capabilities = replace(self.capabilities, trusted_tool_arguments=True)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        # The pass-through path's stream is handed out as it is, not re-yielded.
+        if request.relay is not None:
+            return self._relayed(request)
+        return self._translated(request)
+
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
-        betas = (request.provider_details or {}).get(BETA_DETAILS)
-        headers = {"anthropic-beta": ",".join(betas)} if betas else None
-        async with self._http.stream("/v1/messages", body, headers=headers) as chunks:
+        async with self._http.stream("/v1/messages", body, headers=_headers(request)) as chunks:
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
+                yield event
+
+    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The pass-through path: the client's body, the reply's bytes relayed."""
+        relay = request.relay
+        assert relay is not None
+        if len(relay.raw) > self._http.settings.offload_bytes:
+            # A mapped name is set on a copy written out again: off the loop when large.
+            body, client_model = await asyncio.to_thread(relay_request, request)
+        else:
+            body, client_model = relay_request(request)
+        headers = _headers(request)
+        if not request.stream:
+            raw = await self._http.request_bytes("POST", "/v1/messages", body, headers=headers)
+            for event in relay_reply(raw, client_model):
+                yield event
+            return
+        async with self._http.stream("/v1/messages", body, headers=headers) as chunks:
+            relayed = MessageStreamRelay(client_model)
+            async for chunk in chunks:
+                for event in relayed.feed(chunk):
+                    yield event
+                if relayed.stopped:
+                    break
+            for event in relayed.end():
                 yield event
 
     async def list_models(self) -> list[ModelInfo]:
@@ -89,3 +130,10 @@ class AnthropicBackend(Backend):
     async def health(self) -> BackendHealth:
         verdict, _ = await self._http.probe("/v1/models")
         return verdict
+
+
+def _headers(request: ChatRequest) -> dict[str, str] | None:
+    """This request's own headers: the client's ``anthropic-beta`` values that reach
+    Anthropic (features/anthropic_beta.py), on both paths alike."""
+    betas = (request.provider_details or {}).get(BETA_DETAILS)
+    return {"anthropic-beta": ",".join(betas)} if betas else None

@@ -312,12 +312,21 @@ class HTTPTransport:
             # end. Drain that tail, briefly and boundedly, instead of reconnecting.
             await _drain(response)
 
-    async def request_bytes(self, method: str, path: str, body: Any = None) -> bytes:
+    async def request_bytes(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> bytes:
         """One complete request/response exchange with errors mapped: ``body`` sent as
-        JSON (``bytes`` as already encoded), the reply's body read whole in one call
-        (a relayed reply sent whole: no per-chunk iteration)."""
+        JSON (``bytes`` as already encoded), with ``headers`` for this request only (as
+        ``stream`` takes them), the reply's body read whole in one call (a relayed reply
+        sent whole: no per-chunk iteration)."""
         data = _request_data(body)
-        headers = None if body is None else _JSON_HEADERS
+        json_headers = None if body is None else _JSON_HEADERS
+        headers = {**(json_headers or {}), **headers} if headers else json_headers
         async with (
             map_transport_errors(self.backend, self.settings.total),
             self._client().request(method, self._url(path), data=data, headers=headers) as r,

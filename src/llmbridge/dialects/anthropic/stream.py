@@ -55,7 +55,13 @@ from llmbridge.dialects.anthropic.types import PROVIDER
 from llmbridge.dialects.fields import ReplyFields, object_or_empty, str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
 
-__all__ = ["StreamEncoder", "decode_chat_stream", "encode_chat_stream", "error_event"]
+__all__ = [
+    "StreamEncoder",
+    "decode_chat_stream",
+    "encode_chat_stream",
+    "error_event",
+    "in_band_error",
+]
 
 # -- encoding -------------------------------------------------------------------------
 
@@ -365,6 +371,15 @@ async def decode_chat_stream(
 _ERROR_STATUS = {"overloaded_error": 503, "rate_limit_error": 429, "timeout_error": 504}
 
 
+def in_band_error(data: dict[str, Any]) -> BackendError:
+    """The error an ``event: error`` frame's data (``{"type": "error", "error": ...}``)
+    reports, with the status its type stands for (502 for one not listed)."""
+    error = object_or_empty(data.get("error"))
+    error_type = str(error.get("type") or "api_error")
+    message = str(error.get("message") or "the Anthropic backend reported an error")
+    return BackendError(message, status_code=_ERROR_STATUS.get(error_type, 502), code=error_type)
+
+
 class _Decoder:
     """The state of one decoded stream."""
 
@@ -525,12 +540,7 @@ class _Decoder:
 
     def _error(self, data: dict[str, Any]) -> StreamError:
         self.finished = True
-        error = object_or_empty(data.get("error"))
-        error_type = str(error.get("type") or "api_error")
-        message = str(error.get("message") or "the Anthropic backend reported an error")
-        return StreamError(
-            BackendError(message, status_code=_ERROR_STATUS.get(error_type, 502), code=error_type)
-        )
+        return StreamError(in_band_error(data))
 
     def _renumber(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """Give PartsManager's parts their place among the redacted blocks made here.

@@ -5,22 +5,31 @@ Besides the body, two things only this front knows about are read here: the
 and a model id of Claude Code's gateway discovery, ``anthropic/<name>``
 (dialects/anthropic/model_list.py), which names the gateway's model ``<name>`` unless a
 route of its own matches it.
+
+Where some backend relays Anthropic (the pass-through path, core/relay.py), the body is
+kept beside the decoded request when it may go out as the client wrote it
+(``request.sent_as_written``); a discovery id is then the gateway's name in it too, so
+the backend and the reply say the name the translated path says.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge.core.errors import ModelNotFoundError
 from llmbridge.core.hosted_mcp import hosted_mcp_of
+from llmbridge.core.relay import RelayBody
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic
 from llmbridge.dialects.anthropic.mcp_reply import encode_hosted_response, encode_hosted_stream
 from llmbridge.dialects.anthropic.model_list import listed_name
+from llmbridge.dialects.anthropic.request import sent_as_written
+from llmbridge.dialects.anthropic.stream import error_event
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.anthropic_beta import parse_betas, with_betas
 from llmbridge.gateway.exchange.exchange import Exchange
@@ -28,7 +37,7 @@ from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
 from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
 from llmbridge.serving.router import ModelRouter
-from llmbridge.web.bodies import read_chat
+from llmbridge.web.bodies import read_chat, read_relayable_chat
 from llmbridge.web.render import Dialect
 
 __all__ = ["discovered_model", "routes"]
@@ -40,6 +49,8 @@ MESSAGES = ChatCodec(
     encode_response=anthropic.encode_chat_response,
     stream_media_type="text/event-stream",
     announces_input_tokens=True,
+    relay_dialect="anthropic",  # an Anthropic backend relays it (core/relay.py)
+    relay_error=error_event,
 )
 HOSTED_MESSAGES = HostedCodec(
     dialect=Dialect.ANTHROPIC,
@@ -66,19 +77,40 @@ def discovered_model(router: ModelRouter, model: str) -> str:
 def _fitted(chat: ChatRequest, request: Request, router: ModelRouter) -> ChatRequest:
     model = discovered_model(router, chat.model)
     if model != chat.model:
-        chat = replace(chat, model=model)
+        chat = replace(chat, model=model, relay=_renamed(chat.relay, model))
     return with_betas(chat, parse_betas(request.headers.getlist("anthropic-beta")))
+
+
+def _renamed(relay: RelayBody | None, model: str) -> RelayBody | None:
+    """The kept body naming the gateway's model for a discovery id (rare: written
+    again once), so what the backend gets and the reply says are as translated."""
+    if relay is None:
+        return None
+    body = {**relay.body, "model": model}
+    return RelayBody(relay.dialect, body, orjson.dumps(body))
+
+
+async def _read(request: Request, exchange: Exchange) -> ChatRequest:
+    """The body decoded, kept for the pass-through path where it may relay."""
+    state = exchange.state
+    # Large bodies are parsed and decoded off the event loop (web/bodies.py).
+    if MESSAGES.relay_dialect not in state.models.relayed_dialects:
+        return await read_chat(request, state.limits, anthropic.decode_chat_request)
+    chat = await read_relayable_chat(
+        request, state.limits, anthropic.decode_chat_request, "anthropic"
+    )
+    if chat.relay is not None and not sent_as_written(chat.relay.body):
+        chat = replace(chat, relay=None)  # the translated path rewrites something
+    return chat
 
 
 @exchanged(MESSAGES.endpoint, MESSAGES.dialect)
 async def messages(request: Request, exchange: Exchange) -> Response:
-    state = exchange.state
-    # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-    chat = await read_chat(request, state.limits, anthropic.decode_chat_request)
-    chat = _fitted(chat, request, state.models.router)
+    chat = _fitted(await _read(request, exchange), request, exchange.state.models.router)
     exchange.asked(chat.model, streamed=chat.stream)
     hosted = hosted_mcp_of(chat)
     if hosted is not None:
+        chat = replace(chat, relay=None)  # the gateway's MCP loop: every turn translated
         return await serve_hosted(request, chat, hosted, HOSTED_MESSAGES, exchange=exchange)
     return await serve_chat(request, chat, MESSAGES, exchange=exchange)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmbridge.core.request import ChatRequest
+from llmbridge.core.request import ChatRequest, ThinkingConfig
 from llmbridge.features.billing_header import drop_billing_header
 from llmbridge.features.compaction import summary_request
 from llmbridge.features.context_editing import apply_context_edits
@@ -171,7 +171,7 @@ def _relays(asked: ChatRequest, fitted: ChatRequest, target: Resolved, changes: 
         and params_kept
         and fitted.tools is asked.tools
         and fitted.tool_choice is asked.tool_choice
-        and fitted.thinking is asked.thinking
+        and _same_thinking(asked.thinking, fitted.thinking)
         and fitted.response_format is asked.response_format
     )
 
@@ -183,3 +183,14 @@ def _sets_only_num_ctx(asked: ChatRequest, fitted: ChatRequest, changes: Changes
     return changes == Changes(params=(f"num_ctx={num_ctx}",)) and (
         replace(fitted.params, num_ctx=asked.params.num_ctx) == asked.params
     )
+
+
+def _same_thinking(asked: ThinkingConfig | None, fitted: ThinkingConfig | None) -> bool:
+    """Whether thinking is as the client's body says it: the same config, or one that
+    differs only by the effort derived for backends that take levels (from the client's
+    budget, or the effort it gave, again), which the body states in its own terms."""
+    if fitted is asked:
+        return True
+    if asked is None or fitted is None or fitted != replace(asked, effort=fitted.effort):
+        return False
+    return fitted.effort == asked.effort or asked.budget_tokens is not None
