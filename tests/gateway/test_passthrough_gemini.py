@@ -388,8 +388,9 @@ def test_health_names_the_dialect_a_backend_relays(gateway: RunningServer, key: 
     ("thinking", "relays"),
     [
         pytest.param({"thinkingBudget": 0}, True, id="off"),
-        # Serving fits a thinking request's effort to the backend (fit.py): translated.
-        pytest.param({"thinkingBudget": 1024, "includeThoughts": True}, False, id="on"),
+        # Serving derives an effort from the budget for backends that take levels
+        # (fit.py ``_same_thinking``): the body still says all of it, so it relays.
+        pytest.param({"thinkingBudget": 1024, "includeThoughts": True}, True, id="on"),
     ],
 )
 def test_a_request_relays_where_serving_left_its_thinking_alone(
