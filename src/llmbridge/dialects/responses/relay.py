@@ -61,7 +61,7 @@ DIALECT = "responses"
 
 _SEALED = b'"llmbridge.'
 """How every ``encrypted_content`` llmbridge issues begins, as JSON spells it."""
-_BOUNDARY = re.compile(rb"\r?\n\r?\n")
+_BOUNDARY = re.compile(rb"(\r?\n\r?\n)")
 _STARTING = frozenset({"response.created", "response.in_progress", "response.queued"})
 """Events held back until the first output event (module docstring)."""
 _ENDING = frozenset({"response.completed", "response.incomplete"})
@@ -324,15 +324,14 @@ class ResponsesStreamRelay:
         events: list[StreamEvent] = []
         texts: list[str] = []
         out: list[bytes] = []
-        frames = complete.split(b"\n\n") if b"\r" not in complete else _BOUNDARY.split(complete)
-        for frame in frames:
-            if not frame or self.stopped:
-                continue  # what follows the end is not passed on
-            name, payload = _frame_of(frame)
+        for frame, end in _split(complete):
+            if self.stopped:
+                break  # what follows the end is not passed on
+            name, payload = _frame_of(frame) if frame else (None, None)
             if not payload or payload == b"[DONE]":
                 # A comment (keep-alive) goes on; a [DONE] some proxies add ends nothing.
                 if not payload:
-                    (out if self.started else self._held).append(frame)
+                    (out if self.started else self._held).append(frame + end)
                 continue
             event = _object(payload, "an event")
             kind = str_or_none(event.get("type")) or (name.decode() if name else "")
@@ -344,7 +343,7 @@ class ResponsesStreamRelay:
             if not self.started:
                 if kind in _STARTING:
                     self._reading.response = object_or_empty(event.get("response"))
-                    self._held.append(frame)
+                    self._held.append(frame + end)
                     continue
                 if kind == "error" or kind == "response.failed":
                     # A failure before any output: the call's, not the stream's.
@@ -354,24 +353,24 @@ class ResponsesStreamRelay:
                 events.append(_start(self._reading.response or object_or_empty(event)))
                 out.extend(self._held)
                 self._held = []
-            out.append(frame)
+            out.append(frame + end)
             if kind == "error":
                 self._error = self._failure(kind, event)
             elif kind == "response.failed" or (self._error is not None and kind in _ENDING):
                 self.stopped = True
                 error = self._error or self._failure(kind, event)
-                events.append(Relayed(_joined(out), "".join(texts), error))
+                events.append(Relayed(b"".join(out), "".join(texts), error))
                 return events
             elif kind in _ENDING:
                 self.stopped = True
                 response = object_or_empty(event.get("response"))
-                events.append(Relayed(_joined(out), "".join(texts)))
+                events.append(Relayed(b"".join(out), "".join(texts)))
                 events.append(self._reading.end(kind, response))
                 return events
             else:
                 self._reading.event(kind, event, texts)
         if out:
-            events.append(Relayed(_joined(out), "".join(texts)))
+            events.append(Relayed(b"".join(out), "".join(texts)))
         return events
 
     def _failure(self, kind: str, event: dict[str, Any]) -> LLMBridgeError:
@@ -382,8 +381,14 @@ class ResponsesStreamRelay:
         return in_band_error(response.get("error"), _FAILED_FALLBACK)
 
 
-def _joined(frames: list[bytes]) -> bytes:
-    return b"\n\n".join(frames) + b"\n\n"
+def _split(complete: bytes) -> list[tuple[bytes, bytes]]:
+    """Whole frames (``complete`` ends with a blank line), each with the line breaks
+    that ended it, so that passing them on changes no byte. A plain split where no CR
+    is in sight (the usual stream): the regular expression tries at every byte."""
+    if b"\r" not in complete:
+        return [(frame, b"\n\n") for frame in complete.split(b"\n\n")[:-1]]
+    parts = _BOUNDARY.split(complete)
+    return list(zip(parts[0::2], parts[1::2], strict=False))
 
 
 def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
