@@ -279,6 +279,25 @@ def test_store_false_is_sent_where_the_body_does_not_say_it(
     assert reply.json()["store"] is False
 
 
+def test_a_large_body_relays_as_its_bytes_and_a_mapped_one_is_set_off_the_loop(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    # Over server.limits.offload_bytes (32 KiB): read, decoded and set in a worker thread.
+    fake, _ = upstream
+    long = "word " * 20_000
+    for model in ("m", "mapped"):
+        fake.queue.append(Canned(media_type="text/event-stream", chunks=stream()))
+        body = _ask(model, stream=True, input=long)
+        relayed = _post(gateway, key, body)
+        assert relayed.headers["x-llmbridge-path"] == "passthrough"
+        sent = fake.bodies[-1]
+        if model == "m":
+            assert sent == orjson.dumps(body)  # the client's own bytes
+        else:
+            assert orjson.loads(sent) == {**body, "model": "m"}
+        assert _read(relayed.content)["text"] == "Hello there."
+
+
 def test_a_mapped_model_name_is_the_clients_in_every_response_object(
     gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer]
 ) -> None:

@@ -152,9 +152,10 @@ class Continued:
     """The body's own ``input`` items as JSON: what its stored reply adds."""
     own_input: object = None
     """The body's own ``input``, as the client sent it."""
-    raw: bytes | None = None
+    raw: bytes | bytearray | None = None
     """The body's bytes as they came, where ``keep_raw`` asked for them and nothing was
-    put before its input (the pass-through path, core/relay.py); else ``None``."""
+    put before its input (the pass-through path, core/relay.py); else ``None``. As read:
+    copied only by a request that relays."""
 
 
 async def continued(
@@ -192,7 +193,7 @@ async def continued(
         measure = stateful.input_bytes
         size = await asyncio.to_thread(measure, new_input) if offload else measure(new_input)
     chain = Chain()
-    kept: bytes | None = None
+    kept: bytes | bytearray | None = None
     if isinstance(previous, str):
         stateful.check_id(previous, field)
     remembered = (
@@ -225,7 +226,7 @@ async def continued(
         # Without the store, the dialect's 400 names the field.
         previous = None
         if keep_raw and isinstance(body, dict):
-            kept = bytes(raw)
+            kept = raw
     chat = await asyncio.to_thread(decode, body, limits) if offload else decode(body, limits)
     return Continued(chat, body, previous, chain, size, own_input, kept)
 

@@ -218,7 +218,7 @@ async def create_response(request: Request, exchange: Exchange) -> Response:
     else:
         raw = _relayed_body(found, chat) if keeper is None else None
         if raw is not None:
-            chat = replace(chat, relay=RelayBody(DIALECT, body, raw))
+            chat = replace(chat, relay=RelayBody(DIALECT, body, bytes(raw)))
         response = await serve_chat(request, chat, codec, exchange=exchange)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
         await keeper.save(keeper.ended)
@@ -227,7 +227,7 @@ async def create_response(request: Request, exchange: Exchange) -> Response:
     return response
 
 
-def _relayed_body(found: Continued, chat: ChatRequest) -> bytes | None:
+def _relayed_body(found: Continued, chat: ChatRequest) -> bytes | bytearray | None:
     """The body's bytes where ``chat`` may take the pass-through path as far as this
     front knows (the module docstring; serving decides the rest): kept unchanged,
     holding nothing llmbridge sealed, with no hosted tool the front left out."""
