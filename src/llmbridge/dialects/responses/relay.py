@@ -118,6 +118,10 @@ def _object(payload: bytes | str, what: str) -> dict[str, Any]:
 
 def _frame_of(frame: bytes) -> tuple[bytes | None, bytes | None]:
     """An SSE frame's event name and data (``None`` when it has none)."""
+    if frame.startswith(b"event:"):  # the usual frame: an event line, a data line
+        head, _, rest = frame.partition(b"\n")
+        if rest.startswith(b"data:") and b"\n" not in rest and b"\r" not in head:
+            return head[6:].strip(), rest[5:].strip()
     name = None
     data: list[bytes] = []
     for line in frame.splitlines():
