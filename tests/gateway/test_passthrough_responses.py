@@ -220,7 +220,17 @@ def _row(database: Path, request_id: str) -> Any:
     return next(r for r in ledger_rows(database, KEY_NAME, 1) if r["request_id"] == request_id)
 
 
-RECORDED = ("status", "input_tokens", "output_tokens", "streamed", "cost_usd")
+RECORDED = (
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cached_tokens",
+    "streamed",
+    "cost_usd",
+    "backend",
+    "endpoint",
+)
 
 
 def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
@@ -255,11 +265,18 @@ def test_a_reply_sent_whole_is_the_backends_json(
     assert relayed.content == orjson.dumps(REPLY)
     assert orjson.loads(fake.bodies[-1]) == _ask("m")  # not made a stream
     fake.queue.append(Canned(media_type="text/event-stream", chunks=stream()))
-    translated = _post(gateway, key, _ask("translated")).json()
-    assert translated["output"][0]["content"][0]["text"] == "Hello there."
-    assert translated["usage"]["output_tokens"] == relayed.json()["usage"]["output_tokens"]
-    row = _row(database, relayed.headers["x-request-id"])
-    assert (row["status"], row["input_tokens"], row["output_tokens"]) == (200, 11, 3)
+    translated = _post(gateway, key, _ask("translated"))
+    whole = translated.json()
+    assert whole["output"][0]["content"][0]["text"] == "Hello there."
+    counts = [
+        (u["input_tokens"], u["input_tokens_details"]["cached_tokens"], u["output_tokens"])
+        for u in (whole["usage"], relayed.json()["usage"])
+    ]
+    assert counts[0] == counts[1] == (11, 4, 3)
+    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
+    for field in RECORDED:
+        assert one[field] == other[field], field
+    assert (one["status"], one["input_tokens"], one["output_tokens"]) == (200, 11, 3)
 
 
 @pytest.mark.parametrize("store", [None, True])
@@ -523,7 +540,7 @@ def test_golden_streams_read_the_same_on_both_paths(
     relayed, translated = replies
     assert relayed.status_code == translated.status_code
     one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in ("status", "input_tokens", "output_tokens"):
+    for field in RECORDED:
         assert one[field] == other[field], field
     if relayed.status_code != 200:
         return  # failed before any output: the same HTTP error (above)
