@@ -14,24 +14,39 @@ gateway's Responses front) is asked of the server itself, with Codex's own
 for a server that does not compact, left to serving's request for a summary
 (``compaction=False``: ``Capabilities.compaction``). The model list and the health
 probe use ``/v1/models``.
+
+A Responses client's own body goes out as it came on the pass-through path
+(``dialects/responses/relay.py``, docs/PASSTHROUGH.md), and the reply's bytes come back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from functools import partial
+from urllib.parse import urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport
-from llmbridge.backends.openai_compat import normalise_base_url
+from llmbridge.backends.openai_compat import FIRST_PARTY_HOSTS, normalise_base_url
+from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import openai, responses
 from llmbridge.dialects.framing import aiter_sse
+from llmbridge.dialects.responses.relay import (
+    DIALECT,
+    ResponsesStreamRelay,
+    relay_reply,
+    relay_request,
+)
 
 __all__ = ["OpenAIResponsesBackend"]
+
+log = logging.getLogger("llmbridge.backends")
 
 
 class OpenAIResponsesBackend(Backend):
@@ -44,6 +59,7 @@ class OpenAIResponsesBackend(Backend):
         tool_choice=True,
         sampling=frozenset({"max_tokens", "temperature", "top_p"}),
         compaction=True,
+        relays=DIALECT,
     )
 
     def __init__(
@@ -59,6 +75,8 @@ class OpenAIResponsesBackend(Backend):
         if not compaction:
             self.capabilities = replace(type(self).capabilities, compaction=False)
         self.base_url = normalise_base_url(base_url)
+        if urlsplit(self.base_url).hostname in FIRST_PARTY_HOSTS:
+            self.capabilities = replace(self.capabilities, trusted_tool_arguments=True)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         self._http = HTTPTransport(name, self.base_url, http or HTTPSettings(), headers)
         self._encode = partial(responses.encode_chat_request, origin=name)
@@ -66,12 +84,51 @@ class OpenAIResponsesBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        # The pass-through path's stream is handed out as it is, not re-yielded.
+        if request.relay is not None:
+            return self._relayed(request)
+        return self._translated(request)
+
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         body = await self._http.encode(replace(request, stream=True), self._encode)
         async with self._http.stream("responses", body) as chunks:
             async for event in responses.decode_chat_stream(aiter_sse(chunks), origin=self.name):
                 yield event
+
+    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The pass-through path: the client's body, the reply's bytes relayed."""
+        relay = request.relay
+        assert relay is not None
+        if len(relay.raw) > self._http.settings.offload_bytes:
+            # What must be set is set on a copy written out again: off the loop when large.
+            body, client_model = await asyncio.to_thread(relay_request, request)
+        else:
+            body, client_model = relay_request(request)
+        if not request.stream:
+            raw = await self._http.request_bytes("POST", "responses", body)
+            for event in relay_reply(raw, client_model):
+                yield event
+            return
+        relayed = ResponsesStreamRelay(client_model)
+        try:
+            async with self._http.stream("responses", body) as chunks:
+                async for chunk in chunks:
+                    for event in relayed.feed(chunk):
+                        yield event
+                    if relayed.stopped:
+                        break
+            events = relayed.end()
+        except LLMBridgeError as exc:
+            if not relayed.started:
+                raise  # before the first byte: retried, a fallback, or the HTTP error
+            # After it, the stream ends as the translated path ends it, numbered after
+            # the backend's last event (dialects/responses/relay.py).
+            log.warning("stream from backend %s failed: %s", self.name, exc.message)
+            events = [relayed.failed(exc)]
+        for event in events:
+            yield event
 
     async def list_models(self) -> list[ModelInfo]:
         reply = await self._http.request_json("GET", "models")

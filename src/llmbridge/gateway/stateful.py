@@ -152,6 +152,10 @@ class Continued:
     """The body's own ``input`` items as JSON: what its stored reply adds."""
     own_input: object = None
     """The body's own ``input``, as the client sent it."""
+    raw: bytes | bytearray | None = None
+    """The body's bytes as they came, where ``keep_raw`` asked for them and nothing was
+    put before its input (the pass-through path, core/relay.py); else ``None``. As read:
+    copied only by a request that relays."""
 
 
 async def continued(
@@ -160,6 +164,8 @@ async def continued(
     decode: Decode,
     stateful: Stateful,
     session: SocketSession | None = None,
+    *,
+    keep_raw: bool = False,
 ) -> Continued:
     """The body decoded, continued from its previous reply: the latest response of the
     socket a frame came in on (``session``), else a stored one when replies are
@@ -167,7 +173,8 @@ async def continued(
     ``server.limits.max_chain_*``, before its conversation is loaded.
 
     As ``web.bodies.read_chat`` does, a large body is parsed and decoded off the event
-    loop; so is every continued one, whose stored conversation may be long."""
+    loop; so is every continued one, whose stored conversation may be long. With
+    ``keep_raw``, a body that continued nothing keeps its bytes (``Continued.raw``)."""
     limits = state.limits
     field = stateful.previous_field
     raw = await read_body(request, limits.max_body_bytes)
@@ -186,6 +193,7 @@ async def continued(
         measure = stateful.input_bytes
         size = await asyncio.to_thread(measure, new_input) if offload else measure(new_input)
     chain = Chain()
+    kept: bytes | bytearray | None = None
     if isinstance(previous, str):
         stateful.check_id(previous, field)
     remembered = (
@@ -217,8 +225,10 @@ async def continued(
     else:
         # Without the store, the dialect's 400 names the field.
         previous = None
+        if keep_raw and isinstance(body, dict):
+            kept = raw
     chat = await asyncio.to_thread(decode, body, limits) if offload else decode(body, limits)
-    return Continued(chat, body, previous, chain, size, own_input)
+    return Continued(chat, body, previous, chain, size, own_input, kept)
 
 
 async def save(

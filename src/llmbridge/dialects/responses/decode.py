@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 from httpx_sse import ServerSentEvent
 
-from llmbridge.core.errors import BackendError, BackendProtocolError
+from llmbridge.core.errors import BackendError, BackendProtocolError, LLMBridgeError
 from llmbridge.core.events import (
     PartEnd,
     ResponseEnd,
@@ -69,10 +69,17 @@ from llmbridge.dialects.openai.response import reply_created
 from llmbridge.dialects.responses.carried import PROVIDER, carry_item
 from llmbridge.dialects.responses.tools import CUSTOM_INPUT
 
-__all__ = ["decode_chat_response", "decode_chat_stream", "decode_usage"]
+__all__ = [
+    "INCOMPLETE_STOP",
+    "decode_chat_response",
+    "decode_chat_stream",
+    "decode_usage",
+    "in_band_error",
+]
 
-_INCOMPLETE = {"content_filter": StopReason.CONTENT_FILTER}
+INCOMPLETE_STOP = {"content_filter": StopReason.CONTENT_FILTER}
 """``incomplete_details.reason`` -> stop reason; anything else is ``max_tokens``."""
+_INCOMPLETE = INCOMPLETE_STOP
 _ERROR_STATUS = {
     "rate_limit_exceeded": 429,
     "insufficient_quota": 429,
@@ -104,6 +111,12 @@ def decode_usage(value: object) -> Usage:
         cache_creation_input_tokens=int_or_none(details.get("cache_write_tokens")),
         reasoning_tokens=int_or_none(output.get("reasoning_tokens")),
     )
+
+
+def in_band_error(error: object, fallback: str) -> LLMBridgeError:
+    """The error of an ``error`` event's or a failed response's ``error`` object
+    (``fallback``: the message when it has none); its ``code`` kept, its status by it."""
+    return _in_band_error(error, fallback).error
 
 
 def _in_band_error(error: object, fallback: str) -> StreamError:

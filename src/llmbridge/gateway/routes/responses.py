@@ -33,6 +33,14 @@ runs, ``x-llmbridge-dropped-reasoning`` counts reasoning items whose
 ``encrypted_content`` another server issued (dialects/responses/reasoning.py; their text
 is kept), and ``x-llmbridge-dropped-items`` adds the compaction items another server
 issued to what serving left out for the backend (``pipeline.DROPPED_ITEMS_HEADER``).
+
+The pass-through path (docs/PASSTHROUGH.md, ``dialects/responses/relay.py``): where a
+backend relays Responses, a body the gateway keeps nothing of is sent to it as it came
+(``serve_chat``; serving decides whether it may): one that continued no response the
+gateway resolved, whose reply is not kept (stored, or remembered on a socket), that
+runs no hosted MCP tools, compacts nothing, generates, left no hosted tool out and
+holds nothing llmbridge sealed. A relayed reply says nothing was left out: the items
+the front would drop went to the backend as they came.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from llmbridge.core.events import ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.hosted_mcp import HostedEvent, HostedReply, hosted_mcp_of
 from llmbridge.core.ids import new_id
 from llmbridge.core.messages import Message
+from llmbridge.core.relay import RelayBody
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import RequestLimits
 from llmbridge.core.response import ChatResponse, StopReason, Usage
@@ -69,12 +78,14 @@ from llmbridge.dialects.responses.continuation import (
     marked,
 )
 from llmbridge.dialects.responses.mcp_reply import encode_hosted_response, encode_hosted_stream
+from llmbridge.dialects.responses.relay import DIALECT, relay_error, relayable
 from llmbridge.dialects.responses.request import DETAILS_KEY, decode_input_tokens_request
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
 from llmbridge.gateway.pipeline import (
     DROPPED_ITEMS_HEADER,
+    PATH_HEADER,
     ChatCodec,
     count_chat_tokens,
     serve_chat,
@@ -111,6 +122,8 @@ RESPONSES_CODEC = ChatCodec(
     encode_stream=responses.encode_chat_stream,
     encode_response=responses.encode_chat_response,
     stream_media_type="text/event-stream",
+    relay_dialect=DIALECT,  # an openai_responses backend relays it (core/relay.py)
+    relay_error=relay_error,
 )
 COMPACTION_RESPONSES = ChatCodec(
     dialect=Dialect.OPENAI,
@@ -183,7 +196,8 @@ async def create_response(request: Request, exchange: Exchange) -> Response:
     state = exchange.state
     owner = caller_identity(request)
     session = socket_session(request.scope)
-    found = await _continued(request, state, responses.decode_chat_request)
+    relays = DIALECT in state.models.relayed_dialects
+    found = await _continued(request, state, responses.decode_chat_request, keep_raw=relays)
     chat, body, previous = found.chat, found.body, found.previous
     store = store_if_open(request, STORED_RESPONSES)
     keep = store is not None and asked_to_keep(body.get("store"), state.config.agent)
@@ -202,11 +216,26 @@ async def create_response(request: Request, exchange: Exchange) -> Response:
         hosted_codec = HOSTED_RESPONSES if keeper is None else keeper.hosted_codec
         response = await serve_hosted(request, chat, hosted, hosted_codec, exchange=exchange)
     else:
+        raw = _relayed_body(found, chat) if keeper is None else None
+        if raw is not None:
+            chat = replace(chat, relay=RelayBody(DIALECT, body, bytes(raw)))
         response = await serve_chat(request, chat, codec, exchange=exchange)
     if keeper is not None and keeper.ended is not None:  # a reply that was not streamed
         await keeper.save(keeper.ended)
-    add_dialect_headers(response, chat)
+    if response.headers.get(PATH_HEADER) != "passthrough":  # relayed: nothing left out
+        add_dialect_headers(response, chat)
     return response
+
+
+def _relayed_body(found: Continued, chat: ChatRequest) -> bytes | bytearray | None:
+    """The body's bytes where ``chat`` may take the pass-through path as far as this
+    front knows (the module docstring; serving decides the rest): kept unchanged,
+    holding nothing llmbridge sealed, with no hosted tool the front left out."""
+    raw = found.raw
+    if raw is None or chat.compaction or not relayable(raw):
+        return None
+    details = (chat.provider_details or {}).get(DETAILS_KEY) or {}
+    return None if details.get("ignored_tools") else raw
 
 
 @exchanged("/v1/responses/compact", Dialect.OPENAI)
@@ -317,11 +346,14 @@ STORED_RESPONSES = Stateful(
 """How Responses are kept and continued (gateway/stateful.py)."""
 
 
-async def _continued(request: Request, state: GatewayState, decode: Decode) -> Continued:
+async def _continued(
+    request: Request, state: GatewayState, decode: Decode, *, keep_raw: bool = False
+) -> Continued:
     """The body decoded and continued (``stateful.continued``): from the latest response
-    of the socket a frame came in on (responses_socket.py), else a stored one."""
+    of the socket a frame came in on (responses_socket.py), else a stored one; with
+    ``keep_raw``, the bytes of a body that continued nothing kept."""
     session = socket_session(request.scope)
-    return await continued(request, state, decode, STORED_RESPONSES, session)
+    return await continued(request, state, decode, STORED_RESPONSES, session, keep_raw=keep_raw)
 
 
 async def _decoded(
