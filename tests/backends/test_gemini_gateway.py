@@ -321,6 +321,7 @@ def test_a_gemini_clients_thinking_level_reaches_a_model_that_takes_levels(
     server.enqueue(sse(chunk({"text": "ok"}, finish="STOP")))
     client = genai_client(gateway.url)
     thinking = genai_types.ThinkingConfig(thinking_level=genai_types.ThinkingLevel.MINIMAL)
+    # google-genai spells it ``thinking_level``, which only the translated path reads.
     client.models.generate_content(
         model=model,
         contents="hi",

@@ -273,3 +273,13 @@ def test_a_recorded_reply_reads_as_the_translated_path_reads_it(fixture: Path) -
     assert isinstance(end, ResponseEnd) and end.stop_reason is translated.stop_reason
     assert end.usage == translated.usage
     assert isinstance(relayed[1], Relayed) and relayed[1].data == raw
+
+
+def test_a_field_the_relay_reads_spelled_in_snake_case_is_translated() -> None:
+    """Google takes both spellings and the translation reads both; the relay reads the
+    camelCase ones only (google-genai sends ``thinking_level``)."""
+    level = {"generationConfig": {"thinkingConfig": {"thinking_level": "MINIMAL"}}}
+    assert translated_only(_kept(HI | level))
+    assert translated_only(_kept(_turn({"function_call": {"name": "f", "args": {}}})))
+    camel = {"generationConfig": {"thinkingConfig": {"thinkingLevel": "MINIMAL"}}}
+    assert not translated_only(_kept(HI | camel))

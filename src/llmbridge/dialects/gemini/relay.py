@@ -49,15 +49,29 @@ _GATEWAY_TOKENS = (
     b'"llmbridge.',  # a carried signature sent unwrapped (dialects/carried.py)
     b"gcall_",  # a Google call id inside the core's (call_ids.py)
 )
+_SNAKE_CASE = (
+    # What the relay reads or sets, in the snake_case spelling Google takes as well
+    # (google-genai sends ``thinking_level`` so): the relay reads the camelCase names.
+    b'"generation_config"',
+    b'"thinking_config"',
+    b'"thinking_level"',
+    b'"thinking_budget"',
+    b'"function_call"',
+    b'"function_response"',
+    b'"thought_signature"',
+)
 
 
 def translated_only(relay: RelayBody) -> bool:
     """Whether a body is one only the translated path sends right (module docstring):
     it holds what only the gateway issued (a byte search, which at worst translates a
-    body that merely mentions one), or a call id (``_has_call_ids``)."""
+    body that merely mentions one), a field the relay reads spelled in snake_case, or a
+    call id (``_has_call_ids``)."""
     raw = relay.raw
     if any(token in raw for token in _GATEWAY_TOKENS):
         return True
+    if b"_" in raw and any(name in raw for name in _SNAKE_CASE):
+        return True  # the translation reads both spellings; the relay only camelCase
     return b'"id"' in raw and _has_call_ids(relay.body.get("contents"))
 
 
