@@ -34,10 +34,11 @@ GENERATION_PATHS = (
 
 @contextmanager
 def relaying_gateway(
-    upstream_url: str, backend_type: str, **backend: Any
+    upstream_url: str, backend_type: str, *, route: dict[str, Any] | None = None
 ) -> Iterator[tuple[RunningServer, Recorder]]:
     """The front gateway: one ``backend_type`` backend at ``upstream_url`` serving every
-    model name on the pass-through path, each HTTP exchange kept."""
+    model name on the pass-through path (``route``: more of the route's settings), each
+    HTTP exchange kept."""
     config = GatewayConfig.model_validate(
         {
             "backends": {
@@ -45,11 +46,10 @@ def relaying_gateway(
                     "type": backend_type,
                     "url": upstream_url,
                     "api_key": "sk-inner",
-                    **backend,
                 }
             },
             "default_backend": "upstream",
-            "models": [{"name": "*", "backend": "upstream", "passthrough": True}],
+            "models": [{"name": "*", "backend": "upstream", "passthrough": True, **(route or {})}],
         }
     )
     app = create_app(config)

@@ -391,7 +391,12 @@ def test_runs_the_tool_loop_on_the_pass_through_path(
         running_gateway({"scripted": backend}) as inner,
         relaying_gateway(inner.url, "anthropic") as (front, recorder),
     ):
-        run = run_claude(current_claude.path, tmp_path, front.url, args)
+        # Thinking off: with it on, a tool turn must open with the thinking block
+        # Anthropic signed, which a scripted model behind a gateway cannot have, so
+        # the follow-up would be translated (sent without thinking, as Anthropic asks).
+        run = run_claude(
+            current_claude.path, tmp_path, front.url, args, CLAUDE_CODE_DISABLE_THINKING="1"
+        )
     report = failure_report(run, received=backend.requests)
     assert run.returncode == 0, report
     assert FINAL_TEXT in run.stdout, report

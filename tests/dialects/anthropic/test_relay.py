@@ -244,7 +244,7 @@ ASSISTANT_UNSIGNED = {"role": "assistant", "content": [{**SIGNED, "signature": "
         {k: v for k, v in _body().items() if k != "max_tokens"},
         _body(USER, {"role": "assistant", "content": [SIGNED]}, USER, mcp_servers=[]),
         _body(system=""),
-        _body(USER, {"role": "system", "content": [], "output_config": {"effort": "low"}}),
+        _body(USER, {"role": "system", "content": []}),  # settings alone relay: none here
         _body(USER, USER),
         _body({"role": "user", "content": ""}),
         _body({"role": "user", "content": [{"type": "text", "text": ""}]}),
@@ -303,12 +303,13 @@ def test_what_the_translation_rewrites_is_translated(body: dict[str, Any]) -> No
 
 def test_claude_codes_newest_request_goes_as_written() -> None:
     """Claude Code 2.1.332's captured request (a system turn with its per-turn
-    settings, deferred tools, context editing, cache breakpoints) relays; 2.1.330's,
-    whose system turn carries settings alone, is translated."""
+    settings, deferred tools, context editing, cache breakpoints) relays, and so does
+    2.1.330's, whose system turn carries settings alone (as ``--bare`` sends it still):
+    Anthropic takes both as written."""
     requests = Path(__file__).parents[2] / "fixtures" / "requests"
     newest = orjson.loads((requests / "claude_code_2_1_332_messages.json").read_bytes())
     older = orjson.loads((requests / "claude_code_2_1_330_messages.json").read_bytes())
-    assert sent_as_written(newest) and not sent_as_written(older)
+    assert sent_as_written(newest) and sent_as_written(older)
 
 
 async def test_a_relayed_reply_accumulates_to_the_translated_one() -> None:

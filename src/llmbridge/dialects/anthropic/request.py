@@ -544,9 +544,9 @@ def sent_as_written(body: dict[str, Any]) -> bool:
 
     - no ``max_tokens`` (the default is sent), or thinking whose budget the API would
       refuse (under 1024, or not under ``max_tokens``: both are fixed);
-    - two turns of one role in a row (merged), an empty turn or text block (dropped:
-      a ``system`` turn among the messages with no text, Claude Code's per-turn
-      settings alone, among them);
+    - two turns of one role in a row (merged), an empty turn or text block (dropped;
+      but a ``system`` turn with no content and its per-turn settings, as Claude Code
+      sends it to Anthropic, goes as written);
     - a thinking block that Anthropic did not sign (unsigned, another backend's
       carried token, or in a user turn: dropped), or, with thinking on, a last
       assistant turn with a tool call that does not start with thinking (sent without
@@ -587,6 +587,8 @@ def sent_as_written(body: dict[str, Any]) -> bool:
             return False
         role = message.get("role")
         content = message.get("content")
+        if role == "system" and content == [] and len(message) > 2:
+            continue  # per-turn settings alone (Claude Code's output_config): Anthropic's own
         if role not in _ROLES or not _blocks_as_written(content, role):
             return False
         if role == "assistant":

@@ -193,4 +193,6 @@ def _same_thinking(asked: ThinkingConfig | None, fitted: ThinkingConfig | None) 
         return True
     if asked is None or fitted is None or fitted != replace(asked, effort=fitted.effort):
         return False
-    return fitted.effort == asked.effort or asked.budget_tokens is not None
+    # Derived from the client's budget, or serving's default where the client named no
+    # effort: the body says what the client asked in the backend's own terms.
+    return fitted.effort == asked.effort or asked.budget_tokens is not None or asked.effort is None
