@@ -230,9 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "not run: make compat runs the newest release only",
     ]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False)
+    runtime = f"Node {node.stdout.strip() or 'unknown'}, Python {sys.version.split()[0]}"
     DOC.write_text(
         report.document(
-            rows, date=now, commit=commit(), pytest_args=shlex.join(pytest_args), extra=[previous]
+            rows,
+            date=now,
+            commit=commit(),
+            pytest_args=shlex.join(pytest_args),
+            runtime=runtime,
+            extra=[previous],
         ),
         "utf-8",
     )

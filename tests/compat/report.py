@@ -150,10 +150,12 @@ def document(
     date: str,
     commit: str,
     pytest_args: str,
+    runtime: str = "",
     extra: Sequence[Sequence[str]] = (),
 ) -> str:
-    """docs/COMPATIBILITY.md: what it is, how to run it, when and on what it ran, and
-    the table."""
+    """docs/COMPATIBILITY.md: what it is, how to run it, when and on what it ran
+    (``runtime``: Node's and Python's versions, say), the table, and how many tests
+    each client ran."""
     broke = [row.client.name for row in rows if not row.ok]
     verdict = (
         "Every newest release passed."
@@ -175,12 +177,24 @@ def document(
         "make compat                                  # everything (installs, then runs)\n"
         'make compat COMPAT_ARGS="--no-install"       # again, on what .compat/ holds\n'
         "```\n\n"
-        f"Last run: {date}, on commit `{commit}`, pytest arguments `{pytest_args}`. "
-        f"{verdict}\n\n"
+        f"Last run: {date}, on commit `{commit}`"
+        + (f", {runtime}" if runtime else "")
+        + f", pytest arguments `{pytest_args}`. {verdict}\n\n"
         "A result is `pass`, or `FAIL:` with the tests that failed. A Python SDK's\n"
         "result counts the tests of every gateway module that imports it, so a module that\n"
         "uses two SDKs counts for both.\n\n"
-        f"{table(rows, extra)}"
+        f"{table(rows, extra)}\n"
+        f"Tests run: {counts(rows)}.\n"
+    )
+
+
+def counts(rows: Sequence[Result]) -> str:
+    """``name N passed`` (and ``, M skipped`` where some were) for each client."""
+    return "; ".join(
+        f"{row.client.name} {row.passed} passed"
+        + (f", {len(row.failed)} failed" if row.failed else "")
+        + (f", {row.skipped} skipped" if row.skipped else "")
+        for row in rows
     )
 
 

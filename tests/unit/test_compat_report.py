@@ -107,14 +107,24 @@ def test_the_table_has_one_row_per_client_and_escapes_pipes() -> None:
 
 def test_the_document_says_when_on_what_and_who_broke() -> None:
     failing = report.Result(CODEX, "0.171.0", "0.172.0", failed=("t.py::test_x",))
+    passing = report.Result(NODE_CLIENTS[0], "2.1.332", "2.1.340", passed=3, skipped=1)
     text = report.document(
-        [failing], date="2026-12-02 14:00 UTC", commit="abc1234", pytest_args="-n0"
+        [failing, passing],
+        date="2026-12-02 14:00 UTC",
+        commit="abc1234",
+        pytest_args="-n0",
+        runtime="Node v20.20.2",
     )
     assert text.startswith("# Compatibility with the newest client releases\n")
     assert "make compat" in text
-    assert "Last run: 2026-12-02 14:00 UTC, on commit `abc1234`, pytest arguments `-n0`." in text
-    assert "Broke with the newest release: Codex CLI." in text
-    assert text.endswith(report.table([failing]))
+    assert (
+        "Last run: 2026-12-02 14:00 UTC, on commit `abc1234`, Node v20.20.2, "
+        "pytest arguments `-n0`. Broke with the newest release: Codex CLI." in text
+    )
+    assert text.endswith(
+        report.table([failing, passing])
+        + "\nTests run: Codex CLI 0 passed, 1 failed; Claude Code 3 passed, 1 skipped.\n"
+    )
 
 
 def test_the_summary_names_the_client_that_broke_and_the_test() -> None:
