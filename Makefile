@@ -171,7 +171,7 @@ bench: $(STAMP)
 	@$(BIN)/python -m bench $(SCENARIO) $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(E2E)/node_modules $(LITELLM_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(E2E)/node_modules $(LITELLM_VENV) .compat .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
 # The real Open WebUI as the gateway's Ollama client (tests/e2e/open_webui_check.py: it
 # lists the models, chats, ejects a model and pulls one through an Ollama server). Not part
@@ -202,3 +202,18 @@ bench-compare: $(STAMP)
 .PHONY: bench-scale
 bench-scale: $(STAMP)
 	@$(BIN)/python -m bench scale $(ARGS)
+
+# The canary for new client releases (tests/compat/, docs/COMPATIBILITY.md): the newest
+# published Claude Code, Codex, Gemini CLI, OpenCode, ollama-js and @google/genai (npm
+# @latest in .compat/node) and the newest openai, anthropic, google-genai and ollama
+# Python SDKs (a virtualenv of their own, .compat/venv), under the e2e tests and the
+# gateway tests that use them; it rewrites docs/COMPATIBILITY.md, prints which client broke
+# in which test and fails if one did. Not part of `make test`, which stays pinned; the
+# MCP servers the tests use as upstreams stay the pinned ones. COMPAT_ARGS="--no-install"
+# runs again on what .compat/ holds.
+COMPAT_PYTEST_ARGS ?= $(PYTEST_ARGS)
+COMPAT_ARGS ?=
+.PHONY: compat
+compat: $(STAMP) $(E2E_STAMP) postgres redis
+	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m tests.compat --smollm $(SMOLLM) \
+		--pytest-args "$(COMPAT_PYTEST_ARGS)" $(COMPAT_ARGS)

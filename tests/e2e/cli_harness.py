@@ -1,7 +1,8 @@
 """What the end-to-end tests of the real command-line agents share (Claude Code, Codex,
 Gemini CLI: tests/e2e/test_claude_code.py, test_codex.py, test_gemini_cli.py): the
-pins in ``tests/e2e/package.json``, a clean environment under a fresh HOME, the
-check that the pinned CLI is installed, one CLI run with a deadline, the gateway over
+pins in ``tests/e2e/package.json`` (tests/e2e/clients.py says where the clients are
+and which versions to expect), a clean environment under a fresh HOME, the check that
+the expected CLI is installed, one CLI run with a deadline, the gateway over
 a scripted backend with every HTTP exchange kept, a backend that drives one tool
 round, and the checks and reports on what the backend received.
 
@@ -10,7 +11,6 @@ Each CLI's own flags, configuration files and wire format stay in its test modul
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
@@ -28,16 +28,18 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.gateway.app import create_app, http_protocol
 from llmbridge.gateway.config import GatewayConfig
 from tests.conftest import RunningServer
+from tests.e2e.clients import COMPAT
+from tests.e2e.clients import E2E_DIR as E2E_DIR  # re-exported: the tests' directory
+from tests.e2e.clients import PINS as PINS  # re-exported: tests/e2e/package.json's pins
 from tests.e2e.recording import Recorder
 from tests.waiting import scaled
 
-E2E_DIR = Path(__file__).resolve().parent
-PINS: dict[str, str] = json.loads((E2E_DIR / "package.json").read_text(encoding="utf-8"))[
-    "dependencies"
-]
-"""The npm packages ``make test`` installs, by name (or npm alias): their versions."""
 TIMEOUT = scaled(120)  # seconds per CLI run; each takes a few seconds
-SETUP = "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
+SETUP = (
+    "`make compat` installs the newest clients in .compat/; run it again."
+    if COMPAT
+    else "Run `make test` (or `make install`), which installs tests/e2e/package-lock.json."
+)
 UNSCRIPTED = "(nothing scripted for this request)"
 
 
@@ -131,7 +133,8 @@ def check_installed(
     if not accepts(done.stdout):
         pytest.fail(
             f"{binary} is {title} {done.stdout.strip()!r} (exit code {done.returncode}), "
-            f"but tests/e2e/package.json pins {pinned}.\n{SETUP}\n{done.stderr}",
+            f"but {'npm installed' if COMPAT else 'tests/e2e/package.json pins'} {pinned}."
+            f"\n{SETUP}\n{done.stderr}",
             pytrace=False,
         )
 

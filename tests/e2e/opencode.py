@@ -13,7 +13,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +23,10 @@ from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import GatewayConfig
 from llmbridge.serving.build import build_backend
 from tests.conftest import RunningServer
+from tests.e2e.clients import BIN
 from tests.waiting import wait_until
 
-E2E_DIR = Path(__file__).resolve().parent
-OPENCODE = E2E_DIR / "node_modules" / ".bin" / "opencode"
+OPENCODE = BIN / "opencode"
 
 
 STARTUP_SECONDS = 180.0
@@ -57,7 +56,8 @@ class _SlowStartingServer(RunningServer):
 
 
 def opencode_binary() -> str:
-    """The pinned binary. Missing means the suite was not set up: fail, never skip."""
+    """The pinned binary (the newest under ``make compat``). Missing means the suite was
+    not set up: fail, never skip."""
     if not os.access(OPENCODE, os.X_OK):
         pytest.fail(
             f"{OPENCODE} is missing. Run `make test` (or `make install`), which installs "

@@ -27,7 +27,6 @@ from llmbridge.gateway.app import create_app
 from llmbridge.gateway.config import load_config
 from tests.conftest import RunningServer, running_gateway
 from tests.e2e.cli_harness import (
-    E2E_DIR,
     PINS,
     TIMEOUT,
     CliRun,
@@ -39,6 +38,7 @@ from tests.e2e.cli_harness import (
     run_cli,
     tool_round,
 )
+from tests.e2e.clients import BIN, COMPAT, NODE_MODULES, expected_version
 from tests.e2e.mcp_gateway import (
     FINAL_TEXT as MCP_FINAL_TEXT,
 )
@@ -53,13 +53,17 @@ from tests.e2e.mcp_gateway import (
 from tests.e2e.recording import Recorder
 from tests.e2e.relaying import paths_served, relaying_gateway
 
-CLAUDE = E2E_DIR / "node_modules" / ".bin" / "claude"
-PINNED: str = PINS["@anthropic-ai/claude-code"]
+CLAUDE = BIN / "claude"
+PINNED: str = expected_version("@anthropic-ai/claude-code")  # the newest under make compat
 PREVIOUS: str = PINS["claude-code-previous"].rpartition("@")[2]  # npm:@anthropic-ai/...@X
 BINARIES = {
     PINNED: CLAUDE,
-    PREVIOUS: E2E_DIR / "node_modules" / "claude-code-previous" / "bin" / "claude.exe",
+    PREVIOUS: NODE_MODULES / "claude-code-previous" / "bin" / "claude.exe",
 }
+RELEASES = [PINNED] if COMPAT else [PINNED, PREVIOUS]
+"""The releases the ``claude`` fixture runs each test on: the current pin and the previous
+one; under ``make compat`` only the newest release (the compatibility table says the
+previous pin was not run)."""
 
 
 # -- the CLI --------------------------------------------------------------------------
@@ -99,7 +103,7 @@ def _installed(version: str, tmp_path_factory: pytest.TempPathFactory) -> Claude
     return Claude(binary, version)
 
 
-@pytest.fixture(scope="session", params=[PINNED, PREVIOUS])
+@pytest.fixture(scope="session", params=RELEASES)
 def claude(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Claude:
     """Each pinned CLI in turn: the current release and the previous pin."""
     version: str = request.param

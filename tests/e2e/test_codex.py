@@ -39,8 +39,6 @@ from llmbridge.features.compaction import SUMMARY_PROMPT
 from tests.conftest import RunningServer
 from tests.e2e import cli_harness
 from tests.e2e.cli_harness import (
-    E2E_DIR,
-    PINS,
     CliRun,
     ToolLoopBackend,
     check_installed,
@@ -49,6 +47,7 @@ from tests.e2e.cli_harness import (
     run_cli,
     tool_round,
 )
+from tests.e2e.clients import BIN, expected_version
 from tests.e2e.mcp_gateway import FINAL_TEXT as MCP_FINAL_TEXT
 from tests.e2e.mcp_gateway import (
     GATEWAY_TOOL,
@@ -60,8 +59,8 @@ from tests.e2e.mcp_gateway import MARKER as MCP_MARKER
 from tests.e2e.recording import Exchange, Recorder
 from tests.e2e.relaying import paths_served, relaying_gateway
 
-CODEX = E2E_DIR / "node_modules" / ".bin" / "codex"
-PINNED: str = PINS["@openai/codex"]
+CODEX = BIN / "codex"
+PINNED: str = expected_version("@openai/codex")  # the newest under make compat
 MODEL = "codex-e2e"  # what Codex asks for; the gateway routes it to the scripted backend
 BACKEND_MODEL = "scripted"
 SHELL_TOOL = "exec_command"  # Codex's shell tool (0.169.0, 0.171.0): {"cmd": "<a command>"}

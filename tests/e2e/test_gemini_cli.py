@@ -38,8 +38,6 @@ from llmbridge.profiler.providers.cli_agent import merge_settings
 from llmbridge.profiler.providers.gemini_cli import gemini_settings
 from tests.conftest import RunningServer
 from tests.e2e.cli_harness import (
-    E2E_DIR,
-    PINS,
     TIMEOUT,
     CliRun,
     ToolLoopBackend,
@@ -50,14 +48,15 @@ from tests.e2e.cli_harness import (
     run_cli,
     tool_round,
 )
+from tests.e2e.clients import BIN, expected_version
 from tests.e2e.mcp_gateway import FINAL_TEXT as MCP_FINAL_TEXT
 from tests.e2e.mcp_gateway import GATEWAY_TOOL, McpToolBackend, check_the_tool_ran, mcp_gateway
 from tests.e2e.mcp_gateway import MARKER as MCP_MARKER
 from tests.e2e.recording import Exchange, Recorder
 from tests.e2e.relaying import paths_served, relaying_gateway
 
-GEMINI = E2E_DIR / "node_modules" / ".bin" / "gemini"
-PINNED: str = PINS["@google/gemini-cli"]
+GEMINI = BIN / "gemini"
+PINNED: str = expected_version("@google/gemini-cli")  # the newest under make compat
 MODEL = "gemini-e2e"  # what the CLI asks for (--model); not "auto", so no router call
 API_KEY = "llmbridge-e2e-key"  # the gateway takes no key; the CLI needs one to start
 STREAM_PATH = f"/v1beta/models/{MODEL}:streamGenerateContent"

@@ -1,9 +1,9 @@
 """The official @google/genai JS client (npm ``@google/genai``, pinned in
-tests/e2e/package.json) against the gateway's Interactions API: create, stream,
-continue with ``previous_interaction_id``, get, delete, and a function call with its
-``function_result`` turn, run from a small Node script (``genai_js_interactions.mjs``)
-as an app would run them, on a scripted backend and on the embedded model; the
-interactions land in the request log like any request."""
+tests/e2e/package.json; the newest under ``make compat``) against the gateway's
+Interactions API: create, stream, continue with ``previous_interaction_id``, get,
+delete, and a function call with its ``function_result`` turn, run from a small Node
+script (``genai_js_interactions.mjs``) as an app would run them, on a scripted backend
+and on the embedded model; the interactions land in the request log like any request."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from tests.accounts.request_log_reads import logged_rows
 from tests.conftest import RunningServer, running_gateway
-from tests.e2e.cli_harness import E2E_DIR, PINS, SETUP, TIMEOUT
+from tests.e2e.cli_harness import E2E_DIR, SETUP, TIMEOUT
+from tests.e2e.clients import NODE_MODULES, expected_version, node_script
 
 SCRIPT = E2E_DIR / "genai_js_interactions.mjs"
-PACKAGE = E2E_DIR / "node_modules" / "@google" / "genai" / "package.json"
+PACKAGE = NODE_MODULES / "@google" / "genai" / "package.json"
 KEY = "AIza-genai-js"
 
 
@@ -37,22 +38,23 @@ def node() -> str:
     if not PACKAGE.is_file():
         pytest.fail(f"@google/genai is not installed at {PACKAGE.parent}.\n{SETUP}", pytrace=False)
     installed = json.loads(PACKAGE.read_text(encoding="utf-8"))["version"]
-    if installed != PINS["@google/genai"]:
+    if installed != expected_version("@google/genai"):
         pytest.fail(
             f"@google/genai {installed} is installed, tests/e2e/package.json pins "
-            f"{PINS['@google/genai']}.\n{SETUP}",
+            f"{expected_version('@google/genai')}.\n{SETUP}",
             pytrace=False,
         )
     return found
 
 
 def run_script(node: str, gateway: RunningServer, model: str) -> dict[str, Any]:
+    script = node_script(SCRIPT)  # beside the clients under test
     done = subprocess.run(
-        [node, str(SCRIPT), gateway.url, KEY, model],
+        [node, str(script), gateway.url, KEY, model],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        cwd=E2E_DIR,
+        cwd=script.parent,
         check=False,
     )
     assert done.returncode == 0, f"exit code {done.returncode}\n{done.stdout}\n{done.stderr}"

@@ -17,10 +17,11 @@ import pytest
 from llmbridge.backends.embedded.backend import EmbeddedBackend
 from llmbridge.backends.scripted import ScriptedBackend
 from tests.conftest import RunningServer, running_gateway
-from tests.e2e.cli_harness import E2E_DIR, PINS, SETUP, TIMEOUT
+from tests.e2e.cli_harness import E2E_DIR, SETUP, TIMEOUT
+from tests.e2e.clients import NODE_MODULES, expected_version, node_script
 
 SCRIPT = E2E_DIR / "ollama_js_embeddings.mjs"
-PACKAGE = E2E_DIR / "node_modules" / "ollama" / "package.json"
+PACKAGE = NODE_MODULES / "ollama" / "package.json"
 
 
 @pytest.fixture(scope="module")
@@ -33,22 +34,23 @@ def node() -> str:
     if not PACKAGE.is_file():
         pytest.fail(f"ollama-js is not installed at {PACKAGE.parent}.\n{SETUP}", pytrace=False)
     installed = json.loads(PACKAGE.read_text(encoding="utf-8"))["version"]
-    if installed != PINS["ollama"]:
+    if installed != expected_version("ollama"):
         pytest.fail(
             f"ollama-js {installed} is installed, tests/e2e/package.json pins "
-            f"{PINS['ollama']}.\n{SETUP}",
+            f"{expected_version('ollama')}.\n{SETUP}",
             pytrace=False,
         )
     return found
 
 
 def run_script(node: str, gateway: RunningServer, model: str) -> dict[str, Any]:
+    script = node_script(SCRIPT)  # beside the clients under test
     done = subprocess.run(
-        [node, str(SCRIPT), gateway.url, model],
+        [node, str(script), gateway.url, model],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        cwd=E2E_DIR,
+        cwd=script.parent,
         check=False,
     )
     assert done.returncode == 0, f"exit code {done.returncode}\n{done.stdout}\n{done.stderr}"
