@@ -22,9 +22,21 @@ from llmbridge.backends.openai_responses import OpenAIResponsesBackend
 from llmbridge.core.messages import ThinkingPart
 from llmbridge.dialects.responses.reasoning import seal_reasoning
 from llmbridge.features.token_count import count_text_tokens
-from tests.conftest import RunningServer, create_key, ledger_rows, openai_client, running_gateway
+from tests.conftest import RunningServer, openai_client, running_gateway
+from tests.gateway.passthrough import (
+    bearer,
+    database_fixture,
+    key_fixture,
+    ledger_row,
+    passthrough_gateway,
+    post,
+    routes,
+    rows_alike,
+    sse_frame,
+    upstream_fixture,
+)
 from tests.upstream import Canned, FakeUpstream
-from tests.waiting import scaled, wait_until
+from tests.waiting import scaled
 
 MASTER = "sk-master-passthrough-responses"
 KEY_NAME = "passthrough-responses"
@@ -64,8 +76,7 @@ def _response(status: str, output: list[Any], usage: Any = None) -> dict[str, An
 
 
 def _event(kind: str, seq: int, **fields: Any) -> bytes:
-    data = orjson.dumps({"type": kind, "sequence_number": seq, **fields})
-    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+    return sse_frame({"type": kind, "sequence_number": seq, **fields}, kind)
 
 
 def stream() -> list[bytes]:
@@ -89,16 +100,8 @@ def stream() -> list[bytes]:
 REPLY = _response("completed", [MESSAGE], USAGE)
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    with RunningServer(fake.app) as server:
-        yield fake, server
-
-
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("passthrough-responses") / "gateway.db"
+upstream = upstream_fixture()
+database = database_fixture("passthrough-responses")
 
 
 @pytest.fixture(scope="module")
@@ -107,25 +110,20 @@ def gateway(
 ) -> Iterator[RunningServer]:
     _, up = upstream
     models = [
-        {"name": "m", "backend": "resp"},
-        {"name": "translated", "backend": "resp", "model": "m", "passthrough": False},
-        {"name": "mapped", "backend": "resp", "model": "m"},
-        {"name": "tools-trusted", "backend": "resp", "model": "m", "passthrough": True},
+        *routes("resp", "m"),
         {"name": "golden", "backend": "resp", "passthrough": True},
         {"name": "golden-translated", "backend": "resp", "model": "golden", "passthrough": False},
     ]
-    with running_gateway(
+    with passthrough_gateway(
         {"resp": OpenAIResponsesBackend("resp", up.url)},
-        models=models,
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
+        models,
+        master=MASTER,
+        database=database,
     ) as server:
         yield server
 
 
-@pytest.fixture(scope="module")
-def key(gateway: RunningServer) -> str:
-    return create_key(gateway.url, MASTER, KEY_NAME)
+key = key_fixture(MASTER, KEY_NAME)
 
 
 @pytest.fixture(autouse=True)
@@ -134,12 +132,7 @@ def _empty_queue(upstream: tuple[FakeUpstream, RunningServer]) -> None:
 
 
 def _post(gateway: RunningServer, key: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(
-        gateway.url + "/v1/responses",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    )
+    return post(gateway, "/v1/responses", body, bearer(key))
 
 
 def _ask(model: str, **more: Any) -> dict[str, Any]:
@@ -213,11 +206,7 @@ def _read(raw: bytes) -> dict[str, Any]:
 
 
 def _row(database: Path, request_id: str) -> Any:
-    wait_until(
-        lambda: any(r["request_id"] == request_id for r in ledger_rows(database, KEY_NAME, 1)),
-        what=f"the ledger row of {request_id}",
-    )
-    return next(r for r in ledger_rows(database, KEY_NAME, 1) if r["request_id"] == request_id)
+    return ledger_row(database, KEY_NAME, request_id)
 
 
 RECORDED = (
@@ -249,9 +238,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     assert read == _read(translated.content)
     assert read["ending"] == "response.completed"
     assert read["text"] == "Hello there." and read["counts"] == (11, 3)
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in RECORDED:
-        assert one[field] == other[field], field
+    one, _ = rows_alike(database, KEY_NAME, (relayed, translated), RECORDED)
     assert (one["input_tokens"], one["output_tokens"]) == (11, 3)
     assert orjson.loads(one["facts"])["x-llmbridge-path"] == "passthrough"
 
@@ -273,9 +260,7 @@ def test_a_reply_sent_whole_is_the_backends_json(
         for u in (whole["usage"], relayed.json()["usage"])
     ]
     assert counts[0] == counts[1] == (11, 4, 3)
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in RECORDED:
-        assert one[field] == other[field], field
+    one, _ = rows_alike(database, KEY_NAME, (relayed, translated), RECORDED)
     assert (one["status"], one["input_tokens"], one["output_tokens"]) == (200, 11, 3)
 
 
@@ -539,9 +524,7 @@ def test_golden_streams_read_the_same_on_both_paths(
         fake.queue.clear()
     relayed, translated = replies
     assert relayed.status_code == translated.status_code
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in RECORDED:
-        assert one[field] == other[field], field
+    rows_alike(database, KEY_NAME, (relayed, translated), RECORDED)
     if relayed.status_code != 200:
         return  # failed before any output: the same HTTP error (above)
     assert relayed.headers["x-llmbridge-path"] == "passthrough"
