@@ -2,13 +2,14 @@
 the module-scoped fixtures (a scripted upstream, the ledger's database file, the key)
 made by factories so each module names its own, the gateway over a module's backends
 with the routes every module has (the model relayed, ``translated`` with ``passthrough:
-false``, ``mapped``, a tools route set to relay), a POST to the gateway, the ledger row
-of a request id, two requests' rows compared field by field, and an SSE frame as the
-backends write it. What a dialect's client reads of a reply stays in its own module."""
+false``, ``mapped``, a tools route set to relay), a POST to the gateway, a client that
+leaves a relayed stream, the ledger row of a request id, two requests' rows compared
+field by field, and an SSE frame as the backends write it. What a dialect's client
+reads of a reply stays in its own module."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,29 @@ def passthrough_gateway(
         yield server
 
 
+def gateway_fixture(
+    backends: Callable[[str], dict[str, Backend]],
+    models: list[dict[str, Any]],
+    *,
+    master: str,
+    **config: Any,
+) -> FixtureFunctionDefinition:
+    """A module-scoped ``gateway``: :func:`passthrough_gateway` over the ``backends``
+    made for the ``upstream`` fixture's URL, with the ledger in the ``database`` fixture's."""
+
+    @pytest.fixture(scope="module")
+    def gateway(
+        upstream: tuple[FakeUpstream, RunningServer], database: Path
+    ) -> Iterator[RunningServer]:
+        _, up = upstream
+        with passthrough_gateway(
+            backends(up.url), models, master=master, database=database, **config
+        ) as server:
+            yield server
+
+    return gateway
+
+
 def bearer(key: str) -> dict[str, str]:
     """The ``Authorization`` header the OpenAI and Ollama clients send."""
     return {"Authorization": f"Bearer {key}"}
@@ -119,6 +143,21 @@ def post(
     if isinstance(body, bytes):
         return httpx.post(gateway.url + path, content=body, headers=headers, timeout=scaled(30))
     return httpx.post(gateway.url + path, json=body, headers=headers, timeout=scaled(30))
+
+
+def leave_after_first_read(
+    gateway: RunningServer, path: str, body: object, headers: Mapping[str, str]
+) -> str:
+    """POST ``body`` to ``path`` as :func:`post` does, read the relayed stream's first
+    bytes and leave; the request's id."""
+    sent: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
+    with httpx.stream(
+        "POST", gateway.url + path, **sent, headers=headers, timeout=scaled(30)
+    ) as reply:
+        request_id = reply.headers["x-request-id"]
+        assert reply.headers["x-llmbridge-path"] == "passthrough"
+        next(reply.iter_bytes())
+    return request_id
 
 
 def ledger_row(database: Path, key_name: str, request_id: str) -> Any:

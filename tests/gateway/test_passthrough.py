@@ -9,7 +9,6 @@ in-band error, a 429 with ``Retry-After``, a client that leaves)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,10 @@ from tests.dialects.openai.helpers import FIXTURES
 from tests.gateway.passthrough import (
     bearer,
     database_fixture,
+    gateway_fixture,
     key_fixture,
+    leave_after_first_read,
     ledger_row,
-    passthrough_gateway,
     post,
     routes,
     rows_alike,
@@ -79,19 +79,11 @@ upstream = upstream_fixture()
 database = database_fixture("passthrough")
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [*routes("compat", "m"), {"name": "golden", "backend": "compat", "passthrough": True}]
-    with passthrough_gateway(
-        {"compat": OpenAICompatBackend("compat", up.url)},
-        models,
-        master=MASTER,
-        database=database,
-    ) as server:
-        yield server
+gateway = gateway_fixture(
+    lambda url: {"compat": OpenAICompatBackend("compat", url)},
+    [*routes("compat", "m"), {"name": "golden", "backend": "compat", "passthrough": True}],
+    master=MASTER,
+)
 
 
 key = key_fixture(MASTER, KEY_NAME)
@@ -286,16 +278,9 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     fake, _ = upstream
     slow = Canned(media_type="text/event-stream", chunks=stream() * 50, delay=scaled(0.2))
     fake.queue.append(slow)
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/chat/completions",
-        json=_chat("m", stream=True),
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    ) as reply:
-        request_id = reply.headers["x-request-id"]
-        assert reply.headers["x-llmbridge-path"] == "passthrough"
-        next(reply.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway, "/v1/chat/completions", _chat("m", stream=True), bearer(key)
+    )
     assert _row(database, request_id)["status"] == 499
 
 

@@ -11,7 +11,6 @@ the faults (a failure retried, a cut stream, the backend's in-band error before 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,10 @@ from tests.conftest import RunningServer, anthropic_client
 from tests.dialects.anthropic.sse import FIXTURES
 from tests.gateway.passthrough import (
     database_fixture,
+    gateway_fixture,
     key_fixture,
+    leave_after_first_read,
     ledger_row,
-    passthrough_gateway,
     post,
     routes,
     rows_alike,
@@ -99,23 +99,15 @@ upstream = upstream_fixture("/v1/messages")
 database = database_fixture("passthrough-anthropic")
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    # A model that thinks (the fake API lists none), so thinking is not dropped.
-    models = [
+# A model that thinks (the fake API lists none), so thinking is not dropped.
+gateway = gateway_fixture(
+    lambda url: {"claude": AnthropicBackend("claude", url, api_key="sk-upstream")},
+    [
         *routes("claude", "claude-m", thinking=True),
         {"name": "golden", "backend": "claude", "passthrough": True},
-    ]
-    with passthrough_gateway(
-        {"claude": AnthropicBackend("claude", up.url, api_key="sk-upstream")},
-        models,
-        master=MASTER,
-        database=database,
-    ) as server:
-        yield server
+    ],
+    master=MASTER,
+)
 
 
 key = key_fixture(MASTER, KEY_NAME)
@@ -516,16 +508,9 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     deltas = [stream()[3]] * 200
     slow = Canned(media_type=SSE, chunks=[*stream()[:3], *deltas], delay=scaled(0.2))
     fake.queue.append(slow)
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/messages",
-        content=orjson.dumps(_ask("claude-m", stream=True)),
-        headers=_headers(key),
-        timeout=scaled(30),
-    ) as answered:
-        request_id = answered.headers["x-request-id"]
-        assert answered.headers["x-llmbridge-path"] == "passthrough"
-        next(answered.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway, "/v1/messages", orjson.dumps(_ask("claude-m", stream=True)), _headers(key)
+    )
     assert _row(database, request_id)["status"] == 499
 
 

@@ -39,6 +39,7 @@ from tests.dialects.gemini.test_stream import FIXTURES
 from tests.gateway.passthrough import (
     database_fixture,
     key_fixture,
+    leave_after_first_read,
     ledger_row,
     passthrough_gateway,
     post,
@@ -329,16 +330,12 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     gateway: RunningServer, key: str, queue: GeminiServer, database: Path
 ) -> None:
     queue.enqueue(Reply(chunks=stream().chunks[:2] * 50, delay=scaled(0.2)))
-    with httpx.stream(
-        "POST",
-        f"{gateway.url}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse",
-        json=HI,
-        headers={"x-goog-api-key": key},
-        timeout=scaled(30),
-    ) as reply:
-        request_id = reply.headers["x-request-id"]
-        assert reply.headers["x-llmbridge-path"] == "passthrough"
-        next(reply.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway,
+        f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse",
+        HI,
+        {"x-goog-api-key": key},
+    )
     assert _row(database, request_id)["status"] == 499
 
 

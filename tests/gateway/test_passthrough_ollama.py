@@ -10,7 +10,6 @@ the faults (a cut stream, the backend's in-band error, a 429 with ``Retry-After`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,10 @@ from tests.dialects.ollama.helpers import FIXTURES
 from tests.gateway.passthrough import (
     bearer,
     database_fixture,
+    gateway_fixture,
     key_fixture,
+    leave_after_first_read,
     ledger_row,
-    passthrough_gateway,
     post,
     routes,
     rows_alike,
@@ -78,12 +78,9 @@ upstream = upstream_fixture()
 database = database_fixture("passthrough-ollama")
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [
+gateway = gateway_fixture(
+    lambda url: {"ol": OllamaBackend("ol", url)},
+    [
         *routes("ol", "m", tools="tools"),
         {"name": "windowed", "backend": "ol", "model": "m", "context_length": 8192},
         {
@@ -101,17 +98,12 @@ def gateway(
             "context_length": 8192,
             "max_tokens": 100,
         },
-    ]
-    with passthrough_gateway(
-        {"ol": OllamaBackend("ol", up.url)},
-        models,
-        master=MASTER,
-        database=database,
-        # The faults below would open the circuit for the cases after them
-        # (``test_the_breaker_counts_relayed_failures`` has its own gateway).
-        resilience={"backoff_ms": 10, "breaker_failures": 0},
-    ) as server:
-        yield server
+    ],
+    master=MASTER,
+    # The faults below would open the circuit for the cases after them
+    # (``test_the_breaker_counts_relayed_failures`` has its own gateway).
+    resilience={"backoff_ms": 10, "breaker_failures": 0},
+)
 
 
 key = key_fixture(MASTER, KEY_NAME)
@@ -380,16 +372,7 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     fake, _ = upstream
     slow = Canned(chunks=stream()[:2] * 50, delay=scaled(0.2))
     fake.queue.append(slow)
-    with httpx.stream(
-        "POST",
-        gateway.url + "/api/chat",
-        json=_chat("m"),
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    ) as got:
-        request_id = got.headers["x-request-id"]
-        assert got.headers["x-llmbridge-path"] == "passthrough"
-        next(got.iter_bytes())
+    request_id = leave_after_first_read(gateway, "/api/chat", _chat("m"), bearer(key))
     assert _row(database, request_id)["status"] == 499
 
 

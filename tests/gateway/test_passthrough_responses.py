@@ -10,7 +10,6 @@ client, the golden streams, the faults (a cut stream, the backend's in-band erro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,10 @@ from tests.conftest import RunningServer, openai_client, running_gateway
 from tests.gateway.passthrough import (
     bearer,
     database_fixture,
+    gateway_fixture,
     key_fixture,
+    leave_after_first_read,
     ledger_row,
-    passthrough_gateway,
     post,
     routes,
     rows_alike,
@@ -104,23 +104,15 @@ upstream = upstream_fixture()
 database = database_fixture("passthrough-responses")
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [
+gateway = gateway_fixture(
+    lambda url: {"resp": OpenAIResponsesBackend("resp", url)},
+    [
         *routes("resp", "m"),
         {"name": "golden", "backend": "resp", "passthrough": True},
         {"name": "golden-translated", "backend": "resp", "model": "golden", "passthrough": False},
-    ]
-    with passthrough_gateway(
-        {"resp": OpenAIResponsesBackend("resp", up.url)},
-        models,
-        master=MASTER,
-        database=database,
-    ) as server:
-        yield server
+    ],
+    master=MASTER,
+)
 
 
 key = key_fixture(MASTER, KEY_NAME)
@@ -487,16 +479,9 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     fake, _ = upstream
     many = stream()[:6] + stream()[4:6] * 200
     fake.queue.append(Canned(media_type="text/event-stream", chunks=many, delay=scaled(0.2)))
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/responses",
-        json=_ask("m", stream=True),
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    ) as reply:
-        request_id = reply.headers["x-request-id"]
-        assert reply.headers["x-llmbridge-path"] == "passthrough"
-        next(reply.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway, "/v1/responses", _ask("m", stream=True), bearer(key)
+    )
     assert _row(database, request_id)["status"] == 499
 
 
