@@ -54,7 +54,7 @@ def line(model: str = "m", content: str = "", **more: Any) -> bytes:
     return orjson.dumps(frame) + b"\n"
 
 
-DONE = {
+DONE: dict[str, Any] = {
     "done": True,
     "done_reason": "stop",
     "total_duration": 900,

@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from llmbridge.backends.base import Backend
 from llmbridge.backends.openai_responses import OpenAIResponsesBackend
 from llmbridge.core.messages import ThinkingPart
 from llmbridge.dialects.responses.reasoning import seal_reasoning
@@ -263,7 +264,7 @@ def test_store_false_is_sent_where_the_body_does_not_say_it(
     # A gateway that keeps no responses relays a body whatever its store says; the
     # backend is told to keep nothing, as on the translated path.
     fake, up = upstream
-    backends = {"resp": OpenAIResponsesBackend("resp", up.url)}
+    backends: dict[str, Backend] = {"resp": OpenAIResponsesBackend("resp", up.url)}
     with running_gateway(backends, agent={"store_responses": "off"}) as bare:
         fake.queue.append(Canned(media_type="application/json", chunks=[orjson.dumps(REPLY)]))
         body = {"model": "m", "input": "hi"} | ({} if store is None else {"store": store})
