@@ -9,7 +9,6 @@ in-band error, a 429 with ``Retry-After``, a client that leaves)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,32 @@ import pytest
 
 from llmbridge.backends.openai_compat import OpenAICompatBackend
 from llmbridge.features.token_count import count_text_tokens
-from tests.conftest import RunningServer, create_key, ledger_rows, openai_client, running_gateway
+from tests.conftest import RunningServer, openai_client
 from tests.dialects.openai.helpers import FIXTURES
+from tests.gateway.passthrough import (
+    bearer,
+    database_fixture,
+    gateway_fixture,
+    key_fixture,
+    leave_after_first_read,
+    ledger_row,
+    post,
+    routes,
+    rows_alike,
+    sse_frame,
+    upstream_fixture,
+)
 from tests.upstream import Canned, FakeUpstream
-from tests.waiting import scaled, wait_until
+from tests.waiting import scaled
 
 MASTER = "sk-master-passthrough"
+KEY_NAME = "passthrough"
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 
 
 def sse(*payloads: dict[str, Any] | str) -> list[bytes]:
-    return [
-        b"data: " + (p.encode() if isinstance(p, str) else orjson.dumps(p)) + b"\n\n"
-        for p in payloads
-    ]
+    return [sse_frame(p) for p in payloads]
 
 
 def stream(*, with_usage_nulls: bool = True) -> list[bytes]:
@@ -65,51 +75,22 @@ REPLY = {
 }
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    with RunningServer(fake.app) as server:
-        yield fake, server
+upstream = upstream_fixture()
+database = database_fixture("passthrough")
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("passthrough") / "gateway.db"
+gateway = gateway_fixture(
+    lambda url: {"compat": OpenAICompatBackend("compat", url)},
+    [*routes("compat", "m"), {"name": "golden", "backend": "compat", "passthrough": True}],
+    master=MASTER,
+)
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [
-        {"name": "m", "backend": "compat"},
-        {"name": "translated", "backend": "compat", "model": "m", "passthrough": False},
-        {"name": "mapped", "backend": "compat", "model": "m"},
-        {"name": "tools-trusted", "backend": "compat", "model": "m", "passthrough": True},
-        {"name": "golden", "backend": "compat", "passthrough": True},
-    ]
-    with running_gateway(
-        {"compat": OpenAICompatBackend("compat", up.url)},
-        models=models,
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
-    ) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def key(gateway: RunningServer) -> str:
-    return create_key(gateway.url, MASTER, "passthrough")
+key = key_fixture(MASTER, KEY_NAME)
 
 
 def _post(gateway: RunningServer, key: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(
-        gateway.url + "/v1/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    )
+    return post(gateway, "/v1/chat/completions", body, bearer(key))
 
 
 def _chat(model: str, **more: Any) -> dict[str, Any]:
@@ -146,12 +127,7 @@ def _said(chunks: list[Any]) -> tuple[str, str | None, dict[str, Any] | None]:
 
 
 def _row(database: Path, request_id: str) -> Any:
-    wait_until(
-        lambda: any(r["request_id"] == request_id for r in ledger_rows(database, "passthrough", 1)),
-        what=f"the ledger row of {request_id}",
-    )
-    rows = ledger_rows(database, "passthrough", 1)
-    return next(r for r in rows if r["request_id"] == request_id)
+    return ledger_row(database, KEY_NAME, request_id)
 
 
 def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
@@ -169,9 +145,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     translated = _post(gateway, key, _chat("translated", **asked))
     assert "x-llmbridge-path" not in translated.headers
     assert _said(_chunks(relayed.content)) == _said(_chunks(translated.content))
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in ("status", "input_tokens", "output_tokens", "streamed", "cost_usd"):
-        assert one[field] == other[field], field
+    one, other = rows_alike(database, KEY_NAME, (relayed, translated))
     assert one["input_tokens"] == 11 and one["output_tokens"] == 3
     # The request log says which path served each.
     assert orjson.loads(one["facts"])["x-llmbridge-path"] == "passthrough"
@@ -304,16 +278,9 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     fake, _ = upstream
     slow = Canned(media_type="text/event-stream", chunks=stream() * 50, delay=scaled(0.2))
     fake.queue.append(slow)
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/chat/completions",
-        json=_chat("m", stream=True),
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    ) as reply:
-        request_id = reply.headers["x-request-id"]
-        assert reply.headers["x-llmbridge-path"] == "passthrough"
-        next(reply.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway, "/v1/chat/completions", _chat("m", stream=True), bearer(key)
+    )
     assert _row(database, request_id)["status"] == 499
 
 
@@ -381,9 +348,9 @@ def test_golden_streams_read_the_same_on_both_paths(
     assert relayed.content.startswith(whole)  # byte for byte; then the gateway's error, if any
     if fixture.stem not in REPAIRED:
         assert _read(relayed.content) == _read(translated.content)
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in ("status", "input_tokens", "output_tokens"):
-        assert one[field] == other[field], field
+    rows_alike(
+        database, KEY_NAME, (relayed, translated), ("status", "input_tokens", "output_tokens")
+    )
 
 
 def test_health_names_the_dialect_a_backend_relays(gateway: RunningServer, key: str) -> None:

@@ -11,7 +11,6 @@ the faults (a failure retried, a cut stream, the backend's in-band error before 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,22 @@ import pytest
 
 from llmbridge.backends.anthropic import ANTHROPIC_VERSION, AnthropicBackend
 from llmbridge.features.token_count import count_text_tokens
-from tests.conftest import (
-    RunningServer,
-    anthropic_client,
-    create_key,
-    ledger_rows,
-    running_gateway,
-)
+from tests.conftest import RunningServer, anthropic_client
 from tests.dialects.anthropic.sse import FIXTURES
+from tests.gateway.passthrough import (
+    database_fixture,
+    gateway_fixture,
+    key_fixture,
+    leave_after_first_read,
+    ledger_row,
+    post,
+    routes,
+    rows_alike,
+    sse_frame,
+    upstream_fixture,
+)
 from tests.upstream import Canned, FakeUpstream
-from tests.waiting import scaled, wait_until
+from tests.waiting import scaled
 
 MASTER = "sk-master-passthrough-anthropic"
 KEY_NAME = "passthrough-anthropic"
@@ -46,7 +51,7 @@ JSON = "application/json"
 
 
 def frame(kind: str, **data: Any) -> bytes:
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
+    return sse_frame({"type": kind, **data}, kind)
 
 
 def message(model: str = "claude-m", **more: Any) -> dict[str, Any]:
@@ -90,56 +95,22 @@ def reply(model: str = "claude-m") -> dict[str, Any]:
     )
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    fake.serve_canned("/v1/messages")
-    with RunningServer(fake.app) as server:
-        yield fake, server
+upstream = upstream_fixture("/v1/messages")
+database = database_fixture("passthrough-anthropic")
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("passthrough-anthropic") / "gateway.db"
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [
-        # A model that thinks (the fake API lists none), so thinking is not dropped.
-        {"name": "claude-m", "backend": "claude", "thinking": True},
-        {
-            "name": "translated",
-            "backend": "claude",
-            "model": "claude-m",
-            "thinking": True,
-            "passthrough": False,
-        },
-        {"name": "mapped", "backend": "claude", "model": "claude-m"},
-        {
-            "name": "tools-trusted",
-            "backend": "claude",
-            "model": "claude-m",
-            "thinking": True,
-            "passthrough": True,
-        },
+# A model that thinks (the fake API lists none), so thinking is not dropped.
+gateway = gateway_fixture(
+    lambda url: {"claude": AnthropicBackend("claude", url, api_key="sk-upstream")},
+    [
+        *routes("claude", "claude-m", thinking=True),
         {"name": "golden", "backend": "claude", "passthrough": True},
-    ]
-    with running_gateway(
-        {"claude": AnthropicBackend("claude", up.url, api_key="sk-upstream")},
-        models=models,
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
-    ) as server:
-        yield server
+    ],
+    master=MASTER,
+)
 
 
-@pytest.fixture(scope="module")
-def key(gateway: RunningServer) -> str:
-    return create_key(gateway.url, MASTER, KEY_NAME)
+key = key_fixture(MASTER, KEY_NAME)
 
 
 def _headers(key: str, **more: str) -> dict[str, str]:
@@ -152,12 +123,7 @@ def _headers(key: str, **more: str) -> dict[str, str]:
 
 
 def _post(gateway: RunningServer, key: str, body: dict[str, Any], **headers: str) -> httpx.Response:
-    return httpx.post(
-        gateway.url + "/v1/messages",
-        content=orjson.dumps(body),
-        headers=_headers(key, **headers),
-        timeout=scaled(30),
-    )
+    return post(gateway, "/v1/messages", orjson.dumps(body), _headers(key, **headers))
 
 
 def _ask(model: str, **more: Any) -> dict[str, Any]:
@@ -220,11 +186,7 @@ def _read(raw: bytes) -> dict[str, Any]:
 
 
 def _row(database: Path, request_id: str) -> Any:
-    wait_until(
-        lambda: any(r["request_id"] == request_id for r in ledger_rows(database, KEY_NAME, 1)),
-        what=f"the ledger row of {request_id}",
-    )
-    return next(r for r in ledger_rows(database, KEY_NAME, 1) if r["request_id"] == request_id)
+    return ledger_row(database, KEY_NAME, request_id)
 
 
 RECORDED = (
@@ -244,10 +206,7 @@ RECORDED = (
 
 
 def _same_rows(database: Path, *replies: httpx.Response, fields: tuple[str, ...] = RECORDED) -> Any:
-    one, other = (_row(database, r.headers["x-request-id"]) for r in replies)
-    for field in fields:
-        assert one[field] == other[field], field
-    return one
+    return rows_alike(database, KEY_NAME, replies, fields)[0]
 
 
 def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
@@ -549,16 +508,9 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     deltas = [stream()[3]] * 200
     slow = Canned(media_type=SSE, chunks=[*stream()[:3], *deltas], delay=scaled(0.2))
     fake.queue.append(slow)
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/messages",
-        content=orjson.dumps(_ask("claude-m", stream=True)),
-        headers=_headers(key),
-        timeout=scaled(30),
-    ) as answered:
-        request_id = answered.headers["x-request-id"]
-        assert answered.headers["x-llmbridge-path"] == "passthrough"
-        next(answered.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway, "/v1/messages", orjson.dumps(_ask("claude-m", stream=True)), _headers(key)
+    )
     assert _row(database, request_id)["status"] == 499
 
 

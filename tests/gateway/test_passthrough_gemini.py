@@ -34,11 +34,22 @@ from tests.backends.gemini_server import (
     running_gemini_server,
     sse,
 )
-from tests.conftest import RunningServer, create_key, ledger_rows, running_gateway
+from tests.conftest import RunningServer
 from tests.dialects.gemini.test_stream import FIXTURES
-from tests.waiting import scaled, wait_until
+from tests.gateway.passthrough import (
+    database_fixture,
+    key_fixture,
+    leave_after_first_read,
+    ledger_row,
+    passthrough_gateway,
+    post,
+    routes,
+    rows_alike,
+)
+from tests.waiting import scaled
 
 MASTER = "sk-master-passthrough-gemini"
+KEY_NAME = "passthrough-gemini"
 GOOGLE_KEY = "AIza-backend-key"
 MODEL = "gemini-2.5-flash"
 USAGE = {
@@ -69,33 +80,23 @@ def google() -> Iterator[tuple[GeminiServer, str]]:
         yield server, http.url
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("passthrough-gemini") / "gateway.db"
+database = database_fixture("passthrough-gemini")
 
 
 @pytest.fixture(scope="module")
 def gateway(google: tuple[GeminiServer, str], database: Path) -> Iterator[RunningServer]:
     server, url = google
     server.models[MODEL] = model_entry(MODEL)
-    models = [
-        {"name": MODEL, "backend": "gem"},
-        {"name": "translated", "backend": "gem", "model": MODEL, "passthrough": False},
-        {"name": "mapped", "backend": "gem", "model": MODEL},
-        {"name": "tools-trusted", "backend": "gem", "model": MODEL, "passthrough": True},
-    ]
-    with running_gateway(
+    with passthrough_gateway(
         {"gem": GeminiBackend("gem", url, api_key=GOOGLE_KEY)},
-        models=models,
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
+        routes("gem", MODEL),
+        master=MASTER,
+        database=database,
     ) as running:
         yield running
 
 
-@pytest.fixture(scope="module")
-def key(gateway: RunningServer) -> str:
-    return create_key(gateway.url, MASTER, "passthrough-gemini")
+key = key_fixture(MASTER, KEY_NAME)
 
 
 @pytest.fixture
@@ -110,12 +111,9 @@ def _post(
     gateway: RunningServer, key: str, model: str, body: object, *, stream: bool = True
 ) -> httpx.Response:
     method = "streamGenerateContent?alt=sse" if stream else "generateContent"
-    return httpx.post(
-        f"{gateway.url}/v1beta/models/{model}:{method}",
-        content=body if isinstance(body, bytes) else orjson.dumps(body),
-        headers={"x-goog-api-key": key, "content-type": "application/json"},
-        timeout=scaled(30),
-    )
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    headers = {"x-goog-api-key": key, "content-type": "application/json"}
+    return post(gateway, f"/v1beta/models/{model}:{method}", raw, headers)
 
 
 def _chunks(raw: bytes) -> list[Any]:
@@ -152,21 +150,11 @@ def _read(chunks: list[Any]) -> dict[str, Any]:
 
 
 def _row(database: Path, request_id: str) -> Any:
-    def rows() -> list[Any]:
-        return ledger_rows(database, "passthrough-gemini", 1)
-
-    wait_until(
-        lambda: any(r["request_id"] == request_id for r in rows()),
-        what=f"the ledger row of {request_id}",
-    )
-    return next(r for r in rows() if r["request_id"] == request_id)
+    return ledger_row(database, KEY_NAME, request_id)
 
 
 def _same_rows(database: Path, *replies: httpx.Response) -> Any:
-    one, other = (_row(database, r.headers["x-request-id"]) for r in replies)
-    for field in ("status", "input_tokens", "output_tokens", "streamed", "cost_usd"):
-        assert one[field] == other[field], field
-    return one
+    return rows_alike(database, KEY_NAME, replies)[0]
 
 
 def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
@@ -342,16 +330,12 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     gateway: RunningServer, key: str, queue: GeminiServer, database: Path
 ) -> None:
     queue.enqueue(Reply(chunks=stream().chunks[:2] * 50, delay=scaled(0.2)))
-    with httpx.stream(
-        "POST",
-        f"{gateway.url}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse",
-        json=HI,
-        headers={"x-goog-api-key": key},
-        timeout=scaled(30),
-    ) as reply:
-        request_id = reply.headers["x-request-id"]
-        assert reply.headers["x-llmbridge-path"] == "passthrough"
-        next(reply.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway,
+        f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse",
+        HI,
+        {"x-goog-api-key": key},
+    )
     assert _row(database, request_id)["status"] == 499
 
 

@@ -10,7 +10,6 @@ the faults (a cut stream, the backend's in-band error, a 429 with ``Retry-After`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,22 @@ import pytest
 
 from llmbridge.backends.ollama import OllamaBackend
 from llmbridge.features.token_count import count_text_tokens
-from tests.conftest import RunningServer, create_key, ledger_rows, ollama_client, running_gateway
+from tests.conftest import RunningServer, ollama_client, running_gateway
 from tests.dialects.ollama.helpers import FIXTURES
+from tests.gateway.passthrough import (
+    bearer,
+    database_fixture,
+    gateway_fixture,
+    key_fixture,
+    leave_after_first_read,
+    ledger_row,
+    post,
+    routes,
+    rows_alike,
+    upstream_fixture,
+)
 from tests.upstream import Canned, FakeUpstream
-from tests.waiting import scaled, wait_until
+from tests.waiting import scaled
 
 MASTER = "sk-master-passthrough-ollama"
 KEY_NAME = "passthrough-ollama"
@@ -43,7 +54,7 @@ def line(model: str = "m", content: str = "", **more: Any) -> bytes:
     return orjson.dumps(frame) + b"\n"
 
 
-DONE = {
+DONE: dict[str, Any] = {
     "done": True,
     "done_reason": "stop",
     "total_duration": 900,
@@ -63,28 +74,14 @@ def reply(model: str = "m") -> bytes:
     return orjson.dumps(whole)
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    with RunningServer(fake.app) as server:
-        yield fake, server
+upstream = upstream_fixture()
+database = database_fixture("passthrough-ollama")
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("passthrough-ollama") / "gateway.db"
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [
-        {"name": "m", "backend": "ol"},
-        {"name": "translated", "backend": "ol", "model": "m", "passthrough": False},
-        {"name": "mapped", "backend": "ol", "model": "m"},
-        {"name": "tools", "backend": "ol", "model": "m", "passthrough": True},
+gateway = gateway_fixture(
+    lambda url: {"ol": OllamaBackend("ol", url)},
+    [
+        *routes("ol", "m", tools="tools"),
         {"name": "windowed", "backend": "ol", "model": "m", "context_length": 8192},
         {
             "name": "windowed-translated",
@@ -101,31 +98,19 @@ def gateway(
             "context_length": 8192,
             "max_tokens": 100,
         },
-    ]
-    with running_gateway(
-        {"ol": OllamaBackend("ol", up.url)},
-        models=models,
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
-        # The faults below would open the circuit for the cases after them
-        # (``test_the_breaker_counts_relayed_failures`` has its own gateway).
-        resilience={"backoff_ms": 10, "breaker_failures": 0},
-    ) as server:
-        yield server
+    ],
+    master=MASTER,
+    # The faults below would open the circuit for the cases after them
+    # (``test_the_breaker_counts_relayed_failures`` has its own gateway).
+    resilience={"backoff_ms": 10, "breaker_failures": 0},
+)
 
 
-@pytest.fixture(scope="module")
-def key(gateway: RunningServer) -> str:
-    return create_key(gateway.url, MASTER, KEY_NAME)
+key = key_fixture(MASTER, KEY_NAME)
 
 
 def _post(gateway: RunningServer, key: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(
-        gateway.url + "/api/chat",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    )
+    return post(gateway, "/api/chat", body, bearer(key))
 
 
 def _chat(model: str, **more: Any) -> dict[str, Any]:
@@ -165,18 +150,7 @@ def _read(raw: bytes) -> dict[str, Any]:
 
 
 def _row(database: Path, request_id: str) -> Any:
-    wait_until(
-        lambda: any(r["request_id"] == request_id for r in ledger_rows(database, KEY_NAME, 1)),
-        what=f"the ledger row of {request_id}",
-    )
-    return next(r for r in ledger_rows(database, KEY_NAME, 1) if r["request_id"] == request_id)
-
-
-def _same_rows(database: Path, one: httpx.Response, other: httpx.Response) -> Any:
-    rows = [_row(database, r.headers["x-request-id"]) for r in (one, other)]
-    for field in ("status", "input_tokens", "output_tokens", "streamed", "cost_usd"):
-        assert rows[0][field] == rows[1][field], field
-    return rows
+    return ledger_row(database, KEY_NAME, request_id)
 
 
 def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
@@ -193,7 +167,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     translated = _post(gateway, key, _chat("translated"))
     assert "x-llmbridge-path" not in translated.headers
     assert _read(relayed.content) == _read(translated.content)
-    one, other = _same_rows(database, relayed, translated)
+    one, other = rows_alike(database, KEY_NAME, (relayed, translated))
     assert one["input_tokens"] == 11 and one["output_tokens"] == 3
     assert orjson.loads(one["facts"])["x-llmbridge-path"] == "passthrough"
     assert "x-llmbridge-path" not in orjson.loads(other["facts"] or "{}")
@@ -211,7 +185,7 @@ def test_a_reply_sent_whole_is_the_backends_json(
     fake.queue.append(Canned(chunks=stream()))  # the translated path always streams
     translated = _post(gateway, key, _chat("translated", stream=False))
     assert _read(relayed.content) == _read(translated.content)
-    one, _ = _same_rows(database, relayed, translated)
+    one, _ = rows_alike(database, KEY_NAME, (relayed, translated))
     assert (one["status"], one["input_tokens"], one["output_tokens"]) == (200, 11, 3)
 
 
@@ -398,16 +372,7 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     fake, _ = upstream
     slow = Canned(chunks=stream()[:2] * 50, delay=scaled(0.2))
     fake.queue.append(slow)
-    with httpx.stream(
-        "POST",
-        gateway.url + "/api/chat",
-        json=_chat("m"),
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    ) as got:
-        request_id = got.headers["x-request-id"]
-        assert got.headers["x-llmbridge-path"] == "passthrough"
-        next(got.iter_bytes())
+    request_id = leave_after_first_read(gateway, "/api/chat", _chat("m"), bearer(key))
     assert _row(database, request_id)["status"] == 499
 
 

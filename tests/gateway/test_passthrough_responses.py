@@ -10,7 +10,6 @@ client, the golden streams, the faults (a cut stream, the backend's in-band erro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,27 @@ import httpx
 import orjson
 import pytest
 
+from llmbridge.backends.base import Backend
 from llmbridge.backends.openai_responses import OpenAIResponsesBackend
 from llmbridge.core.messages import ThinkingPart
 from llmbridge.dialects.responses.reasoning import seal_reasoning
 from llmbridge.features.token_count import count_text_tokens
-from tests.conftest import RunningServer, create_key, ledger_rows, openai_client, running_gateway
+from tests.conftest import RunningServer, openai_client, running_gateway
+from tests.gateway.passthrough import (
+    bearer,
+    database_fixture,
+    gateway_fixture,
+    key_fixture,
+    leave_after_first_read,
+    ledger_row,
+    post,
+    routes,
+    rows_alike,
+    sse_frame,
+    upstream_fixture,
+)
 from tests.upstream import Canned, FakeUpstream
-from tests.waiting import scaled, wait_until
+from tests.waiting import scaled
 
 MASTER = "sk-master-passthrough-responses"
 KEY_NAME = "passthrough-responses"
@@ -64,8 +77,7 @@ def _response(status: str, output: list[Any], usage: Any = None) -> dict[str, An
 
 
 def _event(kind: str, seq: int, **fields: Any) -> bytes:
-    data = orjson.dumps({"type": kind, "sequence_number": seq, **fields})
-    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+    return sse_frame({"type": kind, "sequence_number": seq, **fields}, kind)
 
 
 def stream() -> list[bytes]:
@@ -89,43 +101,22 @@ def stream() -> list[bytes]:
 REPLY = _response("completed", [MESSAGE], USAGE)
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    fake = FakeUpstream()
-    with RunningServer(fake.app) as server:
-        yield fake, server
+upstream = upstream_fixture()
+database = database_fixture("passthrough-responses")
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("passthrough-responses") / "gateway.db"
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: tuple[FakeUpstream, RunningServer], database: Path
-) -> Iterator[RunningServer]:
-    _, up = upstream
-    models = [
-        {"name": "m", "backend": "resp"},
-        {"name": "translated", "backend": "resp", "model": "m", "passthrough": False},
-        {"name": "mapped", "backend": "resp", "model": "m"},
-        {"name": "tools-trusted", "backend": "resp", "model": "m", "passthrough": True},
+gateway = gateway_fixture(
+    lambda url: {"resp": OpenAIResponsesBackend("resp", url)},
+    [
+        *routes("resp", "m"),
         {"name": "golden", "backend": "resp", "passthrough": True},
         {"name": "golden-translated", "backend": "resp", "model": "golden", "passthrough": False},
-    ]
-    with running_gateway(
-        {"resp": OpenAIResponsesBackend("resp", up.url)},
-        models=models,
-        server={"master_key": MASTER},
-        agent={"database": str(database)},
-    ) as server:
-        yield server
+    ],
+    master=MASTER,
+)
 
 
-@pytest.fixture(scope="module")
-def key(gateway: RunningServer) -> str:
-    return create_key(gateway.url, MASTER, KEY_NAME)
+key = key_fixture(MASTER, KEY_NAME)
 
 
 @pytest.fixture(autouse=True)
@@ -134,12 +125,7 @@ def _empty_queue(upstream: tuple[FakeUpstream, RunningServer]) -> None:
 
 
 def _post(gateway: RunningServer, key: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(
-        gateway.url + "/v1/responses",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    )
+    return post(gateway, "/v1/responses", body, bearer(key))
 
 
 def _ask(model: str, **more: Any) -> dict[str, Any]:
@@ -213,11 +199,7 @@ def _read(raw: bytes) -> dict[str, Any]:
 
 
 def _row(database: Path, request_id: str) -> Any:
-    wait_until(
-        lambda: any(r["request_id"] == request_id for r in ledger_rows(database, KEY_NAME, 1)),
-        what=f"the ledger row of {request_id}",
-    )
-    return next(r for r in ledger_rows(database, KEY_NAME, 1) if r["request_id"] == request_id)
+    return ledger_row(database, KEY_NAME, request_id)
 
 
 RECORDED = (
@@ -249,9 +231,7 @@ def test_a_stream_is_relayed_byte_for_byte_and_recorded_as_translated(
     assert read == _read(translated.content)
     assert read["ending"] == "response.completed"
     assert read["text"] == "Hello there." and read["counts"] == (11, 3)
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in RECORDED:
-        assert one[field] == other[field], field
+    one, _ = rows_alike(database, KEY_NAME, (relayed, translated), RECORDED)
     assert (one["input_tokens"], one["output_tokens"]) == (11, 3)
     assert orjson.loads(one["facts"])["x-llmbridge-path"] == "passthrough"
 
@@ -273,9 +253,7 @@ def test_a_reply_sent_whole_is_the_backends_json(
         for u in (whole["usage"], relayed.json()["usage"])
     ]
     assert counts[0] == counts[1] == (11, 4, 3)
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in RECORDED:
-        assert one[field] == other[field], field
+    one, _ = rows_alike(database, KEY_NAME, (relayed, translated), RECORDED)
     assert (one["status"], one["input_tokens"], one["output_tokens"]) == (200, 11, 3)
 
 
@@ -286,7 +264,7 @@ def test_store_false_is_sent_where_the_body_does_not_say_it(
     # A gateway that keeps no responses relays a body whatever its store says; the
     # backend is told to keep nothing, as on the translated path.
     fake, up = upstream
-    backends = {"resp": OpenAIResponsesBackend("resp", up.url)}
+    backends: dict[str, Backend] = {"resp": OpenAIResponsesBackend("resp", up.url)}
     with running_gateway(backends, agent={"store_responses": "off"}) as bare:
         fake.queue.append(Canned(media_type="application/json", chunks=[orjson.dumps(REPLY)]))
         body = {"model": "m", "input": "hi"} | ({} if store is None else {"store": store})
@@ -502,16 +480,9 @@ def test_a_client_that_leaves_cancels_the_relayed_stream(
     fake, _ = upstream
     many = stream()[:6] + stream()[4:6] * 200
     fake.queue.append(Canned(media_type="text/event-stream", chunks=many, delay=scaled(0.2)))
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/responses",
-        json=_ask("m", stream=True),
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=scaled(30),
-    ) as reply:
-        request_id = reply.headers["x-request-id"]
-        assert reply.headers["x-llmbridge-path"] == "passthrough"
-        next(reply.iter_bytes())
+    request_id = leave_after_first_read(
+        gateway, "/v1/responses", _ask("m", stream=True), bearer(key)
+    )
     assert _row(database, request_id)["status"] == 499
 
 
@@ -539,9 +510,7 @@ def test_golden_streams_read_the_same_on_both_paths(
         fake.queue.clear()
     relayed, translated = replies
     assert relayed.status_code == translated.status_code
-    one, other = (_row(database, r.headers["x-request-id"]) for r in (relayed, translated))
-    for field in RECORDED:
-        assert one[field] == other[field], field
+    rows_alike(database, KEY_NAME, (relayed, translated), RECORDED)
     if relayed.status_code != 200:
         return  # failed before any output: the same HTTP error (above)
     assert relayed.headers["x-llmbridge-path"] == "passthrough"

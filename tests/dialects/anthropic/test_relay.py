@@ -27,6 +27,7 @@ from llmbridge.dialects.anthropic.relay import MessageStreamRelay, relay_reply, 
 from llmbridge.dialects.anthropic.request import sent_as_written
 from llmbridge.dialects.carried import CARRIED_PREFIX
 from tests.dialects.anthropic.sse import aiter_sse, fixture
+from tests.dialects.relay_cuts import cut, feed_until_stopped
 
 THINKING = fixture("thinking_then_text")
 TOOL_USE = fixture("tool_use")
@@ -34,18 +35,7 @@ PING = b"event: ping\ndata: {}\n\n"
 
 
 def _relay(reads: list[bytes], client_model: str | None = None) -> list[StreamEvent]:
-    relay = MessageStreamRelay(client_model)
-    events: list[StreamEvent] = []
-    for read in reads:
-        events += relay.feed(read)
-        if relay.stopped:
-            break
-    return events + relay.end()
-
-
-def _cut(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({min(p, len(data)) for p in points})
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True) if b > a]
+    return feed_until_stopped(MessageStreamRelay(client_model), reads)
 
 
 async def _translated(data: bytes) -> ResponseEnd:
@@ -58,7 +48,7 @@ async def _translated(data: bytes) -> ResponseEnd:
 
 @given(st.lists(st.integers(min_value=0, max_value=len(THINKING)), max_size=12))
 def test_any_cut_relays_the_same_bytes_and_reads_the_same(points: list[int]) -> None:
-    events = _relay(_cut(PING + THINKING, points))
+    events = _relay(cut(PING + THINKING, points))
     relayed = [e for e in events if isinstance(e, Relayed)]
     assert b"".join(e.data for e in relayed) == PING + THINKING  # the ping held, not lost
     assert all(e.data.endswith(b"\n\n") for e in relayed)  # whole frames only
@@ -97,7 +87,7 @@ def test_a_tool_call_is_read_for_its_input_and_its_stop() -> None:
 
 @given(st.lists(st.integers(min_value=0, max_value=len(THINKING)), max_size=12))
 def test_a_mapped_name_is_the_clients_however_cut(points: list[int]) -> None:
-    events = _relay(_cut(THINKING, points), client_model="public")
+    events = _relay(cut(THINKING, points), client_model="public")
     data = b"".join(e.data for e in events if isinstance(e, Relayed))
     assert data == THINKING.replace(b'"model":"claude-sonnet-4-5"', b'"model":"public"')
     assert b'"model":"public"' in data
@@ -113,7 +103,7 @@ def test_a_name_spelled_otherwise_is_written_again() -> None:
 
 def test_the_backends_in_band_error_is_relayed_and_ends_the_stream() -> None:
     stream = fixture("error_mid_stream")
-    events = _relay(_cut(stream, [40, 300]))
+    events = _relay(cut(stream, [40, 300]))
     relayed = [e for e in events if isinstance(e, Relayed)]
     assert b"".join(e.data for e in relayed) == stream
     error = relayed[-1].error
@@ -137,7 +127,7 @@ def test_a_stream_cut_before_message_stop_is_a_protocol_error() -> None:
 
 def test_crlf_frames_are_relayed_as_they_came() -> None:
     crlf = THINKING.replace(b"\n", b"\r\n")
-    events = _relay(_cut(crlf, [7, 150, 151, 152]))
+    events = _relay(cut(crlf, [7, 150, 151, 152]))
     assert b"".join(e.data for e in events if isinstance(e, Relayed)) == crlf
     assert isinstance(events[-1], ResponseEnd)
 

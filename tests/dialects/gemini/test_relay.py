@@ -38,6 +38,7 @@ from llmbridge.dialects.gemini.response import decode_chat_response, wire_signat
 from llmbridge.dialects.gemini.stream import encode_chat_stream, error_frame
 from llmbridge.dialects.gemini.thoughts import GEMINI
 from tests.dialects.gemini.test_stream import FIXTURES
+from tests.dialects.relay_cuts import cut, feed
 
 
 def _chunk(parts: list[dict[str, Any]], **more: Any) -> bytes:
@@ -61,16 +62,7 @@ STREAM = b"".join(
 
 
 def _relay(reads: list[bytes], client_model: str | None = None) -> list[StreamEvent]:
-    relay = StreamRelay(client_model)
-    events: list[StreamEvent] = []
-    for read in reads:
-        events += relay.feed(read)
-    return events + relay.end()
-
-
-def _cut(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({min(p, len(data)) for p in points})
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True) if b > a]
+    return feed(StreamRelay(client_model), reads)
 
 
 def _relayed(events: list[StreamEvent]) -> bytes:
@@ -83,7 +75,7 @@ def test_any_cut_relays_the_same_bytes_and_reads_the_same(
     boundary: bytes, points: list[int]
 ) -> None:
     stream = STREAM.replace(b"\r\n\r\n", boundary)
-    events = _relay(_cut(stream, points))
+    events = _relay(cut(stream, points))
     relayed = [e for e in events if isinstance(e, Relayed)]
     assert b"".join(e.data for e in relayed) == stream
     assert all(e.data.endswith(boundary) for e in relayed)  # whole frames only
@@ -96,7 +88,7 @@ def test_any_cut_relays_the_same_bytes_and_reads_the_same(
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_a_mapped_name_is_the_clients_in_every_chunk_however_cut(points: list[int]) -> None:
-    data = _relayed(_relay(_cut(STREAM, points), client_model="public"))
+    data = _relayed(_relay(cut(STREAM, points), client_model="public"))
     assert b"gemini-2.5-flash" not in data
     assert data.count(b'"modelVersion":"public"') == 3
     assert data.replace(b'"modelVersion":"public"', b'"modelVersion": "gemini-2.5-flash"') == (

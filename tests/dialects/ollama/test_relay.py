@@ -25,24 +25,14 @@ from llmbridge.dialects.ollama.relay import (
     relay_request,
 )
 from tests.dialects.ollama.helpers import fixture_bytes
+from tests.dialects.relay_cuts import cut, feed_until_stopped
 
 STREAM = fixture_bytes("text.ndjson")
 """Non-ASCII text across lines, a blank line, and the ``done`` line with the counts."""
 
 
 def _relay(reads: list[bytes], client_model: str | None = None) -> list[StreamEvent]:
-    relay = ChatStreamRelay(client_model)
-    events: list[StreamEvent] = []
-    for read in reads:
-        events += relay.feed(read)
-        if relay.stopped:
-            break
-    return events + relay.end()
-
-
-def _cut(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({min(p, len(data)) for p in points})
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True) if b > a]
+    return feed_until_stopped(ChatStreamRelay(client_model), reads)
 
 
 def _data(events: list[StreamEvent]) -> bytes:
@@ -51,7 +41,7 @@ def _data(events: list[StreamEvent]) -> bytes:
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_any_cut_relays_the_same_bytes_and_reads_the_same(points: list[int]) -> None:
-    events = _relay(_cut(STREAM, points))
+    events = _relay(cut(STREAM, points))
     relayed = [e for e in events if isinstance(e, Relayed)]
     assert _data(events) == STREAM
     assert all(e.data.endswith(b"\n") for e in relayed)  # whole lines only
@@ -76,7 +66,7 @@ def test_a_line_split_across_reads_waits_for_its_end() -> None:
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_a_mapped_name_is_the_clients_in_every_line_however_cut(points: list[int]) -> None:
-    data = _data(_relay(_cut(STREAM, points), client_model="public"))
+    data = _data(_relay(cut(STREAM, points), client_model="public"))
     assert b'"model":"llama3.2"' not in data
     assert data.count(b'"model":"public"') == 4
     assert data == STREAM.replace(b'"model":"llama3.2"', b'"model":"public"')

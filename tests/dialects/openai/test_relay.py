@@ -15,6 +15,7 @@ from llmbridge.core.errors import BackendProtocolError
 from llmbridge.core.events import Relayed, ResponseEnd, ResponseStart, StreamEvent
 from llmbridge.core.response import StopReason
 from llmbridge.dialects.openai.relay import ChatStreamRelay
+from tests.dialects.relay_cuts import cut, feed
 
 BASE = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
@@ -35,21 +36,12 @@ STREAM = (
 def _relay(
     reads: list[bytes], client_model: str | None = None, strip: bool = False
 ) -> list[StreamEvent]:
-    relay = ChatStreamRelay(client_model, strip)
-    events: list[StreamEvent] = []
-    for read in reads:
-        events += relay.feed(read)
-    return events + relay.end()
-
-
-def _cut(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({min(p, len(data)) for p in points})
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True) if b > a]
+    return feed(ChatStreamRelay(client_model, strip), reads)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_any_cut_relays_the_same_bytes_and_reads_the_same(points: list[int]) -> None:
-    events = _relay(_cut(STREAM, points))
+    events = _relay(cut(STREAM, points))
     relayed = [e for e in events if isinstance(e, Relayed)]
     assert b"".join(e.data for e in relayed) == STREAM
     assert all(e.data.endswith(b"\n\n") for e in relayed)  # whole frames only
@@ -62,7 +54,7 @@ def test_any_cut_relays_the_same_bytes_and_reads_the_same(points: list[int]) -> 
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_what_the_gateway_added_is_taken_out_however_cut(points: list[int]) -> None:
-    events = _relay(_cut(STREAM, points), client_model="public", strip=True)
+    events = _relay(cut(STREAM, points), client_model="public", strip=True)
     data = b"".join(e.data for e in events if isinstance(e, Relayed))
     assert b"usage" not in data and b'"model":"m"' not in data
     assert data.count(b'"model":"public"') == 3 and data.endswith(b"data: [DONE]\n\n")
@@ -77,7 +69,7 @@ def test_a_stream_without_its_end_is_a_protocol_error() -> None:
 
 def test_crlf_frames_are_relayed_as_they_came() -> None:
     crlf = STREAM.replace(b"\n\n", b"\r\n\r\n")
-    events = _relay(_cut(crlf, [7, 150, 151]))
+    events = _relay(cut(crlf, [7, 150, 151]))
     assert b"".join(e.data for e in events if isinstance(e, Relayed)) == crlf
 
 

@@ -40,6 +40,7 @@ from llmbridge.dialects.responses.relay import (
 from llmbridge.dialects.responses.request import decode_chat_request
 from llmbridge.dialects.responses.summary import seal_summary
 from tests.dialects.openai.helpers import split_every, sse_events
+from tests.dialects.relay_cuts import feed_until_stopped
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "streams" / "responses"
 GOLDEN = {path.stem: path.read_bytes() for path in sorted(FIXTURES.glob("*.sse"))}
@@ -53,13 +54,7 @@ def _request(body: dict[str, Any], model: str | None = None) -> ChatRequest:
 
 
 def _relay(pieces: list[bytes], client_model: str | None = None) -> list[StreamEvent]:
-    relay = ResponsesStreamRelay(client_model)
-    events: list[StreamEvent] = []
-    for piece in pieces:
-        events += relay.feed(piece)
-        if relay.stopped:
-            break
-    return events + relay.end()
+    return feed_until_stopped(ResponsesStreamRelay(client_model), pieces)
 
 
 def _bytes(events: list[StreamEvent]) -> bytes:
