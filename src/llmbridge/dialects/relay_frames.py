@@ -1,5 +1,6 @@
-"""The reading every pass-through stream relay (``dialects/*/relay.py``) shares: the
-read buffer that hands on whole frames only (``FrameBuffer`` for SSE, ``LineBuffer``
+"""What the pass-through relays (``dialects/*/relay.py``) share: the model name a
+body is to carry and the client's for the reply (``mapped_model``); and the reading of
+a reply: the read buffer that hands on whole frames only (``FrameBuffer`` for SSE, ``LineBuffer``
 for NDJSON), so that an error the gateway adds never lands inside a frame; an SSE
 frame's event name and data (``event_of``); and a payload parsed as a JSON object, or
 the ``BackendProtocolError`` saying it is not one (``json_object``).
@@ -16,8 +17,21 @@ from typing import Any
 import orjson
 
 from llmbridge.core.errors import BackendProtocolError
+from llmbridge.core.request import ChatRequest
 
-__all__ = ["FrameBuffer", "LineBuffer", "event_of", "json_object"]
+__all__ = ["FrameBuffer", "LineBuffer", "event_of", "json_object", "mapped_model"]
+
+
+def mapped_model(request: ChatRequest) -> tuple[dict[str, Any], str | None]:
+    """What to set in ``request``'s body (its ``relay`` set) for the route's model name:
+    ``{"model": request.model}`` where the body names another (else nothing), and the
+    name the reply is to carry instead of the backend's (``None``: as it came)."""
+    relay = request.relay
+    assert relay is not None
+    asked = relay.body.get("model")
+    if asked == request.model:
+        return {}, None
+    return {"model": request.model}, asked if isinstance(asked, str) else None
 
 
 class FrameBuffer:

@@ -35,7 +35,7 @@ from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.anthropic.response import decode_stop_reason, decode_usage
 from llmbridge.dialects.anthropic.stream import in_band_error
 from llmbridge.dialects.fields import str_or_none
-from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
 
 __all__ = ["MessageStreamRelay", "relay_reply", "relay_request"]
 
@@ -50,11 +50,10 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     reply is to carry instead of the backend's (``None``: as it came)."""
     relay = request.relay
     assert relay is not None
-    asked = relay.body.get("model")
-    if asked == request.model:
+    changed, client_model = mapped_model(request)
+    if not changed:
         return relay.raw, None
-    client_model = asked if isinstance(asked, str) else None
-    return orjson.dumps({**relay.body, "model": request.model}), client_model
+    return orjson.dumps({**relay.body, **changed}), client_model
 
 
 def _renamed(data: bytes, said: object, model: str) -> bytes | None:

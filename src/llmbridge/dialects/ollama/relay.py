@@ -37,7 +37,7 @@ from llmbridge.dialects.fields import str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, ndjson_line
 from llmbridge.dialects.ollama.stream import done_end, error_frame
 from llmbridge.dialects.ollama.types import parse_rfc3339, rfc3339
-from llmbridge.dialects.relay_frames import LineBuffer
+from llmbridge.dialects.relay_frames import LineBuffer, mapped_model
 
 __all__ = ["ChatStreamRelay", "relay_error_line", "relay_reply", "relay_request"]
 
@@ -48,12 +48,7 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     relay = request.relay
     assert relay is not None
     body = relay.body
-    changed: dict[str, Any] = {}
-    asked = body.get("model")
-    client_model = None
-    if asked != request.model:
-        changed["model"] = request.model
-        client_model = asked if isinstance(asked, str) else None
+    changed, client_model = mapped_model(request)
     num_ctx = request.params.num_ctx
     options = body.get("options")
     kept = options if isinstance(options, dict) else {}

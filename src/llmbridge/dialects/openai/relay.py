@@ -30,7 +30,7 @@ from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import str_or_none
 from llmbridge.dialects.openai.response import decode_usage, stop_reason_for
 from llmbridge.dialects.openai.stream import in_band_error, response_start
-from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
 
 __all__ = ["ChatStreamRelay", "relay_reply", "relay_request"]
 
@@ -46,12 +46,7 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None, bool]:
     relay = request.relay
     assert relay is not None
     body = relay.body
-    changed: dict[str, Any] = {}
-    asked = body.get("model")
-    client_model = None
-    if asked != request.model:
-        changed["model"] = request.model
-        client_model = asked if isinstance(asked, str) else None
+    changed, client_model = mapped_model(request)
     strip_usage = False
     if request.stream:
         options = body.get("stream_options")

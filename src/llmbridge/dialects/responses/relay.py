@@ -44,7 +44,7 @@ from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import nonempty_str, object_or_empty, str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
 from llmbridge.dialects.openai.response import reply_created
-from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
 from llmbridge.dialects.responses.decode import INCOMPLETE_STOP, decode_usage, in_band_error
 from llmbridge.dialects.responses.errors import failure_code, response_error
 
@@ -95,12 +95,7 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     relay = request.relay
     assert relay is not None
     body = relay.body
-    changed: dict[str, Any] = {}
-    asked = body.get("model")
-    client_model = None
-    if asked != request.model:
-        changed["model"] = request.model
-        client_model = asked if isinstance(asked, str) else None
+    changed, client_model = mapped_model(request)
     if body.get("store") is not False:
         changed["store"] = False
     if not changed:
