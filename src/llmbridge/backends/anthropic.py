@@ -15,13 +15,13 @@ An Anthropic client's own body goes out as it came on the pass-through path
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from functools import partial
 from urllib.parse import urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
-from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
@@ -75,7 +75,7 @@ class AnthropicBackend(Backend):
     def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # The pass-through path's stream is handed out as it is, not re-yielded.
         if request.relay is not None:
-            return self._relayed(request)
+            return self._http.relay(request, partial(self._relay_call, request))
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -85,30 +85,15 @@ class AnthropicBackend(Backend):
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event
 
-    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    @staticmethod
+    def _relay_call(request: ChatRequest) -> RelayCall:
         """The pass-through path: the client's body, the reply's bytes relayed."""
-        relay = request.relay
-        assert relay is not None
-        if len(relay.raw) > self._http.settings.offload_bytes:
-            # A mapped name is set on a copy written out again: off the loop when large.
-            body, client_model = await asyncio.to_thread(relay_request, request)
-        else:
-            body, client_model = relay_request(request)
+        body, client_model = relay_request(request)
         headers = _headers(request)
         if not request.stream:
-            raw = await self._http.request_bytes("POST", "/v1/messages", body, headers=headers)
-            for event in relay_reply(raw, client_model):
-                yield event
-            return
-        async with self._http.stream("/v1/messages", body, headers=headers) as chunks:
-            relayed = MessageStreamRelay(client_model)
-            async for chunk in chunks:
-                for event in relayed.feed(chunk):
-                    yield event
-                if relayed.stopped:
-                    break
-            for event in relayed.end():
-                yield event
+            reply = partial(relay_reply, client_model=client_model)
+            return RelayCall("/v1/messages", body, reply=reply, headers=headers)
+        return RelayCall("/v1/messages", body, MessageStreamRelay(client_model), headers=headers)
 
     async def list_models(self) -> list[ModelInfo]:
         reply = await self._http.request_json("GET", "/v1/models")

@@ -79,8 +79,9 @@ class Capabilities:
     (features/compaction.py, serving/prepare/fit.py)."""
     relays: str | None = None
     """The client dialect whose request bodies it sends as they came, relaying its
-    reply's bytes back (the pass-through path, core/relay.py): ``openai`` for chat
-    completions. ``None``: every request is translated."""
+    reply's bytes back (the pass-through path, core/relay.py): ``openai`` (chat
+    completions), ``responses``, ``anthropic``, ``gemini`` or ``ollama``. ``None``:
+    every request is translated."""
     trusted_tool_arguments: bool = False
     """Its tool calls' arguments are well-formed JSON (a first-party API's), so a
     request with tools may take the pass-through path, where nothing heals them

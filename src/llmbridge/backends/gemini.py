@@ -32,7 +32,6 @@ docs/PASSTHROUGH.md): ``:generateContent`` for a reply sent whole, ``:streamGene
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import AsyncGenerator
@@ -42,8 +41,8 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
-from llmbridge.backends.http import HTTPSettings, HTTPTransport
-from llmbridge.core.errors import BackendHTTPError, BackendProtocolError
+from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
+from llmbridge.core.errors import BackendHTTPError, BackendProtocolError, LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
@@ -183,7 +182,7 @@ class GeminiBackend(Backend):
     def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # The pass-through path's stream is handed out as it is, not re-yielded.
         if request.relay is not None:
-            return self._relayed(request)
+            return self._http.relay(request, partial(self._relay_call, request))
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -199,35 +198,18 @@ class GeminiBackend(Backend):
             _add_retry_delay(exc)
             raise
 
-    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    @staticmethod
+    def _relay_call(request: ChatRequest) -> RelayCall:
         """The pass-through path: the client's body, Google's bytes relayed."""
-        relay = request.relay
-        assert relay is not None
         placeholder = SKIP_SIGNATURE if validates_signatures(request.model) else None
-        make = partial(gemini_relay.relay_request, request, placeholder=placeholder)
-        # What must be set is set on a copy written out again: off the loop when large.
-        large = len(relay.raw) > self._http.settings.offload_bytes
-        body, client_model = await asyncio.to_thread(make) if large else make()
-        try:
-            if not request.stream:
-                path = model_path(request.model, "generateContent")
-                raw = await self._http.request_bytes("POST", path, body)
-                for event in gemini_relay.relay_reply(raw, client_model):
-                    yield event
-                return
-            path = model_path(request.model, "streamGenerateContent") + "?alt=sse"
-            async with self._http.stream(path, body) as chunks:
-                relayed = gemini_relay.StreamRelay(client_model)
-                async for chunk in chunks:
-                    for event in relayed.feed(chunk):
-                        yield event
-                    if relayed.stopped:
-                        break
-                for event in relayed.end():
-                    yield event
-        except BackendHTTPError as exc:
-            _add_retry_delay(exc)
-            raise
+        body, client_model = gemini_relay.relay_request(request, placeholder=placeholder)
+        if not request.stream:
+            path = model_path(request.model, "generateContent")
+            reply = partial(gemini_relay.relay_reply, client_model=client_model)
+            return RelayCall(path, body, reply=reply, recover=_retry_delayed)
+        path = model_path(request.model, "streamGenerateContent") + "?alt=sse"
+        relayed = gemini_relay.StreamRelay(client_model)
+        return RelayCall(path, body, relayed, recover=_retry_delayed)
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = gemini_request.encode_embed_request(request)
@@ -303,6 +285,13 @@ class GeminiBackend(Backend):
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+
+
+def _retry_delayed(exc: LLMBridgeError) -> list[StreamEvent]:
+    """A relayed call's error, raised: an HTTP error with Google's retry delay."""
+    if isinstance(exc, BackendHTTPError):
+        _add_retry_delay(exc)
+    raise exc
 
 
 def _add_retry_delay(exc: BackendHTTPError) -> None:

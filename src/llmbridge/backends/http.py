@@ -17,6 +17,11 @@ A large request (over ``offload_bytes``, the gateway's ``server.limits.offload_b
 is encoded in a worker thread and written out a slice at a time, so the event loop
 keeps answering others (``/health`` among them) meanwhile; a small one is encoded in
 place, where a thread hop would cost more than the encoding.
+
+A pass-through call (core/relay.py) runs through ``HTTPTransport.relay``: the backend
+prepares a ``RelayCall`` (the body it sends, and the dialect's reader of the reply) and
+hands the generator out as it is, so each read of a relayed stream passes through one
+async generator only.
 """
 
 from __future__ import annotations
@@ -24,10 +29,10 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import aiohttp.abc
@@ -44,6 +49,7 @@ from llmbridge.core.errors import (
     BackendUnavailableError,
     LLMBridgeError,
 )
+from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import DEFAULT_LIMITS
 from llmbridge.core.request_size import larger_than
@@ -51,6 +57,8 @@ from llmbridge.core.request_size import larger_than
 __all__ = [
     "HTTPSettings",
     "HTTPTransport",
+    "RelayCall",
+    "StreamReader",
     "error_message",
     "map_transport_errors",
     "parse_retry_after",
@@ -221,6 +229,34 @@ def _request_data(body: Any) -> bytes | _SlicedBody | None:
     return _SlicedBody(body) if len(body) > _WRITE_SLICE else body
 
 
+class StreamReader(Protocol):
+    """A dialect's reader of a relayed stream (``dialects/*/relay.py``): ``feed`` each
+    read, then ``end`` once the body ended; ``stopped`` once the reply's last frame
+    came, when nothing more is read."""
+
+    stopped: bool
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]: ...
+
+    def end(self) -> list[StreamEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RelayCall:
+    """One pass-through call as its backend prepared it: ``body`` POSTed to ``path``
+    (with ``headers`` for this request only), the reply read by ``reader`` as it
+    streams or, sent whole, by ``reply``. ``recover``: what an error of the exchange
+    becomes (the events ending a stream that had started; it raises what stays an
+    error); without it the error is raised."""
+
+    path: str
+    body: bytes
+    reader: StreamReader | None = None
+    reply: Callable[[bytes], list[StreamEvent]] | None = None
+    headers: Mapping[str, str] | None = None
+    recover: Callable[[LLMBridgeError], list[StreamEvent]] | None = None
+
+
 class HTTPTransport:
     """One backend's connection pool, created on first use inside the event loop; one
     per loop when it is used from several (the Python client, backends/loop_bound.py),
@@ -311,6 +347,40 @@ class HTTPTransport:
             # flight, and aiohttp reuses a connection only once the body is read to its
             # end. Drain that tail, briefly and boundedly, instead of reconnecting.
             await _drain(response)
+
+    async def relay(
+        self, request: ChatRequest, prepare: Callable[[], RelayCall]
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """The events of ``request``'s pass-through call (its ``relay`` set), which
+        ``prepare`` makes: in a worker thread when the client's body is larger than
+        ``offload_bytes`` (what must be set in it is set on a copy written out again)."""
+        relay = request.relay
+        assert relay is not None
+        if len(relay.raw) > self.settings.offload_bytes:
+            call = await asyncio.to_thread(prepare)
+        else:
+            call = prepare()
+        try:
+            reader = call.reader
+            if reader is None:
+                assert call.reply is not None
+                raw = await self.request_bytes("POST", call.path, call.body, headers=call.headers)
+                for event in call.reply(raw):
+                    yield event
+                return
+            async with self.stream(call.path, call.body, headers=call.headers) as chunks:
+                async for chunk in chunks:
+                    for event in reader.feed(chunk):
+                        yield event
+                    if reader.stopped:
+                        break
+                for event in reader.end():
+                    yield event
+        except LLMBridgeError as exc:
+            if call.recover is None:
+                raise
+            for event in call.recover(exc):
+                yield event
 
     async def request_bytes(
         self,

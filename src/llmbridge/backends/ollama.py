@@ -18,10 +18,11 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from llmbridge.backends.base import OPENAI_SAMPLING, Backend, BackendHealth, Capabilities
-from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo, ModelOperation
@@ -69,7 +70,7 @@ class OllamaBackend(Backend):
         # The pass-through path's stream is handed out as it is, not re-yielded: one
         # async-generator hop fewer for each read of a relayed stream.
         if request.relay is not None:
-            return self._relayed(request)
+            return self._http.relay(request, partial(self._relay_call, request))
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -87,30 +88,15 @@ class OllamaBackend(Backend):
             async for event in dialect.decode_chat_stream(dialect.split_ndjson_lines(chunks)):
                 yield event
 
-    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    @staticmethod
+    def _relay_call(request: ChatRequest) -> RelayCall:
         """The pass-through path: the client's body (its model name and ``num_ctx`` set
         where serving set them), the reply's lines relayed."""
-        relay = request.relay
-        assert relay is not None
-        if len(relay.raw) > self._http.settings.offload_bytes:
-            # What must be set is set on a copy written out again: off the loop when large.
-            body, client_model = await asyncio.to_thread(relay_request, request)
-        else:
-            body, client_model = relay_request(request)
+        body, client_model = relay_request(request)
         if not request.stream:
-            raw = await self._http.request_bytes("POST", "/api/chat", body)
-            for event in relay_reply(raw, client_model):
-                yield event
-            return
-        async with self._http.stream("/api/chat", body) as chunks:
-            relayed = ChatStreamRelay(client_model)
-            async for chunk in chunks:
-                for event in relayed.feed(chunk):
-                    yield event
-                if relayed.stopped:
-                    break
-            for event in relayed.end():
-                yield event
+            reply = partial(relay_reply, client_model=client_model)
+            return RelayCall("/api/chat", body, reply=reply)
+        return RelayCall("/api/chat", body, ChatStreamRelay(client_model))
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = dialect.encode_embed_request(request)

@@ -6,13 +6,13 @@ to ``chat/completions``; completions and fill-in-the-middle to ``completions``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from functools import partial
 from urllib.parse import urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
-from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
@@ -70,7 +70,7 @@ class OpenAICompatBackend(Backend):
         # The pass-through path's stream is handed out as it is, not re-yielded: one
         # async-generator hop fewer for each read of a relayed stream.
         if request.relay is not None:
-            return self._relayed(request)
+            return self._http.relay(request, partial(self._relay_call, request))
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -88,29 +88,14 @@ class OpenAICompatBackend(Backend):
             async for event in dialect.decode_chat_stream_bytes(chunks):
                 yield event
 
-    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    @staticmethod
+    def _relay_call(request: ChatRequest) -> RelayCall:
         """The pass-through path: the client's body, the reply's bytes relayed."""
-        relay = request.relay
-        assert relay is not None
-        if len(relay.raw) > self._http.settings.offload_bytes:
-            # What must be set is set on a copy written out again: off the loop when large.
-            body, client_model, strip_usage = await asyncio.to_thread(relay_request, request)
-        else:
-            body, client_model, strip_usage = relay_request(request)
+        body, client_model, strip_usage = relay_request(request)
         if not request.stream:
-            raw = await self._http.request_bytes("POST", "chat/completions", body)
-            for event in relay_reply(raw, client_model):
-                yield event
-            return
-        async with self._http.stream("chat/completions", body) as chunks:
-            relayed = ChatStreamRelay(client_model, strip_usage)
-            async for chunk in chunks:
-                for event in relayed.feed(chunk):
-                    yield event
-                if relayed.stopped:
-                    break
-            for event in relayed.end():
-                yield event
+            reply = partial(relay_reply, client_model=client_model)
+            return RelayCall("chat/completions", body, reply=reply)
+        return RelayCall("chat/completions", body, ChatStreamRelay(client_model, strip_usage))
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         body = dialect.encode_embed_request(request)

@@ -21,7 +21,6 @@ A Responses client's own body goes out as it came on the pass-through path
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import replace
@@ -29,7 +28,7 @@ from functools import partial
 from urllib.parse import urlsplit
 
 from llmbridge.backends.base import Backend, BackendHealth, Capabilities
-from llmbridge.backends.http import HTTPSettings, HTTPTransport
+from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
 from llmbridge.backends.openai_compat import FIRST_PARTY_HOSTS, normalise_base_url
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
@@ -87,7 +86,7 @@ class OpenAIResponsesBackend(Backend):
     def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         # The pass-through path's stream is handed out as it is, not re-yielded.
         if request.relay is not None:
-            return self._relayed(request)
+            return self._http.relay(request, partial(self._relay_call, request))
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -97,38 +96,24 @@ class OpenAIResponsesBackend(Backend):
             async for event in responses.decode_chat_stream(aiter_sse(chunks), origin=self.name):
                 yield event
 
-    async def _relayed(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def _relay_call(self, request: ChatRequest) -> RelayCall:
         """The pass-through path: the client's body, the reply's bytes relayed."""
-        relay = request.relay
-        assert relay is not None
-        if len(relay.raw) > self._http.settings.offload_bytes:
-            # What must be set is set on a copy written out again: off the loop when large.
-            body, client_model = await asyncio.to_thread(relay_request, request)
-        else:
-            body, client_model = relay_request(request)
+        body, client_model = relay_request(request)
         if not request.stream:
-            raw = await self._http.request_bytes("POST", "responses", body)
-            for event in relay_reply(raw, client_model):
-                yield event
-            return
+            reply = partial(relay_reply, client_model=client_model)
+            return RelayCall("responses", body, reply=reply)
         relayed = ResponsesStreamRelay(client_model)
-        try:
-            async with self._http.stream("responses", body) as chunks:
-                async for chunk in chunks:
-                    for event in relayed.feed(chunk):
-                        yield event
-                    if relayed.stopped:
-                        break
-            events = relayed.end()
-        except LLMBridgeError as exc:
-            if not relayed.started:
-                raise  # before the first byte: retried, a fallback, or the HTTP error
-            # After it, the stream ends as the translated path ends it, numbered after
-            # the backend's last event (dialects/responses/relay.py).
-            log.warning("stream from backend %s failed: %s", self.name, exc.message)
-            events = [relayed.failed(exc)]
-        for event in events:
-            yield event
+        recover = partial(self._failed, relayed)
+        return RelayCall("responses", body, relayed, recover=recover)
+
+    def _failed(self, relayed: ResponsesStreamRelay, exc: LLMBridgeError) -> list[StreamEvent]:
+        """A relayed stream's failure: raised before the first byte (retried, a
+        fallback, or the HTTP error); after it, the stream ends as the translated path
+        ends it, numbered after the backend's last event (dialects/responses/relay.py)."""
+        if not relayed.started:
+            raise exc
+        log.warning("stream from backend %s failed: %s", self.name, exc.message)
+        return [relayed.failed(exc)]
 
     async def list_models(self) -> list[ModelInfo]:
         reply = await self._http.request_json("GET", "models")

@@ -25,7 +25,8 @@ class RelayBody:
     """A client's request body as it came, for a backend that speaks ``dialect``."""
 
     dialect: str
-    """The client's dialect (``openai``: chat completions)."""
+    """The client's dialect: ``openai`` (chat completions), ``responses``, ``anthropic``,
+    ``gemini`` or ``ollama``."""
     body: dict[str, Any]
     """The body, parsed (never changed: a backend copies what it sets)."""
     raw: bytes

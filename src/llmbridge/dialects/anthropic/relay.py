@@ -35,8 +35,11 @@ from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.anthropic.response import decode_stop_reason, decode_usage
 from llmbridge.dialects.anthropic.stream import in_band_error
 from llmbridge.dialects.fields import str_or_none
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
 
 __all__ = ["MessageStreamRelay", "relay_reply", "relay_request"]
+
+_SENDER = "the Anthropic backend"
 
 STREAM_CUT = "the Anthropic stream ended before message_stop"
 """A stream that ends before ``message_stop``, worded as the translated path words it."""
@@ -47,21 +50,10 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     reply is to carry instead of the backend's (``None``: as it came)."""
     relay = request.relay
     assert relay is not None
-    asked = relay.body.get("model")
-    if asked == request.model:
+    changed, client_model = mapped_model(request)
+    if not changed:
         return relay.raw, None
-    client_model = asked if isinstance(asked, str) else None
-    return orjson.dumps({**relay.body, "model": request.model}), client_model
-
-
-def _object(payload: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise BackendProtocolError(f"the Anthropic backend sent {what} that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise BackendProtocolError(f"the Anthropic backend sent {what} that is not an object")
-    return value
+    return orjson.dumps({**relay.body, **changed}), client_model
 
 
 def _renamed(data: bytes, said: object, model: str) -> bytes | None:
@@ -73,18 +65,6 @@ def _renamed(data: bytes, said: object, model: str) -> bytes | None:
     return data.replace(spelled, b'"model":' + orjson.dumps(model), 1)
 
 
-def _event_of(frame: bytes) -> tuple[bytes, bytes]:
-    """A frame's event name and its data (each empty where it has none)."""
-    name = b""
-    data: list[bytes] = []
-    for line in frame.splitlines():
-        if line.startswith(b"event:"):
-            name = line[6:].strip()
-        elif line.startswith(b"data:"):
-            data.append(line[5:].strip())
-    return name, b"\n".join(data)
-
-
 _SILENT = frozenset({b"ping", b"content_block_stop"})
 """Events with nothing the gateway records: relayed unparsed."""
 
@@ -93,9 +73,9 @@ class MessageStreamRelay:
     """One relayed stream (module docstring): ``feed`` each read, then ``end``."""
 
     __slots__ = (
+        "_buffer",
         "_client_model",
         "_held",
-        "_pending",
         "_saw_tool_call",
         "_started",
         "_stop_reason",
@@ -106,7 +86,7 @@ class MessageStreamRelay:
 
     def __init__(self, client_model: str | None) -> None:
         self._client_model = client_model
-        self._pending = bytearray()
+        self._buffer = FrameBuffer()
         self._held: list[bytes] = []
         """Frames before ``message_start`` (a ping), sent with it: the reply's first
         event is its start."""
@@ -120,30 +100,15 @@ class MessageStreamRelay:
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events of one read: its whole frames relayed, and what they said."""
-        pending = self._pending
-        if pending:
-            # A frame that spans many reads grows in place, not by copying it per read.
-            probe = bytes(pending[-3:]) + chunk
-            if b"\n\n" not in probe and b"\r\n\r\n" not in probe:
-                pending += chunk
-                return []
-            data = bytes(pending) + chunk
-        else:
-            data = chunk
-        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
-        if lf < 0 and crlf < 0:  # no frame ends in it yet
-            self._pending = bytearray(data)
-            return []
-        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        self._pending = bytearray(data[cut:])
-        return self._frames(data[:cut])
+        complete = self._buffer.feed(chunk)
+        return [] if complete is None else self._frames(complete)
 
     def end(self) -> list[StreamEvent]:
         """The reply's last events once its body ended (``BackendProtocolError`` for a
         stream that ended before ``message_stop``, as the translated path says it)."""
         events: list[StreamEvent] = []
-        if self._pending.strip() and not self.stopped:
-            tail, self._pending = bytes(self._pending), bytearray()
+        tail = self._buffer.tail()
+        if tail.strip() and not self.stopped:
             events = self._frames(tail + b"\n\n")
         if not self.stopped:
             raise BackendProtocolError(STREAM_CUT)
@@ -163,7 +128,8 @@ class MessageStreamRelay:
             if self.stopped:
                 changed = True  # what follows the end is not passed on
                 continue
-            name, payload = _event_of(frame)
+            name, payload = event_of(frame)
+            name = name or b""
             if name in _SILENT or not payload:
                 out.append(frame)
             elif name == b"message_stop":
@@ -198,7 +164,7 @@ class MessageStreamRelay:
         """Note what a frame with data says (its text into ``texts``, the reply's start
         into ``events``); the frame as the client is to get it, and the backend's
         in-band error where it is one."""
-        said = _object(payload, f"a {name.decode(errors='replace') or 'stream'} event")
+        said = json_object(payload, f"a {name.decode(errors='replace') or 'stream'} event", _SENDER)
         kind = said.get("type") or name.decode(errors="replace")
         if kind == "error":
             if not self._started:  # nothing sent yet: an HTTP error, retried where it may be
@@ -296,7 +262,7 @@ def _delta_text(delta: object, texts: list[str]) -> None:
 def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
     """The events of a reply sent whole: its start, its bytes (naming ``client_model``
     where it is set) and its end."""
-    reply = _object(raw, "a reply")
+    reply = json_object(raw, "a reply", _SENDER)
     if reply.get("type") == "error":
         raise in_band_error(reply)
     usage = decode_usage(reply.get("usage"))

@@ -40,10 +40,12 @@ from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.gemini.request import encode_thinking_config, takes_thinking_level
 from llmbridge.dialects.gemini.response import decode_error, decode_finish_reason, decode_usage
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object
 
 __all__ = ["StreamRelay", "relay_reply", "relay_request", "translated_only"]
 
 _BOUNDARY = re.compile(rb"\r?\n\r?\n")
+_SENDER = "the Gemini backend"
 _GATEWAY_TOKENS = (
     b"bGxtYnJpZGdlLnNpZ25hdHVyZT",  # base64 of "llmbridge.signature:" (wire_signature)
     b'"llmbridge.',  # a carried signature sent unwrapped (dialects/carried.py)
@@ -210,16 +212,6 @@ class _Reading:
         return ResponseEnd(stop_reason=reason, usage=self.usage)
 
 
-def _object(payload: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise BackendProtocolError(f"the Gemini backend sent {what} that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise BackendProtocolError(f"the Gemini backend sent {what} that is not a JSON object")
-    return value
-
-
 def _start(body: dict[str, Any]) -> ResponseStart:
     resp_id, model = body.get("responseId"), body.get("modelVersion")
     return ResponseStart(
@@ -255,11 +247,11 @@ class StreamRelay:
     """One relayed ``alt=sse`` stream (module docstring): ``feed`` each read, then
     ``end``."""
 
-    __slots__ = ("_client_model", "_early", "_pending", "_reading", "_started", "stopped")
+    __slots__ = ("_buffer", "_client_model", "_early", "_reading", "_started", "stopped")
 
     def __init__(self, client_model: str | None) -> None:
         self._client_model = client_model
-        self._pending = b""
+        self._buffer = FrameBuffer()
         self._early = b""
         """Frames before the first chunk (keep-alive comments): relayed with it, after
         the reply's start, which is the first event."""
@@ -270,21 +262,15 @@ class StreamRelay:
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events of one read: its whole frames relayed, and what they said."""
-        data = self._pending + chunk if self._pending else chunk
-        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
-        if lf < 0 and crlf < 0:  # no frame ends in it yet
-            self._pending = data
-            return []
-        cut = max(lf + 2, crlf + 4 if crlf >= 0 else 0)
-        self._pending = data[cut:]
-        return self._frames(data[:cut])
+        complete = self._buffer.feed(chunk)
+        return [] if complete is None else self._frames(complete)
 
     def end(self) -> list[StreamEvent]:
         """The reply's last events once its body ended (``BackendProtocolError`` for a
         stream that ended before a ``finishReason``, as the translated path says)."""
         events: list[StreamEvent] = []
-        if self._pending.strip() and not self.stopped:
-            tail, self._pending = self._pending, b""
+        tail = self._buffer.tail()
+        if tail.strip() and not self.stopped:
             events = self._frames(tail + b"\r\n\r\n")
         if self.stopped:
             return events
@@ -305,11 +291,11 @@ class StreamRelay:
             if self.stopped:
                 changed = True  # what follows the backend's error is not passed on
                 continue
-            payload = _data_of(frame)
+            _, payload = event_of(frame)
             if not payload:
                 out.append((frame, boundary))  # a comment (keep-alive): passed on
                 continue
-            body = _object(payload, "a stream chunk")
+            body = json_object(payload, "a stream chunk", _SENDER)
             error = _in_band_error(body)
             if error is not None:
                 if not self._started:  # nothing sent yet: an error as the translated path's
@@ -348,18 +334,10 @@ def _split(complete: bytes) -> list[tuple[bytes, bytes]]:
     return list(zip(_BOUNDARY.split(complete), _BOUNDARY.findall(complete), strict=False))
 
 
-def _data_of(frame: bytes) -> bytes:
-    """An SSE frame's data (its ``data:`` lines joined), ``b""`` when it has none."""
-    if frame.startswith(b"data:") and b"\n" not in frame:  # the usual frame: one line
-        return frame[5:].strip()
-    lines = [line[5:] for line in frame.splitlines() if line.startswith(b"data:")]
-    return b"\n".join(lines).strip()
-
-
 def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
     """The events of a ``generateContent`` reply sent whole: its start, its bytes
     (``modelVersion`` naming ``client_model`` where it is set) and its end."""
-    reply = _object(raw, "a reply")
+    reply = json_object(raw, "a reply", _SENDER)
     error = _in_band_error(reply)
     if error is not None:
         raise error

@@ -33,11 +33,11 @@ from llmbridge.core.errors import BackendError, BackendProtocolError, LLMBridgeE
 from llmbridge.core.events import Relayed, ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.ids import new_id
 from llmbridge.core.request import ChatRequest
-from llmbridge.core.response import StopReason, Timings, Usage
-from llmbridge.dialects.fields import int_or_none, str_or_none
+from llmbridge.dialects.fields import str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, ndjson_line
-from llmbridge.dialects.ollama.stream import error_frame
+from llmbridge.dialects.ollama.stream import done_end, error_frame
 from llmbridge.dialects.ollama.types import parse_rfc3339, rfc3339
+from llmbridge.dialects.relay_frames import LineBuffer, mapped_model
 
 __all__ = ["ChatStreamRelay", "relay_error_line", "relay_reply", "relay_request"]
 
@@ -48,12 +48,7 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     relay = request.relay
     assert relay is not None
     body = relay.body
-    changed: dict[str, Any] = {}
-    asked = body.get("model")
-    client_model = None
-    if asked != request.model:
-        changed["model"] = request.model
-        client_model = asked if isinstance(asked, str) else None
+    changed, client_model = mapped_model(request)
     num_ctx = request.params.num_ctx
     options = body.get("options")
     kept = options if isinstance(options, dict) else {}
@@ -118,29 +113,8 @@ class _Reading:
                     texts.append(orjson.dumps(arguments).decode())
 
     def finish(self, frame: dict[str, Any]) -> ResponseEnd:
-        """The end a last line (``done: true``) says."""
-        # As the translated path reads it (stream.py ChatFrameDecoder): Ollama says
-        # ``stop`` even after a tool call.
-        if self.saw_tool_call:
-            stop = StopReason.TOOL_USE
-        elif frame.get("done_reason") == "length":
-            stop = StopReason.MAX_TOKENS
-        else:
-            stop = StopReason.END_TURN
-        return ResponseEnd(
-            stop_reason=stop,
-            usage=Usage(
-                input_tokens=int_or_none(frame.get("prompt_eval_count")),
-                output_tokens=int_or_none(frame.get("eval_count")),
-                cache_read_input_tokens=int_or_none(frame.get("prompt_eval_cached_count")),
-            ),
-            timings=Timings(
-                total_ns=int_or_none(frame.get("total_duration")),
-                load_ns=int_or_none(frame.get("load_duration")),
-                prompt_eval_ns=int_or_none(frame.get("prompt_eval_duration")),
-                eval_ns=int_or_none(frame.get("eval_duration")),
-            ),
-        )
+        """The end a last line (``done: true``) says, as the translated path reads it."""
+        return done_end(frame, self.saw_tool_call)
 
 
 def _object(payload: bytes, what: str) -> dict[str, Any]:
@@ -184,11 +158,11 @@ def _renamed(line: bytes, frame: dict[str, Any], model: str) -> bytes:
 class ChatStreamRelay:
     """One relayed NDJSON stream (module docstring): ``feed`` each read, then ``end``."""
 
-    __slots__ = ("_client_model", "_pending", "_reading", "_started", "stopped")
+    __slots__ = ("_buffer", "_client_model", "_reading", "_started", "stopped")
 
     def __init__(self, client_model: str | None) -> None:
         self._client_model = client_model
-        self._pending = bytearray()
+        self._buffer = LineBuffer()
         self._reading = _Reading()
         self._started = False
         self.stopped = False
@@ -196,26 +170,17 @@ class ChatStreamRelay:
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events of one read: its whole lines relayed, and what they said."""
-        pending = self._pending
-        if not pending and chunk.endswith(b"\n"):  # the usual read: whole lines
+        if not self._buffer.pending and chunk.endswith(b"\n"):  # the usual read: whole lines
             return self._lines(chunk)
-        if pending:
-            if b"\n" not in chunk:  # a line that spans many reads grows in place
-                pending += chunk
-                return []
-            data = bytes(pending) + chunk
-        else:
-            data = chunk
-        cut = data.rfind(b"\n") + 1
-        self._pending = bytearray(data[cut:])
-        return self._lines(data[:cut]) if cut else []
+        complete = self._buffer.feed(chunk)
+        return [] if complete is None else self._lines(complete)
 
     def end(self) -> list[StreamEvent]:
         """The reply's last events once its body ended (``BackendProtocolError`` for a
         stream that ended before its ``done`` line)."""
         events: list[StreamEvent] = []
-        if self._pending and not self.stopped:
-            tail, self._pending = bytes(self._pending), bytearray()
+        tail = self._buffer.tail()
+        if tail and not self.stopped:
             events = self._lines(tail)  # a last line without its newline
         if self.stopped and self._reading.end is None:  # an in-band error ended it
             return events

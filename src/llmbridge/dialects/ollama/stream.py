@@ -48,6 +48,7 @@ from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339,
 __all__ = [
     "ChatFrameDecoder",
     "decode_chat_stream",
+    "done_end",
     "encode_chat_stream",
     "error_frame",
     "split_ndjson_lines",
@@ -274,7 +275,7 @@ class ChatFrameDecoder:
             events.extend(self._parts.text(response or ""))
         if frame.get("done") is True or final:
             events.extend(self._parts.finish())
-            events.append(self._end(frame))
+            events.append(done_end(frame, self._parts.saw_tool_call))
             self.finished = True
         return events
 
@@ -306,28 +307,31 @@ class ChatFrameDecoder:
             )
         return events
 
-    def _end(self, frame: dict[str, Any]) -> ResponseEnd:
-        if self._parts.saw_tool_call:
-            stop = StopReason.TOOL_USE
-        elif frame.get("done_reason") == "length":
-            stop = StopReason.MAX_TOKENS
-        else:
-            stop = StopReason.END_TURN
-        return ResponseEnd(
-            stop_reason=stop,
-            usage=Usage(
-                input_tokens=int_or_none(frame.get("prompt_eval_count")),
-                output_tokens=int_or_none(frame.get("eval_count")),
-                cache_read_input_tokens=int_or_none(frame.get("prompt_eval_cached_count")),
-            ),
-            timings=Timings(
-                total_ns=int_or_none(frame.get("total_duration")),
-                load_ns=int_or_none(frame.get("load_duration")),
-                prompt_eval_ns=int_or_none(frame.get("prompt_eval_duration")),
-                eval_ns=int_or_none(frame.get("eval_duration")),
-            ),
-        )
-
 
 _FIELDS = ReplyFields(lambda field, expected: f"Ollama sent a '{field}' that is not {expected}")
 """Readers of a frame's fields (``Ollama sent a 'content' that is not a string``)."""
+
+
+def done_end(frame: dict[str, Any], saw_tool_call: bool) -> ResponseEnd:
+    """The end a last frame (``done: true``) says, its counts and timings; the stop
+    reason ``tool_use`` where any frame carried a tool call (Ollama says ``stop``)."""
+    if saw_tool_call:
+        stop = StopReason.TOOL_USE
+    elif frame.get("done_reason") == "length":
+        stop = StopReason.MAX_TOKENS
+    else:
+        stop = StopReason.END_TURN
+    return ResponseEnd(
+        stop_reason=stop,
+        usage=Usage(
+            input_tokens=int_or_none(frame.get("prompt_eval_count")),
+            output_tokens=int_or_none(frame.get("eval_count")),
+            cache_read_input_tokens=int_or_none(frame.get("prompt_eval_cached_count")),
+        ),
+        timings=Timings(
+            total_ns=int_or_none(frame.get("total_duration")),
+            load_ns=int_or_none(frame.get("load_duration")),
+            prompt_eval_ns=int_or_none(frame.get("prompt_eval_duration")),
+            eval_ns=int_or_none(frame.get("eval_duration")),
+        ),
+    )

@@ -30,10 +30,12 @@ from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import str_or_none
 from llmbridge.dialects.openai.response import decode_usage, stop_reason_for
 from llmbridge.dialects.openai.stream import in_band_error, response_start
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
 
 __all__ = ["ChatStreamRelay", "relay_reply", "relay_request"]
 
 _BOUNDARY = re.compile(rb"\r?\n\r?\n")
+_SENDER = "the backend"
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
 
 
@@ -44,12 +46,7 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None, bool]:
     relay = request.relay
     assert relay is not None
     body = relay.body
-    changed: dict[str, Any] = {}
-    asked = body.get("model")
-    client_model = None
-    if asked != request.model:
-        changed["model"] = request.model
-        client_model = asked if isinstance(asked, str) else None
+    changed, client_model = mapped_model(request)
     strip_usage = False
     if request.stream:
         options = body.get("stream_options")
@@ -122,16 +119,6 @@ class _Reading:
         return ResponseEnd(stop_reason=stop_reason, usage=self.usage, stop_sequence=stop_sequence)
 
 
-def _object(payload: bytes | str, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise BackendProtocolError(f"the backend sent {what} that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise BackendProtocolError(f"the backend sent {what} that is not a JSON object")
-    return value
-
-
 def _renamed(frame: bytes, said: object, model: str) -> bytes:
     """``frame`` naming ``model`` where it named ``said``: the name's bytes replaced
     where the frame spells them as orjson would; a frame that spells them otherwise
@@ -146,8 +133,8 @@ class ChatStreamRelay:
     """One relayed stream (module docstring): ``feed`` each read, then ``end``."""
 
     __slots__ = (
+        "_buffer",
         "_client_model",
-        "_pending",
         "_reading",
         "_started",
         "_strip_usage",
@@ -157,7 +144,7 @@ class ChatStreamRelay:
     def __init__(self, client_model: str | None, strip_usage: bool) -> None:
         self._client_model = client_model
         self._strip_usage = strip_usage
-        self._pending = bytearray()
+        self._buffer = FrameBuffer()
         self._reading = _Reading()
         self._started = False
         self.stopped = False
@@ -165,8 +152,7 @@ class ChatStreamRelay:
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events of one read: its whole frames relayed, and what they said."""
-        pending = self._pending
-        if not pending and chunk.endswith(b"\n\n"):  # the usual read: whole frames
+        if not self._buffer.pending and chunk.endswith(b"\n\n"):  # the usual read: whole frames
             if (
                 self._started
                 and not self.stopped
@@ -175,29 +161,15 @@ class ChatStreamRelay:
             ):
                 return self._one(chunk)
             return self._frames(chunk)
-        if pending:
-            # A frame that spans many reads grows in place, not by copying it per read.
-            probe = bytes(pending[-3:]) + chunk
-            if b"\n\n" not in probe and b"\r\n\r\n" not in probe:
-                pending += chunk
-                return []
-            data = bytes(pending) + chunk
-        else:
-            data = chunk
-        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
-        if lf < 0 and crlf < 0:  # no frame ends in it yet
-            self._pending = bytearray(data)
-            return []
-        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        self._pending = bytearray(data[cut:])
-        return self._frames(data[:cut])
+        complete = self._buffer.feed(chunk)
+        return [] if complete is None else self._frames(complete)
 
     def end(self) -> list[StreamEvent]:
         """The reply's last events once its body ended (``BackendProtocolError`` for a
         stream that ended before it was complete)."""
         events: list[StreamEvent] = []
-        if self._pending and not self.stopped:
-            tail, self._pending = bytes(self._pending), bytearray()
+        tail = self._buffer.tail()
+        if tail and not self.stopped:
             events = self._frames(tail + b"\n\n")
         if self.stopped and any(isinstance(e, Relayed) and e.error for e in events):
             return events
@@ -226,7 +198,7 @@ class ChatStreamRelay:
             if not frame or self.stopped:
                 changed |= bool(frame)  # what follows the end is not passed on
                 continue
-            name, payload = _event_of(frame)
+            name, payload = event_of(frame)
             if not payload:
                 out.append(frame)  # a comment (keep-alive): passed on
                 continue
@@ -234,7 +206,7 @@ class ChatStreamRelay:
                 self.stopped = True
                 out.append(frame)
                 continue
-            chunk = _object(payload, "a stream chunk")
+            chunk = json_object(payload, "a stream chunk", _SENDER)
             if name == b"error" or chunk.get("error") is not None:
                 error = in_band_error(chunk.get("error", chunk))
                 self.stopped = True
@@ -257,7 +229,7 @@ class ChatStreamRelay:
         """``_frames`` for the read a stream is made of once it started: exactly one
         frame, one ``data:`` line of one object. Half a relayed chunk's CPU went to
         splitting, looping and joining for it."""
-        chunk = _object(frame[6:-2], "a stream chunk")
+        chunk = json_object(frame[6:-2], "a stream chunk", _SENDER)
         if chunk.get("error") is not None:  # the backend's in-band error: the whole rule
             return self._frames(frame)
         texts: list[str] = []
@@ -295,24 +267,10 @@ def _joined(frames: list[bytes]) -> bytes:
     return b"\n\n".join(frames) + b"\n\n"
 
 
-def _event_of(frame: bytes) -> tuple[bytes | None, bytes | None]:
-    """An SSE frame's event name and its data, stripped (``None`` when it has none)."""
-    if frame.startswith(b"data:") and b"\n" not in frame:  # the usual frame: one line
-        return None, frame[5:].strip()
-    name = None
-    data: list[bytes] = []
-    for line in frame.splitlines():
-        if line.startswith(b"data:"):
-            data.append(line[5:])
-        elif line.startswith(b"event:"):
-            name = line[6:].strip()
-    return name, b"\n".join(data).strip() if data else None
-
-
 def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
     """The events of a reply sent whole: its start, its bytes (naming ``client_model``
     where it is set) and its end."""
-    reply = _object(raw, "a reply")
+    reply = json_object(raw, "a reply", _SENDER)
     if reply.get("error") is not None:
         raise in_band_error(reply["error"])
     reading = _Reading()

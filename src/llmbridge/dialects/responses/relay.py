@@ -44,6 +44,7 @@ from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import nonempty_str, object_or_empty, str_or_none
 from llmbridge.dialects.framing import escape_line_breaks, sse_event
 from llmbridge.dialects.openai.response import reply_created
+from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
 from llmbridge.dialects.responses.decode import INCOMPLETE_STOP, decode_usage, in_band_error
 from llmbridge.dialects.responses.errors import failure_code, response_error
 
@@ -77,6 +78,7 @@ _TEXT_DELTAS = frozenset(
 _SUMMARY = "response.reasoning_summary_text.delta"
 _RAW_REASONING = "response.reasoning_text.delta"
 _CALLS = frozenset({"function_call", "custom_tool_call"})
+_SENDER = "the Responses backend"
 _FAILED_FALLBACK = "the Responses backend failed the response"
 _ERROR_FALLBACK = "the Responses backend reported an error"
 
@@ -93,43 +95,12 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     relay = request.relay
     assert relay is not None
     body = relay.body
-    changed: dict[str, Any] = {}
-    asked = body.get("model")
-    client_model = None
-    if asked != request.model:
-        changed["model"] = request.model
-        client_model = asked if isinstance(asked, str) else None
+    changed, client_model = mapped_model(request)
     if body.get("store") is not False:
         changed["store"] = False
     if not changed:
         return relay.raw, None
     return orjson.dumps({**body, **changed}), client_model
-
-
-def _object(payload: bytes | str, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise BackendProtocolError(f"the Responses backend sent {what} that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise BackendProtocolError(f"the Responses backend sent {what} that is not an object")
-    return value
-
-
-def _frame_of(frame: bytes) -> tuple[bytes | None, bytes | None]:
-    """An SSE frame's event name and data (``None`` when it has none)."""
-    if frame.startswith(b"event:"):  # the usual frame: an event line, a data line
-        head, _, rest = frame.partition(b"\n")
-        if rest.startswith(b"data:") and b"\n" not in rest and b"\r" not in head:
-            return head[6:].strip(), rest[5:].strip()
-    name = None
-    data: list[bytes] = []
-    for line in frame.splitlines():
-        if line.startswith(b"data:"):
-            data.append(line[5:].strip())
-        elif line.startswith(b"event:"):
-            name = line[6:].strip()
-    return name, b"\n".join(data) if data else None
 
 
 def _renamed(frame: bytes, name: bytes | None, event: dict[str, Any], model: str) -> bytes:
@@ -244,11 +215,11 @@ class ResponsesStreamRelay:
     """One relayed stream (module docstring): ``feed`` each read, then ``end``;
     ``failed`` for a failure after the first byte."""
 
-    __slots__ = ("_client_model", "_error", "_held", "_pending", "_reading", "started", "stopped")
+    __slots__ = ("_buffer", "_client_model", "_error", "_held", "_reading", "started", "stopped")
 
     def __init__(self, client_model: str | None) -> None:
         self._client_model = client_model
-        self._pending = bytearray()
+        self._buffer = FrameBuffer()
         self._held: list[bytes] = []
         """Frames before the first output event (module docstring)."""
         self._reading = _Reading()
@@ -261,31 +232,16 @@ class ResponsesStreamRelay:
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """The events of one read: its whole frames relayed, and what they said."""
-        pending = self._pending
-        if pending:
-            # A frame that spans many reads (a long response.completed) grows in place.
-            probe = bytes(pending[-3:]) + chunk
-            if b"\n\n" not in probe and b"\r\n\r\n" not in probe:
-                pending += chunk
-                return []
-            data = bytes(pending) + chunk
-        else:
-            data = chunk
-        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
-        if lf < 0 and crlf < 0:  # no frame ends in it yet
-            self._pending = bytearray(data)
-            return []
-        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        self._pending = bytearray(data[cut:])
-        return self._frames(data[:cut])
+        complete = self._buffer.feed(chunk)
+        return [] if complete is None else self._frames(complete)
 
     def end(self) -> list[StreamEvent]:
         """The reply's last events once its body ended: a stream that ended before its
         terminal event raises ``BackendProtocolError`` before the first byte, and ends
         in ``failed`` after it."""
         events: list[StreamEvent] = []
-        if self._pending and not self.stopped:
-            tail, self._pending = bytes(self._pending), bytearray()
+        tail = self._buffer.tail()
+        if tail and not self.stopped:
             events = self._frames(tail + b"\n\n")
         if self.stopped:
             return events
@@ -331,13 +287,13 @@ class ResponsesStreamRelay:
         for frame, end in _split(complete):
             if self.stopped:
                 break  # what follows the end is not passed on
-            name, payload = _frame_of(frame) if frame else (None, None)
+            name, payload = event_of(frame) if frame else (None, None)
             if not payload or payload == b"[DONE]":
                 # A comment (keep-alive) goes on; a [DONE] some proxies add ends nothing.
                 if not payload:
                     (out if self.started else self._held).append(frame + end)
                 continue
-            event = _object(payload, "an event")
+            event = json_object(payload, "an event", _SENDER)
             kind = str_or_none(event.get("type")) or (name.decode() if name else "")
             sequence = event.get("sequence_number")
             if isinstance(sequence, int):
@@ -398,7 +354,7 @@ def _split(complete: bytes) -> list[tuple[bytes, bytes]]:
 def relay_reply(raw: bytes, client_model: str | None) -> list[StreamEvent]:
     """The events of a reply sent whole: its start, its bytes (naming ``client_model``
     where it is set) and its end; a failed response raises its error."""
-    reply = _object(raw, "a reply")
+    reply = json_object(raw, "a reply", _SENDER)
     if reply.get("status") == "failed" or reply.get("error") is not None:
         raise in_band_error(reply.get("error"), _FAILED_FALLBACK)
     reading = _Reading()
