@@ -208,7 +208,7 @@ class StreamEncoder:
         self.done = True
         usage = self.usage.merged(event.usage)
         # Claude Code keeps message_start's input_tokens unless message_delta carries
-        # one (claudish PR #152), and message_start often only had an estimate.
+        # one (the claudish proxy found it so), and message_start often only had an estimate.
         # Anthropic counts input_tokens without the cached ones (response.py).
         if usage.input_tokens is None:
             usage = usage.merged(Usage(input_tokens=self.input_tokens))
