@@ -3,7 +3,7 @@ LLM server (``python bench/fast_backend.py --port N --chunks K``).
 
 It owns nothing but speed and wire-correctness: a raw ASGI app under uvicorn (uvloop,
 httptools) whose every response body is encoded once and replayed from a cache. It
-speaks just enough of three APIs for the gateway's HTTP backends and the direct calls:
+speaks just enough of five APIs for the gateway's HTTP backends and the direct calls:
 
 - OpenAI: ``POST /v1/chat/completions`` (JSON, or SSE chunks, a finish chunk, a usage
   chunk when asked, ``[DONE]``) and ``GET /v1/models``. A request offering ``tools``
@@ -11,11 +11,22 @@ speaks just enough of three APIs for the gateway's HTTP backends and the direct 
 - Ollama: ``POST /api/chat`` (NDJSON or one object), ``GET /api/tags``, ``/api/version``,
   ``POST /api/show`` and ``GET /api/ps``;
 - OpenAI Responses: ``POST /v1/responses`` (a ``response`` object, or the event stream
-  llmbridge's own encoder emits, each event its own write).
+  llmbridge's own encoder emits, each event its own write);
+- Anthropic Messages: ``POST /v1/messages`` (a ``message``, or the event stream:
+  ``message_start`` with the input usage, one text block's ``content_block_start``,
+  ``text_delta`` events and ``content_block_stop``, ``message_delta`` with the stop
+  reason and output usage, ``message_stop``; each event its own write, as Anthropic
+  sends them). Its model list and health probe are ``GET /v1/models`` above;
+- Gemini: ``POST /v1beta/models/{model}:generateContent`` (one ``GenerateContentResponse``)
+  and ``:streamGenerateContent?alt=sse`` (one ``data:`` chunk a piece, CRLF-framed as
+  Google sends them, the last with ``finishReason`` and ``usageMetadata``), the model
+  list ``GET /v1beta/models`` (the backend's health probe) and ``GET
+  /v1beta/models/{model}``.
 
+Anthropic and Gemini replies are text, tools offered or not (no scenario offers them tools).
 A reply has ``--chunks`` pieces unless the request asks for another count (``max_tokens``,
-``options.num_predict``, ``max_output_tokens``); piece ``i`` is ``reply_pieces(n)[i]``,
-which the load generator checks against.
+``options.num_predict``, ``max_output_tokens``, ``generationConfig.maxOutputTokens``);
+piece ``i`` is ``reply_pieces(n)[i]``, which the load generator checks against.
 """
 
 from __future__ import annotations
@@ -114,7 +125,12 @@ class _Reply:
 
 _JSON = b"application/json"
 _SSE = b"text/event-stream"
-_CHAT_PATHS = frozenset(("/v1/chat/completions", "/api/chat", "/v1/responses"))
+_ANTHROPIC = "/v1/messages"
+_CHAT_PATHS = frozenset(("/v1/chat/completions", "/api/chat", "/v1/responses", _ANTHROPIC))
+_GEMINI_MODELS = "/v1beta/models"
+_GEMINI = ":generateContent"
+_GEMINI_STREAM = ":streamGenerateContent"
+"""A Gemini chat's cache key: its method, whatever the model in its path."""
 
 
 class FastBackend:
@@ -152,6 +168,14 @@ class FastBackend:
             "digest": "0" * 64,
             "details": details,
         }
+        gemini_model = {
+            "name": f"models/{model}",
+            "version": "001",
+            "displayName": model,
+            "inputTokenLimit": 8192,
+            "outputTokenLimit": 8192,
+            "supportedGenerationMethods": ["generateContent", "countTokens"],
+        }
         show = {
             "modelfile": "",
             "parameters": "",
@@ -167,6 +191,8 @@ class FastBackend:
             ("GET", "/api/ps"): self._json({"models": []}),
             ("POST", "/api/show"): self._json(show),
             ("GET", "/"): _Reply(b"text/plain", [b"Ollama is running"], stream=False),
+            ("GET", _GEMINI_MODELS): self._json({"models": [gemini_model]}),
+            ("GET", f"{_GEMINI_MODELS}/{model}"): self._json(gemini_model),
         }
         self._not_found = _Reply(_JSON, [b'{"error":"not found"}'], stream=False)
         self._not_found.start["status"] = 404
@@ -181,9 +207,10 @@ class FastBackend:
         if scope["type"] != "http":
             return
         key = (scope["method"], scope["path"])
-        if key[0] == "POST" and key[1] in _CHAT_PATHS:
+        chat = key[1] if key[1] in _CHAT_PATHS else _gemini_method(key[1])
+        if key[0] == "POST" and chat is not None:
             body = await _read_body(receive)
-            await self._chat(key[1], body).send(send, self.interval)
+            await self._chat(chat, body).send(send, self.interval)
             return
         await self._static.get(key, self._not_found).send(send)
 
@@ -201,6 +228,11 @@ class FastBackend:
             limit = (request.get("options") or {}).get("num_predict")
         elif path == "/v1/responses":
             limit = request.get("max_output_tokens")
+        elif path in (_GEMINI, _GEMINI_STREAM):
+            stream = path == _GEMINI_STREAM  # the method says, not the body
+            limit = (request.get("generationConfig") or {}).get("maxOutputTokens")
+        elif path == _ANTHROPIC:
+            limit = request.get("max_tokens")
         else:
             limit = request.get("max_completion_tokens") or request.get("max_tokens")
             # A model calls a tool when asked, and answers in text once the result is
@@ -227,6 +259,10 @@ class FastBackend:
         if path == "/v1/responses":
             response = self._responses_object(pieces, "completed")
             return _Reply(_JSON, [orjson.dumps(response)], stream=False)
+        if path == _ANTHROPIC:
+            return self._anthropic(pieces, stream)
+        if path in (_GEMINI, _GEMINI_STREAM):
+            return self._gemini(pieces, stream)
         return self._openai(pieces, stream, usage, tool)
 
     def _openai(
@@ -347,6 +383,74 @@ class FastBackend:
         event("response.completed", response=self._responses_object(pieces, "completed"))
         return events
 
+    def _anthropic(self, pieces: tuple[str, ...], stream: bool) -> _Reply:
+        """A Messages reply saying ``pieces``: one ``message``, or its event stream."""
+        usage = {
+            "input_tokens": PROMPT_TOKENS,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": len(pieces),
+        }
+        message: dict[str, Any] = {
+            "id": _MESSAGE_ID,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [{"type": "text", "text": "".join(pieces)}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if not stream:
+            return _Reply(_JSON, [orjson.dumps(message)], stream=False)
+
+        def event(kind: str, **payload: Any) -> bytes:
+            data = orjson.dumps({"type": kind, **payload})
+            return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+        started = {**message, "content": [], "stop_reason": None, "usage": {**usage}}
+        started["usage"]["output_tokens"] = 1  # as Anthropic's message_start says
+        block = {"type": "text", "text": ""}
+        events = [event("message_start", message=started)]
+        events.append(event("content_block_start", index=0, content_block=block))
+        events += [
+            event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
+            for piece in pieces
+        ]
+        events.append(event("content_block_stop", index=0))
+        stop = {"stop_reason": "end_turn", "stop_sequence": None}
+        events.append(event("message_delta", delta=stop, usage={"output_tokens": len(pieces)}))
+        events.append(event("message_stop"))
+        return _Reply(_SSE, events, stream=True, eof_apart=self.eof_apart)
+
+    def _gemini(self, pieces: tuple[str, ...], stream: bool) -> _Reply:
+        """A Gemini reply saying ``pieces``: one ``GenerateContentResponse``, or one
+        ``data:`` chunk a piece, the last with the finish and the usage."""
+        usage = {
+            "promptTokenCount": PROMPT_TOKENS,
+            "candidatesTokenCount": len(pieces),
+            "totalTokenCount": PROMPT_TOKENS + len(pieces),
+        }
+
+        def response(text: str, last: bool) -> dict[str, Any]:
+            candidate: dict[str, Any] = {
+                "content": {"parts": [{"text": text}], "role": "model"},
+                "index": 0,
+            }
+            out: dict[str, Any] = {"candidates": [candidate]}
+            if last:
+                candidate["finishReason"] = "STOP"
+                out["usageMetadata"] = usage
+            return out | {"modelVersion": self.model, "responseId": _RESPONSE_ID}
+
+        if not stream:
+            return _Reply(_JSON, [orjson.dumps(response("".join(pieces), True))], stream=False)
+        chunks = [
+            b"data: " + orjson.dumps(response(piece, i == len(pieces) - 1)) + b"\r\n\r\n"
+            for i, piece in enumerate(pieces)
+        ]
+        return _Reply(_SSE, chunks, stream=True, eof_apart=self.eof_apart)
+
     def _ollama_line(self, piece: str) -> bytes:
         frame = {
             "model": self.model,
@@ -378,6 +482,15 @@ _MESSAGE_ID = "msg_bench"
 
 def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _gemini_method(path: str) -> str | None:
+    """``_GEMINI`` or ``_GEMINI_STREAM`` for a Gemini chat's path
+    (``/v1beta/models/{model}:{method}``), else None."""
+    if not path.startswith(_GEMINI_MODELS + "/"):
+        return None
+    method = path[path.rfind(":") :]
+    return method if method in (_GEMINI, _GEMINI_STREAM) else None
 
 
 def _ends_with_tool_result(messages: object) -> bool:

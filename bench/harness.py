@@ -284,6 +284,9 @@ async def wait_ready(client: BenchClient | None, *servers: Server) -> None:
             await asyncio.sleep(0.1)
 
 
+_ROOT_URL_TYPES = frozenset(("ollama", "anthropic", "gemini"))
+
+
 def gateway_config(
     backend_port: int,
     kind: str = "openai",
@@ -298,7 +301,8 @@ def gateway_config(
     lines = ["server:", "  host: 127.0.0.1", "  log_level: warning", "backends:"]
     routes = [f"  - {{name: {DEFAULT_MODEL}, backend: bench{flag}}}"]
     for name, (backend, port) in {"bench": (kind, backend_port), **(more or {})}.items():
-        url = f"http://127.0.0.1:{port}" + ("" if backend == "ollama" else "/v1")
+        # Anthropic's and Gemini's backends take the server's root, as Ollama's does.
+        url = f"http://127.0.0.1:{port}" + ("" if backend in _ROOT_URL_TYPES else "/v1")
         lines.append(f"  {name}: {{type: {backend}, url: '{url}'}}")
         if name != "bench":
             routes.append(

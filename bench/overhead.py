@@ -2,8 +2,9 @@
 against that backend called directly, by the same load generator in the same run.
 
 It starts ``fast_backend.py`` and ``llmbridge serve`` pointed at it (``--dialect``:
-``openai``, ``ollama`` or ``responses`` for both targets; ``--gateway-backend`` picks the
-gateway's backend type), and runs four cells, each against DIRECT and GATEWAY in
+``openai``, ``ollama``, ``responses``, ``anthropic`` or ``gemini`` for both targets;
+``--gateway-backend`` picks the gateway's backend type, by default the dialect's own, so
+a run measures that dialect's relay), and runs four cells, each against DIRECT and GATEWAY in
 alternating rounds (D G G D ...: drift cancels) after a warm-up (``load.py``):
 
 - ``nonstream-c1``: one request at a time, a short reply: added p50 latency (ms);
@@ -53,6 +54,8 @@ from http_clients import make_client
 from load import Cell, Runner, Target, figure, summarise, table
 
 CELL_KEYS = ("nonstream-c1", "stream-c1", "nonstream-c64", "stream-c64")
+DIALECTS = ("openai", "ollama", "responses", "anthropic", "gemini")
+BACKEND_TYPES = ("openai", "ollama", "openai_responses", "anthropic", "gemini")
 _VERDICT = ("metric", "direct", "gateway", "added", "target", "result", "value")
 
 
@@ -194,8 +197,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "with a second gateway, measured in the same rounds, and compare",
     )
     add = parser.add_argument
-    add("--dialect", choices=("openai", "ollama", "responses"), default="openai")
-    add("--gateway-backend", choices=("openai", "ollama", "openai_responses"), help="its type")
+    add("--dialect", choices=DIALECTS, default="openai")
+    add("--gateway-backend", choices=BACKEND_TYPES, help="its type (default: the dialect's)")
     add("--requests", type=int, help="c1: N, stream-c1 N/8, c64 2N, stream-c64 N/4 (10000; 500)")
     add("--chunks", type=int, default=200, help="pieces per streamed reply")
     add("--nonstream-chunks", type=int, default=16, help="pieces per non-streamed reply")
