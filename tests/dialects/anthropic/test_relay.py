@@ -23,8 +23,8 @@ from llmbridge.core.relay import RelayBody
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason
 from llmbridge.dialects.anthropic import decode_chat_request, decode_chat_stream
+from llmbridge.dialects.anthropic.as_written import sent_as_written
 from llmbridge.dialects.anthropic.relay import MessageStreamRelay, relay_reply, relay_request
-from llmbridge.dialects.anthropic.request import sent_as_written
 from llmbridge.dialects.carried import CARRIED_PREFIX
 from tests.dialects.anthropic.sse import aiter_sse, fixture
 from tests.dialects.relay_cuts import cut, feed_until_stopped

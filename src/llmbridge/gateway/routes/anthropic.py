@@ -8,7 +8,7 @@ route of its own matches it.
 
 Where some backend relays Anthropic (the pass-through path, core/relay.py), the body is
 kept beside the decoded request when it may go out as the client wrote it
-(``request.sent_as_written``); a discovery id is then the gateway's name in it too, so
+(``as_written.sent_as_written``); a discovery id is then the gateway's name in it too, so
 the backend and the reply say the name the translated path says.
 """
 
@@ -26,9 +26,9 @@ from llmbridge.core.hosted_mcp import hosted_mcp_of
 from llmbridge.core.relay import RelayBody
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic
+from llmbridge.dialects.anthropic.as_written import sent_as_written
 from llmbridge.dialects.anthropic.mcp_reply import encode_hosted_response, encode_hosted_stream
 from llmbridge.dialects.anthropic.model_list import listed_name
-from llmbridge.dialects.anthropic.request import sent_as_written
 from llmbridge.dialects.anthropic.stream import error_event
 from llmbridge.dialects.framing import dumps
 from llmbridge.features.anthropic_beta import parse_betas, with_betas
