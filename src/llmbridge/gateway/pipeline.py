@@ -293,6 +293,22 @@ Shortcut = Callable[[ChatRequest], Answer | None]
 how it is answered (Ollama's load and unload replies)."""
 
 
+async def read_codec_chat(
+    request: Request,
+    exchange: Exchange,
+    codec: ChatCodec,
+    decode: Callable[[Any, RequestLimits], ChatRequest],
+) -> ChatRequest:
+    """The request's body, ``decode``d (large bodies off the event loop: web/bodies.py),
+    and kept beside it for the pass-through path where some backend relays ``codec``'s
+    dialect (core/relay.py): a route of another dialect does not pay for the copy."""
+    state = exchange.state
+    relay = codec.relay_dialect
+    if relay is not None and relay in state.models.relayed_dialects:
+        return await read_relayable_chat(request, state.limits, decode, relay)
+    return await read_chat(request, state.limits, decode)
+
+
 def chat_endpoint(
     codec: ChatCodec,
     decode: Callable[[object, RequestLimits], ChatRequest],
@@ -309,13 +325,7 @@ def chat_endpoint(
 
     @exchanged(codec.endpoint, codec.dialect)
     async def endpoint(request: Request, exchange: Exchange) -> Response:
-        state = exchange.state
-        # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-        relay = codec.relay_dialect
-        if relay is not None and relay in state.models.relayed_dialects:  # the body kept
-            chat = await read_relayable_chat(request, state.limits, decode, relay)
-        else:
-            chat = await read_chat(request, state.limits, decode)
+        chat = await read_codec_chat(request, exchange, codec, decode)
         exchange.asked(chat.model, streamed=chat.stream)
         if shortcut is not None and (answer := shortcut(chat)) is not None:
             exchange.admit_model(chat.model, refuse=True)  # as a chat would be

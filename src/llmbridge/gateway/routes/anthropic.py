@@ -35,9 +35,9 @@ from llmbridge.features.anthropic_beta import parse_betas, with_betas
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.gateway.hosted.serve import HostedCodec, serve_hosted
-from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, serve_chat
+from llmbridge.gateway.pipeline import ChatCodec, count_chat_tokens, read_codec_chat, serve_chat
 from llmbridge.serving.router import ModelRouter
-from llmbridge.web.bodies import read_chat, read_relayable_chat
+from llmbridge.web.bodies import read_chat
 from llmbridge.web.render import Dialect
 
 __all__ = ["discovered_model", "routes"]
@@ -92,13 +92,7 @@ def _renamed(relay: RelayBody | None, model: str) -> RelayBody | None:
 
 async def _read(request: Request, exchange: Exchange) -> ChatRequest:
     """The body decoded, kept for the pass-through path where it may relay."""
-    state = exchange.state
-    # Large bodies are parsed and decoded off the event loop (web/bodies.py).
-    if MESSAGES.relay_dialect not in state.models.relayed_dialects:
-        return await read_chat(request, state.limits, anthropic.decode_chat_request)
-    chat = await read_relayable_chat(
-        request, state.limits, anthropic.decode_chat_request, "anthropic"
-    )
+    chat = await read_codec_chat(request, exchange, MESSAGES, anthropic.decode_chat_request)
     if chat.relay is not None and not sent_as_written(chat.relay.body):
         chat = replace(chat, relay=None)  # the translated path rewrites something
     return chat

@@ -50,8 +50,14 @@ from llmbridge.dialects.gemini import stream as gemini_stream
 from llmbridge.gateway.exchange.admission import visible_models
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
-from llmbridge.gateway.pipeline import ChatCodec, counted_tokens, serve_chat, serve_embed
-from llmbridge.web.bodies import read_chat, read_json, read_relayable_chat
+from llmbridge.gateway.pipeline import (
+    ChatCodec,
+    counted_tokens,
+    read_codec_chat,
+    serve_chat,
+    serve_embed,
+)
+from llmbridge.web.bodies import read_json
 from llmbridge.web.render import GEMINI_METHODS, Dialect, is_gemini_client
 
 __all__ = ["routes", "unknown_methods"]
@@ -140,16 +146,11 @@ async def stream_generate_content(request: Request, exchange: Exchange) -> Respo
 
 
 async def _generate(request: Request, exchange: Exchange, *, stream: bool) -> Response:
-    state = exchange.state
     codec = _codec_for(stream, _alt(request))
     model = _model_name(request.path_params["model"])
     exchange.asked(model, streamed=stream)
     decode = partial(gemini_request.decode_chat_request, model=model, stream=stream)
-    relay = codec.relay_dialect
-    if relay is not None and relay in state.models.relayed_dialects:  # the body kept
-        chat = _relayable(await read_relayable_chat(request, state.limits, decode, relay), model)
-    else:
-        chat = await read_chat(request, state.limits, decode)
+    chat = _relayable(await read_codec_chat(request, exchange, codec, decode), model)
     return await serve_chat(request, chat, codec, exchange=exchange)
 
 
