@@ -103,3 +103,84 @@ def test_an_in_band_error_after_the_first_chunk_ends_the_relayed_stream() -> Non
     relayed = [e for e in events if isinstance(e, Relayed)]
     assert relayed[-1].data.startswith(error) and relayed[-1].error is not None
     assert "overloaded" in str(relayed[-1].error)
+
+
+def _chunk(body: dict[str, object], *, spaced: bool = False) -> bytes:
+    payload = orjson.dumps(body)
+    if spaced:
+        payload = payload.replace(b'"usage":null', b'"usage" : null')
+    return b"data: " + payload + b"\n\n"
+
+
+def _delta(delta: dict[str, object], **more: object) -> dict[str, object]:
+    return BASE | {"choices": [{"index": 0, "delta": delta, **more}], "usage": None}
+
+
+PALETTE = [
+    _chunk(_delta({"content": 'a "quoted"\nline: data: [x]'})),
+    _chunk(_delta({"content": "tok "})),
+    _chunk(_delta({"content": "spaced"}), spaced=True),
+    _chunk(_delta({"reasoning_content": "think"})),
+    _chunk(_delta({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":1}'}}]})),
+    _chunk(BASE | {"model": "other", "choices": [{"index": 0, "delta": {"content": "o"}}]}),
+    _chunk(BASE | {"model": "public", "choices": [{"index": 0, "delta": {"content": "p"}}]}),
+    _chunk(BASE | {"choices": [{"index": 0, "delta": {"content": "n"}}]}),  # no usage key
+    _chunk(_delta({}, finish_reason="stop")),
+    _chunk(BASE | {"choices": [], "usage": USAGE}),
+    _chunk(BASE | {"choices": [{"index": 0, "delta": {"content": "u"}}], "usage": USAGE}),
+    b": keep-alive\n\n",
+    b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
+    b"data: [DONE]\n\n",
+    b"data: [1, 2]\n\n",
+]
+"""Frames of every kind a relayed stream reads, each as a read of its own or among many."""
+
+
+def _outcome(reads: list[bytes], client_model: str | None, strip: bool) -> object:
+    try:
+        events = _relay(reads, client_model=client_model, strip=strip)
+    except BackendProtocolError as exc:
+        return ("protocol error", str(exc))
+    relayed = [e for e in events if isinstance(e, Relayed)]
+    end = events[-1]
+    return (
+        b"".join(e.data for e in relayed),
+        "".join(e.text for e in relayed),
+        [str(e.error) for e in relayed if e.error is not None],
+        (end.stop_reason, end.usage, end.stop_sequence) if isinstance(end, ResponseEnd) else None,
+    )
+
+
+@given(
+    st.lists(st.sampled_from(PALETTE), max_size=14),
+    st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=14),
+    st.sampled_from([None, "public"]),
+    st.booleans(),
+)
+def test_many_frames_a_read_relay_and_read_as_a_frame_a_read_does(
+    frames: list[bytes], sizes: list[int], client_model: str | None, strip: bool
+) -> None:
+    # Reads of several whole frames (one parse for a run of them), the stream's first
+    # chunk among them or not, against a frame a read.
+    first = _chunk(_delta({"role": "assistant", "content": ""}))
+    error = PALETTE[12]
+    if error in frames:  # the stream ends there; the rest of its read goes on as it came
+        frames = frames[: frames.index(error) + 1]
+    grouped: list[bytes] = []
+    rest = [first, *frames]
+    for size in sizes * len(rest):
+        if not rest:
+            break
+        grouped.append(b"".join(rest[:size]))
+        rest = rest[size:]
+    single = [first, *frames]
+    assert _outcome(grouped, client_model, strip) == _outcome(single, client_model, strip)
+
+
+def test_a_read_of_many_frames_is_changed_as_each_frame_would_be() -> None:
+    frames = [_chunk(_delta({"content": f"t{i}"})) for i in range(5)]
+    finish = _chunk(_delta({}, finish_reason="stop")) + b"data: [DONE]\n\n"
+    reads = [_chunk(_delta({"content": ""})), b"".join(frames), finish]
+    relayed = [e for e in _relay(reads, "public", strip=True) if isinstance(e, Relayed)]
+    assert relayed[1].text == "t0t1t2t3t4"
+    assert relayed[1].data.count(b'"model":"public"') == 5 and b"usage" not in relayed[1].data
