@@ -416,14 +416,14 @@ def test_templated_generate_to_an_openai_compatible_server_is_a_chat(
     gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
 ) -> None:
     fake, _ = upstream
-    chunk = {
+    reply_whole = {  # asked for whole, as the client asks for it
         "id": "c",
-        "object": "chat.completion.chunk",
+        "object": "chat.completion",
         "created": 1,
         "model": "m",
-        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}],
     }
-    fake.queue.append(Canned(chunks=sse(chunk, "[DONE]"), media_type="text/event-stream"))
+    fake.queue.append(Canned(chunks=[orjson.dumps(reply_whole)], media_type="application/json"))
     reply = ollama_client(gateway.url).generate(model="oai-chat", prompt="hello")
     assert reply.response == "hi"
     assert fake.paths[-1] == "/v1/chat/completions"

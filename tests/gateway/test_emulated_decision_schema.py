@@ -29,17 +29,21 @@ TOOL = {
 }
 
 
-def _openai_stream(text: str) -> Canned:
-    chunk = {
+def _openai_reply(text: str) -> Canned:
+    """An OpenAI-compatible server's reply, sent whole (the gateway asks for it whole)."""
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": "stop",
+    }
+    reply = {
         "id": "c1",
-        "object": "chat.completion.chunk",
+        "object": "chat.completion",
         "created": 1,
         "model": "m",
-        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+        "choices": [choice],
     }
-    end = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-    frames = [f"data: {orjson.dumps(f).decode()}\n\n".encode() for f in (chunk, end)]
-    return Canned(chunks=[*frames, b"data: [DONE]\n\n"], media_type="text/event-stream")
+    return Canned(chunks=[orjson.dumps(reply)], media_type="application/json")
 
 
 def _ollama_stream(text: str) -> Canned:
@@ -105,7 +109,7 @@ def test_the_decision_is_held_to_its_schema_where_the_backend_can(
 ) -> None:
     fake, _ = upstream
     openai_api = model in ("llamacpp", "plain")
-    fake.queue.append(_openai_stream(DECISION) if openai_api else _ollama_stream(DECISION))
+    fake.queue.append(_openai_reply(DECISION) if openai_api else _ollama_stream(DECISION))
     _ask(gateway, model)
     sent = _sent_format(fake, model)
     if model == "plain":  # no json_schema unless the configuration says the server has it

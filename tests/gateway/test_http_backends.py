@@ -49,6 +49,15 @@ def ok_stream(chunk_id: str = "c") -> list[bytes]:
     )
 
 
+def ok_reply(chunk_id: str = "c", **headers: str) -> Canned:
+    """An OpenAI-compatible server's reply sent whole, ``ok``: what a request the client
+    wants whole is answered with (the backend is asked for it whole)."""
+    message = {"role": "assistant", "content": "ok"}
+    reply = {"id": chunk_id, "object": "chat.completion", "created": 1, "model": "x"}
+    reply["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+    return Canned(media_type="application/json", chunks=[orjson.dumps(reply)], headers=headers)
+
+
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[FakeUpstream, RunningServer]]:
     fake = FakeUpstream()
@@ -189,12 +198,18 @@ def test_openai_client_over_openai_compat_with_reasoning_and_combined_chunk(
         )
     )
     client = openai_client(gateway.url)
-    reply = client.chat.completions.create(
-        model="oai-model", messages=[{"role": "user", "content": "hi"}]
+    chunks = list(
+        client.chat.completions.create(
+            model="oai-model",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
     )
-    message = reply.choices[0].message
-    assert message.content == "Hello"
-    assert reply.usage is not None and reply.usage.completion_tokens == 2
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Hello"
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 2
     sent = orjson.loads(fake.bodies[-1])
     assert sent["model"] == "oai-model" and sent["stream"] is True
     assert sent["stream_options"] == {"include_usage": True}
@@ -216,12 +231,35 @@ def test_anthropic_thinking_over_openai_compat(
             ),
         )
     )
-    reply = anthropic_client(gateway.url).messages.create(
+    with anthropic_client(gateway.url).messages.stream(
         model="oai-r1", max_tokens=32, messages=[{"role": "user", "content": "?"}]
-    )
+    ) as stream:
+        reply = stream.get_final_message()
     assert [b.type for b in reply.content] == ["thinking", "text"]
     assert reply.content[0].type == "thinking" and reply.content[0].thinking == "step 1"
     assert reply.content[1].type == "text" and reply.content[1].text == "42"
+
+
+def test_a_reply_the_client_wants_whole_is_asked_for_whole(
+    gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    """A translated request the client wants whole asks the OpenAI-compatible backend for
+    a whole reply (no stream to decode chunk by chunk), and the reply's reasoning, text
+    and counts reach the client as a stream's would."""
+    fake, _ = upstream
+    message = {"role": "assistant", "reasoning_content": "step 1", "content": "42"}
+    reply = {"id": "c9", "object": "chat.completion", "created": 1, "model": "x"}
+    reply["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+    reply["usage"] = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    fake.queue.append(Canned(media_type="application/json", chunks=[orjson.dumps(reply)]))
+    answer = anthropic_client(gateway.url).messages.create(
+        model="oai-r1", max_tokens=32, messages=[{"role": "user", "content": "?"}]
+    )
+    assert [b.type for b in answer.content] == ["thinking", "text"]
+    assert answer.content[1].type == "text" and answer.content[1].text == "42"
+    assert (answer.usage.input_tokens, answer.usage.output_tokens) == (3, 2)
+    sent = orjson.loads(fake.bodies[-1])
+    assert sent["stream"] is False and "stream_options" not in sent
 
 
 @pytest.mark.parametrize("model", ["m", "oai-m"])
@@ -229,13 +267,14 @@ def test_upstream_connections_are_reused(
     gateway: RunningServer, upstream: tuple[FakeUpstream, RunningServer], model: str
 ) -> None:
     """Decoders stop at the final frame; the transport drains the body's tail so the
-    next request reuses the connection instead of opening a new one."""
+    next request reuses the connection instead of opening a new one (the Ollama
+    backend's stream; an OpenAI-compatible backend is asked for a whole reply here,
+    read to its end)."""
     fake, _ = upstream
     client = openai_client(gateway.url)
     for _ in range(3):
-        if model.startswith("oai-"):
-            chunks = ok_stream()
-            fake.queue.append(Canned(media_type="text/event-stream", chunks=chunks, end_delay=0.05))
+        if model.startswith("oai-"):  # asked whole: one body, read to its end
+            fake.queue.append(ok_reply())
         else:
             fake.queue.append(
                 Canned(
@@ -258,7 +297,9 @@ def test_upstream_connections_are_reused(
 
 async def _one_chat(backend: OpenAICompatBackend, fake: FakeUpstream) -> None:
     fake.queue.append(Canned(media_type="text/event-stream", chunks=ok_stream()))
-    request = ChatRequest(model="x", messages=[Message(role="user", parts=(TextPart("hi"),))])
+    request = ChatRequest(
+        model="x", messages=[Message(role="user", parts=(TextPart("hi"),))], stream=True
+    )
     events = [event async for event in backend.chat(request)]
     assert events, "the backend answered nothing"
 
@@ -308,20 +349,9 @@ def test_a_cookie_a_backend_sets_is_not_sent_on_later_requests(
     """One upstream session serves every caller: a ``Set-Cookie`` in one caller's reply
     must not ride along on the next caller's request."""
     fake, _ = upstream
-    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
-    chunks = sse(
-        base | {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]},
-        "[DONE]",
-    )
     client = openai_client(gateway.url)
     for _ in range(2):
-        fake.queue.append(
-            Canned(
-                media_type="text/event-stream",
-                chunks=chunks,
-                headers={"set-cookie": "session=first-callers; Path=/"},
-            )
-        )
+        fake.queue.append(ok_reply(**{"set-cookie": "session=first-callers; Path=/"}))
         reply = client.chat.completions.create(
             model="named-model", messages=[{"role": "user", "content": "hi"}]
         )
@@ -424,7 +454,7 @@ def test_an_ollama_repeat_penalty_reaches_an_openai_backend_as_frequency_penalty
     gets the converted frequency_penalty, and the reply says what was fitted."""
     fake, _ = upstream
     for _ in range(2):
-        fake.queue.append(Canned(media_type="text/event-stream", chunks=ok_stream("c1")))
+        fake.queue.append(ok_reply("c1"))
     reply = ollama_client(gateway.url).chat(
         model="oai-x",
         messages=[{"role": "user", "content": "hi"}],

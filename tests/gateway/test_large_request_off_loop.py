@@ -123,7 +123,9 @@ def test_a_small_request_is_encoded_and_counted_in_place(
         assert stream.get_final_message().content[0].type == "text"
     assert encode.on_loop == [True]
     assert count.on_loop == [True]
-    fake.queue.append(Canned(media_type="text/event-stream", chunks=_REPLY))
+    whole = _CHUNK | {"object": "chat.completion"}  # asked whole, as the client asks
+    whole["choices"] = [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}]
+    fake.queue.append(Canned(media_type="application/json", chunks=[orjson.dumps(whole)]))
     reply = openai_client(gateway.url).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}]
     )

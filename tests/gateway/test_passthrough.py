@@ -176,8 +176,8 @@ def test_a_reply_sent_whole_is_the_backends_json(
     relayed = _post(gateway, key, _chat("m"))
     assert relayed.content == orjson.dumps(REPLY)
     assert orjson.loads(fake.bodies[-1]) == _chat("m")  # not made a stream
-    fake.queue.append(Canned(media_type="text/event-stream", chunks=stream()))
-    translated = _post(gateway, key, _chat("translated")).json()
+    fake.queue.append(Canned(media_type="application/json", chunks=[orjson.dumps(REPLY)]))
+    translated = _post(gateway, key, _chat("translated")).json()  # asked whole too
     assert translated["choices"][0]["message"]["content"] == "Hello there."
     assert translated["usage"]["completion_tokens"] == relayed.json()["usage"]["completion_tokens"]
     row = _row(database, relayed.headers["x-request-id"])

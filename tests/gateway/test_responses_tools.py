@@ -267,6 +267,33 @@ def _broken_calls() -> list[bytes]:
     ]
 
 
+def _whole(frames: list[bytes]) -> Canned:
+    """The reply ``frames`` stream, sent whole (a request the client wants whole asks
+    the backend for a whole reply): the same calls, each fragment after a call's id
+    appended to that call's arguments."""
+    calls: list[dict[str, Any]] = []
+    content, finish = "", None
+    for frame in frames:
+        payload = frame.removeprefix(b"data: ").strip()
+        if payload == b"[DONE]":
+            continue
+        choice = orjson.loads(payload)["choices"][0]
+        finish = choice["finish_reason"] or finish
+        delta = choice["delta"]
+        content += delta.get("content") or ""
+        for call in delta.get("tool_calls", []):
+            if call.get("id"):
+                calls.append({"id": call["id"], "type": "function", "function": {}})
+                calls[-1]["function"] = {"name": call["function"]["name"], "arguments": ""}
+            calls[-1]["function"]["arguments"] += call["function"]["arguments"]
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = calls
+    reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000}
+    reply |= {"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+    return Canned(chunks=[orjson.dumps(reply)], media_type="application/json")
+
+
 HEALED = [
     ("function_call", "shell", {"command": "ls"}),
     ("function_call", "read", {"path": "/tmp/a b"}),
@@ -289,7 +316,10 @@ def test_broken_arguments_are_healed(
     healing: RunningServer, upstream: tuple[FakeUpstream, RunningServer], stream: bool
 ) -> None:
     fake, _ = upstream
-    fake.queue.append(Canned(chunks=_broken_calls(), media_type="text/event-stream"))
+    broken = _broken_calls()
+    fake.queue.append(
+        Canned(chunks=broken, media_type="text/event-stream") if stream else _whole(broken)
+    )
     client = openai_client(healing.url)
     options: dict[str, Any] = {
         "model": "m",
@@ -319,7 +349,7 @@ def test_healed_calls_round_trip(
 ) -> None:
     """What the client sends back is the healed call, so the backend sees it too."""
     fake, _ = upstream
-    fake.queue.append(Canned(chunks=_broken_calls(), media_type="text/event-stream"))
+    fake.queue.append(_whole(_broken_calls()))
     client = openai_client(healing.url)
     tools: list[Any] = [SHELL, READ, APPLY_PATCH]
     first = client.responses.create(model="m", input="go", tools=tools)
@@ -332,7 +362,7 @@ def test_healed_calls_round_trip(
         for number, item in enumerate(first.output)
     ]
     answer = [_chunk({"role": "assistant", "content": "done"}), _chunk({}, "stop")]
-    fake.queue.append(Canned(chunks=[*answer, b"data: [DONE]\n\n"], media_type="text/event-stream"))
+    fake.queue.append(_whole([*answer, b"data: [DONE]\n\n"]))
     reply = client.responses.create(
         model="m",
         tools=tools,
