@@ -25,6 +25,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmbridge.accounts import routes as admin_api
@@ -76,7 +77,7 @@ from llmbridge.web.render import (
     error_response,
     new_request_id,
 )
-from llmbridge.web.routing import IndexedRouter
+from llmbridge.web.routing import HotRoutes, IndexedRouter
 from llmbridge.web.streaming import SERVER_SEND
 
 if TYPE_CHECKING:
@@ -300,6 +301,11 @@ _EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response
 }
 
 
+def _exchanged_route(route: Route) -> bool:
+    """A route of the model API (gateway/exchange/handler.py): ``HotRoutes`` serves it."""
+    return bool(getattr(route.endpoint, EXCHANGED, False))
+
+
 class GatewayApp(Starlette):
     """Starlette, with the server's own ``send`` in the request task's context for a
     streamed body's chunks (web/streaming.py ``SERVER_SEND``)."""
@@ -439,6 +445,10 @@ def create_app(
     app.state.gateway = state
     app.state.agent = agent  # what agent/routes.py reads
     app.state.accounts = state.accounts  # what accounts/routes.py reads
+    # Innermost: the chat routes past Starlette's router and its wrappers (web/routing.py).
+    app.add_middleware(
+        HotRoutes, router=app.router, handlers=_EXCEPTION_HANDLERS, serves=_exchanged_route
+    )
     app.add_middleware(_AuthMiddleware, accounts=state.accounts)
 
     app.add_middleware(
