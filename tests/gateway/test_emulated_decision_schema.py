@@ -46,14 +46,16 @@ def _openai_reply(text: str) -> Canned:
     return Canned(chunks=[orjson.dumps(reply)], media_type="application/json")
 
 
-def _ollama_stream(text: str) -> Canned:
-    frames = [
-        {"model": "m", "created_at": "2026-01-01T00:00:00Z",
-         "message": {"role": "assistant", "content": text}, "done": False},
-        {"model": "m", "created_at": "2026-01-01T00:00:00Z",
-         "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"},
-    ]  # fmt: skip
-    return Canned(chunks=[orjson.dumps(f) + b"\n" for f in frames])
+def _ollama_reply(text: str) -> Canned:
+    """An Ollama server's reply, sent whole (the gateway asks for it whole)."""
+    reply = {
+        "model": "m",
+        "created_at": "2026-01-01T00:00:00Z",
+        "message": {"role": "assistant", "content": text},
+        "done": True,
+        "done_reason": "stop",
+    }
+    return Canned(chunks=[orjson.dumps(reply)], media_type="application/json")
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +111,7 @@ def test_the_decision_is_held_to_its_schema_where_the_backend_can(
 ) -> None:
     fake, _ = upstream
     openai_api = model in ("llamacpp", "plain")
-    fake.queue.append(_openai_reply(DECISION) if openai_api else _ollama_stream(DECISION))
+    fake.queue.append(_openai_reply(DECISION) if openai_api else _ollama_reply(DECISION))
     _ask(gateway, model)
     sent = _sent_format(fake, model)
     if model == "plain":  # no json_schema unless the configuration says the server has it

@@ -182,8 +182,9 @@ def test_a_reply_sent_whole_is_the_backends_json(
     assert relayed.headers["x-llmbridge-path"] == "passthrough"
     assert relayed.content == reply()
     assert orjson.loads(fake.bodies[-1]) == _chat("m", stream=False)  # not made a stream
-    fake.queue.append(Canned(chunks=stream()))  # the translated path always streams
+    fake.queue.append(Canned(media_type="application/json", chunks=[reply()]))  # asked whole too
     translated = _post(gateway, key, _chat("translated", stream=False))
+    assert orjson.loads(fake.bodies[-1])["stream"] is False
     assert _read(relayed.content) == _read(translated.content)
     one, _ = rows_alike(database, KEY_NAME, (relayed, translated))
     assert (one["status"], one["input_tokens"], one["output_tokens"]) == (200, 11, 3)
