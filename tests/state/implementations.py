@@ -20,6 +20,9 @@ State = LocalState | RedisState | FailoverState
 """Every implementation of the shared-state contract."""
 KINDS = ["local", "redis", "failover"]
 """The implementations by name: a ``state`` fixture's parameters."""
+TEST_SOCKET_TIMEOUT_S = 1.0
+"""The least socket timeout (and so Redis-side deadline) of a test's ``RedisState``,
+before scaling (``redis_state``)."""
 
 
 def redis_state(url: str, **options: Any) -> RedisState:
@@ -29,8 +32,10 @@ def redis_state(url: str, **options: Any) -> RedisState:
     deadlines the tests would otherwise apply unscaled: beside busy loops a starved
     redis-server ran a script after them (a LateCallError, or the failover serving
     locally), and a burst of a hundred calls waited longer than a second for the pool.
-    A test that is about those deadlines passes its own."""
-    options.setdefault("socket_timeout_s", scaled(SOCKET_TIMEOUT_S))
+    Even scaled, 0.25 s was too short once on a 2-core CI run: a settle gathered with 20
+    admissions ran past it (a LateCallError), so a test gets at least 1 s, scaled. A test
+    that is about those deadlines passes its own."""
+    options.setdefault("socket_timeout_s", scaled(max(SOCKET_TIMEOUT_S, TEST_SOCKET_TIMEOUT_S)))
     options.setdefault("pool_wait_s", scaled(POOL_WAIT_S))
     return RedisState(url, **options)
 
