@@ -50,9 +50,11 @@ from llmbridge.core.errors import (
     LLMBridgeError,
 )
 from llmbridge.core.events import StreamEvent
+from llmbridge.core.replay import events_from_response
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import DEFAULT_LIMITS
 from llmbridge.core.request_size import larger_than
+from llmbridge.core.response import ChatResponse
 
 __all__ = [
     "HTTPSettings",
@@ -320,6 +322,21 @@ class HTTPTransport:
         if larger_than(request, self.settings.offload_bytes):
             return await asyncio.to_thread(_encode_json, encode, request)
         return _encode_json(encode, request)
+
+    async def whole(
+        self,
+        path: str,
+        request: ChatRequest,
+        encode: Callable[[ChatRequest], object],
+        decode: Callable[[object], ChatResponse],
+    ) -> list[StreamEvent]:
+        """A chat the client wants whole, asked for whole: ``request`` encoded (as
+        ``encode`` does it), sent to ``path``, its one reply ``decode``d, as the events
+        that accumulate back to it (``core/replay.py``). One body decoded, where a stream
+        was decoded chunk by chunk and accumulated again."""
+        body = await self.encode(request, encode)
+        reply = await self.request_json("POST", path, body)
+        return events_from_response(decode(reply))
 
     @asynccontextmanager
     async def stream(

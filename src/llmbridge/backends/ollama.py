@@ -29,7 +29,6 @@ from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo, ModelOperation
-from llmbridge.core.replay import events_from_response
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import ollama as dialect
@@ -86,11 +85,9 @@ class OllamaBackend(Backend):
         else:
             path, encode = "/api/chat", dialect.encode_chat_request
         if not request.stream and request.completion is None:
-            # A chat the client wants whole is asked for whole: one body decoded, where
-            # a stream's every line went through the decoder and back together.
-            body = await self._http.encode(request, encode)
-            reply = await self._http.request_json("POST", path, body)
-            for event in events_from_response(dialect.decode_chat_response(reply)):
+            for event in await self._http.whole(
+                path, request, encode, dialect.decode_chat_response
+            ):
                 yield event
             return
         body = await self._http.encode(replace(request, stream=True), encode)

@@ -18,7 +18,6 @@ from llmbridge.backends.base import Backend, BackendHealth, Capabilities
 from llmbridge.backends.http import HTTPSettings, HTTPTransport, RelayCall
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
-from llmbridge.core.replay import events_from_response
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
 from llmbridge.dialects import openai as dialect
@@ -88,11 +87,9 @@ class OpenAICompatBackend(Backend):
         else:
             path, encode = "chat/completions", dialect.encode_chat_request
         if not request.stream and path == "chat/completions":
-            # A reply the client wants whole is asked for whole: one body decoded, where
-            # a stream's every chunk went through the stream decoder and back together.
-            body = await self._http.encode(request, encode)
-            reply = await self._http.request_json("POST", path, body)
-            for event in events_from_response(dialect.decode_chat_response(reply)):
+            for event in await self._http.whole(
+                path, request, encode, dialect.decode_chat_response
+            ):
                 yield event
             return
         body = await self._http.encode(replace(request, stream=True), encode)

@@ -269,8 +269,12 @@ class ChatStreamRelay:
         except orjson.JSONDecodeError:
             return [], 0
         reading = self._reading
-        before = (reading.usage, reading.finish_reason, reading.stop_sequence)
-        tool_call_before = reading.saw_tool_call
+        before = (
+            reading.usage,
+            reading.finish_reason,
+            reading.stop_sequence,
+            reading.saw_tool_call,
+        )
         texts: list[str] = []
         taken, nulls, renames, said = self._read_run(chunks, texts)
         cut = len(data)
@@ -279,8 +283,9 @@ class ChatStreamRelay:
             for _ in range(taken):
                 cut = data.index(b"\n\n", cut) + 2
         out = data[:cut]
-        if nulls:  # as OpenAI and vLLM spell it, once a frame, or each frame alone
+        if nulls:
             out = out.replace(_NULL_USAGE, b"")
+        # Each null taken out once, as OpenAI and vLLM spell it; else frame by frame.
         as_changed = taken > 0 and len(out) == cut - nulls * len(_NULL_USAGE)
         if renames and as_changed:
             spelled = b'"model":' + orjson.dumps(said)
@@ -288,8 +293,9 @@ class ChatStreamRelay:
             out = out.replace(spelled, b'"model":' + orjson.dumps(self._client_model))
         if not as_changed:
             # Read frame by frame instead: what this run noted is taken back.
-            reading.usage, reading.finish_reason, reading.stop_sequence = before
-            reading.saw_tool_call = tool_call_before
+            reading.usage, reading.finish_reason, reading.stop_sequence, reading.saw_tool_call = (
+                before
+            )
             return [], 0
         events: list[StreamEvent] = []
         if not self._started:
