@@ -3,11 +3,12 @@
 A raw ASGI app under uvicorn (httptools, uvloop: what ``llmbridge serve`` runs) that
 forwards OpenAI chat completions to the configured backend with aiohttp (what
 llmbridge's HTTP backends use), doing nothing else: no routing, validation, neutral
-events, keys, metrics or ledger; one pooled aiohttp session. A non-streamed request is
-asked for streamed and its content joined into one answer, as llmbridge does; a
-streamed one is relayed byte for byte as it arrives, with no decoding at all: the floor
-of any streaming proxy on this stack, below what a gateway that translates between
-dialects can reach. Not a gateway: llmbridge's own cost is the difference.
+events, keys, metrics or ledger; one pooled aiohttp session. The request is parsed once
+(to know whether it streams) and forwarded as it came; a non-streamed reply goes back
+whole, as llmbridge asks for one; a streamed one is relayed byte for byte as it arrives,
+with no decoding at all: the floor of any streaming proxy on this stack, below what a
+gateway that translates between dialects can reach. Not a gateway: llmbridge's own cost
+is the difference.
 
 ``overhead`` starts it in the gateway's place and measures it the same way::
 
@@ -70,8 +71,7 @@ class FloorProxy:
         streamed = bool(request.get("stream"))
         assert self.session is not None
         headers = {"content-type": "application/json"}
-        data = body if streamed else orjson.dumps({**request, "stream": True})
-        async with self.session.post(self.url, data=data, headers=headers) as reply:
+        async with self.session.post(self.url, data=body, headers=headers) as reply:
             start = {"type": "http.response.start", "status": 200, "headers": _HEAD}
             if streamed:
                 start["headers"] = [(b"content-type", b"text/event-stream")]
@@ -85,9 +85,9 @@ class FloorProxy:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": pending})
                 return
-            whole = b"".join([chunk async for chunk in reply.content.iter_any()])
+            whole = await reply.read()
         await send(start)
-        await send({"type": "http.response.body", "body": _joined(whole)})
+        await send({"type": "http.response.body", "body": whole})
 
 
 def _reencoded(data: bytes) -> tuple[bytes, bytes]:
@@ -103,20 +103,6 @@ def _reencoded(data: bytes) -> tuple[bytes, bytes]:
         if event:
             out.append(event + b"\n\n")
     return b"".join(out), data[cut + 2 :]
-
-
-def _joined(streamed: bytes) -> bytes:
-    """The chat completion made of a streamed reply's content pieces."""
-    pieces, model = [], ""
-    for line in streamed.split(b"\n"):
-        if line.startswith(b"data: {"):
-            chunk = orjson.loads(line[6:])
-            model = chunk.get("model", model)
-            pieces += [c["delta"]["content"] for c in chunk["choices"] if c["delta"].get("content")]
-    message = {"role": "assistant", "content": "".join(pieces)}
-    choice = {"index": 0, "message": message, "finish_reason": "stop"}
-    answer = {"id": "chatcmpl-floor", "object": "chat.completion", "created": 0, "model": model}
-    return orjson.dumps(answer | {"choices": [choice]})
 
 
 def main() -> None:
