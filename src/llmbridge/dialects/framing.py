@@ -19,6 +19,7 @@ __all__ = [
     "dumps",
     "escape_line_breaks",
     "ndjson_line",
+    "plain_data_run",
     "sse_event",
 ]
 
@@ -62,6 +63,28 @@ def sse_event(obj: Any, event: str | None = None) -> bytes:
     if event is None:
         return b"data: " + data + b"\n\n"
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def plain_data_run(data: bytes) -> list[Any] | None:
+    """The JSON values of ``data`` when it is whole SSE events that are each one
+    ``data: `` line of JSON and nothing else (LF line ends), each parsed as it is;
+    ``None`` for anything else (a comment, a named event, CR line ends, a cut event, a
+    payload that is not JSON, such as ``[DONE]``), for the caller to read an event at a
+    time. The OpenAI relay's fast path (dialects/openai/relay.py): how a relayed
+    stream's reads come once its backend outpaces the gateway (at 32 streams in flight
+    most reads hold many events, at times a whole stream). A line holds no LF (a JSON
+    string spells it ``\\n``), so events whose LFs are exactly their blank lines, each
+    but the last before ``data: ``, are events of one line each.
+    """
+    if not (data.startswith(b"data: ") and data.endswith(b"\n\n")):
+        return None
+    if data.count(b"\n") != 2 * (data.count(b"\n\ndata: ") + 1) or b"\r" in data:
+        return None
+    loads = orjson.loads
+    try:
+        return [loads(payload) for payload in data[6:-2].split(b"\n\ndata: ")]
+    except orjson.JSONDecodeError:
+        return None
 
 
 class _SSEFields:

@@ -45,30 +45,49 @@ def count_text_tokens(text: str) -> int:
 
 class TextTally:
     """``count_text_tokens`` of text that arrives in pieces (a stream's deltas), kept as
-    counts, never the text: the tokens of the words already ended, and the length of
-    the word the last piece ended inside (the next piece may go on with it). After any
-    pieces, ``tokens`` equals ``count_text_tokens`` of them joined."""
+    counts, not the text: the tokens of the words already ended, the length of the word
+    the counted text ended inside (the next piece may go on with it), and the pieces
+    not counted yet, at most ``PENDING_CHARS`` of them. After any pieces, ``tokens``
+    equals ``count_text_tokens`` of them joined.
 
-    __slots__ = ("_ended", "_open", "pieces")
+    Pieces are counted a batch at a time because a stream's deltas are a few characters
+    each: one split over a few thousand characters costs what one over a single delta
+    costs, so counting each delta as it passed was most of the meter's work on a
+    translated stream."""
+
+    __slots__ = ("_ended", "_open", "_pending", "_pending_chars", "pieces")
+
+    PENDING_CHARS = 4096
+    """The most characters held before they are counted (a stream's memory stays flat)."""
 
     def __init__(self) -> None:
         self._ended = 0
         self._open = 0
-        """The length of the word still open at the end of the last piece."""
+        """The length of the word still open at the end of the counted text."""
+        self._pending: list[str] = []
+        self._pending_chars = 0
         self.pieces = 0
         """Pieces added (empty ones too): whether anything was generated."""
 
     def add(self, text: str) -> None:
         self.pieces += 1
-        if not text:
-            return
+        if text:
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if self._pending_chars >= self.PENDING_CHARS:
+                self._count_pending()
+
+    def _count_pending(self) -> None:
+        text = "".join(self._pending)
+        self._pending.clear()
+        self._pending_chars = 0
         words = text.split()
         if not words:  # whitespace only: it ends the open word
             self._end_open()
             return
         lengths = [len(word) for word in words]
         if self._open and not text[0].isspace():
-            lengths[0] += self._open  # the open word goes on in this piece
+            lengths[0] += self._open  # the open word goes on in this text
         else:
             self._end_open()
         self._open = 0
@@ -83,6 +102,8 @@ class TextTally:
 
     @property
     def tokens(self) -> int:
+        if self._pending:
+            self._count_pending()
         return self._ended + (self._open + 3) // 4
 
 

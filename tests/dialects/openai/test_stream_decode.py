@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from llmbridge.core.errors import BackendError, BackendProtocolError
 from llmbridge.core.events import (
@@ -249,3 +252,76 @@ async def test_decoding_the_bytes_in_place_gives_what_httpx_sse_parsing_gives(
 async def _chunks(pieces: list[bytes]) -> AsyncIterator[bytes]:
     for piece in pieces:
         yield piece
+
+
+def _frame(payload: dict[str, object]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+_START = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+RUN_FRAMES = [
+    _frame(_START | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+    _frame(_START | {"choices": [{"index": 0, "delta": {"content": 'a "q"\nline: data: x'}}]}),
+    _frame(_START | {"choices": [{"index": 0, "delta": {"content": "tok "}}]}),
+    _frame(_START | {"choices": [{"index": 0, "delta": {"reasoning_content": "think"}}]}),
+    _frame(
+        _START
+        | {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]},
+                }
+            ]
+        }
+    ),
+    _frame(_START | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    _frame(_START | {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+    b'data: {"error": {"message": "overloaded"}}\n\n',
+]
+"""Events of one plain ``data:`` line of a JSON object each."""
+OTHER_FRAMES = [
+    b": keep-alive\n\n",
+    b"data: [DONE]\n\n",
+    b'event: error\ndata: {"message": "named"}\n\n',
+    b"data: [1, 2]\n\n",
+    b"data: 3\n\n",
+    b"data: {not json\n\n",
+    b'id: 7\ndata: {"id":"c","choices":[]}\n\n',
+    b'data: {"id":"c",\ndata: "choices":[]}\n\n',  # two data lines, joined by the parser
+    b'data: {"id":"c","choices":[]}\r\n\r\n',
+    b'data:{"id":"c","choices":[]}\n\n',
+    b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"\xff"}}]}\n\n',  # bad UTF-8
+]
+"""The other kinds of event an OpenAI-compatible stream may send, well-formed or not."""
+
+
+@example([RUN_FRAMES[7], RUN_FRAMES[2]], [3], False)  # events after an error in its read
+@given(
+    st.lists(st.one_of(st.sampled_from(RUN_FRAMES), st.sampled_from(OTHER_FRAMES)), max_size=12),
+    st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=12),
+    st.booleans(),
+)
+async def test_reads_of_many_events_decode_as_the_event_parser_does(
+    frames: list[bytes], sizes: list[int], cut: bool
+) -> None:
+    """Reads of several whole events of every kind, or cut anywhere, give the events
+    and the error httpx-sse's parser gives the same bytes."""
+    data = b"".join([RUN_FRAMES[0], *frames])
+    reads: list[bytes] = []
+    if cut:  # the byte counts as cut points, the reads not at event boundaries
+        at = 0
+        for size in sizes * len(data):
+            if at >= len(data):
+                break
+            reads.append(data[at : at + size * 17])
+            at += size * 17
+    else:
+        rest = [RUN_FRAMES[0], *frames]
+        for size in sizes * len(rest):
+            if not rest:
+                break
+            reads.append(b"".join(rest[:size]))
+            rest = rest[size:]
+    expected = await _outcome(decode_chat_stream(sse_events(reads)))
+    assert await _outcome(decode_chat_stream_bytes(_chunks(reads))) == expected

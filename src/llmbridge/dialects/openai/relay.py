@@ -29,6 +29,7 @@ from llmbridge.core.events import Relayed, ResponseEnd, StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import str_or_none
+from llmbridge.dialects.framing import plain_data_run
 from llmbridge.dialects.openai.response import decode_usage, stop_reason_for
 from llmbridge.dialects.openai.stream import in_band_error, response_start
 from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
@@ -253,21 +254,15 @@ class ChatStreamRelay:
         """The events of the frames at the start of ``data`` that are each one ``data:``
         line of one object, and where they end (0: none read). How a stream's reads come
         once the backend outpaces the gateway (at 32 streams in flight most of them, a
-        whole stream a read at times): parsed as one JSON array in one call, and the
+        whole stream a read at times): parsed by ``framing.plain_data_run``, and the
         counts and the model name changed with one replace each over the run, where
-        split, read and parsed a frame at a time cost three times as much. The run stops
+        split, read and changed a frame at a time cost three times as much. The run stops
         before a chunk ``_chunk`` would drop or change otherwise (the usage chunk the
         client did not ask for, a second model name) or that is an error."""
-        # A line of a frame holds no LF (a JSON string spells it ``\n``), so frames whose
-        # LFs are exactly their blank lines, each but the last before ``data: ``, are
-        # frames of one ``data:`` line each.
-        frames = data.count(b"\n\ndata: ") + 1
-        if data.count(b"\n") != 2 * frames:
+        chunks = plain_data_run(data)
+        if chunks is None:
             return [], 0
-        try:
-            chunks = orjson.loads(b"[" + data[6:-2].replace(b"\n\ndata: ", b",") + b"]")
-        except orjson.JSONDecodeError:
-            return [], 0
+        frames = len(chunks)
         reading = self._reading
         before = (
             reading.usage,
