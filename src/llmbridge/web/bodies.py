@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
@@ -144,7 +143,10 @@ def _relayable(
     chat = decode(body, limits)
     if not isinstance(body, dict):
         return chat  # decode refused anything else already
-    return replace(chat, relay=RelayBody(dialect, body, bytes(raw)))
+    # Set on the request decode just made, which nothing else holds yet: a
+    # ``dataclasses.replace`` of its sixteen fields was 2% of a relayed request's CPU.
+    object.__setattr__(chat, "relay", RelayBody(dialect, body, bytes(raw)))
+    return chat
 
 
 def _parse_and_decode(
