@@ -13,7 +13,7 @@ from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ThinkingPart, ToolCallPart
 from llmbridge.dialects.gemini.thoughts import GEMINI
 from llmbridge.dialects.responses.carried import carry as responses_carry
-from tests.conftest import RunningServer, anthropic_client, running_gateway
+from tests.conftest import RunningServer, anthropic_client, openai_client, running_gateway
 from tests.upstream import Canned, FakeUpstream
 
 SIGNATURE = "EqQBCkYIARgCIkB/signed+by=anthropic=="
@@ -159,11 +159,33 @@ def _signed_reply(**delta: object) -> Canned:
     )
 
 
+def _signed_message(**extra: object) -> Canned:
+    """``_signed_reply``'s message sent whole, as Anthropic answers a request that does
+    not stream; ``extra``: more top-level fields."""
+    content = [
+        {"type": "redacted_thinking", "data": REDACTED},
+        {"type": "thinking", "thinking": "weigh it", "signature": WIRE_SIGNATURE},
+        {"type": "text", "text": "Done."},
+    ]
+    message = {
+        "id": "msg_up",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": content,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 9, "output_tokens": 5},
+        **extra,
+    }
+    return Canned(media_type="application/json", chunks=[json.dumps(message).encode()])
+
+
 @pytest.fixture(scope="module")
 def wire() -> Iterator[tuple[FakeUpstream, RunningServer]]:
-    """A gateway whose Anthropic backend is a fake API answering canned bytes, always
-    streamed to: the translated path (the pass-through path has its own tests,
-    tests/gateway/test_passthrough_anthropic.py)."""
+    """A gateway whose Anthropic backend is a fake API answering canned bytes (a
+    stream, or a message sent whole, as the request asks): the translated path (the
+    pass-through path has its own tests, tests/gateway/test_passthrough_anthropic.py)."""
     fake = FakeUpstream()
     fake.serve_canned("/v1/messages")
     with RunningServer(fake.app) as server:
@@ -192,7 +214,7 @@ def test_redacted_thinking_and_signatures_go_both_ways_byte_for_byte(
     assert first.content[0].data == REDACTED  # type: ignore[union-attr]
     assert first.content[1].signature == signature  # type: ignore[union-attr]
 
-    fake.queue.append(_signed_reply())
+    fake.queue.append(_signed_message())
     client.messages.create(
         model="claude-x",
         max_tokens=2048,
@@ -217,7 +239,7 @@ def test_thinking_another_backend_signed_never_reaches_anthropic(
     # thinking blocks whose signature is that backend's carried token; Anthropic would
     # answer 400 "Invalid signature in thinking block".
     fake, gateway = wire
-    fake.queue.append(_signed_reply())
+    fake.queue.append(_signed_message())
     foreign = [
         GEMINI.carry("gem", "c2lnLWdlbWluaQ=="),
         responses_carry("resp", "gAAAAB-encrypted"),
@@ -286,9 +308,37 @@ def test_what_anthropic_says_its_context_editing_cleared_reaches_the_client(
     fake.queue.append(_signed_reply(context_management=applied))
     with client.beta.messages.stream(**ask) as stream:  # type: ignore[arg-type]
         streamed = stream.get_final_message()
-    fake.queue.append(_signed_reply(context_management=applied))
+    fake.queue.append(_signed_message(context_management=applied))
     whole = client.beta.messages.create(**ask)  # type: ignore[call-overload]
     for reply in (streamed, whole):
         assert reply.context_management is not None
         assert reply.context_management.model_dump() == applied
     assert json.loads(fake.bodies[-1])["context_management"] == edits
+    assert "stream" not in json.loads(fake.bodies[-1])  # asked for whole
+    assert whole.content[1].signature == WIRE_SIGNATURE  # type: ignore[union-attr]
+
+
+def test_a_reply_the_client_wants_whole_is_asked_for_whole(
+    wire: tuple[FakeUpstream, RunningServer],
+) -> None:
+    """An OpenAI client's non-streamed chat on the Anthropic backend asks for one
+    message (no stream to decode event by event), and its tool call, counts and the
+    stop a server left unsaid reach the client as a stream's would."""
+    fake, gateway = wire
+    call = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}
+    fake.queue.append(
+        _signed_message(content=[{"type": "text", "text": "Looking."}, call], stop_reason=None)
+    )
+    answer = openai_client(gateway.url).chat.completions.create(
+        model="claude-x", max_tokens=64, messages=[{"role": "user", "content": "find x"}]
+    )
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Looking."
+    calls = choice.message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+        ("lookup", {"q": "x"})
+    ]
+    assert answer.usage is not None
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (9, 5)
+    assert "stream" not in json.loads(fake.bodies[-1])

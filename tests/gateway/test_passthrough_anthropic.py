@@ -247,8 +247,9 @@ def test_a_reply_sent_whole_is_the_backends_json(
     relayed = _post(gateway, key, _ask("claude-m"))
     assert relayed.content == orjson.dumps(reply())
     assert orjson.loads(fake.bodies[-1]) == _ask("claude-m")  # not made a stream
-    fake.queue.append(Canned(media_type=SSE, chunks=stream()))
+    fake.queue.append(Canned(media_type=JSON, chunks=[orjson.dumps(reply())]))
     translated = _post(gateway, key, _ask("translated"))
+    assert "stream" not in orjson.loads(fake.bodies[-1])  # asked for whole there too
     said, whole = relayed.json(), translated.json()
     assert said["content"] == whole["content"] and said["stop_reason"] == whole["stop_reason"]
     assert said["usage"] == {**START_USAGE, "output_tokens": 3}

@@ -11,6 +11,8 @@ ones (features/anthropic_beta.py); Claude Code's billing-header system line is k
 
 An Anthropic client's own body goes out as it came on the pass-through path
 (dialects/anthropic/relay.py), with the same headers, and the reply's bytes come back.
+A translated chat the client wants whole is asked for whole (one ``message`` decoded,
+where a stream was decoded event by event and accumulated again); the rest stream.
 """
 
 from __future__ import annotations
@@ -79,8 +81,19 @@ class AnthropicBackend(Backend):
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if not request.stream:  # the client wants it whole: asked for whole
+            events = await self._http.whole(
+                "/v1/messages",
+                request,
+                dialect.encode_chat_request,
+                dialect.decode_chat_response,
+                headers=_headers(request),
+            )
+            for event in events:
+                yield event
+            return
         # Encoded off the event loop when the request is large (backends/http.py).
-        body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
+        body = await self._http.encode(request, dialect.encode_chat_request)
         async with self._http.stream("/v1/messages", body, headers=_headers(request)) as chunks:
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event

@@ -329,13 +329,16 @@ class HTTPTransport:
         request: ChatRequest,
         encode: Callable[[ChatRequest], object],
         decode: Callable[[object], ChatResponse],
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> list[StreamEvent]:
         """A chat the client wants whole, asked for whole: ``request`` encoded (as
-        ``encode`` does it), sent to ``path``, its one reply ``decode``d, as the events
-        that accumulate back to it (``core/replay.py``). One body decoded, where a stream
-        was decoded chunk by chunk and accumulated again."""
+        ``encode`` does it), sent to ``path`` with ``headers`` for this request only, its
+        one reply ``decode``d, as the events that accumulate back to it
+        (``core/replay.py``). One body decoded, where a stream was decoded chunk by
+        chunk and accumulated again."""
         body = await self.encode(request, encode)
-        reply = await self.request_json("POST", path, body)
+        reply = await self.request_json("POST", path, body, headers=headers)
         return events_from_response(decode(reply))
 
     @asynccontextmanager
@@ -421,9 +424,17 @@ class HTTPTransport:
             await _raise_for_status(r, self.backend)
             return await r.read()
 
-    async def request_json(self, method: str, path: str, body: Any = None) -> object:
-        """One complete JSON request/response exchange with errors mapped."""
-        raw = await self.request_bytes(method, path, body)
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> object:
+        """One complete JSON request/response exchange with errors mapped (``headers``
+        as ``request_bytes`` takes them)."""
+        raw = await self.request_bytes(method, path, body, headers=headers)
         if not raw:
             return None  # 204 No Content, or an empty 200
         try:

@@ -205,3 +205,19 @@ def test_error_body_validates_with_the_sdk() -> None:
     body = error_body(InternalError("boom"), "req_2")
     parsed = anthropic.types.ErrorResponse.model_validate(body)
     assert parsed.error.type == "api_error"
+
+
+def test_a_whole_message_reads_as_its_stream_does() -> None:
+    """What the stream decoder reads from ``message_delta`` and ``message_stop``, read
+    from a message sent whole: a tool call whose stop the server left unsaid is a tool
+    use, and what context editing cleared is kept for the client's reply."""
+    applied = {"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 2}]}
+    call = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    resp = decode_chat_response(
+        {"id": "msg_1", "content": [call], "stop_reason": None, "context_management": applied}
+    )
+    assert resp.stop_reason is StopReason.TOOL_USE
+    assert resp.provider_details == {"anthropic": {"context_management": applied}}
+    plain = decode_chat_response({"id": "msg_2", "content": [], "stop_reason": "pause_turn"})
+    assert plain.stop_reason is StopReason.END_TURN
+    assert plain.provider_details == {"anthropic": {"stop_reason": "pause_turn"}}

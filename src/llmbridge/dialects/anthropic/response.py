@@ -226,19 +226,25 @@ def decode_chat_response(body: object) -> ChatResponse:
         if (part := decode_block(block, f"content.{position}")) is not None
     ]
     raw_stop = body.get("stop_reason")
+    stop_reason = decode_stop_reason(raw_stop)
+    if raw_stop is None and any(isinstance(part, ToolCallPart) for part in parts):
+        stop_reason = StopReason.TOOL_USE  # as the stream decoder reads it
+    details: dict[str, Any] = {}
+    if isinstance(raw_stop, str) and raw_stop not in _EXACT_STOP_REASONS:
+        details["stop_reason"] = raw_stop
+    if isinstance(body.get("context_management"), dict):
+        # What Anthropic's context editing cleared, for the client's reply to say
+        # (context_management.reported_edits), as a stream's message_delta carries it.
+        details["context_management"] = body["context_management"]
     return ChatResponse(
         id=message_id_,
         model=str(body.get("model") or ""),
         message=Message(role="assistant", parts=tuple(parts)),
-        stop_reason=decode_stop_reason(raw_stop),
+        stop_reason=stop_reason,
         stop_sequence=str_or_none(body.get("stop_sequence")),
         usage=decode_usage(body.get("usage")),
         created=time.time(),
-        provider_details=(
-            {PROVIDER: {"stop_reason": raw_stop}}
-            if isinstance(raw_stop, str) and raw_stop not in _EXACT_STOP_REASONS
-            else None
-        ),
+        provider_details={PROVIDER: details} if details else None,
     )
 
 
