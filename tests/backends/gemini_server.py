@@ -6,7 +6,9 @@ google-genai 3.3.0 reads them), records every request (path, query, headers, JSO
 and answers each ``:streamGenerateContent`` / ``:batchEmbedContents`` / ``:countTokens``
 and each ``POST /v1beta/interactions`` (the ``gemini_interactions`` backend) with the
 next queued ``Reply``: a status, headers and the bytes of the body (SSE events for a
-stream, built by ``sse``, or ``interaction_sse`` for an interaction's named events).
+stream, built by ``sse``, or ``interaction_sse`` for an interaction's named events). A
+``:generateContent`` call answers an ``sse`` reply's chunks merged into one, as Google
+answers the same generation whole.
 ``GET /v1beta/models`` serves ``pages`` by ``pageToken``; ``GET /v1beta/models/{model}``
 serves ``models``.
 """
@@ -41,6 +43,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     """Seconds to wait before each chunk (a slow stream a client can leave)."""
+    whole: Json | None = None
+    """The same answer as one ``GenerateContentResponse``, for a ``:generateContent``
+    call (``sse`` merges its chunks into it, as Google's whole reply holds them)."""
 
 
 @dataclass
@@ -58,12 +63,38 @@ class Seen:
 
 def sse(*chunks: Json | bytes) -> Reply:
     """A ``streamGenerateContent?alt=sse`` reply: each chunk one ``data:`` event, framed
-    as Google frames them (``\\r\\n\\r\\n`` between events); bytes are sent as given."""
+    as Google frames them (``\\r\\n\\r\\n`` between events); bytes are sent as given.
+    Asked by ``:generateContent`` instead, the same chunks merged into one reply (none
+    where a chunk is bytes or an error: those are a stream's own)."""
     return Reply(
         chunks=[
             c if isinstance(c, bytes) else b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks
-        ]
+        ],
+        whole=_merged(chunks),
     )
+
+
+def _merged(chunks: tuple[Json | bytes, ...]) -> Json | None:
+    """Stream chunks as one ``GenerateContentResponse``: the first's fields, every
+    chunk's parts in order, the last finish reason and counts."""
+    if not chunks or any(isinstance(c, bytes) or "error" in c for c in chunks):
+        return None
+    merged: Json = {k: v for k, v in chunks[0].items() if k != "candidates"}
+    candidate: Json = {"index": 0}
+    parts: list[Json] = []
+    for piece in chunks:
+        assert isinstance(piece, dict)
+        for key in ("usageMetadata", "promptFeedback"):
+            if key in piece:
+                merged[key] = piece[key]
+        for got in piece.get("candidates", []):
+            parts += got.get("content", {}).get("parts", [])
+            candidate.update({k: v for k, v in got.items() if k not in ("content", "index")})
+    if parts:
+        candidate["content"] = {"role": "model", "parts": parts}
+    if "candidates" in chunks[0] or parts or "finishReason" in candidate:
+        merged["candidates"] = [candidate]
+    return merged
 
 
 def interaction_sse(*events: Json | bytes, done: bool = True) -> Reply:
@@ -173,6 +204,12 @@ class GeminiServer:
     def last(self) -> Seen:
         return self.seen[-1]
 
+    def generations(self) -> list[Seen]:
+        """The requests made to ``:generateContent`` or ``:streamGenerateContent``, in
+        order (a client's chat, whole or streamed)."""
+        chats = (":generateContent", ":streamGenerateContent")
+        return [s for s in self.seen if s.path.endswith(chats)]
+
     def calls(self, method: str) -> list[Seen]:
         """The requests made to ``:{method}`` (``streamGenerateContent``...), or to
         ``/interactions`` for ``interactions``, in order."""
@@ -208,6 +245,11 @@ class GeminiServer:
             if name not in self.models:
                 return _respond(google_error(404, f"models/{name} is not found.", "NOT_FOUND"))
             return _respond(json_reply(self.models[name]))
+        if request.scope["raw_path"].endswith(b":generateContent") and self.queue:
+            whole = self.queue[0].whole
+            if whole is not None:  # a stream's chunks, asked for whole
+                self.queue.popleft()
+                return _respond(json_reply(whole))
         return self._next()
 
     async def _scripted(self, request: Request) -> Response:

@@ -83,7 +83,9 @@ async def backend(running: tuple[GeminiServer, str]) -> AsyncIterator[GeminiBack
 
 
 def ask(*messages: Message, tools: tuple[ToolDefinition, ...] = (), **kw: Any) -> ChatRequest:
-    return ChatRequest(model=MODEL, messages=messages, tools=tools, **kw)
+    """A streamed request (what these tests read is the stream); ``stream=False`` for
+    one asked for whole."""
+    return ChatRequest(model=MODEL, messages=messages, tools=tools, **{"stream": True, **kw})
 
 
 def user(text: str) -> Message:
@@ -134,6 +136,33 @@ async def test_plain_text_streams_with_the_key_in_a_header_never_in_the_url(
     assert KEY not in seen.path and "authorization" not in seen.headers
     assert seen.body["contents"] == [{"role": "user", "parts": [{"text": "hi"}]}]
     assert seen.body["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+
+
+async def test_a_reply_the_client_wants_whole_is_asked_for_whole(
+    server: GeminiServer, backend: GeminiBackend
+) -> None:
+    """A request that does not stream goes to ``:generateContent`` (one reply decoded,
+    no stream read chunk by chunk); its text, signed call and counts read as a stream's,
+    and a 429 there carries Google's retry delay as one before a stream does."""
+    signed = {"text": "Checking.", "thoughtSignature": "c2ln"}
+    call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+    server.enqueue(json_reply(chunk(signed, call, finish="STOP", usage=USAGE)))
+    reply = await reply_to(backend, ask(user("weather?"), tools=(WEATHER,), stream=False))
+    seen = server.last
+    assert (seen.method, seen.path) == ("POST", f"/v1beta/models/{MODEL}:generateContent")
+    assert seen.query == {} and seen.headers["x-goog-api-key"] == KEY
+    texts = [p.text for p in reply.message.parts if isinstance(p, TextPart)]
+    calls = [p for p in reply.message.parts if isinstance(p, ToolCallPart)]
+    assert texts == ["Checking."]
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert reply.stop_reason is StopReason.TOOL_USE
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (7, 3)
+
+    delay = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]
+    server.enqueue(google_error(429, "quota", "RESOURCE_EXHAUSTED", details=delay))
+    with pytest.raises(BackendHTTPError) as raised:
+        await reply_to(backend, ask(user("again"), stream=False))
+    assert raised.value.backend_status == 429 and raised.value.retry_after == 7.0
 
 
 async def test_sampling_parameters_reach_generation_config(

@@ -90,7 +90,7 @@ def test_an_anthropic_client_runs_a_tool_loop_on_a_gemini_model(
     tool_use = next(b for b in first.content if b.type == "tool_use")
     assert (tool_use.name, tool_use.input) == ("get_weather", {"city": "Paris"})
     assert (first.usage.input_tokens, first.usage.output_tokens) == (12, 4)
-    sent = server.calls("streamGenerateContent")[-1]
+    sent = server.generations()[-1]
     assert sent.headers["x-goog-api-key"] == KEY and "key" not in sent.query
     assert sent.body["tools"][0]["functionDeclarations"][0]["name"] == "get_weather"
 
@@ -112,7 +112,7 @@ def test_an_anthropic_client_runs_a_tool_loop_on_a_gemini_model(
     )
     assert [b.type for b in second.content] == ["text"]
     assert second.content[0].text == "Sunny in Paris."
-    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    contents = server.generations()[-1].body["contents"]
     assert [c["role"] for c in contents] == ["user", "model", "user"]
     # Gemini got its own signature back, on the part it came with.
     assert contents[1]["parts"] == [
@@ -139,7 +139,7 @@ def test_thinking_reaches_gemini_and_its_thoughts_come_back_to_an_anthropic_clie
     ) as stream:
         first = stream.get_final_message()
     # The model's own description ("thinking": true) let the request's thinking through.
-    config = server.calls("streamGenerateContent")[-1].body["generationConfig"]
+    config = server.generations()[-1].body["generationConfig"]
     assert config["thinkingConfig"] == {"includeThoughts": True, "thinkingBudget": 2048}
     assert [b.type for b in first.content] == ["thinking", "text"]
     assert first.content[0].thinking == "weigh options"
@@ -154,7 +154,7 @@ def test_thinking_reaches_gemini_and_its_thoughts_come_back_to_an_anthropic_clie
             {"role": "user", "content": "And keep the order?"},
         ],
     )
-    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    contents = server.generations()[-1].body["contents"]
     # The signature goes back on the next part; the thought's text is not sent.
     assert contents[1] == {
         "role": "model",
@@ -202,7 +202,7 @@ def test_an_ollama_client_runs_a_tool_loop_on_a_gemini_model(
         tools=[tool],
     )
     assert second.message.content == "Rainy."
-    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    contents = server.generations()[-1].body["contents"]
     assert [c["role"] for c in contents] == ["user", "model", "user"]
     assert contents[2]["parts"][0]["functionResponse"]["response"] == {"output": "rainy"}
     placeholder = {"thoughtSignature": SKIP_SIGNATURE} if model.startswith("gemini-3") else {}
@@ -267,7 +267,7 @@ def test_a_gemini_client_keeps_googles_signatures_and_call_ids_across_turns(
     history.append(genai_types.Content(role="user", parts=[genai_types.Part(text="Thanks!")]))
     client.models.generate_content(model=GEMINI_3, contents=history, config=config)
 
-    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    contents = server.generations()[-1].body["contents"]
     assert [c["role"] for c in contents] == ["user", "model", "user", "model", "user"]
     assert contents[1]["parts"] == [
         {"functionCall": paris, "thoughtSignature": "c2lnLWNhbGw="},
@@ -297,7 +297,7 @@ def test_an_id_google_did_not_issue_never_reaches_it(
             {"role": "user", "parts": [{"function_response": result}]},
         ],
     )
-    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    contents = server.generations()[-1].body["contents"]
     assert contents[1]["parts"] == [
         {"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}
     ]
@@ -327,7 +327,7 @@ def test_a_gemini_clients_thinking_level_reaches_a_model_that_takes_levels(
         contents="hi",
         config=genai_types.GenerateContentConfig(thinking_config=thinking),
     )
-    config = server.calls("streamGenerateContent")[-1].body["generationConfig"]
+    config = server.generations()[-1].body["generationConfig"]
     assert config["thinkingConfig"] == expected
     client.close()
 
@@ -344,7 +344,7 @@ def test_claude_codes_effort_is_a_thinking_level_for_gemini_3(
         messages=[{"role": "user", "content": "hi"}],
         extra_body={"output_config": {"effort": "high"}},
     )
-    config = server.calls("streamGenerateContent")[-1].body["generationConfig"]
+    config = server.generations()[-1].body["generationConfig"]
     assert config["thinkingConfig"] == {"includeThoughts": True, "thinkingLevel": "HIGH"}
 
 
@@ -371,7 +371,7 @@ def test_thinking_anthropic_signed_is_not_sent_to_gemini(
             },
         ],
     )
-    contents = server.calls("streamGenerateContent")[-1].body["contents"]
+    contents = server.generations()[-1].body["contents"]
     # Neither the text nor Anthropic's signature: Google would refuse a signature of
     # another's, and thought text is never sent back.
     assert contents[1]["parts"] == [{"functionCall": {"name": "get_weather", "args": {}}}]

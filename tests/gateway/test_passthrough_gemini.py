@@ -199,8 +199,9 @@ def test_a_reply_sent_whole_is_googles_json(
     assert relayed.headers["x-llmbridge-path"] == "passthrough"
     assert relayed.content == orjson.dumps(REPLY)
     assert queue.last.path.endswith(f"{MODEL}:generateContent")  # not made a stream
-    queue.enqueue(stream())
+    queue.enqueue(json_reply(REPLY))
     translated = _post(gateway, key, "translated", HI, stream=False)
+    assert queue.last.path.endswith(f"{MODEL}:generateContent")  # asked for whole there too
     assert _read([relayed.json()]) == _read([translated.json()])
     row = _same_rows(database, relayed, translated)
     assert (row["status"], row["input_tokens"], row["output_tokens"]) == (200, 11, 5)

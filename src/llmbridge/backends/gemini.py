@@ -186,8 +186,19 @@ class GeminiBackend(Backend):
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if not request.stream:  # the client wants it whole: asked for whole
+            decode = partial(gemini_response.decode_chat_response, origin=self.name)
+            path = model_path(request.model, "generateContent")
+            try:
+                events = await self._http.whole(path, request, self._encode, decode)
+            except BackendHTTPError as exc:
+                _add_retry_delay(exc)
+                raise
+            for event in events:
+                yield event
+            return
         # Encoded off the event loop when the request is large (backends/http.py).
-        body = await self._http.encode(replace(request, stream=True), self._encode)
+        body = await self._http.encode(request, self._encode)
         path = model_path(request.model, "streamGenerateContent") + "?alt=sse"
         try:
             async with self._http.stream(path, body) as chunks:
