@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmbridge.backends.anthropic import AnthropicBackend
+from llmbridge.backends.anthropic import LONGEST_WHOLE_TOKENS, AnthropicBackend
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.messages import ThinkingPart, ToolCallPart
 from llmbridge.dialects.gemini.thoughts import GEMINI
@@ -342,3 +342,20 @@ def test_a_reply_the_client_wants_whole_is_asked_for_whole(
     assert answer.usage is not None
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (9, 5)
     assert "stream" not in json.loads(fake.bodies[-1])
+
+
+def test_a_reply_too_long_to_wait_for_whole_is_streamed(
+    wire: tuple[FakeUpstream, RunningServer],
+) -> None:
+    """Over ``LONGEST_WHOLE_TOKENS`` (Anthropic's SDKs refuse such a request unstreamed:
+    it may take over ten minutes) the backend streams and accumulates, whatever the
+    client asked."""
+    fake, gateway = wire
+    fake.queue.append(_signed_reply())
+    answer = openai_client(gateway.url).chat.completions.create(
+        model="claude-x",
+        max_tokens=LONGEST_WHOLE_TOKENS + 1,
+        messages=[{"role": "user", "content": "write a book"}],
+    )
+    assert answer.choices[0].message.content == "Done."
+    assert json.loads(fake.bodies[-1])["stream"] is True

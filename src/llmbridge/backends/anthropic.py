@@ -12,7 +12,8 @@ ones (features/anthropic_beta.py); Claude Code's billing-header system line is k
 An Anthropic client's own body goes out as it came on the pass-through path
 (dialects/anthropic/relay.py), with the same headers, and the reply's bytes come back.
 A translated chat the client wants whole is asked for whole (one ``message`` decoded,
-where a stream was decoded event by event and accumulated again); the rest stream.
+where a stream was decoded event by event and accumulated again) when it asks for
+at most ``LONGEST_WHOLE_TOKENS``; the rest stream.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.dialects import anthropic as dialect
 from llmbridge.dialects.anthropic.relay import MessageStreamRelay, relay_reply, relay_request
+from llmbridge.dialects.anthropic.request import DEFAULT_MAX_TOKENS
 from llmbridge.dialects.framing import aiter_sse
 from llmbridge.features.anthropic_beta import BETA_DETAILS
 
@@ -81,7 +83,7 @@ class AnthropicBackend(Backend):
         return self._translated(request)
 
     async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
-        if not request.stream:  # the client wants it whole: asked for whole
+        if not request.stream and _short(request):  # wanted whole: asked for whole
             events = await self._http.whole(
                 "/v1/messages",
                 request,
@@ -93,7 +95,7 @@ class AnthropicBackend(Backend):
                 yield event
             return
         # Encoded off the event loop when the request is large (backends/http.py).
-        body = await self._http.encode(request, dialect.encode_chat_request)
+        body = await self._http.encode(replace(request, stream=True), dialect.encode_chat_request)
         async with self._http.stream("/v1/messages", body, headers=_headers(request)) as chunks:
             async for event in dialect.decode_chat_stream(aiter_sse(chunks)):
                 yield event
@@ -128,6 +130,23 @@ class AnthropicBackend(Backend):
     async def health(self) -> BackendHealth:
         verdict, _ = await self._http.probe("/v1/models")
         return verdict
+
+
+LONGEST_WHOLE_TOKENS = 21_333
+"""The most output tokens a reply the client wants whole is asked for whole: above
+them Anthropic's own SDKs refuse a request that does not stream (at their estimate of
+128,000 tokens an hour it may take over ten minutes, and the API or a network may cut
+a connection idle that long), so such a reply is streamed and accumulated instead."""
+
+
+def _short(request: ChatRequest) -> bool:
+    """Whether ``request`` asks for few enough tokens to be asked for whole (the
+    encoder's default where it names none, its thinking budget on top)."""
+    tokens = request.params.max_tokens or DEFAULT_MAX_TOKENS
+    thinking = request.thinking
+    if thinking is not None and thinking.enabled and thinking.budget_tokens:
+        tokens += thinking.budget_tokens
+    return tokens <= LONGEST_WHOLE_TOKENS
 
 
 def _headers(request: ChatRequest) -> dict[str, str] | None:
