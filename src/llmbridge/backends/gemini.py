@@ -190,11 +190,11 @@ class GeminiBackend(Backend):
             decode = partial(gemini_response.decode_chat_response, origin=self.name)
             path = model_path(request.model, "generateContent")
             try:
-                events = await self._http.whole(path, request, self._encode, decode)
+                whole = await self._http.whole(path, request, self._encode, decode)
             except BackendHTTPError as exc:
                 _add_retry_delay(exc)
                 raise
-            for event in events:
+            for event in whole:
                 yield event
             return
         # Encoded off the event loop when the request is large (backends/http.py).
