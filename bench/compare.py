@@ -49,8 +49,9 @@ from load import Cell, Runner, Tally, Target, figure, summarise, table
 
 LLMBRIDGE = ("llmbridge-openai", "llmbridge-ollama", "llmbridge-anthropic")
 PEERS = ("litellm", "portkey")
-FLOORS = ("floor", "floor-reencode")
-"""``--floors``: floor_proxy.py forwarding only, and decoding and re-encoding each event."""
+FLOORS = ("floor", "floor-reencode", "floor-decode")
+"""``--floors``: floor_proxy.py forwarding only, decoding and re-encoding each event, and
+reading each request as llmbridge does (``FLOOR_DECODE``) before forwarding it."""
 ADDED_P50_TARGET = 0.10
 THROUGHPUT_TARGET = 5.0
 
@@ -263,7 +264,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--nonstream-chunks", type=int, default=16, help="pieces per non-streamed reply")
     add("--no-litellm", action="store_true", help="leave LiteLLM out (no ratios; debugging)")
     add("--no-portkey", action="store_true", help="leave the Portkey gateway out")
-    add("--floors", action="store_true", help="add floor_proxy.py, forwarding and re-encoding")
+    add("--floors", action="store_true", help="add floor_proxy.py: forward, re-encode, decode")
     add("--litellm-workers", type=int, default=1, help="LiteLLM's --num_workers (default 1)")
     add("--py-spy", type=Path, metavar="FILE", help="sample --py-spy-target with py-spy")
     add("--py-spy-target", choices=("litellm", "llmbridge"), default="litellm")
@@ -302,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.floors:
             launcher = Path(__file__).with_name("floor_proxy.py")
             for name in FLOORS:
-                env = {"FLOOR_REENCODE": "1" if name == "floor-reencode" else "0"}
+                env = {
+                    "FLOOR_REENCODE": "1" if name == "floor-reencode" else "0",
+                    "FLOOR_DECODE": "1" if name == "floor-decode" else "0",
+                }
                 config = gateway_config(backend.port)
                 floor = start_gateway(workdir, config, name=name, launcher=launcher, env=env)
                 others[name] = started.add(floor)

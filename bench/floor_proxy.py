@@ -20,6 +20,11 @@ back, whole events at a time, the least a gateway that decodes and re-encodes a 
 does (the bar for llmbridge's translated path)::
 
     FLOOR_REENCODE=1 .venv/bin/python -m bench overhead --gateway-launcher bench/floor_proxy.py
+
+With ``FLOOR_DECODE=1`` (or ``--decode``) each request is also read as llmbridge reads
+one (``web.bodies.parse_json``, then the OpenAI dialect's ``decode_chat_request``:
+validation and the neutral request) before it is forwarded as it came: what checking
+a request costs a relay that does nothing else, measured beside the forwarding floor.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ import aiohttp
 import orjson
 import uvicorn
 
+from llmbridge.dialects.openai.request import decode_chat_request
+from llmbridge.web.bodies import parse_json
+
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
@@ -44,10 +52,11 @@ _HEAD = [(b"content-type", b"application/json")]
 class FloorProxy:
     """The raw ASGI proxy (module docstring)."""
 
-    def __init__(self, backend_url: str, *, reencode: bool = False) -> None:
+    def __init__(self, backend_url: str, *, reencode: bool = False, decode: bool = False) -> None:
         self.url = backend_url.rstrip("/") + "/chat/completions"
         self.session: aiohttp.ClientSession | None = None
         self.reencode = reencode
+        self.decode = decode
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -67,8 +76,10 @@ class FloorProxy:
         while more:
             message = await receive()
             body, more = body + message.get("body", b""), message.get("more_body", False)
-        request = orjson.loads(body)
-        streamed = bool(request.get("stream"))
+        if self.decode:
+            streamed = decode_chat_request(parse_json(body)).stream
+        else:
+            streamed = bool(orjson.loads(body).get("stream"))
         assert self.session is not None
         headers = {"content-type": "application/json"}
         async with self.session.post(self.url, data=body, headers=headers) as reply:
@@ -112,12 +123,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")
     parser.add_argument("--reencode", action="store_true", help="decode and re-encode streams")
+    parser.add_argument("--decode", action="store_true", help="read requests as llmbridge does")
     args, _ = parser.parse_known_args()
     found = re.search(r"url: '([^']+)'", args.config.read_text())
     if found is None:
         raise SystemExit(f"no backend url in {args.config}")
     reencode = args.reencode or os.environ.get("FLOOR_REENCODE") == "1"
-    app = FloorProxy(found.group(1), reencode=reencode)
+    decode = args.decode or os.environ.get("FLOOR_DECODE") == "1"
+    app = FloorProxy(found.group(1), reencode=reencode, decode=decode)
     uvicorn.run(
         app,
         host="127.0.0.1",
