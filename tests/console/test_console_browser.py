@@ -56,6 +56,19 @@ def gateway(tmp_path: Path) -> Iterator[RunningServer]:
         yield server
 
 
+def type_master_key(page: Any, key: str = MASTER) -> None:
+    """Type ``key`` (the master key) into the sign-in page and press Enter, as a person
+    does: once the key field has the focus its ``autofocus`` gives it (a keystroke sent
+    before the page gave it would go nowhere on a busy machine, and the form, its field
+    required and empty, would not be sent)."""
+    page.wait_for_function(
+        "document.activeElement && document.activeElement.id === 'master_key'",
+        timeout=WAIT_MS,
+    )
+    page.keyboard.type(key)
+    page.keyboard.press("Enter")
+
+
 def _watched(page: Any) -> list[str]:
     """The page's console errors and uncaught exceptions, as they happen."""
     errors: list[str] = []
@@ -93,8 +106,7 @@ def test_an_operator_signs_in_creates_a_key_sees_its_request_and_revokes_it(
 
     page.goto(gateway.url + "/ui/")
     assert page.url.endswith("/ui/sign-in")  # no session: the sign-in page
-    page.keyboard.type(MASTER)  # the key field has the focus
-    page.keyboard.press("Enter")
+    type_master_key(page)  # the key field has the focus
     page.wait_for_url("**/ui/", timeout=WAIT_MS)
     assert page.locator("h1").inner_text() == "Overview"
     assert page.evaluate("document.cookie") == ""  # HttpOnly: no script sees it
