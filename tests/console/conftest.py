@@ -67,3 +67,16 @@ def csrf_of(page: httpx.Response) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page.text)
     assert found, page.text
     return found.group(1)
+
+
+def type_master_key(page: Any, timeout_ms: float, key: str = MASTER) -> None:
+    """Type ``key`` (the master key) into the sign-in page and press Enter, as a person
+    does: once the key field has the focus its ``autofocus`` gives it, waited for up to
+    ``timeout_ms`` (a keystroke sent before the page gave it would go nowhere on a busy
+    machine, and the form, its field required and empty, would not be sent)."""
+    page.wait_for_function(
+        "document.activeElement && document.activeElement.id === 'master_key'",
+        timeout=timeout_ms,
+    )
+    page.keyboard.type(key)
+    page.keyboard.press("Enter")

@@ -23,7 +23,7 @@ import pytest
 from llmbridge.backends.scripted import Script, ScriptedBackend
 from llmbridge.core.response import Usage
 from tests.conftest import RunningServer, running_gateway
-from tests.console.conftest import CHROMIUM, MASTER
+from tests.console.conftest import CHROMIUM, MASTER, type_master_key
 from tests.profiler.test_report_browser import _pixels, _rgb
 from tests.waiting import scaled
 
@@ -54,19 +54,6 @@ def gateway(tmp_path: Path) -> Iterator[RunningServer]:
         prices=PRICES,
     ) as server:
         yield server
-
-
-def type_master_key(page: Any, key: str = MASTER) -> None:
-    """Type ``key`` (the master key) into the sign-in page and press Enter, as a person
-    does: once the key field has the focus its ``autofocus`` gives it (a keystroke sent
-    before the page gave it would go nowhere on a busy machine, and the form, its field
-    required and empty, would not be sent)."""
-    page.wait_for_function(
-        "document.activeElement && document.activeElement.id === 'master_key'",
-        timeout=WAIT_MS,
-    )
-    page.keyboard.type(key)
-    page.keyboard.press("Enter")
 
 
 def _watched(page: Any) -> list[str]:
@@ -106,7 +93,7 @@ def test_an_operator_signs_in_creates_a_key_sees_its_request_and_revokes_it(
 
     page.goto(gateway.url + "/ui/")
     assert page.url.endswith("/ui/sign-in")  # no session: the sign-in page
-    type_master_key(page)  # the key field has the focus
+    type_master_key(page, WAIT_MS)  # the key field has the focus
     page.wait_for_url("**/ui/", timeout=WAIT_MS)
     assert page.locator("h1").inner_text() == "Overview"
     assert page.evaluate("document.cookie") == ""  # HttpOnly: no script sees it

@@ -22,8 +22,8 @@ from llmbridge.accounts import request_log
 from llmbridge.gateway.console.session import COOKIE
 from tests.agent.postgres_faults import frozen
 from tests.conftest import RunningServer
-from tests.console.conftest import CHROMIUM, console_gateway
-from tests.console.test_console_browser import WAIT_MS, _watched, type_master_key
+from tests.console.conftest import CHROMIUM, console_gateway, type_master_key
+from tests.console.test_console_browser import WAIT_MS, _watched
 from tests.console.test_console_database_down import frozen_console
 from tests.servers import PostgresServer
 
@@ -37,7 +37,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 def _sign_in(page: Any, url: str) -> None:
     page.goto(url + "/ui/sign-in")
-    type_master_key(page)
+    type_master_key(page, WAIT_MS)
     page.wait_for_url("**/ui/", timeout=WAIT_MS)
 
 

@@ -18,8 +18,7 @@ from mcp.shared.exceptions import MCPError
 
 from llmbridge.dialects.jsonrpc import PERMISSION_DENIED
 from tests.conftest import RunningServer, create_key, ledger_rows
-from tests.console.conftest import CHROMIUM, console_gateway, csrf_of, sign_in
-from tests.console.test_console_browser import type_master_key
+from tests.console.conftest import CHROMIUM, console_gateway, csrf_of, sign_in, type_master_key
 from tests.mcp.conftest import MASTER, TOOLBOX_TOOLS, mcp_client, mcp_gateway, stdio_toolbox
 from tests.waiting import scaled, wait_until
 
@@ -163,7 +162,7 @@ def test_the_mcp_page_in_a_browser(gateway: RunningServer, browser: Any) -> None
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(gateway.url + "/ui/sign-in")
-    type_master_key(page, MASTER)
+    type_master_key(page, WAIT_MS, MASTER)
     page.wait_for_url("**/ui/", timeout=WAIT_MS)
     page.click("nav >> text=MCP servers")
     page.wait_for_url("**/ui/mcp", timeout=WAIT_MS)
