@@ -31,6 +31,7 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo, ModelOperation
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
+from llmbridge.core.stream import EventBatches, EventStream
 from llmbridge.dialects import ollama as dialect
 from llmbridge.dialects.ollama.relay import ChatStreamRelay, relay_reply, relay_request
 
@@ -69,14 +70,15 @@ class OllamaBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> EventStream:
         # The pass-through path's stream is handed out as it is, not re-yielded: one
-        # async-generator hop fewer for each read of a relayed stream.
+        # async-generator hop fewer for each read of a relayed stream. A translated
+        # reply comes a read's events at a time (core/stream.py's EventBatches).
         if request.relay is not None:
             return self._http.relay(request, partial(self._relay_call, request))
-        return self._translated(request)
+        return EventBatches(self._translated(request))
 
-    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[list[StreamEvent], None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         # A completion (legacy completions, /api/generate) goes to /api/generate:
         # the prompt as it stands, a suffix filled through the model's template.
@@ -85,15 +87,12 @@ class OllamaBackend(Backend):
         else:
             path, encode = "/api/chat", dialect.encode_chat_request
         if not request.stream and request.completion is None:
-            for event in await self._http.whole(
-                path, request, encode, dialect.decode_chat_response
-            ):
-                yield event
+            yield await self._http.whole(path, request, encode, dialect.decode_chat_response)
             return
         body = await self._http.encode(replace(request, stream=True), encode)
         async with self._http.stream(path, body) as chunks:
-            async for event in dialect.decode_chat_stream(dialect.split_ndjson_lines(chunks)):
-                yield event
+            async for batch in dialect.decode_chat_batches(chunks):
+                yield batch
 
     @staticmethod
     def _relay_call(request: ChatRequest) -> RelayCall:

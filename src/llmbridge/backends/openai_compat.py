@@ -20,6 +20,7 @@ from llmbridge.core.events import StreamEvent
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest, EmbedRequest
 from llmbridge.core.response import EmbedResponse
+from llmbridge.core.stream import EventBatches, EventStream
 from llmbridge.dialects import openai as dialect
 from llmbridge.dialects.openai.relay import ChatStreamRelay, relay_reply, relay_request
 
@@ -69,14 +70,15 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat(self, request: ChatRequest) -> EventStream:
         # The pass-through path's stream is handed out as it is, not re-yielded: one
-        # async-generator hop fewer for each read of a relayed stream.
+        # async-generator hop fewer for each read of a relayed stream. A translated
+        # reply comes a read's events at a time (core/stream.py's EventBatches).
         if request.relay is not None:
             return self._http.relay(request, partial(self._relay_call, request))
-        return self._translated(request)
+        return EventBatches(self._translated(request))
 
-    async def _translated(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def _translated(self, request: ChatRequest) -> AsyncGenerator[list[StreamEvent], None]:
         # Encoded off the event loop when the request is large (backends/http.py).
         # A raw completion or a fill-in-the-middle goes to /v1/completions, which takes
         # the prompt as it stands (vLLM, llama.cpp, OpenAI); a templated one (Ollama's
@@ -87,15 +89,12 @@ class OpenAICompatBackend(Backend):
         else:
             path, encode = "chat/completions", dialect.encode_chat_request
         if not request.stream and path == "chat/completions":
-            for event in await self._http.whole(
-                path, request, encode, dialect.decode_chat_response
-            ):
-                yield event
+            yield await self._http.whole(path, request, encode, dialect.decode_chat_response)
             return
         body = await self._http.encode(replace(request, stream=True), encode)
         async with self._http.stream(path, body) as chunks:
-            async for event in dialect.decode_chat_stream_bytes(chunks):
-                yield event
+            async for batch in dialect.decode_chat_batches(chunks):
+                yield batch
 
     @staticmethod
     def _relay_call(request: ChatRequest) -> RelayCall:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmbridge.core.accumulate import accumulate, accumulate_sync
 from llmbridge.core.errors import BackendError, BackendProtocolError
@@ -21,7 +24,8 @@ from llmbridge.core.events import (
 )
 from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.response import StopReason, Timings, Usage
-from llmbridge.dialects.ollama import decode_chat_stream, split_ndjson_lines
+from llmbridge.core.stream import EventBatches
+from llmbridge.dialects.ollama import decode_chat_batches, decode_chat_stream, split_ndjson_lines
 from tests.dialects.ollama.helpers import aiter_of, collect, decode_fixture, fixture_bytes
 
 
@@ -227,3 +231,67 @@ async def test_text_delta_events_are_exact() -> None:
         ResponseEnd(stop_reason=StopReason.END_TURN),
     ]
     assert isinstance(events[0], ResponseStart) and events[0].created == 1735689600.0
+
+
+_LINES = [
+    b'{"model":"m","created_at":"2024-01-01T00:00:00Z","message":{"role":"assistant","content":"a"},"done":false}',
+    b'{"model":"m","created_at":"2024-01-01T00:00:00Z",'
+    b'"message":{"role":"assistant","content":"caf\xc3\xa9 \xc2\x85"},"done":false}',
+    b'{"model":"m","created_at":"2024-01-01T00:00:00Z","message":{"role":"assistant","thinking":"hm"},"done":false}',
+    b"",
+    b"  ",
+    b'{"error":"model runner stopped"}',
+    b"{not json",
+    b'{"model":"m","message":{"content":"\xff"},"done":false}',  # not UTF-8
+    b"[1]",
+    b'{"model":"m","created_at":"2024-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":3,"eval_count":2}',
+]
+
+
+async def _ollama_outcome(events: AsyncIterator[StreamEvent]) -> list[object]:
+    """The events of a decode, then the kind and message of the error it raised."""
+    seen: list[object] = []
+    try:
+        async for event in events:
+            if isinstance(event, StreamError):
+                seen.append(("StreamError", event.error.message))
+            elif isinstance(event, ResponseStart):  # its id is made up for each decode
+                seen.append(replace(event, id=""))
+            else:
+                seen.append(event)
+    except BackendError as exc:
+        seen.append((type(exc).__name__, exc.message))
+    return seen
+
+
+@given(
+    st.lists(st.sampled_from(_LINES), max_size=10),
+    st.lists(st.integers(min_value=1, max_value=90), min_size=1, max_size=10),
+    st.booleans(),
+)
+async def test_decoding_reads_in_batches_gives_what_line_by_line_decoding_gives(
+    lines: list[bytes], sizes: list[int], newline_at_end: bool
+) -> None:
+    """``decode_chat_batches`` (the backend's path: each read's events as one list)
+    against ``decode_chat_stream`` over ``split_ndjson_lines``: the same events and
+    the same error, however the bytes are cut, whatever the lines hold."""
+    data = b"\n".join([_LINES[0], *lines]) + (b"\n" if newline_at_end else b"")
+    reads, at = [], 0
+    for size in sizes * len(data):
+        if at >= len(data):
+            break
+        reads.append(data[at : at + size])
+        at += size
+    expected = await _ollama_outcome(decode_chat_stream(split_ndjson_lines(aiter_of(reads))))
+    batched = EventBatches(decode_chat_batches(aiter_of(reads)))
+    assert await _ollama_outcome(batched) == expected
+
+
+async def test_each_read_is_one_batch_of_its_events() -> None:
+    """Three lines in one read are one list of events; a line's events never wait
+    for a later read."""
+    data = b"".join(line + b"\n" for line in (_LINES[0], _LINES[1], _LINES[2]))
+    batches = [batch async for batch in decode_chat_batches(aiter_of([data, _LINES[-1] + b"\n"]))]
+    assert len(batches) == 2
+    assert isinstance(batches[0][0], ResponseStart)
+    assert isinstance(batches[1][-1], ResponseEnd)

@@ -53,7 +53,8 @@ from llmbridge.dialects.anthropic.response import (
 )
 from llmbridge.dialects.anthropic.types import PROVIDER
 from llmbridge.dialects.fields import ReplyFields, object_or_empty, str_or_none
-from llmbridge.dialects.framing import escape_line_breaks, sse_event
+from llmbridge.dialects.framing import sse_event
+from llmbridge.dialects.stream_encoding import encoded
 
 __all__ = [
     "StreamEncoder",
@@ -79,7 +80,7 @@ _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _TEXT, _THINKING, _REDACTED, _TOOL, _SKIP = range(5)
 
 
-async def encode_chat_stream(
+def encode_chat_stream(
     events: AsyncIterator[StreamEvent], request: ChatRequest
 ) -> AsyncIterator[bytes]:
     """Anthropic SSE for a stream of neutral events.
@@ -90,13 +91,13 @@ async def encode_chat_stream(
     """
     encoder = StreamEncoder(request.model, omit_thinking=thinking_omitted(request))
     encoder.context_management = applied_edits_body(request)
-    async for event in events:
-        chunk = encoder.feed(event)
-        if chunk:
-            yield escape_line_breaks(chunk)  # raw U+2028 would split the line (framing)
-        if encoder.done:
-            return
-    yield error_event(BackendProtocolError("the stream ended before it was complete"))
+    # Escaped: a raw U+2028 would split the line (framing).
+    return encoded(
+        events,
+        encoder.feed,
+        lambda: encoder.done,
+        lambda: error_event(BackendProtocolError("the stream ended before it was complete")),
+    )
 
 
 def error_event(err: LLMBridgeError) -> bytes:

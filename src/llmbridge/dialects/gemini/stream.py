@@ -60,6 +60,7 @@ from llmbridge.dialects.gemini.response import (
     thoughts_shown,
     wire_signature,
 )
+from llmbridge.dialects.stream_encoding import ENDED_EARLY, encoded
 
 __all__ = ["decode_chat_stream", "encode_chat_stream", "encode_chat_stream_array", "error_frame"]
 
@@ -72,7 +73,7 @@ _TEXT_HEAD = _PARTS_HEAD + b'{"text":'
 _THOUGHT_TAIL = b',"thought":true}'
 
 
-async def encode_chat_stream(
+def encode_chat_stream(
     events: AsyncIterator[StreamEvent], request: ChatRequest
 ) -> AsyncIterator[bytes]:
     """``alt=sse``: one ``data: <GenerateContentResponse>`` event per chunk.
@@ -81,29 +82,29 @@ async def encode_chat_stream(
     error event rather than as if the reply were complete.
     """
     encoder = _Encoder(request, array=False)
-    async for event in events:
-        chunk = encoder.feed(event)
-        if chunk:
-            yield chunk
-        if encoder.done:
-            return
-    yield encoder.feed(StreamError(_truncated()))
+    return encoded(
+        events,
+        encoder.feed,
+        lambda: encoder.done,
+        lambda: encoder.feed(StreamError(_truncated())),
+        escape=False,  # the encoder escapes what it frames
+    )
 
 
-async def encode_chat_stream_array(
+def encode_chat_stream_array(
     events: AsyncIterator[StreamEvent], request: ChatRequest
 ) -> AsyncIterator[bytes]:
     """Without ``alt=sse``: one JSON array, ``[`` chunk ``,\\r\\n`` chunk ... ``]``,
     written as the chunks come; a failure is the error object as its last element."""
     encoder = _Encoder(request, array=True)
-    async for event in events:
-        chunk = encoder.feed(event)
-        if chunk:
-            yield chunk
-        if encoder.done:
-            yield b"]"
-            return
-    yield encoder.feed(StreamError(_truncated())) + b"]"
+    return encoded(
+        events,
+        encoder.feed,
+        lambda: encoder.done,
+        lambda: encoder.feed(StreamError(_truncated())) + b"]",
+        escape=False,  # the encoder escapes what it frames
+        closing=b"]",
+    )
 
 
 def error_frame(error: LLMBridgeError) -> bytes:
@@ -113,7 +114,7 @@ def error_frame(error: LLMBridgeError) -> bytes:
 
 
 def _truncated() -> BackendProtocolError:
-    return BackendProtocolError("the backend's stream ended before it was complete")
+    return BackendProtocolError(ENDED_EARLY)
 
 
 class _Encoder:

@@ -58,6 +58,7 @@ from llmbridge.dialects.interactions.response import (
     timestamp,
 )
 from llmbridge.dialects.interactions.steps import output_step
+from llmbridge.dialects.stream_encoding import ENDED_EARLY, encoded
 
 __all__ = ["DONE", "encode_chat_stream", "replay_stream"]
 
@@ -65,7 +66,7 @@ DONE = b"data: [DONE]\n\n"
 """The last event of every stream."""
 
 
-async def encode_chat_stream(
+def encode_chat_stream(
     events: AsyncIterator[StreamEvent],
     request: ChatRequest,
     on_end: Callable[[dict[str, Any]], None] | None = None,
@@ -75,15 +76,15 @@ async def encode_chat_stream(
     ``on_end`` gets the resource of ``interaction.completed`` before the bytes of that
     event are yielded."""
     encoder = _Encoder(request, on_end)
-    async for event in events:
-        chunk = encoder.encode(event)
-        if chunk:
-            yield chunk
-        if encoder.finished:
-            return
     # Ended with neither ResponseEnd nor StreamError: say so rather than end as if
     # the reply were complete.
-    yield encoder.fail(BackendProtocolError("the backend's stream ended before it was complete"))
+    return encoded(
+        events,
+        encoder.encode,
+        lambda: encoder.finished,
+        lambda: encoder.fail(BackendProtocolError(ENDED_EARLY)),
+        escape=False,  # each event is escaped as it is framed
+    )
 
 
 def _event(event_type: str, body: dict[str, Any]) -> bytes:

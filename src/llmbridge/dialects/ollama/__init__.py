@@ -39,6 +39,7 @@ from llmbridge.dialects.ollama.response import (
 )
 from llmbridge.dialects.ollama.stream import (
     ChatFrameDecoder,
+    decode_chat_batches,
     decode_chat_stream,
     encode_chat_stream,
     split_ndjson_lines,
@@ -47,6 +48,7 @@ from llmbridge.dialects.ollama.stream import (
 __all__ = [
     "ChatFrameDecoder",
     "ModelRequest",
+    "decode_chat_batches",
     "decode_chat_request",
     "decode_chat_response",
     "decode_chat_stream",

@@ -19,7 +19,7 @@ Quirks handled here, each seen in the wild:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
@@ -47,6 +47,8 @@ from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339,
 
 __all__ = [
     "ChatFrameDecoder",
+    "NDJSONLines",
+    "decode_chat_batches",
     "decode_chat_stream",
     "done_end",
     "encode_chat_stream",
@@ -180,43 +182,100 @@ async def decode_chat_stream(lines: AsyncIterator[str]) -> AsyncIterator[StreamE
     """
     decoder = ChatFrameDecoder()
     async for line in lines:
-        if not line or line.isspace():
-            continue
-        try:
-            frame = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise BackendProtocolError(
-                f"Ollama sent a line that is not JSON: {line[:200]!r}"
-            ) from exc
-        for event in decoder.feed(frame):
+        for event in _line_events(decoder, line):
             yield event
         if decoder.finished:
             return
-    raise BackendProtocolError("Ollama's stream ended before its done frame")
+    raise BackendProtocolError(_NO_DONE_FRAME)
+
+
+async def decode_chat_batches(
+    chunks: AsyncIterator[bytes],
+) -> AsyncGenerator[list[StreamEvent], None]:
+    """``decode_chat_stream`` of the NDJSON bytes as they arrive, the events of each
+    read handed over as one list (``core.stream.EventBatches``): the backend's path.
+    A malformed line raises after the events before it are handed over."""
+    decoder = ChatFrameDecoder()
+    lines = NDJSONLines()
+    async for chunk in chunks:
+        batch: list[StreamEvent] = []
+        try:
+            for line in lines.feed(chunk):
+                batch += _line_events(decoder, _utf8(line))
+                if decoder.finished:
+                    break
+        except Exception:
+            if batch:
+                yield batch
+            raise
+        if batch:
+            yield batch
+        if decoder.finished:
+            return
+    last = lines.finish()
+    if last is not None:
+        batch = _line_events(decoder, _utf8(last))
+        if batch:
+            yield batch
+        if decoder.finished:
+            return
+    raise BackendProtocolError(_NO_DONE_FRAME)
+
+
+_NO_DONE_FRAME = "Ollama's stream ended before its done frame"
+
+
+def _line_events(decoder: ChatFrameDecoder, line: str) -> list[StreamEvent]:
+    """The events of one NDJSON line (none for a blank one)."""
+    if not line or line.isspace():
+        return []
+    try:
+        frame = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise BackendProtocolError(f"Ollama sent a line that is not JSON: {line[:200]!r}") from exc
+    return decoder.feed(frame)
 
 
 async def split_ndjson_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """Split a byte stream into NDJSON lines at ``\\n`` only.
-
-    Prefer this to httpx's ``aiter_lines``, which also splits at U+0085, U+2028 and
-    U+2029; Go's JSON encoder writes U+0085 raw, so such a character in a reply would
-    cut a record in two. Each line is decoded whole, so multi-byte characters split
-    across chunks come out intact.
+    """Split a byte stream into NDJSON lines at ``\\n`` only (``NDJSONLines``).
 
     Raises:
         BackendProtocolError: a line is not valid UTF-8.
     """
-    pending = bytearray()
+    lines = NDJSONLines()
     async for chunk in chunks:
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            pending += chunk[start:end]
-            yield _utf8(bytes(pending))
-            pending.clear()
-            start = end + 1
-        pending += chunk[start:]
-    if pending:
-        yield _utf8(bytes(pending))
+        for line in lines.feed(chunk):
+            yield _utf8(line)
+    last = lines.finish()
+    if last is not None:
+        yield _utf8(last)
+
+
+class NDJSONLines:
+    """A byte stream split into NDJSON lines at ``\\n`` only, as the reads arrive.
+
+    Prefer this to httpx's ``aiter_lines``, which also splits at U+0085, U+2028 and
+    U+2029; Go's JSON encoder writes U+0085 raw, so such a character in a reply would
+    cut a record in two. Lines are split on bytes and each decoded whole (``_utf8``),
+    so multi-byte characters split across reads come out intact.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines ``chunk`` completes (without their ``\\n``)."""
+        if self._pending:
+            chunk = self._pending + chunk
+        *lines, self._pending = chunk.split(b"\n")
+        return lines
+
+    def finish(self) -> bytes | None:
+        """The last line, when the stream did not end with ``\\n``."""
+        last, self._pending = self._pending, b""
+        return last or None
 
 
 def _utf8(line: bytes) -> str:

@@ -32,12 +32,14 @@ from llmbridge.dialects.openai.response import (
     encode_embed_response,
 )
 from llmbridge.dialects.openai.stream import (
+    decode_chat_batches,
     decode_chat_stream,
     decode_chat_stream_bytes,
     encode_chat_stream,
 )
 
 __all__ = [
+    "decode_chat_batches",
     "decode_chat_request",
     "decode_chat_response",
     "decode_chat_stream",

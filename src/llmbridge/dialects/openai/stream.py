@@ -18,7 +18,7 @@ where chat chunks carry ``choices[].delta``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
@@ -42,8 +42,9 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
+from llmbridge.core.stream import EventBatches
 from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
-from llmbridge.dialects.framing import SSE_DONE, SSEParser, escape_line_breaks, sse_event
+from llmbridge.dialects.framing import SSE_DONE, SSEParser, sse_event
 from llmbridge.dialects.openai.errors import error_body
 from llmbridge.dialects.openai.response import (
     decode_usage,
@@ -53,8 +54,10 @@ from llmbridge.dialects.openai.response import (
     response_id,
     stop_reason_for,
 )
+from llmbridge.dialects.stream_encoding import ENDED_EARLY, encoded
 
 __all__ = [
+    "decode_chat_batches",
     "decode_chat_stream",
     "decode_chat_stream_bytes",
     "encode_chat_stream",
@@ -104,7 +107,7 @@ class _ChunkWriter:
         return self._prefix + b'"choices":[],"usage":' + _dumps(encode_usage(usage)) + b"}\n\n"
 
 
-async def encode_chat_stream(
+def encode_chat_stream(
     events: AsyncIterator[StreamEvent], request: ChatRequest
 ) -> AsyncIterator[bytes]:
     """SSE ``chat.completion.chunk`` bytes for an event stream, ending in ``[DONE]``.
@@ -117,15 +120,14 @@ async def encode_chat_stream(
     becomes ``data: {"error": ...}`` and the stream ends with ``[DONE]``.
     """
     encoder = _StreamEncoder(request)
-    async for event in events:
-        chunk = encoder.encode(event)
-        if chunk:
-            yield escape_line_breaks(chunk)  # raw U+2028 would split the line (framing)
-        if encoder.finished:
-            return
-    # The event stream stopped without ResponseEnd or StreamError: say so rather
-    # than end as if the reply were complete.
-    yield error_chunk(BackendProtocolError("the backend's stream ended before it was complete"))
+    # Escaped: a raw U+2028 would split the line (framing). A stream that stops with
+    # neither ResponseEnd nor StreamError says so rather than end as if it were complete.
+    return encoded(
+        events,
+        encoder.encode,
+        lambda: encoder.finished,
+        lambda: error_chunk(BackendProtocolError(ENDED_EARLY)),
+    )
 
 
 class _StreamEncoder:
@@ -253,26 +255,45 @@ async def decode_chat_stream(
         yield event
 
 
-async def decode_chat_stream_bytes(chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
+def decode_chat_stream_bytes(chunks: AsyncIterator[bytes]) -> EventBatches:
     """``decode_chat_stream`` of the SSE bytes as they arrive, parsed in place
-    (``framing.SSEParser``): one async-generator hop per event fewer than
-    ``decode_chat_stream(aiter_sse(chunks))``, on every backend chunk (a hot path)."""
+    (``framing.SSEParser``), each read's events handed over together
+    (``core.stream.EventBatches``): the backends' path, on every chunk (a hot path)."""
+    return EventBatches(decode_chat_batches(chunks))
+
+
+async def decode_chat_batches(
+    chunks: AsyncIterator[bytes],
+) -> AsyncGenerator[list[StreamEvent], None]:
+    """The events of each read of the SSE bytes, a list a read (none for a read that
+    completes no event). A malformed chunk raises after the events before it are
+    handed over, so what the client was sent before the failure stays the same."""
     decoder = _StreamDecoder()
     parser = SSEParser()
     async for chunk in chunks:
-        for sse in parser.feed(chunk):
-            for event in decoder.sse(sse):
-                yield event
-            if decoder.stopped:
-                break
+        batch: list[StreamEvent] = []
+        try:
+            for sse in parser.feed(chunk):
+                batch += decoder.sse(sse)
+                if decoder.stopped:
+                    break
+        except Exception:
+            if batch:
+                yield batch
+            raise
+        if batch:
+            yield batch
         if decoder.stopped:
             break
     else:
+        batch = []
         for sse in parser.finish():
-            for event in decoder.sse(sse):
-                yield event
-    for event in decoder.end():
-        yield event
+            batch += decoder.sse(sse)
+        if batch:
+            yield batch
+    end = decoder.end()
+    if end:
+        yield end
 
 
 class _StreamDecoder:

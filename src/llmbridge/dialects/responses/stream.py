@@ -72,11 +72,12 @@ from llmbridge.dialects.responses.response import (
     thinking_item,
     tool_call_item,
 )
+from llmbridge.dialects.stream_encoding import ENDED_EARLY, encoded
 
 __all__ = ["encode_chat_stream"]
 
 
-async def encode_chat_stream(
+def encode_chat_stream(
     events: AsyncIterator[StreamEvent],
     request: ChatRequest,
     on_end: Callable[[dict[str, Any]], None] | None = None,
@@ -87,16 +88,15 @@ async def encode_chat_stream(
     ``response.incomplete`` before the bytes of that event are yielded (the gateway
     stores it then, so a client that reads the event can at once retrieve it)."""
     encoder = StreamEncoder(request, on_end)
-    async for event in events:
-        chunk = encoder.encode(event)
-        if chunk:
-            yield escape_line_breaks(chunk)  # raw U+2028 would split the line (framing)
-        if encoder.finished:
-            return
-    # Ended with neither ResponseEnd nor StreamError: say so rather than end as if
-    # the reply were complete.
-    error = BackendProtocolError("the backend's stream ended before it was complete")
-    yield escape_line_breaks(encoder.fail(error))
+
+    def unfinished() -> bytes:
+        # Ended with neither ResponseEnd nor StreamError: say so rather than end as if
+        # the reply were complete.
+        error = BackendProtocolError(ENDED_EARLY)
+        return escape_line_breaks(encoder.fail(error))
+
+    # Escaped: a raw U+2028 would split the line (framing).
+    return encoded(events, encoder.encode, lambda: encoder.finished, unfinished)
 
 
 _TEXT_DELTA_HEAD = (

@@ -425,7 +425,7 @@ class Exchange:
         ledger = self._state.ledger
         return ledger is not None and ledger.bodies is not None
 
-    def watch(self, first: StreamEvent, events: EventStream) -> AsyncGenerator[StreamEvent, None]:
+    def watch(self, first: StreamEvent, events: EventStream) -> EventStream:
         """The reply's events (``first`` already read), noted as they pass
         (``ReplyMeter.watch``): a failure after the first event becomes a
         ``StreamError`` (the encoder renders the dialect's in-stream error)."""

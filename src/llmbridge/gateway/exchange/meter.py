@@ -41,7 +41,7 @@ from llmbridge.core.events import (
     UsageUpdate,
 )
 from llmbridge.core.response import ChatResponse, StopReason, Usage
-from llmbridge.core.stream import EventStream
+from llmbridge.core.stream import EventBatches, EventStream
 from llmbridge.features.token_count import TextTally
 from llmbridge.web.render import to_bridge_error
 
@@ -121,31 +121,60 @@ class ReplyMeter:
         log.warning("stream from backend %s failed: %s", name, error.message)
         return error
 
-    async def watch(
+    def watch(
         self,
         first: StreamEvent,
         events: EventStream,
         *,
         backend: Backend | None,
         keep: bool,
-    ) -> AsyncGenerator[StreamEvent, None]:
+    ) -> EventStream:
         """The reply's events (``first`` already read), with its usage and generated
         text noted, and a failure after the first event turned into a ``StreamError``
         (the encoder renders the dialect's in-stream error). ``backend``: the one that
-        serves it (for the log); ``keep``: the reply is kept for the request log."""
+        serves it (for the log); ``keep``: the reply is kept for the request log. A
+        reply read a batch at a time (``core.stream.EventBatches``) is handed on so."""
+        if isinstance(events, EventBatches):
+            return EventBatches(self._watch_batches(first, events, backend, keep))
+        return self._watch_events(first, events, backend, keep)
+
+    def _noting(self, first: StreamEvent, keep: bool) -> Callable[[StreamEvent], None]:
+        """How each event after ``first`` is noted; ``first`` noted."""
         note = self._note
         if keep:  # bodies kept: the reply too
             note = self._note_kept
             self.kept = Accumulator()
             self.kept.add(first)
+        self._note_first(first)
+        return note
+
+    async def _watch_events(
+        self, first: StreamEvent, events: EventStream, backend: Backend | None, keep: bool
+    ) -> AsyncGenerator[StreamEvent, None]:
         try:
-            self._note_first(first)
+            note = self._noting(first, keep)
             yield first
             async for event in events:
                 note(event)
                 yield event
         except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
             yield StreamError(self._stream_failed(exc, backend))
+        finally:
+            await events.aclose()
+
+    async def _watch_batches(
+        self, first: StreamEvent, events: EventBatches, backend: Backend | None, keep: bool
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        # ``first`` goes on alone, at once: the client's first token waits for no more.
+        try:
+            note = self._noting(first, keep)
+            yield [first]
+            async for batch in events.batches():
+                for event in batch:
+                    note(event)
+                yield batch
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an in-stream error
+            yield [StreamError(self._stream_failed(exc, backend))]
         finally:
             await events.aclose()
 
