@@ -23,7 +23,7 @@ from typing import Protocol
 from llmbridge.core.events import StreamEvent
 from llmbridge.core.request import ChatRequest
 
-__all__ = ["ChatFn", "EventBatches", "EventStream"]
+__all__ = ["ChatFn", "EventBatches", "EventStream", "decoded_reads"]
 
 
 class EventStream(Protocol):
@@ -70,6 +70,28 @@ class EventBatches:
     async def aclose(self) -> None:
         self._batch = []
         await self._source.aclose()
+
+
+async def decoded_reads(
+    chunks: AsyncIterator[bytes], decode: Callable[[bytes, list[StreamEvent]], bool]
+) -> AsyncGenerator[list[StreamEvent], None]:
+    """Each read of ``chunks`` decoded into one list of events, for an ``EventBatches``:
+    ``decode(read, events)`` appends the read's events and says whether the stream is
+    over (nothing more is read; the caller's decoder knows which way it ended). A read
+    that fails part-way hands over the events before the failure, then raises, so the
+    client is sent what an event-at-a-time decode would have sent it."""
+    async for chunk in chunks:
+        batch: list[StreamEvent] = []
+        try:
+            over = decode(chunk, batch)
+        except Exception:
+            if batch:
+                yield batch
+            raise
+        if batch:
+            yield batch
+        if over:
+            return
 
 
 class _Batches:

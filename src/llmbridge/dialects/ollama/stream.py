@@ -41,6 +41,7 @@ from llmbridge.core.messages import ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Timings, Usage
+from llmbridge.core.stream import decoded_reads
 from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
 from llmbridge.dialects.framing import dumps, escape_line_breaks, ndjson_line
 from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339, rfc3339
@@ -197,21 +198,18 @@ async def decode_chat_batches(
     A malformed line raises after the events before it are handed over."""
     decoder = ChatFrameDecoder()
     lines = NDJSONLines()
-    async for chunk in chunks:
-        batch: list[StreamEvent] = []
-        try:
-            for line in lines.feed(chunk):
-                batch += _line_events(decoder, _utf8(line))
-                if decoder.finished:
-                    break
-        except Exception:
-            if batch:
-                yield batch
-            raise
-        if batch:
-            yield batch
-        if decoder.finished:
-            return
+
+    def decode(chunk: bytes, batch: list[StreamEvent]) -> bool:
+        for line in lines.feed(chunk):
+            batch += _line_events(decoder, _utf8(line))
+            if decoder.finished:
+                return True
+        return False
+
+    async for batch in decoded_reads(chunks, decode):
+        yield batch
+    if decoder.finished:
+        return
     last = lines.finish()
     if last is not None:
         batch = _line_events(decoder, _utf8(last))

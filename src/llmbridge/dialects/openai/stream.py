@@ -42,7 +42,7 @@ from llmbridge.core.messages import TextPart, ThinkingPart, ToolCallPart
 from llmbridge.core.parts_manager import PartsManager
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
-from llmbridge.core.stream import EventBatches
+from llmbridge.core.stream import EventBatches, decoded_reads
 from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
 from llmbridge.dialects.framing import SSE_DONE, SSEParser, sse_event
 from llmbridge.dialects.openai.errors import error_body
@@ -270,28 +270,23 @@ async def decode_chat_batches(
     handed over, so what the client was sent before the failure stays the same."""
     decoder = _StreamDecoder()
     parser = SSEParser()
-    async for chunk in chunks:
-        batch: list[StreamEvent] = []
-        try:
-            for sse in parser.feed(chunk):
-                batch += decoder.sse(sse)
-                if decoder.stopped:
-                    break
-        except Exception:
-            if batch:
-                yield batch
-            raise
-        if batch:
-            yield batch
-        if decoder.stopped:
-            break
-    else:
-        batch = []
-        for sse in parser.finish():
+
+    def decode(chunk: bytes, batch: list[StreamEvent]) -> bool:
+        for sse in parser.feed(chunk):
             batch += decoder.sse(sse)
-        if batch:
-            yield batch
-    end = decoder.end()
+            if decoder.stopped:
+                return True
+        return False
+
+    async for batch in decoded_reads(chunks, decode):
+        yield batch
+    if not decoder.stopped:
+        last: list[StreamEvent] = []
+        for sse in parser.finish():
+            last += decoder.sse(sse)
+        if last:
+            yield last
+    end = decoder.end()  # raises for a stream that stopped before its end
     if end:
         yield end
 
