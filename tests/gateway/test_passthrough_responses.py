@@ -458,6 +458,29 @@ def test_a_failure_before_any_output_is_an_http_error_on_both_paths(
     relayed, translated = replies
     assert relayed.status_code == translated.status_code == 502
     assert relayed.json()["error"]["message"] == translated.json()["error"]["message"]
+    assert relayed.headers["x-llmbridge-path"] == "passthrough"
+    assert "x-llmbridge-path" not in translated.headers
+
+
+def test_a_relayed_failure_says_its_path_and_drops_nothing(
+    gateway: RunningServer, key: str, upstream: tuple[FakeUpstream, RunningServer]
+) -> None:
+    """Another server's reasoning went to the backend as it came: a relayed request
+    that fails says so, not that the translated path dropped it."""
+    fake, _ = upstream
+    reasoning = {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-opaque"}
+    body = orjson.dumps({"error": {"message": "bad input", "type": "invalid_request_error"}})
+    replies = []
+    for model in ("m", "translated"):
+        fake.queue.append(Canned(status=400, chunks=[body]))
+        ask = _ask(model, stream=True, input=[reasoning, {"role": "user", "content": "hi"}])
+        replies.append(_post(gateway, key, ask))
+        fake.queue.clear()
+    relayed, translated = replies
+    assert relayed.status_code == translated.status_code == 400
+    assert relayed.headers["x-llmbridge-path"] == "passthrough"
+    assert "x-llmbridge-dropped-reasoning" not in relayed.headers
+    assert translated.headers["x-llmbridge-dropped-reasoning"] == "1"
 
 
 @pytest.mark.parametrize("model", ["m", "translated"])

@@ -180,7 +180,12 @@ async def serve_chat(
         if not isinstance(exc, LLMBridgeError) or exchange.status == 200:
             exchange.failed(error)
         # web/render.py adds Retry-After for an error that carries one.
-        failed = change_headers((reply.prepared if reply else prepared).changes)
+        tried = reply.prepared if reply else prepared
+        failed = change_headers(tried.changes)
+        if tried.request.relay is not None:
+            # Said on a failure too: the route's own headers (the Responses front's
+            # dropped reasoning) are for the translated path only.
+            failed[PATH_HEADER] = "passthrough"
         return error_response(codec.dialect, error, request_id, headers=failed)
 
     assert reply is not None

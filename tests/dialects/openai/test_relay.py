@@ -105,6 +105,28 @@ def test_an_in_band_error_after_the_first_chunk_ends_the_relayed_stream() -> Non
     assert "overloaded" in str(relayed[-1].error)
 
 
+@pytest.mark.parametrize(
+    "after",
+    [
+        [b"data: [DONE]\n\n"],  # a read of its own
+        [],  # the backend closed without its end
+    ],
+)
+def test_the_error_ends_the_stream_the_same_however_the_reads_fell(after: list[bytes]) -> None:
+    """The error as it came, then [DONE], as the translated path ends: what the backend
+    sent after it, in the error's own read or a later one, is not passed on."""
+    error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    ended = error + b"data: [DONE]\n\n"
+    stray = STREAM.split(b"\n\n")[1] + b"\n\n"  # a chunk the backend sent after its error
+    for reads in (
+        [*_frames(STREAM)[:2], error, *after],
+        [*_frames(STREAM)[:2], error + stray + b"data: [DONE]\n\n"],
+        [*_frames(STREAM)[:2], error + b"data: [DONE]\n\n" + stray],
+    ):
+        relayed = [e for e in _relay(reads) if isinstance(e, Relayed)]
+        assert relayed[-1].data == ended and relayed[-1].error is not None
+
+
 def _chunk(body: dict[str, object], *, spaced: bool = False) -> bytes:
     payload = orjson.dumps(body)
     if spaced:

@@ -14,7 +14,9 @@ Each frame is parsed (orjson) for its usage, finish reason and the text it carri
 cut stream's bill), a run of plain ``data:`` frames in one read as one JSON array; no
 event objects are built for the text, and nothing is encoded again unless a frame must
 change. Frames go on whole: a read that ends inside one keeps
-its tail for the next, so an error the gateway adds never lands inside a frame.
+its tail for the next, so an error the gateway adds never lands inside a frame. The
+backend's in-band error ends the stream: its frame goes on as it came, then
+``data: [DONE]``, and nothing the backend sent after it (as on the translated path).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _BOUNDARY = re.compile(rb"\r?\n\r?\n")
 _SENDER = "the backend"
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
 _NULL_USAGE = b',"usage":null'
+_DONE = b"data: [DONE]"
 """The counts the gateway asked for, in a chunk without them, as OpenAI and vLLM spell it."""
 
 
@@ -188,10 +191,8 @@ class ChatStreamRelay:
         # expression tries at every byte, a fifth of a relayed chunk's CPU.
         frames = complete.split(b"\n\n") if b"\r" not in complete else _BOUNDARY.split(complete)
         for frame in frames:
-            if error is not None:  # what the backend sent after its error goes on as is
-                if frame:
-                    out.append(frame)
-                continue
+            if error is not None:
+                break  # the stream ended at the error (with the [DONE] after it)
             if not frame or self.stopped:
                 changed |= bool(frame)  # what follows the end is not passed on
                 continue
@@ -205,9 +206,13 @@ class ChatStreamRelay:
                 continue
             chunk = json_object(payload, "a stream chunk", _SENDER)
             if name == b"error" or chunk.get("error") is not None:
+                # Relayed as it came, and the stream's end after it as the translated
+                # path writes it (``error_chunk``): whatever the backend sent next, in
+                # this read or a later one, a client gets the same bytes.
                 error = in_band_error(chunk.get("error", chunk))
                 self.stopped = True
-                out.append(frame)
+                out.extend((frame, _DONE))
+                changed = True
                 continue
             if not self._started:
                 self._started = True
