@@ -6,6 +6,7 @@ or the ledger records, only how many async hops each event costs."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
@@ -26,7 +27,7 @@ from llmbridge.core.messages import Message, TextPart
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.core.stream import EventBatches
-from llmbridge.dialects import anthropic, gemini, interactions, openai, responses
+from llmbridge.dialects import anthropic, gemini, interactions, ollama, openai, responses
 from llmbridge.gateway.exchange.meter import ReplyMeter
 
 START = ResponseStart(id="r1", model="m", created=1.0)
@@ -84,6 +85,8 @@ ENCODERS: dict[str, Callable[[AsyncIterator[StreamEvent], ChatRequest], AsyncIte
     "gemini": gemini.encode_chat_stream,
     "gemini-array": gemini.encode_chat_stream_array,
     "interactions": interactions.encode_chat_stream,
+    "ollama": ollama.encode_chat_stream,
+    "ollama-generate": functools.partial(ollama.encode_chat_stream, generate=True),
 }
 # Ids and times each encoder makes up anew for every stream.
 _MADE_UP = re.compile(rb'("(?:id|created|created_at|response_id|item_id)":)("[^"]*"|\d+)')

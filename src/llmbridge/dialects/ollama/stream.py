@@ -45,6 +45,7 @@ from llmbridge.core.stream import decoded_reads
 from llmbridge.dialects.fields import ReplyFields, int_or_none, nonempty_str, str_or_none
 from llmbridge.dialects.framing import dumps, escape_line_breaks, ndjson_line
 from llmbridge.dialects.ollama.types import done_reason, metrics, parse_rfc3339, rfc3339
+from llmbridge.dialects.stream_encoding import ENDED_EARLY, encoded
 
 __all__ = [
     "ChatFrameDecoder",
@@ -60,7 +61,7 @@ __all__ = [
 # -- encoding -------------------------------------------------------------------------
 
 
-async def encode_chat_stream(
+def encode_chat_stream(
     events: AsyncIterator[StreamEvent], request: ChatRequest, *, generate: bool = False
 ) -> AsyncIterator[bytes]:
     """Neutral events as the NDJSON lines of ``/api/chat`` (or ``/api/generate``).
@@ -70,51 +71,87 @@ async def encode_chat_stream(
     last line has ``done: true``, ``done_reason`` and the metrics. A ``StreamError``,
     or events that stop without an end, become the last line: on ``/api/chat`` seed
     000's error frame (``error_frame``), on ``/api/generate`` Ollama's own
-    ``{"error": "..."}``.
+    ``{"error": "..."}``. Run by ``stream_encoding.encoded``, which escapes the line
+    breaks JSON allows in a string (U+2028...) and joins a read's lines in one write.
     """
-    model = request.model
-    created_at = rfc3339(time.time())
-    # Text and thinking lines differ only in the delta: build everything around it once.
-    text_head, thinking_head, tail = _delta_frame_parts(model, created_at, generate)
-    usage = Usage()
-    tool_index = 0
-    async for event in events:
-        if isinstance(event, PartDelta):
+    encoder = _StreamEncoder(request.model, generate)
+    return encoded(events, encoder.encode, encoder.is_finished, encoder.unfinished)
+
+
+class _StreamEncoder:
+    """One ``/api/chat`` (or ``/api/generate``) stream's state: its lines event by event."""
+
+    __slots__ = (
+        "created_at",
+        "finished",
+        "generate",
+        "model",
+        "tail",
+        "text_head",
+        "thinking_head",
+        "tool_index",
+        "usage",
+    )
+
+    def __init__(self, model: str, generate: bool) -> None:
+        self.model = model
+        self.generate = generate
+        self.usage = Usage()
+        self.tool_index = 0
+        self.finished = False
+        self._dated(rfc3339(time.time()))
+
+    def _dated(self, created_at: str) -> None:
+        # Text and thinking lines differ only in the delta: built around it once.
+        self.created_at = created_at
+        self.text_head, self.thinking_head, self.tail = _delta_frame_parts(
+            self.model, created_at, self.generate
+        )
+
+    def is_finished(self) -> bool:
+        return self.finished
+
+    def encode(self, event: StreamEvent) -> bytes:
+        if event.__class__ is PartDelta:  # the common event first
             delta = event.delta
-            if isinstance(delta, TextDelta):
-                if delta.text:
-                    yield text_head + escape_line_breaks(dumps(delta.text)) + tail
-            elif isinstance(delta, ThinkingDelta) and delta.text:
-                yield thinking_head + escape_line_breaks(dumps(delta.text)) + tail
-        elif isinstance(event, PartEnd):
-            if isinstance(event.part, ToolCallPart) and not generate:
-                yield escape_line_breaks(_tool_call_line(model, created_at, event.part, tool_index))
-                tool_index += 1
+            if delta.__class__ is TextDelta:
+                return self.text_head + dumps(delta.text) + self.tail if delta.text else b""
+            if delta.__class__ is ThinkingDelta and delta.text:
+                return self.thinking_head + dumps(delta.text) + self.tail
+            return b""
+        if isinstance(event, PartEnd):
+            if isinstance(event.part, ToolCallPart) and not self.generate:
+                self.tool_index += 1
+                return _tool_call_line(self.model, self.created_at, event.part, self.tool_index - 1)
         elif isinstance(event, ResponseStart):
             if event.created:
-                created_at = rfc3339(event.created)
-                text_head, thinking_head, tail = _delta_frame_parts(model, created_at, generate)
+                self._dated(rfc3339(event.created))
             if event.input_tokens is not None:
-                usage = Usage(input_tokens=event.input_tokens)
+                self.usage = Usage(input_tokens=event.input_tokens)
         elif isinstance(event, UsageUpdate):
-            usage = usage.merged(event.usage)
+            self.usage = self.usage.merged(event.usage)
         elif isinstance(event, ResponseEnd):
-            final: dict[str, Any] = {"model": model, "created_at": created_at}
-            if generate:
+            self.finished = True
+            final: dict[str, Any] = {"model": self.model, "created_at": self.created_at}
+            if self.generate:
                 final["response"] = ""
             else:
                 final["message"] = {"role": "assistant", "content": ""}
             final["done_reason"] = done_reason(event.stop_reason)
             final["done"] = True
-            final.update(metrics(usage.merged(event.usage), event.timings))
-            yield escape_line_breaks(ndjson_line(final))
-            return
+            final.update(metrics(self.usage.merged(event.usage), event.timings))
+            return ndjson_line(final)
         elif isinstance(event, StreamError):
-            yield _failure_line(model, created_at, event.error.message, generate)
-            return
-    # The events ended without an end: say so rather than leave the client guessing.
-    message = "the backend's stream ended before it was complete"
-    yield _failure_line(model, created_at, message, generate)
+            self.finished = True
+            return self._failure(event.error.message)
+        return b""
+
+    def unfinished(self) -> bytes:
+        """The events ended without an end: said rather than leave the client guessing."""
+        return escape_line_breaks(self._failure(ENDED_EARLY))
+
+    def _failure(self, message: str) -> bytes:
+        return _failure_line(self.model, self.created_at, message, self.generate)
 
 
 def error_frame(model: str, created_at: str, message: str) -> dict[str, Any]:
@@ -137,7 +174,7 @@ def error_frame(model: str, created_at: str, message: str) -> dict[str, Any]:
 
 def _failure_line(model: str, created_at: str, message: str, generate: bool) -> bytes:
     body = {"error": message} if generate else error_frame(model, created_at, message)
-    return escape_line_breaks(ndjson_line(body))
+    return ndjson_line(body)
 
 
 def _delta_frame_parts(model: str, created_at: str, generate: bool) -> tuple[bytes, bytes, bytes]:
