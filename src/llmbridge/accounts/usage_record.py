@@ -25,6 +25,7 @@ import orjson
 from sqlalchemy import Boolean, Float, Integer, String, Table
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.store.tables import FACTS_LENGTH, UsageRow
 from llmbridge.store.values import storable_text
 
@@ -46,6 +47,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
     """One request, as the ``usage`` table keeps it (store/tables.py ``UsageRow``)."""

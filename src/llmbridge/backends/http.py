@@ -50,6 +50,7 @@ from llmbridge.core.errors import (
     LLMBridgeError,
 )
 from llmbridge.core.events import StreamEvent
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.core.replay import events_from_response
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.request_limits import DEFAULT_LIMITS
@@ -243,6 +244,7 @@ class StreamReader(Protocol):
     def end(self) -> list[StreamEvent]: ...
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class RelayCall:
     """One pass-through call as its backend prepared it: ``body`` POSTed to ``path``

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmbridge.core.frozen import faster_frozen_init
+
 __all__ = [
     "ImagePart",
     "Message",
@@ -28,6 +30,7 @@ __all__ = [
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class TextPart:
     """Plain text."""
@@ -49,6 +52,7 @@ class ImagePart:
     kind: Literal["image"] = "image"
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class ThinkingPart:
     """Model reasoning shown before the answer.
@@ -65,6 +69,7 @@ class ThinkingPart:
     kind: Literal["thinking"] = "thinking"
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class ToolCallPart:
     """A request by the model to call a tool.
@@ -80,6 +85,7 @@ class ToolCallPart:
     kind: Literal["tool_call"] = "tool_call"
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class ToolResultPart:
     """The result of a tool call, sent back to the model."""
@@ -95,6 +101,7 @@ class ToolResultPart:
 Part = TextPart | ImagePart | ThinkingPart | ToolCallPart | ToolResultPart
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One turn of the conversation: a role and an ordered list of parts."""
@@ -123,6 +130,7 @@ def message_text(parts: tuple[Part, ...] | list[Part]) -> str:
     return "".join(p.text for p in parts if isinstance(p, TextPart))
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class ToolDefinition:
     """A tool the model may call: a name, a description and a JSON Schema for its input."""

@@ -17,9 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llmbridge.core.frozen import faster_frozen_init
+
 __all__ = ["RelayBody"]
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class RelayBody:
     """A client's request body as it came, for a backend that speaks ``dialect``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.core.messages import Message, ToolChoice, ToolDefinition
 from llmbridge.core.relay import RelayBody
 
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class GenerationParams:
     """Sampling and length controls. ``None`` means "the backend's default"."""
@@ -97,6 +99,7 @@ class Completion:
     the front adds it, backends never see it."""
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A chat request in neutral form.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.core.messages import Message
 
 __all__ = [
@@ -32,6 +33,7 @@ class StopReason(StrEnum):
     ERROR = "error"
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts. ``None`` means the backend did not say."""
@@ -92,6 +94,7 @@ class Timings:
     eval_ns: int | None = None
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class ChatResponse:
     """A complete assistant reply."""

@@ -32,7 +32,7 @@ from llmbridge.features.token_count import count_text_tokens
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.exchange.handler import exchanged
 from llmbridge.serving.models import Reply
-from llmbridge.serving.prepare import Changes
+from llmbridge.serving.prepare import Changes, Prepared
 from llmbridge.web.bodies import read_chat, read_relayable_chat
 from llmbridge.web.render import Dialect, error_response, to_bridge_error
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody, run_until_disconnect
@@ -116,6 +116,16 @@ def change_headers(changes: Changes) -> dict[str, str]:
     return headers
 
 
+def _failure_headers(tried: Prepared) -> dict[str, str]:
+    """A failed request's headers: what serving changed, and the path it took; a
+    relayed one says so on a failure too, as the route's own headers (the Responses
+    front's dropped reasoning) are for the translated path only."""
+    headers = change_headers(tried.changes)
+    if tried.request.relay is not None:
+        headers[PATH_HEADER] = "passthrough"
+    return headers
+
+
 async def serve_chat(
     request: Request,
     chat: ChatRequest,
@@ -180,12 +190,7 @@ async def serve_chat(
         if not isinstance(exc, LLMBridgeError) or exchange.status == 200:
             exchange.failed(error)
         # web/render.py adds Retry-After for an error that carries one.
-        tried = reply.prepared if reply else prepared
-        failed = change_headers(tried.changes)
-        if tried.request.relay is not None:
-            # Said on a failure too: the route's own headers (the Responses front's
-            # dropped reasoning) are for the translated path only.
-            failed[PATH_HEADER] = "passthrough"
+        failed = _failure_headers(reply.prepared if reply else prepared)
         return error_response(codec.dialect, error, request_id, headers=failed)
 
     assert reply is not None

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import BackendProtocolError, BackendTimeoutError, LLMBridgeError
 from llmbridge.core.events import StreamError, StreamEvent
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.stream import EventStream
@@ -82,6 +83,7 @@ class _Unobserved:
         pass
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A reply whose first event has arrived: ``first``, then the live ``rest``,

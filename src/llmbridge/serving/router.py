@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from llmbridge.backends.base import Backend
 from llmbridge.core.errors import LLMBridgeError, ModelNotFoundError
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.core.model_info import ModelInfo
 from llmbridge.serving.config import ModelRoute, ServingConfig
 from llmbridge.serving.deployments import DeploymentPool
@@ -32,6 +33,7 @@ log = logging.getLogger("llmbridge.router")
 _GLOB_CHARS = frozenset("*?[")
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """Where a request for ``public_name`` goes."""

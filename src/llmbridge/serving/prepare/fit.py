@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from llmbridge.core.frozen import faster_frozen_init
 from llmbridge.core.request import ChatRequest, ThinkingConfig
 from llmbridge.features.billing_header import drop_billing_header
 from llmbridge.features.compaction import summary_request
@@ -39,6 +40,7 @@ from llmbridge.serving.router import ModelRouter, Resolved
 __all__ = ["Prepared", "prepare"]
 
 
+@faster_frozen_init
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A request ready for ``target``'s backend."""
