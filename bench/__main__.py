@@ -38,7 +38,7 @@ class Scenario(NamedTuple):
 S = Scenario
 SCENARIOS = {
     "overhead": S("interleaved", "the gateway against the stub backend called directly"),
-    "compare": S("sequential", "llmbridge beside the LiteLLM proxy and Portkey"),
+    "compare": S("interleaved", "llmbridge beside the LiteLLM proxy, Portkey and the floors"),
     "scale": S("interleaved", "--workers 1 and 2; keys, limits and the ledger; Redis"),
     "frontier": S("interleaved", "the highest rate within a p99 bound (open loop); frames"),
     "dialect_paths": S(

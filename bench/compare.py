@@ -12,7 +12,10 @@ reply is checked after its timing (``wire.py``), and a failure makes the cell IN
 Reported per target: requests/s, p50/p99, time to first byte, CPU per 1,000 requests
 and peak RSS over each server's process tree; then llmbridge's added p50 over LiteLLM's
 (target <= 0.10) and its requests/s over LiteLLM's (target >= 5), and the same ratios
-against Portkey. docs/PERFORMANCE.md has the method and the figures.
+against Portkey. With ``--floors``, ``floor_proxy.py``'s three floors join them, and
+each llmbridge route's ratios to each floor are reported; with ``--baseline-src DIR``,
+that checkout's gateway too (its three routes, ``baseline-openai``...), in the same rounds.
+docs/PERFORMANCE.md has the method and the figures.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from harness import (
     gateway_config,
     load_average,
     log,
+    prepare_baseline,
     py_spy,
     quick_defaults,
     results_header,
@@ -48,6 +52,11 @@ from http_clients import make_client
 from load import Cell, Runner, Tally, Target, figure, summarise, table
 
 LLMBRIDGE = ("llmbridge-openai", "llmbridge-ollama", "llmbridge-anthropic")
+BASELINE = ("baseline-openai", "baseline-ollama", "baseline-anthropic")
+"""``--baseline-src``: that checkout's gateway and the same three routes, in the same
+rounds: a change measured by the floors' own harness (the floors' ratios move between
+runs on a VM more than a change does within one). All three, so that each gateway
+process serves the same mix of traffic."""
 PEERS = ("litellm", "portkey")
 FLOORS = ("floor", "floor-reencode", "floor-decode")
 """``--floors``: floor_proxy.py forwarding only, decoding and re-encoding each event, and
@@ -113,7 +122,7 @@ def floor_table(cells: list[dict[str, Any]]) -> str:
         direct = targets.get("direct")
         for floor in (f for f in FLOORS if f in targets):
             base, low = targets[floor], direct["latency_ms"]["p50"] if direct else 0.0
-            for name in (n for n in LLMBRIDGE if n in targets):
+            for name in (n for n in (*LLMBRIDGE, *BASELINE) if n in targets):
                 mine = targets[name]
                 if not (_ok(mine) and _ok(base) and _ok(direct)):
                     rows.append([cell["key"], name, floor, "INVALID", "", ""])
@@ -218,6 +227,9 @@ async def measure(
         targets = [Target("direct", backend.url)]
         targets += [Target(n, gateway.url, n.split("-")[1], gateway.tree) for n in LLMBRIDGE]
         for name, peer in others.items():
+            if name == "baseline":
+                targets += [Target(n, peer.url, n.split("-")[1], peer.tree) for n in BASELINE]
+                continue
             if name in FLOORS:
                 targets.append(Target(name, peer.url, "openai", peer.tree))
                 continue
@@ -253,7 +265,12 @@ async def measure(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = arguments(__doc__, quick="concurrency 1 and 64, short rounds")
+    parser = arguments(
+        __doc__,
+        quick="concurrency 1 and 64, short rounds",
+        baseline="serve that checkout's gateway beside this one (its three routes, "
+        "baseline-openai...), in the same rounds",
+    )
     add = parser.add_argument
     add("--concurrency", type=int, nargs="+", help="in flight per cell (1 64 256; 1 64)")
     add("--kind", choices=("all", "nonstream", "stream"), default="all", help="half the grid")
@@ -293,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     # After the peers' installs, which may take minutes: the run itself starts here.
     run = run._replace(started=time.time(), load_at_start=load_average())
     busy_before = system_busy_seconds()
+    baseline = prepare_baseline(args.baseline_src)
     with workspace("compare") as (workdir, started):
         backend = started.add(start_fast_backend(workdir, "--chunks", str(args.chunks)))
         gateway = started.add(start_gateway(workdir, gateway_config(backend.port)))
@@ -300,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
             n: started.add(start_peer(n, workdir, backend.port, args.litellm_workers))
             for n in chosen
         }
+        if baseline is not None:
+            config = gateway_config(backend.port)
+            others["baseline"] = started.add(
+                start_gateway(workdir, config, name="baseline", baseline=baseline)
+            )
         if args.floors:
             launcher = Path(__file__).with_name("floor_proxy.py")
             for name in FLOORS:
@@ -325,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         "profiled": args.py_spy is not None,
     }
     document["cells"] = cells
+    document["baseline"] = baseline.describe() if baseline is not None else None
     print(
         f"\nllmbridge vs {', '.join(f'{k} {v}' for k, v in versions.items()) or 'no peers'} vs "
         f"the backend directly; {CPUS} CPUs; load average at start {run.load_at_start}; other "
