@@ -39,21 +39,20 @@ def faster_frozen_init(cls: type[T]) -> type[T]:
         namespace[setter] = _slot(cls, field.name).__set__
         value = field.name
         has_factory = field.default_factory is not dataclasses.MISSING
-        if has_factory:
-            namespace[f"_factory{index}"] = field.default_factory
+        has_default = field.default is not dataclasses.MISSING
+        namespace[f"_factory{index}"] = field.default_factory
+        namespace[f"_default{index}"] = field.default
         if field.init:
             parameter = field.name
             if has_factory:
                 parameter += "=_MISSING"
                 value = f"_factory{index}() if {field.name} is _MISSING else {field.name}"
-            elif field.default is not dataclasses.MISSING:
-                namespace[f"_default{index}"] = field.default
+            elif has_default:
                 parameter += f"=_default{index}"
             (keyword_only if field.kw_only else positional).append(parameter)
         elif has_factory:
             value = f"_factory{index}()"
-        elif field.default is not dataclasses.MISSING:
-            namespace[f"_default{index}"] = field.default
+        elif has_default:
             value = f"_default{index}"
         else:
             continue  # not set by __init__ at all, as dataclass leaves it
@@ -62,6 +61,7 @@ def faster_frozen_init(cls: type[T]) -> type[T]:
         body.append("    self.__post_init__()")
     signature = ", ".join(["self", *positional, *(["*", *keyword_only] if keyword_only else [])])
     source = f"def __init__({signature}):\n" + ("\n".join(body) or "    pass") + "\n"
+    # The source is made here from the fields alone, as dataclasses makes its own.
     exec(source, namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"

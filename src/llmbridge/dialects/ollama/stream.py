@@ -178,7 +178,7 @@ def _failure_line(model: str, created_at: str, message: str, generate: bool) -> 
 
 
 def _delta_frame_parts(model: str, created_at: str, generate: bool) -> tuple[bytes, bytes, bytes]:
-    head = escape_line_breaks(b'{"model":' + dumps(model) + b',"created_at":' + dumps(created_at))
+    head = b'{"model":' + dumps(model) + b',"created_at":' + dumps(created_at)
     if generate:
         return head + b',"response":', head + b',"response":"","thinking":', b',"done":false}\n'
     message = b',"message":{"role":"assistant","content":'

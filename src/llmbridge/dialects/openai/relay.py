@@ -31,7 +31,7 @@ from llmbridge.core.events import Relayed, ResponseEnd, StreamEvent
 from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason, Usage
 from llmbridge.dialects.fields import str_or_none
-from llmbridge.dialects.framing import plain_data_run
+from llmbridge.dialects.framing import SSE_DONE, plain_data_run
 from llmbridge.dialects.openai.response import decode_usage, stop_reason_for
 from llmbridge.dialects.openai.stream import in_band_error, response_start
 from llmbridge.dialects.relay_frames import FrameBuffer, event_of, json_object, mapped_model
@@ -42,8 +42,9 @@ _BOUNDARY = re.compile(rb"\r?\n\r?\n")
 _SENDER = "the backend"
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null')
 _NULL_USAGE = b',"usage":null'
-_DONE = b"data: [DONE]"
 """The counts the gateway asked for, in a chunk without them, as OpenAI and vLLM spell it."""
+_DONE = SSE_DONE.removesuffix(b"\n\n")
+"""The stream's end as a frame of ``_frames``' list (``_joined`` adds the blank line)."""
 
 
 def relay_request(request: ChatRequest) -> tuple[bytes, str | None, bool]:
@@ -191,8 +192,6 @@ class ChatStreamRelay:
         # expression tries at every byte, a fifth of a relayed chunk's CPU.
         frames = complete.split(b"\n\n") if b"\r" not in complete else _BOUNDARY.split(complete)
         for frame in frames:
-            if error is not None:
-                break  # the stream ended at the error (with the [DONE] after it)
             if not frame or self.stopped:
                 changed |= bool(frame)  # what follows the end is not passed on
                 continue
@@ -213,7 +212,7 @@ class ChatStreamRelay:
                 self.stopped = True
                 out.extend((frame, _DONE))
                 changed = True
-                continue
+                break
             if not self._started:
                 self._started = True
                 events.append(response_start(chunk))
