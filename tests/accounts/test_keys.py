@@ -5,6 +5,7 @@ the per-process cache within its lifetime; and ``llmbridge keys`` (cli/keys.py) 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from llmbridge.accounts.keys import KEY_PREFIX, KeyStore, hash_key
 from llmbridge.cli import cli
@@ -157,3 +158,41 @@ def test_cli_reads_the_database_from_the_environment(tmp_path: Path) -> None:
     assert runner.invoke(cli, ["keys", "create", "env"]).exit_code == 0
     assert db.exists()
     assert "env " in runner.invoke(cli, ["keys", "list"]).stdout
+
+
+async def test_requests_that_find_an_entry_expired_share_one_query(keys: KeyStore) -> None:
+    _, key = await keys.create("busy")
+    queries: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "api_keys" in statement:
+            queries.append(statement)
+
+    event.listen(keys.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        # Unseen (within the bucket of unseen keys), then seen and expired: each time,
+        # the requests at once ask one query.
+        for at_once, cache_s in ((10, 60.0), (32, 0.0)):
+            keys.cache_s = cache_s
+            before = len(queries)
+            records = await asyncio.gather(*(keys.cached(key) for _ in range(at_once)))
+            assert [record.name if record else None for record in records] == ["busy"] * at_once
+            assert len(queries) - before == 1
+        keys.cache_s = 60.0
+        before = len(queries)
+        assert (await keys.cached(key)) is not None
+        assert len(queries) == before  # fresh: answered from the cache
+    finally:
+        event.remove(keys.engine.sync_engine, "before_cursor_execute", seen)
+
+
+async def test_a_waiter_cancelled_leaves_the_query_to_the_others(keys: KeyStore) -> None:
+    _, key = await keys.create("patient")
+    first = asyncio.ensure_future(keys.cached(key))
+    second = asyncio.ensure_future(keys.cached(key))
+    await asyncio.sleep(0)  # both are waiting on the one query
+    first.cancel()
+    record = await second
+    assert record is not None and record.name == "patient"
+    with pytest.raises(asyncio.CancelledError):
+        await first

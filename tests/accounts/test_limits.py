@@ -246,6 +246,16 @@ def test_max_parallel(gateway: RunningServer, scripted: ScriptedBackend) -> None
         raise AssertionError("the parallel slot was never released")
 
 
+def test_a_reply_sent_whole_gives_its_slot_back_before_the_client_has_it(
+    gateway: RunningServer,
+) -> None:
+    # The records are written after the response is sent; the slot is not: a client
+    # that asks again the moment it has its reply never meets its own last request.
+    key = new_key(gateway, "parallel-in-turn", max_parallel=1)
+    for _ in range(5):
+        _openai(gateway.url, key)  # a 429 (max_parallel 1) would raise
+
+
 def test_tokens_per_minute_count_the_replies_usage(
     gateway: RunningServer, scripted: ScriptedBackend
 ) -> None:

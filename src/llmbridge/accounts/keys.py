@@ -18,7 +18,8 @@ costs the database:
   pushes out the oldest entries, never the keys in use.
 - A key this process has not seen: one query, its answer cached like a found key's,
   absent included (a wrong key sent again costs nothing for ``cache_s``). So a key
-  just created anywhere works at once.
+  just created anywhere works at once. The requests that need a key while its query is
+  out (many in flight when its entry expires) wait for that one answer.
 - A flood of different wrong keys: lookups of unseen keys are limited to a token
   bucket (``miss_burst`` at once, ``miss_rate`` a second, per process); past it, an
   unseen key is checked against the *directory* instead, the set of every stored
@@ -217,6 +218,9 @@ class KeyStore:
         self.cache_s = cache_s
         self._cache: OrderedDict[str, tuple[float, KeyRecord | None]] = OrderedDict()
         """Hash -> (when looked up, the record or ``None``), least recently used first."""
+        self._looking_up: dict[str, asyncio.Future[KeyRecord | None]] = {}
+        """Hash -> the query out for it: a request that needs the same key meanwhile
+        waits for that answer."""
         self._directory: frozenset[str] | None = None
         """Every stored key's hash (``None``: not read yet, or past ``_DIRECTORY_MAX``)."""
         self._directory_at = -float("inf")
@@ -357,12 +361,35 @@ class KeyStore:
             directory = await self._fresh_directory()
             if directory is not None and digest not in directory:
                 return None
+        return await self._looked_up(digest)
+
+    async def _looked_up(self, digest: str) -> KeyRecord | None:
+        """``_find_by_hash`` of ``digest``, cached; one query at a time per key: the
+        requests that find a key's entry expired while its query is out wait for its
+        answer (64 requests in flight were 64 queries, each a millisecond of the event
+        loop, every ``cache_s``). A waiter that is cancelled leaves the query to the
+        others."""
+        pending = self._looking_up.get(digest)
+        if pending is None:
+            pending = asyncio.ensure_future(self._find_and_cache(digest))
+            self._looking_up[digest] = pending
+            pending.add_done_callback(lambda done: self._lookup_done(digest, done))
+        return await asyncio.shield(pending)
+
+    async def _find_and_cache(self, digest: str) -> KeyRecord | None:
+        asked = time.monotonic()  # the answer is as old as the query: cache_s from it
         record = await self._find_by_hash(digest)
-        self._cache[digest] = (now, record)
+        self._cache[digest] = (asked, record)
         self._cache.move_to_end(digest)
         if len(self._cache) > _CACHE_MAX:
             self._cache.popitem(last=False)
         return record
+
+    def _lookup_done(self, digest: str, done: asyncio.Future[KeyRecord | None]) -> None:
+        if self._looking_up.get(digest) is done:
+            del self._looking_up[digest]
+        if not done.cancelled():
+            done.exception()  # its waiters raise it; none may be left to read it
 
     def _may_look_up(self, now: float) -> bool:
         """Take a token from the unseen keys' bucket, if one is left."""

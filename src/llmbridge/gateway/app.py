@@ -70,6 +70,7 @@ from llmbridge.serving.models import open_models
 from llmbridge.state import open_state
 from llmbridge.state.failover import FailoverState
 from llmbridge.store.database import OpenOnce
+from llmbridge.web.after_response import collect_after_response, run_after_response
 from llmbridge.web.auth import KEY_IDENTITY, OPEN_PATHS, KeyChecker, key_identity, presented_key
 from llmbridge.web.render import (
     dialect_for_path,
@@ -308,11 +309,19 @@ def _exchanged_route(route: Route) -> bool:
 
 class GatewayApp(Starlette):
     """Starlette, with the server's own ``send`` in the request task's context for a
-    streamed body's chunks (web/streaming.py ``SERVER_SEND``)."""
+    streamed body's chunks (web/streaming.py ``SERVER_SEND``), and what a request left
+    for after its response run once it is sent (web/after_response.py)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         SERVER_SEND.set(send)  # each request runs in a task of its own: its own context
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        jobs, token = collect_after_response()
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            run_after_response(jobs, token)
 
 
 def http_protocol(app: Starlette) -> type[asyncio.Protocol]:

@@ -18,7 +18,9 @@ turns, by ``KeyGate`` (agent_gate.py). Its life:
    failure after the first event.
 4. **settle and record** (``finish``, once, however the request ends): the slot and
    the reservation given back and the actual cost added to the key's spend in one
-   shared-state step, then the ledger row, the metrics and the span (record.py).
+   shared-state step (``settle``), then the ledger row, the metrics and the span
+   (``write_records``, record.py). The route handler settles before the response goes
+   and leaves the records for after it is sent (handler.py).
 
 Everything the Exchange records is written through these methods: its fields are
 private, read through read-only properties, so no route, pipeline or gate can set half
@@ -31,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from starlette.responses import Response
 from starlette.types import Scope
@@ -99,6 +101,7 @@ class Exchange:
         "_request_id",
         "_retries",
         "_scope",
+        "_settled",
         "_started",
         "_state",
         "_status",
@@ -140,6 +143,8 @@ class Exchange:
         self._fallbacks: int | None = None
         self._reply_headers: list[tuple[bytes, bytes]] | None = None
         self._done = False
+        self._settled: _Settled | None = None
+        """What ``settle`` worked out, until ``write_records`` writes it."""
         self._counting = False
         """Whether this request counts in the in-flight gauge (a backend was chosen)."""
         self._trace_id: str | None = None
@@ -489,11 +494,21 @@ class Exchange:
         self._reply_headers = response.raw_headers
 
     async def finish(self, status: int | None = None) -> None:
-        """Settle the key's admission, write the ledger row, count the metrics and end
-        the span, once (later calls do nothing). ``status``: the response's, when it is
-        not the one a failure already noted."""
+        """Settle the key's admission, then write the ledger row, count the metrics and
+        end the span (``settle``, then ``write_records``), once (later calls do
+        nothing). ``status``: the response's, when it is not the one a failure already
+        noted."""
+        if await self.settle(status):
+            self.write_records()
+
+    async def settle(self, status: int | None = None) -> bool:
+        """``finish``'s first half, once: the request's status, usage, cost and time
+        taken settled, and the key's slot and reservation given back with its tokens and
+        cost counted, so the next request of the key sees them. ``False`` when it ran
+        already (nothing is done). ``write_records`` writes what it settled: the handler
+        leaves that for after the response is sent (handler.py)."""
         if self._done:
-            return
+            return False
         self._done = True
         settled = self.status
         if status is not None and not (status == 200 and settled != 200):
@@ -517,7 +532,18 @@ class Exchange:
         except Exception:  # the shared state failed over and still failed: keep the row
             log.exception("settling request %s's key limits failed", self._request_id)
             spend_counted = False
-        write_ledger_row(self, status, usage, cost, elapsed, spend_counted=spend_counted)
+        self._settled = _Settled(status, usage, cost, elapsed, spend_counted)
+        return True
+
+    def write_records(self) -> None:
+        """``finish``'s second half, once, with what ``settle`` settled: the ledger row
+        (queued), the metrics and the span."""
+        settled = self._settled
+        if settled is None:
+            return
+        self._settled = None
+        status, usage, cost, elapsed = settled.status, settled.usage, settled.cost, settled.elapsed
+        write_ledger_row(self, status, usage, cost, elapsed, spend_counted=settled.spend_counted)
         count_metrics(self, status, usage, elapsed, in_flight=self._counting)
         end_span(self, usage)
 
@@ -532,6 +558,17 @@ class Exchange:
     def kept_reply(self) -> object:
         """The reply the ledger keeps with the row (``ReplyMeter.kept_reply``)."""
         return self._meter.kept_reply()
+
+
+class _Settled(NamedTuple):
+    """What ``Exchange.settle`` worked out for ``write_records``."""
+
+    status: int
+    usage: Usage | None
+    cost: float | None
+    elapsed: float
+    """Seconds from the request's start to its settling (the ledger's latency)."""
+    spend_counted: bool
 
 
 def _total_tokens(usage: Usage | None) -> int:

@@ -2,7 +2,10 @@
 
 ``exchanged(endpoint, dialect)`` makes a route handler of a function that takes the
 request and its ``Exchange`` (exchange.py). It opens the exchange, and finishes it with
-the response's status (or, for a stream, leaves that to the stream's close); it renders
+the response's status (or, for a stream, leaves that to the stream's close): the key's
+admission settled before the response goes, the ledger row, the metrics and the span
+left for after it is sent (web/after_response.py), so the client does not wait on
+them. It renders
 an ``LLMBridgeError`` in the caller's dialect with its ``Retry-After`` and rate-limit
 headers, answers a client that left with 499, and marks the handler (``EXCHANGED``) so
 ``tests/gateway/test_every_route_exchanged.py`` can prove no route is left out.
@@ -20,6 +23,7 @@ from starlette.responses import Response
 from llmbridge.core.errors import LLMBridgeError
 from llmbridge.gateway.exchange.exchange import Exchange
 from llmbridge.gateway.state import state_of
+from llmbridge.web.after_response import leave_for_after_response
 from llmbridge.web.render import Dialect, error_response
 from llmbridge.web.streaming import ClientDisconnected, StreamingBody
 
@@ -46,6 +50,14 @@ def log_left_mid_body(request: Request) -> None:
     )
 
 
+async def _finish(exchange: Exchange, status: int | None = None) -> None:
+    """``exchange.finish``, its records left for after the response is sent where the
+    app runs such work (module docstring): settled now, so the key's next request sees
+    its slot and spend back."""
+    if await exchange.settle(status) and not leave_for_after_response(exchange.write_records):
+        exchange.write_records()
+
+
 def exchanged(
     endpoint: str, dialect: Dialect | Callable[[Request], Dialect]
 ) -> Callable[[ExchangeHandler], Endpoint]:
@@ -61,24 +73,25 @@ def exchanged(
                 response = await handler(request, exchange)
             except ClientDisconnect:  # starlette's: the client left while sending its body
                 log_left_mid_body(request)
-                await exchange.finish(499)
+                await _finish(exchange, 499)
                 return Response(status_code=499)
             except ClientDisconnected:  # the client left before the reply was complete
-                await exchange.finish(499)
+                await _finish(exchange, 499)
                 return Response(status_code=499)
             except LLMBridgeError as exc:
                 exchange.failed(exc)
                 headers = {"x-request-id": exchange.request_id, **exchange.refusal_headers(exc)}
                 failed = error_response(caller, exc, exchange.request_id, headers=headers)
                 exchange.mark_overhead(failed)
-                await exchange.finish()
+                await _finish(exchange)
                 return failed
             except BaseException:
                 await asyncio.shield(exchange.finish(500))
                 raise
             exchange.replied(response)  # before finish: the ledger row has its headers
-            if not (isinstance(response, StreamingBody) and response.on_close is not None):
-                await exchange.finish(response.status_code)  # a stream's ``on_close`` does
+            if isinstance(response, StreamingBody) and response.on_close is not None:
+                return response  # the stream's ``on_close`` finishes the exchange
+            await _finish(exchange, response.status_code)
             return response
 
         setattr(endpoint_fn, EXCHANGED, True)
