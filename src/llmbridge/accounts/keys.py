@@ -366,9 +366,9 @@ class KeyStore:
     async def _looked_up(self, digest: str) -> KeyRecord | None:
         """``_find_by_hash`` of ``digest``, cached; one query at a time per key: the
         requests that find a key's entry expired while its query is out wait for its
-        answer (64 requests in flight were 64 queries, each a millisecond of the event
-        loop, every ``cache_s``). A waiter that is cancelled leaves the query to the
-        others."""
+        answer (64 requests in flight were 64 queries, each a round trip through the ORM
+        and the database thread, every ``cache_s``). A waiter that is cancelled leaves
+        the query to the others."""
         pending = self._looking_up.get(digest)
         if pending is None:
             pending = asyncio.ensure_future(self._find_and_cache(digest))
