@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from llmbridge.backends.ollama import OllamaBackend
+from llmbridge.dialects.ollama.types import parse_rfc3339
 from llmbridge.features.token_count import count_text_tokens
 from tests.conftest import RunningServer, ollama_client, running_gateway
 from tests.dialects.ollama.helpers import FIXTURES
@@ -286,6 +287,8 @@ def test_a_cut_stream_ends_in_the_dialects_error_and_is_billed(
     assert last["done"] is True and last["done_reason"] == "error"
     assert last["model"] == model and "done frame" in last["error"]
     assert last["message"] == {"role": "assistant", "content": f"Error: {last['error']}"}
+    # Dated at the stream's start on both paths, as the translated path dates every line.
+    assert parse_rfc3339(last["created_at"]) == parse_rfc3339(CREATED)
     assert _read(got.content)["text"] == "Hello there."
     row = _row(database, got.headers["x-request-id"])
     # The text streamed, counted, the same on both paths.

@@ -70,9 +70,12 @@ class ChatCodec:
     relay_error: Callable[[LLMBridgeError], bytes] | None = None
     """The dialect's in-stream error on the pass-through path, for a failure the gateway
     saw after the first byte (``Exchange.relay``)."""
-    relay_error_for: Callable[[ChatRequest], Callable[[LLMBridgeError], bytes]] | None = None
-    """``relay_error`` made for each request, where the dialect's in-stream error names
-    it (Ollama's last line names the model the client asked for)."""
+    relay_error_for: (
+        Callable[[ChatRequest, StreamEvent], Callable[[LLMBridgeError], bytes]] | None
+    ) = None
+    """``relay_error`` made for each request from it and its stream's first event, where
+    the dialect's in-stream error names them (Ollama's last line names the model the
+    client asked for and the stream's start time)."""
 
 
 TOOLS_HEADER = "x-llmbridge-tools"
@@ -236,7 +239,7 @@ def _stream_body(
     the events encoded; either way noted by the exchange as they pass."""
     if relayed:
         made = codec.relay_error_for
-        error = codec.relay_error if made is None else made(chat)
+        error = codec.relay_error if made is None else made(chat, first)
         assert error is not None  # no relay body is read otherwise
         return exchange.relay(first, rest, error)
     return codec.encode_stream(exchange.watch(first, rest), chat)

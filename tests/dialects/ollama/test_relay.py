@@ -7,6 +7,7 @@ reply sent whole, and what ``relay_request`` sets in the client's body."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -16,15 +17,16 @@ from hypothesis import strategies as st
 from llmbridge.core.errors import BackendError, BackendProtocolError
 from llmbridge.core.events import Relayed, ResponseEnd, ResponseStart, StreamError, StreamEvent
 from llmbridge.core.relay import RelayBody
+from llmbridge.core.request import ChatRequest
 from llmbridge.core.response import StopReason
-from llmbridge.dialects.ollama import decode_chat_request
+from llmbridge.dialects.ollama import decode_chat_request, encode_chat_stream
 from llmbridge.dialects.ollama.relay import (
     ChatStreamRelay,
     relay_error_line,
     relay_reply,
     relay_request,
 )
-from tests.dialects.ollama.helpers import fixture_bytes
+from tests.dialects.ollama.helpers import aiter_of, collect, fixture_bytes
 from tests.dialects.relay_cuts import cut, feed_until_stopped
 
 STREAM = fixture_bytes("text.ndjson")
@@ -143,12 +145,26 @@ def test_a_reply_sent_whole_is_read_and_renamed() -> None:
         relay_reply(b'{"error":"busy"}', None)
 
 
-def test_the_error_line_is_the_translated_paths() -> None:
-    line = relay_error_line("public")(BackendProtocolError("cut"))
+async def test_the_error_line_is_the_translated_paths() -> None:
+    start = ResponseStart(id="x", model="backend", created=1_740_823_200.25)
+    failure = BackendProtocolError("cut")
+    line = relay_error_line("public", start)(failure)
     assert line.endswith(b"\n")
     frame = orjson.loads(line)
     assert frame["model"] == "public" and frame["error"] == "cut"
     assert frame["done"] is True and frame["done_reason"] == "error"
+    # Byte for byte the line the translated path ends the same stream with: dated at
+    # the stream's start, not at the failure.
+    request = ChatRequest(model="public", messages=(), stream=True)
+    events: list[StreamEvent] = [start, StreamError(failure)]
+    translated = b"".join(await collect(encode_chat_stream(aiter_of(events), request)))
+    assert line == translated.splitlines(keepends=True)[-1]
+    assert frame["created_at"].startswith("2025-03-01T10:00:00.25")
+
+
+def test_an_error_line_without_the_streams_start_is_dated_now() -> None:
+    frame = orjson.loads(relay_error_line("public")(BackendProtocolError("cut")))
+    assert frame["created_at"].startswith(str(datetime.now(UTC).year))
 
 
 def test_a_body_with_nothing_to_set_goes_out_as_its_bytes_came() -> None:

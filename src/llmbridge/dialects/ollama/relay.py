@@ -59,13 +59,18 @@ def relay_request(request: ChatRequest) -> tuple[bytes, str | None]:
     return orjson.dumps({**body, **changed}), client_model
 
 
-def relay_error_line(model: str) -> Callable[[LLMBridgeError], bytes]:
+def relay_error_line(
+    model: str, start: StreamEvent | None = None
+) -> Callable[[LLMBridgeError], bytes]:
     """The in-stream error of a relayed stream that failed after its first byte, for a
     client that asked for ``model``: the line the translated path writes (stream.py
-    ``error_frame``)."""
+    ``error_frame``), dated as it dates it: the stream's start (``start``, the
+    ``ResponseStart`` its first line made), else the time of the failure."""
+    created = start.created if isinstance(start, ResponseStart) and start.created else None
 
     def line(error: LLMBridgeError) -> bytes:
-        frame = error_frame(model, rfc3339(time.time()), error.message)
+        at = created if created is not None else time.time()
+        frame = error_frame(model, rfc3339(at), error.message)
         return escape_line_breaks(ndjson_line(frame))
 
     return line

@@ -52,7 +52,7 @@ CHAT = ChatCodec(
     encode_response=ollama.encode_chat_response,
     stream_media_type=_NDJSON,
     relay_dialect="ollama",  # an Ollama backend relays it (dialects/ollama/relay.py)
-    relay_error_for=lambda chat: relay_error_line(chat.model),
+    relay_error_for=lambda chat, first: relay_error_line(chat.model, first),
 )
 
 
