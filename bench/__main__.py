@@ -40,6 +40,7 @@ SCENARIOS = {
     "overhead": S("interleaved", "the gateway against the stub backend called directly"),
     "compare": S("interleaved", "llmbridge beside the LiteLLM proxy, Portkey and the floors"),
     "scale": S("interleaved", "--workers 1 and 2; keys, limits and the ledger; Redis"),
+    "workers": S("sequential", "--workers 1 to 16 on CPUs of their own (a many-core machine)"),
     "frontier": S("interleaved", "the highest rate within a p99 bound (open loop); frames"),
     "dialect_paths": S(
         "interleaved", "every client dialect's path, tools or not, against OpenAI's"

@@ -33,6 +33,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import cache
@@ -542,13 +545,30 @@ def main(argv: list[str] | None = None) -> None:
         default=0.0,
         help="pause between two streamed chunks, for long-lived streams (bench/soak.py)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="serve from this many processes on the one port (SO_REUSEPORT: the kernel "
+        "spreads connections over them), for load a single process cannot answer",
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127.") and args.host != "localhost":
         parser.error("the benchmark backend binds loopback addresses only")
+    if args.processes < 1:
+        parser.error("--processes must be positive")
+    if args.processes == 1:
+        _serve(args, reuse_port=False)
+    else:
+        _serve_processes(args)
 
+
+def _serve(args: argparse.Namespace, reuse_port: bool) -> None:
+    """One process's server; with ``reuse_port`` on a socket of its own that shares the
+    port with its siblings'."""
     import uvicorn
 
-    uvicorn.run(
+    config = uvicorn.Config(
         FastBackend(
             max(1, args.chunks),
             args.model,
@@ -569,6 +589,37 @@ def main(argv: list[str] | None = None) -> None:
         timeout_keep_alive=300,
         proxy_headers=False,
     )
+    server = uvicorn.Server(config)
+    if not reuse_port:
+        server.run()
+        return
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((args.host, args.port))
+    server.run(sockets=[sock])
+
+
+def _serve_processes(args: argparse.Namespace) -> None:
+    """``--processes`` children, each serving the port; stopping this process (SIGINT
+    or SIGTERM) stops them."""
+    context = multiprocessing.get_context("fork")  # before any event loop exists
+    children = [
+        context.Process(target=_serve, args=(args, True), daemon=True)
+        for _ in range(args.processes)
+    ]
+    for child in children:
+        child.start()
+
+    def stop(signum: int, frame: object) -> None:
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for child in children:
+        child.join()
 
 
 if __name__ == "__main__":

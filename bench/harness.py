@@ -75,6 +75,20 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def child_setup(cpus: Sequence[int] | None = None) -> Callable[[], None] | None:
+    """The ``preexec_fn`` of a server or load process: it dies with the benchmark and,
+    with ``cpus``, runs on those CPUs only, as does every process it forks (Linux)."""
+    if sys.platform != "linux":
+        return None
+
+    def setup() -> None:
+        _die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
+
+
 # -- the cost of a process and what it forked ------------------------------------------------
 
 
@@ -125,6 +139,15 @@ class ProcessTree:
             if pid == self.root:
                 ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
         return ticks / CLK_TCK
+
+    def cpu_by_process(self) -> dict[int, float]:
+        """Each process's own user + system CPU seconds so far (reaped children not
+        counted): how evenly a server's workers share its load."""
+        out = {}
+        for pid in self.pids():
+            if (fields := _stat_fields(pid)) is not None:
+                out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return out
 
     def rss_kib(self) -> int:
         """The tree's resident set size now (VmRSS summed), in KiB."""
@@ -179,8 +202,10 @@ class Server:
         env: Mapping[str, str] | None = None,
         health: str | None = None,
         patience: float = 60.0,
+        cpus: Sequence[int] | None = None,
     ) -> Server:
-        """``env``: variables set on top of this process's environment."""
+        """``env``: variables set on top of this process's environment; ``cpus``: the
+        CPUs it and every process it forks may run on (None: any)."""
         log_path = log_dir / f"{name}.log"
         with log_path.open("wb") as out:
             process = subprocess.Popen(
@@ -190,7 +215,7 @@ class Server:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the benchmark only; it stops us
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=child_setup(cpus),
             )
         return cls(name, port, process, log_path, health, patience)
 
@@ -311,11 +336,14 @@ def gateway_config(
     return "\n".join([*lines, "models:", *routes, "default_backend: bench", ""])
 
 
-def start_fast_backend(workdir: Path, *options: str, name: str = "backend") -> Server:
-    """``fast_backend.py`` on a free loopback port, with ``options`` (--chunks...)."""
+def start_fast_backend(
+    workdir: Path, *options: str, name: str = "backend", cpus: Sequence[int] | None = None
+) -> Server:
+    """``fast_backend.py`` on a free loopback port, with ``options`` (--chunks...), on
+    ``cpus`` where given."""
     port = free_port()
     argv = [sys.executable, str(BENCH_DIR / "fast_backend.py"), "--port", str(port), *options]
-    return Server.start(name, port, argv, workdir, health="/v1/models")
+    return Server.start(name, port, argv, workdir, health="/v1/models", cpus=cpus)
 
 
 def start_gateway(
@@ -328,12 +356,14 @@ def start_gateway(
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
     baseline: Baseline | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> Server:
     """``llmbridge serve`` on a free loopback port with ``config_text`` as its config;
     ``env`` adds to its environment; ``baseline`` makes it serve that checkout (checked
     on the running process); ``extra_args`` go after ``serve``'s own (``--workers 2``);
     ``profile``: under cProfile, its stats to that file; ``launcher``: started as
-    ``python SCRIPT serve ...`` instead (a patched llmbridge, or ``floor_proxy.py``)."""
+    ``python SCRIPT serve ...`` instead (a patched llmbridge, or ``floor_proxy.py``);
+    ``cpus``: the CPUs it and its workers may run on."""
     port = free_port()
     config = workdir / f"{name}.yaml"
     config.write_text(config_text)
@@ -348,7 +378,8 @@ def start_gateway(
     else:
         argv = [sys.executable, "-m", "llmbridge", *serve]
     env = {**(env or {}), **(baseline.env if baseline else {})}
-    server = Server.start(name, port, [*argv, *extra_args], workdir, env, health="/health")
+    argv = [*argv, *extra_args]
+    server = Server.start(name, port, argv, workdir, env, health="/health", cpus=cpus)
     if baseline is not None:
         check_process_env(server.pid, baseline.env)
     return server

@@ -40,13 +40,13 @@ class Outcome:
 class AiohttpClient:
     name = "aiohttp"
 
-    def __init__(self, max_connections: int, timeout_s: float) -> None:
-        # Idle connections dropped after 4 s, before the 5 s after which uvicorn closes
-        # them: a baseline checkout or a peer on uvicorn's default would otherwise
-        # fail the odd request reused just as it closed (a keep-alive race, not a
-        # fault of the target; llmbridge itself now keeps them 120 s).
+    def __init__(self, max_connections: int, timeout_s: float, keepalive_s: float = 4.0) -> None:
+        # Idle connections dropped after 4 s by default, before the 5 s after which
+        # uvicorn closes them: a baseline checkout or a peer on uvicorn's default would
+        # otherwise fail the odd request reused just as it closed (a keep-alive race,
+        # not a fault of the target; llmbridge itself now keeps them 120 s).
         connector = aiohttp.TCPConnector(
-            limit=max_connections, limit_per_host=0, keepalive_timeout=4.0
+            limit=max_connections, limit_per_host=0, keepalive_timeout=keepalive_s
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
