@@ -213,6 +213,23 @@ class Runner:
                 log(f"{label or cell.key} round {index + 1}/{rounds}: {line}")
         return tallies
 
+    async def cell(
+        self,
+        targets: Sequence[Target],
+        cell: Cell,
+        rounds: int,
+        *,
+        seconds: float,
+        warmup_seconds: float,
+    ) -> dict[str, Any]:
+        """One cell measured: a warm-up of ``warmup_seconds`` a target, then ``rounds``
+        rounds of ``seconds``; its key, title and each target's ``summarise``."""
+        log(f"{cell.key}: {rounds} rounds of {seconds:g} s per target")
+        await self.warm_up(targets, cell, seconds=warmup_seconds)
+        tallies = await self.rounds(targets, cell, rounds, seconds=seconds)
+        runs = {name: summarise(tally, cell.stream) for name, tally in tallies.items()}
+        return {"key": cell.key, "title": cell.title, "targets": runs}
+
 
 def _last_p50(tally: Tally) -> str:
     p50 = f"{tally.round_p50s[-1] * 1000:.3f} ms" if tally.round_p50s else "-"

@@ -53,7 +53,7 @@ from harness import (
     workspace,
 )
 from http_clients import make_client
-from load import Cell, Runner, Target, figure, summarise, table
+from load import Cell, Runner, Target, figure, table
 
 ADDED_LATENCY_TARGET = 1.10
 """Keys + limits + ledger within 10% of the plain path's added latency."""
@@ -154,11 +154,10 @@ async def measure(
         for concurrency in (1, 64):
             cell = Cell(False, concurrency, args.nonstream_chunks)
             chosen = [t for t in targets if concurrency > 1 or t.name in C1_TARGETS]
-            log(f"{cell.key}: {args.rounds} rounds of {args.round_seconds:g} s per target")
-            await runner.warm_up(chosen, cell, seconds=args.warmup_seconds)
-            tallies = await runner.rounds(chosen, cell, args.rounds, seconds=args.round_seconds)
-            runs = {name: summarise(tally, False) for name, tally in tallies.items()}
-            cells.append({"key": cell.key, "title": cell.title, "targets": runs})
+            seconds, warmup = args.round_seconds, args.warmup_seconds
+            cells.append(
+                await runner.cell(chosen, cell, args.rounds, seconds=seconds, warmup_seconds=warmup)
+            )
         return cells
     finally:
         await client.aclose()

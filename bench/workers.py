@@ -54,7 +54,7 @@ from harness import (
     workspace,
 )
 from http_clients import make_client
-from load import Cell, Runner, Tally, Target, figure, percentile, summarise, table
+from load import Cell, Runner, Tally, Target, figure, percentile, table
 from load_pool import LoadPool
 
 WORKER_COUNTS = (1, 2, 4, 8, 16)
@@ -133,7 +133,7 @@ class PooledRunner(Runner):
     """``load.Runner`` with its load sent from a ``LoadPool``'s processes."""
 
     def __init__(self, pool: LoadPool, backend: Server) -> None:
-        self.pool, self.backend, self.server = pool, backend.tree, backend
+        self.pool, self.backend = pool, backend.tree
 
     async def batch(
         self,
@@ -223,11 +223,12 @@ async def measure(
         cells = []
         for stream, pieces in ((False, args.nonstream_chunks), (True, args.stream_chunks)):
             cell = Cell(stream, args.in_flight, pieces)
-            log(f"{cell.key}: {args.rounds} rounds of {args.round_seconds:g} s per target")
-            await runner.warm_up(targets, cell, seconds=args.warmup_seconds)
-            tallies = await runner.rounds(targets, cell, args.rounds, seconds=args.round_seconds)
-            runs = {name: summarise(tally, stream) for name, tally in tallies.items()}
-            cells.append({"key": cell.key, "title": cell.title, "targets": runs})
+            seconds, warmup = args.round_seconds, args.warmup_seconds
+            cells.append(
+                await runner.cell(
+                    targets, cell, args.rounds, seconds=seconds, warmup_seconds=warmup
+                )
+            )
         return cells
     finally:
         await pool.aclose()
