@@ -131,14 +131,9 @@ class ProcessTree:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the tree so far, with the root's reaped children."""
-        ticks = 0
-        for pid in self.pids():
-            if (fields := _stat_fields(pid)) is None:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-            if pid == self.root:
-                ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
-        return ticks / CLK_TCK
+        fields = _stat_fields(self.root)
+        reaped = (int(fields[13]) + int(fields[14])) / CLK_TCK if fields else 0.0  # cutime, cstime
+        return sum(self.cpu_by_process().values()) + reaped
 
     def cpu_by_process(self) -> dict[int, float]:
         """Each process's own user + system CPU seconds so far (reaped children not
@@ -146,7 +141,7 @@ class ProcessTree:
         out = {}
         for pid in self.pids():
             if (fields := _stat_fields(pid)) is not None:
-                out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+                out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
         return out
 
     def rss_kib(self) -> int:

@@ -101,9 +101,23 @@ class Tally:
             latencies.append(outcome.total)
             if outcome.first_byte is not None:
                 self.first_bytes.append(outcome.first_byte)
+        self.add_latencies(latencies)
+
+    def add_latencies(self, latencies: list[float]) -> None:
+        """One batch's checked replies' latencies, and their p50 as a round's."""
         self.latencies.extend(latencies)
         if latencies:
             self.round_p50s.append(percentile(sorted(latencies), 0.5) or 0.0)
+
+    def add_cost(self, wall: float, used: dict[str, float], trees: dict[str, ProcessTree]) -> None:
+        """One batch's time, the CPU seconds each part ``used``, and the peak RSS of
+        each server's process tree."""
+        self.wall += wall
+        self.batches += 1
+        for name, value in used.items():
+            self.cpu[name] = self.cpu.get(name, 0.0) + value
+        for name, tree in trees.items():
+            self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), tree.peak_rss_mb())
 
 
 def round_order(targets: Sequence[T], index: int) -> list[T]:
@@ -159,15 +173,11 @@ class Runner:
         stop_at = started + (seconds or 0.0)
         slots = cell.concurrency if seconds is not None else min(cell.concurrency, count)
         await asyncio.gather(*(worker(i) for i in range(slots)))
-        tally.wall += time.perf_counter() - started
+        wall = time.perf_counter() - started
         used = {name: value - before[name] for name, value in self._cpu(target).items()}
-        tally.batches += 1
         ours = sum(v for k, v in used.items() if k != "system")
         used["other"] = max(0.0, used.pop("system") - ours)  # other people's work meanwhile
-        for name, value in used.items():
-            tally.cpu[name] = tally.cpu.get(name, 0.0) + value
-        for name, tree in trees.items():
-            tally.peak_mb[name] = max(tally.peak_mb.get(name, 0.0), tree.peak_rss_mb())
+        tally.add_cost(wall, used, trees)
         expected = reply_pieces(cell.pieces)
         dialect, tools = target.dialect, target.tools
         tally.record(outcomes, lambda raw: wire.check(dialect, stream, raw, expected, tools))

@@ -28,7 +28,7 @@ import argparse
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from harness import (
     workspace,
 )
 from http_clients import make_client
-from load import Cell, Runner, Tally, Target, figure, percentile, table
+from load import Cell, Runner, Tally, Target, figure, table
 from load_pool import LoadPool
 
 WORKER_COUNTS = (1, 2, 4, 8, 16)
@@ -82,9 +82,7 @@ class Layout:
         return min(workers, len(self.gateway))
 
     def describe(self) -> dict[str, Any]:
-        return {"gateway": self.gateway, "backend": self.backend, "load": self.load} | {
-            "pinned": self.pinned
-        }
+        return asdict(self)
 
 
 def cpu_layout(cpus: list[int], gateway: int | None, backend: int | None) -> Layout:
@@ -163,24 +161,15 @@ class PooledRunner(Runner):
             after = target.proxy.cpu_by_process()
             deltas = [after[pid] - per_process.get(pid, 0.0) for pid in after]
             used["proxy_busiest"] = max(deltas, default=0.0)
-        tally.wall += max(share.wall for share in shares)
-        tally.batches += 1
-        for name, value in used.items():
-            tally.cpu[name] = tally.cpu.get(name, 0.0) + value
-        for name, tree in trees.items():
-            tally.peak_mb[name] = max(tally.peak_mb.get(name, 0.0), tree.peak_rss_mb())
-        latencies: list[float] = []
+        tally.add_cost(max(share.wall for share in shares), used, trees)
         for share in shares:
             tally.ok += share.ok
             tally.chunks += share.chunks
             for example in share.examples:
                 tally.fail(example)
             tally.failures += share.failures - len(share.examples)
-            latencies += share.latencies
             tally.first_bytes += share.first_bytes
-        tally.latencies += latencies
-        if latencies:
-            tally.round_p50s.append(percentile(sorted(latencies), 0.5) or 0.0)
+        tally.add_latencies([latency for share in shares for latency in share.latencies])
 
 
 async def wait_for_workers(server: Server, workers: int, patience_s: float = 180.0) -> None:
